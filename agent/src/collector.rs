@@ -1,0 +1,464 @@
+//! Reads a [`GpuSource`] and turns its samples into spooled batches: one host per batch, at
+//! most `batch_max` samples each. Collection never waits on the network; while the server is
+//! down, batches pile up in the spool.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleetlens_core::Sample;
+use tokio::sync::{Notify, mpsc, watch};
+use tokio::time::Instant;
+
+use crate::pusher::encode_batch;
+use crate::source::{GpuSource, HostSamples, SourceError};
+use crate::spool::{SharedSpool, SpoolError};
+
+#[derive(Debug, Clone)]
+pub struct CollectorConfig {
+    pub batch_max: usize,
+    /// How long samples gather in memory before they are sealed into a batch, spooled and
+    /// pushed (`--flush-interval`); a batch is sealed earlier when it reaches `batch_max`.
+    pub flush_every: Duration,
+    /// Time between two readings of a live source (`--interval`); zero for a replay. A batch
+    /// is sealed with the reading that completes its flush interval rather than one reading
+    /// later: at 1 s readings and a 5 s flush, every batch holds 5 readings.
+    pub reading_interval: Duration,
+    /// Stop after one reading of a live source (replay always runs to its end).
+    pub once: bool,
+    pub labels: BTreeMap<String, String>,
+}
+
+impl CollectorConfig {
+    /// True when a batch whose first reading arrived `age` ago should be sealed now, with the
+    /// reading that just arrived: it then covers `age + reading_interval`, and waiting for the
+    /// next reading would overshoot by more than half an interval.
+    fn due(&self, age: Duration) -> bool {
+        age + self.reading_interval + self.reading_interval / 2 >= self.flush_every
+    }
+
+    /// When to seal a batch that is still open although no reading came (a stalled source).
+    fn deadline(&self, opened: Instant) -> Instant {
+        opened + self.flush_every + self.reading_interval
+    }
+}
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CollectSummary {
+    pub samples: u64,
+    pub batches: u64,
+    /// The source ran out (replay) or `--once` was satisfied, as opposed to a shutdown.
+    pub finished: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum CollectError {
+    #[error("source failed: {0}")]
+    Source(#[from] SourceError),
+    #[error("cannot spool samples: {0}")]
+    Spool(#[from] SpoolError),
+}
+
+struct Batcher {
+    cfg: CollectorConfig,
+    spool: SharedSpool,
+    wake: Arc<Notify>,
+    pending: BTreeMap<String, Vec<Sample>>,
+    /// The newest labels each host's source gave (inventory, pods …).
+    source_labels: BTreeMap<String, BTreeMap<String, String>>,
+    sum: CollectSummary,
+}
+
+impl Batcher {
+    /// The source's labels for `host`, with the command line's on top.
+    fn labels(&self, host: &str) -> std::borrow::Cow<'_, BTreeMap<String, String>> {
+        match self.source_labels.get(host).filter(|l| !l.is_empty()) {
+            None => std::borrow::Cow::Borrowed(&self.cfg.labels),
+            Some(from_source) => {
+                let mut all = from_source.clone();
+                all.extend(self.cfg.labels.iter().map(|(k, v)| (k.clone(), v.clone())));
+                std::borrow::Cow::Owned(all)
+            }
+        }
+    }
+
+    async fn spool_batch(&mut self, host: &str, samples: Vec<Sample>) -> Result<(), SpoolError> {
+        let n = samples.len();
+        let body = encode_batch(host, &self.labels(host), samples);
+        self.spool.push(body, n).await?;
+        self.sum.batches += 1;
+        self.sum.samples += n as u64;
+        self.wake.notify_one();
+        Ok(())
+    }
+
+    async fn add(
+        &mut self,
+        host: String,
+        samples: Vec<Sample>,
+        labels: BTreeMap<String, String>,
+    ) -> Result<(), SpoolError> {
+        if !labels.is_empty() {
+            self.source_labels.insert(host.clone(), labels);
+        }
+        let max = self.cfg.batch_max;
+        let mut buf = self.pending.remove(&host).unwrap_or_default();
+        buf.extend(samples);
+        // Full batches go now; the remainder waits for more samples of the same host.
+        while buf.len() >= max {
+            let rest = buf.split_off(max);
+            self.spool_batch(&host, buf).await?;
+            buf = rest;
+        }
+        if !buf.is_empty() {
+            self.pending.insert(host, buf);
+        }
+        Ok(())
+    }
+
+    async fn flush(&mut self) -> Result<(), SpoolError> {
+        for (host, samples) in std::mem::take(&mut self.pending) {
+            if !samples.is_empty() {
+                self.spool_batch(&host, samples).await?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs until the source ends, `--once` is satisfied, or `shutdown` turns true; whatever is
+/// buffered is spooled before returning, even on shutdown.
+///
+/// The source is read by a task of its own and handed over through a channel, so that sealing a
+/// batch on time (or a shutdown) never cancels a reading halfway.
+pub async fn run(
+    source: Box<dyn GpuSource>,
+    spool: SharedSpool,
+    wake: Arc<Notify>,
+    cfg: CollectorConfig,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<CollectSummary, CollectError> {
+    let once_live = cfg.once && source.is_live();
+    let (tx, mut rx) = mpsc::channel(READINGS_QUEUED);
+    let reader = AbortOnDrop(tokio::spawn(read_source(source, tx)));
+    let mut b = Batcher {
+        cfg,
+        spool,
+        wake,
+        pending: BTreeMap::new(),
+        source_labels: BTreeMap::new(),
+        sum: CollectSummary::default(),
+    };
+    // When the open batch got its first reading.
+    let mut opened: Option<Instant> = None;
+    let result = loop {
+        if *shutdown.borrow_and_update() {
+            break Ok(());
+        }
+        let deadline = opened.map(|t| b.cfg.deadline(t));
+        let reading = tokio::select! {
+            r = rx.recv() => r,
+            _ = wait_for_shutdown(&mut shutdown) => break Ok(()),
+            _ = sleep_until_opt(deadline) => {
+                // The source is late: seal what it gave so far.
+                b.flush().await?;
+                opened = None;
+                continue;
+            }
+        };
+        let hosts = match reading {
+            Some(Ok(Some(hosts))) => hosts,
+            Some(Ok(None)) => {
+                b.sum.finished = true;
+                break Ok(());
+            }
+            Some(Err(e)) => break Err(CollectError::from(e)),
+            None => break Err(CollectError::Source(SourceError::Failed("the source's task stopped".into()))),
+        };
+        let now = Instant::now();
+        for h in hosts {
+            b.add(h.host, h.samples, h.labels).await?;
+        }
+        if once_live {
+            b.sum.finished = true;
+            break Ok(());
+        }
+        if b.pending.is_empty() {
+            // Everything went out in full batches (or the reading was empty).
+            opened = None;
+            continue;
+        }
+        let since = *opened.get_or_insert(now);
+        if b.cfg.due(now.saturating_duration_since(since)) {
+            b.flush().await?;
+            opened = None;
+        }
+    };
+    drop(reader);
+    // Readings already handed over are kept too.
+    while let Ok(Ok(Some(hosts))) = rx.try_recv() {
+        for h in hosts {
+            b.add(h.host, h.samples, h.labels).await?;
+        }
+    }
+    // Keep what was read even when the source failed or we are shutting down.
+    b.flush().await?;
+    result.map(|()| b.sum)
+}
+
+/// Readings waiting for the collector (it only falls behind while a spool write is slow).
+const READINGS_QUEUED: usize = 4;
+
+type Reading = Result<Option<Vec<HostSamples>>, SourceError>;
+
+/// Reads the source until it ends or fails, or the collector goes away.
+async fn read_source(mut source: Box<dyn GpuSource>, tx: mpsc::Sender<Reading>) {
+    loop {
+        let r = source.next().await;
+        let last = !matches!(r, Ok(Some(_)));
+        if tx.send(r).await.is_err() || last {
+            return;
+        }
+    }
+}
+
+/// Stops the reading task when the collector returns (the source's `next` is cancel-safe).
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+async fn sleep_until_opt(deadline: Option<Instant>) {
+    match deadline {
+        Some(t) => tokio::time::sleep_until(t).await,
+        None => std::future::pending().await,
+    }
+}
+
+async fn wait_for_shutdown(shutdown: &mut watch::Receiver<bool>) {
+    // A dropped sender can no longer ask for a shutdown: keep collecting.
+    if shutdown.wait_for(|stop| *stop).await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Read;
+
+    use async_trait::async_trait;
+    use fleetlens_api::IngestBatch;
+
+    use super::*;
+    use crate::spool::Spool;
+
+    /// A finite source of `ticks` readings of two hosts with `per_host` samples each.
+    struct Fixed {
+        ticks: i64,
+        per_host: usize,
+        t: i64,
+    }
+
+    #[async_trait]
+    impl GpuSource for Fixed {
+        fn describe(&self) -> String {
+            "fixed".into()
+        }
+        fn is_live(&self) -> bool {
+            false
+        }
+        async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
+            if self.t == self.ticks {
+                return Ok(None);
+            }
+            self.t += 1;
+            let mk = |host: &str| {
+                let mut h = HostSamples::new(
+                    host,
+                    (0..self.per_host)
+                        .map(|i| Sample { ts_ms: self.t, uuid: format!("{host}-{i}"), ..Default::default() })
+                        .collect(),
+                );
+                h.labels.insert("source.kind".into(), "fixed".into());
+                h.labels.insert("team".into(), "from-source".into());
+                h
+            };
+            Ok(Some(vec![mk("a"), mk("b")]))
+        }
+    }
+
+    fn decode(body: &[u8]) -> IngestBatch {
+        let mut json = String::new();
+        flate2::read::GzDecoder::new(body).read_to_string(&mut json).unwrap();
+        serde_json::from_str(&json).unwrap()
+    }
+
+    #[tokio::test]
+    async fn batches_per_host_within_the_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
+        let cfg = CollectorConfig {
+            batch_max: 7,
+            flush_every: Duration::from_secs(3600),
+            reading_interval: Duration::ZERO,
+            once: true,
+            labels: [("team".to_string(), "ml".to_string())].into_iter().collect(),
+        };
+        let (_tx, rx) = watch::channel(false);
+        let src = Box::new(Fixed { ticks: 10, per_host: 3, t: 0 });
+        let sum = run(src, spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        assert!(sum.finished);
+        assert_eq!(sum.samples, 60);
+
+        let entries = spool.peek(|s| s.entries());
+        let mut per_host: BTreeMap<String, Vec<i64>> = BTreeMap::new();
+        for e in &entries {
+            let batch = decode(&spool.peek(|s| s.read(e)).unwrap());
+            assert!(batch.samples.len() <= 7 && !batch.samples.is_empty());
+            assert_eq!(batch.samples.len(), e.samples);
+            assert!(batch.samples.iter().all(|s| s.uuid.starts_with(&batch.host)));
+            // The source's labels travel with the batch; the command line's win on a clash.
+            assert_eq!(batch.labels["source.kind"], "fixed");
+            assert_eq!(batch.labels["team"], "ml");
+            per_host.entry(batch.host).or_default().extend(batch.samples.iter().map(|s| s.ts_ms));
+        }
+        // Every sample once, in time order within each host.
+        for ts in per_host.values() {
+            assert_eq!(ts.len(), 30);
+            assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+        }
+        assert_eq!(sum.batches as usize, entries.len());
+    }
+
+    /// A live source: one GPU, one sample per `period` (the first at once), stamped with its
+    /// reading number; after `readings` it stalls (like a hung driver) or ends.
+    struct Live {
+        period: Duration,
+        readings: i64,
+        n: i64,
+        stall_after: bool,
+    }
+
+    #[async_trait]
+    impl GpuSource for Live {
+        fn describe(&self) -> String {
+            "live".into()
+        }
+        fn is_live(&self) -> bool {
+            true
+        }
+        async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
+            if self.n > 0 {
+                tokio::time::sleep(self.period).await;
+            }
+            if self.n == self.readings {
+                if self.stall_after {
+                    std::future::pending::<()>().await;
+                }
+                return Ok(None);
+            }
+            self.n += 1;
+            let s = Sample { ts_ms: self.n, uuid: "GPU-1".into(), ..Default::default() };
+            Ok(Some(vec![HostSamples::new("h", vec![s])]))
+        }
+    }
+
+    fn live_cfg(flush_every: Duration, reading_interval: Duration, batch_max: usize) -> CollectorConfig {
+        CollectorConfig { batch_max, flush_every, reading_interval, once: false, labels: BTreeMap::new() }
+    }
+
+    /// The readings (`ts_ms`) of each spooled batch, oldest first.
+    fn batches(spool: &SharedSpool) -> Vec<Vec<i64>> {
+        spool
+            .peek(|s| s.entries())
+            .iter()
+            .map(|e| decode(&spool.peek(|s| s.read(e)).unwrap()).samples.iter().map(|s| s.ts_ms).collect())
+            .collect()
+    }
+
+    async fn collect_live(src: Live, cfg: CollectorConfig) -> (CollectSummary, Vec<Vec<i64>>) {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
+        let (_tx, rx) = watch::channel(false);
+        let sum = run(Box::new(src), spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        (sum, batches(&spool))
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn one_batch_per_flush_interval() {
+        let sec = Duration::from_secs(1);
+        // 1-s readings, 5-s flush: 5 readings per batch; the rest when the source ends.
+        let src = Live { period: sec, readings: 12, n: 0, stall_after: false };
+        let (sum, got) = collect_live(src, live_cfg(5 * sec, sec, 5000)).await;
+        assert_eq!(got, [vec![1, 2, 3, 4, 5], vec![6, 7, 8, 9, 10], vec![11, 12]]);
+        assert_eq!((sum.samples, sum.batches), (12, 3));
+
+        // Flush interval = reading interval: every reading is a batch.
+        let src = Live { period: sec, readings: 3, n: 0, stall_after: false };
+        let (_, got) = collect_live(src, live_cfg(sec, sec, 5000)).await;
+        assert_eq!(got, [vec![1], vec![2], vec![3]]);
+
+        // Readings slower than the flush interval: every reading is a batch too.
+        let src = Live { period: 10 * sec, readings: 2, n: 0, stall_after: false };
+        let (_, got) = collect_live(src, live_cfg(5 * sec, 10 * sec, 5000)).await;
+        assert_eq!(got, [vec![1], vec![2]]);
+
+        // 500-ms readings, 2-s flush: 4 readings per batch.
+        let half = Duration::from_millis(500);
+        let src = Live { period: half, readings: 8, n: 0, stall_after: false };
+        let (_, got) = collect_live(src, live_cfg(2 * sec, half, 5000)).await;
+        assert_eq!(got, [vec![1, 2, 3, 4], vec![5, 6, 7, 8]]);
+
+        // --batch-max seals a batch before its time.
+        let src = Live { period: sec, readings: 10, n: 0, stall_after: false };
+        let (_, got) = collect_live(src, live_cfg(5 * sec, sec, 3)).await;
+        assert_eq!(got, [vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 9], vec![10]]);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_stalled_source_still_gets_its_batch_sealed_and_shutdown_spools_the_rest() {
+        let sec = Duration::from_secs(1);
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let src = Live { period: sec, readings: 2, n: 0, stall_after: true };
+        let task = tokio::spawn(run(
+            Box::new(src),
+            spool.clone(),
+            Arc::new(Notify::new()),
+            live_cfg(5 * sec, sec, 5000),
+            stop_rx,
+        ));
+        // Two readings (t = 0, 1 s), then nothing: sealed one interval after the flush was due.
+        tokio::time::sleep(Duration::from_millis(5500)).await;
+        assert!(batches(&spool).is_empty());
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(batches(&spool), [vec![1, 2]]);
+        stop_tx.send(true).unwrap();
+        let sum = task.await.unwrap().unwrap();
+        assert!(!sum.finished);
+        assert_eq!(sum.samples, 2);
+
+        // A shutdown in the middle of a flush interval spools what was read so far.
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let src = Live { period: sec, readings: 100, n: 0, stall_after: false };
+        let task = tokio::spawn(run(
+            Box::new(src),
+            spool.clone(),
+            Arc::new(Notify::new()),
+            live_cfg(5 * sec, sec, 5000),
+            stop_rx,
+        ));
+        tokio::time::sleep(Duration::from_millis(7500)).await;
+        assert_eq!(batches(&spool), [vec![1, 2, 3, 4, 5]]);
+        stop_tx.send(true).unwrap();
+        let sum = task.await.unwrap().unwrap();
+        assert_eq!(batches(&spool), [vec![1, 2, 3, 4, 5], vec![6, 7, 8]]);
+        assert_eq!((sum.samples, sum.batches, sum.finished), (8, 2, false));
+    }
+}

@@ -1,0 +1,285 @@
+//! Wire types of `/api/v1`. Field names follow `shared/METRICS.md`; absent values are `null`.
+
+use std::collections::BTreeMap;
+
+pub use fleetlens_core::{GpuProcess, Sample};
+use serde::{Deserialize, Serialize};
+
+/// Path of the ingest endpoint.
+pub const INGEST_PATH: &str = "/api/v1/ingest";
+
+/// `POST /api/v1/ingest`: a batch of samples from one host.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+pub struct IngestBatch {
+    /// Host name the samples come from.
+    pub host: String,
+    /// Version of the agent that sent the batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub agent_version: Option<String>,
+    /// Free-form host labels (team, rack, cluster …).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub labels: BTreeMap<String, String>,
+    pub samples: Vec<Sample>,
+}
+
+/// Answer to an accepted ingest batch: everything in it is durably committed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IngestResponse {
+    /// Samples in the batch.
+    pub received: u64,
+    /// Samples newly stored.
+    pub inserted: u64,
+    /// Samples already stored before (same GPU and ts_ms): ignored, the batch is idempotent.
+    pub duplicates: u64,
+}
+
+/// Error body of every 4xx/5xx: `{"error": {"code", "message"}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ErrorDetail {
+    pub code: String,
+    pub message: String,
+    /// For validation errors: the index of the offending sample in the batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sample_index: Option<usize>,
+    /// For validation errors: the offending field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub field: Option<String>,
+}
+
+/// One GPU in `GET /api/v1/gpus`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuSummary {
+    pub uuid: String,
+    pub host: String,
+    pub gpu_index: Option<u32>,
+    pub name: Option<String>,
+    pub mem_total_bytes: Option<i64>,
+    pub power_limit_w: Option<f64>,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+    /// The newest stored sample.
+    pub latest: Option<Sample>,
+    /// Efficiency score of the latest sample (null when undefined).
+    pub efficiency: Option<f64>,
+    /// Workload state of the current window (null until the classifier has a window).
+    pub state: Option<String>,
+}
+
+/// `GET /api/v1/gpus`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuList {
+    pub gpus: Vec<GpuSummary>,
+}
+
+/// `GET /api/v1/gpus/{uuid}/samples`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SampleList {
+    pub uuid: String,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    /// True when `limit` cut the list short; ask again from the last `ts_ms` + 1.
+    pub truncated: bool,
+    pub samples: Vec<Sample>,
+}
+
+/// One entry of `GET /api/v1/gpus/{uuid}/states` (the response is a JSON array of these).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StateWindow {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    /// Workload state name as in METRICS.md (`idle`, `idle_held`, `hollow`, …).
+    pub state: String,
+    /// Efficiency score of the window; null when kernel utilization is 0 or unmeasured.
+    pub efficiency: Option<f64>,
+    pub sample_count: u32,
+    pub gpu_util_pct: Option<f64>,
+    pub sm_active_pct: Option<f64>,
+    pub tensor_active_pct: Option<f64>,
+    pub dram_active_pct: Option<f64>,
+    /// The rule that matched, with its numbers.
+    pub reason: String,
+    /// What the classifier could not see, e.g. "no SM activity on this GPU".
+    pub note: Option<String>,
+    /// What to tell the user (METRICS.md); empty for healthy states.
+    pub advice: String,
+}
+
+/// One level of the utilization funnel in the fleet summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FunnelLevel {
+    /// `allocation`, `kernel`, `sm`, `tensor`, `mfu`.
+    pub level: String,
+    /// Fraction (0–1) of the paid GPU-seconds the level covers; null when unmeasured.
+    pub fraction: Option<f64>,
+    /// Share (0–1) of paid GPU-seconds where the signal was measured.
+    pub coverage: Option<f64>,
+    /// Cost of the gap between the previous level (100 % for the first) and this one, over
+    /// the priced GPU-hours; null when unmeasured or nothing is priced.
+    pub gap_cost: Option<f64>,
+}
+
+/// Right-size advice for a GPU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct RightSizeAdvice {
+    pub suggested_model: String,
+    pub p95_sm_active_pct: f64,
+    pub peak_mem_bytes: i64,
+    pub saving_per_month: f64,
+}
+
+/// A GPU in the "wasting the most" list of the fleet summary.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct GpuWaste {
+    pub uuid: String,
+    pub host: String,
+    pub name: Option<String>,
+    /// State the GPU spent the most wasted time in.
+    pub main_waste_state: Option<String>,
+    pub paid_gpu_hours: f64,
+    pub wasted_cost: Option<f64>,
+    pub wasted_hours: f64,
+    pub efficiency: Option<f64>,
+    /// What to do about it (METRICS.md advice for the main waste state).
+    pub advice: String,
+    pub right_size: Option<RightSizeAdvice>,
+}
+
+/// `GET /api/v1/fleet/summary`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct FleetSummary {
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub gpu_count: u32,
+    pub paid_gpu_hours: f64,
+    pub allocated_gpu_hours: f64,
+    /// allocation → kernel → sm → tensor → mfu.
+    pub funnel: Vec<FunnelLevel>,
+    /// Hours per workload state (METRICS.md names).
+    pub hours_by_state: BTreeMap<String, f64>,
+    pub currency: String,
+    /// Where the default prices come from (public list prices), or "organisation prices".
+    pub price_source: String,
+    /// Cost of the priced GPU-hours; null when no GPU has a price.
+    pub cost: Option<f64>,
+    pub wasted_cost: Option<f64>,
+    pub wasted_cost_by_state: BTreeMap<String, f64>,
+    /// Wasted cost of the last 7 days × 30/7: "you could save $X/month".
+    pub projected_monthly_waste: Option<f64>,
+    /// GPU-hours of models with no price set (not counted in cost).
+    pub unpriced_gpu_hours: f64,
+    /// GPU models without a price ("no price set").
+    pub unpriced_models: Vec<String>,
+    pub energy_kwh: f64,
+    pub energy_kwh_by_state: BTreeMap<String, f64>,
+    /// GPUs wasting the most, most first.
+    pub top_wasters: Vec<GpuWaste>,
+}
+
+/// `POST /api/v1/jobs`: a job reports its model throughput for MFU. Give either
+/// `achieved_flops_per_s` or `tokens_per_s` × `flops_per_token` (the job's total over all its GPUs).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobReport {
+    pub name: String,
+    /// UUIDs of the GPUs the job ran on.
+    pub gpus: Vec<String>,
+    /// RFC 3339 or Unix milliseconds.
+    pub from: serde_json::Value,
+    pub to: serde_json::Value,
+    /// `fp64`, `fp32`, `tf32`, `bf16` (or `fp16`), `fp8`, `fp4`.
+    pub precision: String,
+    #[serde(default)]
+    pub achieved_flops_per_s: Option<f64>,
+    #[serde(default)]
+    pub tokens_per_s: Option<f64>,
+    #[serde(default)]
+    pub flops_per_token: Option<f64>,
+}
+
+/// A stored job report and its MFU.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Job {
+    pub id: i64,
+    pub name: String,
+    pub gpus: Vec<String>,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub precision: String,
+    pub achieved_flops_per_s: f64,
+    /// Achieved ÷ the dense datasheet peak of its GPUs at that precision; null when a GPU's
+    /// model or precision has no datasheet figure.
+    pub mfu: Option<f64>,
+}
+
+/// One point of `GET /api/v1/gpus/{uuid}/series`: a rollup bucket's means (min/max for the
+/// two headline signals), null where nothing was measured.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SeriesPoint {
+    /// Bucket start, Unix ms.
+    pub ts_ms: i64,
+    pub sample_count: i64,
+    pub gpu_util_pct: Option<f64>,
+    pub gpu_util_pct_max: Option<f64>,
+    pub sm_active_pct: Option<f64>,
+    pub sm_active_pct_min: Option<f64>,
+    pub sm_occupancy_pct: Option<f64>,
+    pub tensor_active_pct: Option<f64>,
+    pub dram_active_pct: Option<f64>,
+    pub mem_used_bytes_max: Option<f64>,
+    pub power_w: Option<f64>,
+    pub temp_c: Option<f64>,
+    /// The minute's workload state (1-minute resolution only).
+    pub state: Option<String>,
+}
+
+/// `GET /api/v1/gpus/{uuid}/series?from=&to=&resolution=1m|1h`: served from rollups.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Series {
+    pub uuid: String,
+    pub resolution: String,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub points: Vec<SeriesPoint>,
+}
+
+/// One row of `GET /api/v1/reports/billing`: a group's GPU time, states, use and money over
+/// the period. Hours are GPU-hours.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BillingRow {
+    /// The group's key: team name, host, GPU uuid or GPU model.
+    pub group: String,
+    pub gpus: u32,
+    pub gpu_hours: f64,
+    pub allocated_hours: f64,
+    /// Hours per workload state (every METRICS.md state, 0 where none).
+    pub hours_by_state: BTreeMap<String, f64>,
+    /// Means over the paid time (null where the signal was never measured).
+    pub mean_gpu_util_pct: Option<f64>,
+    pub mean_sm_active_pct: Option<f64>,
+    pub mean_tensor_active_pct: Option<f64>,
+    pub energy_kwh: f64,
+    /// Price per GPU-hour when every GPU of the group has the same one; else null.
+    pub price_per_gpu_hour: Option<f64>,
+    /// Cost of the priced GPU-hours (null when none is priced).
+    pub cost: Option<f64>,
+    pub wasted_cost: Option<f64>,
+    /// GPU-hours of models with no price set.
+    pub unpriced_gpu_hours: f64,
+    /// Mean SMACT ÷ mean kernel utilization × 100.
+    pub efficiency_pct: Option<f64>,
+}
+
+/// `GET /api/v1/reports/billing?format=json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BillingReport {
+    /// RFC 3339, UTC.
+    pub from: String,
+    pub to: String,
+    pub group_by: String,
+    pub currency: String,
+    pub rows: Vec<BillingRow>,
+}

@@ -1,0 +1,48 @@
+//! Fleetlens domain logic. Everything here is pure: no IO, no clocks, no async.
+//! The vocabulary follows `shared/METRICS.md`; a value the GPU did not report is `None`.
+
+pub mod advice;
+pub mod classify;
+pub mod cost;
+pub mod credit;
+pub mod datasheet;
+pub mod energy;
+pub mod funnel;
+pub mod prices;
+pub mod rollup;
+pub mod rules;
+pub mod sample;
+pub mod state;
+pub mod thresholds;
+pub mod validate;
+pub mod window;
+
+#[cfg(test)]
+mod classify_tests;
+#[cfg(test)]
+mod fixture_tests;
+
+pub use rollup::{ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats};
+pub use sample::{GpuProcess, Sample};
+pub use validate::{ValidationError, validate_sample};
+
+pub use advice::{CollocationHint, JobUsage, RightSizeHint, collocation, p95, percentile, right_size};
+pub use classify::{Classification, KeyValues, NOTE_NO_SM_ACTIVITY, classify, classify_window};
+pub use cost::{MONTH_DAYS, MONTH_HOURS, StateTime, WasteBreakdown, period_cost, projected_monthly_waste};
+pub use credit::{CREDIT_COLUMNS, Credit, bucket_energy_j};
+pub use datasheet::{GpuModel, GpuSpec, Precision, SPECS, mfu};
+pub use energy::{EnergyTotals, energy, energy_by_state};
+pub use funnel::{Funnel, GpuUsage, Level};
+pub use prices::{DEFAULT_PRICE_SOURCE, PriceError, PriceTable};
+pub use state::WorkloadState;
+pub use thresholds::{GIB, ThresholdError, Thresholds};
+pub use window::{SignalCounts, WindowAggregate, sample_durations_ms, samples_in};
+
+/// Efficiency score (METRICS.md): SMACT / kernel utilization × 100, capped at 100.
+/// Undefined (None) when kernel utilization is 0 or either signal is absent.
+pub fn efficiency(sm_active_pct: Option<f64>, gpu_util_pct: Option<f64>) -> Option<f64> {
+    match (sm_active_pct, gpu_util_pct) {
+        (Some(sm), Some(util)) if util > 0.0 => Some((sm / util * 100.0).min(100.0)),
+        _ => None,
+    }
+}

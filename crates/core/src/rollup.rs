@@ -1,0 +1,314 @@
+//! Rollups: per GPU and time bucket, count / sum / min / max of the main signals.
+//! They are built from the samples as they arrive (deltas merged into stored rows), so a
+//! rollup never has to re-read raw data, and they merge associatively.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::sample::Sample;
+use crate::window::{SignalCounts, WindowAggregate};
+
+/// Rollup bucket widths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Resolution {
+    #[serde(rename = "1m")]
+    Minute,
+    #[serde(rename = "1h")]
+    Hour,
+}
+
+impl Resolution {
+    pub const ALL: [Resolution; 2] = [Resolution::Minute, Resolution::Hour];
+
+    pub fn bucket_ms(self) -> i64 {
+        match self {
+            Resolution::Minute => 60_000,
+            Resolution::Hour => 3_600_000,
+        }
+    }
+
+    /// Start of the bucket holding `ts_ms` (floor, also for negative times).
+    pub fn bucket_start(self, ts_ms: i64) -> i64 {
+        ts_ms.div_euclid(self.bucket_ms()) * self.bucket_ms()
+    }
+}
+
+/// The signals kept in rollups, by METRICS.md name, in storage column order.
+pub const ROLLUP_SIGNALS: [&str; 12] = [
+    "gpu_util_pct",
+    "sm_active_pct",
+    "sm_occupancy_pct",
+    "tensor_active_pct",
+    "dram_active_pct",
+    "mem_used_bytes",
+    "power_w",
+    "temp_c",
+    "fp16_active_pct",
+    "fp32_active_pct",
+    "fp64_active_pct",
+    // min/max of the monotonic counter bound the energy used inside the bucket.
+    "energy_j",
+];
+
+fn signal_values(s: &Sample) -> [Option<f64>; 12] {
+    [
+        s.gpu_util_pct,
+        s.sm_active_pct,
+        s.sm_occupancy_pct,
+        s.tensor_active_pct,
+        s.dram_active_pct,
+        s.mem_used_bytes.map(|b| b as f64),
+        s.power_w,
+        s.temp_c,
+        s.fp16_active_pct,
+        s.fp32_active_pct,
+        s.fp64_active_pct,
+        s.energy_j,
+    ]
+}
+
+/// count / sum / min / max over the samples that reported a signal. Absent values are not
+/// counted, so `mean()` is the mean over what was measured, and None when nothing was.
+#[derive(Debug, Clone, Copy, PartialEq, Default, Serialize, Deserialize)]
+pub struct SignalStats {
+    pub count: i64,
+    pub sum: f64,
+    pub min: Option<f64>,
+    pub max: Option<f64>,
+}
+
+impl SignalStats {
+    pub fn add(&mut self, v: Option<f64>) {
+        if let Some(v) = v {
+            self.count += 1;
+            self.sum += v;
+            self.min = Some(self.min.map_or(v, |m| m.min(v)));
+            self.max = Some(self.max.map_or(v, |m| m.max(v)));
+        }
+    }
+
+    pub fn merge(&mut self, o: &SignalStats) {
+        self.count += o.count;
+        self.sum += o.sum;
+        self.min = opt_fold(self.min, o.min, f64::min);
+        self.max = opt_fold(self.max, o.max, f64::max);
+    }
+
+    pub fn mean(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum / self.count as f64)
+    }
+}
+
+fn opt_fold(a: Option<f64>, b: Option<f64>, f: fn(f64, f64) -> f64) -> Option<f64> {
+    match (a, b) {
+        (Some(a), Some(b)) => Some(f(a, b)),
+        (a, None) => a,
+        (None, b) => b,
+    }
+}
+
+/// One rollup row: a GPU's samples in one bucket.
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+pub struct RollupBucket {
+    pub gpu_id: i64,
+    pub bucket_ms: i64,
+    pub sample_count: i64,
+    /// Samples with at least one application process on the GPU.
+    pub allocated_count: i64,
+    /// Samples whose process list could be read (so "nobody" and "unknown" stay apart).
+    pub processes_read_count: i64,
+    pub first_ts_ms: i64,
+    pub last_ts_ms: i64,
+    /// Stats per signal, in `ROLLUP_SIGNALS` order.
+    pub signals: [SignalStats; 12],
+}
+
+impl RollupBucket {
+    fn add(&mut self, s: &Sample) {
+        if self.sample_count == 0 {
+            self.first_ts_ms = s.ts_ms;
+            self.last_ts_ms = s.ts_ms;
+        }
+        self.sample_count += 1;
+        self.allocated_count += i64::from(s.is_allocated());
+        self.processes_read_count += i64::from(s.processes.is_some());
+        self.first_ts_ms = self.first_ts_ms.min(s.ts_ms);
+        self.last_ts_ms = self.last_ts_ms.max(s.ts_ms);
+        for (stats, v) in self.signals.iter_mut().zip(signal_values(s)) {
+            stats.add(v);
+        }
+    }
+
+    /// Merge another delta of the same GPU and bucket into this one.
+    pub fn merge(&mut self, o: &RollupBucket) {
+        if o.sample_count == 0 {
+            return;
+        }
+        if self.sample_count == 0 {
+            self.first_ts_ms = o.first_ts_ms;
+            self.last_ts_ms = o.last_ts_ms;
+        }
+        self.sample_count += o.sample_count;
+        self.allocated_count += o.allocated_count;
+        self.processes_read_count += o.processes_read_count;
+        self.first_ts_ms = self.first_ts_ms.min(o.first_ts_ms);
+        self.last_ts_ms = self.last_ts_ms.max(o.last_ts_ms);
+        for (a, b) in self.signals.iter_mut().zip(o.signals.iter()) {
+            a.merge(b);
+        }
+    }
+
+    pub fn signal(&self, name: &str) -> Option<&SignalStats> {
+        ROLLUP_SIGNALS.iter().position(|n| *n == name).map(|i| &self.signals[i])
+    }
+
+    fn mean(&self, name: &str) -> Option<f64> {
+        self.signal(name).and_then(SignalStats::mean)
+    }
+
+    fn count(&self, name: &str) -> u32 {
+        self.signal(name).map_or(0, |s| u32::try_from(s.count).unwrap_or(u32::MAX))
+    }
+
+    /// The window aggregate of this bucket's samples, for the classifier. The power limit and
+    /// memory size are the GPU's (they are not per-sample signals in rollups).
+    pub fn window_aggregate(&self, power_limit_w: Option<f64>, mem_total_bytes: Option<i64>) -> WindowAggregate {
+        let to_u32 = |v: i64| u32::try_from(v).unwrap_or(u32::MAX);
+        WindowAggregate {
+            sample_count: to_u32(self.sample_count),
+            first_ts_ms: (self.sample_count > 0).then_some(self.first_ts_ms),
+            last_ts_ms: (self.sample_count > 0).then_some(self.last_ts_ms),
+            gpu_util_pct: self.mean("gpu_util_pct"),
+            sm_active_pct: self.mean("sm_active_pct"),
+            sm_occupancy_pct: self.mean("sm_occupancy_pct"),
+            tensor_active_pct: self.mean("tensor_active_pct"),
+            dram_active_pct: self.mean("dram_active_pct"),
+            fp16_active_pct: self.mean("fp16_active_pct"),
+            fp32_active_pct: self.mean("fp32_active_pct"),
+            fp64_active_pct: self.mean("fp64_active_pct"),
+            power_w: self.mean("power_w"),
+            power_limit_w,
+            mem_used_max_bytes: self.signal("mem_used_bytes").and_then(|s| s.max).map(|b| b as i64),
+            mem_total_bytes,
+            samples_with_process: to_u32(self.allocated_count),
+            counts: SignalCounts {
+                gpu_util: self.count("gpu_util_pct"),
+                sm_active: self.count("sm_active_pct"),
+                sm_occupancy: self.count("sm_occupancy_pct"),
+                tensor_active: self.count("tensor_active_pct"),
+                dram_active: self.count("dram_active_pct"),
+                fp16_active: self.count("fp16_active_pct"),
+                fp32_active: self.count("fp32_active_pct"),
+                fp64_active: self.count("fp64_active_pct"),
+                power: self.count("power_w"),
+                power_limit: if power_limit_w.is_some() { to_u32(self.sample_count) } else { 0 },
+                mem_used: self.count("mem_used_bytes"),
+                processes: to_u32(self.processes_read_count),
+            },
+        }
+    }
+}
+
+/// Collects the rollup deltas of newly stored samples, one entry per (GPU, bucket).
+#[derive(Debug)]
+pub struct RollupAccumulator {
+    buckets: BTreeMap<(i64, i64), RollupBucket>,
+    resolution: Resolution,
+}
+
+impl RollupAccumulator {
+    pub fn new(resolution: Resolution) -> Self {
+        Self { buckets: BTreeMap::new(), resolution }
+    }
+
+    pub fn add(&mut self, gpu_id: i64, s: &Sample) {
+        let bucket_ms = self.resolution.bucket_start(s.ts_ms);
+        self.buckets
+            .entry((gpu_id, bucket_ms))
+            .or_insert_with(|| RollupBucket { gpu_id, bucket_ms, ..Default::default() })
+            .add(s);
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.buckets.is_empty()
+    }
+
+    pub fn into_buckets(self) -> Vec<RollupBucket> {
+        self.buckets.into_values().collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample(ts_ms: i64, util: Option<f64>, smact: Option<f64>) -> Sample {
+        Sample { ts_ms, uuid: "GPU-1".into(), gpu_util_pct: util, sm_active_pct: smact, ..Default::default() }
+    }
+
+    #[test]
+    fn buckets_floor_to_the_minute_and_hour() {
+        assert_eq!(Resolution::Minute.bucket_start(125_000), 120_000);
+        assert_eq!(Resolution::Hour.bucket_start(3_600_000 * 5 + 1), 3_600_000 * 5);
+        assert_eq!(Resolution::Minute.bucket_start(-1), -60_000);
+    }
+
+    #[test]
+    fn absent_values_are_not_counted_as_zero() {
+        let mut acc = RollupAccumulator::new(Resolution::Minute);
+        acc.add(1, &sample(1_000, Some(100.0), None));
+        acc.add(1, &sample(2_000, Some(50.0), Some(10.0)));
+        let b = &acc.into_buckets()[0];
+        assert_eq!(b.sample_count, 2);
+        assert_eq!(b.signal("gpu_util_pct").unwrap().mean(), Some(75.0));
+        let smact = b.signal("sm_active_pct").unwrap();
+        assert_eq!((smact.count, smact.mean(), smact.min), (1, Some(10.0), Some(10.0)));
+        assert_eq!(b.signal("tensor_active_pct").unwrap().mean(), None);
+    }
+
+    #[test]
+    fn a_bucket_aggregates_like_its_samples() {
+        let samples: Vec<Sample> = (0..30)
+            .map(|i| Sample {
+                processes: Some(if i % 3 == 0 {
+                    vec![]
+                } else {
+                    vec![crate::GpuProcess { pid: 1, ..Default::default() }]
+                }),
+                mem_used_bytes: Some(i * 1000),
+                power_w: Some(100.0 + i as f64),
+                ..sample(i * 1000, Some(i as f64), if i % 2 == 0 { Some(3.0) } else { None })
+            })
+            .collect();
+        let mut acc = RollupAccumulator::new(Resolution::Minute);
+        samples.iter().for_each(|s| acc.add(1, s));
+        let from_bucket = acc.into_buckets()[0].window_aggregate(None, None);
+        let from_samples = WindowAggregate::from_samples(&samples);
+        let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
+            (Some(a), Some(b)) => (a - b).abs() < 1e-9,
+            (a, b) => a == b,
+        };
+        assert!(close(from_bucket.gpu_util_pct, from_samples.gpu_util_pct));
+        assert!(close(from_bucket.sm_active_pct, from_samples.sm_active_pct));
+        assert!(close(from_bucket.power_w, from_samples.power_w));
+        assert_eq!(from_bucket.mem_used_max_bytes, from_samples.mem_used_max_bytes);
+        assert_eq!(from_bucket.samples_with_process, from_samples.samples_with_process);
+        assert_eq!(from_bucket.counts, from_samples.counts);
+        assert_eq!(from_bucket.tensor_active_pct, None);
+    }
+
+    #[test]
+    fn merging_deltas_equals_one_pass() {
+        let samples: Vec<Sample> = (0..10).map(|i| sample(i * 1000, Some(i as f64 * 10.0), Some(i as f64))).collect();
+        let mut whole = RollupAccumulator::new(Resolution::Minute);
+        samples.iter().for_each(|s| whole.add(7, s));
+        let (mut a, mut b) = (RollupAccumulator::new(Resolution::Minute), RollupAccumulator::new(Resolution::Minute));
+        samples[..4].iter().for_each(|s| a.add(7, s));
+        samples[4..].iter().for_each(|s| b.add(7, s));
+        let mut merged = b.into_buckets().remove(0);
+        merged.merge(&a.into_buckets()[0]);
+        assert_eq!(merged, whole.into_buckets().remove(0));
+    }
+}

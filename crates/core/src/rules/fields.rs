@@ -1,0 +1,305 @@
+//! What a rule condition can read: the METRICS.md fields of one sample, a few values derived
+//! from them, the GPU's workload state and how long it has been in it, and who the GPU
+//! belongs to. An observation without a sample (the GPU sent nothing: `offline`) has every
+//! sample field absent.
+
+use std::borrow::Cow;
+
+use serde::Serialize;
+
+use crate::sample::Sample;
+use crate::state::WorkloadState;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum FieldType {
+    Number,
+    Bool,
+    Text,
+    State,
+}
+
+impl FieldType {
+    pub fn name(self) -> &'static str {
+        match self {
+            FieldType::Number => "number",
+            FieldType::Bool => "true/false value",
+            FieldType::Text => "text",
+            FieldType::State => "state",
+        }
+    }
+}
+
+/// One field of the condition language.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct FieldDef {
+    pub name: &'static str,
+    #[serde(rename = "type")]
+    pub ty: FieldType,
+    pub unit: &'static str,
+    pub doc: &'static str,
+}
+
+const fn n(name: &'static str, unit: &'static str, doc: &'static str) -> FieldDef {
+    FieldDef { name, ty: FieldType::Number, unit, doc }
+}
+
+const fn b(name: &'static str, doc: &'static str) -> FieldDef {
+    FieldDef { name, ty: FieldType::Bool, unit: "", doc }
+}
+
+const fn t(name: &'static str, doc: &'static str) -> FieldDef {
+    FieldDef { name, ty: FieldType::Text, unit: "", doc }
+}
+
+/// NVML clock-event reasons (`throttle_reasons` bits).
+pub const THROTTLE_SW_POWER_CAP: u64 = 0x4;
+pub const THROTTLE_HW_SLOWDOWN: u64 = 0x8;
+pub const THROTTLE_SW_THERMAL: u64 = 0x20;
+pub const THROTTLE_HW_THERMAL: u64 = 0x40;
+pub const THROTTLE_HW_POWER_BRAKE: u64 = 0x80;
+
+/// Every field, in the order the API lists them.
+pub const FIELDS: &[FieldDef] = &[
+    n("gpu_util_pct", "%", "kernel utilization: % of time at least one kernel ran"),
+    n("sm_active_pct", "%", "SM activity (SMACT): % of SMs busy, averaged over the interval"),
+    n("sm_occupancy_pct", "%", "SM occupancy (SMOCC): resident warps / maximum warps"),
+    n("tensor_active_pct", "%", "% of time the tensor pipes were busy"),
+    n("dram_active_pct", "%", "% of peak memory bandwidth used"),
+    n("gr_engine_active_pct", "%", "graphics engine active (GRACT)"),
+    n("fp16_active_pct", "%", "FP16 pipe activity"),
+    n("fp32_active_pct", "%", "FP32 pipe activity"),
+    n("fp64_active_pct", "%", "FP64 pipe activity"),
+    n("int_active_pct", "%", "integer pipe activity"),
+    n("mem_util_pct", "%", "memory-controller busy time"),
+    n("mem_used_bytes", "bytes", "framebuffer in use"),
+    n("mem_total_bytes", "bytes", "framebuffer size"),
+    n("power_w", "W", "power draw"),
+    n("power_limit_w", "W", "enforced power limit"),
+    n("energy_j", "J", "energy counter since driver load"),
+    n("temp_c", "°C", "GPU temperature"),
+    n("sm_clock_mhz", "MHz", "SM clock"),
+    n("throttle_reasons", "bitmask", "NVML clock-event reasons"),
+    n("pcie_tx_mib_s", "MiB/s", "PCIe transmit"),
+    n("pcie_rx_mib_s", "MiB/s", "PCIe receive"),
+    n("nvlink_tx_mib_s", "MiB/s", "NVLink transmit"),
+    n("nvlink_rx_mib_s", "MiB/s", "NVLink receive"),
+    n("efficiency", "%", "SMACT / kernel utilization × 100, capped at 100; unknown when utilization is 0"),
+    n("power_pct_of_limit", "%", "power draw as % of the power limit"),
+    n("mem_used_pct", "%", "framebuffer in use as % of its size"),
+    n("process_count", "", "compute processes on the GPU (unknown when the list could not be read)"),
+    b("thermal_throttle", "clocks held down for heat (software or hardware thermal slowdown)"),
+    b("power_throttle", "clocks held down for power (software power cap or hardware power brake)"),
+    b("hw_slowdown", "hardware slowdown (thermal, power brake or external signal)"),
+    n("xid_errors", "", "XID errors reported in the interval (unknown until the agent reports them)"),
+    FieldDef { name: "state", ty: FieldType::State, unit: "", doc: "workload state (METRICS.md) of this sample" },
+    n("duration_in_state_s", "s", "how long the GPU has been in its current state"),
+    t("host", "host name"),
+    t("gpu_uuid", "GPU UUID"),
+    t("gpu_name", "GPU model as NVML names it"),
+    n("gpu_index", "", "GPU index on its host"),
+    t("team", "team that owns the host (the agent's `team` label)"),
+];
+
+/// The field named `name`.
+pub fn field(name: &str) -> Option<&'static FieldDef> {
+    FIELDS.iter().find(|f| f.name == name)
+}
+
+/// The known field closest to a misspelt `name` (edit distance ≤ 3, or a shared prefix).
+pub fn closest(name: &str) -> Option<&'static str> {
+    if name.len() >= 3
+        && let Some(f) = FIELDS.iter().map(|f| f.name).find(|f| f.starts_with(name) || name.starts_with(f))
+    {
+        return Some(f);
+    }
+    let best = FIELDS.iter().map(|f| (edit_distance(name, f.name), f.name)).min_by_key(|(d, _)| *d)?;
+    (best.0 <= 3.max(name.len() / 4)).then_some(best.1)
+}
+
+fn edit_distance(a: &str, b: &str) -> usize {
+    let b: Vec<char> = b.chars().collect();
+    let mut prev: Vec<usize> = (0..=b.len()).collect();
+    for (i, ca) in a.chars().enumerate() {
+        let mut cur = vec![i + 1; b.len() + 1];
+        for (j, cb) in b.iter().enumerate() {
+            cur[j + 1] = (prev[j] + usize::from(ca != *cb)).min(prev[j + 1] + 1).min(cur[j] + 1);
+        }
+        prev = cur;
+    }
+    prev[b.len()]
+}
+
+/// A value read from an observation.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Value<'a> {
+    Num(f64),
+    Bool(bool),
+    Text(Cow<'a, str>),
+    State(WorkloadState),
+    Absent,
+}
+
+impl Value<'_> {
+    /// For messages: `100`, `0.76`, `true`, `stalled`, `n/a`.
+    pub fn display(&self) -> String {
+        match self {
+            Value::Num(v) => format_number(*v),
+            Value::Bool(b) => b.to_string(),
+            Value::Text(t) => t.to_string(),
+            Value::State(s) => s.as_str().to_string(),
+            Value::Absent => "n/a".to_string(),
+        }
+    }
+}
+
+/// A number with at most 2 decimals and no trailing zeros.
+pub fn format_number(v: f64) -> String {
+    if v.fract() == 0.0 && v.abs() < 1e15 {
+        return format!("{v:.0}");
+    }
+    let s = format!("{v:.2}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// What one evaluation of a rule sees for one GPU at one instant.
+#[derive(Debug, Clone)]
+pub struct Observation<'a> {
+    pub ts_ms: i64,
+    /// The sample, or `None` when the GPU sent nothing (offline).
+    pub sample: Option<&'a Sample>,
+    pub state: WorkloadState,
+    pub duration_in_state_s: f64,
+    pub host: &'a str,
+    pub gpu_uuid: &'a str,
+    pub gpu_name: Option<&'a str>,
+    pub gpu_index: Option<u32>,
+    pub team: Option<&'a str>,
+}
+
+impl<'a> Observation<'a> {
+    /// An observation of one sample.
+    pub fn of_sample(
+        sample: &'a Sample,
+        state: WorkloadState,
+        duration_in_state_s: f64,
+        host: &'a str,
+        team: Option<&'a str>,
+    ) -> Self {
+        Observation {
+            ts_ms: sample.ts_ms,
+            sample: Some(sample),
+            state,
+            duration_in_state_s,
+            host,
+            gpu_uuid: &sample.uuid,
+            gpu_name: sample.name.as_deref(),
+            gpu_index: sample.gpu_index,
+            team,
+        }
+    }
+
+    /// The value of field `name` (absent for unknown names).
+    pub fn value(&self, name: &str) -> Value<'a> {
+        let num = |v: Option<f64>| v.map_or(Value::Absent, Value::Num);
+        let int = |v: Option<i64>| v.map_or(Value::Absent, |v| Value::Num(v as f64));
+        let text = |v: Option<&'a str>| v.map_or(Value::Absent, |t| Value::Text(Cow::Borrowed(t)));
+        match name {
+            "state" => return Value::State(self.state),
+            "duration_in_state_s" => return Value::Num(self.duration_in_state_s),
+            "host" => return text(Some(self.host)),
+            "gpu_uuid" => return text(Some(self.gpu_uuid)),
+            "gpu_name" => return text(self.gpu_name),
+            "gpu_index" => return self.gpu_index.map_or(Value::Absent, |i| Value::Num(f64::from(i))),
+            "team" => return text(self.team),
+            _ => {}
+        }
+        let Some(s) = self.sample else { return Value::Absent };
+        let bits = |mask: u64| s.throttle_reasons.map_or(Value::Absent, |r| Value::Bool(r & mask != 0));
+        match name {
+            "gpu_util_pct" => num(s.gpu_util_pct),
+            "sm_active_pct" => num(s.sm_active_pct),
+            "sm_occupancy_pct" => num(s.sm_occupancy_pct),
+            "tensor_active_pct" => num(s.tensor_active_pct),
+            "dram_active_pct" => num(s.dram_active_pct),
+            "gr_engine_active_pct" => num(s.gr_engine_active_pct),
+            "fp16_active_pct" => num(s.fp16_active_pct),
+            "fp32_active_pct" => num(s.fp32_active_pct),
+            "fp64_active_pct" => num(s.fp64_active_pct),
+            "int_active_pct" => num(s.int_active_pct),
+            "mem_util_pct" => num(s.mem_util_pct),
+            "mem_used_bytes" => int(s.mem_used_bytes),
+            "mem_total_bytes" => int(s.mem_total_bytes),
+            "power_w" => num(s.power_w),
+            "power_limit_w" => num(s.power_limit_w),
+            "energy_j" => num(s.energy_j),
+            "temp_c" => num(s.temp_c),
+            "sm_clock_mhz" => num(s.sm_clock_mhz),
+            "throttle_reasons" => s.throttle_reasons.map_or(Value::Absent, |r| Value::Num(r as f64)),
+            "pcie_tx_mib_s" => num(s.pcie_tx_mib_s),
+            "pcie_rx_mib_s" => num(s.pcie_rx_mib_s),
+            "nvlink_tx_mib_s" => num(s.nvlink_tx_mib_s),
+            "nvlink_rx_mib_s" => num(s.nvlink_rx_mib_s),
+            "efficiency" => num(s.efficiency()),
+            "power_pct_of_limit" => match (s.power_w, s.power_limit_w) {
+                (Some(p), Some(l)) if l > 0.0 => Value::Num(p / l * 100.0),
+                _ => Value::Absent,
+            },
+            "mem_used_pct" => match (s.mem_used_bytes, s.mem_total_bytes) {
+                (Some(u), Some(t)) if t > 0 => Value::Num(u as f64 / t as f64 * 100.0),
+                _ => Value::Absent,
+            },
+            "process_count" => s.processes.as_ref().map_or(Value::Absent, |p| Value::Num(p.len() as f64)),
+            "thermal_throttle" => bits(THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL),
+            "power_throttle" => bits(THROTTLE_SW_POWER_CAP | THROTTLE_HW_POWER_BRAKE),
+            "hw_slowdown" => bits(THROTTLE_HW_SLOWDOWN | THROTTLE_HW_THERMAL | THROTTLE_HW_POWER_BRAKE),
+            // Not in the sample model yet: the agent does not report XIDs, so it stays absent.
+            "xid_errors" => Value::Absent,
+            _ => Value::Absent,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_field_is_readable_and_unique() {
+        let s = Sample {
+            ts_ms: 5,
+            uuid: "GPU-1".into(),
+            gpu_util_pct: Some(100.0),
+            power_w: Some(70.0),
+            power_limit_w: Some(700.0),
+            ..Default::default()
+        };
+        let o = Observation::of_sample(&s, WorkloadState::Idle, 3.0, "h", None);
+        for f in FIELDS {
+            assert_eq!(FIELDS.iter().filter(|g| g.name == f.name).count(), 1, "{}", f.name);
+            let v = o.value(f.name);
+            let ok = matches!(
+                (&v, f.ty),
+                (Value::Absent, _)
+                    | (Value::Num(_), FieldType::Number)
+                    | (Value::Bool(_), FieldType::Bool)
+                    | (Value::Text(_), FieldType::Text)
+                    | (Value::State(_), FieldType::State)
+            );
+            assert!(ok, "{} has type {:?} but read {v:?}", f.name, f.ty);
+        }
+        assert_eq!(o.value("power_pct_of_limit"), Value::Num(10.0));
+        assert_eq!(o.value("team"), Value::Absent);
+        assert_eq!(o.value("sm_active_pct"), Value::Absent);
+    }
+
+    #[test]
+    fn suggestions() {
+        assert_eq!(closest("sm_actve_pct"), Some("sm_active_pct"));
+        assert_eq!(closest("gpu_util"), Some("gpu_util_pct"));
+        assert_eq!(closest("zzzzzzzzzzzzzzzzzzzzzz"), None);
+        assert_eq!(format_number(100.0), "100");
+        assert_eq!(format_number(0.7571), "0.76");
+        assert_eq!(format_number(2.5), "2.5");
+    }
+}

@@ -1,0 +1,501 @@
+//! What goes out when an alert fires or resolves: one [`Notification`], rendered as a Slack
+//! Block Kit message, as an Alertmanager v4 webhook body, or as the alert list that
+//! Alertmanager's `POST /api/v2/alerts` takes.
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value as Json, json};
+
+use crate::rules::fields::Observation;
+
+/// Slack's limits (Block Kit reference): blocks per message, characters per section text,
+/// per field, fields per section, header text, button text, URL.
+pub const SLACK_MAX_BLOCKS: usize = 50;
+pub const SLACK_MAX_SECTION_CHARS: usize = 3000;
+pub const SLACK_MAX_FIELD_CHARS: usize = 2000;
+pub const SLACK_MAX_FIELDS: usize = 10;
+pub const SLACK_MAX_HEADER_CHARS: usize = 150;
+pub const SLACK_MAX_BUTTON_CHARS: usize = 75;
+pub const SLACK_MAX_URL_CHARS: usize = 3000;
+pub const SLACK_MAX_CONTEXT_ELEMENTS: usize = 10;
+/// The `text` fallback (notifications, screen readers) is kept as short as a section.
+pub const SLACK_MAX_TEXT_CHARS: usize = 3000;
+
+/// `endsAt` of an alert that has not ended, as Alertmanager writes it.
+pub const ZERO_TIME: &str = "0001-01-01T00:00:00Z";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NotifyStatus {
+    Firing,
+    Resolved,
+}
+
+impl NotifyStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NotifyStatus::Firing => "firing",
+            NotifyStatus::Resolved => "resolved",
+        }
+    }
+}
+
+/// A field of the condition and its value when the alert fired.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct MatchedValue {
+    pub field: String,
+    pub value: String,
+}
+
+/// The values of `fields` in `obs`, for messages.
+pub fn matched_values(fields: &[&str], obs: &Observation<'_>) -> Vec<MatchedValue> {
+    fields.iter().map(|f| MatchedValue { field: f.to_string(), value: obs.value(f).display() }).collect()
+}
+
+/// Replace `{field}` in `template` with the field's value in `obs` (`{{` and `}}` are literal
+/// braces; an unknown field stays as written).
+pub fn render_template(template: &str, obs: &Observation<'_>) -> String {
+    let mut out = String::with_capacity(template.len());
+    let mut rest = template;
+    while let Some(i) = rest.find(['{', '}']) {
+        out.push_str(&rest[..i]);
+        let tail = &rest[i..];
+        if tail.starts_with("{{") || tail.starts_with("}}") {
+            out.push_str(&tail[..1]);
+            rest = &tail[2..];
+            continue;
+        }
+        if let (true, Some(end)) = (tail.starts_with('{'), tail.find('}')) {
+            let name = &tail[1..end];
+            if crate::rules::fields::field(name).is_some() {
+                out.push_str(&obs.value(name).display());
+            } else {
+                out.push_str(&tail[..=end]);
+            }
+            rest = &tail[end + 1..];
+        } else {
+            out.push_str(&tail[..1]);
+            rest = &tail[1..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// Everything a message about one alert transition says.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Notification {
+    pub status: NotifyStatus,
+    /// A reminder that the alert is still firing (repeat interval).
+    #[serde(default)]
+    pub reminder: bool,
+    pub rule_id: i64,
+    pub rule_name: String,
+    pub severity: String,
+    pub condition: String,
+    /// The alert's labels: alertname, rule_id, severity, host, gpu, team, the rule's labels.
+    pub labels: BTreeMap<String, String>,
+    /// One or two sentences: what is wrong (the rule's description with values filled in).
+    pub summary: String,
+    /// What to do (METRICS.md "what to tell the user"); may be empty.
+    pub advice: String,
+    pub values: Vec<MatchedValue>,
+    /// Workload state of the GPU when the alert fired.
+    pub state: Option<String>,
+    pub host: String,
+    pub gpu_uuid: String,
+    pub gpu_index: Option<u32>,
+    pub gpu_name: Option<String>,
+    pub team: Option<String>,
+    pub active_since_ms: i64,
+    pub fired_at_ms: i64,
+    pub resolved_at_ms: Option<i64>,
+    /// The GPU's page in the dashboard.
+    pub gpu_url: Option<String>,
+    /// Base URL of this Fleetlens.
+    pub external_url: String,
+    pub fingerprint: String,
+}
+
+impl Notification {
+    /// How long the condition has held (until resolution, for a resolved alert), ms.
+    pub fn held_ms(&self) -> i64 {
+        let end = self.resolved_at_ms.unwrap_or(self.fired_at_ms);
+        (end - self.active_since_ms).max(0)
+    }
+
+    /// The GPU in words: `NVIDIA H200 #0 (GPU-b8c24ac0-…)`.
+    pub fn gpu_words(&self) -> String {
+        let model = self.gpu_name.as_deref().unwrap_or("GPU");
+        match self.gpu_index {
+            Some(i) => format!("{model} #{i} ({})", self.gpu_uuid),
+            None => format!("{model} ({})", self.gpu_uuid),
+        }
+    }
+
+    fn title(&self) -> String {
+        match (self.status, self.reminder) {
+            (NotifyStatus::Resolved, _) => format!("✅ Resolved: {} ({})", self.rule_name, self.severity),
+            (NotifyStatus::Firing, true) => format!("🔁 Still firing: {} ({})", self.rule_name, self.severity),
+            (NotifyStatus::Firing, false) => format!("🔥 {} ({})", self.rule_name, self.severity),
+        }
+    }
+
+    fn annotations(&self) -> BTreeMap<String, String> {
+        let mut a = BTreeMap::new();
+        a.insert("summary".to_string(), self.summary.clone());
+        if !self.advice.is_empty() {
+            a.insert("advice".to_string(), self.advice.clone());
+        }
+        a.insert("condition".to_string(), self.condition.clone());
+        let values: Vec<String> = self.values.iter().map(|v| format!("{} = {}", v.field, v.value)).collect();
+        if !values.is_empty() {
+            a.insert("values".to_string(), values.join(", "));
+        }
+        a.insert("held_for".to_string(), format_duration_ms(self.held_ms()));
+        if let Some(s) = &self.state {
+            a.insert("state".to_string(), s.clone());
+        }
+        a
+    }
+
+    fn group_key(&self) -> String {
+        let esc = |s: &str| s.replace('\\', "\\\\").replace('"', "\\\"");
+        format!("{{}}:{{alertname=\"{}\", gpu=\"{}\"}}", esc(&self.rule_name), esc(&self.gpu_uuid))
+    }
+}
+
+/// Escape text for Slack mrkdwn (`&`, `<`, `>`).
+pub fn slack_escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// At most `max` characters, with `…` at the end when cut.
+pub fn truncate_chars(s: &str, max: usize) -> String {
+    if s.chars().count() <= max {
+        return s.to_string();
+    }
+    let mut out: String = s.chars().take(max.saturating_sub(1)).collect();
+    out.push('…');
+    out
+}
+
+fn mrkdwn(text: String, max: usize) -> Json {
+    json!({"type": "mrkdwn", "text": truncate_chars(&text, max)})
+}
+
+/// A Slack incoming-webhook message: header with rule and severity, the summary, fields for
+/// GPU, host, team, how long, state, condition and the values that matched, the advice, a
+/// button to the GPU page, and a context line; `text` is the plain fallback. Every text is
+/// cut to Slack's limits.
+pub fn slack_message(n: &Notification) -> Json {
+    let e = slack_escape;
+    let held = format_duration_ms(n.held_ms());
+    let since = format_rfc3339_ms(n.active_since_ms);
+    let when = match (n.status, n.resolved_at_ms) {
+        (NotifyStatus::Resolved, Some(at)) => format!("{held}, from {since} to {}", format_rfc3339_ms(at)),
+        _ => format!("{held} (since {since})"),
+    };
+    let values = if n.values.is_empty() {
+        "—".to_string()
+    } else {
+        n.values.iter().map(|v| format!("`{}` = {}", e(&v.field), e(&v.value))).collect::<Vec<_>>().join("\n")
+    };
+    let mut fields = vec![
+        mrkdwn(format!("*GPU*\n{}", e(&n.gpu_words())), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Host*\n{}", e(&n.host)), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Team*\n{}", e(n.team.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Severity*\n{}", e(&n.severity)), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(
+            format!("*{}*\n{}", if n.status == NotifyStatus::Resolved { "Lasted" } else { "For" }, e(&when)),
+            SLACK_MAX_FIELD_CHARS,
+        ),
+        mrkdwn(format!("*State*\n{}", e(n.state.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Condition*\n`{}`", e(&n.condition)), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Values when it fired*\n{values}"), SLACK_MAX_FIELD_CHARS),
+    ];
+    fields.truncate(SLACK_MAX_FIELDS);
+
+    let mut blocks = vec![
+        json!({"type": "header", "text": {"type": "plain_text", "text": truncate_chars(&n.title(), SLACK_MAX_HEADER_CHARS), "emoji": true}}),
+        json!({"type": "section", "text": mrkdwn(e(&n.summary), SLACK_MAX_SECTION_CHARS)}),
+        json!({"type": "section", "fields": fields}),
+    ];
+    if !n.advice.is_empty() {
+        blocks.push(
+            json!({"type": "section", "text": mrkdwn(format!("*Advice:* {}", e(&n.advice)), SLACK_MAX_SECTION_CHARS)}),
+        );
+    }
+    if let Some(url) = n.gpu_url.as_deref().filter(|u| u.chars().count() <= SLACK_MAX_URL_CHARS) {
+        blocks.push(json!({"type": "actions", "elements": [{
+            "type": "button",
+            "text": {"type": "plain_text", "text": truncate_chars("Open the GPU in Fleetlens", SLACK_MAX_BUTTON_CHARS)},
+            "url": url,
+            "action_id": "open_gpu",
+        }]}));
+    }
+    let context = vec![mrkdwn(
+        format!("Fleetlens · rule #{} · {} · fingerprint {}", n.rule_id, n.status.as_str(), n.fingerprint),
+        SLACK_MAX_SECTION_CHARS,
+    )];
+    blocks.push(json!({"type": "context", "elements": context.into_iter().take(SLACK_MAX_CONTEXT_ELEMENTS).collect::<Vec<_>>()}));
+    blocks.truncate(SLACK_MAX_BLOCKS);
+
+    let status = match (n.status, n.reminder) {
+        (NotifyStatus::Resolved, _) => "RESOLVED",
+        (NotifyStatus::Firing, true) => "STILL FIRING",
+        (NotifyStatus::Firing, false) => "FIRING",
+    };
+    let text = format!("[{status}] {} ({}) on {} {}: {}", n.rule_name, n.severity, n.host, n.gpu_words(), n.summary);
+    json!({"text": truncate_chars(&e(&text), SLACK_MAX_TEXT_CHARS), "blocks": blocks})
+}
+
+/// One alert as Alertmanager's webhook (v4) and API describe it.
+fn am_alert(n: &Notification, ends_at: &str) -> Json {
+    json!({
+        "status": n.status.as_str(),
+        "labels": n.labels,
+        "annotations": n.annotations(),
+        "startsAt": format_rfc3339_ms(n.fired_at_ms),
+        "endsAt": ends_at,
+        "generatorURL": n.gpu_url.clone().unwrap_or_else(|| n.external_url.clone()),
+        "fingerprint": n.fingerprint,
+    })
+}
+
+/// The body Alertmanager's webhook receiver sends (version 4), for one alert: `status`,
+/// `labels`, `annotations`, `startsAt`, `endsAt` (zero time while firing), `fingerprint`,
+/// `groupKey`, and the common/group labels.
+pub fn webhook_v4(n: &Notification, receiver: &str) -> Json {
+    let ends_at = match (n.status, n.resolved_at_ms) {
+        (NotifyStatus::Resolved, Some(at)) => format_rfc3339_ms(at),
+        _ => ZERO_TIME.to_string(),
+    };
+    json!({
+        "version": "4",
+        "groupKey": n.group_key(),
+        "truncatedAlerts": 0,
+        "status": n.status.as_str(),
+        "receiver": receiver,
+        "groupLabels": {"alertname": n.rule_name},
+        "commonLabels": n.labels,
+        "commonAnnotations": n.annotations(),
+        "externalURL": n.external_url,
+        "alerts": [am_alert(n, &ends_at)],
+    })
+}
+
+/// The body of Alertmanager's `POST /api/v2/alerts` for this alert. A firing alert gets
+/// `endsAt = valid_until_ms` (Alertmanager resolves it by itself if Fleetlens stops
+/// refreshing it); a resolved one ends when it resolved.
+pub fn alertmanager_v2(n: &Notification, valid_until_ms: i64) -> Json {
+    let ends = match (n.status, n.resolved_at_ms) {
+        (NotifyStatus::Resolved, Some(at)) => at,
+        _ => valid_until_ms,
+    };
+    let mut a = am_alert(n, &format_rfc3339_ms(ends));
+    if let Some(obj) = a.as_object_mut() {
+        // Alertmanager's API takes only these keys (it derives status and fingerprint).
+        obj.remove("status");
+        obj.remove("fingerprint");
+    }
+    json!([a])
+}
+
+/// Alertmanager's fingerprint of a label set: FNV-1a 64 over the label names in order, each
+/// name and value followed by the byte 0xff, as 16 hex digits.
+pub fn fingerprint(labels: &BTreeMap<String, String>) -> String {
+    const OFFSET: u64 = 14_695_981_039_346_656_037;
+    const PRIME: u64 = 1_099_511_628_211;
+    let mut h = OFFSET;
+    let mut feed = |bytes: &[u8]| {
+        for b in bytes {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(PRIME);
+        }
+    };
+    for (k, v) in labels {
+        feed(k.as_bytes());
+        feed(&[0xff]);
+        feed(v.as_bytes());
+        feed(&[0xff]);
+    }
+    format!("{h:016x}")
+}
+
+/// Is `name` a valid Prometheus/Alertmanager label name?
+pub fn valid_label_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// `3 s`, `5 min`, `1 h 5 min`, `2 d 3 h`.
+pub fn format_duration_ms(ms: i64) -> String {
+    let s = ms.max(0) / 1000;
+    match s {
+        0..60 => format!("{s} s"),
+        60..3600 if s % 60 == 0 => format!("{} min", s / 60),
+        60..3600 => format!("{} min {} s", s / 60, s % 60),
+        3600..86_400 if s % 3600 / 60 == 0 => format!("{} h", s / 3600),
+        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
+        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
+    }
+}
+
+/// Unix milliseconds as RFC 3339 in UTC with milliseconds: `2026-11-22T01:02:03.641Z`.
+pub fn format_rfc3339_ms(ms: i64) -> String {
+    let secs = ms.div_euclid(1000);
+    let milli = ms.rem_euclid(1000);
+    let days = secs.div_euclid(86_400);
+    let sod = secs.rem_euclid(86_400);
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z", sod / 3600, sod % 3600 / 60, sod % 60)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::sample::Sample;
+    use crate::state::WorkloadState;
+
+    pub(crate) fn notification(status: NotifyStatus) -> Notification {
+        let mut labels = BTreeMap::new();
+        for (k, v) in [("alertname", "Busy but hollow"), ("severity", "warning"), ("host", "node-1"), ("gpu", "GPU-1")]
+        {
+            labels.insert(k.to_string(), v.to_string());
+        }
+        Notification {
+            status,
+            reminder: false,
+            rule_id: 1,
+            rule_name: "Busy but hollow".into(),
+            severity: "warning".into(),
+            condition: "gpu_util_pct >= 80 && sm_active_pct < 30".into(),
+            fingerprint: fingerprint(&labels),
+            labels,
+            summary: "This GPU reads 100 % busy but its SMs are 0.76 % active <probably a hang>".into(),
+            advice: "bigger batches, CUDA graphs, kernel fusion, or a smaller GPU / collocation".into(),
+            values: vec![MatchedValue { field: "gpu_util_pct".into(), value: "100".into() }],
+            state: Some("stalled".into()),
+            host: "node-1".into(),
+            gpu_uuid: "GPU-1".into(),
+            gpu_index: Some(0),
+            gpu_name: Some("NVIDIA H200".into()),
+            team: None,
+            active_since_ms: 1_795_311_362_772,
+            fired_at_ms: 1_795_311_365_788,
+            resolved_at_ms: (status == NotifyStatus::Resolved).then_some(1_795_311_369_817),
+            gpu_url: Some("http://127.0.0.1:8080/gpus/GPU-1".into()),
+            external_url: "http://127.0.0.1:8080".into(),
+        }
+    }
+
+    #[test]
+    fn times_and_durations() {
+        assert_eq!(format_rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(format_rfc3339_ms(1_795_311_343_641), "2026-11-22T01:35:43.641Z");
+        assert_eq!(format_rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
+        assert_eq!(format_rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(format_duration_ms(3016), "3 s");
+        assert_eq!(format_duration_ms(300_000), "5 min");
+        assert_eq!(format_duration_ms(3_900_000), "1 h 5 min");
+        assert_eq!(format_duration_ms(90_000_000), "1 d 1 h");
+    }
+
+    #[test]
+    fn fingerprint_is_alertmanagers() {
+        // Alertmanager: model.LabelSet{"alertname": "test"}.Fingerprint() = fnv64a("alertname\xfftest\xff").
+        let l: BTreeMap<String, String> = [("alertname".to_string(), "test".to_string())].into();
+        let mut h: u64 = 14_695_981_039_346_656_037;
+        for b in b"alertname\xfftest\xff" {
+            h ^= u64::from(*b);
+            h = h.wrapping_mul(1_099_511_628_211);
+        }
+        assert_eq!(fingerprint(&l), format!("{h:016x}"));
+        assert_eq!(fingerprint(&BTreeMap::new()), "cbf29ce484222325");
+    }
+
+    #[test]
+    fn slack_message_shape_and_limits() {
+        let mut n = notification(NotifyStatus::Firing);
+        let m = slack_message(&n);
+        let blocks = m["blocks"].as_array().unwrap();
+        assert_eq!(blocks[0]["type"], "header");
+        assert!(blocks[0]["text"]["text"].as_str().unwrap().contains("Busy but hollow (warning)"));
+        assert!(blocks[1]["text"]["text"].as_str().unwrap().contains("&lt;probably a hang&gt;"), "escaped");
+        let fields = blocks[2]["fields"].as_array().unwrap();
+        assert!(fields.iter().any(|f| f["text"].as_str().unwrap().contains("*Host*\nnode-1")));
+        assert!(blocks.iter().any(|b| b["text"]["text"].as_str().is_some_and(|t| t.starts_with("*Advice:*"))));
+        assert!(blocks.iter().any(|b| b["type"] == "actions"));
+        assert!(m["text"].as_str().unwrap().starts_with("[FIRING] Busy but hollow"));
+
+        n.summary = "x".repeat(10_000);
+        n.rule_name = "r".repeat(500);
+        n.values = (0..500).map(|i| MatchedValue { field: format!("f{i}"), value: "1".into() }).collect();
+        let m = slack_message(&n);
+        let blocks = m["blocks"].as_array().unwrap();
+        assert!(blocks.len() <= SLACK_MAX_BLOCKS);
+        assert_eq!(blocks[0]["text"]["text"].as_str().unwrap().chars().count(), SLACK_MAX_HEADER_CHARS);
+        assert_eq!(blocks[1]["text"]["text"].as_str().unwrap().chars().count(), SLACK_MAX_SECTION_CHARS);
+        for f in blocks[2]["fields"].as_array().unwrap() {
+            assert!(f["text"].as_str().unwrap().chars().count() <= SLACK_MAX_FIELD_CHARS);
+        }
+        assert!(m["text"].as_str().unwrap().chars().count() <= SLACK_MAX_TEXT_CHARS);
+
+        let r = slack_message(&notification(NotifyStatus::Resolved));
+        assert!(r["blocks"][0]["text"]["text"].as_str().unwrap().starts_with("✅ Resolved"));
+        assert!(r["text"].as_str().unwrap().starts_with("[RESOLVED]"));
+    }
+
+    #[test]
+    fn alertmanager_shapes() {
+        let n = notification(NotifyStatus::Firing);
+        let w = webhook_v4(&n, "ops");
+        assert_eq!(w["version"], "4");
+        assert_eq!(w["status"], "firing");
+        assert_eq!(w["alerts"][0]["endsAt"], ZERO_TIME);
+        assert_eq!(w["alerts"][0]["startsAt"], "2026-11-22T01:36:05.788Z");
+        assert_eq!(w["alerts"][0]["fingerprint"], n.fingerprint);
+        assert_eq!(w["groupKey"], "{}:{alertname=\"Busy but hollow\", gpu=\"GPU-1\"}");
+        assert_eq!(w["commonAnnotations"]["held_for"], "3 s");
+        let r = webhook_v4(&notification(NotifyStatus::Resolved), "ops");
+        assert_eq!(r["alerts"][0]["endsAt"], "2026-11-22T01:36:09.817Z");
+        let a = alertmanager_v2(&n, 1_795_311_365_788 + 3_600_000);
+        assert_eq!(a[0]["endsAt"], "2026-11-22T02:36:05.788Z");
+        assert!(a[0].get("status").is_none());
+        assert_eq!(a[0]["labels"]["alertname"], "Busy but hollow");
+    }
+
+    #[test]
+    fn templates() {
+        let s = Sample {
+            ts_ms: 0,
+            uuid: "GPU-1".into(),
+            gpu_util_pct: Some(100.0),
+            sm_active_pct: Some(0.7571),
+            ..Default::default()
+        };
+        let o = Observation::of_sample(&s, WorkloadState::Stalled, 0.0, "h", None);
+        assert_eq!(
+            render_template("reads {gpu_util_pct} % busy, SMs {sm_active_pct} % ({state}) {{x}} {nope} {", &o),
+            "reads 100 % busy, SMs 0.76 % (stalled) {x} {nope} {"
+        );
+        assert!(
+            valid_label_name("team_1")
+                && !valid_label_name("1team")
+                && !valid_label_name("a-b")
+                && !valid_label_name("")
+        );
+    }
+}

@@ -1,0 +1,146 @@
+//! Validation of incoming samples. A batch is accepted whole or not at all, so the first
+//! error found names the sample index and the field.
+
+use crate::sample::{NON_NEGATIVE_FIELDS, PERCENT_FIELDS, Sample};
+
+/// How far into the future a sample may be stamped (clock skew allowance).
+pub const MAX_FUTURE_SKEW_MS: i64 = 5 * 60 * 1000;
+/// Longest accepted GPU uuid / name, to keep junk out of the database.
+pub const MAX_TEXT_LEN: usize = 256;
+/// Percentages may overshoot 100 by rounding in the driver; beyond this they are bad data.
+const PERCENT_MAX: f64 = 100.0 + 1e-6;
+
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("samples[{index}].{field}: {message}")]
+pub struct ValidationError {
+    pub index: usize,
+    pub field: String,
+    pub message: String,
+}
+
+fn err(index: usize, field: &str, message: impl Into<String>) -> ValidationError {
+    ValidationError { index, field: field.to_string(), message: message.into() }
+}
+
+/// Check one sample. `index` is its position in the batch; `now_ms` the server's clock.
+pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), ValidationError> {
+    let uuid = s.uuid.trim();
+    if uuid.is_empty() {
+        return Err(err(index, "uuid", "missing: every sample needs the GPU uuid"));
+    }
+    if uuid.len() > MAX_TEXT_LEN || uuid.chars().any(char::is_control) {
+        return Err(err(index, "uuid", "must be at most 256 printable characters"));
+    }
+    if let Some(name) = &s.name
+        && (name.len() > MAX_TEXT_LEN || name.chars().any(char::is_control))
+    {
+        return Err(err(index, "name", "must be at most 256 printable characters"));
+    }
+    if s.ts_ms <= 0 {
+        return Err(err(index, "ts_ms", "must be a positive Unix timestamp in milliseconds"));
+    }
+    if s.ts_ms > now_ms + MAX_FUTURE_SKEW_MS {
+        return Err(err(
+            index,
+            "ts_ms",
+            format!("{} is more than 5 minutes in the future (server time {now_ms})", s.ts_ms),
+        ));
+    }
+    for (field, get) in PERCENT_FIELDS {
+        if let Some(v) = get(s) {
+            if !v.is_finite() {
+                return Err(err(index, field, "must be a finite number"));
+            }
+            if !(0.0..=PERCENT_MAX).contains(&v) {
+                return Err(err(index, field, format!("{v} is outside 0–100")));
+            }
+        }
+    }
+    for (field, get) in NON_NEGATIVE_FIELDS {
+        if let Some(v) = get(s) {
+            if !v.is_finite() {
+                return Err(err(index, field, "must be a finite number"));
+            }
+            if v < 0.0 {
+                return Err(err(index, field, format!("{v} is negative")));
+            }
+        }
+    }
+    if let Some(t) = s.temp_c
+        && (!t.is_finite() || !(-100.0..=300.0).contains(&t))
+    {
+        return Err(err(index, "temp_c", format!("{t} is not a plausible temperature")));
+    }
+    for (field, v) in [("mem_used_bytes", s.mem_used_bytes), ("mem_total_bytes", s.mem_total_bytes)] {
+        if v.is_some_and(|v| v < 0) {
+            return Err(err(index, field, "byte counts cannot be negative"));
+        }
+    }
+    if let Some(procs) = &s.processes {
+        if procs.len() > 4096 {
+            return Err(err(index, "processes", "more than 4096 processes on one GPU"));
+        }
+        for (p, proc_) in procs.iter().enumerate() {
+            if proc_.used_bytes.is_some_and(|v| v < 0) {
+                return Err(err(index, &format!("processes[{p}].used_bytes"), "byte counts cannot be negative"));
+            }
+            if let Some(v) = proc_.sm_pct
+                && (!v.is_finite() || !(0.0..=PERCENT_MAX).contains(&v))
+            {
+                return Err(err(index, &format!("processes[{p}].sm_pct"), format!("{v} is outside 0–100")));
+            }
+            for (f, text) in [("command", &proc_.command), ("user", &proc_.user), ("container_id", &proc_.container_id)]
+            {
+                if text.as_ref().is_some_and(|t| t.len() > 4096) {
+                    return Err(err(index, &format!("processes[{p}].{f}"), "longer than 4096 bytes"));
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const NOW: i64 = 1_800_000_000_000;
+
+    fn ok_sample() -> Sample {
+        Sample { ts_ms: NOW - 1000, uuid: "GPU-1".into(), gpu_util_pct: Some(50.0), ..Default::default() }
+    }
+
+    #[test]
+    fn accepts_a_plain_sample() {
+        assert_eq!(validate_sample(0, &ok_sample(), NOW), Ok(()));
+    }
+
+    #[test]
+    fn names_field_and_index() {
+        let s = Sample { sm_active_pct: Some(101.0), ..ok_sample() };
+        let e = validate_sample(7, &s, NOW).unwrap_err();
+        assert_eq!((e.index, e.field.as_str()), (7, "sm_active_pct"));
+        assert!(e.to_string().starts_with("samples[7].sm_active_pct"));
+    }
+
+    #[test]
+    fn rejects_each_bad_case() {
+        let cases: Vec<(Sample, &str)> = vec![
+            (Sample { uuid: " ".into(), ..ok_sample() }, "uuid"),
+            (Sample { ts_ms: NOW + MAX_FUTURE_SKEW_MS + 1, ..ok_sample() }, "ts_ms"),
+            (Sample { gpu_util_pct: Some(f64::NAN), ..ok_sample() }, "gpu_util_pct"),
+            (Sample { power_w: Some(f64::INFINITY), ..ok_sample() }, "power_w"),
+            (Sample { dram_active_pct: Some(-0.5), ..ok_sample() }, "dram_active_pct"),
+            (Sample { mem_used_bytes: Some(-1), ..ok_sample() }, "mem_used_bytes"),
+        ];
+        for (s, field) in cases {
+            assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, field);
+        }
+    }
+
+    #[test]
+    fn five_minutes_of_skew_is_allowed() {
+        let s = Sample { ts_ms: NOW + MAX_FUTURE_SKEW_MS, ..ok_sample() };
+        assert!(validate_sample(0, &s, NOW).is_ok());
+    }
+}

@@ -1,0 +1,857 @@
+//! The alert engine: one replica at a time (a job lease in the database) reads each GPU's new
+//! samples in time order, classifies each sample's workload state, evaluates every enabled
+//! rule of the GPU's organisation on it, and steps each (rule, GPU) alert through pending →
+//! firing → resolved on the samples' timestamps. A transition and its outbox rows are written
+//! in one transaction, together with the GPU's cursor (how far its samples are evaluated).
+//!
+//! Two kinds of rules:
+//! - **sample rules** (almost all) are evaluated on each sample, on event time, so replayed or
+//!   back-filled data alerts exactly like live data;
+//! - **no-data rules**: a rule whose condition is true when a GPU sends nothing (`state ==
+//!   offline`) is evaluated on the wall clock each cycle: the GPU is offline when its newest
+//!   stored sample is older than `offline_missing_intervals` sampling intervals, and reporting
+//!   otherwise (then the rule sees the GPU's newest sample). Late data does not end an outage
+//!   until the GPU is current again, so a spool that drains does not make the alert flap.
+//!
+//! Also on the wall clock: reminders (repeat interval), a silence that ends while an alert
+//! fires (its firing notification goes out then), and alerts whose rule was deleted or
+//! disabled (resolved).
+//!
+//! In-memory state is a cache of the database's: on any write that loses a race (another
+//! replica, a stale cache) or fails, it is dropped and reloaded, and evaluation resumes from
+//! the stored cursors; re-evaluating samples is deterministic, and a transition already
+//! written is found written (compare-and-set on the alert's status), so nothing is sent twice.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use fleetlens_core::rules::payload::{matched_values, render_template};
+use fleetlens_core::rules::{
+    AlertSubject, Condition, DEFAULT_RULES, NotifyStatus, Observation, Phase, RuleSpec, Step, Timing, Truth,
+    alert_labels, fingerprint, repeat_due, silenced_by, step,
+};
+use fleetlens_core::rules::{DefaultRule, SilenceWindow};
+use fleetlens_core::{Sample, Thresholds, WindowAggregate, WorkloadState, classify};
+use fleetlens_store::alerts::{
+    ALERT_ENGINE_JOB, AlertChange, AlertRecord, AlertRuleRecord, AlertStatus, AlertWrite, ChannelRecord, EvalWrite,
+    GpuBrief, GpuCursor, NewAlertRule, NewNotification, NewSuppressed,
+};
+use fleetlens_store::{DEFAULT_ORG, OrgId, Store, StoreError};
+
+use super::render::{self, AlertDetails};
+use super::{AlertsCtx, ms};
+use crate::analytics::DEFAULT_INTERVAL_MS;
+use crate::time::now_ms;
+
+/// Samples read per GPU per cycle; more are read in the next cycle at once.
+const BATCH: u32 = 5_000;
+/// Dirty cursors of GPUs without transitions are saved this often.
+const CURSOR_FLUSH_MS: i64 = 10_000;
+/// Thresholds are re-read this often.
+const THRESHOLDS_TTL_MS: i64 = 15_000;
+
+type Key = (i64, i64);
+
+/// Run the engine until the process ends.
+pub async fn run(ctx: Arc<AlertsCtx>) {
+    let interval = ctx.cfg.alert_eval_interval.max(Duration::from_millis(50));
+    // Renewed every cycle; after a crash another replica (or the restarted server) takes over
+    // once it runs out.
+    let lease_ttl = (ms(interval) * 10).max(5_000);
+    let mut engine: Option<Engine> = None;
+    loop {
+        tokio::select! {
+            _ = ctx.engine_wake.notified() => {}
+            _ = tokio::time::sleep(interval) => {}
+        }
+        // Let a burst of ingests land before reading.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        let now = now_ms();
+        match ctx.store.try_job_lease(ALERT_ENGINE_JOB, &ctx.owner, now, lease_ttl).await {
+            Ok(true) => {}
+            Ok(false) => {
+                engine = None;
+                continue;
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "alert engine: cannot take its lease");
+                engine = None;
+                continue;
+            }
+        }
+        if engine.is_none() {
+            match Engine::load(ctx.store.as_ref()).await {
+                Ok(e) => engine = Some(e),
+                Err(e) => {
+                    tracing::warn!(error = %e, "alert engine: cannot load its state");
+                    continue;
+                }
+            }
+        }
+        let Some(e) = engine.as_mut() else { continue };
+        match e.cycle(&ctx, now).await {
+            Ok(report) => {
+                if report.enqueued > 0 {
+                    ctx.outbox_wake.notify_one();
+                }
+                if report.more {
+                    ctx.engine_wake.notify_one();
+                }
+                if report.reload {
+                    tracing::info!("alert engine: state changed under it; reloading");
+                    engine = None;
+                    ctx.engine_wake.notify_one();
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "alert engine: cycle failed; reloading its state");
+                engine = None;
+            }
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+pub struct Report {
+    pub enqueued: u64,
+    /// More samples are waiting.
+    pub more: bool,
+    /// A write lost a race: reload the state from the database.
+    pub reload: bool,
+}
+
+/// A rule ready to evaluate.
+struct Rule {
+    rec: AlertRuleRecord,
+    spec: RuleSpec,
+    cond: Condition,
+    timing: Timing,
+    /// True on an observation with no data: evaluated on the wall clock.
+    no_data: bool,
+}
+
+impl Rule {
+    fn compile(rec: AlertRuleRecord) -> Option<Rule> {
+        let spec = RuleSpec {
+            name: rec.name.clone(),
+            condition: rec.condition.clone(),
+            for_s: rec.for_s,
+            keep_firing_for_s: rec.keep_firing_for_s,
+            repeat_interval_s: rec.repeat_interval_s,
+            severity: rec.severity.clone(),
+            labels: rec.labels.clone(),
+            description: rec.description.clone(),
+            advice: rec.advice.clone(),
+        };
+        let cond = match Condition::parse(&rec.condition) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!(rule = rec.id, error = %e, "stored rule does not parse; skipped");
+                return None;
+            }
+        };
+        let probe = Observation {
+            ts_ms: 0,
+            sample: None,
+            state: WorkloadState::Offline,
+            duration_in_state_s: 1e12,
+            host: "",
+            gpu_uuid: "",
+            gpu_name: None,
+            gpu_index: None,
+            team: None,
+        };
+        let no_data = cond.eval(&probe) == Truth::True;
+        let timing = Timing::from_secs(rec.for_s, rec.keep_firing_for_s);
+        Some(Rule { rec, spec, cond, timing, no_data })
+    }
+}
+
+/// The shipped rules as the store takes them.
+pub fn default_rules() -> Vec<(String, NewAlertRule)> {
+    DEFAULT_RULES
+        .iter()
+        .map(|d: &DefaultRule| (d.key.to_string(), new_rule(&RuleSpec::from(d), vec![], true)))
+        .collect()
+}
+
+pub fn new_rule(spec: &RuleSpec, channels: Vec<i64>, enabled: bool) -> NewAlertRule {
+    NewAlertRule {
+        name: spec.name.trim().to_string(),
+        condition: spec.condition.clone(),
+        for_s: spec.for_s,
+        keep_firing_for_s: spec.keep_firing_for_s,
+        repeat_interval_s: spec.repeat_interval_s,
+        severity: spec.severity.clone(),
+        labels: spec.labels.clone(),
+        description: spec.description.clone(),
+        advice: spec.advice.clone(),
+        channels,
+        enabled,
+    }
+}
+
+/// What one cycle reads once.
+struct CycleData {
+    rules: HashMap<OrgId, Vec<Rule>>,
+    enabled_rules: HashSet<i64>,
+    channels: HashMap<OrgId, Vec<ChannelRecord>>,
+    silences: HashMap<OrgId, Vec<SilenceWindow>>,
+    teams: HashMap<(OrgId, String), String>,
+    public_url: String,
+}
+
+impl CycleData {
+    fn team(&self, g: &GpuBrief) -> Option<&str> {
+        self.teams.get(&(g.org_id, g.host.clone())).map(String::as_str)
+    }
+
+    /// The channels a rule notifies: its own, or the organisation's default channels.
+    fn channels_for(&self, rule: &AlertRuleRecord) -> Vec<&ChannelRecord> {
+        let all = self.channels.get(&rule.org_id).map(Vec::as_slice).unwrap_or_default();
+        if rule.channels.is_empty() {
+            all.iter().filter(|c| c.is_default).collect()
+        } else {
+            all.iter().filter(|c| rule.channels.contains(&c.id)).collect()
+        }
+    }
+
+    fn channels_by_id(&self, org: OrgId, ids: &[i64]) -> Vec<&ChannelRecord> {
+        let all = self.channels.get(&org).map(Vec::as_slice).unwrap_or_default();
+        all.iter().filter(|c| ids.contains(&c.id)).collect()
+    }
+
+    fn silence(&self, org: OrgId, labels: &BTreeMap<String, String>, now: i64) -> Option<i64> {
+        silenced_by(self.silences.get(&org).map(Vec::as_slice).unwrap_or_default(), labels, now)
+    }
+}
+
+/// Writes gathered for one transaction.
+#[derive(Default)]
+struct Changes {
+    list: Vec<AlertChange>,
+    /// Status of the stored row when this batch first touched it.
+    origin: HashMap<Key, AlertStatus>,
+    /// Notifications of the open instance, not yet attached to a write.
+    notes: HashMap<Key, (Vec<NewNotification>, Vec<NewSuppressed>)>,
+    touched: Vec<Key>,
+    touched_set: HashSet<Key>,
+    /// Change index → key, for instances inserted while still open (their id comes back).
+    opened: Vec<(usize, Key)>,
+}
+
+impl Changes {
+    fn touch(&mut self, key: Key) {
+        if self.touched_set.insert(key) {
+            self.touched.push(key);
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.list.is_empty() && self.touched.is_empty()
+    }
+}
+
+struct Engine {
+    cursors: HashMap<i64, GpuCursor>,
+    open: HashMap<Key, AlertRecord>,
+    /// Each GPU's newest evaluated sample (for no-data rules while it reports).
+    last_sample: HashMap<i64, Sample>,
+    dirty_cursors: HashSet<i64>,
+    last_cursor_flush: i64,
+    thresholds: HashMap<OrgId, (Thresholds, i64)>,
+    seeded: HashSet<OrgId>,
+}
+
+impl Engine {
+    async fn load(store: &dyn Store) -> Result<Engine, StoreError> {
+        let cursors = store.alert_cursors().await?.into_iter().map(|c| (c.gpu_id, c)).collect();
+        let open = store.open_alerts().await?.into_iter().map(|a| ((a.rule_id, a.gpu_id), a)).collect();
+        Ok(Engine {
+            cursors,
+            open,
+            last_sample: HashMap::new(),
+            dirty_cursors: HashSet::new(),
+            last_cursor_flush: now_ms(),
+            thresholds: HashMap::new(),
+            seeded: HashSet::new(),
+        })
+    }
+
+    async fn thresholds(&mut self, store: &dyn Store, org: OrgId, now: i64) -> Thresholds {
+        if let Some((th, at)) = self.thresholds.get(&org)
+            && now - at < THRESHOLDS_TTL_MS
+        {
+            return th.clone();
+        }
+        let th = crate::analytics::thresholds(store, org).await.unwrap_or_default();
+        self.thresholds.insert(org, (th.clone(), now));
+        th
+    }
+
+    async fn cycle(&mut self, ctx: &AlertsCtx, now: i64) -> Result<Report, StoreError> {
+        let store = ctx.store.as_ref();
+        let gpus = store.alert_gpus().await?;
+        let mut orgs: HashSet<OrgId> = gpus.iter().map(|g| g.org_id).collect();
+        orgs.insert(DEFAULT_ORG);
+        for org in &orgs {
+            if !self.seeded.contains(org) {
+                store.seed_default_rules(*org, &default_rules(), now).await?;
+                self.seeded.insert(*org);
+            }
+        }
+        let data = self.read_cycle_data(ctx, &orgs, now).await?;
+        let mut report = Report::default();
+
+        // 1. New samples, per GPU, on event time.
+        for g in &gpus {
+            // Cursors move on even without rules, so a new rule judges new data only.
+            let rules = data.rules.get(&g.org_id).map(Vec::as_slice).unwrap_or_default();
+            let from = match self.cursors.get(&g.id) {
+                Some(c) => c.last_ts_ms + 1,
+                None => now - ms(ctx.cfg.alert_lookback),
+            };
+            if g.last_seen_ms < from {
+                continue;
+            }
+            let samples = store.samples(g.id, from, g.last_seen_ms + 1, BATCH).await?;
+            report.more |= samples.len() == BATCH as usize;
+            if samples.is_empty() {
+                continue;
+            }
+            let th = self.thresholds(store, g.org_id, now).await;
+            let mut changes = Changes::default();
+            for s in &samples {
+                self.on_sample(g, s, &th, rules, &data, now, &mut changes);
+            }
+            if changes.is_empty() {
+                self.dirty_cursors.insert(g.id);
+                continue;
+            }
+            let cursor = self.cursors.get(&g.id).cloned();
+            self.commit(store, changes, cursor.into_iter().collect(), now, &mut report).await?;
+            self.dirty_cursors.remove(&g.id);
+            if report.reload {
+                return Ok(report);
+            }
+        }
+
+        // 2. No-data rules, reminders, silences that ended, rules gone: on the wall clock.
+        let mut changes = Changes::default();
+        for g in &gpus {
+            let Some(rules) = data.rules.get(&g.org_id) else { continue };
+            if !rules.iter().any(|r| r.no_data) {
+                continue;
+            }
+            let th = self.thresholds(store, g.org_id, now).await;
+            self.no_data(g, &th, rules, &data, now, ctx, &mut changes);
+        }
+        self.wall_clock(&data, now, &mut changes);
+        if !changes.is_empty() {
+            self.commit(store, changes, vec![], now, &mut report).await?;
+            if report.reload {
+                return Ok(report);
+            }
+        }
+
+        // 3. Cursors of GPUs without transitions, now and then.
+        if !self.dirty_cursors.is_empty() && (now - self.last_cursor_flush >= CURSOR_FLUSH_MS || report.more) {
+            let list: Vec<GpuCursor> =
+                self.dirty_cursors.iter().filter_map(|id| self.cursors.get(id).cloned()).collect();
+            store.save_alert_cursors(&list, now).await?;
+            self.dirty_cursors.clear();
+            self.last_cursor_flush = now;
+        }
+        Ok(report)
+    }
+
+    async fn read_cycle_data(
+        &mut self,
+        ctx: &AlertsCtx,
+        orgs: &HashSet<OrgId>,
+        now: i64,
+    ) -> Result<CycleData, StoreError> {
+        let store = ctx.store.as_ref();
+        let mut rules: HashMap<OrgId, Vec<Rule>> = HashMap::new();
+        let mut enabled_rules = HashSet::new();
+        for rec in store.all_alert_rules().await? {
+            if !rec.enabled {
+                continue;
+            }
+            if let Some(rule) = Rule::compile(rec) {
+                enabled_rules.insert(rule.rec.id);
+                rules.entry(rule.rec.org_id).or_default().push(rule);
+            }
+        }
+        let mut channels = HashMap::new();
+        for org in orgs.iter().filter(|o| rules.contains_key(o)) {
+            channels.insert(*org, store.notification_channels(*org).await?);
+        }
+        let mut silences: HashMap<OrgId, Vec<SilenceWindow>> = HashMap::new();
+        for s in store.current_silences(now).await? {
+            silences.entry(s.org_id).or_default().push(SilenceWindow {
+                id: s.id,
+                matchers: s.matchers,
+                starts_at_ms: s.starts_at_ms,
+                ends_at_ms: s.ends_at_ms,
+            });
+        }
+        let teams = store
+            .host_labels()
+            .await?
+            .into_iter()
+            .filter_map(|(org, host, labels)| labels.get("team").cloned().map(|t| ((org, host), t)))
+            .collect();
+        Ok(CycleData { rules, enabled_rules, channels, silences, teams, public_url: ctx.public_url.clone() })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn on_sample(
+        &mut self,
+        g: &GpuBrief,
+        s: &Sample,
+        th: &Thresholds,
+        rules: &[Rule],
+        data: &CycleData,
+        now: i64,
+        changes: &mut Changes,
+    ) {
+        let state = classify(&WindowAggregate::from_samples([s]), th).state;
+        let cursor = self.cursors.entry(g.id).or_insert_with(|| GpuCursor {
+            gpu_id: g.id,
+            org_id: g.org_id,
+            last_ts_ms: s.ts_ms,
+            state: state.as_str().to_string(),
+            state_since_ms: s.ts_ms,
+            interval_ms: 0,
+        });
+        if s.ts_ms > cursor.last_ts_ms {
+            let gap = s.ts_ms - cursor.last_ts_ms;
+            if cursor.interval_ms <= 0 {
+                cursor.interval_ms = gap;
+            } else if gap < 5 * cursor.interval_ms {
+                cursor.interval_ms = (3 * cursor.interval_ms + gap) / 4;
+            }
+            let was_offline = gap >= offline_limit_ms(cursor.interval_ms, th);
+            if cursor.state != state.as_str() || was_offline {
+                cursor.state = state.as_str().to_string();
+                cursor.state_since_ms = s.ts_ms;
+            }
+            cursor.last_ts_ms = s.ts_ms;
+        }
+        let duration = (s.ts_ms - cursor.state_since_ms).max(0) as f64 / 1000.0;
+        let obs = Observation::of_sample(s, state, duration, &g.host, data.team(g));
+        for rule in rules.iter().filter(|r| !r.no_data) {
+            let matched = rule.cond.matches(&obs);
+            self.apply(rule, g, &obs, matched, s.ts_ms, now, data, changes);
+        }
+        self.last_sample.insert(g.id, s.clone());
+    }
+
+    /// Wall-clock evaluation of the no-data rules on one GPU.
+    #[allow(clippy::too_many_arguments)]
+    fn no_data(
+        &mut self,
+        g: &GpuBrief,
+        th: &Thresholds,
+        rules: &[Rule],
+        data: &CycleData,
+        now: i64,
+        ctx: &AlertsCtx,
+        changes: &mut Changes,
+    ) {
+        let interval = self.cursors.get(&g.id).map_or(0, |c| c.interval_ms);
+        let limit = offline_limit_ms(interval, th);
+        let silent = now - g.last_seen_ms;
+        if silent > ms(ctx.cfg.alert_offline_horizon) {
+            return; // retired: leave its alerts as they are
+        }
+        let team = data.team(g);
+        if silent >= limit {
+            let since = g.last_seen_ms + limit;
+            let obs = Observation {
+                ts_ms: now,
+                sample: None,
+                state: WorkloadState::Offline,
+                duration_in_state_s: (now - since).max(0) as f64 / 1000.0,
+                host: &g.host,
+                gpu_uuid: &g.uuid,
+                gpu_name: g.name.as_deref(),
+                gpu_index: g.gpu_index.and_then(|i| u32::try_from(i).ok()),
+                team,
+            };
+            for rule in rules.iter().filter(|r| r.no_data) {
+                let matched = rule.cond.matches(&obs);
+                if matched && !self.open.contains_key(&(rule.rec.id, g.id)) {
+                    // The outage began `limit` after the last sample.
+                    self.apply(rule, g, &obs, true, since, now, data, changes);
+                }
+                self.apply(rule, g, &obs, matched, now, now, data, changes);
+            }
+        } else {
+            // Reporting: the rule sees the newest sample (none known yet after a restart:
+            // wait for the next one).
+            let Some(s) = self.last_sample.get(&g.id).cloned() else { return };
+            let cursor = self.cursors.get(&g.id);
+            let state = cursor.and_then(|c| WorkloadState::parse(&c.state)).unwrap_or(WorkloadState::Active);
+            let since = cursor.map_or(s.ts_ms, |c| c.state_since_ms);
+            let mut obs = Observation::of_sample(&s, state, (s.ts_ms - since).max(0) as f64 / 1000.0, &g.host, team);
+            obs.ts_ms = now;
+            for rule in rules.iter().filter(|r| r.no_data) {
+                let matched = rule.cond.matches(&obs);
+                self.apply(rule, g, &obs, matched, now, now, data, changes);
+            }
+        }
+    }
+
+    /// Reminders, ended silences, and alerts whose rule is gone or disabled.
+    fn wall_clock(&mut self, data: &CycleData, now: i64, changes: &mut Changes) {
+        let keys: Vec<Key> = self.open.keys().copied().collect();
+        for key in keys {
+            let Some(a) = self.open.get(&key) else { continue };
+            if !data.enabled_rules.contains(&a.rule_id) {
+                self.close_orphan(key, now, data, changes);
+                continue;
+            }
+            if a.status != AlertStatus::Firing {
+                continue;
+            }
+            let Some(rule) = data.rules.get(&a.org_id).and_then(|rs| rs.iter().find(|r| r.rec.id == a.rule_id)) else {
+                continue;
+            };
+            let silenced = data.silence(a.org_id, &a.labels, now);
+            if !a.notified_firing {
+                // Silenced when it fired; the silence has ended: notify now.
+                if silenced.is_none() && a.silenced_by.is_some() {
+                    let mut a = a.clone();
+                    changes.origin.entry(key).or_insert(a.status);
+                    a.silenced_by = None;
+                    let notes = self.firing_notes(rule, &mut a, data, now);
+                    push_notes(changes, key, notes);
+                    changes.touch(key);
+                    self.open.insert(key, a);
+                }
+                continue;
+            }
+            let repeat_ms = rule.rec.repeat_interval_s.saturating_mul(1000);
+            let last = a.last_notified_ms.or(a.fired_at_ms).unwrap_or(now);
+            if silenced.is_some() || !repeat_due(last, repeat_ms, now) {
+                continue;
+            }
+            let mut a = a.clone();
+            changes.origin.entry(key).or_insert(a.status);
+            a.repeat_seq += 1;
+            a.last_notified_ms = Some(now);
+            let d = AlertDetails::of(&a);
+            let n = render::notification(&a, NotifyStatus::Firing, true, &data.public_url);
+            let notes: Vec<NewNotification> = data
+                .channels_by_id(a.org_id, &d.notified_channels)
+                .into_iter()
+                .map(|c| NewNotification {
+                    channel_id: c.id,
+                    kind: "repeat".into(),
+                    seq: a.repeat_seq,
+                    payload: render::payload(c, &n, now, rule.rec.repeat_interval_s),
+                })
+                .collect();
+            push_notes(changes, key, (notes, vec![]));
+            changes.touch(key);
+            self.open.insert(key, a);
+        }
+    }
+
+    /// Resolve (or drop, if pending) an open alert whose rule was deleted or disabled.
+    fn close_orphan(&mut self, key: Key, now: i64, data: &CycleData, changes: &mut Changes) {
+        let Some(mut a) = self.open.remove(&key) else { return };
+        let origin = changes.origin.remove(&key).unwrap_or(a.status);
+        let (mut notify, suppressed) = changes.notes.remove(&key).unwrap_or_default();
+        changes.touched_set.remove(&key);
+        changes.touched.retain(|k| *k != key);
+        if a.status == AlertStatus::Pending {
+            if a.id != 0 {
+                changes.list.push(AlertChange {
+                    write: AlertWrite::Delete { id: a.id, from: origin },
+                    notify: vec![],
+                    suppressed: vec![],
+                });
+            }
+            return;
+        }
+        let mut d = AlertDetails::of(&a);
+        d.resolved_reason = Some("the rule was deleted or disabled".into());
+        a.details = d.to_json();
+        a.status = AlertStatus::Resolved;
+        a.resolved_at_ms = Some(now.max(a.last_eval_ms));
+        a.last_eval_ms = now.max(a.last_eval_ms);
+        if a.notified_firing {
+            let n = render::notification(&a, NotifyStatus::Resolved, false, &data.public_url);
+            for c in data.channels_by_id(a.org_id, &d.notified_channels) {
+                notify.push(NewNotification {
+                    channel_id: c.id,
+                    kind: "resolved".into(),
+                    seq: 0,
+                    payload: render::payload(c, &n, now, 0),
+                });
+            }
+        }
+        let write = if a.id == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
+        changes.list.push(AlertChange { write, notify, suppressed });
+    }
+
+    /// One rule, one GPU, one observation at time `t`.
+    #[allow(clippy::too_many_arguments)]
+    fn apply(
+        &mut self,
+        rule: &Rule,
+        g: &GpuBrief,
+        obs: &Observation<'_>,
+        matched: bool,
+        t: i64,
+        now: i64,
+        data: &CycleData,
+        changes: &mut Changes,
+    ) {
+        let key = (rule.rec.id, g.id);
+        let existing = self.open.get(&key);
+        let phase = existing.map_or(Phase::Inactive, phase_of);
+        // Time never runs back for one alert (a no-data rule steps on the wall clock).
+        let t = existing.map_or(t, |a| t.max(a.last_eval_ms));
+        let (next, st) = step(phase, rule.timing, t, matched);
+        match st {
+            Step::Unchanged => {
+                if let Some(a) = self.open.get_mut(&key) {
+                    a.last_eval_ms = t;
+                }
+            }
+            Step::StillFiring => {
+                if let (Some(a), Phase::Firing { last_match_ms, .. }) = (self.open.get_mut(&key), next) {
+                    a.last_eval_ms = t;
+                    a.last_match_ms = last_match_ms;
+                    if rule.rec.keep_firing_for_s > 0 {
+                        changes.origin.entry(key).or_insert(a.status);
+                        changes.touch(key);
+                    }
+                }
+            }
+            Step::Started => {
+                let a = self.new_alert(rule, g, obs, t, data);
+                self.open.insert(key, a);
+                changes.touch(key);
+            }
+            Step::Fired => {
+                let mut a = match self.open.remove(&key) {
+                    Some(a) => {
+                        changes.origin.entry(key).or_insert(a.status);
+                        a
+                    }
+                    None => self.new_alert(rule, g, obs, t, data),
+                };
+                a.status = AlertStatus::Firing;
+                a.fired_at_ms = Some(t);
+                a.last_match_ms = t;
+                a.last_eval_ms = t;
+                let mut d = AlertDetails::of(&a);
+                d.values = matched_values(rule.cond.fields(), obs);
+                d.state = Some(obs.state.as_str().to_string());
+                a.details = d.to_json();
+                a.summary = summary(rule, obs);
+                let notes = self.firing_notes(rule, &mut a, data, now);
+                push_notes(changes, key, notes);
+                self.open.insert(key, a);
+                changes.touch(key);
+            }
+            Step::Cancelled => {
+                if let Some(a) = self.open.remove(&key) {
+                    let origin = changes.origin.remove(&key).unwrap_or(a.status);
+                    changes.notes.remove(&key);
+                    if a.id != 0 {
+                        changes.list.push(AlertChange {
+                            write: AlertWrite::Delete { id: a.id, from: origin },
+                            notify: vec![],
+                            suppressed: vec![],
+                        });
+                    }
+                }
+            }
+            Step::Resolved => {
+                let Some(mut a) = self.open.remove(&key) else { return };
+                let origin = changes.origin.remove(&key).unwrap_or(a.status);
+                let (mut notify, mut suppressed) = changes.notes.remove(&key).unwrap_or_default();
+                a.status = AlertStatus::Resolved;
+                a.resolved_at_ms = Some(t);
+                a.last_eval_ms = t;
+                let d = AlertDetails::of(&a);
+                let channels = data.channels_by_id(a.org_id, &d.notified_channels);
+                if a.notified_firing {
+                    let n = render::notification(&a, NotifyStatus::Resolved, false, &data.public_url);
+                    for c in channels {
+                        notify.push(NewNotification {
+                            channel_id: c.id,
+                            kind: "resolved".into(),
+                            seq: 0,
+                            payload: render::payload(c, &n, now, 0),
+                        });
+                    }
+                } else if let Some(sid) = a.silenced_by {
+                    for c in data.channels_for(&rule.rec) {
+                        suppressed.push(NewSuppressed { channel_id: c.id, kind: "resolved".into(), silence_id: sid });
+                    }
+                }
+                let write = if a.id == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
+                changes.list.push(AlertChange { write, notify, suppressed });
+            }
+        }
+    }
+
+    fn new_alert(&self, rule: &Rule, g: &GpuBrief, obs: &Observation<'_>, t: i64, data: &CycleData) -> AlertRecord {
+        let subject = AlertSubject { host: &g.host, gpu_uuid: &g.uuid, team: data.team(g) };
+        let labels = alert_labels(rule.rec.id, &rule.spec, subject);
+        let advice = if rule.rec.advice.is_empty() { obs.state.advice().to_string() } else { rule.rec.advice.clone() };
+        let details = AlertDetails {
+            condition: rule.rec.condition.clone(),
+            values: matched_values(rule.cond.fields(), obs),
+            state: Some(obs.state.as_str().to_string()),
+            advice,
+            gpu_name: g.name.clone(),
+            gpu_index: g.gpu_index.and_then(|i| u32::try_from(i).ok()),
+            team: data.team(g).map(str::to_string),
+            notified_channels: vec![],
+            repeat_interval_s: rule.rec.repeat_interval_s,
+            resolved_reason: None,
+        };
+        AlertRecord {
+            id: 0,
+            org_id: g.org_id,
+            rule_id: rule.rec.id,
+            gpu_id: g.id,
+            gpu_uuid: g.uuid.clone(),
+            host: g.host.clone(),
+            status: AlertStatus::Pending,
+            active_since_ms: t,
+            fired_at_ms: None,
+            resolved_at_ms: None,
+            last_match_ms: t,
+            last_eval_ms: t,
+            rule_name: rule.rec.name.clone(),
+            severity: rule.rec.severity.clone(),
+            fingerprint: fingerprint(&labels),
+            labels,
+            summary: summary(rule, obs),
+            details: details.to_json(),
+            silenced_by: None,
+            notified_firing: false,
+            last_notified_ms: None,
+            repeat_seq: 0,
+            updated_ms: t,
+        }
+    }
+
+    /// The firing notifications of `a` (or, when a silence matches, the log lines that say
+    /// they were held back).
+    fn firing_notes(
+        &self,
+        rule: &Rule,
+        a: &mut AlertRecord,
+        data: &CycleData,
+        now: i64,
+    ) -> (Vec<NewNotification>, Vec<NewSuppressed>) {
+        let channels = data.channels_for(&rule.rec);
+        let mut d = AlertDetails::of(a);
+        if let Some(sid) = data.silence(a.org_id, &a.labels, now) {
+            a.silenced_by = Some(sid);
+            a.notified_firing = false;
+            let suppressed = channels
+                .iter()
+                .map(|c| NewSuppressed { channel_id: c.id, kind: "firing".into(), silence_id: sid })
+                .collect();
+            return (vec![], suppressed);
+        }
+        a.silenced_by = None;
+        a.notified_firing = !channels.is_empty();
+        a.last_notified_ms = Some(now);
+        d.notified_channels = channels.iter().map(|c| c.id).collect();
+        a.details = d.to_json();
+        let n = render::notification(a, NotifyStatus::Firing, false, &data.public_url);
+        let notes = channels
+            .iter()
+            .map(|c| NewNotification {
+                channel_id: c.id,
+                kind: "firing".into(),
+                seq: 0,
+                payload: render::payload(c, &n, now, rule.rec.repeat_interval_s),
+            })
+            .collect();
+        (notes, vec![])
+    }
+
+    /// Write the gathered changes (and cursors) in one transaction and reconcile the cache.
+    async fn commit(
+        &mut self,
+        store: &dyn Store,
+        mut changes: Changes,
+        cursors: Vec<GpuCursor>,
+        now: i64,
+        report: &mut Report,
+    ) -> Result<(), StoreError> {
+        for key in std::mem::take(&mut changes.touched) {
+            let Some(a) = self.open.get(&key) else { continue };
+            let (notify, suppressed) = changes.notes.remove(&key).unwrap_or_default();
+            let write = if a.id == 0 {
+                changes.opened.push((changes.list.len(), key));
+                AlertWrite::Open(a.clone())
+            } else {
+                let from = changes.origin.get(&key).copied().unwrap_or(a.status);
+                AlertWrite::Update { from, alert: a.clone() }
+            };
+            changes.list.push(AlertChange { write, notify, suppressed });
+        }
+        let write = EvalWrite { now_ms: now, changes: changes.list, cursors };
+        let outcome = store.apply_alert_changes(&write).await?;
+        report.enqueued += outcome.enqueued;
+        if outcome.alert_ids.iter().any(Option::is_none) {
+            report.reload = true;
+            return Ok(());
+        }
+        for (index, key) in changes.opened {
+            if let (Some(a), Some(Some(id))) = (self.open.get_mut(&key), outcome.alert_ids.get(index)) {
+                a.id = *id;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn push_notes(changes: &mut Changes, key: Key, (notify, suppressed): (Vec<NewNotification>, Vec<NewSuppressed>)) {
+    let entry = changes.notes.entry(key).or_default();
+    entry.0.extend(notify);
+    entry.1.extend(suppressed);
+}
+
+fn phase_of(a: &AlertRecord) -> Phase {
+    match a.status {
+        AlertStatus::Pending => Phase::Pending { active_since_ms: a.active_since_ms },
+        AlertStatus::Firing => Phase::Firing {
+            active_since_ms: a.active_since_ms,
+            fired_at_ms: a.fired_at_ms.unwrap_or(a.active_since_ms),
+            last_match_ms: a.last_match_ms,
+        },
+        AlertStatus::Resolved => Phase::Inactive,
+    }
+}
+
+/// No sample for this long means offline (METRICS.md: 3 intervals by default).
+fn offline_limit_ms(interval_ms: i64, th: &Thresholds) -> i64 {
+    let interval = if interval_ms > 0 { interval_ms.max(DEFAULT_INTERVAL_MS) } else { DEFAULT_INTERVAL_MS };
+    interval.saturating_mul(i64::from(th.offline_missing_intervals.max(1)))
+}
+
+/// The rule's description with the observation's values, or the condition and the values.
+fn summary(rule: &Rule, obs: &Observation<'_>) -> String {
+    if !rule.rec.description.trim().is_empty() {
+        return render_template(&rule.rec.description, obs);
+    }
+    let values: Vec<String> =
+        matched_values(rule.cond.fields(), obs).into_iter().map(|v| format!("{} = {}", v.field, v.value)).collect();
+    format!("{} ({})", rule.rec.condition, values.join(", "))
+}

@@ -1,0 +1,165 @@
+//! The billing report: per team, host, GPU or model, GPU-hours paid, allocated hours, hours per
+//! state, mean use, energy, price, cost and wasted cost — added up from the hourly credits,
+//! pro-rated at partial hours.
+
+use std::collections::BTreeMap;
+
+use fleetlens_api::BillingRow;
+use fleetlens_core::{Funnel, PriceTable, WorkloadState};
+use fleetlens_store::GpuRecord;
+
+use super::summary::{Credits, ledgers};
+
+/// What rows are grouped by.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GroupBy {
+    Team,
+    Host,
+    Gpu,
+    Model,
+}
+
+impl GroupBy {
+    pub fn parse(s: &str) -> Option<GroupBy> {
+        match s {
+            "team" => Some(GroupBy::Team),
+            "host" => Some(GroupBy::Host),
+            "gpu" => Some(GroupBy::Gpu),
+            "model" => Some(GroupBy::Model),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Default)]
+struct Acc {
+    gpus: u32,
+    funnel: Funnel,
+    seconds: BTreeMap<WorkloadState, f64>,
+    energy_j: f64,
+    prices: Vec<Option<f64>>,
+    cost: Option<f64>,
+    wasted: Option<f64>,
+    unpriced_s: f64,
+}
+
+/// `team_of` names a GPU's team (unassigned GPUs group under "unassigned").
+pub fn billing_rows(
+    gpus: &[GpuRecord],
+    credits: &Credits,
+    prices: &PriceTable,
+    group_by: GroupBy,
+    team_of: &dyn Fn(&GpuRecord) -> Option<String>,
+) -> Vec<BillingRow> {
+    let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
+    for (i, l) in ledgers(gpus, credits) {
+        let g = &gpus[i];
+        let key = match group_by {
+            GroupBy::Team => team_of(g).unwrap_or_else(|| "unassigned".into()),
+            GroupBy::Host => g.host.clone(),
+            GroupBy::Gpu => g.uuid.clone(),
+            GroupBy::Model => g.name.clone().unwrap_or_else(|| "unknown model".into()),
+        };
+        let acc = groups.entry(key).or_default();
+        acc.gpus += 1;
+        acc.funnel += Funnel::gpu(&l.usage);
+        for (s, secs) in &l.state_time.seconds {
+            *acc.seconds.entry(*s).or_default() += secs;
+        }
+        acc.energy_j += l.energy_j;
+        let price = g.name.as_deref().and_then(|n| prices.price_for(n));
+        acc.prices.push(price);
+        match price {
+            Some(p) => {
+                let w = l.state_time.wasted_cost(p);
+                *acc.cost.get_or_insert(0.0) += w.cost;
+                *acc.wasted.get_or_insert(0.0) += w.wasted;
+            }
+            None => acc.unpriced_s += l.paid_s,
+        }
+    }
+    groups
+        .into_iter()
+        .map(|(group, a)| {
+            let pct = |level: fleetlens_core::Level| level.fraction.map(|f| f * 100.0);
+            let (util, sm) = (pct(a.funnel.kernel()), pct(a.funnel.sm()));
+            let same_price = a.prices.windows(2).all(|w| w[0] == w[1]);
+            BillingRow {
+                group,
+                gpus: a.gpus,
+                gpu_hours: a.funnel.paid_gpu_hours(),
+                allocated_hours: a.funnel.allocated_gpu_hours(),
+                hours_by_state: WorkloadState::ALL
+                    .iter()
+                    .map(|s| (s.as_str().to_string(), a.seconds.get(s).copied().unwrap_or(0.0) / 3600.0))
+                    .collect(),
+                mean_gpu_util_pct: util,
+                mean_sm_active_pct: sm,
+                mean_tensor_active_pct: pct(a.funnel.tensor()),
+                energy_kwh: a.energy_j / 3.6e6,
+                price_per_gpu_hour: if same_price { a.prices.first().copied().flatten() } else { None },
+                cost: a.cost,
+                wasted_cost: a.wasted,
+                unpriced_gpu_hours: a.unpriced_s / 3600.0,
+                efficiency_pct: match (sm, util) {
+                    (Some(sm), Some(u)) if u > 0.0 => Some((sm / u * 100.0).min(100.0)),
+                    _ => None,
+                },
+            }
+        })
+        .collect()
+}
+
+/// The rows as CSV with a header row (RFC 4180 quoting; opens cleanly in a spreadsheet).
+pub fn to_csv(from: &str, to: &str, group_by: &str, currency: &str, rows: &[BillingRow]) -> String {
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let mut header: Vec<String> = ["period_from", "period_to", group_by, "gpus", "gpu_hours", "allocated_hours"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    header.extend(WorkloadState::ALL.iter().map(|s| format!("{}_hours", s.as_str())));
+    header.extend(
+        [
+            "mean_gpu_util_pct",
+            "mean_sm_active_pct",
+            "mean_tensor_active_pct",
+            "energy_kwh",
+            "currency",
+            "price_per_gpu_hour",
+            "cost",
+            "wasted_cost",
+            "unpriced_gpu_hours",
+            "efficiency_pct",
+        ]
+        .iter()
+        .map(|s| s.to_string()),
+    );
+    w.write_record(&header).expect("csv to memory");
+    let num = |v: f64| format!("{v:.6}");
+    let opt = |v: Option<f64>| v.map(num).unwrap_or_default();
+    for r in rows {
+        let mut rec = vec![
+            from.to_string(),
+            to.to_string(),
+            r.group.clone(),
+            r.gpus.to_string(),
+            num(r.gpu_hours),
+            num(r.allocated_hours),
+        ];
+        rec.extend(WorkloadState::ALL.iter().map(|s| num(r.hours_by_state.get(s.as_str()).copied().unwrap_or(0.0))));
+        rec.extend([
+            opt(r.mean_gpu_util_pct),
+            opt(r.mean_sm_active_pct),
+            opt(r.mean_tensor_active_pct),
+            num(r.energy_kwh),
+            currency.to_string(),
+            opt(r.price_per_gpu_hour),
+            opt(r.cost),
+            opt(r.wasted_cost),
+            num(r.unpriced_gpu_hours),
+            opt(r.efficiency_pct),
+        ]);
+        w.write_record(&rec).expect("csv to memory");
+    }
+    String::from_utf8(w.into_inner().expect("csv flush")).expect("csv is utf-8")
+}

@@ -1,0 +1,129 @@
+//! The one error type of the HTTP edge: every failure becomes `{"error": {"code", "message"}}`.
+//! 5xx are logged with their cause and shown to the client without internals.
+
+use axum::Json;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use fleetlens_api::{ErrorBody, ErrorDetail};
+use fleetlens_core::ValidationError;
+use fleetlens_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    BadRequest(String),
+    /// A body that does not parse; `path` locates the offending value (`samples[3].power_w`).
+    #[error("invalid JSON{}: {message}", path.as_ref().map(|p| format!(" at {p}")).unwrap_or_default())]
+    InvalidJson { path: Option<String>, message: String },
+    #[error("{0}")]
+    Validation(ValidationError),
+    #[error("{field}: {message}")]
+    Unprocessable { field: String, message: String },
+    #[error("missing or malformed Authorization header: use `Authorization: Bearer <api key>`")]
+    Unauthenticated,
+    #[error("invalid or revoked API key")]
+    BadKey,
+    #[error("this API key lacks the `{0}` scope")]
+    Forbidden(&'static str),
+    #[error("your role `{role}` does not allow this (it needs `{needs}`)")]
+    RoleForbidden { role: &'static str, needs: &'static str },
+    /// Authenticated, but not allowed (not a scope or role question).
+    #[error("{0}")]
+    Denied(String),
+    #[error("session expired or invalid: log in again")]
+    BadSession,
+    #[error("wrong email or password")]
+    BadCredentials,
+    /// A session request that failed the CSRF check.
+    #[error("CSRF check failed: {0}")]
+    Csrf(String),
+    #[error("too many attempts: retry in {retry_after_s} s")]
+    RateLimited { retry_after_s: u64 },
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("request body larger than {0} bytes")]
+    TooLarge(usize),
+    #[error("{0}")]
+    UnsupportedMedia(String),
+    #[error("storage unavailable")]
+    Store(#[from] StoreError),
+}
+
+impl ApiError {
+    fn status_and_code(&self) -> (StatusCode, &'static str) {
+        match self {
+            ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
+            ApiError::InvalidJson { .. } => (StatusCode::BAD_REQUEST, "invalid_json"),
+            ApiError::Validation(_) | ApiError::Unprocessable { .. } => {
+                (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed")
+            }
+            ApiError::Unauthenticated | ApiError::BadKey | ApiError::BadSession => {
+                (StatusCode::UNAUTHORIZED, "unauthenticated")
+            }
+            ApiError::BadCredentials => (StatusCode::UNAUTHORIZED, "invalid_credentials"),
+            ApiError::Forbidden(_) | ApiError::RoleForbidden { .. } | ApiError::Denied(_) => {
+                (StatusCode::FORBIDDEN, "forbidden")
+            }
+            ApiError::Csrf(_) => (StatusCode::FORBIDDEN, "csrf_failed"),
+            ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
+            ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
+            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::UnsupportedMedia(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
+            ApiError::Store(StoreError::Invalid(_)) | ApiError::Store(_) => {
+                (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable")
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let (status, code) = self.status_and_code();
+        if status.is_server_error() {
+            tracing::error!(error = ?self, "request failed");
+        }
+        let (sample_index, field) = match &self {
+            ApiError::Validation(v) => (Some(v.index), Some(v.field.clone())),
+            ApiError::Unprocessable { field, .. } => (None, Some(field.clone())),
+            ApiError::InvalidJson { path: Some(path), .. } => split_sample_path(path),
+            _ => (None, None),
+        };
+        let body =
+            ErrorBody { error: ErrorDetail { code: code.to_string(), message: self.to_string(), sample_index, field } };
+        let mut response = (status, Json(body)).into_response();
+        if let ApiError::RateLimited { retry_after_s } = self {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, retry_after_s.into());
+        }
+        response
+    }
+}
+
+pub type ApiResult<T> = Result<T, ApiError>;
+
+/// `samples[3].power_w` → (Some(3), Some("power_w")); other paths are returned as the field.
+fn split_sample_path(path: &str) -> (Option<usize>, Option<String>) {
+    let parsed = path.strip_prefix("samples[").and_then(|rest| {
+        let (index, field) = rest.split_once(']')?;
+        Some((index.parse().ok()?, field.trim_start_matches('.').to_string()))
+    });
+    match parsed {
+        Some((index, field)) => (Some(index), (!field.is_empty()).then_some(field)),
+        None => (None, Some(path.to_string())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_sample_path;
+
+    #[test]
+    fn sample_paths_split_into_index_and_field() {
+        assert_eq!(split_sample_path("samples[3].power_w"), (Some(3), Some("power_w".into())));
+        assert_eq!(split_sample_path("samples[0].processes[1].pid"), (Some(0), Some("processes[1].pid".into())));
+        assert_eq!(split_sample_path("samples[12]"), (Some(12), None));
+        assert_eq!(split_sample_path("host"), (None, Some("host".into())));
+    }
+}

@@ -1,0 +1,17 @@
+//! The Fleetlens server: authenticated ingest, storage, and the REST API over it.
+
+pub mod accounts;
+pub mod alerts;
+pub mod analytics;
+pub mod app;
+pub mod auth;
+pub mod config;
+pub mod error;
+pub mod jobs;
+pub mod metrics;
+pub mod routes;
+pub mod state;
+pub mod time;
+
+pub use app::{StartupError, router, serve};
+pub use config::Config;

@@ -1,0 +1,204 @@
+//! `GET /metrics`: Prometheus text exposition of the caller's GPUs (latest readings, current
+//! state one-hot, efficiency), the fleet funnel of the last hour, and the server's own ingest
+//! counters. A metric the GPU cannot give has no series (absent, never 0).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::{ACCEPT, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use fleetlens_core::{Resolution, WorkloadState};
+use fleetlens_store::{LatestMinute, Scope};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::encoding::text::encode;
+use prometheus_client::metrics::counter::ConstCounter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::registry::Registry;
+
+use crate::analytics;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::time::now_ms;
+
+/// Process-wide ingest counters.
+pub struct IngestCounters {
+    pub requests_accepted: AtomicU64,
+    pub requests_rejected: AtomicU64,
+    pub samples_received: AtomicU64,
+    pub samples_inserted: AtomicU64,
+}
+
+pub static INGEST: IngestCounters = IngestCounters {
+    requests_accepted: AtomicU64::new(0),
+    requests_rejected: AtomicU64::new(0),
+    samples_received: AtomicU64::new(0),
+    samples_inserted: AtomicU64::new(0),
+};
+
+pub fn record_ingest(received: u64, inserted: u64) {
+    INGEST.requests_accepted.fetch_add(1, Ordering::Relaxed);
+    INGEST.samples_received.fetch_add(received, Ordering::Relaxed);
+    INGEST.samples_inserted.fetch_add(inserted, Ordering::Relaxed);
+}
+
+pub fn record_rejected() {
+    INGEST.requests_rejected.fetch_add(1, Ordering::Relaxed);
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct GpuLabels {
+    uuid: String,
+    host: String,
+    model: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct StateLabels {
+    uuid: String,
+    host: String,
+    model: String,
+    state: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LevelLabels {
+    level: String,
+}
+
+/// A per-GPU gauge: metric name, help text, and how to read it from the newest sample.
+type Signal = (&'static str, &'static str, fn(&fleetlens_core::Sample) -> Option<f64>);
+
+type GaugeF = Gauge<f64, std::sync::atomic::AtomicU64>;
+
+fn gauge_family(registry: &mut Registry, name: &str, help: &str) -> Family<GpuLabels, GaugeF> {
+    let f = Family::<GpuLabels, GaugeF>::default();
+    registry.register(name, help, f.clone());
+    f
+}
+
+/// OpenMetrics (what prometheus-client writes) → the classic 0.0.4 text format that older
+/// scrapers and `promtool check metrics` read: counter families are named with their
+/// `_total` suffix, and the `# EOF` marker goes.
+fn to_classic_text(openmetrics: &str) -> String {
+    let counters: Vec<&str> =
+        openmetrics.lines().filter_map(|l| l.strip_prefix("# TYPE ")?.strip_suffix(" counter")).collect();
+    let mut out = String::with_capacity(openmetrics.len());
+    for line in openmetrics.lines() {
+        if line == "# EOF" || line.starts_with("# UNIT ") {
+            continue;
+        }
+        let renamed = counters.iter().find_map(|name| {
+            for prefix in ["# HELP ", "# TYPE "] {
+                if let Some(rest) = line.strip_prefix(prefix).and_then(|r| r.strip_prefix(name))
+                    && rest.starts_with(' ')
+                {
+                    return Some(format!("{prefix}{name}_total{rest}"));
+                }
+            }
+            None
+        });
+        out.push_str(renamed.as_deref().unwrap_or(line));
+        out.push('\n');
+    }
+    out
+}
+
+pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: HeaderMap) -> ApiResult<Response> {
+    caller.require(Scope::Read)?;
+    let store = state.store.as_ref();
+    let th = analytics::thresholds(store, caller.org).await?;
+    let gpus = store.gpus(caller.org).await?;
+    let newest: HashMap<i64, LatestMinute> =
+        store.latest_minutes(caller.org).await?.into_iter().map(|m| (m.gpu_id, m)).collect();
+    let now = now_ms();
+
+    let mut registry = Registry::with_prefix("fleetlens");
+    let signals: [Signal; 8] = [
+        ("gpu_util_pct", "Kernel utilization: % of time a kernel ran (NVML)", |s| s.gpu_util_pct),
+        ("gpu_sm_active_pct", "SM activity (SMACT): % of SMs busy", |s| s.sm_active_pct),
+        ("gpu_sm_occupancy_pct", "SM occupancy: resident warps / max warps, %", |s| s.sm_occupancy_pct),
+        ("gpu_tensor_active_pct", "Tensor pipe activity, %", |s| s.tensor_active_pct),
+        ("gpu_dram_active_pct", "DRAM bandwidth used, % of peak", |s| s.dram_active_pct),
+        ("gpu_power_watts", "Power draw, W", |s| s.power_w),
+        ("gpu_memory_used_bytes", "Framebuffer memory in use, bytes", |s| s.mem_used_bytes.map(|b| b as f64)),
+        ("gpu_efficiency_pct", "Efficiency score: SMACT / kernel utilization x 100", |s| s.efficiency()),
+    ];
+    let families: Vec<_> = signals.iter().map(|(name, help, _)| gauge_family(&mut registry, name, help)).collect();
+    let state_family = Family::<StateLabels, GaugeF>::default();
+    registry.register("gpu_state", "Current workload state (METRICS.md), one-hot", state_family.clone());
+    for g in &gpus {
+        let labels =
+            GpuLabels { uuid: g.uuid.clone(), host: g.host.clone(), model: g.name.clone().unwrap_or_default() };
+        if let Some(latest) = &g.latest {
+            for ((_, _, get), family) in signals.iter().zip(&families) {
+                if let Some(v) = get(latest) {
+                    family.get_or_create(&labels).set(v);
+                }
+            }
+        }
+        let current = analytics::current_state_name(g, newest.get(&g.id), now, &th);
+        for s in WorkloadState::ALL {
+            let l = StateLabels {
+                uuid: labels.uuid.clone(),
+                host: labels.host.clone(),
+                model: labels.model.clone(),
+                state: s.as_str().to_string(),
+            };
+            state_family.get_or_create(&l).set(if s == current { 1.0 } else { 0.0 });
+        }
+    }
+
+    let funnel = Family::<LevelLabels, GaugeF>::default();
+    registry.register(
+        "fleet_funnel_ratio",
+        "Utilization funnel over the last hour, fraction of paid GPU-seconds",
+        funnel.clone(),
+    );
+    let summary = last_hour_funnel(&state, caller.org, &gpus, now).await?;
+    for level in summary {
+        if let Some(f) = level.fraction {
+            funnel.get_or_create(&LevelLabels { level: level.level }).set(f);
+        }
+    }
+
+    let c = &INGEST;
+    for (name, help, v) in [
+        ("ingest_requests_accepted", "Ingest requests stored", &c.requests_accepted),
+        ("ingest_requests_rejected", "Ingest requests rejected (4xx)", &c.requests_rejected),
+        ("ingest_samples_received", "Samples received in accepted batches", &c.samples_received),
+        ("ingest_samples_inserted", "Samples newly stored (duplicates excluded)", &c.samples_inserted),
+    ] {
+        registry.register(name, help, ConstCounter::new(v.load(Ordering::Relaxed)));
+    }
+    let mut text = String::new();
+    encode(&mut text, &registry).map_err(|e| ApiError::BadRequest(format!("metrics encoding failed: {e}")))?;
+    let wants_openmetrics =
+        headers.get(ACCEPT).and_then(|a| a.to_str().ok()).is_some_and(|a| a.contains("application/openmetrics-text"));
+    Ok(if wants_openmetrics {
+        ([(CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], text).into_response()
+    } else {
+        ([(CONTENT_TYPE, "text/plain; version=0.0.4; charset=utf-8")], to_classic_text(&text)).into_response()
+    })
+}
+
+async fn last_hour_funnel(
+    state: &AppState,
+    org: fleetlens_store::OrgId,
+    gpus: &[fleetlens_store::GpuRecord],
+    now: i64,
+) -> ApiResult<Vec<fleetlens_api::FunnelLevel>> {
+    let store = state.store.as_ref();
+    let from = now - 3_600_000;
+    let plan = analytics::summary::EdgePlan::new(from, now, now, gpus.len());
+    let hours = store.org_credits(org, Resolution::Hour, from.div_euclid(3_600_000) * 3_600_000, now).await?;
+    let mut minutes = Vec::new();
+    for (a, b) in plan.edge_ranges() {
+        minutes.extend(store.org_credits(org, Resolution::Minute, a, b).await?);
+    }
+    let credits = analytics::summary::Credits::new(hours, minutes, plan);
+    Ok(analytics::summary::funnel_only(gpus, &credits))
+}

@@ -1,0 +1,874 @@
+//! Accounts API: login/logout/me, organisations, users, teams, API keys, and the team
+//! assignment of hosts and GPUs. Every read and write is scoped to the caller's organisation:
+//! an id of another organisation is a 404, exactly like an id that does not exist.
+//!
+//! Who may do what (a session holds its role's scopes, see `Role::scopes`):
+//! - any authenticated caller: `GET /auth/me`;
+//! - `read` (every role): teams, hosts;
+//! - members (session) and `admin` keys: create API keys with at most their own scopes;
+//!   members list and revoke their own keys;
+//! - `admin`: users, teams, every key, host and GPU assignments;
+//! - admins of the default organisation: create and list organisations.
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::header::{CONTENT_TYPE, SET_COOKIE};
+use axum::http::{Extensions, HeaderMap, Method, StatusCode};
+use axum::response::{IntoResponse, Response};
+use fleetlens_store::accounts::{
+    ApiKeyInfo, Assigned, GpuTeam, HostRecord, NewSession, NewUser, OrgRecord, Role, TeamRecord, UserRecord,
+    UserUpdate, expand_scopes, is_conflict,
+};
+use fleetlens_store::{NewApiKey, Scope, StoreError, hash_api_key};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::accounts::{
+    MAX_PASSWORD, check_password_policy, clean_name, client_ip, hash_password_blocking, new_api_key, normalize_email,
+    random_token, verify_password_blocking,
+};
+use crate::auth::{Caller, Principal, check_csrf, is_cross_site, session_of};
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::time::now_ms;
+
+// ---- views ----
+
+#[derive(Debug, Serialize)]
+pub struct OrgView {
+    pub id: i64,
+    pub name: String,
+    pub created_ms: i64,
+}
+
+impl From<OrgRecord> for OrgView {
+    fn from(o: OrgRecord) -> Self {
+        OrgView { id: o.id, name: o.name, created_ms: o.created_ms }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct UserView {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub role: &'static str,
+    pub disabled: bool,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub last_login_ms: Option<i64>,
+    pub disabled_ms: Option<i64>,
+}
+
+impl From<UserRecord> for UserView {
+    fn from(u: UserRecord) -> Self {
+        UserView {
+            id: u.id,
+            email: u.email,
+            name: u.name,
+            role: u.role.as_str(),
+            disabled: u.disabled_ms.is_some(),
+            created_ms: u.created_ms,
+            updated_ms: u.updated_ms,
+            last_login_ms: u.last_login_ms,
+            disabled_ms: u.disabled_ms,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct TeamView {
+    pub id: i64,
+    pub name: String,
+    pub created_ms: i64,
+    /// User ids.
+    pub members: Vec<i64>,
+}
+
+impl From<TeamRecord> for TeamView {
+    fn from(t: TeamRecord) -> Self {
+        TeamView { id: t.id, name: t.name, created_ms: t.created_ms, members: t.members }
+    }
+}
+
+/// An API key, never its secret.
+#[derive(Debug, Serialize)]
+pub struct KeyView {
+    pub id: i64,
+    pub name: String,
+    /// The first characters of the key, to recognise it.
+    pub prefix: String,
+    pub scopes: Vec<&'static str>,
+    /// The user who made it.
+    pub user_id: Option<i64>,
+    /// Hosts that report with this key join this team.
+    pub team_id: Option<i64>,
+    pub created_ms: i64,
+    pub last_used_ms: Option<i64>,
+    pub revoked: bool,
+    pub revoked_ms: Option<i64>,
+}
+
+impl From<ApiKeyInfo> for KeyView {
+    fn from(k: ApiKeyInfo) -> Self {
+        KeyView {
+            id: k.key.id,
+            name: k.key.name,
+            prefix: k.key.prefix,
+            scopes: k.key.scopes.iter().map(|s| s.as_str()).collect(),
+            user_id: k.user_id,
+            team_id: k.team_id,
+            created_ms: k.key.created_ms,
+            last_used_ms: k.last_used_ms,
+            revoked: k.key.revoked_ms.is_some(),
+            revoked_ms: k.key.revoked_ms,
+        }
+    }
+}
+
+/// A key just made: the only response that ever shows its secret.
+#[derive(Debug, Serialize)]
+pub struct CreatedKeyView {
+    #[serde(flatten)]
+    pub view: KeyView,
+    /// The secret: shown once, stored only as a hash.
+    pub key: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct GpuTeamView {
+    pub uuid: String,
+    pub host: String,
+    pub team_id: Option<i64>,
+    pub team_name: Option<String>,
+    /// `gpu` or `host` (an admin), `key`, `label`.
+    pub team_source: Option<&'static str>,
+}
+
+impl From<GpuTeam> for GpuTeamView {
+    fn from(g: GpuTeam) -> Self {
+        GpuTeamView {
+            uuid: g.uuid,
+            host: g.host,
+            team_id: g.team_id,
+            team_name: g.team_name,
+            team_source: g.source.map(|s| s.as_str()),
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct HostView {
+    pub host: String,
+    /// The team an admin assigned the host to.
+    pub assigned_team_id: Option<i64>,
+    pub last_seen_ms: i64,
+    pub gpus: Vec<GpuTeamView>,
+}
+
+impl From<HostRecord> for HostView {
+    fn from(h: HostRecord) -> Self {
+        HostView {
+            host: h.host,
+            assigned_team_id: h.assigned_team_id,
+            last_seen_ms: h.last_seen_ms,
+            gpus: h.gpus.into_iter().map(GpuTeamView::from).collect(),
+        }
+    }
+}
+
+// ---- helpers ----
+
+/// A JSON body (`Content-Type: application/json` required: a cross-site form cannot send it
+/// without a CORS preflight, which this server never grants).
+fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> ApiResult<T> {
+    let ct = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !ct.trim_start().to_ascii_lowercase().starts_with("application/json") {
+        return Err(ApiError::UnsupportedMedia("send Content-Type: application/json".into()));
+    }
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        ApiError::InvalidJson { path: (path != "." && !path.is_empty()).then_some(path), message }
+    })
+}
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::Unprocessable { field: field.into(), message: message.into() }
+}
+
+fn not_found(what: &str) -> ApiError {
+    ApiError::NotFound(format!("no such {what}"))
+}
+
+fn conflict_or(e: StoreError, message: &str) -> ApiError {
+    if is_conflict(&e) { ApiError::Conflict(message.into()) } else { ApiError::Store(e) }
+}
+
+fn email_field(email: &str) -> ApiResult<String> {
+    normalize_email(email).ok_or_else(|| invalid("email", "not an email address"))
+}
+
+fn password_field(field: &str, password: &str) -> ApiResult<()> {
+    check_password_policy(password).map_err(|m| invalid(field, m))
+}
+
+fn role_field(role: &str) -> ApiResult<Role> {
+    Role::parse(role).ok_or_else(|| invalid("role", "one of admin, member, viewer"))
+}
+
+fn team_name_field(name: &str) -> ApiResult<String> {
+    clean_name(name, 100).ok_or_else(|| invalid("name", "1–100 characters, no control characters"))
+}
+
+async fn team_in_org(state: &AppState, caller: &Caller, team: Option<i64>) -> ApiResult<()> {
+    if let Some(id) = team {
+        state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team"))?;
+    }
+    Ok(())
+}
+
+// ---- sessions ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LoginBody {
+    pub email: String,
+    pub password: String,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SessionView {
+    pub user: UserView,
+    pub org: OrgView,
+    pub scopes: Vec<&'static str>,
+    /// Send this in `X-CSRF-Token` with every POST/PUT/PATCH/DELETE made with the session.
+    pub csrf_token: String,
+    pub expires_ms: i64,
+}
+
+/// `POST /api/v1/auth/login` `{"email", "password"}` → the session cookie and
+/// [`SessionView`]; 401 `invalid_credentials`, 429 `rate_limited` (with `Retry-After`).
+pub async fn login(
+    State(state): State<AppState>,
+    headers: HeaderMap,
+    ext: Extensions,
+    body: Bytes,
+) -> ApiResult<Response> {
+    if is_cross_site(&headers) {
+        return Err(ApiError::Csrf("cross-site login refused".into()));
+    }
+    let b: LoginBody = parse(&headers, &body)?;
+    let config = &state.config.accounts;
+    let email = normalize_email(&b.email)
+        .unwrap_or_else(|| b.email.trim().chars().take(254).collect::<String>().to_lowercase());
+    let ip = client_ip(config, &headers, &ext);
+    state
+        .accounts
+        .take_login_attempt(config, &ip, &email)
+        .map_err(|wait| ApiError::RateLimited { retry_after_s: wait.as_secs().max(1) })?;
+    let found = if b.password.len() > MAX_PASSWORD * 4 { None } else { state.store.user_for_login(&email).await? };
+    let user = match found {
+        Some((user, hash)) => verify_password_blocking(b.password, hash).await.then_some(user),
+        None => {
+            // As slow as a real check, so the answer does not tell which emails exist.
+            let _ = tokio::task::spawn_blocking(move || {
+                crate::accounts::verify_password(&b.password, crate::accounts::dummy_hash())
+            })
+            .await;
+            None
+        }
+    };
+    let user = user.filter(|u| u.disabled_ms.is_none()).ok_or(ApiError::BadCredentials)?;
+    state.accounts.login_succeeded(&ip, &email);
+
+    let token = random_token();
+    let csrf_token = random_token();
+    let now = now_ms();
+    let expires_ms = now.saturating_add(config.session_ttl_ms());
+    state
+        .store
+        .create_session(NewSession {
+            token_hash: &hash_api_key(&token),
+            user_id: user.id,
+            org_id: user.org_id,
+            csrf_token: &csrf_token,
+            created_ms: now,
+            expires_ms,
+        })
+        .await?;
+    let org = state.store.org(user.org_id).await?.ok_or_else(|| not_found("organisation"))?;
+    let view = SessionView {
+        scopes: user.role.scopes().iter().map(|s| s.as_str()).collect(),
+        user: UserView::from(user),
+        org: org.into(),
+        csrf_token,
+        expires_ms,
+    };
+    Ok(([(SET_COOKIE, config.session_cookie(&token))], Json(view)).into_response())
+}
+
+/// `POST /api/v1/auth/logout`: ends the cookie's session (CSRF token required) and clears
+/// the cookie. 204 also when there is no session.
+pub async fn logout(State(state): State<AppState>, method: Method, headers: HeaderMap) -> ApiResult<Response> {
+    if let Some((session, hash)) = session_of(&state, &headers).await? {
+        check_csrf(&method, &headers, &session.csrf_token)?;
+        state.store.delete_session(&hash).await?;
+    }
+    Ok((StatusCode::NO_CONTENT, [(SET_COOKIE, state.config.accounts.clear_session_cookie())]).into_response())
+}
+
+#[derive(Debug, Serialize)]
+pub struct MeKeyView {
+    pub id: i64,
+    pub name: String,
+    pub prefix: String,
+    pub team_id: Option<i64>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct MeView {
+    pub org: OrgView,
+    /// `session` or `api_key`.
+    pub via: &'static str,
+    pub user: Option<UserView>,
+    pub role: Option<&'static str>,
+    pub scopes: Vec<&'static str>,
+    pub api_key: Option<MeKeyView>,
+    /// The session's CSRF token (send it in `X-CSRF-Token`).
+    pub csrf_token: Option<String>,
+    pub session_expires_ms: Option<i64>,
+}
+
+/// `GET /api/v1/auth/me`: who the caller is.
+pub async fn me(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<MeView>> {
+    let org = state.store.org(caller.org).await?.ok_or_else(|| not_found("organisation"))?;
+    let scopes = expand_scopes(&caller.key.scopes).iter().map(|s| s.as_str()).collect();
+    let view = match caller.principal {
+        Principal::Session { user, csrf_token, expires_ms, .. } => MeView {
+            org: org.into(),
+            via: "session",
+            role: Some(user.role.as_str()),
+            user: Some(user.into()),
+            scopes,
+            api_key: None,
+            csrf_token: Some(csrf_token),
+            session_expires_ms: Some(expires_ms),
+        },
+        Principal::ApiKey { team, .. } => MeView {
+            org: org.into(),
+            via: "api_key",
+            user: None,
+            role: None,
+            scopes,
+            api_key: Some(MeKeyView {
+                id: caller.key.id,
+                name: caller.key.name,
+                prefix: caller.key.prefix,
+                team_id: team,
+            }),
+            csrf_token: None,
+            session_expires_ms: None,
+        },
+    };
+    Ok(Json(view))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PasswordBody {
+    pub current_password: String,
+    pub new_password: String,
+}
+
+/// `PUT /api/v1/auth/password` `{"current_password", "new_password"}` (a session): ends the
+/// user's other sessions.
+pub async fn change_password(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<StatusCode> {
+    let Principal::Session { user, token_hash, .. } = &caller.principal else {
+        return Err(ApiError::Denied("log in to change your password".into()));
+    };
+    let b: PasswordBody = parse(&headers, &body)?;
+    password_field("new_password", &b.new_password)?;
+    let (_, hash) = state.store.user_for_login(&user.email).await?.ok_or(ApiError::BadSession)?;
+    if !verify_password_blocking(b.current_password, hash).await {
+        return Err(invalid("current_password", "wrong password"));
+    }
+    let update =
+        UserUpdate { password_hash: Some(hash_password_blocking(b.new_password).await?), ..Default::default() };
+    state.store.update_user(caller.org, user.id, &update, now_ms()).await?;
+    state.store.delete_sessions_of(user.id, Some(token_hash)).await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- organisations ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewOrgBody {
+    pub name: String,
+    pub admin_email: String,
+    pub admin_password: String,
+    #[serde(default)]
+    pub admin_name: Option<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CreatedOrgView {
+    pub org: OrgView,
+    pub admin: UserView,
+}
+
+fn require_instance_admin(caller: &Caller) -> ApiResult<()> {
+    if caller.is_instance_admin() {
+        Ok(())
+    } else {
+        Err(ApiError::Denied("only admins of the default organisation manage organisations".into()))
+    }
+}
+
+/// `GET /api/v1/orgs` (admins of the default organisation).
+pub async fn list_orgs(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<OrgView>>> {
+    require_instance_admin(&caller)?;
+    Ok(Json(state.store.orgs().await?.into_iter().map(OrgView::from).collect()))
+}
+
+/// `POST /api/v1/orgs` `{"name", "admin_email", "admin_password", "admin_name"?}` (admins of
+/// the default organisation): a new organisation and its first admin.
+pub async fn create_org(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<CreatedOrgView>)> {
+    require_instance_admin(&caller)?;
+    let b: NewOrgBody = parse(&headers, &body)?;
+    let name = clean_name(&b.name, 100).ok_or_else(|| invalid("name", "1–100 characters"))?;
+    let email = email_field(&b.admin_email).map_err(|_| invalid("admin_email", "not an email address"))?;
+    password_field("admin_password", &b.admin_password)?;
+    let admin_name = clean_name(b.admin_name.as_deref().unwrap_or("Administrator"), 200)
+        .ok_or_else(|| invalid("admin_name", "1–200 characters"))?;
+    if state.store.user_for_login(&email).await?.is_some() {
+        return Err(ApiError::Conflict(format!("a user with email {email} exists")));
+    }
+    let hash = hash_password_blocking(b.admin_password).await?;
+    let now = now_ms();
+    let org =
+        state.store.create_org(&name, now).await.map_err(|e| conflict_or(e, "an organisation of that name exists"))?;
+    let admin = state
+        .store
+        .create_user(NewUser {
+            org_id: org,
+            email: &email,
+            name: &admin_name,
+            password_hash: &hash,
+            role: Role::Admin,
+            now_ms: now,
+        })
+        .await
+        .map_err(|e| conflict_or(e, "a user with that email exists"))?;
+    let org = state.store.org(org).await?.ok_or_else(|| not_found("organisation"))?;
+    Ok((StatusCode::CREATED, Json(CreatedOrgView { org: org.into(), admin: admin.into() })))
+}
+
+// ---- users ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewUserBody {
+    pub email: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    pub password: String,
+    pub role: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UserPatch {
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub role: Option<String>,
+    #[serde(default)]
+    pub password: Option<String>,
+    #[serde(default)]
+    pub disabled: Option<bool>,
+}
+
+/// `GET /api/v1/users` (admin).
+pub async fn list_users(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<UserView>>> {
+    caller.require(Scope::Admin)?;
+    Ok(Json(state.store.users(caller.org).await?.into_iter().map(UserView::from).collect()))
+}
+
+/// `POST /api/v1/users` `{"email", "name"?, "password", "role"}` (admin).
+pub async fn create_user(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<UserView>)> {
+    caller.require(Scope::Admin)?;
+    let b: NewUserBody = parse(&headers, &body)?;
+    let email = email_field(&b.email)?;
+    let role = role_field(&b.role)?;
+    password_field("password", &b.password)?;
+    let name = match b.name.as_deref() {
+        Some(n) => clean_name(n, 200).ok_or_else(|| invalid("name", "1–200 characters"))?,
+        None => email.split('@').next().unwrap_or_default().to_string(),
+    };
+    let hash = hash_password_blocking(b.password).await?;
+    let user = state
+        .store
+        .create_user(NewUser {
+            org_id: caller.org,
+            email: &email,
+            name: &name,
+            password_hash: &hash,
+            role,
+            now_ms: now_ms(),
+        })
+        .await
+        .map_err(|e| conflict_or(e, "a user with that email exists"))?;
+    Ok((StatusCode::CREATED, Json(user.into())))
+}
+
+/// `GET /api/v1/users/{id}` (admin, or the user themself).
+pub async fn get_user(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<UserView>> {
+    if caller.user().map(|u| u.id) != Some(id) {
+        caller.require(Scope::Admin)?;
+    }
+    let user = state.store.user(caller.org, id).await?.ok_or_else(|| not_found("user"))?;
+    Ok(Json(user.into()))
+}
+
+/// Refuse a change that would leave the organisation without an enabled admin.
+async fn keep_an_admin(state: &AppState, caller: &Caller, target: &UserRecord) -> ApiResult<()> {
+    if target.role == Role::Admin && target.disabled_ms.is_none() && state.store.count_admins(caller.org).await? <= 1 {
+        return Err(ApiError::Conflict("this is the organisation's last admin".into()));
+    }
+    Ok(())
+}
+
+/// `PUT /api/v1/users/{id}` `{"name"?, "role"?, "password"?, "disabled"?}` (admin). A new
+/// password or disabling ends the user's sessions.
+pub async fn update_user(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<UserView>> {
+    caller.require(Scope::Admin)?;
+    let b: UserPatch = parse(&headers, &body)?;
+    let target = state.store.user(caller.org, id).await?.ok_or_else(|| not_found("user"))?;
+    let mut update = UserUpdate { disabled: b.disabled, ..Default::default() };
+    if let Some(name) = b.name.as_deref() {
+        update.name = Some(clean_name(name, 200).ok_or_else(|| invalid("name", "1–200 characters"))?);
+    }
+    if let Some(role) = b.role.as_deref() {
+        update.role = Some(role_field(role)?);
+    }
+    if let Some(password) = b.password {
+        password_field("password", &password)?;
+        update.password_hash = Some(hash_password_blocking(password).await?);
+    }
+    let demoted = update.role.is_some_and(|r| r != Role::Admin) || update.disabled == Some(true);
+    if demoted {
+        keep_an_admin(&state, &caller, &target).await?;
+    }
+    let user = state.store.update_user(caller.org, id, &update, now_ms()).await?.ok_or_else(|| not_found("user"))?;
+    if update.password_hash.is_some() || update.disabled == Some(true) {
+        let keep = match &caller.principal {
+            Principal::Session { user, token_hash, .. } if user.id == id => Some(token_hash.as_str()),
+            _ => None,
+        };
+        state.store.delete_sessions_of(id, keep).await?;
+    }
+    state.key_cache.clear();
+    Ok(Json(user.into()))
+}
+
+/// `DELETE /api/v1/users/{id}` (admin): ends the user's sessions and revokes their keys.
+pub async fn delete_user(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<StatusCode> {
+    caller.require(Scope::Admin)?;
+    let target = state.store.user(caller.org, id).await?.ok_or_else(|| not_found("user"))?;
+    if caller.user().map(|u| u.id) == Some(id) {
+        return Err(ApiError::Conflict("you cannot delete yourself".into()));
+    }
+    keep_an_admin(&state, &caller, &target).await?;
+    if !state.store.delete_user(caller.org, id, now_ms()).await? {
+        return Err(not_found("user"));
+    }
+    state.key_cache.clear();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- teams ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TeamBody {
+    pub name: String,
+}
+
+/// `GET /api/v1/teams` (read).
+pub async fn list_teams(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<TeamView>>> {
+    caller.require(Scope::Read)?;
+    Ok(Json(state.store.teams(caller.org).await?.into_iter().map(TeamView::from).collect()))
+}
+
+/// `POST /api/v1/teams` `{"name"}` (admin).
+pub async fn create_team(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<TeamView>)> {
+    caller.require(Scope::Admin)?;
+    let b: TeamBody = parse(&headers, &body)?;
+    let name = team_name_field(&b.name)?;
+    let team = state
+        .store
+        .create_team(caller.org, &name, now_ms())
+        .await
+        .map_err(|e| conflict_or(e, "a team of that name exists"))?;
+    Ok((StatusCode::CREATED, Json(team.into())))
+}
+
+/// `GET /api/v1/teams/{id}` (read).
+pub async fn get_team(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<TeamView>> {
+    caller.require(Scope::Read)?;
+    Ok(Json(state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team"))?.into()))
+}
+
+/// `PUT /api/v1/teams/{id}` `{"name"}` (admin).
+pub async fn rename_team(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<TeamView>> {
+    caller.require(Scope::Admin)?;
+    let b: TeamBody = parse(&headers, &body)?;
+    let name = team_name_field(&b.name)?;
+    let team = state
+        .store
+        .rename_team(caller.org, id, &name)
+        .await
+        .map_err(|e| conflict_or(e, "a team of that name exists"))?
+        .ok_or_else(|| not_found("team"))?;
+    state.accounts.assignments_changed();
+    Ok(Json(team.into()))
+}
+
+/// `DELETE /api/v1/teams/{id}` (admin): its hosts, GPUs and keys are left without a team.
+pub async fn delete_team(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<StatusCode> {
+    caller.require(Scope::Admin)?;
+    if !state.store.delete_team(caller.org, id).await? {
+        return Err(not_found("team"));
+    }
+    state.accounts.assignments_changed();
+    state.key_cache.clear();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `PUT /api/v1/teams/{id}/members/{user_id}` (admin).
+pub async fn add_member(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, user)): Path<(i64, i64)>,
+) -> ApiResult<StatusCode> {
+    caller.require(Scope::Admin)?;
+    if !state.store.set_team_member(caller.org, team, user, true).await? {
+        return Err(not_found("team or user"));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `DELETE /api/v1/teams/{id}/members/{user_id}` (admin).
+pub async fn remove_member(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path((team, user)): Path<(i64, i64)>,
+) -> ApiResult<StatusCode> {
+    caller.require(Scope::Admin)?;
+    if !state.store.set_team_member(caller.org, team, user, false).await? {
+        return Err(not_found("team or user"));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+// ---- API keys ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NewKeyBody {
+    pub name: String,
+    pub scopes: Vec<String>,
+    #[serde(default)]
+    pub team_id: Option<i64>,
+}
+
+/// May the caller see and revoke this key: admins every key, others their own.
+fn may_manage(caller: &Caller, key: &ApiKeyInfo) -> bool {
+    caller.has(Scope::Admin) || (caller.user().is_some() && key.user_id.is_some() && key.user_id == caller.user_id())
+}
+
+/// `GET /api/v1/api-keys`: admins see every key of the organisation, users their own.
+pub async fn list_keys(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<KeyView>>> {
+    let keys = if caller.has(Scope::Admin) {
+        state.store.api_keys(caller.org, None).await?
+    } else if let Some(user) = caller.user() {
+        state.store.api_keys(caller.org, Some(user.id)).await?
+    } else {
+        return Err(ApiError::Forbidden(Scope::Admin.as_str()));
+    };
+    Ok(Json(keys.into_iter().map(KeyView::from).collect()))
+}
+
+/// `POST /api/v1/api-keys` `{"name", "scopes": ["ingest"|"read"|"admin"], "team_id"?}`:
+/// members (session) and admins; never more scopes than the caller holds. The answer is the
+/// only time the secret (`key`) is shown.
+pub async fn create_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<(StatusCode, Json<CreatedKeyView>)> {
+    match caller.role() {
+        Some(Role::Viewer) => return Err(ApiError::RoleForbidden { role: "viewer", needs: "member" }),
+        Some(_) => {}
+        None => caller.require(Scope::Admin)?,
+    }
+    let b: NewKeyBody = parse(&headers, &body)?;
+    let name = clean_name(&b.name, 100).ok_or_else(|| invalid("name", "1–100 characters"))?;
+    if b.scopes.is_empty() {
+        return Err(invalid("scopes", "at least one of ingest, read, admin"));
+    }
+    let mut scopes: Vec<Scope> = Vec::new();
+    for s in &b.scopes {
+        let scope = Scope::parse(s).ok_or_else(|| invalid("scopes", format!("{s:?}: one of ingest, read, admin")))?;
+        if !caller.has(scope) {
+            return Err(ApiError::Denied(format!("you cannot grant the `{s}` scope")));
+        }
+        if !scopes.contains(&scope) {
+            scopes.push(scope);
+        }
+    }
+    team_in_org(&state, &caller, b.team_id).await?;
+    let secret = new_api_key();
+    let prefix: String = secret.chars().take(12).collect();
+    let key_hash = hash_api_key(&secret);
+    let key = NewApiKey {
+        org_id: caller.org,
+        name: &name,
+        prefix: &prefix,
+        key_hash: &key_hash,
+        scopes: &scopes,
+        created_ms: now_ms(),
+    };
+    let info = state.store.create_api_key(key, caller.user_id(), b.team_id).await?;
+    Ok((StatusCode::CREATED, Json(CreatedKeyView { view: info.into(), key: secret })))
+}
+
+/// `GET /api/v1/api-keys/{id}`: admins, or the key's owner.
+pub async fn get_key(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<KeyView>> {
+    let key = state
+        .store
+        .api_key(caller.org, id)
+        .await?
+        .filter(|k| may_manage(&caller, k))
+        .ok_or_else(|| not_found("API key"))?;
+    Ok(Json(key.into()))
+}
+
+/// `DELETE /api/v1/api-keys/{id}`: revokes the key (admins, or its owner); the key answers 401
+/// from then on. Returns the revoked key.
+pub async fn revoke_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<KeyView>> {
+    state
+        .store
+        .api_key(caller.org, id)
+        .await?
+        .filter(|k| may_manage(&caller, k))
+        .ok_or_else(|| not_found("API key"))?;
+    let key = state.store.revoke_api_key(caller.org, id, now_ms()).await?.ok_or_else(|| not_found("API key"))?;
+    state.key_cache.clear();
+    Ok(Json(key.into()))
+}
+
+// ---- hosts and GPUs ----
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AssignBody {
+    /// The team, or null to clear the assignment.
+    pub team_id: Option<i64>,
+}
+
+/// `GET /api/v1/hosts` (read): hosts, their GPUs and teams.
+pub async fn list_hosts(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<HostView>>> {
+    caller.require(Scope::Read)?;
+    Ok(Json(state.store.hosts(caller.org).await?.into_iter().map(HostView::from).collect()))
+}
+
+fn assigned(outcome: Assigned, what: &str) -> ApiResult<()> {
+    match outcome {
+        Assigned::Done => Ok(()),
+        Assigned::NoTarget => Err(not_found(what)),
+        Assigned::NoTeam => Err(not_found("team")),
+    }
+}
+
+/// `PUT /api/v1/hosts/{host}/team` `{"team_id": id|null}` (admin): the host's GPUs, now and
+/// later, belong to the team (unless a GPU is assigned on its own).
+pub async fn assign_host(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(host): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<HostView>> {
+    caller.require(Scope::Admin)?;
+    let b: AssignBody = parse(&headers, &body)?;
+    assigned(state.store.set_host_team(caller.org, &host, b.team_id, now_ms()).await?, "host")?;
+    state.accounts.assignments_changed();
+    let view =
+        state.store.hosts(caller.org).await?.into_iter().find(|h| h.host == host).ok_or_else(|| not_found("host"))?;
+    Ok(Json(view.into()))
+}
+
+/// `PUT /api/v1/gpus/{uuid}/team` `{"team_id": id|null}` (admin): this GPU's team, above its
+/// host's; null returns it to its host's.
+pub async fn assign_gpu(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(uuid): Path<String>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<GpuTeamView>> {
+    caller.require(Scope::Admin)?;
+    let b: AssignBody = parse(&headers, &body)?;
+    assigned(state.store.set_gpu_team(caller.org, &uuid, b.team_id).await?, "GPU")?;
+    state.accounts.assignments_changed();
+    let view = state
+        .store
+        .gpu_teams(caller.org)
+        .await?
+        .into_iter()
+        .find(|g| g.uuid == uuid)
+        .ok_or_else(|| not_found("GPU"))?;
+    Ok(Json(view.into()))
+}

@@ -1,0 +1,800 @@
+//! Alerting API: `/api/v1/alert-rules`, `/api/v1/notification-channels`, `/api/v1/alerts`,
+//! `/api/v1/silences` and the delivery log. Reading needs the `read` scope; changing rules,
+//! channels and silences needs `admin` (channel URLs are secrets, so reading them does too).
+//!
+//! A condition that does not parse is a 422 whose error names the field (`condition`), the
+//! 0-based character `position` and the 1-based `column`, with a caret line in the message.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use fleetlens_core::WorkloadState;
+use fleetlens_core::rules::payload::format_rfc3339_ms;
+use fleetlens_core::rules::{Condition, FIELDS, Matchers, RuleError, RuleSpec, SEVERITIES};
+use fleetlens_store::alerts::{
+    AlertFilter, AlertRecord, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
+    NewNotification, NewSilence, OutboxRecord, SilenceRecord, Written,
+};
+use fleetlens_store::{OrgId, Scope, Store, StoreError};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+use crate::alerts::engine::new_rule;
+use crate::alerts::render::{self, AlertDetails, KINDS, SLACK_MIN_INTERVAL_MS};
+use crate::auth::Caller;
+use crate::error::ApiError;
+use crate::state::AppState;
+use crate::time::{now_ms, parse_query_time};
+
+/// Errors of this API: the server's, plus condition errors with a position, and conflicts.
+#[derive(Debug)]
+pub enum AlertsError {
+    Api(ApiError),
+    Rule(RuleError),
+    Conflict(String),
+}
+
+impl From<ApiError> for AlertsError {
+    fn from(e: ApiError) -> Self {
+        AlertsError::Api(e)
+    }
+}
+
+impl From<StoreError> for AlertsError {
+    fn from(e: StoreError) -> Self {
+        AlertsError::Api(ApiError::Store(e))
+    }
+}
+
+impl IntoResponse for AlertsError {
+    fn into_response(self) -> Response {
+        match self {
+            AlertsError::Api(e) => e.into_response(),
+            AlertsError::Rule(e) => {
+                let mut detail = json!({"code": "validation_failed", "message": e.to_string(), "field": e.field});
+                if let Some(p) = e.position {
+                    detail["position"] = json!(p);
+                    detail["column"] = json!(p + 1);
+                }
+                (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "error": detail }))).into_response()
+            }
+            AlertsError::Conflict(message) => {
+                (StatusCode::CONFLICT, Json(json!({"error": {"code": "conflict", "message": message}}))).into_response()
+            }
+        }
+    }
+}
+
+type Res<T> = Result<T, AlertsError>;
+
+fn invalid(field: &str, message: impl Into<String>) -> AlertsError {
+    AlertsError::Api(ApiError::Unprocessable { field: field.into(), message: message.into() })
+}
+
+fn not_found(what: &str) -> AlertsError {
+    AlertsError::Api(ApiError::NotFound(format!("no such {what} in this organisation")))
+}
+
+/// A JSON body, with the path of a bad value in the error.
+fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        AlertsError::Api(ApiError::InvalidJson { path: (path != "." && !path.is_empty()).then_some(path), message })
+    })
+}
+
+// ---------------------------------------------------------------------------------------------
+// Rules
+
+#[derive(Debug, Serialize)]
+pub struct RuleView {
+    pub id: i64,
+    pub name: String,
+    pub condition: String,
+    pub for_s: i64,
+    pub keep_firing_for_s: i64,
+    pub repeat_interval_s: i64,
+    pub severity: String,
+    pub labels: BTreeMap<String, String>,
+    pub description: String,
+    pub advice: String,
+    pub channels: Vec<i64>,
+    pub enabled: bool,
+    /// Key of the shipped rule this started as (null for a rule a user wrote).
+    pub builtin: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+impl From<AlertRuleRecord> for RuleView {
+    fn from(r: AlertRuleRecord) -> Self {
+        RuleView {
+            id: r.id,
+            name: r.name,
+            condition: r.condition,
+            for_s: r.for_s,
+            keep_firing_for_s: r.keep_firing_for_s,
+            repeat_interval_s: r.repeat_interval_s,
+            severity: r.severity,
+            labels: r.labels,
+            description: r.description,
+            advice: r.advice,
+            channels: r.channels,
+            enabled: r.enabled,
+            builtin: r.builtin,
+            created_ms: r.created_ms,
+            updated_ms: r.updated_ms,
+        }
+    }
+}
+
+/// `POST` takes these (name and condition required); `PUT` changes the fields it names.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RuleBody {
+    pub name: Option<String>,
+    pub condition: Option<String>,
+    pub for_s: Option<i64>,
+    pub keep_firing_for_s: Option<i64>,
+    pub repeat_interval_s: Option<i64>,
+    pub severity: Option<String>,
+    pub labels: Option<BTreeMap<String, String>>,
+    pub description: Option<String>,
+    pub advice: Option<String>,
+    pub channels: Option<Vec<i64>>,
+    pub enabled: Option<bool>,
+}
+
+async fn seed(state: &AppState, org: OrgId) -> Res<()> {
+    state.alerts.ensure_default_rules(org).await?;
+    Ok(())
+}
+
+async fn check_channels(store: &dyn Store, org: OrgId, ids: &[i64]) -> Res<()> {
+    let known: Vec<i64> = store.notification_channels(org).await?.into_iter().map(|c| c.id).collect();
+    if let Some(bad) = ids.iter().find(|id| !known.contains(id)) {
+        return Err(invalid("channels", format!("no notification channel {bad} in this organisation")));
+    }
+    Ok(())
+}
+
+fn merge(base: RuleSpec, b: RuleBody) -> (RuleSpec, Option<Vec<i64>>, Option<bool>) {
+    let spec = RuleSpec {
+        name: b.name.unwrap_or(base.name),
+        condition: b.condition.unwrap_or(base.condition),
+        for_s: b.for_s.unwrap_or(base.for_s),
+        keep_firing_for_s: b.keep_firing_for_s.unwrap_or(base.keep_firing_for_s),
+        repeat_interval_s: b.repeat_interval_s.unwrap_or(base.repeat_interval_s),
+        severity: b.severity.unwrap_or(base.severity),
+        labels: b.labels.unwrap_or(base.labels),
+        description: b.description.unwrap_or(base.description),
+        advice: b.advice.unwrap_or(base.advice),
+    };
+    (spec, b.channels, b.enabled)
+}
+
+pub async fn list_rules(State(state): State<AppState>, caller: Caller) -> Res<Json<Value>> {
+    caller.require(Scope::Read)?;
+    seed(&state, caller.org).await?;
+    let rules: Vec<RuleView> = state.store.alert_rules(caller.org).await?.into_iter().map(RuleView::from).collect();
+    Ok(Json(json!({ "rules": rules })))
+}
+
+pub async fn create_rule(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> Res<(StatusCode, Json<RuleView>)> {
+    caller.require(Scope::Admin)?;
+    let b: RuleBody = parse_body(&body)?;
+    if b.name.is_none() {
+        return Err(invalid("name", "required"));
+    }
+    if b.condition.is_none() {
+        return Err(invalid("condition", "required: e.g. `gpu_util_pct >= 80 && sm_active_pct < 30`"));
+    }
+    let base = RuleSpec {
+        name: String::new(),
+        condition: String::new(),
+        for_s: 0,
+        keep_firing_for_s: 0,
+        repeat_interval_s: fleetlens_core::rules::defaults::DEFAULT_REPEAT_S,
+        severity: "warning".into(),
+        labels: BTreeMap::new(),
+        description: String::new(),
+        advice: String::new(),
+    };
+    let (spec, channels, enabled) = merge(base, b);
+    spec.validate().map_err(AlertsError::Rule)?;
+    let channels = channels.unwrap_or_default();
+    check_channels(state.store.as_ref(), caller.org, &channels).await?;
+    let rule = new_rule(&spec, channels, enabled.unwrap_or(true));
+    seed(&state, caller.org).await?;
+    let stored = state
+        .store
+        .insert_alert_rule(caller.org, &rule, now_ms())
+        .await?
+        .ok_or_else(|| AlertsError::Conflict(format!("a rule named {:?} exists", rule.name)))?;
+    state.alerts.wake_engine();
+    Ok((StatusCode::CREATED, Json(stored.into())))
+}
+
+pub async fn get_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<RuleView>> {
+    caller.require(Scope::Read)?;
+    let r = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
+    Ok(Json(r.into()))
+}
+
+pub async fn put_rule(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Res<Json<RuleView>> {
+    caller.require(Scope::Admin)?;
+    let b: RuleBody = parse_body(&body)?;
+    let current = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
+    let base = RuleSpec {
+        name: current.name.clone(),
+        condition: current.condition.clone(),
+        for_s: current.for_s,
+        keep_firing_for_s: current.keep_firing_for_s,
+        repeat_interval_s: current.repeat_interval_s,
+        severity: current.severity.clone(),
+        labels: current.labels.clone(),
+        description: current.description.clone(),
+        advice: current.advice.clone(),
+    };
+    let (spec, channels, enabled) = merge(base, b);
+    spec.validate().map_err(AlertsError::Rule)?;
+    let channels = channels.unwrap_or(current.channels);
+    check_channels(state.store.as_ref(), caller.org, &channels).await?;
+    let rule = new_rule(&spec, channels, enabled.unwrap_or(current.enabled));
+    let out = match state.store.update_alert_rule(caller.org, id, &rule, now_ms()).await? {
+        Written::Done(r) => r,
+        Written::NotFound => return Err(not_found("alert rule")),
+        Written::NameTaken => return Err(AlertsError::Conflict(format!("a rule named {:?} exists", rule.name))),
+    };
+    state.alerts.wake_engine();
+    Ok(Json(out.into()))
+}
+
+pub async fn delete_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
+    caller.require(Scope::Admin)?;
+    if !state.store.delete_alert_rule(caller.org, id).await? {
+        return Err(not_found("alert rule"));
+    }
+    // The engine resolves the rule's open alerts on its next cycle.
+    state.alerts.wake_engine();
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `GET /api/v1/alert-rules/fields`: what a condition can read.
+pub async fn rule_fields(caller: Caller) -> Res<Json<Value>> {
+    caller.require(Scope::Read)?;
+    Ok(Json(json!({
+        "fields": FIELDS,
+        "states": WorkloadState::ALL.map(|s| s.as_str()),
+        "severities": SEVERITIES,
+        "operators": ["&&", "||", "!", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "(", ")"],
+    })))
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CheckBody {
+    pub condition: String,
+}
+
+/// `POST /api/v1/alert-rules/check`: parse a condition without storing anything.
+pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<Value>> {
+    caller.require(Scope::Read)?;
+    let b: CheckBody = parse_body(&body)?;
+    let c = Condition::parse(&b.condition).map_err(|e| {
+        AlertsError::Rule(RuleError {
+            field: "condition",
+            message: format!("{e}\n{}", e.pointer(&b.condition)),
+            position: Some(e.position),
+        })
+    })?;
+    Ok(Json(json!({"ok": true, "fields": c.fields()})))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Channels
+
+#[derive(Debug, Serialize)]
+pub struct ChannelView {
+    pub id: i64,
+    pub name: String,
+    pub kind: String,
+    pub url: String,
+    /// Rules without channels of their own notify the default channels.
+    pub default: bool,
+    pub min_interval_ms: i64,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+impl From<ChannelRecord> for ChannelView {
+    fn from(c: ChannelRecord) -> Self {
+        ChannelView {
+            id: c.id,
+            name: c.name,
+            kind: c.kind,
+            url: c.url,
+            default: c.is_default,
+            min_interval_ms: c.min_interval_ms,
+            created_ms: c.created_ms,
+            updated_ms: c.updated_ms,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ChannelBody {
+    pub name: Option<String>,
+    pub kind: Option<String>,
+    pub url: Option<String>,
+    pub default: Option<bool>,
+    pub min_interval_ms: Option<i64>,
+}
+
+fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChannel> {
+    let name = b.name.or_else(|| current.map(|c| c.name.clone())).ok_or_else(|| invalid("name", "required"))?;
+    let name = name.trim().to_string();
+    if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
+        return Err(invalid("name", "1–200 printable characters"));
+    }
+    let kind = b.kind.or_else(|| current.map(|c| c.kind.clone())).ok_or_else(|| invalid("kind", "required"))?;
+    if !KINDS.contains(&kind.as_str()) {
+        return Err(invalid("kind", format!("one of {}", KINDS.join(", "))));
+    }
+    let url = b.url.or_else(|| current.map(|c| c.url.clone())).ok_or_else(|| invalid("url", "required"))?;
+    let parsed = reqwest::Url::parse(url.trim()).map_err(|e| invalid("url", format!("not a URL: {e}")))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
+        return Err(invalid("url", "must be an http:// or https:// URL"));
+    }
+    let default_interval = if kind == "slack" { SLACK_MIN_INTERVAL_MS } else { 0 };
+    let min_interval_ms = b
+        .min_interval_ms
+        .or_else(|| current.filter(|c| c.kind == kind).map(|c| c.min_interval_ms))
+        .unwrap_or(default_interval);
+    if !(0..=3_600_000).contains(&min_interval_ms) {
+        return Err(invalid("min_interval_ms", "0–3600000"));
+    }
+    let is_default = b.default.or_else(|| current.map(|c| c.is_default)).unwrap_or(false);
+    Ok(NewChannel { name, kind, url: url.trim().to_string(), is_default, min_interval_ms })
+}
+
+pub async fn list_channels(State(state): State<AppState>, caller: Caller) -> Res<Json<Value>> {
+    caller.require(Scope::Admin)?;
+    let list: Vec<ChannelView> =
+        state.store.notification_channels(caller.org).await?.into_iter().map(ChannelView::from).collect();
+    Ok(Json(json!({ "channels": list })))
+}
+
+pub async fn create_channel(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> Res<(StatusCode, Json<ChannelView>)> {
+    caller.require(Scope::Admin)?;
+    let spec = channel_spec(parse_body(&body)?, None)?;
+    let c = state
+        .store
+        .insert_notification_channel(caller.org, &spec, now_ms())
+        .await?
+        .ok_or_else(|| AlertsError::Conflict(format!("a channel named {:?} exists", spec.name)))?;
+    Ok((StatusCode::CREATED, Json(c.into())))
+}
+
+pub async fn get_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<ChannelView>> {
+    caller.require(Scope::Admin)?;
+    let c = state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
+    Ok(Json(c.into()))
+}
+
+pub async fn put_channel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+    body: Bytes,
+) -> Res<Json<ChannelView>> {
+    caller.require(Scope::Admin)?;
+    let current =
+        state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
+    let spec = channel_spec(parse_body(&body)?, Some(&current))?;
+    match state.store.update_notification_channel(caller.org, id, &spec, now_ms()).await? {
+        Written::Done(c) => Ok(Json(c.into())),
+        Written::NotFound => Err(not_found("notification channel")),
+        Written::NameTaken => Err(AlertsError::Conflict(format!("a channel named {:?} exists", spec.name))),
+    }
+}
+
+pub async fn delete_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
+    caller.require(Scope::Admin)?;
+    if !state.store.delete_notification_channel(caller.org, id, now_ms()).await? {
+        return Err(not_found("notification channel"));
+    }
+    Ok(StatusCode::NO_CONTENT)
+}
+
+/// `POST /api/v1/notification-channels/{id}/test`: send a test message through the outbox
+/// (so rate limit, retries and the delivery log apply) and wait up to 15 s for the first
+/// attempt's outcome.
+pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Response> {
+    caller.require(Scope::Admin)?;
+    let c = state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
+    let now = now_ms();
+    let n = render::test_notification(&c, &state.alerts.ctx().public_url, now);
+    let note =
+        NewNotification { channel_id: c.id, kind: "test".into(), seq: now, payload: render::test_payload(&c, &n, now) };
+    let message_id = state
+        .store
+        .enqueue_notification(caller.org, None, &note, now)
+        .await?
+        .ok_or_else(|| AlertsError::Conflict("a test message was just sent; try again".into()))?;
+    state.alerts.wake_outbox();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let m = state.store.outbox_message(caller.org, message_id).await?.ok_or_else(|| not_found("message"))?;
+        let settled = m.attempts > 0 && m.status != "sending";
+        if settled || tokio::time::Instant::now() >= deadline {
+            let status = if m.status == "delivered" { StatusCode::OK } else { StatusCode::ACCEPTED };
+            let body = json!({
+                "message_id": m.id,
+                "delivered": m.status == "delivered",
+                "status": m.status,
+                "attempts": m.attempts,
+                "status_code": m.last_status_code,
+                "error": m.last_error,
+            });
+            return Ok((status, Json(body)).into_response());
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Alerts
+
+#[derive(Debug, Serialize)]
+pub struct AlertView {
+    pub id: i64,
+    pub rule_id: i64,
+    pub rule_name: String,
+    pub severity: String,
+    /// `pending`, `firing` or `resolved`.
+    pub status: String,
+    /// Notifications were held back by a silence.
+    pub silenced: bool,
+    pub silenced_by: Option<i64>,
+    pub gpu: String,
+    pub host: String,
+    pub team: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub fingerprint: String,
+    pub active_since_ms: i64,
+    pub fired_at_ms: Option<i64>,
+    pub resolved_at_ms: Option<i64>,
+    pub starts_at: Option<String>,
+    pub ends_at: Option<String>,
+    pub summary: String,
+    pub condition: String,
+    /// The condition's fields and their values when it fired.
+    pub values: Vec<fleetlens_core::rules::MatchedValue>,
+    pub state: Option<String>,
+    pub advice: String,
+    /// The firing notification went out.
+    pub notified: bool,
+    pub notified_channels: Vec<i64>,
+    pub resolved_reason: Option<String>,
+}
+
+impl From<AlertRecord> for AlertView {
+    fn from(a: AlertRecord) -> Self {
+        let d = AlertDetails::of(&a);
+        AlertView {
+            id: a.id,
+            rule_id: a.rule_id,
+            rule_name: a.rule_name,
+            severity: a.severity,
+            status: a.status.as_str().to_string(),
+            silenced: a.silenced_by.is_some(),
+            silenced_by: a.silenced_by,
+            gpu: a.labels.get("gpu").cloned().unwrap_or(a.gpu_uuid),
+            host: a.labels.get("host").cloned().unwrap_or(a.host),
+            team: d.team,
+            labels: a.labels,
+            fingerprint: a.fingerprint,
+            active_since_ms: a.active_since_ms,
+            fired_at_ms: a.fired_at_ms,
+            resolved_at_ms: a.resolved_at_ms,
+            starts_at: a.fired_at_ms.map(format_rfc3339_ms),
+            ends_at: a.resolved_at_ms.map(format_rfc3339_ms),
+            summary: a.summary,
+            condition: d.condition,
+            values: d.values,
+            state: d.state,
+            advice: d.advice,
+            notified: a.notified_firing,
+            notified_channels: d.notified_channels,
+            resolved_reason: d.resolved_reason,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct AlertQuery {
+    pub status: Option<String>,
+    pub rule_id: Option<i64>,
+    pub gpu: Option<String>,
+    pub before: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+pub async fn list_alerts(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<AlertQuery>,
+) -> Res<Json<Value>> {
+    caller.require(Scope::Read)?;
+    let statuses = match q.status.as_deref().map(str::trim).unwrap_or("all") {
+        "all" | "" => vec![],
+        "open" => vec![AlertStatus::Pending, AlertStatus::Firing],
+        s => match AlertStatus::parse(s) {
+            Some(st) => vec![st],
+            None => return Err(invalid("status", "one of firing, resolved, pending, open, all")),
+        },
+    };
+    let limit = q.limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(invalid("limit", "1–1000"));
+    }
+    let filter = AlertFilter { statuses, rule_id: q.rule_id, gpu_uuid: q.gpu, before_id: q.before, limit };
+    let alerts: Vec<AlertView> =
+        state.store.alerts(caller.org, &filter).await?.into_iter().map(AlertView::from).collect();
+    Ok(Json(json!({ "alerts": alerts })))
+}
+
+#[derive(Debug, Serialize)]
+pub struct OutboxView {
+    pub id: i64,
+    pub channel_id: i64,
+    pub kind: String,
+    pub seq: i64,
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_ms: i64,
+    pub last_error: Option<String>,
+    pub last_status_code: Option<i64>,
+    pub created_ms: i64,
+    pub delivered_ms: Option<i64>,
+}
+
+impl From<OutboxRecord> for OutboxView {
+    fn from(m: OutboxRecord) -> Self {
+        OutboxView {
+            id: m.id,
+            channel_id: m.channel_id,
+            kind: m.kind,
+            seq: m.seq,
+            status: m.status,
+            attempts: m.attempts,
+            next_attempt_ms: m.next_attempt_ms,
+            last_error: m.last_error,
+            last_status_code: m.last_status_code,
+            created_ms: m.created_ms,
+            delivered_ms: m.delivered_ms,
+        }
+    }
+}
+
+#[derive(Debug, Serialize)]
+pub struct DeliveryView {
+    pub id: i64,
+    pub message_id: Option<i64>,
+    pub alert_id: Option<i64>,
+    pub channel_id: i64,
+    pub kind: String,
+    pub attempt: i64,
+    pub at_ms: i64,
+    /// `delivered`, `retry`, `failed`, `suppressed` (a silence held it back) or `lease_lost`.
+    pub outcome: String,
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+impl From<DeliveryRecord> for DeliveryView {
+    fn from(d: DeliveryRecord) -> Self {
+        DeliveryView {
+            id: d.id,
+            message_id: d.outbox_id,
+            alert_id: d.alert_id,
+            channel_id: d.channel_id,
+            kind: d.kind,
+            attempt: d.attempt,
+            at_ms: d.at_ms,
+            outcome: d.outcome,
+            status_code: d.status_code,
+            error: d.error,
+            duration_ms: d.duration_ms,
+        }
+    }
+}
+
+pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<Value>> {
+    caller.require(Scope::Read)?;
+    let a = state.store.alert(caller.org, id).await?.ok_or_else(|| not_found("alert"))?;
+    let messages: Vec<OutboxView> =
+        state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(OutboxView::from).collect();
+    let filter = DeliveryFilter { alert_id: Some(id), limit: 200, ..Default::default() };
+    let deliveries: Vec<DeliveryView> =
+        state.store.deliveries(caller.org, &filter).await?.into_iter().map(DeliveryView::from).collect();
+    let mut v = serde_json::to_value(AlertView::from(a)).unwrap_or(Value::Null);
+    v["messages"] = json!(messages);
+    v["deliveries"] = json!(deliveries);
+    Ok(Json(v))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct DeliveryQuery {
+    pub channel_id: Option<i64>,
+    pub alert_id: Option<i64>,
+    pub limit: Option<i64>,
+}
+
+/// `GET /api/v1/notification-deliveries?channel_id=&alert_id=&limit=`: the delivery log.
+pub async fn list_deliveries(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<DeliveryQuery>,
+) -> Res<Json<Value>> {
+    caller.require(Scope::Read)?;
+    deliveries(&state, caller.org, q.channel_id, q.alert_id, q.limit).await
+}
+
+/// `GET /api/v1/notification-channels/{id}/deliveries`.
+pub async fn channel_deliveries(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+    Query(q): Query<DeliveryQuery>,
+) -> Res<Json<Value>> {
+    caller.require(Scope::Read)?;
+    state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
+    deliveries(&state, caller.org, Some(id), q.alert_id, q.limit).await
+}
+
+async fn deliveries(
+    state: &AppState,
+    org: OrgId,
+    channel_id: Option<i64>,
+    alert_id: Option<i64>,
+    limit: Option<i64>,
+) -> Res<Json<Value>> {
+    let limit = limit.unwrap_or(100);
+    if !(1..=1000).contains(&limit) {
+        return Err(invalid("limit", "1–1000"));
+    }
+    let filter = DeliveryFilter { channel_id, alert_id, limit };
+    let list: Vec<DeliveryView> =
+        state.store.deliveries(org, &filter).await?.into_iter().map(DeliveryView::from).collect();
+    Ok(Json(json!({ "deliveries": list })))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Silences
+
+#[derive(Debug, Serialize)]
+pub struct SilenceView {
+    pub id: i64,
+    pub matchers: Matchers,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub starts_at: String,
+    pub ends_at: String,
+    pub comment: String,
+    pub created_by: String,
+    pub active: bool,
+    pub created_ms: i64,
+}
+
+impl SilenceView {
+    fn of(s: SilenceRecord, now: i64) -> Self {
+        SilenceView {
+            id: s.id,
+            active: s.starts_at_ms <= now && now < s.ends_at_ms,
+            starts_at: format_rfc3339_ms(s.starts_at_ms),
+            ends_at: format_rfc3339_ms(s.ends_at_ms),
+            matchers: s.matchers,
+            starts_at_ms: s.starts_at_ms,
+            ends_at_ms: s.ends_at_ms,
+            comment: s.comment,
+            created_by: s.created_by,
+            created_ms: s.created_ms,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SilenceBody {
+    pub matchers: Matchers,
+    /// RFC 3339 text or Unix milliseconds; default now.
+    pub starts_at: Option<Value>,
+    pub ends_at: Value,
+    #[serde(default)]
+    pub comment: String,
+    #[serde(default)]
+    pub created_by: Option<String>,
+}
+
+fn time_value(name: &str, v: &Value) -> Res<i64> {
+    match v {
+        Value::Number(n) => n.as_i64().ok_or_else(|| invalid(name, "must be whole Unix milliseconds")),
+        Value::String(s) => Ok(parse_query_time(name, s)?),
+        _ => Err(invalid(name, "must be RFC 3339 text or Unix milliseconds")),
+    }
+}
+
+pub async fn create_silence(
+    State(state): State<AppState>,
+    caller: Caller,
+    body: Bytes,
+) -> Res<(StatusCode, Json<SilenceView>)> {
+    caller.require(Scope::Admin)?;
+    let b: SilenceBody = parse_body(&body)?;
+    if b.matchers.is_empty() {
+        return Err(invalid(
+            "matchers",
+            "at least one of rule, host, gpu, team, severity (an empty silence would mute everything)",
+        ));
+    }
+    let now = now_ms();
+    let starts = b.starts_at.as_ref().map(|v| time_value("starts_at", v)).transpose()?.unwrap_or(now);
+    let ends = time_value("ends_at", &b.ends_at)?;
+    if ends <= starts {
+        return Err(invalid("ends_at", "must be after starts_at"));
+    }
+    if ends <= now {
+        return Err(invalid("ends_at", "must be in the future"));
+    }
+    if b.comment.chars().count() > 2000 {
+        return Err(invalid("comment", "at most 2000 characters"));
+    }
+    let created_by = b.created_by.unwrap_or_else(|| caller.key.name.clone());
+    let s = NewSilence { matchers: b.matchers, starts_at_ms: starts, ends_at_ms: ends, comment: b.comment, created_by };
+    let stored = state.store.insert_silence(caller.org, &s, now).await?;
+    state.alerts.wake_engine();
+    Ok((StatusCode::CREATED, Json(SilenceView::of(stored, now))))
+}
+
+pub async fn list_silences(State(state): State<AppState>, caller: Caller) -> Res<Json<Value>> {
+    caller.require(Scope::Read)?;
+    let now = now_ms();
+    let list: Vec<SilenceView> =
+        state.store.silences(caller.org).await?.into_iter().map(|s| SilenceView::of(s, now)).collect();
+    Ok(Json(json!({ "silences": list })))
+}
+
+/// `DELETE /api/v1/silences/{id}`: end the silence now (it stays listed, expired).
+pub async fn delete_silence(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
+    caller.require(Scope::Admin)?;
+    if !state.store.expire_silence(caller.org, id, now_ms()).await? {
+        return Err(not_found("silence"));
+    }
+    state.alerts.wake_engine();
+    Ok(StatusCode::NO_CONTENT)
+}

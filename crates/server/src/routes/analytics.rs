@@ -1,0 +1,283 @@
+//! Workload states, the fleet summary, and the settings the analytics use (prices,
+//! classifier thresholds).
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use fleetlens_api::{FleetSummary, StateWindow};
+use fleetlens_core::{PriceTable, Resolution, Thresholds};
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fleetlens_store::{OrgId, Scope, Store};
+use serde::{Deserialize, Serialize};
+
+use crate::analytics::{self, MINUTE_MS, summary};
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::gpus::{RangeQuery, range};
+use crate::state::AppState;
+use crate::time::now_ms;
+
+/// At most this many windows per states request.
+const MAX_WINDOWS: i64 = 20_000;
+/// Raw-sample windows (not a multiple of a minute) read at most this many samples.
+const MAX_RAW_SAMPLES: u32 = 500_000;
+const DAY_MS: i64 = 86_400_000;
+
+#[derive(Debug, Deserialize)]
+pub struct StatesQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub window_s: Option<String>,
+}
+
+pub async fn states(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(uuid): Path<String>,
+    Query(q): Query<StatesQuery>,
+) -> ApiResult<Json<Vec<StateWindow>>> {
+    caller.require(Scope::Read)?;
+    let th = analytics::thresholds(state.store.as_ref(), caller.org).await?;
+    let (from_ms, to_ms) = range(&RangeQuery { from: q.from.clone(), to: q.to.clone(), limit: None })?;
+    let window_s: i64 = match &q.window_s {
+        None => i64::from(th.window_s),
+        Some(w) => w.trim().parse().ok().filter(|w| (1..=31 * 86_400).contains(w)).ok_or_else(|| {
+            ApiError::Unprocessable { field: "window_s".into(), message: "must be whole seconds, 1 to 2678400".into() }
+        })?,
+    };
+    let window_ms = window_s * 1000;
+    if (to_ms - from_ms) / window_ms > MAX_WINDOWS {
+        return Err(ApiError::Unprocessable {
+            field: "window_s".into(),
+            message: format!("more than {MAX_WINDOWS} windows: widen window_s or narrow from/to"),
+        });
+    }
+    let gpu = state
+        .store
+        .gpu(caller.org, &uuid)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
+    // Windows start at the GPU's registration and end at the wall clock: nothing is reported
+    // for time before a GPU existed or after now.
+    let from_ms = from_ms.max(gpu.first_seen_ms);
+    let to_ms = to_ms.min(now_ms());
+    if from_ms >= to_ms {
+        return Ok(Json(Vec::new()));
+    }
+    let windows = if window_ms % MINUTE_MS == 0 {
+        let start = from_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
+        let buckets = state.store.rollups(gpu.id, Resolution::Minute, start, to_ms).await?;
+        analytics::states_from_minutes(&buckets, &gpu, from_ms, to_ms, window_ms, &th)
+    } else {
+        if to_ms - from_ms > DAY_MS {
+            return Err(ApiError::Unprocessable {
+                field: "window_s".into(),
+                message: "windows that are not whole minutes read raw samples: ask for at most one day".into(),
+            });
+        }
+        // One interval's margin on each side, so the first and last windows know their neighbours.
+        let samples = state.store.samples(gpu.id, from_ms - 10_000, to_ms + 10_000, MAX_RAW_SAMPLES).await?;
+        analytics::states_from_samples(&samples, from_ms, to_ms, window_ms, &th)
+    };
+    Ok(Json(windows))
+}
+
+/// `GET /api/v1/fleet/summary?from=&to=&gpu=&host=&model=`: the filters narrow the summary
+/// to one GPU, one host or one GPU model.
+#[derive(Debug, Deserialize)]
+pub struct SummaryQuery {
+    /// A period ending now: `1h`, `24h`, `7d` or `30d` (instead of from/to). Summaries of such
+    /// periods are cached for a few seconds, so dashboards that poll them stay cheap.
+    pub range: Option<String>,
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub gpu: Option<String>,
+    pub host: Option<String>,
+    pub model: Option<String>,
+}
+
+pub async fn fleet_summary(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(mut sq): Query<SummaryQuery>,
+) -> ApiResult<Json<FleetSummary>> {
+    caller.require(Scope::Read)?;
+    let now = now_ms();
+    let cache_key = match &sq.range {
+        Some(r) => {
+            let span_ms = match r.as_str() {
+                "1h" => 3_600_000,
+                "24h" => 86_400_000,
+                "7d" => 7 * 86_400_000,
+                "30d" => 30 * 86_400_000,
+                other => {
+                    return Err(ApiError::Unprocessable {
+                        field: "range".into(),
+                        message: format!("{other:?}: use 1h, 24h, 7d or 30d, or from/to"),
+                    });
+                }
+            };
+            if sq.from.is_some() || sq.to.is_some() {
+                return Err(ApiError::Unprocessable {
+                    field: "range".into(),
+                    message: "give either range or from/to".into(),
+                });
+            }
+            let key = format!("{}|{r}|{:?}|{:?}|{:?}", caller.org, sq.gpu, sq.host, sq.model);
+            if let Some(hit) = state.summary_cache.get(&key) {
+                return Ok(Json(hit));
+            }
+            sq.from = Some((now - span_ms).to_string());
+            sq.to = Some(now.to_string());
+            Some(key)
+        }
+        None => None,
+    };
+    let q = RangeQuery { from: sq.from.clone(), to: sq.to.clone(), limit: None };
+    let q = RangeQuery { to: q.to.clone().or_else(|| Some(now.to_string())), ..q };
+    let (from_ms, to_ms) =
+        range(&RangeQuery { from: q.from.clone().or_else(|| Some((now - summary::WEEK_MS).to_string())), ..q })?;
+    let store = state.store.as_ref();
+    let th = analytics::thresholds(store, caller.org).await?;
+    let overrides = analytics::price_overrides(store, caller.org).await?;
+    let prices = overrides.as_ref().map_or_else(PriceTable::default, |o| PriceTable::default().with_overrides(o));
+    let price_source = match &overrides {
+        Some(_) => format!("organisation prices over defaults ({})", PriceTable::default().source),
+        None => PriceTable::default().source,
+    };
+    let mut gpus = store.gpu_identities(caller.org).await?;
+    gpus.retain(|g| {
+        sq.gpu.as_deref().is_none_or(|u| g.uuid == u)
+            && sq.host.as_deref().is_none_or(|h| g.host == h)
+            && sq.model.as_deref().is_none_or(|m| g.name.as_deref() == Some(m))
+    });
+    let period = read_credits(store, caller.org, from_ms, to_ms, now, gpus.len()).await?;
+    let week_from = now - summary::WEEK_MS;
+    let last_week = if (from_ms, to_ms.min(now)) == (week_from, now) {
+        period.clone()
+    } else {
+        read_credits(store, caller.org, week_from, now, now, gpus.len()).await?
+    };
+    let peak_mem: HashMap<i64, i64> = store.org_peak_mem(caller.org, from_ms, to_ms).await?.into_iter().collect();
+    let jobs = store.jobs(caller.org, from_ms, to_ms).await?;
+    let result = summary::summarize(&summary::SummaryInput {
+        gpus: &gpus,
+        period: &period,
+        last_week: &last_week,
+        from_ms,
+        to_ms,
+        now_ms: now,
+        prices: &prices,
+        price_source,
+        thresholds: &th,
+        jobs: &jobs,
+        peak_mem: &peak_mem,
+    });
+    if let Some(key) = cache_key {
+        state.summary_cache.put(key, result.clone());
+    }
+    Ok(Json(result))
+}
+
+/// Summaries of relative periods (`range=`), kept for [`SUMMARY_TTL`].
+#[derive(Default)]
+pub struct SummaryCache {
+    entries: Mutex<HashMap<String, (Instant, FleetSummary)>>,
+}
+
+/// How stale a cached summary may be: well under a dashboard's polling interval × 2.
+pub const SUMMARY_TTL: Duration = Duration::from_secs(10);
+
+impl SummaryCache {
+    fn get(&self, key: &str) -> Option<FleetSummary> {
+        let entries = self.entries.lock().expect("summary cache lock");
+        entries.get(key).filter(|(at, _)| at.elapsed() < SUMMARY_TTL).map(|(_, s)| s.clone())
+    }
+
+    fn put(&self, key: String, summary: FleetSummary) {
+        let mut entries = self.entries.lock().expect("summary cache lock");
+        entries.retain(|_, (at, _)| at.elapsed() < SUMMARY_TTL);
+        entries.insert(key, (Instant::now(), summary));
+    }
+
+    /// Forget an organisation's summaries (its prices or thresholds changed).
+    pub fn invalidate(&self, org: OrgId) {
+        let prefix = format!("{org}|");
+        self.entries.lock().expect("summary cache lock").retain(|k, _| !k.starts_with(&prefix));
+    }
+}
+
+/// Hour credits of the whole hours, and minute credits of the partial edges when affordable.
+async fn read_credits(
+    store: &dyn Store,
+    org: OrgId,
+    from_ms: i64,
+    to_ms: i64,
+    now_ms: i64,
+    gpu_count: usize,
+) -> ApiResult<summary::Credits> {
+    let plan = summary::EdgePlan::new(from_ms, to_ms, now_ms, gpu_count);
+    let hour_from = from_ms.div_euclid(3_600_000) * 3_600_000;
+    let hours = store.org_credits(org, Resolution::Hour, hour_from, plan.end_ms).await?;
+    let mut minutes = Vec::new();
+    for (a, b) in plan.edge_ranges() {
+        minutes.extend(store.org_credits(org, Resolution::Minute, a, b).await?);
+    }
+    Ok(summary::Credits::new(hours, minutes, plan))
+}
+
+/// `GET /api/v1/prices`.
+#[derive(Debug, Serialize)]
+pub struct PricesView {
+    pub currency: String,
+    /// The shipped defaults: public on-demand list prices, labelled as such.
+    pub defaults: PriceTable,
+    /// The organisation's own prices, if set (they win over the defaults).
+    pub overrides: Option<PriceTable>,
+}
+
+pub async fn get_prices(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<PricesView>> {
+    caller.require(Scope::Read)?;
+    let defaults = PriceTable::default();
+    let overrides = analytics::price_overrides(state.store.as_ref(), caller.org).await?;
+    Ok(Json(PricesView { currency: defaults.currency.clone(), defaults, overrides }))
+}
+
+/// `PUT /api/v1/prices`: the organisation's prices, per GPU model (NVML name or model id).
+pub async fn put_prices(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(table): Json<PriceTable>,
+) -> ApiResult<Json<PricesView>> {
+    caller.require(Scope::Admin)?;
+    table
+        .validate()
+        .map_err(|e| ApiError::Unprocessable { field: format!("per_gpu_hour.{}", e.key), message: e.message })?;
+    let json = serde_json::to_string(&table).expect("prices serialize");
+    state.store.put_setting(caller.org, analytics::PRICES_KEY, &json, now_ms()).await?;
+    state.summary_cache.invalidate(caller.org);
+    get_prices(State(state), caller).await
+}
+
+pub async fn get_thresholds(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Thresholds>> {
+    caller.require(Scope::Read)?;
+    Ok(Json(analytics::thresholds(state.store.as_ref(), caller.org).await?))
+}
+
+/// `PUT /api/v1/settings/thresholds`: any subset of the classifier thresholds; the rest keep
+/// their defaults.
+pub async fn put_thresholds(
+    State(state): State<AppState>,
+    caller: Caller,
+    Json(th): Json<Thresholds>,
+) -> ApiResult<Json<Thresholds>> {
+    caller.require(Scope::Admin)?;
+    th.validate().map_err(|e| ApiError::Unprocessable { field: e.field.to_string(), message: e.message })?;
+    let json = serde_json::to_string(&th).expect("thresholds serialize");
+    state.store.put_setting(caller.org, analytics::THRESHOLDS_KEY, &json, now_ms()).await?;
+    state.classifier.set(caller.org, th.clone());
+    state.summary_cache.invalidate(caller.org);
+    Ok(Json(th))
+}

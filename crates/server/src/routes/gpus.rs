@@ -1,0 +1,204 @@
+//! `GET /api/v1/gpus` and `GET /api/v1/gpus/{uuid}/samples`.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use fleetlens_api::{GpuList, GpuSummary, SampleList, Series, SeriesPoint};
+use std::collections::HashMap;
+
+use fleetlens_core::Resolution;
+use fleetlens_store::{GpuRecord, LatestMinute, Scope};
+use serde::Deserialize;
+
+use crate::analytics;
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::time::{now_ms, parse_query_time};
+
+const DEFAULT_SAMPLE_LIMIT: u32 = 10_000;
+const MAX_SAMPLE_LIMIT: u32 = 100_000;
+const HOUR_MS: i64 = 3_600_000;
+
+pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<GpuList>> {
+    caller.require(Scope::Read)?;
+    let store = state.store.as_ref();
+    let th = analytics::thresholds(store, caller.org).await?;
+    let gpus = store.gpus(caller.org).await?;
+    let newest: HashMap<i64, LatestMinute> =
+        store.latest_minutes(caller.org).await?.into_iter().map(|m| (m.gpu_id, m)).collect();
+    let now = now_ms();
+    let gpus = gpus
+        .into_iter()
+        .map(|g| {
+            let state = analytics::current_state_name(&g, newest.get(&g.id), now, &th);
+            summary(g, state.as_str())
+        })
+        .collect();
+    Ok(Json(GpuList { gpus }))
+}
+
+/// `GET /api/v1/gpus/{uuid}`: one GPU, its current state and why.
+pub async fn detail(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(uuid): Path<String>,
+) -> ApiResult<Json<GpuDetail>> {
+    caller.require(Scope::Read)?;
+    let store = state.store.as_ref();
+    let th = analytics::thresholds(store, caller.org).await?;
+    let gpu = store
+        .gpu(caller.org, &uuid)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
+    let bucket_ms = Resolution::Minute.bucket_start(gpu.last_seen_ms);
+    let newest = store.rollups(gpu.id, Resolution::Minute, bucket_ms, bucket_ms + 1).await?;
+    let now = now_ms();
+    let c = analytics::current_state(&gpu, newest.first(), now, &th);
+    let current = analytics::state_window(newest.first().map_or(gpu.last_seen_ms, |b| b.bucket_ms), now, &c);
+    Ok(Json(GpuDetail { gpu: summary(gpu, c.state.as_str()), current }))
+}
+
+/// `GET /api/v1/gpus/{uuid}`.
+#[derive(Debug, serde::Serialize)]
+pub struct GpuDetail {
+    #[serde(flatten)]
+    pub gpu: GpuSummary,
+    /// The current window: state, the rule that matched, advice.
+    pub current: fleetlens_api::StateWindow,
+}
+
+fn summary(g: GpuRecord, state: &str) -> GpuSummary {
+    let efficiency = g.latest.as_ref().and_then(|s| s.efficiency());
+    GpuSummary {
+        uuid: g.uuid,
+        host: g.host,
+        gpu_index: g.gpu_index,
+        name: g.name,
+        mem_total_bytes: g.mem_total_bytes,
+        power_limit_w: g.power_limit_w,
+        first_seen_ms: g.first_seen_ms,
+        last_seen_ms: g.last_seen_ms,
+        latest: g.latest,
+        efficiency,
+        state: Some(state.to_string()),
+    }
+}
+
+#[derive(Debug, Deserialize)]
+pub struct RangeQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub limit: Option<String>,
+}
+
+/// A half-open time range from the query: defaults to the last hour.
+pub fn range(q: &RangeQuery) -> ApiResult<(i64, i64)> {
+    let to = match &q.to {
+        Some(t) => parse_query_time("to", t)?,
+        None => now_ms() + 1,
+    };
+    let from = match &q.from {
+        Some(f) => parse_query_time("from", f)?,
+        None => to - HOUR_MS,
+    };
+    if from >= to {
+        return Err(ApiError::Unprocessable { field: "from".into(), message: "must be before `to`".into() });
+    }
+    Ok((from, to))
+}
+
+pub async fn samples(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(uuid): Path<String>,
+    Query(q): Query<RangeQuery>,
+) -> ApiResult<Json<SampleList>> {
+    caller.require(Scope::Read)?;
+    let (from_ms, to_ms) = range(&q)?;
+    let limit = match &q.limit {
+        None => DEFAULT_SAMPLE_LIMIT,
+        Some(l) => l.parse::<u32>().ok().filter(|l| (1..=MAX_SAMPLE_LIMIT).contains(l)).ok_or_else(|| {
+            ApiError::Unprocessable { field: "limit".into(), message: format!("must be 1–{MAX_SAMPLE_LIMIT}") }
+        })?,
+    };
+    let gpu = state
+        .store
+        .gpu(caller.org, &uuid)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
+    // One more than asked tells whether the page is complete.
+    let mut samples = state.store.samples(gpu.id, from_ms, to_ms, limit + 1).await?;
+    let truncated = samples.len() > limit as usize;
+    samples.truncate(limit as usize);
+    Ok(Json(SampleList { uuid: gpu.uuid, from_ms, to_ms, truncated, samples }))
+}
+
+#[derive(Debug, Deserialize)]
+pub struct SeriesQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    /// `1m`, `1h`, or `auto` (default: 1m up to 36 hours, else 1h).
+    pub resolution: Option<String>,
+}
+
+/// At most this many points per series request.
+const MAX_SERIES_POINTS: i64 = 50_000;
+
+/// `GET /api/v1/gpus/{uuid}/series`: a GPU's time series from its rollups, for charts.
+pub async fn series(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(uuid): Path<String>,
+    Query(q): Query<SeriesQuery>,
+) -> ApiResult<Json<Series>> {
+    caller.require(Scope::Read)?;
+    let (from_ms, to_ms) = range(&RangeQuery { from: q.from.clone(), to: q.to.clone(), limit: None })?;
+    let res = match q.resolution.as_deref().unwrap_or("auto") {
+        "1m" => Resolution::Minute,
+        "1h" => Resolution::Hour,
+        "auto" if to_ms - from_ms <= 36 * HOUR_MS => Resolution::Minute,
+        "auto" => Resolution::Hour,
+        other => {
+            return Err(ApiError::Unprocessable {
+                field: "resolution".into(),
+                message: format!("{other:?}: use 1m, 1h or auto"),
+            });
+        }
+    };
+    if (to_ms - from_ms) / res.bucket_ms() > MAX_SERIES_POINTS {
+        return Err(ApiError::Unprocessable {
+            field: "resolution".into(),
+            message: format!("more than {MAX_SERIES_POINTS} points: use 1h or a shorter range"),
+        });
+    }
+    let gpu = state
+        .store
+        .gpu(caller.org, &uuid)
+        .await?
+        .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
+    let rows = state.store.series(gpu.id, res, res.bucket_start(from_ms), to_ms).await?;
+    let mean = |sum: f64, count: i64| (count > 0).then(|| sum / count as f64);
+    let points = rows
+        .into_iter()
+        .map(|r| SeriesPoint {
+            ts_ms: r.bucket_ms,
+            sample_count: r.sample_count,
+            gpu_util_pct: mean(r.gpu_util_pct_sum, r.gpu_util_pct_count),
+            gpu_util_pct_max: r.gpu_util_pct_max,
+            sm_active_pct: mean(r.sm_active_pct_sum, r.sm_active_pct_count),
+            sm_active_pct_min: r.sm_active_pct_min,
+            sm_occupancy_pct: mean(r.sm_occupancy_pct_sum, r.sm_occupancy_pct_count),
+            tensor_active_pct: mean(r.tensor_active_pct_sum, r.tensor_active_pct_count),
+            dram_active_pct: mean(r.dram_active_pct_sum, r.dram_active_pct_count),
+            mem_used_bytes_max: r.mem_used_bytes_max,
+            power_w: mean(r.power_w_sum, r.power_w_count),
+            temp_c: mean(r.temp_c_sum, r.temp_c_count),
+            state: r.state,
+        })
+        .collect();
+    let resolution = match res {
+        Resolution::Minute => "1m",
+        Resolution::Hour => "1h",
+    };
+    Ok(Json(Series { uuid: gpu.uuid, resolution: resolution.into(), from_ms, to_ms, points }))
+}

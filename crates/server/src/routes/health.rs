@@ -1,0 +1,29 @@
+//! Liveness and readiness.
+
+use axum::Json;
+use axum::extract::State;
+use axum::http::StatusCode;
+use serde_json::{Value, json};
+
+use crate::state::AppState;
+
+/// The process is up.
+pub async fn healthz() -> Json<Value> {
+    Json(json!({"status": "ok"}))
+}
+
+/// The process can serve: its database answers.
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+    match state.store.ping().await {
+        Ok(()) => (StatusCode::OK, Json(json!({"status": "ready", "database": state.store.backend()}))),
+        Err(e) => {
+            tracing::warn!(error = %e, "readiness check failed");
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                Json(
+                    json!({"status": "unavailable", "database": state.store.backend(), "error": "database unreachable"}),
+                ),
+            )
+        }
+    }
+}

@@ -1,0 +1,96 @@
+//! `POST /api/v1/ingest`: authenticate, decode (gzip or plain JSON), validate the whole batch,
+//! then store it. A batch is accepted whole or rejected whole: nothing is written before every
+//! sample has passed validation.
+
+use std::io::Read;
+
+use axum::Json;
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::HeaderMap;
+use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
+use fleetlens_api::{IngestBatch, IngestResponse};
+use fleetlens_core::validate_sample;
+use fleetlens_store::Scope;
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::state::AppState;
+use crate::time::now_ms;
+
+pub async fn ingest(
+    State(state): State<AppState>,
+    caller: Caller,
+    headers: HeaderMap,
+    body: Bytes,
+) -> ApiResult<Json<IngestResponse>> {
+    caller.require(Scope::Ingest)?;
+    let batch = decode(&headers, &body, state.config.max_decoded_bytes)
+        .and_then(|b| check(&b).map(|()| b))
+        .inspect_err(|_| crate::metrics::record_rejected())?;
+    let received = batch.samples.len() as u64;
+    let outcome = state.store.ingest(caller.org, batch.host.trim(), batch.samples).await?;
+    crate::accounts::after_ingest(&state, &caller, batch.host.trim(), &batch.labels).await;
+    state.alerts.observe(caller.org, batch.host.trim(), &batch.labels);
+    crate::metrics::record_ingest(received, outcome.inserted);
+    Ok(Json(IngestResponse { received, inserted: outcome.inserted, duplicates: outcome.duplicates }))
+}
+
+/// Decode the body to a batch; JSON errors name the path of the offending value.
+pub fn decode(headers: &HeaderMap, body: &[u8], max_decoded: usize) -> ApiResult<IngestBatch> {
+    if let Some(ct) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
+        && !ct.starts_with("application/json")
+    {
+        return Err(ApiError::UnsupportedMedia(format!("content-type {ct:?}: send application/json")));
+    }
+    let encoding = headers.get(CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity");
+    let decoded;
+    let json: &[u8] = match encoding.trim().to_ascii_lowercase().as_str() {
+        "identity" | "" => body,
+        "gzip" | "x-gzip" => {
+            decoded = gunzip(body, max_decoded)?;
+            &decoded
+        }
+        other => {
+            return Err(ApiError::UnsupportedMedia(format!("content-encoding {other:?}: send gzip or identity")));
+        }
+    };
+    // Fast path: plain serde. Only a body that fails is parsed again with path tracking, so
+    // the error can name the offending field and sample.
+    if let Ok(batch) = serde_json::from_slice(json) {
+        return Ok(batch);
+    }
+    let de = &mut serde_json::Deserializer::from_slice(json);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let path = e.path().to_string();
+        let message = e.into_inner().to_string();
+        ApiError::InvalidJson { path: (path != "." && !path.is_empty()).then_some(path), message }
+    })
+}
+
+/// Decompress with a ceiling on the output, so a small "zip bomb" cannot exhaust memory.
+fn gunzip(body: &[u8], max: usize) -> ApiResult<Vec<u8>> {
+    let mut out = Vec::with_capacity(body.len().saturating_mul(8).min(max));
+    let mut reader = flate2::read::GzDecoder::new(body).take(max as u64 + 1);
+    reader.read_to_end(&mut out).map_err(|e| ApiError::BadRequest(format!("invalid gzip body: {e}")))?;
+    if out.len() > max {
+        return Err(ApiError::TooLarge(max));
+    }
+    Ok(out)
+}
+
+/// Validate every sample (first error wins; it names the sample index and field).
+pub fn check(batch: &IngestBatch) -> ApiResult<()> {
+    let host = batch.host.trim();
+    if host.is_empty() || host.len() > 255 || host.chars().any(char::is_control) {
+        return Err(ApiError::Unprocessable {
+            field: "host".into(),
+            message: "required: 1–255 printable characters".into(),
+        });
+    }
+    let now = now_ms();
+    for (i, s) in batch.samples.iter().enumerate() {
+        validate_sample(i, s, now).map_err(ApiError::Validation)?;
+    }
+    Ok(())
+}

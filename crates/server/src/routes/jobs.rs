@@ -1,0 +1,121 @@
+//! `POST /api/v1/jobs` (a job reports its model throughput) and `GET /api/v1/jobs`: the MFU
+//! level of the funnel.
+
+use std::collections::HashMap;
+
+use axum::Json;
+use axum::extract::{Query, State};
+use fleetlens_api::{Job, JobReport};
+use fleetlens_core::{GpuModel, Precision};
+use fleetlens_store::{GpuRecord, JobRecord, Scope};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::gpus::{RangeQuery, range};
+use crate::state::AppState;
+use crate::time::{now_ms, parse_query_time};
+
+const MAX_JOB_GPUS: usize = 100_000;
+
+fn invalid(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::Unprocessable { field: field.into(), message: message.into() }
+}
+
+pub fn parse_precision(p: &str) -> Option<Precision> {
+    serde_json::from_value(serde_json::Value::String(p.trim().to_ascii_lowercase())).ok()
+}
+
+fn time_field(name: &str, v: &serde_json::Value) -> ApiResult<i64> {
+    match v {
+        serde_json::Value::Number(n) => n.as_i64().ok_or_else(|| invalid(name, "must be whole Unix milliseconds")),
+        serde_json::Value::String(s) => parse_query_time(name, s),
+        _ => Err(invalid(name, "must be RFC 3339 text or Unix milliseconds")),
+    }
+}
+
+/// MFU of a job: achieved ÷ the sum of its GPUs' dense peaks; None when any GPU's model or the
+/// precision has no datasheet figure.
+pub fn job_mfu(job: &JobRecord, gpus: &HashMap<&str, &GpuRecord>) -> Option<f64> {
+    let precision = parse_precision(&job.precision)?;
+    let mut peak = 0.0;
+    for uuid in &job.gpu_uuids {
+        let model = gpus.get(uuid.as_str())?.name.as_deref().and_then(GpuModel::from_nvml_name)?;
+        peak += model.spec().peak_flops(precision)?;
+    }
+    (peak > 0.0).then(|| job.achieved_flops_per_s / peak)
+}
+
+fn view(job: JobRecord, gpus: &HashMap<&str, &GpuRecord>) -> Job {
+    let mfu = job_mfu(&job, gpus);
+    Job {
+        id: job.id,
+        name: job.name,
+        gpus: job.gpu_uuids,
+        from_ms: job.from_ms,
+        to_ms: job.to_ms,
+        precision: job.precision,
+        achieved_flops_per_s: job.achieved_flops_per_s,
+        mfu,
+    }
+}
+
+pub async fn report(State(state): State<AppState>, caller: Caller, Json(r): Json<JobReport>) -> ApiResult<Json<Job>> {
+    caller.require(Scope::Ingest)?;
+    let name = r.name.trim();
+    if name.is_empty() || name.len() > 200 {
+        return Err(invalid("name", "required, at most 200 characters"));
+    }
+    if r.gpus.is_empty() || r.gpus.len() > MAX_JOB_GPUS {
+        return Err(invalid("gpus", "list the UUIDs of the job's GPUs (1 or more)"));
+    }
+    let (from_ms, to_ms) = (time_field("from", &r.from)?, time_field("to", &r.to)?);
+    if from_ms >= to_ms {
+        return Err(invalid("from", "must be before `to`"));
+    }
+    if parse_precision(&r.precision).is_none() {
+        return Err(invalid("precision", "one of fp64, fp32, tf32, bf16, fp16, fp8, fp4"));
+    }
+    let achieved = match (r.achieved_flops_per_s, r.tokens_per_s, r.flops_per_token) {
+        (Some(f), None, None) => f,
+        (None, Some(t), Some(per)) => t * per,
+        _ => {
+            return Err(invalid(
+                "achieved_flops_per_s",
+                "give either achieved_flops_per_s, or tokens_per_s and flops_per_token",
+            ));
+        }
+    };
+    if !achieved.is_finite() || achieved <= 0.0 {
+        return Err(invalid("achieved_flops_per_s", "must be a positive finite number"));
+    }
+    let all = state.store.gpus(caller.org).await?;
+    let by_uuid: HashMap<&str, &GpuRecord> = all.iter().map(|g| (g.uuid.as_str(), g)).collect();
+    if let Some(missing) = r.gpus.iter().find(|u| !by_uuid.contains_key(u.as_str())) {
+        return Err(invalid("gpus", format!("no GPU {missing:?} in this organisation")));
+    }
+    let mut job = JobRecord {
+        id: 0,
+        name: name.to_string(),
+        gpu_uuids: r.gpus,
+        from_ms,
+        to_ms,
+        precision: r.precision.trim().to_ascii_lowercase(),
+        achieved_flops_per_s: achieved,
+        created_ms: now_ms(),
+    };
+    job.id = state.store.insert_job(caller.org, &job).await?;
+    Ok(Json(view(job, &by_uuid)))
+}
+
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<RangeQuery>,
+) -> ApiResult<Json<Vec<Job>>> {
+    caller.require(Scope::Read)?;
+    let (from_ms, to_ms) = range(&q)?;
+    let all = state.store.gpus(caller.org).await?;
+    let by_uuid: HashMap<&str, &GpuRecord> = all.iter().map(|g| (g.uuid.as_str(), g)).collect();
+    let jobs = state.store.jobs(caller.org, from_ms, to_ms).await?;
+    Ok(Json(jobs.into_iter().map(|j| view(j, &by_uuid)).collect()))
+}

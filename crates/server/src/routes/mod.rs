@@ -1,0 +1,10 @@
+//! HTTP routes, one module per resource.
+
+pub mod accounts;
+pub mod alerts;
+pub mod analytics;
+pub mod gpus;
+pub mod health;
+pub mod ingest;
+pub mod jobs;
+pub mod reports;

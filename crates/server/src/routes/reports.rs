@@ -1,0 +1,75 @@
+//! `GET /api/v1/reports/billing?from=&to=&group_by=team|host|gpu|model&format=json|csv`.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+use axum::response::{IntoResponse, Response};
+use chrono::{DateTime, SecondsFormat, Utc};
+use fleetlens_api::BillingReport;
+use fleetlens_core::Resolution;
+use fleetlens_store::Scope;
+use serde::Deserialize;
+
+use crate::analytics::billing::{GroupBy, billing_rows, to_csv};
+use crate::analytics::{self, summary};
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::gpus::{RangeQuery, range};
+use crate::state::AppState;
+use crate::time::now_ms;
+
+const DAY_MS: i64 = 86_400_000;
+
+#[derive(Debug, Deserialize)]
+pub struct BillingQuery {
+    pub from: Option<String>,
+    pub to: Option<String>,
+    pub group_by: Option<String>,
+    pub format: Option<String>,
+}
+
+fn rfc3339(ms: i64) -> String {
+    DateTime::<Utc>::from_timestamp_millis(ms)
+        .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
+        .unwrap_or_else(|| ms.to_string())
+}
+
+pub async fn billing(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<BillingQuery>,
+) -> ApiResult<Response> {
+    caller.require(Scope::Read)?;
+    let now = now_ms();
+    let to = q.to.clone().unwrap_or_else(|| now.to_string());
+    let from_default = q.from.clone().unwrap_or_else(|| "0".into());
+    let (from_ms, to_ms) = range(&RangeQuery { from: Some(from_default), to: Some(to), limit: None })?;
+    // Default period: the last 30 days.
+    let from_ms = if q.from.is_none() { to_ms - 30 * DAY_MS } else { from_ms };
+    let group_name = q.group_by.as_deref().unwrap_or("gpu");
+    let group_by = GroupBy::parse(group_name).ok_or_else(|| ApiError::Unprocessable {
+        field: "group_by".into(),
+        message: format!("{group_name:?}: use team, host, gpu or model"),
+    })?;
+    let format = q.format.as_deref().unwrap_or("json");
+    if format != "json" && format != "csv" {
+        return Err(ApiError::Unprocessable { field: "format".into(), message: "use json or csv".into() });
+    }
+    let store = state.store.as_ref();
+    let gpus = store.gpu_identities(caller.org).await?;
+    let prices = analytics::prices(store, caller.org).await?;
+    let plan = summary::EdgePlan::hourly(from_ms, to_ms, now);
+    let hours =
+        store.org_credits(caller.org, Resolution::Hour, from_ms.div_euclid(3_600_000) * 3_600_000, plan.end_ms).await?;
+    let credits = summary::Credits::new(hours, Vec::new(), plan);
+    let rows = billing_rows(&gpus, &credits, &prices, group_by, &|_| None);
+    let (from, to) = (rfc3339(from_ms), rfc3339(to_ms));
+    if format == "csv" {
+        let csv = to_csv(&from, &to, group_name, &prices.currency, &rows);
+        let disposition = format!("attachment; filename=\"fleetlens-billing-{group_name}.csv\"");
+        return Ok(([(CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (CONTENT_DISPOSITION, disposition)], csv)
+            .into_response());
+    }
+    Ok(Json(BillingReport { from, to, group_by: group_name.into(), currency: prices.currency.clone(), rows })
+        .into_response())
+}

@@ -1,0 +1,23 @@
+//! Shared application state handed to every handler.
+
+use std::sync::Arc;
+
+use fleetlens_store::Store;
+
+use crate::analytics::OrgClassifier;
+use crate::auth::KeyCache;
+use crate::config::Config;
+
+#[derive(Clone)]
+pub struct AppState {
+    pub store: Arc<dyn Store>,
+    pub key_cache: Arc<KeyCache>,
+    /// Login rate limits and the account caches of this process.
+    pub accounts: Arc<crate::accounts::Accounts>,
+    pub config: Arc<Config>,
+    /// Classifies minutes as they are stored, with each organisation's thresholds.
+    pub classifier: Arc<OrgClassifier>,
+    pub summary_cache: Arc<crate::routes::analytics::SummaryCache>,
+    /// Alerting: ingest wakes the engine through it.
+    pub alerts: crate::alerts::Alerts,
+}

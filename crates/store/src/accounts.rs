@@ -1,0 +1,1031 @@
+//! Storage of accounts: organisations, teams, users, dashboard sessions, API keys with their
+//! owners, teams and last-used time, and the team assignment of hosts and GPUs.
+//!
+//! One trait, [`AccountStore`], implemented for [`crate::SqliteStore`] (accounts_sqlite.rs)
+//! and [`crate::PgStore`] (accounts_pg.rs) from one body of SQL ([`impl_account_store`]).
+//! Every method that reads or changes something of an organisation takes the [`OrgId`] and
+//! filters by it: an id of another organisation is "not found", never that organisation's row.
+//!
+//! A GPU's team (`gpus.team_id`, with `gpus.team_source`) comes from, in this order:
+//! an admin's assignment of the GPU ([`TeamSource::Gpu`]), an admin's assignment of its host
+//! ([`TeamSource::Host`], also for GPUs the host reports later), the team of the API key that
+//! reports it ([`TeamSource::Key`]), the `team` label its agent sends ([`TeamSource::Label`];
+//! a team of that name is created when missing). See [`AccountStore::assign_ingest_team`].
+
+use async_trait::async_trait;
+
+use crate::{ApiKey, NewApiKey, OrgId, Result, Scope, StoreError};
+
+pub type TeamId = i64;
+pub type UserId = i64;
+
+/// A user's role in their organisation, least privileged first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Role {
+    /// Reads everything of the organisation.
+    Viewer,
+    /// Also sends data (ingest, job reports) and manages their own `read`/`ingest` API keys.
+    Member,
+    /// Also manages users, teams, every API key, assignments, settings and alerting.
+    Admin,
+}
+
+impl Role {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Viewer => "viewer",
+            Role::Member => "member",
+            Role::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Role> {
+        match s {
+            "viewer" => Some(Role::Viewer),
+            "member" => Some(Role::Member),
+            "admin" => Some(Role::Admin),
+            _ => None,
+        }
+    }
+
+    /// The API scopes a user of this role holds (and the most a key they create may have).
+    pub fn scopes(self) -> &'static [Scope] {
+        match self {
+            Role::Viewer => &[Scope::Read],
+            Role::Member => &[Scope::Read, Scope::Ingest],
+            Role::Admin => &[Scope::Admin, Scope::Read, Scope::Ingest],
+        }
+    }
+}
+
+/// Every scope `scopes` grants (`admin` implies the others), in the order admin, read, ingest.
+pub fn expand_scopes(scopes: &[Scope]) -> Vec<Scope> {
+    let all = [Scope::Admin, Scope::Read, Scope::Ingest];
+    if scopes.contains(&Scope::Admin) { all.to_vec() } else { all.into_iter().filter(|s| scopes.contains(s)).collect() }
+}
+
+/// Where a GPU's team came from (see the module docs for the precedence).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TeamSource {
+    Gpu,
+    Host,
+    Key,
+    Label,
+}
+
+impl TeamSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TeamSource::Gpu => "gpu",
+            TeamSource::Host => "host",
+            TeamSource::Key => "key",
+            TeamSource::Label => "label",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<TeamSource> {
+        match s {
+            "gpu" => Some(TeamSource::Gpu),
+            "host" => Some(TeamSource::Host),
+            "key" => Some(TeamSource::Key),
+            "label" => Some(TeamSource::Label),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OrgRecord {
+    pub id: OrgId,
+    pub name: String,
+    pub created_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct TeamRecord {
+    pub id: TeamId,
+    pub org_id: OrgId,
+    pub name: String,
+    pub created_ms: i64,
+    /// Users of the team, by id, ascending.
+    pub members: Vec<UserId>,
+}
+
+/// A user, without the password hash.
+#[derive(Debug, Clone, PartialEq)]
+pub struct UserRecord {
+    pub id: UserId,
+    pub org_id: OrgId,
+    /// Lower-cased; unique across the install.
+    pub email: String,
+    pub name: String,
+    pub role: Role,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    pub last_login_ms: Option<i64>,
+    pub disabled_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone)]
+pub struct NewUser<'a> {
+    pub org_id: OrgId,
+    pub email: &'a str,
+    pub name: &'a str,
+    /// An argon2 PHC string.
+    pub password_hash: &'a str,
+    pub role: Role,
+    pub now_ms: i64,
+}
+
+/// Changes to a user; `None` keeps the field.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct UserUpdate {
+    pub name: Option<String>,
+    pub role: Option<Role>,
+    pub password_hash: Option<String>,
+    /// `Some(true)` disables (keeps the first time), `Some(false)` enables.
+    pub disabled: Option<bool>,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSession<'a> {
+    /// SHA-256 of the cookie's token ([`crate::hash_api_key`]).
+    pub token_hash: &'a str,
+    pub user_id: UserId,
+    pub org_id: OrgId,
+    pub csrf_token: &'a str,
+    pub created_ms: i64,
+    pub expires_ms: i64,
+}
+
+/// A live session and its (enabled) user.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionRecord {
+    pub user: UserRecord,
+    pub csrf_token: String,
+    pub created_ms: i64,
+    pub expires_ms: i64,
+}
+
+/// An API key with who made it, its team and when it was last used.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKeyInfo {
+    pub key: ApiKey,
+    pub user_id: Option<UserId>,
+    pub team_id: Option<TeamId>,
+    pub last_used_ms: Option<i64>,
+}
+
+/// What authentication needs to know about a key: the key, and its owner's role and state
+/// (a key never grants more than its owner's current role).
+#[derive(Debug, Clone, PartialEq)]
+pub struct KeyAuth {
+    pub info: ApiKeyInfo,
+    /// `None` for keys without an owner (the bootstrap key, keys made with an admin key).
+    pub owner_role: Option<Role>,
+    pub owner_disabled: bool,
+}
+
+impl KeyAuth {
+    /// The scopes the key grants now: its own, within its owner's role; empty if revoked or
+    /// its owner is disabled.
+    pub fn effective_scopes(&self) -> Vec<Scope> {
+        if self.info.key.revoked_ms.is_some() || self.owner_disabled {
+            return Vec::new();
+        }
+        let own = expand_scopes(&self.info.key.scopes);
+        match self.owner_role {
+            None => own,
+            Some(role) => {
+                let allowed = expand_scopes(role.scopes());
+                own.into_iter().filter(|s| allowed.contains(s)).collect()
+            }
+        }
+    }
+}
+
+/// A GPU's team.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuTeam {
+    pub gpu_id: i64,
+    pub uuid: String,
+    pub host: String,
+    pub team_id: Option<TeamId>,
+    pub team_name: Option<String>,
+    pub source: Option<TeamSource>,
+}
+
+/// A host of the organisation: its GPUs and the team an admin assigned it, if any.
+#[derive(Debug, Clone, PartialEq)]
+pub struct HostRecord {
+    pub host: String,
+    pub assigned_team_id: Option<TeamId>,
+    pub last_seen_ms: i64,
+    pub gpus: Vec<GpuTeam>,
+}
+
+/// Outcome of an admin's assignment.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Assigned {
+    Done,
+    /// No such host or GPU in the organisation.
+    NoTarget,
+    /// No such team in the organisation.
+    NoTeam,
+}
+
+/// Whether `e` is a unique-constraint violation (a name or email already taken).
+pub fn is_conflict(e: &StoreError) -> bool {
+    match e {
+        StoreError::Database(sqlx::Error::Database(d)) => d.is_unique_violation(),
+        _ => false,
+    }
+}
+
+#[async_trait]
+pub trait AccountStore: Send + Sync {
+    async fn org(&self, org: OrgId) -> Result<Option<OrgRecord>>;
+    async fn orgs(&self) -> Result<Vec<OrgRecord>>;
+
+    /// A unique violation ([`is_conflict`]) if the organisation has a team of this name.
+    async fn create_team(&self, org: OrgId, name: &str, now_ms: i64) -> Result<TeamRecord>;
+    async fn teams(&self, org: OrgId) -> Result<Vec<TeamRecord>>;
+    async fn team(&self, org: OrgId, id: TeamId) -> Result<Option<TeamRecord>>;
+    async fn rename_team(&self, org: OrgId, id: TeamId, name: &str) -> Result<Option<TeamRecord>>;
+    /// Deletes the team; its GPUs, hosts and keys are left without a team.
+    async fn delete_team(&self, org: OrgId, id: TeamId) -> Result<bool>;
+    /// Add (`member`) or remove a user; false if the team or the user is not in `org`.
+    async fn set_team_member(&self, org: OrgId, team: TeamId, user: UserId, member: bool) -> Result<bool>;
+
+    /// A unique violation ([`is_conflict`]) if the email is taken (in any organisation).
+    async fn create_user(&self, user: NewUser<'_>) -> Result<UserRecord>;
+    async fn users(&self, org: OrgId) -> Result<Vec<UserRecord>>;
+    async fn user(&self, org: OrgId, id: UserId) -> Result<Option<UserRecord>>;
+    /// For login: the user with this lower-cased email, in any organisation, and its hash.
+    async fn user_for_login(&self, email: &str) -> Result<Option<(UserRecord, String)>>;
+    async fn update_user(&self, org: OrgId, id: UserId, update: &UserUpdate, now_ms: i64)
+    -> Result<Option<UserRecord>>;
+    /// Deletes the user, ends their sessions and revokes their API keys.
+    async fn delete_user(&self, org: OrgId, id: UserId, now_ms: i64) -> Result<bool>;
+    /// Enabled admins of the organisation.
+    async fn count_admins(&self, org: OrgId) -> Result<i64>;
+
+    /// Stores the session, records the login and drops expired sessions.
+    async fn create_session(&self, session: NewSession<'_>) -> Result<()>;
+    /// The session if it exists, has not expired and its user is enabled.
+    async fn session(&self, token_hash: &str, now_ms: i64) -> Result<Option<SessionRecord>>;
+    async fn delete_session(&self, token_hash: &str) -> Result<()>;
+    /// Ends every session of the user but `keep` (a token hash).
+    async fn delete_sessions_of(&self, user: UserId, keep: Option<&str>) -> Result<u64>;
+
+    /// Store a new key with its owner and team (both of `key.org_id`, checked by the caller).
+    async fn create_api_key(
+        &self,
+        key: NewApiKey<'_>,
+        user: Option<UserId>,
+        team: Option<TeamId>,
+    ) -> Result<ApiKeyInfo>;
+    /// Keys of the organisation (of one user if `user` is set), revoked ones too, oldest first.
+    async fn api_keys(&self, org: OrgId, user: Option<UserId>) -> Result<Vec<ApiKeyInfo>>;
+    async fn api_key(&self, org: OrgId, id: i64) -> Result<Option<ApiKeyInfo>>;
+    /// Revokes the key (keeping the first revocation time); `None` if not in `org`.
+    async fn revoke_api_key(&self, org: OrgId, id: i64, now_ms: i64) -> Result<Option<ApiKeyInfo>>;
+    /// The key with this hash, revoked or not, with its owner's role.
+    async fn api_key_auth(&self, key_hash: &str) -> Result<Option<KeyAuth>>;
+    /// Record a use at `now_ms` unless a later use is recorded.
+    async fn touch_api_key(&self, id: i64, now_ms: i64) -> Result<()>;
+
+    async fn gpu_teams(&self, org: OrgId) -> Result<Vec<GpuTeam>>;
+    async fn hosts(&self, org: OrgId) -> Result<Vec<HostRecord>>;
+    /// An admin assigns a host (and its GPUs, now and later) to a team, or clears that.
+    async fn set_host_team(&self, org: OrgId, host: &str, team: Option<TeamId>, now_ms: i64) -> Result<Assigned>;
+    /// An admin assigns one GPU to a team, or clears that (it then follows its host).
+    async fn set_gpu_team(&self, org: OrgId, uuid: &str, team: Option<TeamId>) -> Result<Assigned>;
+    /// After an ingest batch of `host`: give the host's GPUs (those no admin assigned) the
+    /// host's assigned team, else `key_team`, else the team named `label` (created if
+    /// missing). Reads only, unless something changes. Returns the team applied.
+    async fn assign_ingest_team(
+        &self,
+        org: OrgId,
+        host: &str,
+        key_team: Option<TeamId>,
+        label: Option<&str>,
+        now_ms: i64,
+    ) -> Result<Option<TeamId>>;
+}
+
+pub(crate) const USER_COLS: &str =
+    "u.id, u.org_id, u.email, u.name, u.role, u.created_ms, u.updated_ms, u.last_login_ms, u.disabled_ms";
+pub(crate) const KEY_COLS: &str =
+    "k.id, k.org_id, k.name, k.prefix, k.scopes, k.created_ms, k.revoked_ms, k.user_id, k.team_id, k.last_used_ms";
+pub(crate) const GPU_TEAM_SQL: &str = "SELECT g.id, g.uuid, g.host, g.team_id, t.name AS team_name, g.team_source \
+     FROM gpus g LEFT JOIN teams t ON t.id = g.team_id WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid";
+
+/// `?` placeholders → `$1, $2, …` (PostgreSQL). The SQL here has no `?` inside literals.
+pub(crate) fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+pub(crate) fn role_from_text(text: &str) -> Result<Role> {
+    Role::parse(text).ok_or_else(|| StoreError::Invalid(format!("unknown role {text:?} in the database")))
+}
+
+/// The SQL of [`AccountStore`], for one backend. The invoking module provides
+/// `fn q(sql: &str) -> Cow<str>` (placeholders) and `async fn begin(&Pool) -> Result<Transaction>`
+/// (a write transaction).
+macro_rules! impl_account_store {
+    ($store:ty, $db:ty) => {
+        type Row = <$db as sqlx::Database>::Row;
+        use $crate::accounts::{
+            ApiKeyInfo, Assigned, GpuTeam, HostRecord, KeyAuth, NewSession, NewUser, OrgRecord, SessionRecord,
+            TeamId, TeamRecord, TeamSource, UserId, UserRecord, UserUpdate,
+        };
+        use $crate::{NewApiKey, OrgId};
+
+        fn user_from_row(r: &Row) -> $crate::Result<UserRecord> {
+            use sqlx::Row as _;
+            Ok(UserRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                email: r.try_get("email")?,
+                name: r.try_get("name")?,
+                role: $crate::accounts::role_from_text(&r.try_get::<String, _>("role")?)?,
+                created_ms: r.try_get("created_ms")?,
+                updated_ms: r.try_get("updated_ms")?,
+                last_login_ms: r.try_get("last_login_ms")?,
+                disabled_ms: r.try_get("disabled_ms")?,
+            })
+        }
+
+        fn key_from_row(r: &Row) -> $crate::Result<ApiKeyInfo> {
+            use sqlx::Row as _;
+            Ok(ApiKeyInfo {
+                key: $crate::api_key_from_row(r)?,
+                user_id: r.try_get("user_id")?,
+                team_id: r.try_get("team_id")?,
+                last_used_ms: r.try_get("last_used_ms")?,
+            })
+        }
+
+        fn gpu_team_from_row(r: &Row) -> $crate::Result<GpuTeam> {
+            use sqlx::Row as _;
+            Ok(GpuTeam {
+                gpu_id: r.try_get("id")?,
+                uuid: r.try_get("uuid")?,
+                host: r.try_get("host")?,
+                team_id: r.try_get("team_id")?,
+                team_name: r.try_get("team_name")?,
+                source: r.try_get::<Option<String>, _>("team_source")?.as_deref().and_then(TeamSource::parse),
+            })
+        }
+
+        impl $store {
+            async fn team_members_of(&self, org: OrgId, team: Option<TeamId>) -> $crate::Result<Vec<(TeamId, UserId)>> {
+                let rows: Vec<(i64, i64)> = match team {
+                    Some(team) => {
+                        sqlx::query_as(&q("SELECT m.team_id, m.user_id FROM team_members m JOIN teams t ON t.id = m.team_id \
+                             WHERE t.org_id = ? AND t.id = ? ORDER BY m.user_id"))
+                        .bind(org)
+                        .bind(team)
+                        .fetch_all(self.pool())
+                        .await?
+                    }
+                    None => {
+                        sqlx::query_as(&q("SELECT m.team_id, m.user_id FROM team_members m JOIN teams t ON t.id = m.team_id \
+                             WHERE t.org_id = ? ORDER BY m.user_id"))
+                        .bind(org)
+                        .fetch_all(self.pool())
+                        .await?
+                    }
+                };
+                Ok(rows)
+            }
+
+            async fn team_id_in_org(&self, org: OrgId, team: TeamId) -> $crate::Result<bool> {
+                let found: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM teams WHERE org_id = ? AND id = ?"))
+                    .bind(org)
+                    .bind(team)
+                    .fetch_optional(self.pool())
+                    .await?;
+                Ok(found.is_some())
+            }
+
+            async fn ensure_team(&self, org: OrgId, name: &str, now_ms: i64) -> $crate::Result<TeamId> {
+                let sql = q("SELECT id FROM teams WHERE org_id = ? AND name = ?");
+                let found: Option<i64> =
+                    sqlx::query_scalar(&sql).bind(org).bind(name).fetch_optional(self.pool()).await?;
+                if let Some(id) = found {
+                    return Ok(id);
+                }
+                sqlx::query(&q("INSERT INTO teams (org_id, name, created_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING"))
+                    .bind(org)
+                    .bind(name)
+                    .bind(now_ms)
+                    .execute(self.pool())
+                    .await?;
+                Ok(sqlx::query_scalar(&sql).bind(org).bind(name).fetch_one(self.pool()).await?)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::accounts::AccountStore for $store {
+            async fn org(&self, org: OrgId) -> $crate::Result<Option<OrgRecord>> {
+                let row: Option<(i64, String, i64)> =
+                    sqlx::query_as(&q("SELECT id, name, created_ms FROM orgs WHERE id = ?"))
+                        .bind(org)
+                        .fetch_optional(self.pool())
+                        .await?;
+                Ok(row.map(|(id, name, created_ms)| OrgRecord { id, name, created_ms }))
+            }
+
+            async fn orgs(&self) -> $crate::Result<Vec<OrgRecord>> {
+                let rows: Vec<(i64, String, i64)> =
+                    sqlx::query_as("SELECT id, name, created_ms FROM orgs ORDER BY id").fetch_all(self.pool()).await?;
+                Ok(rows.into_iter().map(|(id, name, created_ms)| OrgRecord { id, name, created_ms }).collect())
+            }
+
+            async fn create_team(&self, org: OrgId, name: &str, now_ms: i64) -> $crate::Result<TeamRecord> {
+                let id: i64 =
+                    sqlx::query_scalar(&q("INSERT INTO teams (org_id, name, created_ms) VALUES (?, ?, ?) RETURNING id"))
+                        .bind(org)
+                        .bind(name)
+                        .bind(now_ms)
+                        .fetch_one(self.pool())
+                        .await?;
+                Ok(TeamRecord { id, org_id: org, name: name.to_string(), created_ms: now_ms, members: Vec::new() })
+            }
+
+            async fn teams(&self, org: OrgId) -> $crate::Result<Vec<TeamRecord>> {
+                let rows: Vec<(i64, String, i64)> =
+                    sqlx::query_as(&q("SELECT id, name, created_ms FROM teams WHERE org_id = ? ORDER BY name, id"))
+                        .bind(org)
+                        .fetch_all(self.pool())
+                        .await?;
+                let members = self.team_members_of(org, None).await?;
+                Ok(rows
+                    .into_iter()
+                    .map(|(id, name, created_ms)| TeamRecord {
+                        id,
+                        org_id: org,
+                        name,
+                        created_ms,
+                        members: members.iter().filter(|(t, _)| *t == id).map(|(_, u)| *u).collect(),
+                    })
+                    .collect())
+            }
+
+            async fn team(&self, org: OrgId, id: TeamId) -> $crate::Result<Option<TeamRecord>> {
+                let row: Option<(String, i64)> =
+                    sqlx::query_as(&q("SELECT name, created_ms FROM teams WHERE org_id = ? AND id = ?"))
+                        .bind(org)
+                        .bind(id)
+                        .fetch_optional(self.pool())
+                        .await?;
+                let Some((name, created_ms)) = row else { return Ok(None) };
+                let members = self.team_members_of(org, Some(id)).await?.into_iter().map(|(_, u)| u).collect();
+                Ok(Some(TeamRecord { id, org_id: org, name, created_ms, members }))
+            }
+
+            async fn rename_team(&self, org: OrgId, id: TeamId, name: &str) -> $crate::Result<Option<TeamRecord>> {
+                let done = sqlx::query(&q("UPDATE teams SET name = ? WHERE org_id = ? AND id = ?"))
+                    .bind(name)
+                    .bind(org)
+                    .bind(id)
+                    .execute(self.pool())
+                    .await?
+                    .rows_affected();
+                if done == 0 {
+                    return Ok(None);
+                }
+                self.team(org, id).await
+            }
+
+            async fn delete_team(&self, org: OrgId, id: TeamId) -> $crate::Result<bool> {
+                let mut tx = begin(self.pool()).await?;
+                let found: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM teams WHERE org_id = ? AND id = ?"))
+                    .bind(org)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if found.is_none() {
+                    return Ok(false);
+                }
+                for sql in [
+                    "DELETE FROM host_teams WHERE org_id = ? AND team_id = ?",
+                    "UPDATE gpus SET team_id = NULL, team_source = NULL WHERE org_id = ? AND team_id = ?",
+                    "UPDATE api_keys SET team_id = NULL WHERE org_id = ? AND team_id = ?",
+                    "DELETE FROM team_members WHERE team_id IN (SELECT id FROM teams WHERE org_id = ? AND id = ?)",
+                    "DELETE FROM teams WHERE org_id = ? AND id = ?",
+                ] {
+                    sqlx::query(&q(sql)).bind(org).bind(id).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn set_team_member(
+                &self,
+                org: OrgId,
+                team: TeamId,
+                user: UserId,
+                member: bool,
+            ) -> $crate::Result<bool> {
+                let mut tx = begin(self.pool()).await?;
+                let both: i64 = sqlx::query_scalar(&q(
+                    "SELECT (SELECT count(*) FROM teams WHERE org_id = ? AND id = ?) \
+                     + (SELECT count(*) FROM users WHERE org_id = ? AND id = ?)",
+                ))
+                .bind(org)
+                .bind(team)
+                .bind(org)
+                .bind(user)
+                .fetch_one(&mut *tx)
+                .await?;
+                if both != 2 {
+                    return Ok(false);
+                }
+                let sql = if member {
+                    "INSERT INTO team_members (team_id, user_id) VALUES (?, ?) ON CONFLICT DO NOTHING"
+                } else {
+                    "DELETE FROM team_members WHERE team_id = ? AND user_id = ?"
+                };
+                sqlx::query(&q(sql)).bind(team).bind(user).execute(&mut *tx).await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn create_user(&self, user: NewUser<'_>) -> $crate::Result<UserRecord> {
+                let id: i64 = sqlx::query_scalar(&q(
+                    "INSERT INTO users (org_id, email, name, password_hash, role, created_ms, updated_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                ))
+                .bind(user.org_id)
+                .bind(user.email)
+                .bind(user.name)
+                .bind(user.password_hash)
+                .bind(user.role.as_str())
+                .bind(user.now_ms)
+                .bind(user.now_ms)
+                .fetch_one(self.pool())
+                .await?;
+                Ok(UserRecord {
+                    id,
+                    org_id: user.org_id,
+                    email: user.email.to_string(),
+                    name: user.name.to_string(),
+                    role: user.role,
+                    created_ms: user.now_ms,
+                    updated_ms: user.now_ms,
+                    last_login_ms: None,
+                    disabled_ms: None,
+                })
+            }
+
+            async fn users(&self, org: OrgId) -> $crate::Result<Vec<UserRecord>> {
+                let sql = format!("SELECT {} FROM users u WHERE u.org_id = ? ORDER BY u.email", $crate::accounts::USER_COLS);
+                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
+                rows.iter().map(user_from_row).collect()
+            }
+
+            async fn user(&self, org: OrgId, id: UserId) -> $crate::Result<Option<UserRecord>> {
+                let sql = format!("SELECT {} FROM users u WHERE u.org_id = ? AND u.id = ?", $crate::accounts::USER_COLS);
+                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
+                row.as_ref().map(user_from_row).transpose()
+            }
+
+            async fn user_for_login(&self, email: &str) -> $crate::Result<Option<(UserRecord, String)>> {
+                use sqlx::Row as _;
+                let sql =
+                    format!("SELECT {}, u.password_hash FROM users u WHERE u.email = ?", $crate::accounts::USER_COLS);
+                let row = sqlx::query(&q(&sql)).bind(email).fetch_optional(self.pool()).await?;
+                match row {
+                    Some(r) => Ok(Some((user_from_row(&r)?, r.try_get("password_hash")?))),
+                    None => Ok(None),
+                }
+            }
+
+            async fn update_user(
+                &self,
+                org: OrgId,
+                id: UserId,
+                update: &UserUpdate,
+                now_ms: i64,
+            ) -> $crate::Result<Option<UserRecord>> {
+                let disabled: i64 = match update.disabled {
+                    None => 0,
+                    Some(true) => 1,
+                    Some(false) => 2,
+                };
+                let done = sqlx::query(&q(
+                    "UPDATE users SET name = coalesce(?, name), role = coalesce(?, role), \
+                     password_hash = coalesce(?, password_hash), \
+                     disabled_ms = CASE ? WHEN 1 THEN coalesce(disabled_ms, ?) WHEN 2 THEN NULL ELSE disabled_ms END, \
+                     updated_ms = ? WHERE org_id = ? AND id = ?",
+                ))
+                .bind(update.name.as_deref())
+                .bind(update.role.map(|r| r.as_str()))
+                .bind(update.password_hash.as_deref())
+                .bind(disabled)
+                .bind(now_ms)
+                .bind(now_ms)
+                .bind(org)
+                .bind(id)
+                .execute(self.pool())
+                .await?
+                .rows_affected();
+                if done == 0 {
+                    return Ok(None);
+                }
+                self.user(org, id).await
+            }
+
+            async fn delete_user(&self, org: OrgId, id: UserId, now_ms: i64) -> $crate::Result<bool> {
+                let mut tx = begin(self.pool()).await?;
+                let found: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM users WHERE org_id = ? AND id = ?"))
+                    .bind(org)
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                if found.is_none() {
+                    return Ok(false);
+                }
+                sqlx::query(&q(
+                    "UPDATE api_keys SET revoked_ms = coalesce(revoked_ms, ?) WHERE org_id = ? AND user_id = ?",
+                ))
+                .bind(now_ms)
+                .bind(org)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                for sql in [
+                    "DELETE FROM sessions WHERE user_id = ?",
+                    "DELETE FROM team_members WHERE user_id = ?",
+                    "DELETE FROM users WHERE id = ?",
+                ] {
+                    sqlx::query(&q(sql)).bind(id).execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn count_admins(&self, org: OrgId) -> $crate::Result<i64> {
+                Ok(sqlx::query_scalar(&q(
+                    "SELECT count(*) FROM users WHERE org_id = ? AND role = 'admin' AND disabled_ms IS NULL",
+                ))
+                .bind(org)
+                .fetch_one(self.pool())
+                .await?)
+            }
+
+            async fn create_session(&self, s: NewSession<'_>) -> $crate::Result<()> {
+                let mut tx = begin(self.pool()).await?;
+                sqlx::query(&q("DELETE FROM sessions WHERE expires_ms <= ?"))
+                    .bind(s.created_ms)
+                    .execute(&mut *tx)
+                    .await?;
+                sqlx::query(&q(
+                    "INSERT INTO sessions (token_hash, user_id, org_id, csrf_token, created_ms, expires_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?)",
+                ))
+                .bind(s.token_hash)
+                .bind(s.user_id)
+                .bind(s.org_id)
+                .bind(s.csrf_token)
+                .bind(s.created_ms)
+                .bind(s.expires_ms)
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(&q("UPDATE users SET last_login_ms = ? WHERE id = ?"))
+                    .bind(s.created_ms)
+                    .bind(s.user_id)
+                    .execute(&mut *tx)
+                    .await?;
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn session(&self, token_hash: &str, now_ms: i64) -> $crate::Result<Option<SessionRecord>> {
+                use sqlx::Row as _;
+                let sql = format!(
+                    "SELECT {}, s.csrf_token, s.created_ms AS session_created_ms, s.expires_ms \
+                     FROM sessions s JOIN users u ON u.id = s.user_id AND u.org_id = s.org_id \
+                     WHERE s.token_hash = ? AND s.expires_ms > ? AND u.disabled_ms IS NULL",
+                    $crate::accounts::USER_COLS
+                );
+                let row = sqlx::query(&q(&sql)).bind(token_hash).bind(now_ms).fetch_optional(self.pool()).await?;
+                match row {
+                    Some(r) => Ok(Some(SessionRecord {
+                        user: user_from_row(&r)?,
+                        csrf_token: r.try_get("csrf_token")?,
+                        created_ms: r.try_get("session_created_ms")?,
+                        expires_ms: r.try_get("expires_ms")?,
+                    })),
+                    None => Ok(None),
+                }
+            }
+
+            async fn delete_session(&self, token_hash: &str) -> $crate::Result<()> {
+                sqlx::query(&q("DELETE FROM sessions WHERE token_hash = ?"))
+                    .bind(token_hash)
+                    .execute(self.pool())
+                    .await?;
+                Ok(())
+            }
+
+            async fn delete_sessions_of(&self, user: UserId, keep: Option<&str>) -> $crate::Result<u64> {
+                Ok(sqlx::query(&q("DELETE FROM sessions WHERE user_id = ? AND token_hash <> ?"))
+                    .bind(user)
+                    .bind(keep.unwrap_or(""))
+                    .execute(self.pool())
+                    .await?
+                    .rows_affected())
+            }
+
+            async fn create_api_key(
+                &self,
+                key: NewApiKey<'_>,
+                user: Option<UserId>,
+                team: Option<TeamId>,
+            ) -> $crate::Result<ApiKeyInfo> {
+                let id: i64 = sqlx::query_scalar(&q(
+                    "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms, user_id, team_id) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                ))
+                .bind(key.org_id)
+                .bind(key.name)
+                .bind(key.prefix)
+                .bind(key.key_hash)
+                .bind($crate::scopes_to_text(key.scopes))
+                .bind(key.created_ms)
+                .bind(user)
+                .bind(team)
+                .fetch_one(self.pool())
+                .await?;
+                Ok(ApiKeyInfo { key: $crate::api_key_from_new(id, &key), user_id: user, team_id: team, last_used_ms: None })
+            }
+
+            async fn api_keys(&self, org: OrgId, user: Option<UserId>) -> $crate::Result<Vec<ApiKeyInfo>> {
+                let cols = $crate::accounts::KEY_COLS;
+                let rows = match user {
+                    Some(user) => {
+                        let sql = format!("SELECT {cols} FROM api_keys k WHERE k.org_id = ? AND k.user_id = ? ORDER BY k.id");
+                        sqlx::query(&q(&sql)).bind(org).bind(user).fetch_all(self.pool()).await?
+                    }
+                    None => {
+                        let sql = format!("SELECT {cols} FROM api_keys k WHERE k.org_id = ? ORDER BY k.id");
+                        sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?
+                    }
+                };
+                rows.iter().map(key_from_row).collect()
+            }
+
+            async fn api_key(&self, org: OrgId, id: i64) -> $crate::Result<Option<ApiKeyInfo>> {
+                let sql =
+                    format!("SELECT {} FROM api_keys k WHERE k.org_id = ? AND k.id = ?", $crate::accounts::KEY_COLS);
+                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
+                row.as_ref().map(key_from_row).transpose()
+            }
+
+            async fn revoke_api_key(&self, org: OrgId, id: i64, now_ms: i64) -> $crate::Result<Option<ApiKeyInfo>> {
+                sqlx::query(&q("UPDATE api_keys SET revoked_ms = coalesce(revoked_ms, ?) WHERE org_id = ? AND id = ?"))
+                    .bind(now_ms)
+                    .bind(org)
+                    .bind(id)
+                    .execute(self.pool())
+                    .await?;
+                self.api_key(org, id).await
+            }
+
+            async fn api_key_auth(&self, key_hash: &str) -> $crate::Result<Option<KeyAuth>> {
+                use sqlx::Row as _;
+                let sql = format!(
+                    "SELECT {}, u.role AS owner_role, u.disabled_ms AS owner_disabled_ms \
+                     FROM api_keys k LEFT JOIN users u ON u.id = k.user_id WHERE k.key_hash = ?",
+                    $crate::accounts::KEY_COLS
+                );
+                let row = sqlx::query(&q(&sql)).bind(key_hash).fetch_optional(self.pool()).await?;
+                let Some(r) = row else { return Ok(None) };
+                let owner_role = match r.try_get::<Option<String>, _>("owner_role")? {
+                    Some(text) => Some($crate::accounts::role_from_text(&text)?),
+                    None => None,
+                };
+                Ok(Some(KeyAuth {
+                    info: key_from_row(&r)?,
+                    owner_role,
+                    owner_disabled: r.try_get::<Option<i64>, _>("owner_disabled_ms")?.is_some(),
+                }))
+            }
+
+            async fn touch_api_key(&self, id: i64, now_ms: i64) -> $crate::Result<()> {
+                sqlx::query(&q(
+                    "UPDATE api_keys SET last_used_ms = ? WHERE id = ? AND (last_used_ms IS NULL OR last_used_ms < ?)",
+                ))
+                .bind(now_ms)
+                .bind(id)
+                .bind(now_ms)
+                .execute(self.pool())
+                .await?;
+                Ok(())
+            }
+
+            async fn gpu_teams(&self, org: OrgId) -> $crate::Result<Vec<GpuTeam>> {
+                let rows = sqlx::query(&q($crate::accounts::GPU_TEAM_SQL)).bind(org).fetch_all(self.pool()).await?;
+                rows.iter().map(gpu_team_from_row).collect()
+            }
+
+            async fn hosts(&self, org: OrgId) -> $crate::Result<Vec<HostRecord>> {
+                let gpus = self.gpu_teams(org).await?;
+                let seen: Vec<(String, i64)> =
+                    sqlx::query_as(&q("SELECT host, max(last_seen_ms) FROM gpus WHERE org_id = ? GROUP BY host"))
+                        .bind(org)
+                        .fetch_all(self.pool())
+                        .await?;
+                let pins: Vec<(String, i64)> =
+                    sqlx::query_as(&q("SELECT host, team_id FROM host_teams WHERE org_id = ?"))
+                        .bind(org)
+                        .fetch_all(self.pool())
+                        .await?;
+                let mut hosts: Vec<HostRecord> = seen
+                    .into_iter()
+                    .map(|(host, last_seen_ms)| HostRecord {
+                        assigned_team_id: pins.iter().find(|(h, _)| *h == host).map(|(_, t)| *t),
+                        gpus: gpus.iter().filter(|g| g.host == host).cloned().collect(),
+                        host,
+                        last_seen_ms,
+                    })
+                    .collect();
+                hosts.sort_by(|a, b| a.host.cmp(&b.host));
+                Ok(hosts)
+            }
+
+            async fn set_host_team(
+                &self,
+                org: OrgId,
+                host: &str,
+                team: Option<TeamId>,
+                now_ms: i64,
+            ) -> $crate::Result<Assigned> {
+                let mut tx = begin(self.pool()).await?;
+                let gpus: i64 = sqlx::query_scalar(&q("SELECT count(*) FROM gpus WHERE org_id = ? AND host = ?"))
+                    .bind(org)
+                    .bind(host)
+                    .fetch_one(&mut *tx)
+                    .await?;
+                if gpus == 0 {
+                    return Ok(Assigned::NoTarget);
+                }
+                match team {
+                    Some(team) => {
+                        let found: Option<i64> =
+                            sqlx::query_scalar(&q("SELECT id FROM teams WHERE org_id = ? AND id = ?"))
+                                .bind(org)
+                                .bind(team)
+                                .fetch_optional(&mut *tx)
+                                .await?;
+                        if found.is_none() {
+                            return Ok(Assigned::NoTeam);
+                        }
+                        sqlx::query(&q(
+                            "INSERT INTO host_teams (org_id, host, team_id, updated_ms) VALUES (?, ?, ?, ?) \
+                             ON CONFLICT (org_id, host) DO UPDATE SET team_id = excluded.team_id, updated_ms = excluded.updated_ms",
+                        ))
+                        .bind(org)
+                        .bind(host)
+                        .bind(team)
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await?;
+                        sqlx::query(&q(
+                            "UPDATE gpus SET team_id = ?, team_source = 'host' \
+                             WHERE org_id = ? AND host = ? AND coalesce(team_source, '') <> 'gpu'",
+                        ))
+                        .bind(team)
+                        .bind(org)
+                        .bind(host)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                    None => {
+                        sqlx::query(&q("DELETE FROM host_teams WHERE org_id = ? AND host = ?"))
+                            .bind(org)
+                            .bind(host)
+                            .execute(&mut *tx)
+                            .await?;
+                        sqlx::query(&q(
+                            "UPDATE gpus SET team_id = NULL, team_source = NULL \
+                             WHERE org_id = ? AND host = ? AND team_source = 'host'",
+                        ))
+                        .bind(org)
+                        .bind(host)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(Assigned::Done)
+            }
+
+            async fn set_gpu_team(&self, org: OrgId, uuid: &str, team: Option<TeamId>) -> $crate::Result<Assigned> {
+                let mut tx = begin(self.pool()).await?;
+                let gpu: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM gpus WHERE org_id = ? AND uuid = ?"))
+                    .bind(org)
+                    .bind(uuid)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                let Some(gpu) = gpu else { return Ok(Assigned::NoTarget) };
+                match team {
+                    Some(team) => {
+                        let found: Option<i64> =
+                            sqlx::query_scalar(&q("SELECT id FROM teams WHERE org_id = ? AND id = ?"))
+                                .bind(org)
+                                .bind(team)
+                                .fetch_optional(&mut *tx)
+                                .await?;
+                        if found.is_none() {
+                            return Ok(Assigned::NoTeam);
+                        }
+                        sqlx::query(&q("UPDATE gpus SET team_id = ?, team_source = 'gpu' WHERE id = ?"))
+                            .bind(team)
+                            .bind(gpu)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                    None => {
+                        // Back to its host's assignment, if any; ingest fills in the rest.
+                        sqlx::query(&q(
+                            "UPDATE gpus SET \
+                             team_id = (SELECT h.team_id FROM host_teams h WHERE h.org_id = gpus.org_id AND h.host = gpus.host), \
+                             team_source = CASE WHEN EXISTS (SELECT 1 FROM host_teams h WHERE h.org_id = gpus.org_id \
+                             AND h.host = gpus.host) THEN 'host' ELSE NULL END WHERE id = ?",
+                        ))
+                        .bind(gpu)
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+                tx.commit().await?;
+                Ok(Assigned::Done)
+            }
+
+            async fn assign_ingest_team(
+                &self,
+                org: OrgId,
+                host: &str,
+                key_team: Option<TeamId>,
+                label: Option<&str>,
+                now_ms: i64,
+            ) -> $crate::Result<Option<TeamId>> {
+                let pinned: Option<i64> =
+                    sqlx::query_scalar(&q("SELECT team_id FROM host_teams WHERE org_id = ? AND host = ?"))
+                        .bind(org)
+                        .bind(host)
+                        .fetch_optional(self.pool())
+                        .await?;
+                let key_team = match key_team {
+                    Some(t) if self.team_id_in_org(org, t).await? => Some(t),
+                    _ => None,
+                };
+                let (team, source) = match (pinned, key_team, label) {
+                    (Some(t), _, _) => (t, TeamSource::Host),
+                    (None, Some(t), _) => (t, TeamSource::Key),
+                    (None, None, Some(name)) => (self.ensure_team(org, name, now_ms).await?, TeamSource::Label),
+                    (None, None, None) => return Ok(None),
+                };
+                const STALE: &str = "WHERE org_id = ? AND host = ? AND coalesce(team_source, '') <> 'gpu' \
+                     AND (coalesce(team_id, -1) <> ? OR coalesce(team_source, '') <> ?)";
+                let stale: i64 = sqlx::query_scalar(&q(&format!("SELECT count(*) FROM gpus {STALE}")))
+                    .bind(org)
+                    .bind(host)
+                    .bind(team)
+                    .bind(source.as_str())
+                    .fetch_one(self.pool())
+                    .await?;
+                if stale > 0 {
+                    sqlx::query(&q(&format!("UPDATE gpus SET team_id = ?, team_source = ? {STALE}")))
+                        .bind(team)
+                        .bind(source.as_str())
+                        .bind(org)
+                        .bind(host)
+                        .bind(team)
+                        .bind(source.as_str())
+                        .execute(self.pool())
+                        .await?;
+                }
+                Ok(Some(team))
+            }
+        }
+    };
+}
+
+pub(crate) use impl_account_store;

@@ -1,0 +1,1480 @@
+//! Storage of alerting: rules, notification channels, silences, alert instances with the
+//! engine's state, the durable notification outbox and its delivery log.
+//!
+//! One trait, [`AlertStore`], implemented for [`crate::SqliteStore`] (alerts_sqlite.rs) and
+//! [`crate::PgStore`] (alerts_pg.rs) from one body of SQL ([`impl_alert_store`]): the
+//! backends differ only in how a write transaction starts (SQLite takes the write lock up
+//! front with `BEGIN IMMEDIATE`), in how parameters are written (`?` / `$n`), and in how a
+//! sender claims outbox rows (PostgreSQL locks the channel rows `FOR UPDATE SKIP LOCKED`, so
+//! several replicas claim disjoint work; SQLite has one writer at a time anyway).
+//!
+//! Exactly one message per alert transition:
+//! - an alert's transition (pending → firing, firing → resolved) is a compare-and-set on its
+//!   status, written in the same transaction as its outbox rows; a second evaluation of the
+//!   same transition (a retry, a restart, another replica) finds the status changed and writes
+//!   nothing;
+//! - outbox rows are unique per (alert, channel, kind, seq), so even a repeated insert is a
+//!   no-op;
+//! - a sender claims a row with a lease (`sending`, `lease_owner`, `lease_until_ms`) before
+//!   it posts, and only the lease holder may mark it delivered; a row whose sender died is
+//!   claimed again when its lease expires. The lease is longer than the HTTP timeout.
+
+use std::collections::BTreeMap;
+
+use async_trait::async_trait;
+use fleetlens_core::rules::Matchers;
+use serde_json::Value as Json;
+
+use crate::{OrgId, Result};
+
+/// Name of the job lease that the alert engine holds (one replica evaluates at a time).
+pub const ALERT_ENGINE_JOB: &str = "alert-engine";
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertRuleRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub name: String,
+    pub condition: String,
+    pub for_s: i64,
+    pub keep_firing_for_s: i64,
+    pub repeat_interval_s: i64,
+    pub severity: String,
+    pub labels: BTreeMap<String, String>,
+    pub description: String,
+    pub advice: String,
+    pub channels: Vec<i64>,
+    pub enabled: bool,
+    /// Key of the shipped rule this one started as.
+    pub builtin: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// A rule to store (validated by the caller).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewAlertRule {
+    pub name: String,
+    pub condition: String,
+    pub for_s: i64,
+    pub keep_firing_for_s: i64,
+    pub repeat_interval_s: i64,
+    pub severity: String,
+    pub labels: BTreeMap<String, String>,
+    pub description: String,
+    pub advice: String,
+    pub channels: Vec<i64>,
+    pub enabled: bool,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct ChannelRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub name: String,
+    /// `slack`, `webhook` or `alertmanager`.
+    pub kind: String,
+    pub url: String,
+    /// Rules with no channels of their own notify the default channels.
+    pub is_default: bool,
+    /// At most one message per this many ms (Slack: 1000).
+    pub min_interval_ms: i64,
+    pub next_send_ms: i64,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewChannel {
+    pub name: String,
+    pub kind: String,
+    pub url: String,
+    pub is_default: bool,
+    pub min_interval_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct SilenceRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub matchers: Matchers,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub comment: String,
+    pub created_by: String,
+    pub created_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSilence {
+    pub matchers: Matchers,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub comment: String,
+    pub created_by: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum AlertStatus {
+    Pending,
+    Firing,
+    Resolved,
+}
+
+impl AlertStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AlertStatus::Pending => "pending",
+            AlertStatus::Firing => "firing",
+            AlertStatus::Resolved => "resolved",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<AlertStatus> {
+        match s {
+            "pending" => Some(AlertStatus::Pending),
+            "firing" => Some(AlertStatus::Firing),
+            "resolved" => Some(AlertStatus::Resolved),
+            _ => None,
+        }
+    }
+}
+
+/// One alert instance (a rule on a GPU, from pending to resolved).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub rule_id: i64,
+    pub gpu_id: i64,
+    /// From the GPU registry (empty if the GPU is gone).
+    pub gpu_uuid: String,
+    pub host: String,
+    pub status: AlertStatus,
+    pub active_since_ms: i64,
+    pub fired_at_ms: Option<i64>,
+    pub resolved_at_ms: Option<i64>,
+    pub last_match_ms: i64,
+    pub last_eval_ms: i64,
+    pub rule_name: String,
+    pub severity: String,
+    pub labels: BTreeMap<String, String>,
+    pub fingerprint: String,
+    pub summary: String,
+    /// Values that matched, condition, state, advice, the channels notified, …
+    pub details: Json,
+    pub silenced_by: Option<i64>,
+    /// The firing notification went out to at least one channel (so resolved goes too).
+    pub notified_firing: bool,
+    pub last_notified_ms: Option<i64>,
+    pub repeat_seq: i64,
+    pub updated_ms: i64,
+}
+
+/// What the engine writes about one alert.
+#[derive(Debug, Clone, PartialEq)]
+pub enum AlertWrite {
+    /// A new instance (pending, or firing at once); `id`, `gpu_uuid` and `host` are ignored.
+    /// Does nothing if the rule already has an open instance on the GPU.
+    Open(AlertRecord),
+    /// Write the instance's mutable fields if its status is still `from`.
+    Update { from: AlertStatus, alert: AlertRecord },
+    /// Remove a pending instance that never fired, if its status is still `from`.
+    Delete { id: i64, from: AlertStatus },
+}
+
+/// A message to enqueue for an alert.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewNotification {
+    pub channel_id: i64,
+    /// `firing`, `resolved`, `repeat` or `test`.
+    pub kind: String,
+    /// 0, or the reminder's number for `repeat`.
+    pub seq: i64,
+    /// The JSON body to POST.
+    pub payload: String,
+}
+
+/// A notification held back by a silence (logged, not sent).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewSuppressed {
+    pub channel_id: i64,
+    pub kind: String,
+    pub silence_id: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertChange {
+    pub write: AlertWrite,
+    /// Enqueued only if the write took effect.
+    pub notify: Vec<NewNotification>,
+    pub suppressed: Vec<NewSuppressed>,
+}
+
+/// The engine's position on one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuCursor {
+    pub gpu_id: i64,
+    pub org_id: OrgId,
+    /// Samples up to this time have been evaluated.
+    pub last_ts_ms: i64,
+    /// Workload state of the newest sample, and since when the GPU has been in it.
+    pub state: String,
+    pub state_since_ms: i64,
+    /// The GPU's sampling interval as the data shows it.
+    pub interval_ms: i64,
+}
+
+/// One evaluation's writes, applied in one transaction.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EvalWrite {
+    pub now_ms: i64,
+    pub changes: Vec<AlertChange>,
+    pub cursors: Vec<GpuCursor>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EvalOutcome {
+    /// Per change: the alert's id if the write took effect, `None` if it lost a race.
+    pub alert_ids: Vec<Option<i64>>,
+    /// Outbox rows newly inserted.
+    pub enqueued: u64,
+}
+
+/// A GPU as the engine needs it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuBrief {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub uuid: String,
+    pub host: String,
+    pub name: Option<String>,
+    pub gpu_index: Option<i64>,
+    pub last_seen_ms: i64,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct OutboxRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub alert_id: Option<i64>,
+    pub channel_id: i64,
+    pub kind: String,
+    pub seq: i64,
+    pub payload: String,
+    /// `pending`, `sending`, `delivered` or `failed`.
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_ms: i64,
+    pub last_error: Option<String>,
+    pub last_status_code: Option<i64>,
+    pub created_ms: i64,
+    pub delivered_ms: Option<i64>,
+}
+
+/// A message a sender holds the lease of, with where to send it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ClaimedMessage {
+    pub message: OutboxRecord,
+    pub channel: ChannelRecord,
+    pub lease_until_ms: i64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeliveryOutcome {
+    Delivered,
+    /// Try again at this time.
+    Retry {
+        at_ms: i64,
+    },
+    /// Give up (a permanent error, or too old).
+    Failed,
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryResult {
+    pub outcome: DeliveryOutcome,
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+    pub duration_ms: i64,
+    /// Send nothing more to the channel before this time (e.g. a 429's Retry-After).
+    pub channel_pause_until_ms: Option<i64>,
+}
+
+/// One line of the delivery log.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DeliveryRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub outbox_id: Option<i64>,
+    pub alert_id: Option<i64>,
+    pub channel_id: i64,
+    pub kind: String,
+    pub attempt: i64,
+    pub at_ms: i64,
+    /// `delivered`, `retry`, `failed`, `suppressed`, or `lease_lost` (a sender answered after
+    /// its lease had passed to another).
+    pub outcome: String,
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct AlertFilter {
+    /// Only these statuses (all when empty).
+    pub statuses: Vec<AlertStatus>,
+    pub rule_id: Option<i64>,
+    pub gpu_uuid: Option<String>,
+    /// Only alerts with a smaller id (paging, newest first).
+    pub before_id: Option<i64>,
+    pub limit: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct DeliveryFilter {
+    pub channel_id: Option<i64>,
+    pub alert_id: Option<i64>,
+    pub limit: i64,
+}
+
+/// Outcome of an update that can miss or collide.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Written<T> {
+    Done(T),
+    NotFound,
+    /// Another row of the organisation already has this name.
+    NameTaken,
+}
+
+#[async_trait]
+pub trait AlertStore: Send + Sync {
+    // Rules -----------------------------------------------------------------------------------
+    async fn alert_rules(&self, org: OrgId) -> Result<Vec<AlertRuleRecord>>;
+    /// Every organisation's rules (for the engine).
+    async fn all_alert_rules(&self) -> Result<Vec<AlertRuleRecord>>;
+    async fn alert_rule(&self, org: OrgId, id: i64) -> Result<Option<AlertRuleRecord>>;
+    /// `None` when the organisation already has a rule of that name.
+    async fn insert_alert_rule(&self, org: OrgId, rule: &NewAlertRule, now_ms: i64) -> Result<Option<AlertRuleRecord>>;
+    async fn update_alert_rule(
+        &self,
+        org: OrgId,
+        id: i64,
+        rule: &NewAlertRule,
+        now_ms: i64,
+    ) -> Result<Written<AlertRuleRecord>>;
+    async fn delete_alert_rule(&self, org: OrgId, id: i64) -> Result<bool>;
+    /// Insert the shipped rules (key, rule) the organisation has never been given; returns
+    /// how many were inserted. A key is given once, so a deleted default stays deleted.
+    async fn seed_default_rules(&self, org: OrgId, rules: &[(String, NewAlertRule)], now_ms: i64) -> Result<u64>;
+
+    // Channels --------------------------------------------------------------------------------
+    async fn notification_channels(&self, org: OrgId) -> Result<Vec<ChannelRecord>>;
+    async fn notification_channel(&self, org: OrgId, id: i64) -> Result<Option<ChannelRecord>>;
+    async fn insert_notification_channel(
+        &self,
+        org: OrgId,
+        channel: &NewChannel,
+        now_ms: i64,
+    ) -> Result<Option<ChannelRecord>>;
+    async fn update_notification_channel(
+        &self,
+        org: OrgId,
+        id: i64,
+        channel: &NewChannel,
+        now_ms: i64,
+    ) -> Result<Written<ChannelRecord>>;
+    /// Delete the channel; its undelivered messages are marked failed.
+    async fn delete_notification_channel(&self, org: OrgId, id: i64, now_ms: i64) -> Result<bool>;
+
+    // Silences --------------------------------------------------------------------------------
+    async fn insert_silence(&self, org: OrgId, silence: &NewSilence, now_ms: i64) -> Result<SilenceRecord>;
+    /// The organisation's silences, newest first (expired ones too).
+    async fn silences(&self, org: OrgId) -> Result<Vec<SilenceRecord>>;
+    /// Silences of every organisation in force at `now_ms` or later.
+    async fn current_silences(&self, now_ms: i64) -> Result<Vec<SilenceRecord>>;
+    /// End a silence now; false if there is no such silence.
+    async fn expire_silence(&self, org: OrgId, id: i64, now_ms: i64) -> Result<bool>;
+
+    // Alerts ----------------------------------------------------------------------------------
+    async fn alerts(&self, org: OrgId, filter: &AlertFilter) -> Result<Vec<AlertRecord>>;
+    async fn alert(&self, org: OrgId, id: i64) -> Result<Option<AlertRecord>>;
+    /// Pending and firing alerts of every organisation (the engine's state).
+    async fn open_alerts(&self) -> Result<Vec<AlertRecord>>;
+
+    // Engine ----------------------------------------------------------------------------------
+    /// Take or renew the lease of job `name` for `owner` until `now_ms + ttl_ms`; false while
+    /// another owner holds an unexpired lease.
+    async fn try_job_lease(&self, name: &str, owner: &str, now_ms: i64, ttl_ms: i64) -> Result<bool>;
+    async fn release_job_lease(&self, name: &str, owner: &str) -> Result<()>;
+    /// Every GPU of every organisation.
+    async fn alert_gpus(&self) -> Result<Vec<GpuBrief>>;
+    async fn alert_cursors(&self) -> Result<Vec<GpuCursor>>;
+    /// Save cursors (a cursor never moves back).
+    async fn save_alert_cursors(&self, cursors: &[GpuCursor], now_ms: i64) -> Result<()>;
+    /// Labels each host's agent sends (team, …).
+    async fn host_labels(&self) -> Result<Vec<(OrgId, String, BTreeMap<String, String>)>>;
+    async fn put_host_labels(
+        &self,
+        org: OrgId,
+        host: &str,
+        labels: &BTreeMap<String, String>,
+        now_ms: i64,
+    ) -> Result<()>;
+    /// Apply one evaluation's alert writes, their outbox rows and the cursors in one
+    /// transaction.
+    async fn apply_alert_changes(&self, write: &EvalWrite) -> Result<EvalOutcome>;
+
+    // Outbox ----------------------------------------------------------------------------------
+    /// Enqueue a message outside an alert transition (test messages: `alert_id` None).
+    /// `None` when an identical (alert, channel, kind, seq) row exists.
+    async fn enqueue_notification(
+        &self,
+        org: OrgId,
+        alert_id: Option<i64>,
+        n: &NewNotification,
+        now_ms: i64,
+    ) -> Result<Option<i64>>;
+    /// Claim up to `max` due messages, at most one per channel and only from channels whose
+    /// rate limit allows a message now, oldest first per channel (a message waiting for its
+    /// retry holds back the later ones of its channel, so they arrive in order).
+    async fn claim_notifications(
+        &self,
+        owner: &str,
+        now_ms: i64,
+        lease_ms: i64,
+        max: i64,
+    ) -> Result<Vec<ClaimedMessage>>;
+    /// Record an attempt; false if `owner` no longer holds the lease (nothing is changed
+    /// then but the log line).
+    async fn finish_notification(&self, id: i64, owner: &str, result: &DeliveryResult, now_ms: i64) -> Result<bool>;
+    async fn outbox_message(&self, org: OrgId, id: i64) -> Result<Option<OutboxRecord>>;
+    async fn outbox_for_alert(&self, org: OrgId, alert_id: i64) -> Result<Vec<OutboxRecord>>;
+    /// Undelivered messages of every organisation (for metrics and tests).
+    async fn outbox_backlog(&self) -> Result<i64>;
+    /// The delivery log, newest first.
+    async fn deliveries(&self, org: OrgId, filter: &DeliveryFilter) -> Result<Vec<DeliveryRecord>>;
+}
+
+pub(crate) const RULE_COLS: &str = "id, org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, severity, \
+     labels, description, advice, channels, enabled, builtin, created_ms, updated_ms";
+pub(crate) const CHANNEL_COLS: &str =
+    "id, org_id, name, kind, url, is_default, min_interval_ms, next_send_ms, created_ms, updated_ms";
+pub(crate) const SILENCE_COLS: &str = "id, org_id, matchers, starts_at_ms, ends_at_ms, comment, created_by, created_ms";
+pub(crate) const ALERT_COLS: &str = "a.id, a.org_id, a.rule_id, a.gpu_id, coalesce(g.uuid, '') AS gpu_uuid, \
+     coalesce(g.host, '') AS host, a.status, a.active_since_ms, a.fired_at_ms, a.resolved_at_ms, a.last_match_ms, \
+     a.last_eval_ms, a.rule_name, a.severity, a.labels, a.fingerprint, a.summary, a.details, a.silenced_by, \
+     a.notified_firing, a.last_notified_ms, a.repeat_seq, a.updated_ms";
+pub(crate) const OUTBOX_COLS: &str = "id, org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
+     next_attempt_ms, last_error, last_status_code, created_ms, delivered_ms";
+pub(crate) const DELIVERY_COLS: &str =
+    "id, org_id, outbox_id, alert_id, channel_id, kind, attempt, at_ms, outcome, status_code, error, duration_ms";
+
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+}
+
+pub(crate) fn from_json<T: serde::de::DeserializeOwned + Default>(text: &str) -> T {
+    serde_json::from_str(text).unwrap_or_default()
+}
+
+/// `?` placeholders → `$1, $2, …` (PostgreSQL). The SQL here has no `?` inside literals.
+pub(crate) fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+/// The SQL of [`AlertStore`], for one backend. The invoking module provides:
+/// `fn q(sql: &str) -> Cow<str>` (placeholders), `async fn begin(&Pool) -> Result<Transaction>`
+/// (a write transaction) and `const LOCK_CHANNELS: &str` (the claim's row-lock clause).
+macro_rules! impl_alert_store {
+    ($store:ty, $db:ty) => {
+        type Row = <$db as sqlx::Database>::Row;
+
+        fn rule_from_row(r: &Row) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
+            use sqlx::Row as _;
+            Ok($crate::alerts::AlertRuleRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                name: r.try_get("name")?,
+                condition: r.try_get("condition")?,
+                for_s: r.try_get("for_s")?,
+                keep_firing_for_s: r.try_get("keep_firing_for_s")?,
+                repeat_interval_s: r.try_get("repeat_interval_s")?,
+                severity: r.try_get("severity")?,
+                labels: $crate::alerts::from_json(&r.try_get::<String, _>("labels")?),
+                description: r.try_get("description")?,
+                advice: r.try_get("advice")?,
+                channels: $crate::alerts::from_json(&r.try_get::<String, _>("channels")?),
+                enabled: r.try_get("enabled")?,
+                builtin: r.try_get("builtin")?,
+                created_ms: r.try_get("created_ms")?,
+                updated_ms: r.try_get("updated_ms")?,
+            })
+        }
+
+        fn channel_from_row(r: &Row) -> $crate::Result<$crate::alerts::ChannelRecord> {
+            use sqlx::Row as _;
+            Ok($crate::alerts::ChannelRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                name: r.try_get("name")?,
+                kind: r.try_get("kind")?,
+                url: r.try_get("url")?,
+                is_default: r.try_get("is_default")?,
+                min_interval_ms: r.try_get("min_interval_ms")?,
+                next_send_ms: r.try_get("next_send_ms")?,
+                created_ms: r.try_get("created_ms")?,
+                updated_ms: r.try_get("updated_ms")?,
+            })
+        }
+
+        fn silence_from_row(r: &Row) -> $crate::Result<$crate::alerts::SilenceRecord> {
+            use sqlx::Row as _;
+            Ok($crate::alerts::SilenceRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                matchers: $crate::alerts::from_json(&r.try_get::<String, _>("matchers")?),
+                starts_at_ms: r.try_get("starts_at_ms")?,
+                ends_at_ms: r.try_get("ends_at_ms")?,
+                comment: r.try_get("comment")?,
+                created_by: r.try_get("created_by")?,
+                created_ms: r.try_get("created_ms")?,
+            })
+        }
+
+        fn alert_from_row(r: &Row) -> $crate::Result<$crate::alerts::AlertRecord> {
+            use sqlx::Row as _;
+            let status: String = r.try_get("status")?;
+            Ok($crate::alerts::AlertRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                rule_id: r.try_get("rule_id")?,
+                gpu_id: r.try_get("gpu_id")?,
+                gpu_uuid: r.try_get("gpu_uuid")?,
+                host: r.try_get("host")?,
+                status: $crate::alerts::AlertStatus::parse(&status)
+                    .ok_or_else(|| $crate::StoreError::Invalid(format!("alert status {status:?}")))?,
+                active_since_ms: r.try_get("active_since_ms")?,
+                fired_at_ms: r.try_get("fired_at_ms")?,
+                resolved_at_ms: r.try_get("resolved_at_ms")?,
+                last_match_ms: r.try_get("last_match_ms")?,
+                last_eval_ms: r.try_get("last_eval_ms")?,
+                rule_name: r.try_get("rule_name")?,
+                severity: r.try_get("severity")?,
+                labels: $crate::alerts::from_json(&r.try_get::<String, _>("labels")?),
+                fingerprint: r.try_get("fingerprint")?,
+                summary: r.try_get("summary")?,
+                details: serde_json::from_str(&r.try_get::<String, _>("details")?).unwrap_or(serde_json::Value::Null),
+                silenced_by: r.try_get("silenced_by")?,
+                notified_firing: r.try_get("notified_firing")?,
+                last_notified_ms: r.try_get("last_notified_ms")?,
+                repeat_seq: r.try_get("repeat_seq")?,
+                updated_ms: r.try_get("updated_ms")?,
+            })
+        }
+
+        fn outbox_from_row(r: &Row) -> $crate::Result<$crate::alerts::OutboxRecord> {
+            use sqlx::Row as _;
+            Ok($crate::alerts::OutboxRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                alert_id: r.try_get("alert_id")?,
+                channel_id: r.try_get("channel_id")?,
+                kind: r.try_get("kind")?,
+                seq: r.try_get("seq")?,
+                payload: r.try_get("payload")?,
+                status: r.try_get("status")?,
+                attempts: r.try_get("attempts")?,
+                next_attempt_ms: r.try_get("next_attempt_ms")?,
+                last_error: r.try_get("last_error")?,
+                last_status_code: r.try_get("last_status_code")?,
+                created_ms: r.try_get("created_ms")?,
+                delivered_ms: r.try_get("delivered_ms")?,
+            })
+        }
+
+        fn delivery_from_row(r: &Row) -> $crate::Result<$crate::alerts::DeliveryRecord> {
+            use sqlx::Row as _;
+            Ok($crate::alerts::DeliveryRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                outbox_id: r.try_get("outbox_id")?,
+                alert_id: r.try_get("alert_id")?,
+                channel_id: r.try_get("channel_id")?,
+                kind: r.try_get("kind")?,
+                attempt: r.try_get("attempt")?,
+                at_ms: r.try_get("at_ms")?,
+                outcome: r.try_get("outcome")?,
+                status_code: r.try_get("status_code")?,
+                error: r.try_get("error")?,
+                duration_ms: r.try_get("duration_ms")?,
+            })
+        }
+
+        fn cursor_from_row(r: &Row) -> $crate::Result<$crate::alerts::GpuCursor> {
+            use sqlx::Row as _;
+            Ok($crate::alerts::GpuCursor {
+                gpu_id: r.try_get("gpu_id")?,
+                org_id: r.try_get("org_id")?,
+                last_ts_ms: r.try_get("last_ts_ms")?,
+                state: r.try_get("state")?,
+                state_since_ms: r.try_get("state_since_ms")?,
+                interval_ms: r.try_get("interval_ms")?,
+            })
+        }
+
+        fn is_unique_violation(e: &sqlx::Error) -> bool {
+            matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::alerts::AlertStore for $store {
+            async fn alert_rules(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::alerts::AlertRuleRecord>> {
+                let sql = format!("SELECT {} FROM alert_rules WHERE org_id = ? ORDER BY id", $crate::alerts::RULE_COLS);
+                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
+                rows.iter().map(rule_from_row).collect()
+            }
+
+            async fn all_alert_rules(&self) -> $crate::Result<Vec<$crate::alerts::AlertRuleRecord>> {
+                let sql = format!("SELECT {} FROM alert_rules ORDER BY id", $crate::alerts::RULE_COLS);
+                let rows = sqlx::query(&q(&sql)).fetch_all(self.pool()).await?;
+                rows.iter().map(rule_from_row).collect()
+            }
+
+            async fn alert_rule(
+                &self,
+                org: $crate::OrgId,
+                id: i64,
+            ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
+                let sql = format!("SELECT {} FROM alert_rules WHERE org_id = ? AND id = ?", $crate::alerts::RULE_COLS);
+                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
+                row.as_ref().map(rule_from_row).transpose()
+            }
+
+            async fn insert_alert_rule(
+                &self,
+                org: $crate::OrgId,
+                rule: &$crate::alerts::NewAlertRule,
+                now_ms: i64,
+            ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
+                let sql = format!(
+                    "INSERT INTO alert_rules (org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, \
+                     severity, labels, description, advice, channels, enabled, created_ms, updated_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING {}",
+                    $crate::alerts::RULE_COLS
+                );
+                let row = sqlx::query(&q(&sql))
+                    .bind(org)
+                    .bind(&rule.name)
+                    .bind(&rule.condition)
+                    .bind(rule.for_s)
+                    .bind(rule.keep_firing_for_s)
+                    .bind(rule.repeat_interval_s)
+                    .bind(&rule.severity)
+                    .bind($crate::alerts::to_json(&rule.labels))
+                    .bind(&rule.description)
+                    .bind(&rule.advice)
+                    .bind($crate::alerts::to_json(&rule.channels))
+                    .bind(rule.enabled)
+                    .bind(now_ms)
+                    .bind(now_ms)
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.as_ref().map(rule_from_row).transpose()
+            }
+
+            async fn update_alert_rule(
+                &self,
+                org: $crate::OrgId,
+                id: i64,
+                rule: &$crate::alerts::NewAlertRule,
+                now_ms: i64,
+            ) -> $crate::Result<$crate::alerts::Written<$crate::alerts::AlertRuleRecord>> {
+                let sql = format!(
+                    "UPDATE alert_rules SET name = ?, condition = ?, for_s = ?, keep_firing_for_s = ?, \
+                     repeat_interval_s = ?, severity = ?, labels = ?, description = ?, advice = ?, channels = ?, \
+                     enabled = ?, updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
+                    $crate::alerts::RULE_COLS
+                );
+                let result = sqlx::query(&q(&sql))
+                    .bind(&rule.name)
+                    .bind(&rule.condition)
+                    .bind(rule.for_s)
+                    .bind(rule.keep_firing_for_s)
+                    .bind(rule.repeat_interval_s)
+                    .bind(&rule.severity)
+                    .bind($crate::alerts::to_json(&rule.labels))
+                    .bind(&rule.description)
+                    .bind(&rule.advice)
+                    .bind($crate::alerts::to_json(&rule.channels))
+                    .bind(rule.enabled)
+                    .bind(now_ms)
+                    .bind(org)
+                    .bind(id)
+                    .fetch_optional(self.pool())
+                    .await;
+                match result {
+                    Ok(Some(row)) => Ok($crate::alerts::Written::Done(rule_from_row(&row)?)),
+                    Ok(None) => Ok($crate::alerts::Written::NotFound),
+                    Err(e) if is_unique_violation(&e) => Ok($crate::alerts::Written::NameTaken),
+                    Err(e) => Err(e.into()),
+                }
+            }
+
+            async fn delete_alert_rule(&self, org: $crate::OrgId, id: i64) -> $crate::Result<bool> {
+                let done = sqlx::query(&q("DELETE FROM alert_rules WHERE org_id = ? AND id = ?"))
+                    .bind(org)
+                    .bind(id)
+                    .execute(self.pool())
+                    .await?
+                    .rows_affected();
+                Ok(done > 0)
+            }
+
+            async fn seed_default_rules(
+                &self,
+                org: $crate::OrgId,
+                rules: &[(String, $crate::alerts::NewAlertRule)],
+                now_ms: i64,
+            ) -> $crate::Result<u64> {
+                let mut tx = begin(self.pool()).await?;
+                let mut inserted = 0;
+                for (key, rule) in rules {
+                    let fresh = sqlx::query(&q(
+                        "INSERT INTO alert_default_seeds (org_id, key, seeded_ms) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
+                    ))
+                    .bind(org)
+                    .bind(key)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if fresh == 0 {
+                        continue;
+                    }
+                    inserted += sqlx::query(&q(
+                        "INSERT INTO alert_rules (org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, \
+                         severity, labels, description, advice, channels, enabled, builtin, created_ms, updated_ms) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    ))
+                    .bind(org)
+                    .bind(&rule.name)
+                    .bind(&rule.condition)
+                    .bind(rule.for_s)
+                    .bind(rule.keep_firing_for_s)
+                    .bind(rule.repeat_interval_s)
+                    .bind(&rule.severity)
+                    .bind($crate::alerts::to_json(&rule.labels))
+                    .bind(&rule.description)
+                    .bind(&rule.advice)
+                    .bind($crate::alerts::to_json(&rule.channels))
+                    .bind(rule.enabled)
+                    .bind(key)
+                    .bind(now_ms)
+                    .bind(now_ms)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                }
+                tx.commit().await?;
+                Ok(inserted)
+            }
+
+            async fn notification_channels(
+                &self,
+                org: $crate::OrgId,
+            ) -> $crate::Result<Vec<$crate::alerts::ChannelRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM notification_channels WHERE org_id = ? ORDER BY id",
+                    $crate::alerts::CHANNEL_COLS
+                );
+                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
+                rows.iter().map(channel_from_row).collect()
+            }
+
+            async fn notification_channel(
+                &self,
+                org: $crate::OrgId,
+                id: i64,
+            ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM notification_channels WHERE org_id = ? AND id = ?",
+                    $crate::alerts::CHANNEL_COLS
+                );
+                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
+                row.as_ref().map(channel_from_row).transpose()
+            }
+
+            async fn insert_notification_channel(
+                &self,
+                org: $crate::OrgId,
+                ch: &$crate::alerts::NewChannel,
+                now_ms: i64,
+            ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
+                let sql = format!(
+                    "INSERT INTO notification_channels (org_id, name, kind, url, is_default, min_interval_ms, \
+                     next_send_ms, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?) \
+                     ON CONFLICT DO NOTHING RETURNING {}",
+                    $crate::alerts::CHANNEL_COLS
+                );
+                let row = sqlx::query(&q(&sql))
+                    .bind(org)
+                    .bind(&ch.name)
+                    .bind(&ch.kind)
+                    .bind(&ch.url)
+                    .bind(ch.is_default)
+                    .bind(ch.min_interval_ms)
+                    .bind(now_ms)
+                    .bind(now_ms)
+                    .fetch_optional(self.pool())
+                    .await?;
+                row.as_ref().map(channel_from_row).transpose()
+            }
+
+            async fn update_notification_channel(
+                &self,
+                org: $crate::OrgId,
+                id: i64,
+                ch: &$crate::alerts::NewChannel,
+                now_ms: i64,
+            ) -> $crate::Result<$crate::alerts::Written<$crate::alerts::ChannelRecord>> {
+                let sql = format!(
+                    "UPDATE notification_channels SET name = ?, kind = ?, url = ?, is_default = ?, min_interval_ms = ?, \
+                     updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
+                    $crate::alerts::CHANNEL_COLS
+                );
+                let result = sqlx::query(&q(&sql))
+                    .bind(&ch.name)
+                    .bind(&ch.kind)
+                    .bind(&ch.url)
+                    .bind(ch.is_default)
+                    .bind(ch.min_interval_ms)
+                    .bind(now_ms)
+                    .bind(org)
+                    .bind(id)
+                    .fetch_optional(self.pool())
+                    .await;
+                match result {
+                    Ok(Some(row)) => Ok($crate::alerts::Written::Done(channel_from_row(&row)?)),
+                    Ok(None) => Ok($crate::alerts::Written::NotFound),
+                    Err(e) if is_unique_violation(&e) => Ok($crate::alerts::Written::NameTaken),
+                    Err(e) => Err(e.into()),
+                }
+            }
+
+            async fn delete_notification_channel(&self, org: $crate::OrgId, id: i64, now_ms: i64) -> $crate::Result<bool> {
+                let mut tx = begin(self.pool()).await?;
+                let done = sqlx::query(&q("DELETE FROM notification_channels WHERE org_id = ? AND id = ?"))
+                    .bind(org)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if done > 0 {
+                    sqlx::query(&q(
+                        "UPDATE alert_outbox SET status = 'failed', last_error = 'channel deleted', lease_owner = NULL, \
+                         lease_until_ms = NULL, next_attempt_ms = ? WHERE channel_id = ? AND status IN ('pending', 'sending')",
+                    ))
+                    .bind(now_ms)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(done > 0)
+            }
+
+            async fn insert_silence(
+                &self,
+                org: $crate::OrgId,
+                s: &$crate::alerts::NewSilence,
+                now_ms: i64,
+            ) -> $crate::Result<$crate::alerts::SilenceRecord> {
+                let sql = format!(
+                    "INSERT INTO alert_silences (org_id, matchers, starts_at_ms, ends_at_ms, comment, created_by, created_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING {}",
+                    $crate::alerts::SILENCE_COLS
+                );
+                let row = sqlx::query(&q(&sql))
+                    .bind(org)
+                    .bind($crate::alerts::to_json(&s.matchers))
+                    .bind(s.starts_at_ms)
+                    .bind(s.ends_at_ms)
+                    .bind(&s.comment)
+                    .bind(&s.created_by)
+                    .bind(now_ms)
+                    .fetch_one(self.pool())
+                    .await?;
+                silence_from_row(&row)
+            }
+
+            async fn silences(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::alerts::SilenceRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM alert_silences WHERE org_id = ? ORDER BY id DESC",
+                    $crate::alerts::SILENCE_COLS
+                );
+                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
+                rows.iter().map(silence_from_row).collect()
+            }
+
+            async fn current_silences(&self, now_ms: i64) -> $crate::Result<Vec<$crate::alerts::SilenceRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM alert_silences WHERE ends_at_ms > ? ORDER BY id",
+                    $crate::alerts::SILENCE_COLS
+                );
+                let rows = sqlx::query(&q(&sql)).bind(now_ms).fetch_all(self.pool()).await?;
+                rows.iter().map(silence_from_row).collect()
+            }
+
+            async fn expire_silence(&self, org: $crate::OrgId, id: i64, now_ms: i64) -> $crate::Result<bool> {
+                let found: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM alert_silences WHERE org_id = ? AND id = ?"))
+                    .bind(org)
+                    .bind(id)
+                    .fetch_optional(self.pool())
+                    .await?;
+                if found.is_none() {
+                    return Ok(false);
+                }
+                sqlx::query(&q(
+                    "UPDATE alert_silences SET ends_at_ms = ? WHERE org_id = ? AND id = ? AND ends_at_ms > ?",
+                ))
+                .bind(now_ms)
+                .bind(org)
+                .bind(id)
+                .bind(now_ms)
+                .execute(self.pool())
+                .await?;
+                Ok(true)
+            }
+
+            async fn alerts(
+                &self,
+                org: $crate::OrgId,
+                f: &$crate::alerts::AlertFilter,
+            ) -> $crate::Result<Vec<$crate::alerts::AlertRecord>> {
+                let statuses: Vec<&str> = f.statuses.iter().map(|s| s.as_str()).collect();
+                let want = |s: &str| statuses.is_empty() || statuses.contains(&s);
+                let sql = format!(
+                    "SELECT {} FROM alerts a LEFT JOIN gpus g ON g.id = a.gpu_id WHERE a.org_id = ? \
+                     AND ((a.status = 'pending' AND ?) OR (a.status = 'firing' AND ?) OR (a.status = 'resolved' AND ?)) \
+                     AND (? IS NULL OR a.rule_id = ?) AND (? IS NULL OR g.uuid = ?) AND (? IS NULL OR a.id < ?) \
+                     ORDER BY a.id DESC LIMIT ?",
+                    $crate::alerts::ALERT_COLS
+                );
+                let rows = sqlx::query(&q(&sql))
+                    .bind(org)
+                    .bind(want("pending"))
+                    .bind(want("firing"))
+                    .bind(want("resolved"))
+                    .bind(f.rule_id)
+                    .bind(f.rule_id)
+                    .bind(f.gpu_uuid.as_deref())
+                    .bind(f.gpu_uuid.as_deref())
+                    .bind(f.before_id)
+                    .bind(f.before_id)
+                    .bind(f.limit.max(1))
+                    .fetch_all(self.pool())
+                    .await?;
+                rows.iter().map(alert_from_row).collect()
+            }
+
+            async fn alert(&self, org: $crate::OrgId, id: i64) -> $crate::Result<Option<$crate::alerts::AlertRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM alerts a LEFT JOIN gpus g ON g.id = a.gpu_id WHERE a.org_id = ? AND a.id = ?",
+                    $crate::alerts::ALERT_COLS
+                );
+                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
+                row.as_ref().map(alert_from_row).transpose()
+            }
+
+            async fn open_alerts(&self) -> $crate::Result<Vec<$crate::alerts::AlertRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM alerts a LEFT JOIN gpus g ON g.id = a.gpu_id \
+                     WHERE a.status IN ('pending', 'firing') ORDER BY a.id",
+                    $crate::alerts::ALERT_COLS
+                );
+                let rows = sqlx::query(&q(&sql)).fetch_all(self.pool()).await?;
+                rows.iter().map(alert_from_row).collect()
+            }
+
+            async fn try_job_lease(&self, name: &str, owner: &str, now_ms: i64, ttl_ms: i64) -> $crate::Result<bool> {
+                let done = sqlx::query(&q(
+                    "INSERT INTO job_leases (name, owner, until_ms) VALUES (?, ?, ?) \
+                     ON CONFLICT (name) DO UPDATE SET owner = excluded.owner, until_ms = excluded.until_ms \
+                     WHERE job_leases.owner = excluded.owner OR job_leases.until_ms < ?",
+                ))
+                .bind(name)
+                .bind(owner)
+                .bind(now_ms + ttl_ms)
+                .bind(now_ms)
+                .execute(self.pool())
+                .await?
+                .rows_affected();
+                Ok(done > 0)
+            }
+
+            async fn release_job_lease(&self, name: &str, owner: &str) -> $crate::Result<()> {
+                sqlx::query(&q("DELETE FROM job_leases WHERE name = ? AND owner = ?"))
+                    .bind(name)
+                    .bind(owner)
+                    .execute(self.pool())
+                    .await?;
+                Ok(())
+            }
+
+            async fn alert_gpus(&self) -> $crate::Result<Vec<$crate::alerts::GpuBrief>> {
+                use sqlx::Row as _;
+                let rows = sqlx::query(&q(
+                    "SELECT id, org_id, uuid, host, name, gpu_index, last_seen_ms FROM gpus ORDER BY id",
+                ))
+                .fetch_all(self.pool())
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok($crate::alerts::GpuBrief {
+                            id: r.try_get("id")?,
+                            org_id: r.try_get("org_id")?,
+                            uuid: r.try_get("uuid")?,
+                            host: r.try_get("host")?,
+                            name: r.try_get("name")?,
+                            gpu_index: r.try_get("gpu_index")?,
+                            last_seen_ms: r.try_get("last_seen_ms")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn alert_cursors(&self) -> $crate::Result<Vec<$crate::alerts::GpuCursor>> {
+                let rows = sqlx::query(&q(
+                    "SELECT gpu_id, org_id, last_ts_ms, state, state_since_ms, interval_ms FROM alert_gpu_cursors",
+                ))
+                .fetch_all(self.pool())
+                .await?;
+                rows.iter().map(cursor_from_row).collect()
+            }
+
+            async fn save_alert_cursors(&self, cursors: &[$crate::alerts::GpuCursor], now_ms: i64) -> $crate::Result<()> {
+                if cursors.is_empty() {
+                    return Ok(());
+                }
+                let mut tx = begin(self.pool()).await?;
+                for c in cursors {
+                    upsert_cursor(&mut tx, c, now_ms).await?;
+                }
+                tx.commit().await?;
+                Ok(())
+            }
+
+            async fn host_labels(
+                &self,
+            ) -> $crate::Result<Vec<($crate::OrgId, String, std::collections::BTreeMap<String, String>)>> {
+                use sqlx::Row as _;
+                let rows = sqlx::query(&q("SELECT org_id, host, labels FROM alert_host_labels"))
+                    .fetch_all(self.pool())
+                    .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok((
+                            r.try_get("org_id")?,
+                            r.try_get("host")?,
+                            $crate::alerts::from_json(&r.try_get::<String, _>("labels")?),
+                        ))
+                    })
+                    .collect()
+            }
+
+            async fn put_host_labels(
+                &self,
+                org: $crate::OrgId,
+                host: &str,
+                labels: &std::collections::BTreeMap<String, String>,
+                now_ms: i64,
+            ) -> $crate::Result<()> {
+                sqlx::query(&q(
+                    "INSERT INTO alert_host_labels (org_id, host, labels, updated_ms) VALUES (?, ?, ?, ?) \
+                     ON CONFLICT (org_id, host) DO UPDATE SET labels = excluded.labels, updated_ms = excluded.updated_ms",
+                ))
+                .bind(org)
+                .bind(host)
+                .bind($crate::alerts::to_json(labels))
+                .bind(now_ms)
+                .execute(self.pool())
+                .await?;
+                Ok(())
+            }
+
+            async fn apply_alert_changes(
+                &self,
+                w: &$crate::alerts::EvalWrite,
+            ) -> $crate::Result<$crate::alerts::EvalOutcome> {
+                use $crate::alerts::AlertWrite;
+                let mut tx = begin(self.pool()).await?;
+                let mut out = $crate::alerts::EvalOutcome::default();
+                for change in &w.changes {
+                    let (id, org) = match &change.write {
+                        AlertWrite::Open(a) => {
+                            let id: Option<i64> = sqlx::query_scalar(&q(
+                                "INSERT INTO alerts (org_id, rule_id, gpu_id, status, active_since_ms, fired_at_ms, \
+                                 resolved_at_ms, last_match_ms, last_eval_ms, rule_name, severity, labels, fingerprint, \
+                                 summary, details, silenced_by, notified_firing, last_notified_ms, repeat_seq, updated_ms) \
+                                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                                 ON CONFLICT DO NOTHING RETURNING id",
+                            ))
+                            .bind(a.org_id)
+                            .bind(a.rule_id)
+                            .bind(a.gpu_id)
+                            .bind(a.status.as_str())
+                            .bind(a.active_since_ms)
+                            .bind(a.fired_at_ms)
+                            .bind(a.resolved_at_ms)
+                            .bind(a.last_match_ms)
+                            .bind(a.last_eval_ms)
+                            .bind(&a.rule_name)
+                            .bind(&a.severity)
+                            .bind($crate::alerts::to_json(&a.labels))
+                            .bind(&a.fingerprint)
+                            .bind(&a.summary)
+                            .bind(a.details.to_string())
+                            .bind(a.silenced_by)
+                            .bind(a.notified_firing)
+                            .bind(a.last_notified_ms)
+                            .bind(a.repeat_seq)
+                            .bind(w.now_ms)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                            (id, a.org_id)
+                        }
+                        AlertWrite::Update { from, alert: a } => {
+                            let done = sqlx::query(&q(
+                                "UPDATE alerts SET status = ?, active_since_ms = ?, fired_at_ms = ?, resolved_at_ms = ?, \
+                                 last_match_ms = ?, last_eval_ms = ?, summary = ?, details = ?, silenced_by = ?, \
+                                 notified_firing = ?, last_notified_ms = ?, repeat_seq = ?, updated_ms = ? \
+                                 WHERE id = ? AND status = ?",
+                            ))
+                            .bind(a.status.as_str())
+                            .bind(a.active_since_ms)
+                            .bind(a.fired_at_ms)
+                            .bind(a.resolved_at_ms)
+                            .bind(a.last_match_ms)
+                            .bind(a.last_eval_ms)
+                            .bind(&a.summary)
+                            .bind(a.details.to_string())
+                            .bind(a.silenced_by)
+                            .bind(a.notified_firing)
+                            .bind(a.last_notified_ms)
+                            .bind(a.repeat_seq)
+                            .bind(w.now_ms)
+                            .bind(a.id)
+                            .bind(from.as_str())
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                            ((done > 0).then_some(a.id), a.org_id)
+                        }
+                        AlertWrite::Delete { id, from } => {
+                            let org: Option<i64> = sqlx::query_scalar(&q(
+                                "DELETE FROM alerts WHERE id = ? AND status = ? RETURNING org_id",
+                            ))
+                            .bind(*id)
+                            .bind(from.as_str())
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                            (org.map(|_| *id), org.unwrap_or_default())
+                        }
+                    };
+                    out.alert_ids.push(id);
+                    let Some(alert_id) = id else { continue };
+                    for n in &change.notify {
+                        out.enqueued += insert_outbox(&mut tx, org, Some(alert_id), n, w.now_ms).await?.map_or(0, |_| 1);
+                    }
+                    for s in &change.suppressed {
+                        sqlx::query(&q(
+                            "INSERT INTO alert_deliveries (org_id, outbox_id, alert_id, channel_id, kind, attempt, at_ms, \
+                             outcome, status_code, error, duration_ms) VALUES (?, NULL, ?, ?, ?, 0, ?, 'suppressed', NULL, ?, NULL)",
+                        ))
+                        .bind(org)
+                        .bind(alert_id)
+                        .bind(s.channel_id)
+                        .bind(&s.kind)
+                        .bind(w.now_ms)
+                        .bind(format!("silenced by silence #{}", s.silence_id))
+                        .execute(&mut *tx)
+                        .await?;
+                    }
+                }
+                for c in &w.cursors {
+                    upsert_cursor(&mut tx, c, w.now_ms).await?;
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn enqueue_notification(
+                &self,
+                org: $crate::OrgId,
+                alert_id: Option<i64>,
+                n: &$crate::alerts::NewNotification,
+                now_ms: i64,
+            ) -> $crate::Result<Option<i64>> {
+                let mut tx = begin(self.pool()).await?;
+                let id = insert_outbox(&mut tx, org, alert_id, n, now_ms).await?;
+                tx.commit().await?;
+                Ok(id)
+            }
+
+            async fn claim_notifications(
+                &self,
+                owner: &str,
+                now_ms: i64,
+                lease_ms: i64,
+                max: i64,
+            ) -> $crate::Result<Vec<$crate::alerts::ClaimedMessage>> {
+                let mut tx = begin(self.pool()).await?;
+                let sql = format!(
+                    "SELECT {} FROM notification_channels c WHERE c.next_send_ms <= ? AND EXISTS \
+                     (SELECT 1 FROM alert_outbox o WHERE o.channel_id = c.id AND o.status IN ('pending', 'sending')) \
+                     ORDER BY c.next_send_ms, c.id LIMIT ?{}",
+                    $crate::alerts::CHANNEL_COLS,
+                    LOCK_CHANNELS
+                );
+                let channels = sqlx::query(&q(&sql)).bind(now_ms).bind(max.max(1)).fetch_all(&mut *tx).await?;
+                let mut claimed = Vec::new();
+                for row in &channels {
+                    let channel = channel_from_row(row)?;
+                    let sql = format!(
+                        "SELECT {}, lease_until_ms FROM alert_outbox WHERE channel_id = ? AND status IN ('pending', 'sending') \
+                         ORDER BY id LIMIT 1",
+                        $crate::alerts::OUTBOX_COLS
+                    );
+                    let Some(head) = sqlx::query(&q(&sql)).bind(channel.id).fetch_optional(&mut *tx).await? else {
+                        continue;
+                    };
+                    let mut message = outbox_from_row(&head)?;
+                    let lease_until: Option<i64> = {
+                        use sqlx::Row as _;
+                        head.try_get("lease_until_ms")?
+                    };
+                    let due = match message.status.as_str() {
+                        "pending" => message.next_attempt_ms <= now_ms,
+                        // A sender that died mid-flight: its lease ran out.
+                        _ => lease_until.is_none_or(|u| u < now_ms),
+                    };
+                    if !due {
+                        continue;
+                    }
+                    let until = now_ms + lease_ms;
+                    sqlx::query(&q(
+                        "UPDATE alert_outbox SET status = 'sending', lease_owner = ?, lease_until_ms = ?, \
+                         attempts = attempts + 1 WHERE id = ?",
+                    ))
+                    .bind(owner)
+                    .bind(until)
+                    .bind(message.id)
+                    .execute(&mut *tx)
+                    .await?;
+                    sqlx::query(&q("UPDATE notification_channels SET next_send_ms = ? WHERE id = ?"))
+                        .bind(now_ms + channel.min_interval_ms.max(0))
+                        .bind(channel.id)
+                        .execute(&mut *tx)
+                        .await?;
+                    message.status = "sending".into();
+                    message.attempts += 1;
+                    claimed.push($crate::alerts::ClaimedMessage { message, channel, lease_until_ms: until });
+                }
+                tx.commit().await?;
+                Ok(claimed)
+            }
+
+            async fn finish_notification(
+                &self,
+                id: i64,
+                owner: &str,
+                r: &$crate::alerts::DeliveryResult,
+                now_ms: i64,
+            ) -> $crate::Result<bool> {
+                use $crate::alerts::DeliveryOutcome;
+                let mut tx = begin(self.pool()).await?;
+                let sql = format!("SELECT {} FROM alert_outbox WHERE id = ?", $crate::alerts::OUTBOX_COLS);
+                let Some(row) = sqlx::query(&q(&sql)).bind(id).fetch_optional(&mut *tx).await? else {
+                    return Ok(false);
+                };
+                let m = outbox_from_row(&row)?;
+                let (status, next, delivered, outcome) = match r.outcome {
+                    DeliveryOutcome::Delivered => ("delivered", now_ms, Some(now_ms), "delivered"),
+                    DeliveryOutcome::Retry { at_ms } => ("pending", at_ms, None, "retry"),
+                    DeliveryOutcome::Failed => ("failed", now_ms, None, "failed"),
+                };
+                let done = sqlx::query(&q(
+                    "UPDATE alert_outbox SET status = ?, next_attempt_ms = ?, delivered_ms = ?, last_error = ?, \
+                     last_status_code = ?, lease_owner = NULL, lease_until_ms = NULL \
+                     WHERE id = ? AND lease_owner = ? AND status = 'sending'",
+                ))
+                .bind(status)
+                .bind(next)
+                .bind(delivered)
+                .bind(r.error.as_deref())
+                .bind(r.status_code)
+                .bind(id)
+                .bind(owner)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                // A sender whose lease ran out still logs what it saw, as `lease_lost`.
+                let (outcome, error) = if done == 0 {
+                    let what = format!("{outcome} after the lease had passed to another sender");
+                    ("lease_lost", Some(r.error.as_deref().map_or(what.clone(), |e| format!("{what}: {e}"))))
+                } else {
+                    (outcome, r.error.clone())
+                };
+                sqlx::query(&q(
+                    "INSERT INTO alert_deliveries (org_id, outbox_id, alert_id, channel_id, kind, attempt, at_ms, outcome, \
+                     status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                ))
+                .bind(m.org_id)
+                .bind(m.id)
+                .bind(m.alert_id)
+                .bind(m.channel_id)
+                .bind(&m.kind)
+                .bind(m.attempts)
+                .bind(now_ms)
+                .bind(outcome)
+                .bind(r.status_code)
+                .bind(error)
+                .bind(r.duration_ms)
+                .execute(&mut *tx)
+                .await?;
+                if let Some(until) = r.channel_pause_until_ms {
+                    sqlx::query(&q(
+                        "UPDATE notification_channels SET next_send_ms = ? WHERE id = ? AND next_send_ms < ?",
+                    ))
+                    .bind(until)
+                    .bind(m.channel_id)
+                    .bind(until)
+                    .execute(&mut *tx)
+                    .await?;
+                }
+                tx.commit().await?;
+                Ok(done > 0)
+            }
+
+            async fn outbox_message(
+                &self,
+                org: $crate::OrgId,
+                id: i64,
+            ) -> $crate::Result<Option<$crate::alerts::OutboxRecord>> {
+                let sql = format!("SELECT {} FROM alert_outbox WHERE org_id = ? AND id = ?", $crate::alerts::OUTBOX_COLS);
+                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
+                row.as_ref().map(outbox_from_row).transpose()
+            }
+
+            async fn outbox_for_alert(
+                &self,
+                org: $crate::OrgId,
+                alert_id: i64,
+            ) -> $crate::Result<Vec<$crate::alerts::OutboxRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM alert_outbox WHERE org_id = ? AND alert_id = ? ORDER BY id",
+                    $crate::alerts::OUTBOX_COLS
+                );
+                let rows = sqlx::query(&q(&sql)).bind(org).bind(alert_id).fetch_all(self.pool()).await?;
+                rows.iter().map(outbox_from_row).collect()
+            }
+
+            async fn outbox_backlog(&self) -> $crate::Result<i64> {
+                Ok(sqlx::query_scalar(&q("SELECT count(*) FROM alert_outbox WHERE status IN ('pending', 'sending')"))
+                    .fetch_one(self.pool())
+                    .await?)
+            }
+
+            async fn deliveries(
+                &self,
+                org: $crate::OrgId,
+                f: &$crate::alerts::DeliveryFilter,
+            ) -> $crate::Result<Vec<$crate::alerts::DeliveryRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM alert_deliveries WHERE org_id = ? AND (? IS NULL OR channel_id = ?) \
+                     AND (? IS NULL OR alert_id = ?) ORDER BY id DESC LIMIT ?",
+                    $crate::alerts::DELIVERY_COLS
+                );
+                let rows = sqlx::query(&q(&sql))
+                    .bind(org)
+                    .bind(f.channel_id)
+                    .bind(f.channel_id)
+                    .bind(f.alert_id)
+                    .bind(f.alert_id)
+                    .bind(f.limit.max(1))
+                    .fetch_all(self.pool())
+                    .await?;
+                rows.iter().map(delivery_from_row).collect()
+            }
+        }
+
+        async fn insert_outbox(
+            tx: &mut sqlx::Transaction<'static, $db>,
+            org: $crate::OrgId,
+            alert_id: Option<i64>,
+            n: &$crate::alerts::NewNotification,
+            now_ms: i64,
+        ) -> $crate::Result<Option<i64>> {
+            Ok(sqlx::query_scalar(&q(
+                "INSERT INTO alert_outbox (org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
+                 next_attempt_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?) \
+                 ON CONFLICT DO NOTHING RETURNING id",
+            ))
+            .bind(org)
+            .bind(alert_id)
+            .bind(n.channel_id)
+            .bind(&n.kind)
+            .bind(n.seq)
+            .bind(&n.payload)
+            .bind(now_ms)
+            .bind(now_ms)
+            .fetch_optional(&mut **tx)
+            .await?)
+        }
+
+        async fn upsert_cursor(
+            tx: &mut sqlx::Transaction<'static, $db>,
+            c: &$crate::alerts::GpuCursor,
+            now_ms: i64,
+        ) -> $crate::Result<()> {
+            sqlx::query(&q(
+                "INSERT INTO alert_gpu_cursors (gpu_id, org_id, last_ts_ms, state, state_since_ms, interval_ms, updated_ms) \
+                 VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (gpu_id) DO UPDATE SET last_ts_ms = excluded.last_ts_ms, \
+                 state = excluded.state, state_since_ms = excluded.state_since_ms, interval_ms = excluded.interval_ms, \
+                 updated_ms = excluded.updated_ms WHERE alert_gpu_cursors.last_ts_ms <= excluded.last_ts_ms",
+            ))
+            .bind(c.gpu_id)
+            .bind(c.org_id)
+            .bind(c.last_ts_ms)
+            .bind(&c.state)
+            .bind(c.state_since_ms)
+            .bind(c.interval_ms)
+            .bind(now_ms)
+            .execute(&mut **tx)
+            .await?;
+            Ok(())
+        }
+    };
+}
+
+pub(crate) use impl_alert_store;
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn placeholders_are_numbered() {
+        assert_eq!(super::numbered("a = ? AND (? IS NULL OR b = ?)"), "a = $1 AND ($2 IS NULL OR b = $3)");
+    }
+}

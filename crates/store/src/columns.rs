@@ -1,0 +1,347 @@
+//! The sample and rollup column lists shared by both backends, and the mapping between
+//! database rows and [`Sample`] / [`RollupBucket`].
+
+use fleetlens_core::{GpuProcess, ROLLUP_SIGNALS, RollupBucket, Sample, SignalStats};
+
+/// A nullable numeric cell of a sample row.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Cell {
+    F(Option<f64>),
+    I(Option<i64>),
+}
+
+/// The measurement columns of `samples`, in table order (after gpu_id, ts_ms; before processes).
+pub(crate) const SAMPLE_COLUMNS: [&str; 23] = [
+    "gpu_util_pct",
+    "mem_util_pct",
+    "mem_used_bytes",
+    "mem_total_bytes",
+    "power_w",
+    "power_limit_w",
+    "energy_j",
+    "temp_c",
+    "sm_clock_mhz",
+    "throttle_reasons",
+    "sm_active_pct",
+    "gr_engine_active_pct",
+    "sm_occupancy_pct",
+    "tensor_active_pct",
+    "dram_active_pct",
+    "fp16_active_pct",
+    "fp32_active_pct",
+    "fp64_active_pct",
+    "int_active_pct",
+    "pcie_tx_mib_s",
+    "pcie_rx_mib_s",
+    "nvlink_tx_mib_s",
+    "nvlink_rx_mib_s",
+];
+
+/// The cells of `s` in [`SAMPLE_COLUMNS`] order.
+pub(crate) fn sample_cells(s: &Sample) -> [Cell; 23] {
+    use Cell::{F, I};
+    [
+        F(s.gpu_util_pct),
+        F(s.mem_util_pct),
+        I(s.mem_used_bytes),
+        I(s.mem_total_bytes),
+        F(s.power_w),
+        F(s.power_limit_w),
+        F(s.energy_j),
+        F(s.temp_c),
+        F(s.sm_clock_mhz),
+        // The bitmask fits in 63 bits (NVML defines bits up to 0x100); stored as signed.
+        I(s.throttle_reasons.map(|t| t as i64)),
+        F(s.sm_active_pct),
+        F(s.gr_engine_active_pct),
+        F(s.sm_occupancy_pct),
+        F(s.tensor_active_pct),
+        F(s.dram_active_pct),
+        F(s.fp16_active_pct),
+        F(s.fp32_active_pct),
+        F(s.fp64_active_pct),
+        F(s.int_active_pct),
+        F(s.pcie_tx_mib_s),
+        F(s.pcie_rx_mib_s),
+        F(s.nvlink_tx_mib_s),
+        F(s.nvlink_rx_mib_s),
+    ]
+}
+
+/// The process list as stored: JSON text, NULL when the list was not read.
+pub(crate) fn processes_json(s: &Sample) -> Option<String> {
+    s.processes.as_ref().map(|p| serde_json::to_string(p).expect("processes serialize"))
+}
+
+/// Select list of the sample measurement columns with a table alias; `processes_expr` is how
+/// the backend turns the stored process list into text.
+pub(crate) fn sample_select_list(alias: &str, processes_expr: &str) -> String {
+    let mut cols: Vec<String> = SAMPLE_COLUMNS.iter().map(|c| format!("{alias}.{c}")).collect();
+    cols.push(format!("{processes_expr} AS processes"));
+    cols.join(", ")
+}
+
+/// Measurement columns of a sample row (everything but identity and time).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SampleValues {
+    gpu_util_pct: Option<f64>,
+    mem_util_pct: Option<f64>,
+    mem_used_bytes: Option<i64>,
+    mem_total_bytes: Option<i64>,
+    power_w: Option<f64>,
+    power_limit_w: Option<f64>,
+    energy_j: Option<f64>,
+    temp_c: Option<f64>,
+    sm_clock_mhz: Option<f64>,
+    throttle_reasons: Option<i64>,
+    sm_active_pct: Option<f64>,
+    gr_engine_active_pct: Option<f64>,
+    sm_occupancy_pct: Option<f64>,
+    tensor_active_pct: Option<f64>,
+    dram_active_pct: Option<f64>,
+    fp16_active_pct: Option<f64>,
+    fp32_active_pct: Option<f64>,
+    fp64_active_pct: Option<f64>,
+    int_active_pct: Option<f64>,
+    pcie_tx_mib_s: Option<f64>,
+    pcie_rx_mib_s: Option<f64>,
+    nvlink_tx_mib_s: Option<f64>,
+    nvlink_rx_mib_s: Option<f64>,
+    processes: Option<String>,
+}
+
+impl SampleValues {
+    pub(crate) fn into_sample(self, ts_ms: i64, uuid: &str, gpu_index: Option<u32>, name: Option<&str>) -> Sample {
+        Sample {
+            ts_ms,
+            uuid: uuid.to_string(),
+            gpu_index,
+            name: name.map(str::to_string),
+            gpu_util_pct: self.gpu_util_pct,
+            mem_util_pct: self.mem_util_pct,
+            mem_used_bytes: self.mem_used_bytes,
+            mem_total_bytes: self.mem_total_bytes,
+            power_w: self.power_w,
+            power_limit_w: self.power_limit_w,
+            energy_j: self.energy_j,
+            temp_c: self.temp_c,
+            sm_clock_mhz: self.sm_clock_mhz,
+            throttle_reasons: self.throttle_reasons.map(|t| t as u64),
+            sm_active_pct: self.sm_active_pct,
+            gr_engine_active_pct: self.gr_engine_active_pct,
+            sm_occupancy_pct: self.sm_occupancy_pct,
+            tensor_active_pct: self.tensor_active_pct,
+            dram_active_pct: self.dram_active_pct,
+            fp16_active_pct: self.fp16_active_pct,
+            fp32_active_pct: self.fp32_active_pct,
+            fp64_active_pct: self.fp64_active_pct,
+            int_active_pct: self.int_active_pct,
+            pcie_tx_mib_s: self.pcie_tx_mib_s,
+            pcie_rx_mib_s: self.pcie_rx_mib_s,
+            nvlink_tx_mib_s: self.nvlink_tx_mib_s,
+            nvlink_rx_mib_s: self.nvlink_rx_mib_s,
+            // Written by us from a Vec<GpuProcess>; unreadable JSON would be corruption, which
+            // we surface as "not read" rather than failing the whole query.
+            processes: self.processes.and_then(|p| serde_json::from_str::<Vec<GpuProcess>>(&p).ok()),
+        }
+    }
+}
+
+/// One sample row as selected: time plus measurements.
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct SampleRow {
+    pub ts_ms: i64,
+    #[sqlx(flatten)]
+    pub values: SampleValues,
+}
+
+/// A GPU row joined with its newest sample (all sample columns NULL when it has none).
+#[derive(Debug, sqlx::FromRow)]
+pub(crate) struct GpuRow {
+    pub id: i64,
+    pub uuid: String,
+    pub host: String,
+    pub gpu_index: Option<i64>,
+    pub name: Option<String>,
+    pub g_mem_total_bytes: Option<i64>,
+    pub g_power_limit_w: Option<f64>,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+    pub latest_ts_ms: Option<i64>,
+    #[sqlx(flatten)]
+    pub values: SampleValues,
+}
+
+impl GpuRow {
+    pub(crate) fn into_record(self) -> crate::GpuRecord {
+        let gpu_index = self.gpu_index.and_then(|i| u32::try_from(i).ok());
+        let latest =
+            self.latest_ts_ms.map(|ts| self.values.into_sample(ts, &self.uuid, gpu_index, self.name.as_deref()));
+        crate::GpuRecord {
+            id: self.id,
+            uuid: self.uuid,
+            host: self.host,
+            gpu_index,
+            name: self.name,
+            mem_total_bytes: self.g_mem_total_bytes,
+            power_limit_w: self.g_power_limit_w,
+            first_seen_ms: self.first_seen_ms,
+            last_seen_ms: self.last_seen_ms,
+            latest,
+        }
+    }
+}
+
+/// SELECT … FROM gpus g LEFT JOIN samples s (newest sample) for a backend.
+pub(crate) fn gpu_select(processes_expr: &str) -> String {
+    format!(
+        "SELECT g.id, g.uuid, g.host, g.gpu_index, g.name, g.mem_total_bytes AS g_mem_total_bytes, \
+         g.power_limit_w AS g_power_limit_w, g.first_seen_ms, g.last_seen_ms, s.ts_ms AS latest_ts_ms, {} \
+         FROM gpus g LEFT JOIN samples s ON s.gpu_id = g.id AND s.ts_ms = g.last_seen_ms",
+        sample_select_list("s", processes_expr)
+    )
+}
+
+/// Column names of a rollup table after (gpu_id, bucket_ms), in [`rollup_cells`] order.
+pub(crate) fn rollup_columns() -> Vec<String> {
+    let mut cols: Vec<String> =
+        ["sample_count", "allocated_count", "processes_read_count", "first_ts_ms", "last_ts_ms"]
+            .iter()
+            .map(|c| c.to_string())
+            .collect();
+    for s in ROLLUP_SIGNALS {
+        for part in ["count", "sum", "min", "max"] {
+            cols.push(format!("{s}_{part}"));
+        }
+    }
+    cols
+}
+
+/// The cells of a rollup delta in [`rollup_columns`] order.
+pub(crate) fn rollup_cells(b: &RollupBucket) -> Vec<Cell> {
+    let mut cells = vec![
+        Cell::I(Some(b.sample_count)),
+        Cell::I(Some(b.allocated_count)),
+        Cell::I(Some(b.processes_read_count)),
+        Cell::I(Some(b.first_ts_ms)),
+        Cell::I(Some(b.last_ts_ms)),
+    ];
+    for st in &b.signals {
+        cells.extend([Cell::I(Some(st.count)), Cell::F(Some(st.sum)), Cell::F(st.min), Cell::F(st.max)]);
+    }
+    cells
+}
+
+/// `SET` clause adding incoming credit deltas (`excluded`) to a stored hour row.
+pub(crate) fn credit_add_set(table: &str) -> String {
+    fleetlens_core::Credit::column_names()
+        .iter()
+        .map(|c| format!("{c} = {table}.{c} + excluded.{c}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// The credit stored in a rollup row.
+pub(crate) fn credit_from_row<R>(row: &R) -> Result<fleetlens_core::Credit, sqlx::Error>
+where
+    R: sqlx::Row,
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+{
+    let mut cells = [0.0; fleetlens_core::CREDIT_COLUMNS];
+    for (cell, name) in cells.iter_mut().zip(fleetlens_core::Credit::column_names()) {
+        *cell = row.try_get(name.as_str())?;
+    }
+    Ok(fleetlens_core::Credit::from_cells(&cells))
+}
+
+/// `SET` clause merging an incoming delta (`excluded`) into a stored rollup row. `least` and
+/// `greatest` are the backend's NULL-ignoring min/max expressions.
+pub(crate) fn rollup_merge_set(
+    table: &str,
+    least: fn(&str, &str) -> String,
+    greatest: fn(&str, &str) -> String,
+) -> String {
+    let mut sets = vec![
+        format!("sample_count = {table}.sample_count + excluded.sample_count"),
+        format!("allocated_count = {table}.allocated_count + excluded.allocated_count"),
+        format!("processes_read_count = {table}.processes_read_count + excluded.processes_read_count"),
+        format!("first_ts_ms = {}", least(&format!("{table}.first_ts_ms"), "excluded.first_ts_ms")),
+        format!("last_ts_ms = {}", greatest(&format!("{table}.last_ts_ms"), "excluded.last_ts_ms")),
+    ];
+    for s in ROLLUP_SIGNALS {
+        sets.push(format!("{s}_count = {table}.{s}_count + excluded.{s}_count"));
+        sets.push(format!("{s}_sum = {table}.{s}_sum + excluded.{s}_sum"));
+        sets.push(format!("{s}_min = {}", least(&format!("{table}.{s}_min"), &format!("excluded.{s}_min"))));
+        sets.push(format!("{s}_max = {}", greatest(&format!("{table}.{s}_max"), &format!("excluded.{s}_max"))));
+    }
+    sets.join(", ")
+}
+
+/// Build a rollup from a selected row, read column by column.
+pub(crate) fn rollup_from_row<R>(row: &R, gpu_id: i64) -> Result<RollupBucket, sqlx::Error>
+where
+    R: sqlx::Row,
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+{
+    let mut b = RollupBucket {
+        gpu_id,
+        bucket_ms: row.try_get("bucket_ms")?,
+        sample_count: row.try_get("sample_count")?,
+        allocated_count: row.try_get("allocated_count")?,
+        processes_read_count: row.try_get("processes_read_count")?,
+        first_ts_ms: row.try_get("first_ts_ms")?,
+        last_ts_ms: row.try_get("last_ts_ms")?,
+        ..Default::default()
+    };
+    for (stats, s) in b.signals.iter_mut().zip(ROLLUP_SIGNALS) {
+        *stats = SignalStats {
+            count: row.try_get(format!("{s}_count").as_str())?,
+            sum: row.try_get(format!("{s}_sum").as_str())?,
+            min: row.try_get(format!("{s}_min").as_str())?,
+            max: row.try_get(format!("{s}_max").as_str())?,
+        };
+    }
+    Ok(b)
+}
+
+/// Identity of each distinct GPU in a batch: newest identity fields, time span.
+pub(crate) struct GpuUpsert<'a> {
+    pub uuid: &'a str,
+    pub gpu_index: Option<i64>,
+    pub name: Option<&'a str>,
+    pub mem_total_bytes: Option<i64>,
+    pub power_limit_w: Option<f64>,
+    pub first_ms: i64,
+    pub last_ms: i64,
+}
+
+/// One entry per distinct uuid, sorted by uuid (a fixed lock order across transactions).
+pub(crate) fn gpu_upserts(samples: &[Sample]) -> Vec<GpuUpsert<'_>> {
+    let mut by_uuid: std::collections::BTreeMap<&str, GpuUpsert<'_>> = Default::default();
+    for s in samples {
+        let e = by_uuid.entry(s.uuid.as_str()).or_insert(GpuUpsert {
+            uuid: &s.uuid,
+            gpu_index: None,
+            name: None,
+            mem_total_bytes: None,
+            power_limit_w: None,
+            first_ms: s.ts_ms,
+            last_ms: s.ts_ms,
+        });
+        e.first_ms = e.first_ms.min(s.ts_ms);
+        if s.ts_ms >= e.last_ms {
+            e.last_ms = s.ts_ms;
+        }
+        // Identity from the newest sample that has it.
+        if s.ts_ms >= e.last_ms || e.name.is_none() {
+            e.gpu_index = s.gpu_index.map(i64::from).or(e.gpu_index);
+            e.name = s.name.as_deref().or(e.name);
+            e.mem_total_bytes = s.mem_total_bytes.or(e.mem_total_bytes);
+            e.power_limit_w = s.power_limit_w.or(e.power_limit_w);
+        }
+    }
+    by_uuid.into_values().collect()
+}

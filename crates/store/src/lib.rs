@@ -1,0 +1,365 @@
+//! Fleetlens storage. One [`Store`] trait, a SQLite and a PostgreSQL implementation, chosen by
+//! the URL scheme in [`connect`]. Timestamps are Unix milliseconds everywhere in storage.
+
+pub mod accounts;
+mod accounts_pg;
+mod accounts_sqlite;
+pub mod alerts;
+mod alerts_pg;
+mod alerts_sqlite;
+mod columns;
+mod credits;
+mod postgres;
+mod sqlite;
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+pub use fleetlens_core::{Resolution, RollupBucket, Sample};
+
+pub use crate::accounts::AccountStore;
+pub use crate::alerts::AlertStore;
+pub use crate::credits::{DefaultClassifier, MinuteClassifier};
+pub use crate::postgres::PgStore;
+pub use crate::sqlite::SqliteStore;
+
+pub type OrgId = i64;
+/// The organisation created by the first migration; bootstrap keys and users land here.
+pub const DEFAULT_ORG: OrgId = 1;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(#[from] sqlx::migrate::MigrateError),
+    #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://…")]
+    UnsupportedUrl(String),
+    #[error("{0}")]
+    Invalid(String),
+    #[error("the storage writer has stopped")]
+    WriterGone,
+}
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+/// What an API key may do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Scope {
+    Ingest,
+    Read,
+    Admin,
+}
+
+impl Scope {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Scope::Ingest => "ingest",
+            Scope::Read => "read",
+            Scope::Admin => "admin",
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Scope> {
+        match s {
+            "ingest" => Some(Scope::Ingest),
+            "read" => Some(Scope::Read),
+            "admin" => Some(Scope::Admin),
+            _ => None,
+        }
+    }
+}
+
+/// A stored API key, without its secret.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ApiKey {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub name: String,
+    pub prefix: String,
+    pub scopes: Vec<Scope>,
+    pub created_ms: i64,
+    pub revoked_ms: Option<i64>,
+}
+
+impl ApiKey {
+    /// `admin` implies every other scope.
+    pub fn allows(&self, scope: Scope) -> bool {
+        self.revoked_ms.is_none() && (self.scopes.contains(&scope) || self.scopes.contains(&Scope::Admin))
+    }
+}
+
+/// A new API key to store: the hash of its secret, never the secret.
+#[derive(Debug, Clone)]
+pub struct NewApiKey<'a> {
+    pub org_id: OrgId,
+    pub name: &'a str,
+    pub prefix: &'a str,
+    pub key_hash: &'a str,
+    pub scopes: &'a [Scope],
+    pub created_ms: i64,
+}
+
+/// Outcome of storing a batch: everything in it is committed when this is returned.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct IngestOutcome {
+    pub inserted: u64,
+    pub duplicates: u64,
+}
+
+/// A registered GPU and its newest stored sample.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuRecord {
+    pub id: i64,
+    pub uuid: String,
+    pub host: String,
+    pub gpu_index: Option<u32>,
+    pub name: Option<String>,
+    pub mem_total_bytes: Option<i64>,
+    pub power_limit_w: Option<f64>,
+    pub first_seen_ms: i64,
+    pub last_seen_ms: i64,
+    pub latest: Option<Sample>,
+}
+
+/// One chart point as stored: sums and counts, so means stay "over what was measured".
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct SeriesRow {
+    pub bucket_ms: i64,
+    pub sample_count: i64,
+    pub gpu_util_pct_sum: f64,
+    pub gpu_util_pct_count: i64,
+    pub gpu_util_pct_max: Option<f64>,
+    pub sm_active_pct_sum: f64,
+    pub sm_active_pct_count: i64,
+    pub sm_active_pct_min: Option<f64>,
+    pub sm_occupancy_pct_sum: f64,
+    pub sm_occupancy_pct_count: i64,
+    pub tensor_active_pct_sum: f64,
+    pub tensor_active_pct_count: i64,
+    pub dram_active_pct_sum: f64,
+    pub dram_active_pct_count: i64,
+    pub mem_used_bytes_max: Option<f64>,
+    pub power_w_sum: f64,
+    pub power_w_count: i64,
+    pub temp_c_sum: f64,
+    pub temp_c_count: i64,
+    pub state: Option<String>,
+}
+
+/// The chart columns of a rollup table (`state` only exists per minute).
+pub(crate) fn series_select(res: Resolution) -> String {
+    format!(
+        "SELECT bucket_ms, sample_count, gpu_util_pct_sum, gpu_util_pct_count, gpu_util_pct_max, \
+         sm_active_pct_sum, sm_active_pct_count, sm_active_pct_min, sm_occupancy_pct_sum, sm_occupancy_pct_count, \
+         tensor_active_pct_sum, tensor_active_pct_count, dram_active_pct_sum, dram_active_pct_count, \
+         mem_used_bytes_max, power_w_sum, power_w_count, temp_c_sum, temp_c_count, {} AS state FROM {}",
+        if res == Resolution::Minute { "state" } else { "NULL" },
+        rollup_table(res)
+    )
+}
+
+/// A GPU's newest 1-minute rollup, as far as the current state needs it.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+pub struct LatestMinute {
+    pub gpu_id: i64,
+    pub bucket_ms: i64,
+    pub state: Option<String>,
+    pub sample_count: i64,
+    pub first_ts_ms: i64,
+    pub last_ts_ms: i64,
+}
+
+/// The credit of one GPU in one bucket.
+#[derive(Debug, Clone, PartialEq)]
+pub struct BucketCredit {
+    pub gpu_id: i64,
+    pub bucket_ms: i64,
+    pub credit: fleetlens_core::Credit,
+}
+
+/// A job's reported throughput (for MFU).
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRecord {
+    pub id: i64,
+    pub name: String,
+    pub gpu_uuids: Vec<String>,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub precision: String,
+    pub achieved_flops_per_s: f64,
+    pub created_ms: i64,
+}
+
+/// How long data is kept, in milliseconds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RetentionPolicy {
+    pub raw_ms: i64,
+    pub rollup_1m_ms: i64,
+    pub rollup_1h_ms: i64,
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+impl Default for RetentionPolicy {
+    /// Raw samples 7 days, rollups 400 days.
+    fn default() -> Self {
+        Self { raw_ms: 7 * DAY_MS, rollup_1m_ms: 400 * DAY_MS, rollup_1h_ms: 400 * DAY_MS }
+    }
+}
+
+/// Rows removed by one retention pass.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct RetentionReport {
+    pub samples: u64,
+    pub rollups_1m: u64,
+    pub rollups_1h: u64,
+}
+
+#[async_trait]
+pub trait Store: AlertStore + AccountStore + Send + Sync + 'static {
+    /// `sqlite` or `postgres`.
+    fn backend(&self) -> &'static str;
+    /// A cheap round trip, for readiness checks.
+    async fn ping(&self) -> Result<()>;
+
+    async fn create_org(&self, name: &str, now_ms: i64) -> Result<OrgId>;
+    async fn insert_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey>;
+    /// Insert the key unless a key with this hash exists; returns the stored key.
+    async fn ensure_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey>;
+    async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKey>>;
+
+    /// Store a validated batch from one host, idempotent per (GPU uuid, ts_ms); updates the
+    /// GPU registry and merges the new samples into the 1-minute and 1-hour rollups in the
+    /// same transaction. Returns once the batch is durably committed.
+    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome>;
+
+    async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
+    /// Like [`Store::gpus`] without the newest sample (cheaper, for reports).
+    async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
+    /// Each GPU's newest minute: (gpu id, bucket, stored state, samples, first and last ts).
+    async fn latest_minutes(&self, org: OrgId) -> Result<Vec<LatestMinute>>;
+    async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
+    /// Raw samples of one GPU with `from_ms <= ts_ms < to_ms`, oldest first, at most `limit`.
+    async fn samples(&self, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;
+    /// Rollup rows of one GPU with `from_ms <= bucket_ms < to_ms`, oldest first.
+    async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>>;
+    /// Chart points of one GPU from its rollups in `[from_ms, to_ms)`: only the columns a chart
+    /// needs, and the minute's state at 1-minute resolution.
+    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<SeriesRow>>;
+    /// Rollup rows of every GPU of `org` with `from_ms <= bucket_ms < to_ms`, ordered by GPU
+    /// then time.
+    async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>>;
+    /// Stored credits of every GPU of `org` with `from_ms <= bucket_ms < to_ms` (see
+    /// `fleetlens_core::Credit`): minute credits, or hour credits (sums of their minutes).
+    async fn org_credits(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<BucketCredit>>;
+    /// Peak memory used per GPU id of `org` over the hours overlapping `[from_ms, to_ms)`.
+    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>>;
+    /// Every organisation's value of one setting.
+    async fn settings_by_key(&self, key: &str) -> Result<Vec<(OrgId, String)>>;
+
+    /// A per-organisation setting (a JSON document), if set.
+    async fn setting(&self, org: OrgId, key: &str) -> Result<Option<String>>;
+    async fn put_setting(&self, org: OrgId, key: &str, value: &str, now_ms: i64) -> Result<()>;
+
+    async fn insert_job(&self, org: OrgId, job: &JobRecord) -> Result<i64>;
+    /// Jobs of `org` overlapping `[from_ms, to_ms)`.
+    async fn jobs(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<JobRecord>>;
+
+    /// Total raw samples stored (all organisations); for metrics and tests.
+    async fn sample_count(&self) -> Result<u64>;
+
+    /// Delete what is older than the policy allows, measured back from `now_ms`.
+    async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport>;
+}
+
+/// Open the store named by `url` (`sqlite://PATH`, `sqlite::memory:`, `postgres://…`) and run
+/// its migrations.
+pub async fn connect(url: &str) -> Result<Arc<dyn Store>> {
+    connect_with(url, Arc::new(DefaultClassifier)).await
+}
+
+/// [`connect`] with the classifier that credits each minute (the server's knows each
+/// organisation's thresholds).
+pub async fn connect_with(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Arc<dyn Store>> {
+    if url.starts_with("sqlite:") {
+        Ok(Arc::new(SqliteStore::open(url, classifier).await?))
+    } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
+        Ok(Arc::new(PgStore::open(url, classifier).await?))
+    } else {
+        Err(StoreError::UnsupportedUrl(url.to_string()))
+    }
+}
+
+/// SHA-256 of an API key secret, hex. Keys are 256-bit random strings, so a fast hash is
+/// safe here (unlike passwords, which get argon2).
+pub fn hash_api_key(secret: &str) -> String {
+    use sha2::Digest;
+    hex::encode(sha2::Sha256::digest(secret.as_bytes()))
+}
+
+fn scopes_to_text(scopes: &[Scope]) -> String {
+    scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
+}
+
+fn scopes_from_text(text: &str) -> Vec<Scope> {
+    text.split(',').filter_map(Scope::parse).collect()
+}
+
+fn rollup_table(res: Resolution) -> &'static str {
+    match res {
+        Resolution::Minute => "rollups_1m",
+        Resolution::Hour => "rollups_1h",
+    }
+}
+
+fn api_key_from_new(id: i64, key: &NewApiKey<'_>) -> ApiKey {
+    ApiKey {
+        id,
+        org_id: key.org_id,
+        name: key.name.to_string(),
+        prefix: key.prefix.to_string(),
+        scopes: key.scopes.to_vec(),
+        created_ms: key.created_ms,
+        revoked_ms: None,
+    }
+}
+
+fn api_key_from_row<R>(row: &R) -> Result<ApiKey>
+where
+    R: sqlx::Row,
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    String: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+{
+    Ok(ApiKey {
+        id: row.try_get("id")?,
+        org_id: row.try_get("org_id")?,
+        name: row.try_get("name")?,
+        prefix: row.try_get("prefix")?,
+        scopes: scopes_from_text(&row.try_get::<String, _>("scopes")?),
+        created_ms: row.try_get("created_ms")?,
+        revoked_ms: row.try_get("revoked_ms")?,
+    })
+}
+
+fn job_from_row<R>(row: &R) -> Result<JobRecord>
+where
+    R: sqlx::Row,
+    for<'a> &'a str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    String: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+{
+    let uuids: String = row.try_get("gpu_uuids")?;
+    Ok(JobRecord {
+        id: row.try_get("id")?,
+        name: row.try_get("name")?,
+        gpu_uuids: serde_json::from_str(&uuids).map_err(|e| StoreError::Invalid(format!("job gpu list: {e}")))?,
+        from_ms: row.try_get("from_ms")?,
+        to_ms: row.try_get("to_ms")?,
+        precision: row.try_get("precision")?,
+        achieved_flops_per_s: row.try_get("achieved_flops_per_s")?,
+        created_ms: row.try_get("created_ms")?,
+    })
+}

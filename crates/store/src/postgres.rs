@@ -1,0 +1,623 @@
+//! PostgreSQL backend: each batch is one transaction with UNNEST array inserts (one round trip
+//! per table, whatever the batch size). Rows are written in a fixed key order so concurrent
+//! transactions cannot deadlock on each other's index entries.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use fleetlens_core::{CREDIT_COLUMNS, Credit, Resolution, RollupAccumulator, RollupBucket, Sample};
+use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
+use sqlx::{PgPool, Postgres, Row, Transaction};
+
+use crate::columns::{self, Cell, GpuRow, SampleRow};
+use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
+use crate::{
+    ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
+};
+
+/// Transactions that lose a deadlock or serialization race are retried this many times.
+const MAX_ATTEMPTS: u32 = 5;
+
+pub struct PgStore {
+    pool: PgPool,
+    classifier: Arc<dyn MinuteClassifier>,
+}
+
+impl PgStore {
+    pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
+        let opts: PgConnectOptions = url.parse()?;
+        let pool = PgPoolOptions::new()
+            .max_connections(16)
+            .acquire_timeout(Duration::from_secs(10))
+            .connect_with(opts)
+            .await?;
+        sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
+        Ok(Self { pool, classifier })
+    }
+
+    pub fn pool(&self) -> &PgPool {
+        &self.pool
+    }
+
+    async fn ingest_once(&self, org: OrgId, host: &str, samples: &[Sample]) -> Result<IngestOutcome> {
+        let mut tx = self.pool.begin().await?;
+        let mut meta = HashMap::new();
+        let ids = upsert_gpus(&mut tx, org, host, samples, &mut meta).await?;
+        let mut order: Vec<&Sample> = samples.iter().collect();
+        order.sort_by_key(|s| (ids[s.uuid.as_str()], s.ts_ms));
+
+        let n = order.len();
+        let mut gpu_col = Vec::with_capacity(n);
+        let mut ts_col = Vec::with_capacity(n);
+        let mut f_cols: Vec<Vec<Option<f64>>> = Vec::new();
+        let mut i_cols: Vec<Vec<Option<i64>>> = Vec::new();
+        let mut procs = Vec::with_capacity(n);
+        let kinds: Vec<bool> =
+            columns::sample_cells(&Sample::default()).iter().map(|c| matches!(c, Cell::F(_))).collect();
+        for &is_f in &kinds {
+            if is_f {
+                f_cols.push(Vec::with_capacity(n));
+            } else {
+                i_cols.push(Vec::with_capacity(n));
+            }
+        }
+        for s in &order {
+            gpu_col.push(ids[s.uuid.as_str()]);
+            ts_col.push(s.ts_ms);
+            let (mut fi, mut ii) = (0, 0);
+            for cell in columns::sample_cells(s) {
+                match cell {
+                    Cell::F(v) => {
+                        f_cols[fi].push(v);
+                        fi += 1;
+                    }
+                    Cell::I(v) => {
+                        i_cols[ii].push(v);
+                        ii += 1;
+                    }
+                }
+            }
+            procs.push(columns::processes_json(s));
+        }
+        let sql = sample_insert_sql(&kinds);
+        let mut q = sqlx::query(&sql).bind(&gpu_col).bind(&ts_col);
+        let (mut fi, mut ii) = (0, 0);
+        for &is_f in &kinds {
+            if is_f {
+                q = q.bind(&f_cols[fi]);
+                fi += 1;
+            } else {
+                q = q.bind(&i_cols[ii]);
+                ii += 1;
+            }
+        }
+        let rows = q.bind(&procs).fetch_all(&mut *tx).await?;
+        let mut inserted_keys: HashSet<(i64, i64)> = HashSet::with_capacity(rows.len());
+        for row in rows {
+            inserted_keys.insert((row.try_get(0)?, row.try_get(1)?));
+        }
+        let mut minute = RollupAccumulator::new(Resolution::Minute);
+        let mut hour = RollupAccumulator::new(Resolution::Hour);
+        let mut inserted = 0u64;
+        for s in &order {
+            let key = (ids[s.uuid.as_str()], s.ts_ms);
+            if inserted_keys.remove(&key) {
+                inserted += 1;
+                minute.add(key.0, s);
+                hour.add(key.0, s);
+            }
+        }
+        let merged = merge_rollups(&mut tx, "rollups_1m", minute.into_buckets(), None).await?;
+        let (updates, hour_credits) = credits::recredit(&merged, &meta, self.classifier.as_ref());
+        update_minute_credits(&mut tx, &updates).await?;
+        merge_rollups(&mut tx, "rollups_1h", hour.into_buckets(), Some(&hour_credits)).await?;
+        tx.commit().await?;
+        Ok(IngestOutcome { inserted, duplicates: samples.len() as u64 - inserted })
+    }
+}
+
+fn pg_type(is_f: bool) -> &'static str {
+    if is_f { "float8[]" } else { "int8[]" }
+}
+
+fn sample_insert_sql(kinds: &[bool]) -> String {
+    let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
+    for (i, &is_f) in kinds.iter().enumerate() {
+        params.push(format!("${}::{}", i + 3, pg_type(is_f)));
+    }
+    params.push(format!("${}::text[]", kinds.len() + 3));
+    let cols = columns::SAMPLE_COLUMNS.join(", ");
+    format!(
+        "INSERT INTO samples (gpu_id, ts_ms, {cols}, processes) \
+         SELECT gpu_id, ts_ms, {cols}, processes FROM UNNEST({}) AS t(gpu_id, ts_ms, {cols}, processes) \
+         ON CONFLICT DO NOTHING RETURNING gpu_id, ts_ms",
+        params.join(", ")
+    )
+}
+
+async fn upsert_gpus(
+    tx: &mut Transaction<'_, Postgres>,
+    org: OrgId,
+    host: &str,
+    samples: &[Sample],
+    meta: &mut HashMap<i64, GpuMeta>,
+) -> Result<HashMap<String, i64>> {
+    let gpus = columns::gpu_upserts(samples);
+    let uuids: Vec<&str> = gpus.iter().map(|g| g.uuid).collect();
+    let idx: Vec<Option<i64>> = gpus.iter().map(|g| g.gpu_index).collect();
+    let names: Vec<Option<&str>> = gpus.iter().map(|g| g.name).collect();
+    let mem: Vec<Option<i64>> = gpus.iter().map(|g| g.mem_total_bytes).collect();
+    let power: Vec<Option<f64>> = gpus.iter().map(|g| g.power_limit_w).collect();
+    let first: Vec<i64> = gpus.iter().map(|g| g.first_ms).collect();
+    let last: Vec<i64> = gpus.iter().map(|g| g.last_ms).collect();
+    let rows = sqlx::query(
+        "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms) \
+         SELECT $1, u, $2, i, n, m, p, f, l FROM UNNEST($3::text[], $4::int8[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::int8[]) \
+         AS t(u, i, n, m, p, f, l) \
+         ON CONFLICT (org_id, uuid) DO UPDATE SET \
+         host = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN excluded.host ELSE gpus.host END, \
+         gpu_index = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.gpu_index, gpus.gpu_index) ELSE gpus.gpu_index END, \
+         name = coalesce(gpus.name, excluded.name), \
+         mem_total_bytes = coalesce(excluded.mem_total_bytes, gpus.mem_total_bytes), \
+         power_limit_w = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.power_limit_w, gpus.power_limit_w) ELSE gpus.power_limit_w END, \
+         first_seen_ms = LEAST(gpus.first_seen_ms, excluded.first_seen_ms), \
+         last_seen_ms = GREATEST(gpus.last_seen_ms, excluded.last_seen_ms) \
+         RETURNING id, uuid, power_limit_w, mem_total_bytes",
+    )
+    .bind(org)
+    .bind(host)
+    .bind(&uuids)
+    .bind(&idx)
+    .bind(&names)
+    .bind(&mem)
+    .bind(&power)
+    .bind(&first)
+    .bind(&last)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut ids = HashMap::with_capacity(rows.len());
+    for row in rows {
+        let id: i64 = row.try_get(0)?;
+        ids.insert(row.try_get::<String, _>(1)?, id);
+        meta.insert(id, GpuMeta { org, power_limit_w: row.try_get(2)?, mem_total_bytes: row.try_get(3)? });
+    }
+    Ok(ids)
+}
+
+/// PostgreSQL's LEAST/GREATEST already ignore NULLs.
+fn least(a: &str, b: &str) -> String {
+    format!("LEAST({a}, {b})")
+}
+
+fn greatest(a: &str, b: &str) -> String {
+    format!("GREATEST({a}, {b})")
+}
+
+/// Merge rollup deltas into `table`. For the minute table (no `credits`) the merged rows come
+/// back with the credits they had stored; for the hour table the credit changes are added.
+async fn merge_rollups(
+    tx: &mut Transaction<'_, Postgres>,
+    table: &str,
+    buckets: Vec<RollupBucket>,
+    credits: Option<&BTreeMap<(i64, i64), Credit>>,
+) -> Result<Vec<(RollupBucket, Credit)>> {
+    if buckets.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut cols = columns::rollup_columns();
+    let mut kinds: Vec<bool> = columns::rollup_cells(&buckets[0]).iter().map(|c| matches!(c, Cell::F(_))).collect();
+    let mut f_cols: Vec<Vec<Option<f64>>> =
+        (0..kinds.iter().filter(|k| **k).count()).map(|_| Vec::with_capacity(buckets.len())).collect();
+    let mut i_cols: Vec<Vec<Option<i64>>> =
+        (0..kinds.iter().filter(|k| !**k).count()).map(|_| Vec::with_capacity(buckets.len())).collect();
+    for b in &buckets {
+        let (mut fi, mut ii) = (0, 0);
+        for cell in columns::rollup_cells(b) {
+            match cell {
+                Cell::F(v) => {
+                    f_cols[fi].push(v);
+                    fi += 1;
+                }
+                Cell::I(v) => {
+                    i_cols[ii].push(v);
+                    ii += 1;
+                }
+            }
+        }
+    }
+    let mut credit_cols: Vec<Vec<f64>> = Vec::new();
+    if let Some(credits) = credits {
+        cols.extend(Credit::column_names());
+        kinds.extend(std::iter::repeat_n(true, CREDIT_COLUMNS));
+        credit_cols = (0..CREDIT_COLUMNS).map(|_| Vec::with_capacity(buckets.len())).collect();
+        for b in &buckets {
+            let c = credits.get(&(b.gpu_id, b.bucket_ms)).copied().unwrap_or_default();
+            for (col, v) in credit_cols.iter_mut().zip(c.to_cells()) {
+                col.push(v);
+            }
+        }
+    }
+    let gpu_ids: Vec<i64> = buckets.iter().map(|b| b.gpu_id).collect();
+    let bucket_ms: Vec<i64> = buckets.iter().map(|b| b.bucket_ms).collect();
+    let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
+    for (i, &is_f) in kinds.iter().enumerate() {
+        params.push(format!("${}::{}", i + 3, pg_type(is_f)));
+    }
+    let col_list = cols.join(", ");
+    let mut set = columns::rollup_merge_set(table, least, greatest);
+    if credits.is_some() {
+        set = format!("{set}, {}", columns::credit_add_set(table));
+    }
+    let sql = format!(
+        "INSERT INTO {table} (gpu_id, bucket_ms, {col_list}) \
+         SELECT * FROM UNNEST({}) AS t(gpu_id, bucket_ms, {col_list}) \
+         ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET {set}{}",
+        params.join(", "),
+        if credits.is_none() { " RETURNING *" } else { "" }
+    );
+    let mut q = sqlx::query(&sql).bind(&gpu_ids).bind(&bucket_ms);
+    let (mut fi, mut ii) = (0, 0);
+    for &is_f in &kinds[..kinds.len() - credit_cols.len()] {
+        if is_f {
+            q = q.bind(&f_cols[fi]);
+            fi += 1;
+        } else {
+            q = q.bind(&i_cols[ii]);
+            ii += 1;
+        }
+    }
+    for col in &credit_cols {
+        q = q.bind(col);
+    }
+    let rows = q.fetch_all(&mut **tx).await?;
+    rows.iter()
+        .map(|row| {
+            let gpu_id: i64 = row.try_get("gpu_id")?;
+            Ok((columns::rollup_from_row(row, gpu_id)?, columns::credit_from_row(row)?))
+        })
+        .collect()
+}
+
+/// Store the new credits of the minutes whose credit changed, in one statement.
+async fn update_minute_credits(tx: &mut Transaction<'_, Postgres>, updates: &[MinuteUpdate]) -> Result<()> {
+    if updates.is_empty() {
+        return Ok(());
+    }
+    let cols = Credit::column_names();
+    let gpu_ids: Vec<i64> = updates.iter().map(|u| u.gpu_id).collect();
+    let buckets: Vec<i64> = updates.iter().map(|u| u.bucket_ms).collect();
+    let states: Vec<&str> = updates.iter().map(|u| u.state.as_str()).collect();
+    let mut values: Vec<Vec<f64>> = (0..CREDIT_COLUMNS).map(|_| Vec::with_capacity(updates.len())).collect();
+    for u in updates {
+        for (col, v) in values.iter_mut().zip(u.credit.to_cells()) {
+            col.push(v);
+        }
+    }
+    let params: Vec<String> = (0..CREDIT_COLUMNS).map(|i| format!("${}::float8[]", i + 4)).collect();
+    let sets: Vec<String> = cols.iter().map(|c| format!("{c} = t.{c}")).collect();
+    let sql = format!(
+        "UPDATE rollups_1m r SET state = t.state, {} FROM UNNEST($1::int8[], $2::int8[], $3::text[], {}) \
+         AS t(gpu_id, bucket_ms, state, {}) WHERE r.gpu_id = t.gpu_id AND r.bucket_ms = t.bucket_ms",
+        sets.join(", "),
+        params.join(", "),
+        cols.join(", ")
+    );
+    let mut q = sqlx::query(&sql).bind(&gpu_ids).bind(&buckets).bind(&states);
+    for col in &values {
+        q = q.bind(col);
+    }
+    q.execute(&mut **tx).await?;
+    Ok(())
+}
+
+/// Deadlocks (40P01) and serialization failures (40001) are retryable by definition.
+fn is_retryable(e: &StoreError) -> bool {
+    matches!(e, StoreError::Database(sqlx::Error::Database(db))
+        if matches!(db.code().as_deref(), Some("40P01") | Some("40001")))
+}
+
+#[async_trait]
+impl Store for PgStore {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn create_org(&self, name: &str, now_ms: i64) -> Result<OrgId> {
+        Ok(sqlx::query_scalar("INSERT INTO orgs (name, created_ms) VALUES ($1, $2) RETURNING id")
+            .bind(name)
+            .bind(now_ms)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn insert_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey> {
+        let row = sqlx::query(
+            "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES ($1, $2, $3, $4, $5, $6) RETURNING id",
+        )
+        .bind(key.org_id)
+        .bind(key.name)
+        .bind(key.prefix)
+        .bind(key.key_hash)
+        .bind(crate::scopes_to_text(key.scopes))
+        .bind(key.created_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(crate::api_key_from_new(row.try_get(0)?, &key))
+    }
+
+    async fn ensure_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey> {
+        // Several replicas may bootstrap the same key at once: the unique hash decides.
+        sqlx::query(
+            "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES ($1, $2, $3, $4, $5, $6) \
+             ON CONFLICT (key_hash) DO NOTHING",
+        )
+        .bind(key.org_id)
+        .bind(key.name)
+        .bind(key.prefix)
+        .bind(key.key_hash)
+        .bind(crate::scopes_to_text(key.scopes))
+        .bind(key.created_ms)
+        .execute(&self.pool)
+        .await?;
+        self.api_key_by_hash(key.key_hash)
+            .await?
+            .ok_or_else(|| StoreError::Invalid("api key vanished after insert".into()))
+    }
+
+    async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKey>> {
+        let row = sqlx::query(
+            "SELECT id, org_id, name, prefix, scopes, created_ms, revoked_ms FROM api_keys WHERE key_hash = $1",
+        )
+        .bind(key_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| crate::api_key_from_row(&r)).transpose()
+    }
+
+    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
+        if samples.is_empty() {
+            return Ok(IngestOutcome::default());
+        }
+        let mut attempt = 1;
+        loop {
+            match self.ingest_once(org, host, &samples).await {
+                Err(e) if attempt < MAX_ATTEMPTS && is_retryable(&e) => {
+                    tracing::debug!(error = %e, attempt, "ingest transaction lost a race; retrying");
+                    attempt += 1;
+                    tokio::time::sleep(Duration::from_millis(5 * u64::from(attempt))).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
+        let rows: Vec<(i64, String, String, Option<i64>, Option<String>, Option<i64>, Option<f64>, i64, i64)> =
+            sqlx::query_as(
+                "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms \
+             FROM gpus WHERE org_id = $1 ORDER BY host, gpu_index, uuid",
+            )
+            .bind(org)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms)| {
+                GpuRecord {
+                    id,
+                    uuid,
+                    host,
+                    gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
+                    name,
+                    mem_total_bytes,
+                    power_limit_w,
+                    first_seen_ms,
+                    last_seen_ms,
+                    latest: None,
+                }
+            })
+            .collect())
+    }
+
+    async fn latest_minutes(&self, org: OrgId) -> Result<Vec<crate::LatestMinute>> {
+        Ok(sqlx::query_as(
+            "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
+             FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id \
+             AND r.bucket_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000 WHERE g.org_id = $1",
+        )
+        .bind(org)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
+        let sql = format!(
+            "{} WHERE g.org_id = $1 ORDER BY g.host, g.gpu_index, g.uuid",
+            columns::gpu_select("s.processes::text")
+        );
+        let rows: Vec<GpuRow> = sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(GpuRow::into_record).collect())
+    }
+
+    async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>> {
+        let sql = format!("{} WHERE g.org_id = $1 AND g.uuid = $2", columns::gpu_select("s.processes::text"));
+        let row: Option<GpuRow> = sqlx::query_as(&sql).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
+        Ok(row.map(GpuRow::into_record))
+    }
+
+    async fn samples(&self, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>> {
+        let ident = sqlx::query("SELECT uuid, gpu_index, name FROM gpus WHERE id = $1")
+            .bind(gpu_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(ident) = ident else { return Ok(Vec::new()) };
+        let (uuid, index, name): (String, Option<i64>, Option<String>) =
+            (ident.try_get(0)?, ident.try_get(1)?, ident.try_get(2)?);
+        let sql = format!(
+            "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = $1 AND s.ts_ms >= $2 AND s.ts_ms < $3 ORDER BY s.ts_ms LIMIT $4",
+            columns::sample_select_list("s", "s.processes::text")
+        );
+        let rows: Vec<SampleRow> = sqlx::query_as(&sql)
+            .bind(gpu_id)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        let index = index.and_then(|i| u32::try_from(i).ok());
+        Ok(rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect())
+    }
+
+    async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
+        let sql = format!(
+            "SELECT gpu_id, bucket_ms, {} FROM {} WHERE gpu_id = $1 AND bucket_ms >= $2 AND bucket_ms < $3 ORDER BY bucket_ms",
+            columns::rollup_columns().join(", "),
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| columns::rollup_from_row(r, gpu_id).map_err(StoreError::from)).collect()
+    }
+
+    async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
+        let sql = format!(
+            "SELECT r.* FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = $1 AND r.bucket_ms >= $2 AND r.bucket_ms < $3 ORDER BY r.gpu_id, r.bucket_ms",
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err(StoreError::from)).collect()
+    }
+
+    async fn org_credits(
+        &self,
+        org: OrgId,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<crate::BucketCredit>> {
+        let sql = format!(
+            "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = $1 AND r.bucket_ms >= $2 AND r.bucket_ms < $3",
+            Credit::column_names().iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", "),
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(crate::BucketCredit {
+                    gpu_id: r.try_get("gpu_id")?,
+                    bucket_ms: r.try_get("bucket_ms")?,
+                    credit: columns::credit_from_row(r)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
+        let rows: Vec<(i64, Option<f64>)> = sqlx::query_as(
+            "SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = $1 AND r.bucket_ms > $2 - 3600000 AND r.bucket_ms < $3 GROUP BY r.gpu_id",
+        )
+        .bind(org)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
+    }
+
+    async fn settings_by_key(&self, key: &str) -> Result<Vec<(OrgId, String)>> {
+        Ok(sqlx::query_as("SELECT org_id, value FROM org_settings WHERE key = $1")
+            .bind(key)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<crate::SeriesRow>> {
+        let sql = format!(
+            "{} WHERE gpu_id = $1 AND bucket_ms >= $2 AND bucket_ms < $3 ORDER BY bucket_ms",
+            crate::series_select(res).replace("NULL AS state", "NULL::text AS state")
+        );
+        Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
+    }
+
+    async fn setting(&self, org: OrgId, key: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar("SELECT value FROM org_settings WHERE org_id = $1 AND key = $2")
+            .bind(org)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn put_setting(&self, org: OrgId, key: &str, value: &str, now_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO org_settings (org_id, key, value, updated_ms) VALUES ($1, $2, $3, $4) \
+             ON CONFLICT (org_id, key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms",
+        )
+        .bind(org)
+        .bind(key)
+        .bind(value)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_job(&self, org: OrgId, job: &crate::JobRecord) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO jobs (org_id, name, gpu_uuids, from_ms, to_ms, precision, achieved_flops_per_s, created_ms) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8) RETURNING id",
+        )
+        .bind(org)
+        .bind(&job.name)
+        .bind(serde_json::to_string(&job.gpu_uuids).expect("uuids serialize"))
+        .bind(job.from_ms)
+        .bind(job.to_ms)
+        .bind(&job.precision)
+        .bind(job.achieved_flops_per_s)
+        .bind(job.created_ms)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn jobs(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::JobRecord>> {
+        let rows =
+            sqlx::query("SELECT * FROM jobs WHERE org_id = $1 AND to_ms > $2 AND from_ms < $3 ORDER BY from_ms, id")
+                .bind(org)
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(crate::job_from_row).collect()
+    }
+
+    async fn sample_count(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
+        Ok(n as u64)
+    }
+
+    async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
+        let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
+        let mut report = RetentionReport::default();
+        for (table, keep_ms, key, counter) in [
+            ("samples", policy.raw_ms, "ts_ms", &mut report.samples),
+            ("rollups_1m", policy.rollup_1m_ms, "bucket_ms", &mut report.rollups_1m),
+            ("rollups_1h", policy.rollup_1h_ms, "bucket_ms", &mut report.rollups_1h),
+        ] {
+            // Per GPU along the primary key: an index range delete, and short transactions.
+            let sql = format!("DELETE FROM {table} WHERE gpu_id = $1 AND {key} < $2");
+            for &gpu_id in &gpu_ids {
+                *counter +=
+                    sqlx::query(&sql).bind(gpu_id).bind(now_ms - keep_ms).execute(&self.pool).await?.rows_affected();
+            }
+        }
+        Ok(report)
+    }
+}

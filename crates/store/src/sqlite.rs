@@ -1,0 +1,726 @@
+//! SQLite backend: WAL, `synchronous=NORMAL`, and one writer task that groups the batches of
+//! many concurrent requests into one transaction (group commit). Reads use a pool.
+
+use std::collections::{HashMap, HashSet};
+use std::str::FromStr;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use std::sync::Arc;
+
+use fleetlens_core::{Credit, Resolution, RollupAccumulator, RollupBucket, Sample};
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::columns::{self, Cell, GpuRow, SampleRow};
+use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
+use crate::{
+    ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
+};
+
+/// Rows a group commit gathers at most before it commits.
+const MAX_GROUP_ROWS: usize = 100_000;
+/// SQLite allows 32,766 bound variables per statement.
+const SAMPLE_ROWS_PER_STATEMENT: usize = 32_000 / (SAMPLE_COLS + 3);
+const SAMPLE_COLS: usize = columns::SAMPLE_COLUMNS.len();
+/// Rows deleted per retention statement, so the writer lock is never held long.
+const RETENTION_CHUNK: i64 = 20_000;
+
+struct IngestJob {
+    org: OrgId,
+    host: String,
+    samples: Vec<Sample>,
+    reply: oneshot::Sender<Result<IngestOutcome>>,
+}
+
+/// Deletes for one retention step, run by the writer so they never fight ingest for the lock.
+struct RetentionJob {
+    table: &'static str,
+    key: &'static str,
+    gpu_ids: Vec<i64>,
+    cutoff_ms: i64,
+    /// (rows deleted, whether some GPU had more to delete than one step takes)
+    reply: oneshot::Sender<Result<(u64, bool)>>,
+}
+
+enum WriteJob {
+    Ingest(IngestJob),
+    Retention(RetentionJob),
+}
+
+/// GPUs per retention step (one short transaction each).
+const RETENTION_GPUS_PER_STEP: usize = 500;
+
+pub struct SqliteStore {
+    pool: SqlitePool,
+    writer: mpsc::Sender<WriteJob>,
+}
+
+/// What the writer task owns.
+struct Writer {
+    conn: SqliteConnection,
+    classifier: Arc<dyn MinuteClassifier>,
+}
+
+fn options(url: &str) -> Result<SqliteConnectOptions> {
+    if url.contains(":memory:") || url.contains("mode=memory") {
+        return Err(StoreError::Invalid(
+            "in-memory SQLite is not supported (the writer and readers need one shared file): use sqlite://PATH".into(),
+        ));
+    }
+    Ok(SqliteConnectOptions::from_str(url)?
+        .create_if_missing(true)
+        .journal_mode(SqliteJournalMode::Wal)
+        .synchronous(SqliteSynchronous::Normal)
+        .busy_timeout(Duration::from_secs(30))
+        .pragma("temp_store", "memory")
+        .pragma("cache_size", "-65536"))
+}
+
+impl SqliteStore {
+    pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
+        let opts = options(url)?;
+        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(opts.clone()).await?;
+        sqlx::migrate!("../../migrations/sqlite").run(&pool).await?;
+        let conn = SqliteConnection::connect_with(&opts).await?;
+        let (tx, rx) = mpsc::channel(1024);
+        tokio::spawn(writer_loop(Writer { conn, classifier }, rx));
+        Ok(Self { pool, writer: tx })
+    }
+
+    /// The read/write pool (the alert store's queries use it; ingest goes through the writer).
+    pub fn pool(&self) -> &SqlitePool {
+        &self.pool
+    }
+}
+
+async fn writer_loop(mut w: Writer, mut rx: mpsc::Receiver<WriteJob>) {
+    let mut pending: Option<WriteJob> = None;
+    loop {
+        let first = match pending.take() {
+            Some(job) => job,
+            None => match rx.recv().await {
+                Some(job) => job,
+                None => return,
+            },
+        };
+        let first = match first {
+            WriteJob::Ingest(job) => job,
+            WriteJob::Retention(job) => {
+                let result = retention_step(&mut w.conn, &job).await;
+                let _ = job.reply.send(result);
+                continue;
+            }
+        };
+        let mut rows = first.samples.len();
+        let mut jobs = vec![first];
+        while rows < MAX_GROUP_ROWS {
+            match rx.try_recv() {
+                Ok(WriteJob::Ingest(job)) => {
+                    rows += job.samples.len();
+                    jobs.push(job);
+                }
+                // Run after this group commits.
+                Ok(other) => {
+                    pending = Some(other);
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        match write_group(&mut w, &jobs).await {
+            Ok(outcomes) => {
+                for (job, outcome) in jobs.into_iter().zip(outcomes) {
+                    let _ = job.reply.send(Ok(outcome));
+                }
+            }
+            // One job may be at fault: commit the others on their own so it cannot fail them.
+            Err(e) if jobs.len() > 1 => {
+                tracing::warn!(error = %e, jobs = jobs.len(), "group commit failed; retrying jobs one by one");
+                for job in jobs {
+                    let result = write_group(&mut w, std::slice::from_ref(&job)).await.map(|mut o| o.remove(0));
+                    let _ = job.reply.send(result);
+                }
+            }
+            Err(e) => {
+                for job in jobs {
+                    let _ = job.reply.send(Err(StoreError::Invalid(e.to_string())));
+                }
+            }
+        }
+    }
+}
+
+/// Delete, per GPU, up to `RETENTION_CHUNK` rows older than the cutoff, in one transaction.
+async fn retention_step(conn: &mut SqliteConnection, job: &RetentionJob) -> Result<(u64, bool)> {
+    let (table, key) = (job.table, job.key);
+    let sql = format!(
+        "DELETE FROM {table} WHERE gpu_id = ?1 AND {key} IN \
+         (SELECT {key} FROM {table} WHERE gpu_id = ?1 AND {key} < ?2 ORDER BY {key} LIMIT ?3)"
+    );
+    let mut tx = conn.begin().await?;
+    let (mut deleted, mut more) = (0, false);
+    for &gpu_id in &job.gpu_ids {
+        let done = sqlx::query(&sql)
+            .bind(gpu_id)
+            .bind(job.cutoff_ms)
+            .bind(RETENTION_CHUNK)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        deleted += done;
+        more |= done == RETENTION_CHUNK as u64;
+    }
+    tx.commit().await?;
+    Ok((deleted, more))
+}
+
+/// One transaction for all jobs; returns one outcome per job.
+async fn write_group(w: &mut Writer, jobs: &[IngestJob]) -> Result<Vec<IngestOutcome>> {
+    sqlx::query("BEGIN IMMEDIATE").execute(&mut w.conn).await?;
+    match write_jobs(&mut w.conn, w.classifier.as_ref(), jobs).await {
+        Ok(outcomes) => {
+            sqlx::query("COMMIT").execute(&mut w.conn).await?;
+            Ok(outcomes)
+        }
+        Err(e) => {
+            let _ = sqlx::query("ROLLBACK").execute(&mut w.conn).await;
+            Err(e)
+        }
+    }
+}
+
+async fn write_jobs(
+    conn: &mut SqliteConnection,
+    classifier: &dyn MinuteClassifier,
+    jobs: &[IngestJob],
+) -> Result<Vec<IngestOutcome>> {
+    let mut minute = RollupAccumulator::new(Resolution::Minute);
+    let mut hour = RollupAccumulator::new(Resolution::Hour);
+    let mut outcomes = Vec::with_capacity(jobs.len());
+    let mut meta: HashMap<i64, GpuMeta> = HashMap::new();
+    for job in jobs {
+        let ids = upsert_gpus(conn, job.org, &job.host, &job.samples, &mut meta).await?;
+        // The writer is the only one writing, so "new" can be decided before inserting: probe
+        // each GPU's time span once (a cheap index range, usually empty), insert only the rest.
+        let existing = existing_keys(conn, &job.samples, &ids).await?;
+        let mut seen: HashSet<(i64, i64)> = HashSet::with_capacity(job.samples.len());
+        let fresh: Vec<&Sample> = job
+            .samples
+            .iter()
+            .filter(|s| {
+                let key = (ids[s.uuid.as_str()], s.ts_ms);
+                !existing.contains(&key) && seen.insert(key)
+            })
+            .collect();
+        for chunk in fresh.chunks(SAMPLE_ROWS_PER_STATEMENT) {
+            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, ");
+            qb.push(columns::SAMPLE_COLUMNS.join(", ")).push(", processes) ");
+            qb.push_values(chunk, |mut b, s| {
+                b.push_bind(ids[s.uuid.as_str()]).push_bind(s.ts_ms);
+                for cell in columns::sample_cells(s) {
+                    match cell {
+                        Cell::F(v) => b.push_bind(v),
+                        Cell::I(v) => b.push_bind(v),
+                    };
+                }
+                b.push_bind(columns::processes_json(s));
+            });
+            let done = qb.build().execute(&mut *conn).await?.rows_affected();
+            if done != chunk.len() as u64 {
+                return Err(StoreError::Invalid(format!("inserted {done} of {} new samples", chunk.len())));
+            }
+        }
+        let inserted_keys: HashSet<(i64, i64)> = seen;
+        let inserted = accumulate_new(&job.samples, &ids, inserted_keys, &mut minute, &mut hour);
+        outcomes.push(IngestOutcome { inserted, duplicates: job.samples.len() as u64 - inserted });
+    }
+    let merged = merge_minutes(conn, minute.into_buckets()).await?;
+    let (updates, hour_credits) = credits::recredit(&merged, &meta, classifier);
+    update_minute_credits(conn, &updates).await?;
+    merge_hours(conn, hour.into_buckets(), &hour_credits).await?;
+    Ok(outcomes)
+}
+
+/// Store the new credits of the minutes whose classification or credit changed: one
+/// `UPDATE … FROM (VALUES …)` per chunk.
+async fn update_minute_credits(conn: &mut SqliteConnection, updates: &[MinuteUpdate]) -> Result<()> {
+    let cols = Credit::column_names();
+    let sets: Vec<String> = cols.iter().map(|c| format!("{c} = v.{c}")).collect();
+    for chunk in updates.chunks(32_000 / (cols.len() + 3)) {
+        let mut qb: QueryBuilder<Sqlite> =
+            QueryBuilder::new(format!("WITH v(gpu_id, bucket_ms, state, {}) AS (", cols.join(", ")));
+        qb.push_values(chunk, |mut b, u| {
+            b.push_bind(u.gpu_id).push_bind(u.bucket_ms).push_bind(u.state.as_str());
+            for v in u.credit.to_cells() {
+                b.push_bind(v);
+            }
+        });
+        qb.push(format!(
+            ") UPDATE rollups_1m SET state = v.state, {} FROM v \
+             WHERE rollups_1m.gpu_id = v.gpu_id AND rollups_1m.bucket_ms = v.bucket_ms",
+            sets.join(", ")
+        ));
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+/// Keys of `samples` already stored: one index range probe per GPU of the batch.
+async fn existing_keys(
+    conn: &mut SqliteConnection,
+    samples: &[Sample],
+    ids: &HashMap<String, i64>,
+) -> Result<HashSet<(i64, i64)>> {
+    let mut spans: HashMap<i64, (i64, i64)> = HashMap::new();
+    for s in samples {
+        let id = ids[s.uuid.as_str()];
+        let span = spans.entry(id).or_insert((s.ts_ms, s.ts_ms));
+        *span = (span.0.min(s.ts_ms), span.1.max(s.ts_ms));
+    }
+    let mut existing = HashSet::new();
+    for (id, (lo, hi)) in spans {
+        let found: Vec<i64> =
+            sqlx::query_scalar("SELECT ts_ms FROM samples WHERE gpu_id = ? AND ts_ms BETWEEN ? AND ?")
+                .bind(id)
+                .bind(lo)
+                .bind(hi)
+                .fetch_all(&mut *conn)
+                .await?;
+        existing.extend(found.into_iter().map(|ts| (id, ts)));
+    }
+    Ok(existing)
+}
+
+/// Feed the samples that this transaction newly stored into the rollup deltas; returns how
+/// many there were. Only new samples count, so a resent batch changes no rollup.
+fn accumulate_new(
+    samples: &[Sample],
+    ids: &HashMap<String, i64>,
+    mut inserted_keys: HashSet<(i64, i64)>,
+    minute: &mut RollupAccumulator,
+    hour: &mut RollupAccumulator,
+) -> u64 {
+    let mut inserted = 0;
+    for s in samples {
+        let key = (ids[s.uuid.as_str()], s.ts_ms);
+        // remove(): a sample repeated inside one batch counts once.
+        if inserted_keys.remove(&key) {
+            inserted += 1;
+            minute.add(key.0, s);
+            hour.add(key.0, s);
+        }
+    }
+    inserted
+}
+
+async fn upsert_gpus(
+    conn: &mut SqliteConnection,
+    org: OrgId,
+    host: &str,
+    samples: &[Sample],
+    meta: &mut HashMap<i64, GpuMeta>,
+) -> Result<HashMap<String, i64>> {
+    let gpus = columns::gpu_upserts(samples);
+    let mut ids = HashMap::with_capacity(gpus.len());
+    for chunk in gpus.chunks(1000) {
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
+            "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms) ",
+        );
+        qb.push_values(chunk, |mut b, g| {
+            b.push_bind(org)
+                .push_bind(g.uuid)
+                .push_bind(host)
+                .push_bind(g.gpu_index)
+                .push_bind(g.name)
+                .push_bind(g.mem_total_bytes)
+                .push_bind(g.power_limit_w)
+                .push_bind(g.first_ms)
+                .push_bind(g.last_ms);
+        });
+        qb.push(GPU_UPSERT_TAIL);
+        for row in qb.build().fetch_all(&mut *conn).await? {
+            let id: i64 = row.try_get(0)?;
+            ids.insert(row.try_get::<String, _>(1)?, id);
+            meta.insert(id, GpuMeta { org, power_limit_w: row.try_get(2)?, mem_total_bytes: row.try_get(3)? });
+        }
+    }
+    Ok(ids)
+}
+
+/// A back-filled (older) batch must not overwrite the newer identity of a GPU.
+const GPU_UPSERT_TAIL: &str = " ON CONFLICT (org_id, uuid) DO UPDATE SET \
+    host = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN excluded.host ELSE gpus.host END, \
+    gpu_index = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.gpu_index, gpus.gpu_index) ELSE gpus.gpu_index END, \
+    name = coalesce(gpus.name, excluded.name), \
+    mem_total_bytes = coalesce(excluded.mem_total_bytes, gpus.mem_total_bytes), \
+    power_limit_w = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.power_limit_w, gpus.power_limit_w) ELSE gpus.power_limit_w END, \
+    first_seen_ms = min(gpus.first_seen_ms, excluded.first_seen_ms), \
+    last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms) \
+    RETURNING id, uuid, power_limit_w, mem_total_bytes";
+
+/// SQLite's two-argument min/max return NULL if either side is NULL; these ignore NULLs.
+fn least(a: &str, b: &str) -> String {
+    format!("min(coalesce({a}, {b}), coalesce({b}, {a}))")
+}
+
+fn greatest(a: &str, b: &str) -> String {
+    format!("max(coalesce({a}, {b}), coalesce({b}, {a}))")
+}
+
+/// Rows of a multi-row rollup upsert that fit SQLite's bound-variable limit.
+fn rollups_per_statement(columns: usize) -> usize {
+    32_000 / (columns + 2)
+}
+
+/// Merge minute deltas; returns each merged row with the credit it had stored.
+async fn merge_minutes(conn: &mut SqliteConnection, buckets: Vec<RollupBucket>) -> Result<Vec<(RollupBucket, Credit)>> {
+    let cols = columns::rollup_columns();
+    let mut merged = Vec::with_capacity(buckets.len());
+    for chunk in buckets.chunks(rollups_per_statement(cols.len())) {
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO rollups_1m (gpu_id, bucket_ms, ");
+        qb.push(cols.join(", ")).push(") ");
+        qb.push_values(chunk, |mut b, r| {
+            b.push_bind(r.gpu_id).push_bind(r.bucket_ms);
+            push_cells(&mut b, columns::rollup_cells(r));
+        });
+        qb.push(" ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET ");
+        qb.push(columns::rollup_merge_set("rollups_1m", least, greatest));
+        qb.push(" RETURNING *");
+        for row in qb.build().fetch_all(&mut *conn).await? {
+            let gpu_id: i64 = row.try_get("gpu_id")?;
+            merged.push((columns::rollup_from_row(&row, gpu_id)?, columns::credit_from_row(&row)?));
+        }
+    }
+    Ok(merged)
+}
+
+/// Merge hour deltas: signals, plus the credit changes of their minutes.
+async fn merge_hours(
+    conn: &mut SqliteConnection,
+    buckets: Vec<RollupBucket>,
+    credits: &std::collections::BTreeMap<(i64, i64), Credit>,
+) -> Result<()> {
+    let mut cols = columns::rollup_columns();
+    cols.extend(Credit::column_names());
+    for chunk in buckets.chunks(rollups_per_statement(cols.len())) {
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO rollups_1h (gpu_id, bucket_ms, ");
+        qb.push(cols.join(", ")).push(") ");
+        qb.push_values(chunk, |mut b, r| {
+            b.push_bind(r.gpu_id).push_bind(r.bucket_ms);
+            push_cells(&mut b, columns::rollup_cells(r));
+            let credit = credits.get(&(r.gpu_id, r.bucket_ms)).copied().unwrap_or_default();
+            for v in credit.to_cells() {
+                b.push_bind(v);
+            }
+        });
+        qb.push(" ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET ");
+        qb.push(columns::rollup_merge_set("rollups_1h", least, greatest));
+        qb.push(", ").push(columns::credit_add_set("rollups_1h"));
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+fn push_cells(b: &mut sqlx::query_builder::Separated<'_, '_, Sqlite, &'static str>, cells: Vec<Cell>) {
+    for cell in cells {
+        match cell {
+            Cell::F(v) => b.push_bind(v),
+            Cell::I(v) => b.push_bind(v),
+        };
+    }
+}
+
+#[async_trait]
+impl Store for SqliteStore {
+    fn backend(&self) -> &'static str {
+        "sqlite"
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        if self.writer.is_closed() {
+            return Err(StoreError::WriterGone);
+        }
+        Ok(())
+    }
+
+    async fn create_org(&self, name: &str, now_ms: i64) -> Result<OrgId> {
+        Ok(sqlx::query_scalar("INSERT INTO orgs (name, created_ms) VALUES (?, ?) RETURNING id")
+            .bind(name)
+            .bind(now_ms)
+            .fetch_one(&self.pool)
+            .await?)
+    }
+
+    async fn insert_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey> {
+        let row = sqlx::query(
+            "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(key.org_id)
+        .bind(key.name)
+        .bind(key.prefix)
+        .bind(key.key_hash)
+        .bind(crate::scopes_to_text(key.scopes))
+        .bind(key.created_ms)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(crate::api_key_from_new(row.try_get(0)?, &key))
+    }
+
+    async fn ensure_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey> {
+        if let Some(existing) = self.api_key_by_hash(key.key_hash).await? {
+            return Ok(existing);
+        }
+        self.insert_api_key(key).await
+    }
+
+    async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKey>> {
+        let row = sqlx::query(
+            "SELECT id, org_id, name, prefix, scopes, created_ms, revoked_ms FROM api_keys WHERE key_hash = ?",
+        )
+        .bind(key_hash)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| crate::api_key_from_row(&r)).transpose()
+    }
+
+    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
+        if samples.is_empty() {
+            return Ok(IngestOutcome::default());
+        }
+        let (reply, rx) = oneshot::channel();
+        let job = IngestJob { org, host: host.to_string(), samples, reply };
+        self.writer.send(WriteJob::Ingest(job)).await.map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
+        let rows: Vec<(i64, String, String, Option<i64>, Option<String>, Option<i64>, Option<f64>, i64, i64)> =
+            sqlx::query_as(
+                "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms \
+             FROM gpus WHERE org_id = ? ORDER BY host, gpu_index, uuid",
+            )
+            .bind(org)
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms)| {
+                GpuRecord {
+                    id,
+                    uuid,
+                    host,
+                    gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
+                    name,
+                    mem_total_bytes,
+                    power_limit_w,
+                    first_seen_ms,
+                    last_seen_ms,
+                    latest: None,
+                }
+            })
+            .collect())
+    }
+
+    async fn latest_minutes(&self, org: OrgId) -> Result<Vec<crate::LatestMinute>> {
+        Ok(sqlx::query_as(
+            "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
+             FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id \
+             AND r.bucket_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000 WHERE g.org_id = ?",
+        )
+        .bind(org)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
+        let sql =
+            format!("{} WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid", columns::gpu_select("s.processes"));
+        let rows: Vec<GpuRow> = sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?;
+        Ok(rows.into_iter().map(GpuRow::into_record).collect())
+    }
+
+    async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>> {
+        let sql = format!("{} WHERE g.org_id = ? AND g.uuid = ?", columns::gpu_select("s.processes"));
+        let row: Option<GpuRow> = sqlx::query_as(&sql).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
+        Ok(row.map(GpuRow::into_record))
+    }
+
+    async fn samples(&self, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>> {
+        let ident = sqlx::query("SELECT uuid, gpu_index, name FROM gpus WHERE id = ?")
+            .bind(gpu_id)
+            .fetch_optional(&self.pool)
+            .await?;
+        let Some(ident) = ident else { return Ok(Vec::new()) };
+        let (uuid, index, name): (String, Option<i64>, Option<String>) =
+            (ident.try_get(0)?, ident.try_get(1)?, ident.try_get(2)?);
+        let sql = format!(
+            "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? ORDER BY s.ts_ms LIMIT ?",
+            columns::sample_select_list("s", "s.processes")
+        );
+        let rows: Vec<SampleRow> = sqlx::query_as(&sql)
+            .bind(gpu_id)
+            .bind(from_ms)
+            .bind(to_ms)
+            .bind(i64::from(limit))
+            .fetch_all(&self.pool)
+            .await?;
+        let index = index.and_then(|i| u32::try_from(i).ok());
+        Ok(rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect())
+    }
+
+    async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
+        let sql = format!(
+            "SELECT gpu_id, bucket_ms, {} FROM {} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
+            columns::rollup_columns().join(", "),
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| columns::rollup_from_row(r, gpu_id).map_err(StoreError::from)).collect()
+    }
+
+    async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
+        let sql = format!(
+            "SELECT r.* FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ? ORDER BY r.gpu_id, r.bucket_ms",
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err(StoreError::from)).collect()
+    }
+
+    async fn org_credits(
+        &self,
+        org: OrgId,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<crate::BucketCredit>> {
+        let sql = format!(
+            "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?",
+            Credit::column_names().iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", "),
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(crate::BucketCredit {
+                    gpu_id: r.try_get("gpu_id")?,
+                    bucket_ms: r.try_get("bucket_ms")?,
+                    credit: columns::credit_from_row(r)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
+        let rows: Vec<(i64, Option<f64>)> = sqlx::query_as(
+            "SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = ? AND r.bucket_ms > ? - 3600000 AND r.bucket_ms < ? GROUP BY r.gpu_id",
+        )
+        .bind(org)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
+    }
+
+    async fn settings_by_key(&self, key: &str) -> Result<Vec<(OrgId, String)>> {
+        Ok(sqlx::query_as("SELECT org_id, value FROM org_settings WHERE key = ?")
+            .bind(key)
+            .fetch_all(&self.pool)
+            .await?)
+    }
+
+    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<crate::SeriesRow>> {
+        let sql = format!(
+            "{} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
+            crate::series_select(res)
+        );
+        Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
+    }
+
+    async fn setting(&self, org: OrgId, key: &str) -> Result<Option<String>> {
+        Ok(sqlx::query_scalar("SELECT value FROM org_settings WHERE org_id = ? AND key = ?")
+            .bind(org)
+            .bind(key)
+            .fetch_optional(&self.pool)
+            .await?)
+    }
+
+    async fn put_setting(&self, org: OrgId, key: &str, value: &str, now_ms: i64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO org_settings (org_id, key, value, updated_ms) VALUES (?, ?, ?, ?) \
+             ON CONFLICT (org_id, key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms",
+        )
+        .bind(org)
+        .bind(key)
+        .bind(value)
+        .bind(now_ms)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn insert_job(&self, org: OrgId, job: &crate::JobRecord) -> Result<i64> {
+        Ok(sqlx::query_scalar(
+            "INSERT INTO jobs (org_id, name, gpu_uuids, from_ms, to_ms, precision, achieved_flops_per_s, created_ms) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+        )
+        .bind(org)
+        .bind(&job.name)
+        .bind(serde_json::to_string(&job.gpu_uuids).expect("uuids serialize"))
+        .bind(job.from_ms)
+        .bind(job.to_ms)
+        .bind(&job.precision)
+        .bind(job.achieved_flops_per_s)
+        .bind(job.created_ms)
+        .fetch_one(&self.pool)
+        .await?)
+    }
+
+    async fn jobs(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::JobRecord>> {
+        let rows =
+            sqlx::query("SELECT * FROM jobs WHERE org_id = ? AND to_ms > ? AND from_ms < ? ORDER BY from_ms, id")
+                .bind(org)
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_all(&self.pool)
+                .await?;
+        rows.iter().map(crate::job_from_row).collect()
+    }
+
+    async fn sample_count(&self) -> Result<u64> {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
+        Ok(n as u64)
+    }
+
+    async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
+        let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
+        let mut report = RetentionReport::default();
+        for (table, keep_ms, key, counter) in [
+            ("samples", policy.raw_ms, "ts_ms", &mut report.samples),
+            ("rollups_1m", policy.rollup_1m_ms, "bucket_ms", &mut report.rollups_1m),
+            ("rollups_1h", policy.rollup_1h_ms, "bucket_ms", &mut report.rollups_1h),
+        ] {
+            // Short steps through the writer, along the primary key: ingest batches queue
+            // between them instead of waiting on the database lock.
+            for chunk in gpu_ids.chunks(RETENTION_GPUS_PER_STEP) {
+                loop {
+                    let (reply, rx) = oneshot::channel();
+                    let job = RetentionJob { table, key, gpu_ids: chunk.to_vec(), cutoff_ms: now_ms - keep_ms, reply };
+                    self.writer.send(WriteJob::Retention(job)).await.map_err(|_| StoreError::WriterGone)?;
+                    let (deleted, more) = rx.await.map_err(|_| StoreError::WriterGone)??;
+                    *counter += deleted;
+                    if !more {
+                        break;
+                    }
+                }
+            }
+        }
+        Ok(report)
+    }
+}

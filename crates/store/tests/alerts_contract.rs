@@ -1,0 +1,420 @@
+//! The alert store contract: every test runs against SQLite and against PostgreSQL.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+
+use fleetlens_core::Sample;
+use fleetlens_core::rules::Matchers;
+use fleetlens_store::alerts::{
+    AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
+    EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed, Written,
+};
+use fleetlens_store::{DEFAULT_ORG, Store};
+use fleetlens_tests::{Backend, TestDatabase};
+
+fleetlens_tests::for_each_backend!(
+    rules_round_trip_and_names_are_unique,
+    defaults_are_seeded_once,
+    channels_and_silences,
+    a_transition_is_written_once,
+    claims_respect_leases_rate_limits_and_order,
+    concurrent_senders_claim_each_message_once,
+    cursors_leases_and_host_labels,
+);
+
+async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
+    let db = TestDatabase::new(backend).await;
+    let store = fleetlens_store::connect(&db.url).await.expect("connect");
+    (db, store)
+}
+
+fn rule(name: &str) -> NewAlertRule {
+    NewAlertRule {
+        name: name.into(),
+        condition: "gpu_util_pct >= 80 && sm_active_pct < 30".into(),
+        for_s: 300,
+        keep_firing_for_s: 0,
+        repeat_interval_s: 3600,
+        severity: "warning".into(),
+        labels: BTreeMap::from([("page".to_string(), "no".to_string())]),
+        description: "d".into(),
+        advice: "a".into(),
+        channels: vec![3, 1],
+        enabled: true,
+    }
+}
+
+fn channel(name: &str, min_interval_ms: i64) -> NewChannel {
+    NewChannel {
+        name: name.into(),
+        kind: "webhook".into(),
+        url: "http://127.0.0.1:9/hook".into(),
+        is_default: false,
+        min_interval_ms,
+    }
+}
+
+async fn gpu(store: &Arc<dyn Store>, uuid: &str) -> i64 {
+    let s =
+        Sample { ts_ms: 1_000, uuid: uuid.into(), gpu_index: Some(0), gpu_util_pct: Some(1.0), ..Default::default() };
+    store.ingest(DEFAULT_ORG, "node-1", vec![s]).await.unwrap();
+    store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap().id
+}
+
+fn alert(rule_id: i64, gpu_id: i64, status: AlertStatus) -> AlertRecord {
+    AlertRecord {
+        id: 0,
+        org_id: DEFAULT_ORG,
+        rule_id,
+        gpu_id,
+        gpu_uuid: String::new(),
+        host: String::new(),
+        status,
+        active_since_ms: 10,
+        fired_at_ms: (status == AlertStatus::Firing).then_some(20),
+        resolved_at_ms: None,
+        last_match_ms: 20,
+        last_eval_ms: 20,
+        rule_name: "hollow".into(),
+        severity: "warning".into(),
+        labels: BTreeMap::from([("alertname".to_string(), "hollow".to_string())]),
+        fingerprint: "abc".into(),
+        summary: "s".into(),
+        details: serde_json::json!({"values": [{"field": "gpu_util_pct", "value": "100"}]}),
+        silenced_by: None,
+        notified_firing: false,
+        last_notified_ms: None,
+        repeat_seq: 0,
+        updated_ms: 0,
+    }
+}
+
+fn note(channel_id: i64, kind: &str) -> NewNotification {
+    NewNotification { channel_id, kind: kind.into(), seq: 0, payload: format!("{{\"kind\":\"{kind}\"}}") }
+}
+
+fn ok() -> DeliveryResult {
+    DeliveryResult {
+        outcome: DeliveryOutcome::Delivered,
+        status_code: Some(200),
+        error: None,
+        duration_ms: 3,
+        channel_pause_until_ms: None,
+    }
+}
+
+async fn rules_round_trip_and_names_are_unique(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let a = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap().unwrap();
+    assert_eq!((a.name.as_str(), a.for_s, a.channels.clone(), a.enabled), ("hollow", 300, vec![3, 1], true));
+    assert_eq!(a.labels["page"], "no");
+    assert!(store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 6).await.unwrap().is_none(), "name taken");
+    let b = store.insert_alert_rule(DEFAULT_ORG, &rule("other"), 6).await.unwrap().unwrap();
+    let mut edit = rule("hollow2");
+    edit.enabled = false;
+    edit.for_s = 3;
+    let Written::Done(e) = store.update_alert_rule(DEFAULT_ORG, a.id, &edit, 9).await.unwrap() else { panic!() };
+    assert_eq!((e.name.as_str(), e.for_s, e.enabled, e.created_ms, e.updated_ms), ("hollow2", 3, false, 5, 9));
+    assert_eq!(store.update_alert_rule(DEFAULT_ORG, b.id, &edit, 9).await.unwrap(), Written::NameTaken);
+    assert_eq!(store.update_alert_rule(DEFAULT_ORG, 999, &edit, 9).await.unwrap(), Written::NotFound);
+    let other = store.create_org("other", 0).await.unwrap();
+    assert!(store.alert_rule(other, a.id).await.unwrap().is_none(), "organisations are apart");
+    assert!(store.insert_alert_rule(other, &rule("hollow2"), 6).await.unwrap().is_some(), "names are per org");
+    assert_eq!(store.alert_rules(DEFAULT_ORG).await.unwrap().len(), 2);
+    assert_eq!(store.all_alert_rules().await.unwrap().len(), 3);
+    assert!(!store.delete_alert_rule(other, a.id).await.unwrap());
+    assert!(store.delete_alert_rule(DEFAULT_ORG, a.id).await.unwrap());
+    assert_eq!(store.alert_rules(DEFAULT_ORG).await.unwrap().len(), 1);
+}
+
+async fn defaults_are_seeded_once(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let defaults = vec![("k1".to_string(), rule("one")), ("k2".to_string(), rule("two"))];
+    assert_eq!(store.seed_default_rules(DEFAULT_ORG, &defaults, 1).await.unwrap(), 2);
+    assert_eq!(store.seed_default_rules(DEFAULT_ORG, &defaults, 2).await.unwrap(), 0);
+    let rules = store.alert_rules(DEFAULT_ORG).await.unwrap();
+    assert_eq!(rules.iter().map(|r| r.builtin.as_deref()).collect::<Vec<_>>(), [Some("k1"), Some("k2")]);
+    store.delete_alert_rule(DEFAULT_ORG, rules[0].id).await.unwrap();
+    let more = vec![("k1".to_string(), rule("one")), ("k3".to_string(), rule("three"))];
+    assert_eq!(store.seed_default_rules(DEFAULT_ORG, &more, 3).await.unwrap(), 1, "a deleted default stays deleted");
+    let names: Vec<String> = store.alert_rules(DEFAULT_ORG).await.unwrap().into_iter().map(|r| r.name).collect();
+    assert_eq!(names, ["two", "three"]);
+}
+
+async fn channels_and_silences(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let c = store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 1000), 1).await.unwrap().unwrap();
+    assert_eq!((c.kind.as_str(), c.min_interval_ms, c.next_send_ms), ("webhook", 1000, 0));
+    assert!(store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 0), 1).await.unwrap().is_none());
+    let mut edit = channel("ops-slack", 1000);
+    edit.kind = "slack".into();
+    edit.is_default = true;
+    let Written::Done(c2) = store.update_notification_channel(DEFAULT_ORG, c.id, &edit, 2).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!((c2.name.as_str(), c2.kind.as_str(), c2.is_default), ("ops-slack", "slack", true));
+    // Deleting a channel fails its undelivered messages.
+    let id = store.enqueue_notification(DEFAULT_ORG, None, &note(c.id, "test"), 3).await.unwrap().unwrap();
+    assert!(store.delete_notification_channel(DEFAULT_ORG, c.id, 4).await.unwrap());
+    let m = store.outbox_message(DEFAULT_ORG, id).await.unwrap().unwrap();
+    assert_eq!((m.status.as_str(), m.last_error.as_deref()), ("failed", Some("channel deleted")));
+    assert!(store.notification_channels(DEFAULT_ORG).await.unwrap().is_empty());
+
+    let m = Matchers { host: Some("node-*".into()), severity: Some("critical".into()), ..Default::default() };
+    let s = NewSilence {
+        matchers: m.clone(),
+        starts_at_ms: 100,
+        ends_at_ms: 200,
+        comment: "maint".into(),
+        created_by: "t".into(),
+    };
+    let stored = store.insert_silence(DEFAULT_ORG, &s, 50).await.unwrap();
+    assert_eq!((stored.matchers.clone(), stored.ends_at_ms, stored.comment.as_str()), (m, 200, "maint"));
+    assert_eq!(store.current_silences(150).await.unwrap().len(), 1);
+    assert_eq!(store.current_silences(200).await.unwrap().len(), 0);
+    assert!(store.expire_silence(DEFAULT_ORG, stored.id, 120).await.unwrap());
+    assert_eq!(store.silences(DEFAULT_ORG).await.unwrap()[0].ends_at_ms, 120);
+    assert!(!store.expire_silence(DEFAULT_ORG, 999, 120).await.unwrap());
+}
+
+async fn a_transition_is_written_once(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let g = gpu(&store, "GPU-a").await;
+    let ch = store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 0), 1).await.unwrap().unwrap();
+    let open = EvalWrite {
+        now_ms: 100,
+        changes: vec![AlertChange {
+            write: AlertWrite::Open(alert(7, g, AlertStatus::Pending)),
+            notify: vec![],
+            suppressed: vec![],
+        }],
+        cursors: vec![GpuCursor {
+            gpu_id: g,
+            org_id: DEFAULT_ORG,
+            last_ts_ms: 10,
+            state: "hollow".into(),
+            state_since_ms: 5,
+            interval_ms: 1000,
+        }],
+    };
+    let out = store.apply_alert_changes(&open).await.unwrap();
+    let id = out.alert_ids[0].expect("opened");
+    assert_eq!(store.apply_alert_changes(&open).await.unwrap().alert_ids, [None], "one open alert per rule and GPU");
+
+    // Pending → firing with a message, twice (a replay, a second replica): written once.
+    let mut firing = alert(7, g, AlertStatus::Firing);
+    firing.id = id;
+    firing.notified_firing = true;
+    let fire = EvalWrite {
+        now_ms: 200,
+        changes: vec![AlertChange {
+            write: AlertWrite::Update { from: AlertStatus::Pending, alert: firing.clone() },
+            notify: vec![note(ch.id, "firing")],
+            suppressed: vec![NewSuppressed { channel_id: ch.id, kind: "firing".into(), silence_id: 4 }],
+        }],
+        cursors: vec![],
+    };
+    let first = store.apply_alert_changes(&fire).await.unwrap();
+    assert_eq!((first.alert_ids.clone(), first.enqueued), (vec![Some(id)], 1));
+    let again = store.apply_alert_changes(&fire).await.unwrap();
+    assert_eq!((again.alert_ids, again.enqueued), (vec![None], 0));
+    // Even a direct second enqueue of the same (alert, channel, kind, seq) is a no-op.
+    assert_eq!(store.enqueue_notification(DEFAULT_ORG, Some(id), &note(ch.id, "firing"), 300).await.unwrap(), None);
+    assert_eq!(store.outbox_for_alert(DEFAULT_ORG, id).await.unwrap().len(), 1);
+
+    let a = store.alert(DEFAULT_ORG, id).await.unwrap().unwrap();
+    assert_eq!(
+        (a.status, a.fired_at_ms, a.gpu_uuid.as_str(), a.host.as_str()),
+        (AlertStatus::Firing, Some(20), "GPU-a", "node-1")
+    );
+    assert_eq!(a.details["values"][0]["value"], "100");
+    assert_eq!(store.open_alerts().await.unwrap().len(), 1);
+    let log = store
+        .deliveries(DEFAULT_ORG, &DeliveryFilter { alert_id: Some(id), limit: 10, ..Default::default() })
+        .await
+        .unwrap();
+    assert_eq!((log.len(), log[0].outcome.as_str()), (1, "suppressed"));
+    assert!(log[0].error.as_deref().unwrap().contains("#4"));
+
+    // Resolve; then the rule may open a new instance on the same GPU.
+    let mut resolved = firing.clone();
+    resolved.status = AlertStatus::Resolved;
+    resolved.resolved_at_ms = Some(30);
+    let res = EvalWrite {
+        now_ms: 300,
+        changes: vec![AlertChange {
+            write: AlertWrite::Update { from: AlertStatus::Firing, alert: resolved },
+            notify: vec![note(ch.id, "resolved")],
+            suppressed: vec![],
+        }],
+        cursors: vec![],
+    };
+    assert_eq!(store.apply_alert_changes(&res).await.unwrap().enqueued, 1);
+    assert!(store.open_alerts().await.unwrap().is_empty());
+    let next = store.apply_alert_changes(&open).await.unwrap().alert_ids[0].expect("a new instance");
+    let cancel = EvalWrite {
+        now_ms: 400,
+        changes: vec![AlertChange {
+            write: AlertWrite::Delete { id: next, from: AlertStatus::Pending },
+            notify: vec![],
+            suppressed: vec![],
+        }],
+        cursors: vec![],
+    };
+    assert_eq!(store.apply_alert_changes(&cancel).await.unwrap().alert_ids, [Some(next)]);
+    assert_eq!(store.apply_alert_changes(&cancel).await.unwrap().alert_ids, [None]);
+
+    let filter = |statuses: Vec<AlertStatus>| AlertFilter { statuses, limit: 100, ..Default::default() };
+    assert_eq!(store.alerts(DEFAULT_ORG, &filter(vec![AlertStatus::Resolved])).await.unwrap().len(), 1);
+    assert_eq!(store.alerts(DEFAULT_ORG, &filter(vec![AlertStatus::Firing])).await.unwrap().len(), 0);
+    let all =
+        store.alerts(DEFAULT_ORG, &AlertFilter { gpu_uuid: Some("GPU-a".into()), ..filter(vec![]) }).await.unwrap();
+    assert_eq!(all.len(), 1);
+    let other = store.create_org("other", 0).await.unwrap();
+    assert!(store.alerts(other, &filter(vec![])).await.unwrap().is_empty());
+    assert!(store.alert(other, id).await.unwrap().is_none());
+}
+
+async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let slow = store.insert_notification_channel(DEFAULT_ORG, &channel("slack", 1000), 1).await.unwrap().unwrap();
+    let fast = store.insert_notification_channel(DEFAULT_ORG, &channel("hook", 0), 1).await.unwrap().unwrap();
+    let mut ids = Vec::new();
+    for (i, ch) in [slow.id, slow.id, fast.id].into_iter().enumerate() {
+        let n = NewNotification { channel_id: ch, kind: "test".into(), seq: i as i64, payload: format!("{i}") };
+        ids.push(store.enqueue_notification(DEFAULT_ORG, None, &n, 1000).await.unwrap().unwrap());
+    }
+    let now = 10_000;
+    let c = store.claim_notifications("a", now, 30_000, 10).await.unwrap();
+    let got: HashSet<i64> = c.iter().map(|m| m.message.id).collect();
+    assert_eq!(got, HashSet::from([ids[0], ids[2]]), "one message per channel, oldest first");
+    assert!(c.iter().all(|m| m.message.attempts == 1 && m.message.status == "sending"));
+    assert_eq!(c.iter().find(|m| m.channel.id == slow.id).unwrap().channel.url, "http://127.0.0.1:9/hook");
+    // Leased and (for the slow channel) rate-limited: nothing more now.
+    assert!(store.claim_notifications("b", now, 30_000, 10).await.unwrap().is_empty());
+    // Only the lease holder settles a message.
+    assert!(!store.finish_notification(ids[0], "b", &ok(), now + 10).await.unwrap());
+    let retry = DeliveryResult {
+        outcome: DeliveryOutcome::Retry { at_ms: now + 5_000 },
+        status_code: Some(500),
+        error: Some("HTTP 500".into()),
+        duration_ms: 2,
+        channel_pause_until_ms: None,
+    };
+    assert!(store.finish_notification(ids[0], "a", &retry, now + 10).await.unwrap());
+    assert!(store.finish_notification(ids[2], "a", &ok(), now + 10).await.unwrap());
+    // The failed head waits for its retry and holds back the next message of its channel.
+    assert!(store.claim_notifications("b", now + 2_000, 30_000, 10).await.unwrap().is_empty());
+    let c = store.claim_notifications("b", now + 5_000, 30_000, 10).await.unwrap();
+    assert_eq!(c.iter().map(|m| (m.message.id, m.message.attempts)).collect::<Vec<_>>(), [(ids[0], 2)]);
+    // A sender that dies mid-flight: its lease runs out and another sender takes the message.
+    assert!(store.claim_notifications("c", now + 30_000, 30_000, 10).await.unwrap().is_empty());
+    let c = store.claim_notifications("c", now + 36_000, 30_000, 10).await.unwrap();
+    assert_eq!(c.iter().map(|m| (m.message.id, m.message.attempts)).collect::<Vec<_>>(), [(ids[0], 3)]);
+    assert!(!store.finish_notification(ids[0], "b", &ok(), now + 36_001).await.unwrap(), "b lost its lease");
+    assert!(store.finish_notification(ids[0], "c", &ok(), now + 36_001).await.unwrap());
+    // A 429 pauses the channel.
+    let c = store.claim_notifications("c", now + 37_001, 30_000, 10).await.unwrap();
+    assert_eq!(c.iter().map(|m| m.message.id).collect::<Vec<_>>(), [ids[1]]);
+    let limited = DeliveryResult {
+        outcome: DeliveryOutcome::Retry { at_ms: now + 40_000 },
+        status_code: Some(429),
+        error: Some("rate limited".into()),
+        duration_ms: 1,
+        channel_pause_until_ms: Some(now + 60_000),
+    };
+    assert!(store.finish_notification(ids[1], "c", &limited, now + 37_002).await.unwrap());
+    assert!(store.claim_notifications("c", now + 50_000, 30_000, 10).await.unwrap().is_empty());
+    let c = store.claim_notifications("c", now + 60_000, 30_000, 10).await.unwrap();
+    store.finish_notification(c[0].message.id, "c", &ok(), now + 60_001).await.unwrap();
+    assert!(store.claim_notifications("c", now + 100_000, 30_000, 10).await.unwrap().is_empty(), "all delivered");
+    assert_eq!(store.outbox_backlog().await.unwrap(), 0);
+
+    let log = store
+        .deliveries(DEFAULT_ORG, &DeliveryFilter { channel_id: Some(slow.id), limit: 100, ..Default::default() })
+        .await
+        .unwrap();
+    let outcomes: Vec<(&str, i64)> = log.iter().rev().map(|d| (d.outcome.as_str(), d.attempt)).collect();
+    assert_eq!(
+        outcomes,
+        [("lease_lost", 1), ("retry", 1), ("lease_lost", 3), ("delivered", 3), ("retry", 1), ("delivered", 2)],
+        "{log:?}"
+    );
+    let m = store.outbox_message(DEFAULT_ORG, ids[0]).await.unwrap().unwrap();
+    assert_eq!((m.status.as_str(), m.attempts, m.delivered_ms), ("delivered", 3, Some(now + 36_001)));
+}
+
+async fn concurrent_senders_claim_each_message_once(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let mut channels = Vec::new();
+    for i in 0..4 {
+        channels.push(
+            store.insert_notification_channel(DEFAULT_ORG, &channel(&format!("c{i}"), 0), 1).await.unwrap().unwrap().id,
+        );
+    }
+    let total = 60;
+    for i in 0..total {
+        let n =
+            NewNotification { channel_id: channels[i % 4], kind: "test".into(), seq: i as i64, payload: i.to_string() };
+        store.enqueue_notification(DEFAULT_ORG, None, &n, 0).await.unwrap().unwrap();
+    }
+    let mut tasks = Vec::new();
+    for w in 0..4 {
+        let store = store.clone();
+        tasks.push(tokio::spawn(async move {
+            let owner = format!("sender-{w}");
+            let mut sent = Vec::new();
+            for round in 0..400 {
+                let claimed = store.claim_notifications(&owner, 1_000 + round, 600_000, 2).await.unwrap();
+                for m in claimed {
+                    sent.push(m.message.payload.clone());
+                    assert!(store.finish_notification(m.message.id, &owner, &ok(), 1_000 + round).await.unwrap());
+                }
+                if store.outbox_backlog().await.unwrap() == 0 {
+                    break;
+                }
+            }
+            sent
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    all.sort_by_key(|p| p.parse::<usize>().unwrap());
+    let expected: Vec<String> = (0..total).map(|i| i.to_string()).collect();
+    assert_eq!(all, expected, "every message sent exactly once");
+}
+
+async fn cursors_leases_and_host_labels(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let c = |ts| GpuCursor {
+        gpu_id: 1,
+        org_id: DEFAULT_ORG,
+        last_ts_ms: ts,
+        state: "idle".into(),
+        state_since_ms: 0,
+        interval_ms: 1000,
+    };
+    store.save_alert_cursors(&[c(500)], 1).await.unwrap();
+    store.save_alert_cursors(&[c(400)], 2).await.unwrap();
+    assert_eq!(store.alert_cursors().await.unwrap(), [c(500)], "a cursor never moves back");
+    store.save_alert_cursors(&[c(600)], 3).await.unwrap();
+    assert_eq!(store.alert_cursors().await.unwrap()[0].last_ts_ms, 600);
+
+    assert!(store.try_job_lease("job", "a", 1_000, 10_000).await.unwrap());
+    assert!(!store.try_job_lease("job", "b", 5_000, 10_000).await.unwrap());
+    assert!(store.try_job_lease("job", "a", 9_000, 10_000).await.unwrap(), "renewed");
+    assert!(!store.try_job_lease("job", "b", 15_000, 10_000).await.unwrap());
+    assert!(store.try_job_lease("job", "b", 19_001, 10_000).await.unwrap(), "expired, taken over");
+    store.release_job_lease("job", "b").await.unwrap();
+    assert!(store.try_job_lease("job", "a", 19_002, 10_000).await.unwrap());
+
+    let labels = BTreeMap::from([("team".to_string(), "ml".to_string())]);
+    store.put_host_labels(DEFAULT_ORG, "node-1", &labels, 1).await.unwrap();
+    store.put_host_labels(DEFAULT_ORG, "node-1", &labels, 2).await.unwrap();
+    assert_eq!(store.host_labels().await.unwrap(), [(DEFAULT_ORG, "node-1".to_string(), labels)]);
+    let g = gpu(&store, "GPU-z").await;
+    let gpus = store.alert_gpus().await.unwrap();
+    assert_eq!((gpus.len(), gpus[0].id, gpus[0].host.as_str(), gpus[0].last_seen_ms), (1, g, "node-1", 1_000));
+}

@@ -1,0 +1,278 @@
+//! The store contract: every test here runs against SQLite and against PostgreSQL.
+
+use std::sync::Arc;
+
+use fleetlens_core::{Credit, GpuProcess, Resolution, RollupAccumulator, Sample, Thresholds};
+use fleetlens_store::{DEFAULT_ORG, NewApiKey, RetentionPolicy, Scope, Store, hash_api_key};
+use fleetlens_tests::{Backend, TestDatabase, fixture};
+
+fleetlens_tests::for_each_backend!(
+    fixture_round_trips_with_absent_values,
+    ingest_is_idempotent,
+    rollups_match_a_recomputation_from_raw,
+    latest_sample_and_identity_follow_event_time,
+    api_keys_are_found_by_hash_only,
+    retention_deletes_only_what_is_old,
+    concurrent_batches_are_each_stored_once,
+    organisations_do_not_see_each_other,
+    credits_follow_the_minutes_as_samples_arrive,
+);
+
+async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
+    let db = TestDatabase::new(backend).await;
+    let store = fleetlens_store::connect(&db.url).await.expect("connect");
+    (db, store)
+}
+
+fn trace() -> Vec<Sample> {
+    std::fs::read_to_string(fixture("nvml-h200-phases.jsonl"))
+        .expect("fixture")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("fixture line"))
+        .collect()
+}
+
+fn synthetic(uuid: &str, start_ms: i64, n: i64, step_ms: i64) -> Vec<Sample> {
+    (0..n)
+        .map(|i| Sample {
+            ts_ms: start_ms + i * step_ms,
+            uuid: uuid.into(),
+            gpu_index: Some(0),
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            gpu_util_pct: Some((i % 101) as f64),
+            sm_active_pct: if i % 3 == 0 { None } else { Some((i % 50) as f64 + 0.25) },
+            tensor_active_pct: Some(((i * 7) % 100) as f64),
+            mem_used_bytes: Some(i * 1_000_000),
+            power_w: Some(100.0 + i as f64),
+            processes: Some(if i % 2 == 0 {
+                vec![]
+            } else {
+                vec![GpuProcess { pid: 42, used_bytes: Some(1 << 30), sm_pct: None, ..Default::default() }]
+            }),
+            ..Default::default()
+        })
+        .collect()
+}
+
+async fn fixture_round_trips_with_absent_values(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let samples = trace();
+    let outcome = store.ingest(DEFAULT_ORG, "gpu-node-01", samples.clone()).await.unwrap();
+    assert_eq!((outcome.inserted, outcome.duplicates), (84, 0));
+    let gpu = store.gpu(DEFAULT_ORG, &samples[0].uuid).await.unwrap().expect("gpu registered");
+    assert_eq!(gpu.host, "gpu-node-01");
+    assert_eq!(gpu.name.as_deref(), Some("NVIDIA H200"));
+    let back = store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap();
+    assert_eq!(back, samples, "every field round-trips, None stays None");
+    assert!(back.iter().all(|s| s.fp64_active_pct.is_none()));
+    assert!(back.iter().any(|s| s.is_allocated()));
+    assert_eq!(store.sample_count().await.unwrap(), 84);
+}
+
+async fn ingest_is_idempotent(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let batch = synthetic("GPU-idem", 1_700_000_000_000, 500, 1000);
+    store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-idem").await.unwrap().unwrap();
+    let rollups = store.rollups(gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    // The same batch again, and a batch overlapping half of it plus a sample twice.
+    let again = store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    assert_eq!((again.inserted, again.duplicates), (0, 500));
+    let mut overlap = synthetic("GPU-idem", 1_700_000_250_000, 500, 1000);
+    overlap.push(overlap[499].clone());
+    let o = store.ingest(DEFAULT_ORG, "h", overlap).await.unwrap();
+    assert_eq!((o.inserted, o.duplicates), (250, 251));
+    assert_eq!(store.sample_count().await.unwrap(), 750);
+    let after = store.rollups(gpu.id, Resolution::Minute, 0, 1_700_000_250_000 - 60_000).await.unwrap();
+    assert_eq!(after[..], rollups[..after.len()], "rollups of the resent range are unchanged");
+}
+
+async fn rollups_match_a_recomputation_from_raw(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let all = synthetic("GPU-roll", 1_700_000_000_500, 7_300, 1000);
+    // Arrive in uneven batches, out of order.
+    let mut chunks: Vec<Vec<Sample>> = all.chunks(777).map(<[Sample]>::to_vec).collect();
+    chunks.reverse();
+    for c in chunks {
+        store.ingest(DEFAULT_ORG, "h", c).await.unwrap();
+    }
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-roll").await.unwrap().unwrap();
+    for res in Resolution::ALL {
+        let mut expected = RollupAccumulator::new(res);
+        all.iter().for_each(|s| expected.add(gpu.id, s));
+        let expected = expected.into_buckets();
+        let stored = store.rollups(gpu.id, res, 0, i64::MAX).await.unwrap();
+        assert_eq!(stored.len(), expected.len(), "{res:?} bucket count");
+        for (s, e) in stored.iter().zip(&expected) {
+            assert_eq!(
+                (s.bucket_ms, s.sample_count, s.allocated_count),
+                (e.bucket_ms, e.sample_count, e.allocated_count)
+            );
+            assert_eq!((s.first_ts_ms, s.last_ts_ms), (e.first_ts_ms, e.last_ts_ms));
+            for (a, b) in s.signals.iter().zip(&e.signals) {
+                assert_eq!((a.count, a.min, a.max), (b.count, b.min, b.max));
+                assert!((a.sum - b.sum).abs() < 1e-6 * b.sum.abs().max(1.0), "{res:?} sum {} vs {}", a.sum, b.sum);
+            }
+        }
+    }
+    // A sub-range query returns just its buckets.
+    let hour = store.rollups(gpu.id, Resolution::Hour, 1_700_002_800_000, 1_700_006_400_000).await.unwrap();
+    assert_eq!(hour.len(), 1);
+}
+
+async fn latest_sample_and_identity_follow_event_time(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let new = synthetic("GPU-late", 2_000_000, 10, 1000);
+    store.ingest(DEFAULT_ORG, "new-host", new.clone()).await.unwrap();
+    // A back-filled, older batch from the GPU's previous host.
+    store.ingest(DEFAULT_ORG, "old-host", synthetic("GPU-late", 1_000_000, 10, 1000)).await.unwrap();
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-late").await.unwrap().unwrap();
+    assert_eq!(gpu.host, "new-host");
+    assert_eq!((gpu.first_seen_ms, gpu.last_seen_ms), (1_000_000, 2_009_000));
+    assert_eq!(gpu.latest.as_ref(), Some(&new[9]));
+    let list = store.gpus(DEFAULT_ORG).await.unwrap();
+    assert_eq!(list.len(), 1);
+    assert_eq!(list[0].latest.as_ref().map(|s| s.ts_ms), Some(2_009_000));
+    // Sample windows are half-open and limited.
+    let page = store.samples(gpu.id, 1_005_000, 2_002_000, 100).await.unwrap();
+    assert_eq!(page.len(), 5 + 2);
+    let limited = store.samples(gpu.id, 0, i64::MAX, 3).await.unwrap();
+    assert_eq!(limited.iter().map(|s| s.ts_ms).collect::<Vec<_>>(), [1_000_000, 1_001_000, 1_002_000]);
+}
+
+async fn api_keys_are_found_by_hash_only(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let hash = hash_api_key("secret-1");
+    let key = NewApiKey {
+        org_id: DEFAULT_ORG,
+        name: "agent",
+        prefix: "fl_secr",
+        key_hash: &hash,
+        scopes: &[Scope::Ingest],
+        created_ms: 5,
+    };
+    let stored = store.ensure_api_key(key.clone()).await.unwrap();
+    let again = store.ensure_api_key(key).await.unwrap();
+    assert_eq!(stored, again, "ensure is idempotent");
+    let found = store.api_key_by_hash(&hash).await.unwrap().unwrap();
+    assert!(found.allows(Scope::Ingest) && !found.allows(Scope::Read));
+    assert!(store.api_key_by_hash(&hash_api_key("secret-2")).await.unwrap().is_none());
+    assert!(store.api_key_by_hash("secret-1").await.unwrap().is_none(), "the secret itself is not stored");
+}
+
+async fn retention_deletes_only_what_is_old(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let day = 86_400_000i64;
+    // Minute-aligned, so each 120-s run of samples fills exactly 2 minute buckets.
+    let now = 1_700_000_040_000i64;
+    let old = synthetic("GPU-ret", now - 10 * day, 120, 1000);
+    let recent = synthetic("GPU-ret", now - day, 120, 1000);
+    store.ingest(DEFAULT_ORG, "h", old).await.unwrap();
+    store.ingest(DEFAULT_ORG, "h", recent.clone()).await.unwrap();
+    let report = store.apply_retention(RetentionPolicy::default(), now).await.unwrap();
+    assert_eq!((report.samples, report.rollups_1m, report.rollups_1h), (120, 0, 0));
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-ret").await.unwrap().unwrap();
+    assert_eq!(store.samples(gpu.id, 0, i64::MAX, 1000).await.unwrap(), recent);
+    // Rollups outlive raw samples, then go by their own policy.
+    assert!(!store.rollups(gpu.id, Resolution::Minute, 0, now - 9 * day).await.unwrap().is_empty());
+    let short = RetentionPolicy { raw_ms: 7 * day, rollup_1m_ms: 5 * day, rollup_1h_ms: 400 * day };
+    let report = store.apply_retention(short, now).await.unwrap();
+    assert_eq!((report.samples, report.rollups_1m, report.rollups_1h), (0, 2, 0));
+    assert_eq!(store.rollups(gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 2);
+}
+
+async fn concurrent_batches_are_each_stored_once(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let mut tasks = Vec::new();
+    for g in 0..16 {
+        for part in 0..4 {
+            let store = store.clone();
+            // Each batch is sent twice, concurrently, to exercise idempotency under contention.
+            for _ in 0..2 {
+                let store = store.clone();
+                let batch = synthetic(&format!("GPU-c{g}"), 1_700_000_000_000 + part * 250_000, 250, 1000);
+                tasks.push(tokio::spawn(async move { store.ingest(DEFAULT_ORG, "h", batch).await.unwrap() }));
+            }
+        }
+    }
+    let mut inserted = 0;
+    for t in tasks {
+        inserted += t.await.unwrap().inserted;
+    }
+    assert_eq!(inserted, 16 * 4 * 250);
+    assert_eq!(store.sample_count().await.unwrap(), 16 * 4 * 250);
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-c3").await.unwrap().unwrap();
+    let total: i64 =
+        store.rollups(gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().iter().map(|b| b.sample_count).sum();
+    assert_eq!(total, 1000, "no double-counted rollups");
+}
+
+async fn organisations_do_not_see_each_other(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let other = store.create_org("other", 0).await.unwrap();
+    store.ingest(DEFAULT_ORG, "h", synthetic("GPU-a", 1_000, 5, 1000)).await.unwrap();
+    store.ingest(other, "h", synthetic("GPU-a", 1_000, 5, 1000)).await.unwrap();
+    store.ingest(other, "h", synthetic("GPU-b", 1_000, 5, 1000)).await.unwrap();
+    assert_eq!(store.gpus(DEFAULT_ORG).await.unwrap().len(), 1);
+    assert_eq!(store.gpus(other).await.unwrap().len(), 2);
+    assert!(store.gpu(DEFAULT_ORG, "GPU-b").await.unwrap().is_none());
+    let a1 = store.gpu(DEFAULT_ORG, "GPU-a").await.unwrap().unwrap();
+    let a2 = store.gpu(other, "GPU-a").await.unwrap().unwrap();
+    assert_ne!(a1.id, a2.id, "the same uuid in two organisations is two GPUs");
+    assert_eq!(store.sample_count().await.unwrap(), 15);
+}
+
+async fn credits_follow_the_minutes_as_samples_arrive(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    // 2.5 hours of samples whose behaviour changes every 7 minutes, arriving in shuffled
+    // batches, so minutes are classified, then re-classified as their other samples arrive.
+    let start = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000;
+    let all: Vec<Sample> = (0..9000)
+        .map(|i| {
+            let busy = (i / 420) % 2 == 1;
+            Sample {
+                ts_ms: start + i * 1000,
+                uuid: "GPU-credit".into(),
+                name: Some("NVIDIA H100 80GB HBM3".into()),
+                power_limit_w: Some(700.0),
+                gpu_util_pct: Some(if busy { 100.0 } else { 0.0 }),
+                sm_active_pct: Some(if busy { 20.0 + (i % 7) as f64 } else { 0.0 }),
+                sm_occupancy_pct: Some(10.0),
+                tensor_active_pct: Some(0.0),
+                dram_active_pct: Some(5.0),
+                power_w: Some(if busy { 300.0 } else { 90.0 }),
+                mem_used_bytes: Some(10 << 30),
+                processes: Some(vec![GpuProcess { pid: 3, used_bytes: Some(10 << 30), ..Default::default() }]),
+                ..Default::default()
+            }
+        })
+        .collect();
+    let mut order: Vec<usize> = (0..all.len() / 100).collect();
+    // A fixed permutation: stride through the batches.
+    order.sort_by_key(|i| (i * 37) % 90);
+    for i in order {
+        store.ingest(DEFAULT_ORG, "h", all[i * 100..(i + 1) * 100].to_vec()).await.unwrap();
+    }
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-credit").await.unwrap().unwrap();
+    let mut expected = RollupAccumulator::new(Resolution::Minute);
+    all.iter().for_each(|s| expected.add(gpu.id, s));
+    let minutes = store.org_credits(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    let th = Thresholds::default();
+    let mut hours: std::collections::BTreeMap<i64, Credit> = Default::default();
+    let expected = expected.into_buckets();
+    assert_eq!(minutes.len(), expected.len());
+    for b in &expected {
+        let stored = minutes.iter().find(|m| m.bucket_ms == b.bucket_ms).expect("minute credit");
+        let (want, _) = Credit::of_minute(b, Some(700.0), None, &th);
+        let diff = stored.credit.minus(&want).to_cells().iter().map(|v| v.abs()).fold(0.0, f64::max);
+        assert!(diff < 1e-6, "minute {} credit differs by {diff}", b.bucket_ms);
+        hours.entry(Resolution::Hour.bucket_start(b.bucket_ms)).or_default().add_scaled(&want, 1.0);
+    }
+    let stored_hours = store.org_credits(DEFAULT_ORG, Resolution::Hour, 0, i64::MAX).await.unwrap();
+    assert_eq!(stored_hours.len(), 3);
+    for h in stored_hours {
+        let diff = h.credit.minus(&hours[&h.bucket_ms]).to_cells().iter().map(|v| v.abs()).fold(0.0, f64::max);
+        assert!(diff < 1e-6, "hour {} credit differs from the sum of its minutes by {diff}", h.bucket_ms);
+        assert!((h.credit.covered_s() - 3600.0).abs() < 1e-6 || h.bucket_ms == start + 2 * 3_600_000);
+    }
+}

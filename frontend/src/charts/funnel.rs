@@ -1,0 +1,81 @@
+//! The fleet utilization funnel: paid → allocation → kernel → SM → tensor (→ MFU), one bar per
+//! level with the dollars lost between each step and the next.
+
+use fleetlens_api::FunnelLevel;
+use leptos::prelude::*;
+
+use crate::format;
+
+pub fn level_name(level: &str) -> (&'static str, &'static str) {
+    match level {
+        "allocation" => ("Allocation utilization", "GPU-time with at least one application process on the GPU"),
+        "kernel" => ("Kernel utilization", "GPU-time a kernel was running (what nvidia-smi calls utilization)"),
+        "sm" => ("SM utilization", "GPU-time weighted by SM activity: the share of SMs actually busy"),
+        "tensor" => ("Tensor utilization", "GPU-time weighted by tensor activity: the math the GPU was bought for"),
+        "mfu" => ("MFU", "achieved model FLOP/s over the GPU's dense peak, where jobs report it"),
+        _ => ("Other", ""),
+    }
+}
+
+#[component]
+pub fn Funnel(#[prop(into)] levels: Signal<Vec<FunnelLevel>>, #[prop(into)] currency: Signal<String>) -> impl IntoView {
+    let rows = move || {
+        let cur = currency.get();
+        let levels = levels.get();
+        let mut prev: Option<f64> = Some(1.0);
+        levels
+            .into_iter()
+            .map(|l| {
+                let (name, hint) = level_name(&l.level);
+                let width = l.fraction.map(|f| (f * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
+                let lost = match (prev, l.fraction) {
+                    (Some(p), Some(f)) => Some((p - f).max(0.0)),
+                    _ => None,
+                };
+                if l.fraction.is_some() {
+                    prev = l.fraction;
+                }
+                let gap_text = match l.gap_cost {
+                    Some(c) if c < 0.005 => "nothing lost".into(),
+                    Some(c) => format!("{} lost", format::money(c, &cur)),
+                    None if l.fraction.is_none() => String::new(),
+                    None => "no price set".into(),
+                };
+                let coverage = l.coverage.filter(|c| *c < 0.995 && l.fraction.is_some());
+                view! {
+                    <li class="funnel-row" data-level=l.level.clone()>
+                        <div class="funnel-label">
+                            <span class="funnel-name" title=hint>{name}</span>
+                            <span class="funnel-hint">{hint}</span>
+                        </div>
+                        <div class="funnel-track" aria-hidden="true">
+                            <div class=format!("funnel-fill funnel-{}", l.level) style:width=format!("{width:.1}%")></div>
+                            {lost.filter(|x| *x > 0.0).map(|x| view! {
+                                <div class="funnel-lost" style:left=format!("{width:.1}%") style:width=format!("{:.1}%", x * 100.0)></div>
+                            })}
+                        </div>
+                        <div class="funnel-value">
+                            <strong>{l.fraction.map(format::frac).unwrap_or_else(|| "not measured".into())}</strong>
+                            {coverage.map(|c| view! { <span class="funnel-coverage">{format!("measured on {} of GPU-time", format::frac(c))}</span> })}
+                        </div>
+                        <div class="funnel-cost" class:waste=l.gap_cost.is_some_and(|c| c > 0.0)>{gap_text}</div>
+                    </li>
+                }
+            })
+            .collect_view()
+    };
+    view! {
+        <ol class="funnel" aria-label="Utilization funnel: each level is a share of the GPU-time paid for">
+            <li class="funnel-row funnel-paid">
+                <div class="funnel-label">
+                    <span class="funnel-name">"Paid for"</span>
+                    <span class="funnel-hint">"every registered GPU, online or not"</span>
+                </div>
+                <div class="funnel-track" aria-hidden="true"><div class="funnel-fill funnel-paid-fill" style:width="100%"></div></div>
+                <div class="funnel-value"><strong>"100%"</strong></div>
+                <div class="funnel-cost"></div>
+            </li>
+            {rows}
+        </ol>
+    }
+}

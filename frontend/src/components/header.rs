@@ -1,0 +1,72 @@
+//! The app header: brand, navigation, time range, live status and log out.
+
+use leptos::prelude::*;
+use leptos_router::components::A;
+use leptos_router::hooks::use_navigate;
+
+use crate::components::range_picker::RangePicker;
+use crate::ctx::use_app;
+use crate::format;
+
+#[component]
+pub fn Header() -> impl IntoView {
+    let ctx = use_app();
+    let navigate = use_navigate();
+    let log_out = move |_| {
+        ctx.log_out();
+        navigate("/login", Default::default());
+    };
+    // Re-read "now" on every tick so "updated 5 s ago" stays true.
+    let updated = move || {
+        ctx.tick.track();
+        match ctx.updated_ms.get() {
+            Some(t) => format!("updated {}", format::clock(t)),
+            None => "waiting for data".into(),
+        }
+    };
+    let live_title = move || {
+        if ctx.live.get() {
+            "Live: refreshes every 5 seconds. Press to pause."
+        } else {
+            "Paused. Press to resume live updates."
+        }
+    };
+    view! {
+        <header class="app-header">
+            <a class="skip-link" href="#content">"Skip to content"</a>
+            <div class="brand">
+                <A href="/" exact=true attr:class="brand-link">
+                    <svg class="logo" viewBox="0 0 24 24" aria-hidden="true">
+                        <rect x="3" y="4" width="18" height="4" rx="1"></rect>
+                        <rect x="3" y="10" width="12" height="4" rx="1"></rect>
+                        <rect x="3" y="16" width="6" height="4" rx="1"></rect>
+                    </svg>
+                    <span>"Fleetlens"</span>
+                </A>
+            </div>
+            <nav class="main-nav" aria-label="Main">
+                <A href="/" exact=true>"Fleet"</A>
+                <A href="/gpus">"GPUs"</A>
+                <A href="/alerts">"Alerts"</A>
+                <A href="/reports">"Reports"</A>
+                <A href="/settings">"Settings"</A>
+            </nav>
+            <div class="header-tools">
+                <RangePicker/>
+                <button
+                    type="button"
+                    class="live"
+                    class:paused=move || !ctx.live.get()
+                    aria-pressed=move || ctx.live.get().to_string()
+                    title=live_title
+                    on:click=move |_| ctx.live.update(|l| *l = !*l)
+                >
+                    <span class="live-dot" aria-hidden="true"></span>
+                    <span>{move || if ctx.live.get() { "Live" } else { "Paused" }}</span>
+                    <span class="live-time" aria-live="off">{updated}</span>
+                </button>
+                <button type="button" class="btn-quiet" on:click=log_out>"Log out"</button>
+            </div>
+        </header>
+    }
+}

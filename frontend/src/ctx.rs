@@ -1,0 +1,163 @@
+//! App-wide reactive state: who is logged in, the time range, and the 5-second poll tick that
+//! every page's resources track so that data refreshes without a reload.
+
+use std::future::Future;
+use std::time::Duration;
+
+use leptos::prelude::*;
+
+use crate::api::{self, ApiResult};
+
+/// How often live data is fetched again.
+pub const POLL: Duration = Duration::from_secs(5);
+const RANGE_STORAGE: &str = "fleetlens.range";
+
+/// The time range picker's choices.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Range {
+    Hour,
+    Day,
+    Week,
+    Month,
+}
+
+impl Range {
+    pub const ALL: [Range; 4] = [Range::Hour, Range::Day, Range::Week, Range::Month];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Range::Hour => "1h",
+            Range::Day => "24h",
+            Range::Week => "7d",
+            Range::Month => "30d",
+        }
+    }
+
+    pub fn long_label(self) -> &'static str {
+        match self {
+            Range::Hour => "last hour",
+            Range::Day => "last 24 hours",
+            Range::Week => "last 7 days",
+            Range::Month => "last 30 days",
+        }
+    }
+
+    pub fn ms(self) -> i64 {
+        const H: i64 = 3_600_000;
+        match self {
+            Range::Hour => H,
+            Range::Day => 24 * H,
+            Range::Week => 7 * 24 * H,
+            Range::Month => 30 * 24 * H,
+        }
+    }
+
+    pub fn parse(s: &str) -> Option<Range> {
+        Range::ALL.into_iter().find(|r| r.label() == s)
+    }
+
+    /// `[now − range, now]` in Unix ms.
+    pub fn window(self) -> (i64, i64) {
+        let to = now_ms() + 1;
+        (to - self.ms(), to)
+    }
+}
+
+/// Shared by every page (provided once by the app).
+#[derive(Clone, Copy)]
+pub struct AppCtx {
+    /// The credential the API client sends; `None` means logged out.
+    pub key: RwSignal<Option<String>>,
+    pub range: RwSignal<Range>,
+    /// Incremented every [`POLL`] while live updates are on.
+    pub tick: RwSignal<u64>,
+    /// Live updates on/off (Settings and the header's pause button).
+    pub live: RwSignal<bool>,
+    /// When the last successful answer arrived (Unix ms).
+    pub updated_ms: RwSignal<Option<i64>>,
+}
+
+impl AppCtx {
+    pub fn new() -> AppCtx {
+        let range = local_get(RANGE_STORAGE).and_then(|s| Range::parse(&s)).unwrap_or(Range::Hour);
+        let ctx = AppCtx {
+            key: RwSignal::new(api::credential()),
+            range: RwSignal::new(range),
+            tick: RwSignal::new(0),
+            live: RwSignal::new(true),
+            updated_ms: RwSignal::new(None),
+        };
+        Effect::new(move || local_set(RANGE_STORAGE, ctx.range.get().label()));
+        set_interval(
+            move || {
+                if ctx.live.get_untracked() && !page_hidden() {
+                    ctx.tick.update(|t| *t += 1);
+                }
+            },
+            POLL,
+        );
+        ctx
+    }
+
+    pub fn log_out(self) {
+        api::forget();
+        self.key.set(None);
+    }
+}
+
+pub fn use_app() -> AppCtx {
+    expect_context::<AppCtx>()
+}
+
+pub fn now_ms() -> i64 {
+    js_sys::Date::now() as i64
+}
+
+fn page_hidden() -> bool {
+    document().hidden()
+}
+
+pub fn local_get(key: &str) -> Option<String> {
+    window().local_storage().ok()??.get_item(key).ok()?
+}
+
+pub fn local_set(key: &str, value: &str) {
+    if let Ok(Some(s)) = window().local_storage() {
+        let _ = s.set_item(key, value);
+    }
+}
+
+/// A resource that fetches again on every poll tick (and whenever `fetch` reads a signal that
+/// changes, such as the range).
+pub fn polled<T, Fut>(fetch: impl Fn() -> Fut + 'static) -> LocalResource<ApiResult<T>>
+where
+    T: 'static,
+    Fut: Future<Output = ApiResult<T>> + 'static,
+{
+    let ctx = use_app();
+    LocalResource::new(move || {
+        ctx.tick.track();
+        let fut = fetch();
+        async move {
+            let out = fut.await;
+            if out.is_ok() {
+                ctx.updated_ms.set(Some(now_ms()));
+            }
+            out
+        }
+    })
+}
+
+/// The newest successful value of a polled resource: kept while a later poll fails or is in
+/// flight, so the page shows the last good data under an error banner instead of blanking.
+pub fn latest_ok<T>(res: LocalResource<ApiResult<T>>) -> Memo<Option<T>>
+where
+    T: Clone + PartialEq + Send + Sync + 'static,
+{
+    Memo::new(move |prev: Option<&Option<T>>| {
+        res.with(|r| match r {
+            Some(Ok(v)) => Some(v.clone()),
+            _ => prev.cloned().flatten(),
+        })
+    })
+}

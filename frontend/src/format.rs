@@ -1,0 +1,157 @@
+//! Number, unit and time formatting. Absent values are never shown as 0: they read
+//! [`NA`].
+
+/// What the dashboard says for a signal the GPU or driver cannot give (METRICS.md).
+pub const NA: &str = "n/a on this GPU";
+
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+/// `62%`, `0.8%` (one decimal below 10 so that "SM activity 0.8%" is not rounded to 1).
+pub fn pct(v: f64) -> String {
+    if v != 0.0 && v.abs() < 10.0 { format!("{v:.1}%") } else { format!("{v:.0}%") }
+}
+
+pub fn opt_pct(v: Option<f64>) -> String {
+    v.map(pct).unwrap_or_else(|| NA.into())
+}
+
+/// A 0–1 fraction as a percentage.
+pub fn frac(v: f64) -> String {
+    pct(v * 100.0)
+}
+
+pub fn gib(bytes: i64) -> String {
+    let g = bytes as f64 / GIB;
+    if g < 10.0 { format!("{g:.1} GiB") } else { format!("{g:.0} GiB") }
+}
+
+pub fn opt_num(v: Option<f64>, unit: &str, decimals: usize) -> String {
+    v.map(|v| format!("{v:.decimals$}{unit}")).unwrap_or_else(|| NA.into())
+}
+
+/// Thousands separators for a non-negative integer part.
+fn group(n: u64) -> String {
+    let s = n.to_string();
+    let mut out = String::with_capacity(s.len() + s.len() / 3);
+    for (i, c) in s.chars().enumerate() {
+        if i > 0 && (s.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// `$1,234`, `$12.34`; other currencies as `1,234 EUR`.
+pub fn money(v: f64, currency: &str) -> String {
+    let neg = v < 0.0;
+    let a = v.abs();
+    let body = if a >= 100.0 {
+        group(a.round() as u64)
+    } else {
+        format!("{}.{:02}", group(a.trunc() as u64), ((a.fract() * 100.0).round() as u64).min(99))
+    };
+    let sign = if neg { "−" } else { "" };
+    match currency {
+        "USD" | "" => format!("{sign}${body}"),
+        "EUR" => format!("{sign}€{body}"),
+        "GBP" => format!("{sign}£{body}"),
+        c => format!("{sign}{body} {c}"),
+    }
+}
+
+/// Money or the dashboard's wording for an unpriced figure.
+pub fn opt_money(v: Option<f64>, currency: &str) -> String {
+    v.map(|v| money(v, currency)).unwrap_or_else(|| "no price set".into())
+}
+
+pub fn hours(h: f64) -> String {
+    if h >= 100.0 {
+        format!("{} h", group(h.round() as u64))
+    } else if h >= 1.0 {
+        format!("{h:.1} h")
+    } else {
+        let m = h * 60.0;
+        if m >= 1.0 { format!("{m:.0} min") } else { format!("{:.0} s", m * 60.0) }
+    }
+}
+
+/// Duration in ms, short: `45 s`, `12 min`, `3.5 h`, `2 d`.
+pub fn duration_ms(ms: i64) -> String {
+    let s = ms.max(0) as f64 / 1000.0;
+    if s < 90.0 {
+        format!("{s:.0} s")
+    } else if s < 90.0 * 60.0 {
+        format!("{:.0} min", s / 60.0)
+    } else if s < 48.0 * 3600.0 {
+        format!("{:.1} h", s / 3600.0)
+    } else {
+        format!("{:.0} d", s / 86400.0)
+    }
+}
+
+fn date(ms: i64) -> js_sys::Date {
+    js_sys::Date::new(&wasm_bindgen::JsValue::from_f64(ms as f64))
+}
+
+fn two(n: u32) -> String {
+    format!("{n:02}")
+}
+
+const MONTHS: [&str; 12] = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+
+/// Local `HH:MM:SS`.
+pub fn clock(ms: i64) -> String {
+    let d = date(ms);
+    format!("{}:{}:{}", two(d.get_hours()), two(d.get_minutes()), two(d.get_seconds()))
+}
+
+/// Local `HH:MM`.
+pub fn hhmm(ms: i64) -> String {
+    let d = date(ms);
+    format!("{}:{}", two(d.get_hours()), two(d.get_minutes()))
+}
+
+/// Local `Nov 21`.
+pub fn day(ms: i64) -> String {
+    let d = date(ms);
+    format!("{} {}", MONTHS[d.get_month() as usize % 12], d.get_date())
+}
+
+/// Local `Nov 21 14:03:05`.
+pub fn date_time(ms: i64) -> String {
+    format!("{} {}", day(ms), clock(ms))
+}
+
+/// An axis tick label fit for a span of `span_ms`.
+pub fn tick(ms: i64, span_ms: i64) -> String {
+    if span_ms <= 10 * 60_000 {
+        clock(ms)
+    } else if span_ms <= 36 * 3_600_000 {
+        hhmm(ms)
+    } else {
+        day(ms)
+    }
+}
+
+/// `12 s ago`, `3.0 h ago`.
+pub fn ago(ms: i64, now: i64) -> String {
+    format!("{} ago", duration_ms(now - ms))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn money_and_pct() {
+        assert_eq!(money(1234.4, "USD"), "$1,234");
+        assert_eq!(money(12.345, "USD"), "$12.35");
+        assert_eq!(money(0.5, "USD"), "$0.50");
+        assert_eq!(pct(0.8), "0.8%");
+        assert_eq!(pct(62.4), "62%");
+        assert_eq!(pct(0.0), "0%");
+        assert_eq!(opt_pct(None), NA);
+        assert_eq!(group(1234567), "1,234,567");
+    }
+}

@@ -1,0 +1,452 @@
+//! One GPU over the chosen range: kernel utilization and SM activity overlaid (the gap between
+//! them is the story), tensor, DRAM, memory and power charts, the state timeline, the processes
+//! of the latest sample, and what to do about it.
+
+use std::sync::Arc;
+
+use fleetlens_api::{GpuSummary, Sample, SeriesPoint, StateWindow};
+use leptos::prelude::*;
+use leptos_router::hooks::use_params_map;
+
+use super::gpu_card::{cost_text, efficiency_text, power_text, use_prices};
+use crate::api::{self, ApiError, ApiResult};
+use crate::charts::line_chart::{LineChart, nice_ceil};
+use crate::charts::series::Series;
+use crate::charts::timeline::StateTimeline;
+use crate::components::state_badge::StateBadge;
+use crate::components::status::PollStatus;
+use crate::ctx::{Range, latest_ok, now_ms, polled, use_app};
+use crate::format::{self, NA};
+use crate::states;
+
+/// Samples asked for per request (the API's default page).
+const LIMIT: u32 = 10_000;
+const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
+
+#[derive(Debug, Clone, PartialEq)]
+struct Detail {
+    gpu: GpuSummary,
+    from: i64,
+    to: i64,
+    /// The GPU has not reported within the range: the window ends at its last sample instead.
+    anchored: bool,
+    samples: Arc<Vec<Sample>>,
+    note: Option<String>,
+    /// `samples` are rollup means, not raw samples.
+    rollup: bool,
+}
+
+/// A rollup bucket as a sample of its means (what the charts draw).
+fn point_sample(p: &SeriesPoint) -> Sample {
+    Sample {
+        ts_ms: p.ts_ms,
+        gpu_util_pct: p.gpu_util_pct,
+        sm_active_pct: p.sm_active_pct,
+        sm_occupancy_pct: p.sm_occupancy_pct,
+        tensor_active_pct: p.tensor_active_pct,
+        dram_active_pct: p.dram_active_pct,
+        mem_used_bytes: p.mem_used_bytes_max.map(|b| b as i64),
+        power_w: p.power_w,
+        temp_c: p.temp_c,
+        ..Sample::default()
+    }
+}
+
+/// Samples already fetched for (uuid, range, anchored): polls only ask for newer ones.
+#[derive(Default)]
+struct Cache {
+    key: Option<(String, Range, bool)>,
+    samples: Vec<Sample>,
+    note: Option<String>,
+}
+
+async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResult<Detail> {
+    let list = api::gpus().await?;
+    let gpu = list.gpus.into_iter().find(|g| g.uuid == uuid).ok_or_else(|| ApiError {
+        status: 404,
+        code: "not_found".into(),
+        message: format!("no GPU {uuid} has reported to this server"),
+        path: "/api/v1/gpus".into(),
+    })?;
+    let now = now_ms();
+    let anchored = gpu.last_seen_ms < now - range.ms();
+    let to = if anchored { gpu.last_seen_ms + 1 } else { now + 1 };
+    let from = to - range.ms();
+    // Beyond an hour, charts come from the rollups (1-minute or 1-hour means), when the
+    // server has them.
+    let resolution = match range {
+        Range::Hour => None,
+        Range::Day => Some("1m"),
+        Range::Week | Range::Month => Some("1h"),
+    };
+    if let Some(res) = resolution {
+        match api::series(&uuid, from, to, res).await {
+            Ok(series) => {
+                let samples = series.points.iter().map(point_sample).collect();
+                let label = if res == "1m" { "one-minute" } else { "one-hour" };
+                let note = Some(format!("Charts show {label} averages from the rollups."));
+                return Ok(Detail { gpu, from, to, anchored, samples: Arc::new(samples), note, rollup: true });
+            }
+            Err(e) if e.is_missing_endpoint() => {}
+            Err(e) => return Err(e),
+        }
+    }
+    let key = (uuid.clone(), range, anchored);
+    let (mut samples, mut note) = cache.with_value(|c| {
+        if c.key.as_ref() == Some(&key) { (c.samples.clone(), c.note.clone()) } else { (Vec::new(), None) }
+    });
+    if samples.is_empty() {
+        let first = api::samples(&uuid, from, to, LIMIT).await?;
+        samples = first.samples;
+        if first.truncated && samples.len() >= 2 {
+            // Too many for one page: show the most recent page at full resolution.
+            let span = samples[samples.len() - 1].ts_ms - samples[0].ts_ms;
+            let dt = (span / (samples.len() as i64 - 1)).max(1);
+            let recent_from = (to - dt * i64::from(LIMIT) * 9 / 10).max(from);
+            samples = api::samples(&uuid, recent_from, to, LIMIT).await?.samples;
+            note = Some(format!(
+                "Showing the most recent {} at full resolution; longer history needs the rollup API.",
+                format::duration_ms(to - recent_from)
+            ));
+        }
+    } else {
+        let after = samples.last().map_or(from, |s| s.ts_ms + 1);
+        if after < to {
+            let more = api::samples(&uuid, after, to, LIMIT).await?;
+            samples.extend(more.samples.into_iter().filter(|s| s.ts_ms >= after));
+        }
+        let cut = samples.partition_point(|s| s.ts_ms < from);
+        samples.drain(..cut);
+        let excess = samples.len().saturating_sub(2 * LIMIT as usize);
+        samples.drain(..excess);
+    }
+    cache.set_value(Cache { key: Some(key), samples: samples.clone(), note: note.clone() });
+    Ok(Detail { gpu, from, to, anchored, samples: Arc::new(samples), note, rollup: false })
+}
+
+/// A state window length giving about 120 windows over the data, from a list of round values.
+fn window_s(span_ms: i64) -> u32 {
+    const STEPS: [u32; 16] = [2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600, 7200, 14400, 21600, 86400];
+    let want = span_ms as f64 / 1000.0 / 120.0;
+    STEPS.into_iter().find(|s| f64::from(*s) >= want).unwrap_or(86400)
+}
+
+#[component]
+pub fn GpuDetailPage() -> impl IntoView {
+    let ctx = use_app();
+    let params = use_params_map();
+    let uuid = Memo::new(move |_| params.with(|p| p.get("uuid")).unwrap_or_default());
+    let cache = StoredValue::new(Cache::default());
+    let res = polled(move || load(uuid.get(), ctx.range.get(), cache));
+    let detail = latest_ok(res);
+    let has_data = Signal::derive(move || detail.with(Option::is_some));
+    Effect::new(move || {
+        let name = detail.with(|d| d.as_ref().and_then(|d| d.gpu.name.clone()));
+        super::set_title(&name.unwrap_or_else(|| "GPU".into()));
+    });
+
+    // The state timeline follows the samples' window.
+    let window = Memo::new(move |_| {
+        detail.with(|d| {
+            d.as_ref().map(|d| {
+                let start = d.from.max(d.gpu.first_seen_ms);
+                (d.gpu.uuid.clone(), d.from, d.to, window_s(d.to - start))
+            })
+        })
+    });
+    let states_res = LocalResource::new(move || {
+        let w = window.get();
+        async move {
+            match w {
+                Some((u, from, to, win)) => api::states(&u, from, to, win).await,
+                None => Ok(Vec::new()),
+            }
+        }
+    });
+
+    view! {
+        <nav class="crumbs" aria-label="Breadcrumb"><a href="/gpus">"GPUs"</a> " / " <span>{move || uuid.get()}</span></nav>
+        <PollStatus res has_data/>
+        <Show when=move || has_data.get()>
+            <DetailBody detail states_res/>
+        </Show>
+    }
+}
+
+/// (name, color kind, accessor) of one line.
+type Part = (&'static str, &'static str, fn(&Sample) -> Option<f64>);
+
+fn series(d: &Option<Detail>, parts: &[Part]) -> Vec<Series> {
+    parts
+        .iter()
+        .map(|(name, kind, f)| Series {
+            name,
+            kind,
+            points: d.as_ref().map(|d| d.samples.iter().map(|s| (s.ts_ms, f(s))).collect()).unwrap_or_default(),
+        })
+        .collect()
+}
+
+fn fmt_pct(v: f64) -> String {
+    format::pct(v)
+}
+fn fmt_gib(v: f64) -> String {
+    if v < 10.0 { format!("{v:.1} GiB") } else { format!("{v:.0} GiB") }
+}
+fn fmt_w(v: f64) -> String {
+    format!("{v:.0} W")
+}
+
+#[component]
+fn DetailBody(detail: Memo<Option<Detail>>, states_res: LocalResource<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
+    let ctx = use_app();
+    let gpu = Memo::new(move |_| detail.with(|d| d.as_ref().map(|d| d.gpu.clone())));
+    let g = move |f: fn(&GpuSummary) -> String| move || gpu.with(|g| g.as_ref().map(f).unwrap_or_default());
+    // From the first sample in the range (a GPU that joined late, or a short trace, fills the
+    // width) to the end of the range.
+    let x_range = Signal::derive(move || {
+        detail.with(|d| {
+            d.as_ref()
+                .map(|d| (d.samples.first().map_or(d.from, |s| s.ts_ms.max(d.from)).min(d.to - 1), d.to))
+                .unwrap_or((0, 1))
+        })
+    });
+    let state = Signal::derive(move || gpu.with(|g| g.as_ref().and_then(|g| g.state.clone())));
+
+    let util_sm = Signal::derive(move || {
+        detail.with(|d| {
+            series(d, &[("Kernel utilization", "util", |s| s.gpu_util_pct), ("SM activity", "sm", |s| s.sm_active_pct)])
+        })
+    });
+    let tensor = Signal::derive(move || {
+        detail.with(|d| {
+            series(
+                d,
+                &[
+                    ("Tensor activity", "tensor", |s| s.tensor_active_pct),
+                    ("SM occupancy", "occ", |s| s.sm_occupancy_pct),
+                ],
+            )
+        })
+    });
+    let dram = Signal::derive(move || detail.with(|d| series(d, &[("DRAM activity", "dram", |s| s.dram_active_pct)])));
+    let mem = Signal::derive(move || {
+        detail.with(|d| series(d, &[("Memory used", "mem", |s| s.mem_used_bytes.map(|b| b as f64 / GIB))]))
+    });
+    let power = Signal::derive(move || detail.with(|d| series(d, &[("Power", "power", |s| s.power_w)])));
+    let mem_max = Signal::derive(move || {
+        gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref().and_then(|s| s.mem_total_bytes).or(g.mem_total_bytes)))
+            .map(|b| b as f64 / GIB)
+            .unwrap_or(80.0)
+    });
+    let power_limit = Signal::derive(move || {
+        gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref().and_then(|s| s.power_limit_w).or(g.power_limit_w)))
+    });
+    let power_max = Signal::derive(move || {
+        let peak = power.with(|p| p[0].avg_max().map(|(_, m)| m)).unwrap_or(0.0);
+        nice_ceil(power_limit.get().unwrap_or(0.0).max(peak * 1.05))
+    });
+    let anchored_note = move || {
+        detail.with(|d| {
+            d.as_ref().filter(|d| d.anchored).map(|d| {
+                format!(
+                    "No sample from this GPU in the {}: showing the {} up to its last sample ({}).",
+                    ctx.range.get_untracked().long_label(),
+                    ctx.range.get_untracked().label(),
+                    format::date_time(d.gpu.last_seen_ms)
+                )
+            })
+        })
+    };
+    let note = move || detail.with(|d| d.as_ref().and_then(|d| d.note.clone()));
+    let sample_count = move || {
+        detail.with(|d| match d {
+            Some(d) if d.rollup => format!("{} rollup points", d.samples.len()),
+            Some(d) => format!("{} samples", d.samples.len()),
+            None => String::new(),
+        })
+    };
+
+    view! {
+        <div class="page-head detail-head">
+            <div>
+                <h1>{g(|g| g.name.clone().unwrap_or_else(|| "Unknown GPU".into()))}</h1>
+                <p class="muted">
+                    {g(|g| match g.gpu_index { Some(i) => format!("{} · GPU {i}", g.host), None => g.host.clone() })}
+                    " · " <code class="uuid">{g(|g| g.uuid.clone())}</code>
+                </p>
+            </div>
+            <div class="detail-now">
+                <StateBadge state/>
+                <div class="eff" title="SM activity ÷ kernel utilization × 100 (latest sample)">
+                    <span class="eff-label">"Efficiency score"</span>
+                    <span class="eff-value" class:eff-word=move || gpu.with(|g| g.as_ref().is_none_or(|g| g.efficiency.is_none()))>
+                        {g(|g| efficiency_text(g.efficiency, g.latest.as_ref()))}
+                    </span>
+                </div>
+            </div>
+        </div>
+        {move || anchored_note().map(|t| view! { <p class="banner banner-info">{t}</p> })}
+        {move || note().map(|t| view! { <p class="banner banner-info">{t}</p> })}
+
+        <section class="card" aria-labelledby="story-title">
+            <h2 id="story-title" class="sr-only">"Kernel utilization and SM activity"</h2>
+            <LineChart
+                title="Kernel utilization vs SM activity"
+                note="Kernel utilization says a kernel was running; SM activity says how many SMs worked. The shaded gap is GPU time paid for with the SMs idle."
+                series=util_sm
+                x_range
+                y_max=100.0
+                fmt=fmt_pct
+                gap=true
+                width=1160.0
+                height=260.0
+            />
+            <p class="muted small">{sample_count}</p>
+        </section>
+
+        <section class="card" aria-labelledby="timeline-title">
+            <h2 id="timeline-title">"Workload states"</h2>
+            <StatesPanel states_res x_range state/>
+        </section>
+
+        <div class="chart-grid">
+            <section class="card"><LineChart title="Tensor activity and SM occupancy" series=tensor x_range y_max=100.0 fmt=fmt_pct/></section>
+            <section class="card"><LineChart title="DRAM activity" series=dram x_range y_max=100.0 fmt=fmt_pct/></section>
+            <section class="card"><LineChart title="Memory used" series=mem x_range y_max=mem_max fmt=fmt_gib/></section>
+            <section class="card"><LineChart title="Power" series=power x_range y_max=power_max fmt=fmt_w limit=power_limit/></section>
+        </div>
+
+        <section class="card" aria-labelledby="proc-title">
+            <h2 id="proc-title">"Processes"</h2>
+            <Processes gpu/>
+        </section>
+
+        <section class="card" aria-labelledby="now-title">
+            <h2 id="now-title">"Latest sample"</h2>
+            <LatestSample gpu/>
+        </section>
+    }
+}
+
+#[component]
+fn StatesPanel(
+    states_res: LocalResource<ApiResult<Vec<StateWindow>>>,
+    x_range: Signal<(i64, i64)>,
+    state: Signal<Option<String>>,
+) -> impl IntoView {
+    let windows_memo = latest_ok(states_res);
+    let has = Signal::derive(move || windows_memo.with(Option::is_some));
+    let windows = Signal::derive(move || windows_memo.get().unwrap_or_default());
+    // The newest window says what the GPU does now and what to do about it.
+    let last = move || windows.with(|w| w.last().cloned());
+    let advice = move || {
+        let current = state.get();
+        let (name, reason, note, advice) = match last() {
+            // The newest window speaks for now unless the GPU has since changed state
+            // (typically: gone offline after its last samples).
+            Some(w) if current.as_deref().is_none_or(|c| c == w.state) => {
+                (Some(w.state.clone()), w.reason.clone(), w.note.clone(), w.advice.clone())
+            }
+            _ if current.is_some() => {
+                let a = current.as_deref().map(states::advice).unwrap_or("").to_string();
+                (current, String::new(), None, a)
+            }
+            _ => {
+                let s = state.get();
+                let a = s.as_deref().map(states::advice).unwrap_or("").to_string();
+                (s, String::new(), None, a)
+            }
+        };
+        let name = name?;
+        Some(view! {
+            <div class="advice-box" data-state=name.clone()>
+                <p><strong>"Now: "</strong><StateBadge state=Some(name.clone())/>" — " {states::meaning(&name)}</p>
+                {(!reason.is_empty()).then(|| view! { <p class="muted">"Why: " {reason}</p> })}
+                {note.map(|n| view! { <p class="muted">"Note: " {n}</p> })}
+                {(!advice.is_empty()).then(|| view! { <p class="advice"><strong>"What to do: "</strong>{advice}</p> })}
+            </div>
+        })
+    };
+    view! {
+        <PollStatus res=states_res has_data=has/>
+        <Show when=move || has.get()>
+            <StateTimeline windows x_range/>
+        </Show>
+        {advice}
+    }
+}
+
+#[component]
+fn Processes(gpu: Memo<Option<GpuSummary>>) -> impl IntoView {
+    move || {
+        let procs = gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref()).map(|s| s.processes.clone()));
+        match procs {
+            None => view! { <p class="empty">"No sample yet."</p> }.into_any(),
+            Some(None) => view! { <p class="empty">"The process list could not be read on this host."</p> }.into_any(),
+            Some(Some(p)) if p.is_empty() => view! { <p class="empty">"No process on this GPU in the latest sample."</p> }.into_any(),
+            Some(Some(p)) => view! {
+                <div class="table-wrap">
+                    <table class="data">
+                        <thead>
+                            <tr>
+                                <th scope="col" class="num">"PID"</th>
+                                <th scope="col">"User"</th>
+                                <th scope="col">"Command"</th>
+                                <th scope="col">"Container"</th>
+                                <th scope="col" class="num">"Memory"</th>
+                                <th scope="col" class="num">"SM %"</th>
+                            </tr>
+                        </thead>
+                        <tbody>
+                            {p.into_iter().map(|p| view! {
+                                <tr>
+                                    <td class="num">{p.pid}</td>
+                                    <td>{p.user.unwrap_or_else(|| "—".into())}</td>
+                                    <td class="cmd">{p.command.unwrap_or_else(|| "—".into())}</td>
+                                    <td>{p.container_id.map(|c| c.chars().take(12).collect::<String>()).unwrap_or_else(|| "—".into())}</td>
+                                    <td class="num">{p.used_bytes.map(format::gib).unwrap_or_else(|| "n/a".into())}</td>
+                                    <td class="num">{p.sm_pct.map(format::pct).unwrap_or_else(|| "n/a".into())}</td>
+                                </tr>
+                            }).collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+            }
+            .into_any(),
+        }
+    }
+}
+
+#[component]
+fn LatestSample(gpu: Memo<Option<GpuSummary>>) -> impl IntoView {
+    let prices = use_prices();
+    let row = move |label: &'static str, f: fn(&GpuSummary) -> String| {
+        let text = move || gpu.with(|g| g.as_ref().map(f).unwrap_or_else(|| NA.into()));
+        view! { <div class="adv-row"><dt>{label}</dt><dd class:na=move || text() == NA>{text}</dd></div> }
+    };
+    fn s(g: &GpuSummary, f: fn(&Sample) -> Option<f64>) -> String {
+        format::opt_pct(g.latest.as_ref().and_then(f))
+    }
+    view! {
+        <dl class="adv adv-wide">
+            {row("Time", |g| g.latest.as_ref().map(|s| format::date_time(s.ts_ms)).unwrap_or_else(|| NA.into()))}
+            {row("Kernel utilization", |g| s(g, |s| s.gpu_util_pct))}
+            {row("SM activity", |g| s(g, |s| s.sm_active_pct))}
+            {row("SM occupancy", |g| s(g, |s| s.sm_occupancy_pct))}
+            {row("Tensor activity", |g| s(g, |s| s.tensor_active_pct))}
+            {row("DRAM activity", |g| s(g, |s| s.dram_active_pct))}
+            {row("FP16 pipe", |g| s(g, |s| s.fp16_active_pct))}
+            {row("FP32 pipe", |g| s(g, |s| s.fp32_active_pct))}
+            {row("FP64 pipe", |g| s(g, |s| s.fp64_active_pct))}
+            {row("Power", |g| power_text(g.latest.as_ref().and_then(|s| s.power_w), g.latest.as_ref().and_then(|s| s.power_limit_w).or(g.power_limit_w)))}
+            {row("Temperature", |g| format::opt_num(g.latest.as_ref().and_then(|s| s.temp_c), " °C", 0))}
+            {row("SM clock", |g| format::opt_num(g.latest.as_ref().and_then(|s| s.sm_clock_mhz), " MHz", 0))}
+            {row("Throttle reasons", |g| g.latest.as_ref().and_then(|s| s.throttle_reasons).map(states::throttle_reasons).unwrap_or_else(|| NA.into()))}
+            <div class="adv-row">
+                <dt>"Cost per hour"</dt>
+                <dd>{move || prices.with(|p| cost_text(gpu.with(|g| g.as_ref().and_then(|g| g.name.clone())).as_deref(), p.as_ref()))}</dd>
+            </div>
+        </dl>
+    }
+}

@@ -1,0 +1,212 @@
+//! The GPUs page: a card per GPU, filters (state, host, model), sorting, and one switch for
+//! every card's advanced metrics. Cards are keyed by UUID and read their GPU through a signal,
+//! so polling updates numbers in place (focus and open sections survive).
+
+use std::collections::BTreeSet;
+
+use fleetlens_api::GpuSummary;
+use leptos::prelude::*;
+use leptos_router::hooks::use_query_map;
+
+use super::gpu_card::{GpuCard, use_prices};
+use crate::api;
+use crate::components::status::PollStatus;
+use crate::ctx::{latest_ok, polled};
+use crate::states;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Sort {
+    Efficiency,
+    Util,
+    Sm,
+    Name,
+}
+
+impl Sort {
+    const ALL: [(Sort, &'static str, &'static str); 4] = [
+        (Sort::Efficiency, "efficiency", "Efficiency score (lowest first)"),
+        (Sort::Util, "util", "Kernel utilization (highest first)"),
+        (Sort::Sm, "sm", "SM activity (lowest first)"),
+        (Sort::Name, "name", "Name"),
+    ];
+    fn parse(s: &str) -> Sort {
+        Sort::ALL.iter().find(|(_, k, _)| *k == s).map(|(s, _, _)| *s).unwrap_or(Sort::Efficiency)
+    }
+}
+
+fn display_name(g: &GpuSummary) -> String {
+    format!("{} {} {:05}", g.name.as_deref().unwrap_or(""), g.host, g.gpu_index.unwrap_or(0))
+}
+
+/// Ascending with absent values last.
+fn cmp_opt(a: Option<f64>, b: Option<f64>) -> std::cmp::Ordering {
+    match (a, b) {
+        (Some(a), Some(b)) => a.total_cmp(&b),
+        (Some(_), None) => std::cmp::Ordering::Less,
+        (None, Some(_)) => std::cmp::Ordering::Greater,
+        (None, None) => std::cmp::Ordering::Equal,
+    }
+}
+
+fn sorted(mut gpus: Vec<&GpuSummary>, sort: Sort) -> Vec<String> {
+    let util = |g: &GpuSummary| g.latest.as_ref().and_then(|s| s.gpu_util_pct);
+    let sm = |g: &GpuSummary| g.latest.as_ref().and_then(|s| s.sm_active_pct);
+    gpus.sort_by(|a, b| {
+        let by = match sort {
+            Sort::Efficiency => cmp_opt(a.efficiency, b.efficiency),
+            Sort::Util => cmp_opt(util(a).map(|v| -v), util(b).map(|v| -v)),
+            Sort::Sm => cmp_opt(sm(a), sm(b)),
+            Sort::Name => std::cmp::Ordering::Equal,
+        };
+        by.then_with(|| display_name(a).cmp(&display_name(b)))
+    });
+    gpus.into_iter().map(|g| g.uuid.clone()).collect()
+}
+
+#[component]
+pub fn GpusPage() -> impl IntoView {
+    super::set_title("GPUs");
+    let res = polled(api::gpus);
+    let data = latest_ok(res);
+    let gpus = Memo::new(move |_| data.with(|d| d.as_ref().map(|l| l.gpus.clone()).unwrap_or_default()));
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    let prices = use_prices();
+
+    let q = use_query_map();
+    let param = move |k: &str| q.with_untracked(|q| q.get(k)).unwrap_or_default();
+    let state_f = RwSignal::new(param("state"));
+    let host_f = RwSignal::new(param("host"));
+    let model_f = RwSignal::new(param("model"));
+    let sort = RwSignal::new(Sort::parse(&param("sort")));
+    let expanded = RwSignal::new(BTreeSet::<String>::new());
+
+    let visible = Memo::new(move |_| {
+        let (st, h, m) = (state_f.get(), host_f.get(), model_f.get());
+        gpus.with(|gs| {
+            let keep: Vec<&GpuSummary> = gs
+                .iter()
+                .filter(|g| match st.as_str() {
+                    "" => true,
+                    "none" => g.state.is_none(),
+                    s => g.state.as_deref() == Some(s),
+                })
+                .filter(|g| h.is_empty() || g.host == h)
+                .filter(|g| m.is_empty() || g.name.as_deref() == Some(m.as_str()))
+                .collect();
+            sorted(keep, sort.get())
+        })
+    });
+    let hosts = Memo::new(move |_| gpus.with(|g| g.iter().map(|g| g.host.clone()).collect::<BTreeSet<_>>()));
+    let models = Memo::new(move |_| gpus.with(|g| g.iter().filter_map(|g| g.name.clone()).collect::<BTreeSet<_>>()));
+    let present_states = Memo::new(move |_| {
+        gpus.with(|g| {
+            let mut v: Vec<String> =
+                states::all().filter(|s| g.iter().any(|x| x.state.as_deref() == Some(*s))).map(String::from).collect();
+            if g.iter().any(|x| x.state.is_none()) {
+                v.push("none".into());
+            }
+            v
+        })
+    });
+    let all_open = move || {
+        let vis = visible.get();
+        !vis.is_empty() && expanded.with(|e| vis.iter().all(|u| e.contains(u)))
+    };
+    let toggle_all = move |_| {
+        let open = all_open();
+        let vis = visible.get_untracked();
+        expanded.update(|e| {
+            if open {
+                e.clear();
+            } else {
+                e.extend(vis);
+            }
+        });
+    };
+
+    view! {
+        <div class="page-head">
+            <h1>"GPUs"</h1>
+            <p class="muted" aria-live="polite">
+                {move || {
+                    let (n, total) = (visible.with(Vec::len), gpus.with(Vec::len));
+                    if n == total { format!("{total} GPUs") } else { format!("Showing {n} of {total} GPUs") }
+                }}
+            </p>
+        </div>
+        <PollStatus res has_data/>
+        <Show when=move || has_data.get()>
+            <form class="toolbar" on:submit=|ev| ev.prevent_default() aria-label="Filter and sort GPUs">
+                <label>
+                    <span>"State"</span>
+                    <select on:change=move |ev| state_f.set(event_target_value(&ev)) prop:value=move || state_f.get()>
+                        <option value="">"All states"</option>
+                        <For each=move || present_states.get() key=|s| s.clone() let:s>
+                            <option value=s.clone() selected=state_f.get_untracked() == s>
+                                {if s == "none" { "no state yet".to_string() } else { states::label(&s) }}
+                            </option>
+                        </For>
+                    </select>
+                </label>
+                <label>
+                    <span>"Host"</span>
+                    <select on:change=move |ev| host_f.set(event_target_value(&ev)) prop:value=move || host_f.get()>
+                        <option value="">"All hosts"</option>
+                        <For each=move || hosts.get() key=|s| s.clone() let:h>
+                            <option value=h.clone() selected=host_f.get_untracked() == h>{h.clone()}</option>
+                        </For>
+                    </select>
+                </label>
+                <label>
+                    <span>"Model"</span>
+                    <select on:change=move |ev| model_f.set(event_target_value(&ev)) prop:value=move || model_f.get()>
+                        <option value="">"All models"</option>
+                        <For each=move || models.get() key=|s| s.clone() let:m>
+                            <option value=m.clone() selected=model_f.get_untracked() == m>{m.clone()}</option>
+                        </For>
+                    </select>
+                </label>
+                <label>
+                    <span>"Sort by"</span>
+                    <select on:change=move |ev| sort.set(Sort::parse(&event_target_value(&ev)))>
+                        {Sort::ALL
+                            .iter()
+                            .map(|(s, k, label)| view! { <option value=*k selected=sort.get_untracked() == *s>{*label}</option> })
+                            .collect_view()}
+                    </select>
+                </label>
+                <button type="button" class="btn-toggle toggle-all" aria-pressed=move || all_open().to_string() on:click=toggle_all>
+                    {move || if all_open() { "Hide advanced metrics for all GPUs" } else { "Show advanced metrics for all GPUs" }}
+                </button>
+            </form>
+            {move || gpus.with(Vec::is_empty).then(|| view! {
+                <div class="empty card">
+                    <h2>"No GPU has reported yet"</h2>
+                    <p>"Start an agent on a GPU host: " <code>"fleetlens-agent --server URL --api-key KEY"</code></p>
+                </div>
+            })}
+            {move || (visible.with(Vec::is_empty) && !gpus.with(Vec::is_empty)).then(|| view! {
+                <p class="empty">"No GPU matches these filters."</p>
+            })}
+            <div class="gpu-grid">
+                <For each=move || visible.get() key=|u| u.clone() let:uuid>
+                    {
+                        let u = uuid.clone();
+                        let gpu = Memo::new(move |_| gpus.with(|g| g.iter().find(|g| g.uuid == u).cloned()));
+                        let u2 = uuid.clone();
+                        let open = Signal::derive(move || expanded.with(|e| e.contains(&u2)));
+                        let u3 = uuid.clone();
+                        let on_toggle = Callback::new(move |_| {
+                            expanded.update(|e| {
+                                if !e.remove(&u3) {
+                                    e.insert(u3.clone());
+                                }
+                            })
+                        });
+                        view! { <GpuCard gpu uuid expanded=open on_toggle prices/> }
+                    }
+                </For>
+            </div>
+        </Show>
+    }
+}

@@ -1,0 +1,16 @@
+//! One module per page of the router.
+
+pub mod alerts;
+pub mod fleet;
+pub mod gpu_card;
+pub mod gpu_detail;
+pub mod gpus;
+pub mod login;
+pub mod not_found;
+pub mod reports;
+pub mod settings;
+
+/// Sets the browser tab's title.
+pub fn set_title(page: &str) {
+    leptos::prelude::document().set_title(&format!("{page} · Fleetlens"));
+}

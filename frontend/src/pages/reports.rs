@@ -1,0 +1,190 @@
+//! Reports: the billing report (`GET /api/v1/reports/billing`) over the chosen range, grouped
+//! by team, host, GPU or model, with a CSV download of the same report.
+
+use fleetlens_api::{BillingReport, BillingRow};
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use crate::api::{self, ApiError};
+use crate::components::state_badge::StateBadge;
+use crate::components::status::{ActionError, PollStatus};
+use crate::ctx::{latest_ok, polled, use_app};
+use crate::format;
+use crate::states;
+
+fn opt_pct(v: Option<f64>) -> String {
+    v.map(format::pct).unwrap_or_else(|| "n/a".into())
+}
+
+#[component]
+pub fn ReportsPage() -> impl IntoView {
+    super::set_title("Reports");
+    let ctx = use_app();
+    let group_by = RwSignal::new("host".to_string());
+    let report = polled(move || {
+        let (from, to) = ctx.range.get().window();
+        let g = group_by.get();
+        async move { api::billing(from, to, &g).await }
+    });
+    let data = latest_ok(report);
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    let csv_url = RwSignal::new(None::<String>);
+    let csv_error = RwSignal::new(None::<ApiError>);
+    let download = move |_| {
+        let (from, to) = ctx.range.get_untracked().window();
+        let g = group_by.get_untracked();
+        spawn_local(async move {
+            match api::billing_csv(from, to, &g).await {
+                Ok(text) => {
+                    csv_error.set(None);
+                    let encoded = String::from(js_sys::encode_uri_component(&text));
+                    csv_url.set(Some(format!("data:text/csv;charset=utf-8,{encoded}")));
+                }
+                Err(e) => csv_error.set(Some(e)),
+            }
+        });
+    };
+
+    view! {
+        <div class="page-head">
+            <h1>"Reports"</h1>
+            <p class="muted">{move || format!("Billing for the {}", ctx.range.get().long_label())}</p>
+        </div>
+        <section class="card" aria-labelledby="billing-title">
+            <div class="section-head">
+                <h2 id="billing-title">"Billing"</h2>
+                <label class="inline">
+                    <span>"Group by"</span>
+                    <select on:change=move |ev| {
+                        group_by.set(event_target_value(&ev));
+                        csv_url.set(None);
+                    }>
+                        <option value="team">"Team"</option>
+                        <option value="host" selected=true>"Host"</option>
+                        <option value="gpu">"GPU"</option>
+                        <option value="model">"Model"</option>
+                    </select>
+                </label>
+                <button type="button" class="btn" on:click=download>"Prepare CSV"</button>
+                {move || {
+                    csv_url
+                        .get()
+                        .map(|u| {
+                            view! {
+                                <a class="btn-primary" href=u download=format!("fleetlens-billing-{}.csv", group_by.get())>
+                                    "Download CSV"
+                                </a>
+                            }
+                        })
+                }}
+            </div>
+            <ActionError error=csv_error/>
+            <PollStatus res=report has_data/>
+            <Show when=move || has_data.get()>
+                <BillingTable report=Signal::derive(move || data.get())/>
+            </Show>
+        </section>
+    }
+}
+
+/// The waste states a row spent time in, most first.
+fn waste_states(r: &BillingRow) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = r
+        .hours_by_state
+        .iter()
+        .filter(|(s, h)| **h > 0.0 && states::is_waste(s))
+        .map(|(s, h)| (s.clone(), *h))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v.truncate(3);
+    v
+}
+
+#[component]
+fn BillingTable(report: Signal<Option<BillingReport>>) -> impl IntoView {
+    move || {
+        let Some(rep) = report.get() else { return ().into_any() };
+        if rep.rows.is_empty() {
+            return view! { <p class="empty">"Nothing billed in this range."</p> }.into_any();
+        }
+        let cur = rep.currency.clone();
+        let money = |v: Option<f64>| v.map(|v| format::money(v, &cur)).unwrap_or_else(|| "no price set".into());
+        let total_cost: Option<f64> = rep.rows.iter().filter_map(|r| r.cost).reduce(|a, b| a + b);
+        let total_waste: Option<f64> = rep.rows.iter().filter_map(|r| r.wasted_cost).reduce(|a, b| a + b);
+        let total_hours: f64 = rep.rows.iter().map(|r| r.gpu_hours).sum();
+        let by_gpu = rep.group_by == "gpu";
+        let rows = rep
+            .rows
+            .iter()
+            .map(|r| {
+                let group = if by_gpu {
+                    view! { <a href=format!("/gpus/{}", r.group)>{r.group.clone()}</a> }.into_any()
+                } else {
+                    r.group.clone().into_any()
+                };
+                let wastes = waste_states(r)
+                    .into_iter()
+                    .map(|(s, h)| view! { <span class="waste-state"><StateBadge state=Some(s)/>" "{format::hours(h)}</span> })
+                    .collect_view();
+                view! {
+                    <tr>
+                        <th scope="row">{group}</th>
+                        <td class="num">{r.gpus}</td>
+                        <td class="num">{format::hours(r.gpu_hours)}</td>
+                        <td class="num">{opt_pct(r.mean_gpu_util_pct)}</td>
+                        <td class="num">{opt_pct(r.mean_sm_active_pct)}</td>
+                        <td class="num">{r.efficiency_pct.map(|e| format!("{e:.0}")).unwrap_or_else(|| "n/a".into())}</td>
+                        <td class="num">{format!("{:.2}", r.energy_kwh)}</td>
+                        <td class="num">{money(r.cost)}</td>
+                        <td class="num" class:waste=r.wasted_cost.is_some_and(|w| w > 0.0)>{money(r.wasted_cost)}</td>
+                        <td>{wastes}</td>
+                    </tr>
+                }
+            })
+            .collect_view();
+        view! {
+            <div class="table-wrap">
+                <table class="data">
+                    <caption class="sr-only">"Billing report"</caption>
+                    <thead>
+                        <tr>
+                            <th scope="col">
+                                {match rep.group_by.as_str() {
+                                    "team" => "Team",
+                                    "gpu" => "GPU",
+                                    "model" => "Model",
+                                    _ => "Host",
+                                }}
+                            </th>
+                            <th scope="col" class="num">"GPUs"</th>
+                            <th scope="col" class="num">"GPU-hours"</th>
+                            <th scope="col" class="num">"Kernel util."</th>
+                            <th scope="col" class="num">"SM activity"</th>
+                            <th scope="col" class="num">"Efficiency"</th>
+                            <th scope="col" class="num">"kWh"</th>
+                            <th scope="col" class="num">"Cost"</th>
+                            <th scope="col" class="num">"Wasted cost"</th>
+                            <th scope="col">"Wasted in"</th>
+                        </tr>
+                    </thead>
+                    <tbody>{rows}</tbody>
+                    <tfoot>
+                        <tr>
+                            <th scope="row">"Total"</th>
+                            <td></td>
+                            <td class="num">{format::hours(total_hours)}</td>
+                            <td></td>
+                            <td></td>
+                            <td></td>
+                            <td></td>
+                            <td class="num">{money(total_cost)}</td>
+                            <td class="num waste">{money(total_waste)}</td>
+                            <td></td>
+                        </tr>
+                    </tfoot>
+                </table>
+            </div>
+        }
+        .into_any()
+    }
+}

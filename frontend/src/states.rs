@@ -1,0 +1,80 @@
+//! Domain words shown on the dashboard: workload states (names, meaning and advice come from
+//! `fleetlens-core`, so the dashboard says exactly what METRICS.md says), NVML throttle reasons,
+//! and list prices.
+
+use fleetlens_core::{PriceTable, WorkloadState};
+
+/// The state's METRICS.md name, readable: `idle_held` → `idle held`.
+pub fn label(name: &str) -> String {
+    name.replace('_', " ")
+}
+
+/// CSS modifier of a state's color (one per state; `unknown` when the server gave none).
+pub fn css(name: Option<&str>) -> String {
+    match name.and_then(WorkloadState::parse) {
+        Some(s) => format!("state state-{}", s.as_str()),
+        None => "state state-unknown".into(),
+    }
+}
+
+pub fn meaning(name: &str) -> &'static str {
+    WorkloadState::parse(name).map(WorkloadState::meaning).unwrap_or("")
+}
+
+pub fn advice(name: &str) -> &'static str {
+    WorkloadState::parse(name).map(WorkloadState::advice).unwrap_or("")
+}
+
+/// True for the states that count (wholly or partly) as wasted cost.
+pub fn is_waste(name: &str) -> bool {
+    WorkloadState::parse(name).is_some_and(|s| s.waste_fraction(Some(0.0)) > 0.0)
+}
+
+/// Every state, in METRICS.md priority order.
+pub fn all() -> impl Iterator<Item = &'static str> {
+    WorkloadState::ALL.into_iter().map(WorkloadState::as_str)
+}
+
+/// NVML clock-event (throttle) reasons, by bit.
+pub const THROTTLE_REASONS: [(u64, &str); 8] = [
+    (0x1, "GPU idle"),
+    (0x2, "applications clocks setting"),
+    (0x4, "SW power cap"),
+    (0x8, "HW slowdown"),
+    (0x20, "sync boost"),
+    (0x40, "SW thermal slowdown"),
+    (0x80, "HW thermal slowdown"),
+    (0x100, "HW power brake"),
+];
+
+/// Decodes the NVML bitmask: `none` for 0, unknown bits as hex.
+pub fn throttle_reasons(mask: u64) -> String {
+    if mask == 0 {
+        return "none".into();
+    }
+    let mut names: Vec<String> =
+        THROTTLE_REASONS.iter().filter(|(bit, _)| mask & bit != 0).map(|(_, n)| (*n).to_string()).collect();
+    let known: u64 = THROTTLE_REASONS.iter().map(|(b, _)| b).sum();
+    if mask & !known != 0 {
+        names.push(format!("other (0x{:x})", mask & !known));
+    }
+    names.join(", ")
+}
+
+/// Shipped public list price per GPU-hour for an NVML model name (USD), if the model is known.
+pub fn list_price(nvml_name: &str) -> Option<f64> {
+    PriceTable::default().price_for(nvml_name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn throttle_decoding() {
+        assert_eq!(throttle_reasons(0), "none");
+        assert_eq!(throttle_reasons(1), "GPU idle");
+        assert_eq!(throttle_reasons(0x4 | 0x80), "SW power cap, HW thermal slowdown");
+        assert_eq!(throttle_reasons(0x10), "other (0x10)");
+    }
+}

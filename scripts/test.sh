@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Runs every Fleetlens test on a fresh machine: installs what it needs, starts PostgreSQL if it
+# is down, checks formatting and lints, builds the binaries the black-box tests spawn, then runs
+# the whole suite (SQLite and PostgreSQL) with cargo-nextest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+log() { printf '\n==> %s\n' "$*"; }
+
+log "PostgreSQL on 127.0.0.1:5432"
+if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
+  pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n1)" main start
+  for _ in $(seq 1 30); do pg_isready -h 127.0.0.1 -p 5432 -q && break; sleep 1; done
+fi
+pg_isready -h 127.0.0.1 -p 5432
+
+if ! command -v promtool >/dev/null; then
+  log "installing promtool (Debian package prometheus)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+fi
+
+if [ ! -x /usr/bin/prometheus-alertmanager ]; then
+  log "installing Alertmanager (Debian package prometheus-alertmanager; the alerting tests push to it)"
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus-alertmanager \
+    || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus-alertmanager; }
+fi
+
+if ! python3 -c 'import slack_sdk' 2>/dev/null; then
+  log "installing slack_sdk (PyPI; the alerting tests validate Slack Block Kit payloads with it)"
+  python3 -m pip install --quiet slack_sdk || python3 -m pip install --quiet --break-system-packages slack_sdk
+fi
+
+if ! cargo nextest --version >/dev/null 2>&1; then
+  log "installing cargo-nextest"
+  cargo install cargo-nextest --locked
+fi
+
+log "format and lints (native crates; the dashboard is linted for wasm32 below)"
+cargo fmt --all --check
+cargo clippy --all-targets -p fleetlens-core -p fleetlens-api -p fleetlens-store -p fleetlens-server \
+  -p fleetlens-agent -p fleetlens-tests -p fleetlens-bench -- -D warnings
+
+log "building the binaries the black-box tests spawn"
+cargo build --bins
+
+log "tests: unit, store contract (SQLite + PostgreSQL), black-box server and agent"
+cargo nextest run --no-fail-fast "$@"
+
+log "dashboard: wasm32 build, lints, and tests in real Chromium"
+./frontend/build.sh
+cargo clippy -p fleetlens-frontend --target wasm32-unknown-unknown -- -D warnings
+SKIP_BUILD=1 ./scripts/browser-test.sh

@@ -1,0 +1,258 @@
+//! Helpers for Fleetlens tests: fresh databases on both backends, and the real server and
+//! agent binaries spawned as child processes on 127.0.0.1.
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use sqlx::Connection;
+
+/// Where the tests find PostgreSQL (trust auth). Override with `FLEETLENS_TEST_PG`.
+pub fn pg_admin_url() -> String {
+    std::env::var("FLEETLENS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+/// The two storage backends every storage test runs against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Sqlite,
+    Postgres,
+}
+
+/// A fresh, empty database, removed when dropped.
+pub struct TestDatabase {
+    pub url: String,
+    pg_name: Option<String>,
+    _dir: Option<tempfile::TempDir>,
+}
+
+static COUNTER: AtomicU32 = AtomicU32::new(0);
+
+impl TestDatabase {
+    pub async fn new(backend: Backend) -> TestDatabase {
+        match backend {
+            Backend::Sqlite => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                let url = format!("sqlite://{}", dir.path().join("fleetlens.db").display());
+                TestDatabase { url, pg_name: None, _dir: Some(dir) }
+            }
+            Backend::Postgres => {
+                let name = format!(
+                    "fleetlens_test_{}_{}_{}",
+                    std::process::id(),
+                    COUNTER.fetch_add(1, Ordering::Relaxed),
+                    rand_suffix()
+                );
+                let mut conn = sqlx::PgConnection::connect(&pg_admin_url())
+                    .await
+                    .expect("PostgreSQL must run on 127.0.0.1:5432 (user postgres): see README");
+                sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut conn).await.expect("create database");
+                let base = pg_admin_url();
+                let url = format!("{}/{name}", base.rsplit_once('/').expect("url has a path").0);
+                TestDatabase { url, pg_name: Some(name), _dir: None }
+            }
+        }
+    }
+
+    /// Path of the SQLite file, for tests that inspect it.
+    pub fn sqlite_path(&self) -> Option<PathBuf> {
+        self.url.strip_prefix("sqlite://").map(PathBuf::from)
+    }
+}
+
+fn rand_suffix() -> u64 {
+    use std::time::{SystemTime, UNIX_EPOCH};
+    SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.subsec_nanos() as u64).unwrap_or(0)
+}
+
+impl Drop for TestDatabase {
+    fn drop(&mut self) {
+        let Some(name) = self.pg_name.take() else { return };
+        // Drop runs outside async context; a short-lived runtime on its own thread does the
+        // DROP so no test leaves databases behind.
+        let _ = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().expect("runtime");
+            rt.block_on(async {
+                if let Ok(mut conn) = sqlx::PgConnection::connect(&pg_admin_url()).await {
+                    let _ =
+                        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut conn).await;
+                }
+            });
+        })
+        .join();
+    }
+}
+
+/// Path of a workspace binary built next to the test executable (`cargo build` builds them
+/// before the tests run: see `.ci/run`).
+pub fn bin_path(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> → target/<profile>/<name>
+    let dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = dir.join(name);
+    assert!(path.exists(), "{} not built: run `cargo build --bins` first", path.display());
+    path
+}
+
+/// Path of a file under the repository's tests/fixtures.
+pub fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(name)
+}
+
+/// The admin API key every test server is started with.
+pub const ADMIN_TOKEN: &str = "fl_test_admin_token_0123456789abcdef";
+
+/// A `fleetlens-server` child process on 127.0.0.1, killed when dropped.
+pub struct TestServer {
+    pub base_url: String,
+    pub child: Child,
+    pub db_url: String,
+}
+
+impl TestServer {
+    /// Start the server on an OS-chosen port and wait until it is ready.
+    pub fn spawn(db_url: &str, extra_args: &[&str]) -> TestServer {
+        Self::spawn_on(db_url, "127.0.0.1:0", extra_args)
+    }
+
+    pub fn spawn_on(db_url: &str, listen: &str, extra_args: &[&str]) -> TestServer {
+        let mut cmd = Command::new(bin_path("fleetlens-server"));
+        cmd.args(["--listen", listen, "--database-url", db_url, "--static-dir", "/nonexistent-static"])
+            .args(extra_args)
+            .env("FLEETLENS_ADMIN_TOKEN", ADMIN_TOKEN)
+            .env("RUST_LOG", std::env::var("TEST_LOG").unwrap_or_else(|_| "warn".into()))
+            .stdout(Stdio::piped())
+            .stderr(if std::env::var_os("TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() });
+        let mut child = cmd.spawn().expect("spawn fleetlens-server");
+        let stdout = child.stdout.take().expect("stdout");
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            let mut sent = false;
+            for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+                if !sent && let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
+                    let _ = tx.send(url.trim_end_matches('/').to_string());
+                    sent = true;
+                }
+            }
+        });
+        let base_url = rx.recv_timeout(Duration::from_secs(60)).expect("server printed its URL");
+        let server = TestServer { base_url, child, db_url: db_url.to_string() };
+        server.wait_ready(Duration::from_secs(30));
+        server
+    }
+
+    fn wait_ready(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let url = format!("{}/readyz", self.base_url);
+        while Instant::now() < deadline {
+            if probe::http_get_ok(&url).unwrap_or(false) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("server at {} not ready within {timeout:?}", self.base_url);
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{path}", self.base_url)
+    }
+
+    /// kill -9: no shutdown hooks run.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+mod probe {
+    //! A tiny blocking readiness probe over std TCP, so spawning needs no async runtime.
+    use std::io::{Read, Write};
+    use std::net::TcpStream;
+    use std::time::Duration;
+
+    pub fn http_get_ok(url: &str) -> std::io::Result<bool> {
+        let rest = url.strip_prefix("http://").unwrap_or(url);
+        let (host, path) = rest.split_once('/').map(|(h, p)| (h, format!("/{p}"))).unwrap_or((rest, "/".into()));
+        let mut s = TcpStream::connect(host)?;
+        s.set_read_timeout(Some(Duration::from_secs(2)))?;
+        write!(s, "GET {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n\r\n")?;
+        let mut buf = String::new();
+        s.read_to_string(&mut buf)?;
+        Ok(buf.starts_with("HTTP/1.1 200"))
+    }
+}
+
+/// A `fleetlens-agent` command with the server and admin key filled in.
+pub fn agent_command(server: &TestServer, source: &str, spool_dir: &Path) -> Command {
+    let mut cmd = Command::new(bin_path("fleetlens-agent"));
+    cmd.args(["--server", &server.base_url, "--api-key", ADMIN_TOKEN, "--source", source])
+        .arg("--spool-dir")
+        .arg(spool_dir)
+        .env("RUST_LOG", std::env::var("TEST_LOG").unwrap_or_else(|_| "warn".into()))
+        .stderr(if std::env::var_os("TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() });
+    cmd
+}
+
+/// Define each named `async fn name(backend: Backend)` test once per backend, as
+/// `sqlite::name` and `postgres::name`.
+#[macro_export]
+macro_rules! for_each_backend {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name($crate::Backend::Sqlite).await })*
+        }
+        mod postgres {
+            $(#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn $name() { super::$name($crate::Backend::Postgres).await })*
+        }
+    };
+}
+
+/// Row counts of the data tables, read straight from the database, to prove that a rejected
+/// request changed nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TableCounts {
+    pub samples: i64,
+    pub gpus: i64,
+    pub rollups_1m: i64,
+    pub rollups_1h: i64,
+}
+
+pub async fn table_counts(db_url: &str) -> TableCounts {
+    const SQL: &str = "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM gpus), \
+                       (SELECT count(*) FROM rollups_1m), (SELECT count(*) FROM rollups_1h)";
+    let (samples, gpus, rollups_1m, rollups_1h): (i64, i64, i64, i64) = if db_url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(db_url).await.expect("open sqlite");
+        sqlx::query_as(SQL).fetch_one(&mut c).await.expect("count")
+    } else {
+        let mut c = sqlx::PgConnection::connect(db_url).await.expect("open postgres");
+        sqlx::query_as(SQL).fetch_one(&mut c).await.expect("count")
+    };
+    TableCounts { samples, gpus, rollups_1m, rollups_1h }
+}
+
+/// The recorded H200 trace, one JSON object per line.
+pub fn fixture_lines() -> Vec<serde_json::Value> {
+    std::fs::read_to_string(fixture("nvml-h200-phases.jsonl"))
+        .expect("fixture")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("fixture line"))
+        .collect()
+}
+
+/// gzip `bytes`.
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    e.write_all(bytes).expect("gzip");
+    e.finish().expect("gzip")
+}
