@@ -1,6 +1,22 @@
-//! Background jobs: retention.
+//! Background jobs and their leadership across replicas.
+//!
+//! Every periodic job that must run in one place at a time asks its
+//! [`fleetlens_store::leader::JobLock`] before each run: on PostgreSQL a session advisory lock,
+//! so with several replicas on one database exactly one runs it, and another takes over as soon
+//! as the leader's database session ends (a crash, `kill -9`, a network cut). The jobs:
+//! - `alert_engine` (alerts::engine): rule evaluation; also fenced by its lease row;
+//! - `retention` (below): deleting what is older than the retention policy.
+//!
+//! Not leader-only, by design: the notification outbox sender runs on every replica and claims
+//! each message with a row lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL), a finer lock than
+//! one per job; rollups are written inside each ingest transaction (no job at all).
+//!
+//! Which jobs this process leads, and how many runs each did, show in `GET /healthz` and
+//! `/metrics` (`fleetlens_job_leader`, `fleetlens_job_runs`).
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use fleetlens_store::Store;
@@ -8,19 +24,58 @@ use fleetlens_store::Store;
 use crate::config::Config;
 use crate::time::now_ms;
 
-/// Apply the retention policy shortly after start, then every `retention_interval`.
+/// The alert engine's job name (its advisory lock key derives from it).
+pub const ALERT_ENGINE: &str = "alert_engine";
+/// The retention job's name.
+pub const RETENTION: &str = "retention";
+
+/// Per job: does this process lead it, and how many runs it has completed here.
+static JOBS: Mutex<BTreeMap<&'static str, JobStatus>> = Mutex::new(BTreeMap::new());
+
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
+pub struct JobStatus {
+    pub leader: bool,
+    pub runs: u64,
+}
+
+/// Record whether this process leads `job` now.
+pub fn set_leader(job: &'static str, leader: bool) {
+    JOBS.lock().expect("jobs lock").entry(job).or_default().leader = leader;
+}
+
+/// Count one completed run of `job`.
+pub fn count_run(job: &'static str) {
+    JOBS.lock().expect("jobs lock").entry(job).or_default().runs += 1;
+}
+
+/// A snapshot of every job's status in this process.
+pub fn statuses() -> BTreeMap<&'static str, JobStatus> {
+    JOBS.lock().expect("jobs lock").clone()
+}
+
+/// Apply the retention policy shortly after start, then every `retention_interval`, on the one
+/// replica that holds the retention lock.
 pub async fn retention_loop(store: Arc<dyn Store>, config: Arc<Config>) {
     let policy = config.retention_policy();
-    tokio::time::sleep(Duration::from_secs(10)).await;
+    let mut lock = store.job_lock(RETENTION);
+    set_leader(RETENTION, false);
+    tokio::time::sleep(config.retention_interval.min(Duration::from_secs(10))).await;
     loop {
-        match store.apply_retention(policy, now_ms()).await {
-            Ok(r) => tracing::info!(
-                samples = r.samples,
-                rollups_1m = r.rollups_1m,
-                rollups_1h = r.rollups_1h,
-                "retention applied"
-            ),
-            Err(e) => tracing::warn!(error = %e, "retention failed; will retry next interval"),
+        let leader = lock.lead().await;
+        set_leader(RETENTION, leader);
+        if leader {
+            match store.apply_retention(policy, now_ms()).await {
+                Ok(r) => {
+                    count_run(RETENTION);
+                    tracing::info!(
+                        samples = r.samples,
+                        rollups_1m = r.rollups_1m,
+                        rollups_1h = r.rollups_1h,
+                        "retention applied"
+                    )
+                }
+                Err(e) => tracing::warn!(error = %e, "retention failed; will retry next interval"),
+            }
         }
         tokio::time::sleep(config.retention_interval).await;
     }

@@ -65,6 +65,11 @@ struct StateLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct JobLabels {
+    job: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LevelLabels {
     level: String,
 }
@@ -173,6 +178,15 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
         ("ingest_samples_inserted", "Samples newly stored (duplicates excluded)", &c.samples_inserted),
     ] {
         registry.register(name, help, ConstCounter::new(v.load(Ordering::Relaxed)));
+    }
+    let leader = Family::<JobLabels, GaugeF>::default();
+    registry.register("job_leader", "1 while this replica leads the background job (advisory lock)", leader.clone());
+    let runs = Family::<JobLabels, prometheus_client::metrics::counter::Counter>::default();
+    registry.register("job_runs", "Runs of the background job completed by this replica", runs.clone());
+    for (job, st) in crate::jobs::statuses() {
+        let l = JobLabels { job: job.to_string() };
+        leader.get_or_create(&l).set(if st.leader { 1.0 } else { 0.0 });
+        runs.get_or_create(&l).inc_by(st.runs);
     }
     let mut text = String::new();
     encode(&mut text, &registry).map_err(|e| ApiError::BadRequest(format!("metrics encoding failed: {e}")))?;

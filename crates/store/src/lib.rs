@@ -9,6 +9,7 @@ mod alerts_pg;
 mod alerts_sqlite;
 mod columns;
 mod credits;
+pub mod leader;
 mod postgres;
 mod sqlite;
 
@@ -271,6 +272,12 @@ pub trait Store: AlertStore + AccountStore + Send + Sync + 'static {
 
     /// Delete what is older than the policy allows, measured back from `now_ms`.
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport>;
+
+    /// The leadership lock of background job `job` (see [`leader`]): a PostgreSQL advisory
+    /// lock shared by every replica on the database; SQLite is one process and always leads.
+    fn job_lock(&self, job: &str) -> Box<dyn leader::JobLock> {
+        Box::new(leader::LocalLock(job.to_string()))
+    }
 }
 
 /// Open the store named by `url` (`sqlite://PATH`, `sqlite::memory:`, `postgres://…`) and run

@@ -603,6 +603,10 @@ impl Store for PgStore {
         Ok(n as u64)
     }
 
+    fn job_lock(&self, job: &str) -> Box<dyn crate::leader::JobLock> {
+        Box::new(crate::leader::PgAdvisoryLock::new(self.pool.clone(), job))
+    }
+
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();

@@ -1,6 +1,7 @@
-//! The alert engine: one replica at a time (a job lease in the database) reads each GPU's new
-//! samples in time order, classifies each sample's workload state, evaluates every enabled
-//! rule of the GPU's organisation on it, and steps each (rule, GPU) alert through pending →
+//! The alert engine: one replica at a time (a PostgreSQL advisory lock, then a job lease in the
+//! database) reads each GPU's new samples in time order, classifies each sample's workload
+//! state, evaluates every enabled rule of the GPU's organisation on it, and steps each (rule,
+//! GPU) alert through pending →
 //! firing → resolved on the samples' timestamps. A transition and its outbox rows are written
 //! in one transaction, together with the GPU's cursor (how far its samples are evaluated).
 //!
@@ -60,6 +61,11 @@ pub async fn run(ctx: Arc<AlertsCtx>) {
     // once it runs out.
     let lease_ttl = (ms(interval) * 10).max(5_000);
     let mut engine: Option<Engine> = None;
+    // Leadership across replicas (a PostgreSQL advisory lock; see crate::jobs): only the leader
+    // goes on to the lease row, which stays as a fence against a leader that lost its lock
+    // session but has not noticed yet.
+    let mut lock = ctx.store.job_lock(crate::jobs::ALERT_ENGINE);
+    crate::jobs::set_leader(crate::jobs::ALERT_ENGINE, false);
     loop {
         tokio::select! {
             _ = ctx.engine_wake.notified() => {}
@@ -67,6 +73,12 @@ pub async fn run(ctx: Arc<AlertsCtx>) {
         }
         // Let a burst of ingests land before reading.
         tokio::time::sleep(Duration::from_millis(20)).await;
+        let leader = lock.lead().await;
+        crate::jobs::set_leader(crate::jobs::ALERT_ENGINE, leader);
+        if !leader {
+            engine = None;
+            continue;
+        }
         let now = now_ms();
         match ctx.store.try_job_lease(ALERT_ENGINE_JOB, &ctx.owner, now, lease_ttl).await {
             Ok(true) => {}
@@ -92,6 +104,7 @@ pub async fn run(ctx: Arc<AlertsCtx>) {
         let Some(e) = engine.as_mut() else { continue };
         match e.cycle(&ctx, now).await {
             Ok(report) => {
+                crate::jobs::count_run(crate::jobs::ALERT_ENGINE);
                 if report.enqueued > 0 {
                     ctx.outbox_wake.notify_one();
                 }

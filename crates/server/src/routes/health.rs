@@ -7,9 +7,9 @@ use serde_json::{Value, json};
 
 use crate::state::AppState;
 
-/// The process is up.
+/// The process is up; `jobs` tells which background jobs this replica leads (see crate::jobs).
 pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok"}))
+    Json(json!({"status": "ok", "jobs": crate::jobs::statuses()}))
 }
 
 /// The process can serve: its database answers.
