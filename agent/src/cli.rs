@@ -128,6 +128,13 @@ pub struct Cli {
     #[arg(long, env = "FLEETLENS_PROC_ROOT", value_name = "DIR", default_value = "/proc")]
     pub proc_root: PathBuf,
 
+    /// Owner label from each GPU process's environment: the value of this variable (e.g. a run
+    /// or experiment id) goes into the process owner's `labels` (repeatable; reports group by
+    /// `label:VAR`). Read from /proc/<pid>/environ, which only root (or the process's own user)
+    /// can read; absent otherwise.
+    #[arg(long = "label-from-env", value_name = "VAR", value_parser = parse_env_name)]
+    pub label_from_env: Vec<String>,
+
     /// Log format on stderr. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "FLEETLENS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -168,6 +175,11 @@ fn parse_label(s: &str) -> Result<(String, String), String> {
         Some((k, v)) if !k.trim().is_empty() => Ok((k.trim().to_string(), v.trim().to_string())),
         _ => Err(format!("`{s}` is not KEY=VALUE")),
     }
+}
+
+fn parse_env_name(s: &str) -> Result<String, String> {
+    let ok = !s.is_empty() && s.len() <= 256 && !s.contains('=') && !s.contains('\0');
+    if ok { Ok(s.to_string()) } else { Err(format!("`{s}` is not an environment variable name")) }
 }
 
 /// Byte size with an optional unit: `1073741824`, `1GiB`, `512MiB`, `200MB`, `64k`.
@@ -260,6 +272,10 @@ mod tests {
             "/opt/nvidia/libnvidia-ml.so.1",
             "--proc-root",
             "/host/proc",
+            "--label-from-env",
+            "EXPERIMENT_ID",
+            "--label-from-env",
+            "RUN",
         ])
         .unwrap();
         assert_eq!(cli.server, "https://fleet.example.com");
@@ -275,6 +291,7 @@ mod tests {
         assert_eq!(cli.nvml_gract_every, 10);
         assert_eq!(cli.nvml_lib, Some(PathBuf::from("/opt/nvidia/libnvidia-ml.so.1")));
         assert_eq!(cli.proc_root, PathBuf::from("/host/proc"));
+        assert_eq!(cli.label_from_env, vec!["EXPERIMENT_ID".to_string(), "RUN".to_string()]);
     }
 
     #[test]
@@ -288,6 +305,8 @@ mod tests {
             ["--source", "simulate:0"],
             ["--server", "ftp://x"],
             ["--batch-max", "0"],
+            ["--label-from-env", "A=B"],
+            ["--label-from-env", ""],
             ["--spool-max-bytes", "lots"],
             ["--nvml-energy-every", "-1"],
             ["--source", "dcgm:"],

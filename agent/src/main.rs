@@ -52,6 +52,7 @@ async fn agent_main() -> ExitCode {
         gract_every: cli.nvml_gract_every,
         nvml_lib: cli.nvml_lib.clone(),
         proc_root: cli.proc_root.clone(),
+        label_from_env: cli.label_from_env.clone(),
     };
     if cli.rebase_ts && !matches!(cli.source, SourceSpec::Replay(_)) {
         Cli::command().error(ErrorKind::ArgumentConflict, "--rebase-ts only applies to --source replay:PATH").exit();

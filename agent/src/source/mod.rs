@@ -143,6 +143,9 @@ pub struct SourceOptions {
     pub nvml_lib: Option<PathBuf>,
     /// Where the process table is (`/proc`, or the host's /proc mounted into a container).
     pub proc_root: PathBuf,
+    /// `--label-from-env` variable names: read from each GPU process's environment into its
+    /// owner's labels.
+    pub label_from_env: Vec<String>,
 }
 
 impl Default for SourceOptions {
@@ -158,6 +161,7 @@ impl Default for SourceOptions {
             gract_every: nvml::DEFAULT_GRACT_EVERY,
             nvml_lib: None,
             proc_root: PathBuf::from("/proc"),
+            label_from_env: Vec::new(),
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod credit;
 pub mod datasheet;
 pub mod energy;
 pub mod funnel;
+pub mod owners;
 pub mod prices;
 pub mod rollup;
 pub mod rules;
@@ -22,8 +23,9 @@ mod classify_tests;
 #[cfg(test)]
 mod fixture_tests;
 
+pub use owners::{OwnerGroup, OwnerKey, minute_shares};
 pub use rollup::{ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats};
-pub use sample::{GpuProcess, Sample};
+pub use sample::{GpuProcess, ProcessOwner, Sample};
 pub use validate::{ValidationError, validate_sample};
 
 pub use advice::{CollocationHint, JobUsage, RightSizeHint, collocation, p95, percentile, right_size};

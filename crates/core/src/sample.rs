@@ -96,6 +96,65 @@ pub struct GpuProcess {
     /// Container or cgroup id from /proc/<pid>/cgroup, where visible.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub container_id: Option<String>,
+    /// Who the process belongs to, as far as the host can tell; `null` where the agent could
+    /// not read /proc for it (or an older agent sent the sample). Left out of the JSON when
+    /// absent, like `command`, `user` and `container_id`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<ProcessOwner>,
+}
+
+/// The owner of a GPU process, from `/proc/<pid>/{status,cgroup,environ}`. Every field is
+/// `null` where the host cannot tell: nothing is guessed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub struct ProcessOwner {
+    /// Unix user name of the process's real UID (the UID itself where /etc/passwd has no name).
+    #[serde(default)]
+    pub user: Option<String>,
+    /// Container from the cgroup path: `docker://<id>`, `containerd://<id>`, `cri-o://<id>`,
+    /// `podman://<id>`, `lxc://<name>`, or a bare 64-hex id.
+    #[serde(default)]
+    pub container_id: Option<String>,
+    /// Kubernetes pod UID from the cgroup path (`kubepods…pod<uid>`).
+    #[serde(default)]
+    pub pod_uid: Option<String>,
+    /// Pod name and namespace: only where the process environment carries them (the pod spec
+    /// sets `POD_NAME` / `POD_NAMESPACE` through the downward API); kubelet does not.
+    #[serde(default)]
+    pub pod_name: Option<String>,
+    #[serde(default)]
+    pub namespace: Option<String>,
+    /// Slurm job id, user and partition (`SLURM_JOB_ID`, `SLURM_JOB_USER`,
+    /// `SLURM_JOB_PARTITION` of the process environment; the job id also from the cgroup path).
+    #[serde(default)]
+    pub job_id: Option<String>,
+    #[serde(default)]
+    pub job_user: Option<String>,
+    #[serde(default)]
+    pub job_partition: Option<String>,
+    /// `--label-from-env VAR` values: variable name → value, for the variables the process has.
+    #[serde(default)]
+    pub labels: std::collections::BTreeMap<String, String>,
+}
+
+impl ProcessOwner {
+    /// True when nothing at all is known.
+    pub fn is_empty(&self) -> bool {
+        *self == ProcessOwner::default()
+    }
+
+    /// Every text field with its name (for validation and alert labels).
+    pub fn fields(&self) -> [(&'static str, Option<&str>); 8] {
+        [
+            ("user", self.user.as_deref()),
+            ("container_id", self.container_id.as_deref()),
+            ("pod_uid", self.pod_uid.as_deref()),
+            ("pod_name", self.pod_name.as_deref()),
+            ("namespace", self.namespace.as_deref()),
+            ("job_id", self.job_id.as_deref()),
+            ("job_user", self.job_user.as_deref()),
+            ("job_partition", self.job_partition.as_deref()),
+        ]
+    }
 }
 
 /// Accessor of one optional float field of a sample.

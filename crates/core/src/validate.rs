@@ -95,6 +95,25 @@ pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), Vali
                     return Err(err(index, &format!("processes[{p}].{f}"), "longer than 4096 bytes"));
                 }
             }
+            if let Some(o) = &proc_.owner {
+                for (f, text) in o.fields() {
+                    if text.is_some_and(|t| t.len() > 1024) {
+                        return Err(err(index, &format!("processes[{p}].owner.{f}"), "longer than 1024 bytes"));
+                    }
+                }
+                if o.labels.len() > 64 {
+                    return Err(err(index, &format!("processes[{p}].owner.labels"), "more than 64 labels"));
+                }
+                for (k, v) in &o.labels {
+                    if k.is_empty() || k.len() > 256 || v.len() > 1024 {
+                        return Err(err(
+                            index,
+                            &format!("processes[{p}].owner.labels"),
+                            "a label name must be 1–256 bytes and its value at most 1024",
+                        ));
+                    }
+                }
+            }
         }
     }
     Ok(())

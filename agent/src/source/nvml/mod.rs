@@ -264,7 +264,7 @@ impl Reader {
             labels,
             labels_changed: true,
             events: nvml.create_event_set().ok(),
-            procs: ProcTable::new(&opts.proc_root),
+            procs: ProcTable::new(&opts.proc_root).with_label_vars(opts.label_from_env.clone()),
             notes: Notes::new(),
             process_util_every: opts.process_util_every,
             energy_every: opts.energy_every,
@@ -696,6 +696,7 @@ fn read_gpu(
                         command: info.command,
                         user: info.user,
                         container_id: info.container_id,
+                        owner: info.owner,
                     }
                 })
                 .collect::<Vec<_>>()
