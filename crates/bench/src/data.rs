@@ -228,6 +228,7 @@ pub fn sample(plan: &Plan, g: usize, t: usize) -> Sample {
                 command: Some("python3 -m torch.distributed.run --nproc-per-node 8 train.py".into()),
                 user: Some("mlops".into()),
                 container_id: Some(p.container),
+                owner: None,
             }]),
             ..base
         }
