@@ -30,6 +30,11 @@ if ! python3 -c 'import slack_sdk' 2>/dev/null; then
   python3 -m pip install --quiet slack_sdk || python3 -m pip install --quiet --break-system-packages slack_sdk
 fi
 
+if ! command -v schemathesis >/dev/null 2>&1; then
+  log "installing schemathesis (PyPI; scripts/schemathesis.sh fuzzes the API against its OpenAPI document)"
+  python3 -m pip install --quiet schemathesis || python3 -m pip install --quiet --break-system-packages schemathesis
+fi
+
 if ! cargo nextest --version >/dev/null 2>&1; then
   log "installing cargo-nextest"
   cargo install cargo-nextest --locked
@@ -45,6 +50,9 @@ cargo build --bins
 
 log "tests: unit, store contract (SQLite + PostgreSQL), black-box server and agent"
 cargo nextest run --no-fail-fast "$@"
+
+log "schemathesis: every operation of /api/openapi.json against the running server (SQLite)"
+SERVER_BIN=target/debug/fleetlens-server ./scripts/schemathesis.sh
 
 log "dashboard: wasm32 build, lints, and tests in real Chromium"
 ./frontend/build.sh

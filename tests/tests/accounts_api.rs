@@ -2,7 +2,6 @@
 //! on the real server binary, on SQLite and PostgreSQL.
 
 use std::collections::BTreeSet;
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
@@ -548,37 +547,21 @@ async fn ingest_assigns_teams_by_label_key_and_admin(backend: Backend) {
 // Tenant isolation
 // ---------------------------------------------------------------------------------------------
 
-/// Every (method, path) the server routes, read from its source: the sweep must cover each.
-fn server_routes() -> BTreeSet<(String, String)> {
-    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("../crates/server/src");
-    let mut files = vec![src];
+/// Every (method, path) the server routes, from its OpenAPI document (which is generated from
+/// the router: see openapi_api.rs): the sweep must cover each. API routes are relative to
+/// /api/v1, as the router writes them.
+async fn server_routes(server: &TestServer) -> BTreeSet<(String, String)> {
+    let doc: Value = reqwest::get(server.url("/api/openapi.json")).await.unwrap().json().await.unwrap();
     let mut routes = BTreeSet::new();
-    while let Some(p) = files.pop() {
-        if p.is_dir() {
-            files.extend(std::fs::read_dir(&p).unwrap().map(|e| e.unwrap().path()));
-            continue;
-        }
-        if p.extension().is_none_or(|e| e != "rs") {
-            continue;
-        }
-        let text = std::fs::read_to_string(&p).unwrap();
-        let mut rest = text.as_str();
-        while let Some(at) = rest.find(".route(\"") {
-            rest = &rest[at + 8..];
-            let path = &rest[..rest.find('"').unwrap()];
-            let end = rest.find(".route(").or_else(|| rest.find("\n}")).unwrap_or(rest.len());
-            let call = &rest[..end];
-            for method in ["get", "post", "put", "delete", "patch"] {
-                let needle = format!("{method}(");
-                let found = call.match_indices(&needle).any(|(i, _)| {
-                    i == 0 || !call.as_bytes()[i - 1].is_ascii_alphanumeric() && call.as_bytes()[i - 1] != b'_'
-                });
-                if found {
-                    routes.insert((method.to_uppercase(), path.to_string()));
-                }
+    for (path, item) in doc["paths"].as_object().expect("OpenAPI paths") {
+        let route = path.strip_prefix("/api/v1").unwrap_or(path);
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "delete", "patch"].contains(&method.as_str()) {
+                routes.insert((method.to_uppercase(), route.to_string()));
             }
         }
     }
+    assert!(routes.len() > 50, "too few routes in the OpenAPI document: {routes:?}");
     routes
 }
 
@@ -864,6 +847,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
         probe("GET", "/metrics", "/metrics".into(), None, false),
         probe("GET", "/healthz", "/healthz".into(), None, false),
         probe("GET", "/readyz", "/readyz".into(), None, false),
+        probe("GET", "/api/openapi.json", "/api/openapi.json".into(), None, false),
         probe(
             "POST",
             "/auth/login",
@@ -984,7 +968,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
     // The sweep covers every route of the server (a new route must be added here).
     let covered: BTreeSet<(String, String)> =
         probes.iter().map(|p| (p.method.to_string(), p.route.to_string())).collect();
-    let routes = server_routes();
+    let routes = server_routes(&server).await;
     let mut missing: Vec<&(String, String)> = routes.iter().filter(|r| !covered.contains(*r)).collect();
     missing.retain(|(m, p)| !(m == "POST" && p == "/auth/logout")); // swept below, on its own session
     assert!(missing.is_empty(), "routes the isolation sweep does not cover: {missing:?}");

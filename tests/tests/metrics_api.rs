@@ -30,6 +30,25 @@ async fn metrics_pass_promtool_and_show_each_gpu(backend: Backend) {
         .await
         .unwrap();
     assert_eq!(resp.status().as_u16(), 200);
+    // The host belongs to a team: every per-GPU series carries it as `team`.
+    let team: serde_json::Value = client
+        .post(server.url("/api/v1/teams"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "vision-research"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let resp = client
+        .put(server.url("/api/v1/hosts/gpu-node-01/team"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"team_id": team["id"]}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
 
     assert_eq!(client.get(server.url("/metrics")).send().await.unwrap().status().as_u16(), 401);
     let resp = client.get(server.url("/metrics")).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
@@ -46,6 +65,12 @@ async fn metrics_pass_promtool_and_show_each_gpu(backend: Backend) {
     assert_eq!(one_hot.len(), 1, "{one_hot:?}");
     // The GPU reported a moment ago: its newest minute decides, and it is not offline.
     assert!(!one_hot[0].contains("state=\"offline\""), "{}", one_hot[0]);
+    // Labels uuid, host, team, model on every per-GPU series.
+    let labels = format!("uuid=\"{uuid}\",host=\"gpu-node-01\",team=\"vision-research\",model=\"NVIDIA H200\"");
+    for name in ["fleetlens_gpu_util_pct{", "fleetlens_gpu_power_watts{", "fleetlens_gpu_state{"] {
+        let lines: Vec<&str> = text.lines().filter(|l| l.starts_with(name) && l.contains(uuid)).collect();
+        assert!(!lines.is_empty() && lines.iter().all(|l| l.contains(&labels)), "{name}: {lines:?}");
+    }
     assert!(text.contains("fleetlens_fleet_funnel_ratio{level=\"allocation\"}"));
     assert!(text.contains("fleetlens_ingest_samples_inserted_total 84"));
 

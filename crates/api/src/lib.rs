@@ -10,6 +10,7 @@ pub const INGEST_PATH: &str = "/api/v1/ingest";
 
 /// `POST /api/v1/ingest`: a batch of samples from one host.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IngestBatch {
     /// Host name the samples come from.
     pub host: String,
@@ -24,6 +25,7 @@ pub struct IngestBatch {
 
 /// Answer to an accepted ingest batch: everything in it is durably committed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IngestResponse {
     /// Samples in the batch.
     pub received: u64,
@@ -35,11 +37,13 @@ pub struct IngestResponse {
 
 /// Error body of every 4xx/5xx: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
     pub code: String,
     pub message: String,
@@ -53,6 +57,7 @@ pub struct ErrorDetail {
 
 /// One GPU in `GET /api/v1/gpus`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuSummary {
     pub uuid: String,
     pub host: String,
@@ -72,12 +77,14 @@ pub struct GpuSummary {
 
 /// `GET /api/v1/gpus`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuList {
     pub gpus: Vec<GpuSummary>,
 }
 
 /// `GET /api/v1/gpus/{uuid}/samples`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SampleList {
     pub uuid: String,
     pub from_ms: i64,
@@ -89,6 +96,7 @@ pub struct SampleList {
 
 /// One entry of `GET /api/v1/gpus/{uuid}/states` (the response is a JSON array of these).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StateWindow {
     pub from_ms: i64,
     pub to_ms: i64,
@@ -111,6 +119,7 @@ pub struct StateWindow {
 
 /// One level of the utilization funnel in the fleet summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FunnelLevel {
     /// `allocation`, `kernel`, `sm`, `tensor`, `mfu`.
     pub level: String,
@@ -125,6 +134,7 @@ pub struct FunnelLevel {
 
 /// Right-size advice for a GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RightSizeAdvice {
     pub suggested_model: String,
     pub p95_sm_active_pct: f64,
@@ -134,6 +144,7 @@ pub struct RightSizeAdvice {
 
 /// A GPU in the "wasting the most" list of the fleet summary.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuWaste {
     pub uuid: String,
     pub host: String,
@@ -151,6 +162,7 @@ pub struct GpuWaste {
 
 /// `GET /api/v1/fleet/summary`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FleetSummary {
     pub from_ms: i64,
     pub to_ms: i64,
@@ -183,6 +195,7 @@ pub struct FleetSummary {
 /// `POST /api/v1/jobs`: a job reports its model throughput for MFU. Give either
 /// `achieved_flops_per_s` or `tokens_per_s` × `flops_per_token` (the job's total over all its GPUs).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobReport {
     pub name: String,
     /// UUIDs of the GPUs the job ran on.
@@ -202,6 +215,7 @@ pub struct JobReport {
 
 /// A stored job report and its MFU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
     pub id: i64,
     pub name: String,
@@ -218,6 +232,7 @@ pub struct Job {
 /// One point of `GET /api/v1/gpus/{uuid}/series`: a rollup bucket's means (min/max for the
 /// two headline signals), null where nothing was measured.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SeriesPoint {
     /// Bucket start, Unix ms.
     pub ts_ms: i64,
@@ -238,6 +253,7 @@ pub struct SeriesPoint {
 
 /// `GET /api/v1/gpus/{uuid}/series?from=&to=&resolution=1m|1h`: served from rollups.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Series {
     pub uuid: String,
     pub resolution: String,
@@ -249,6 +265,7 @@ pub struct Series {
 /// One row of `GET /api/v1/reports/billing`: a group's GPU time, states, use and money over
 /// the period. Hours are GPU-hours.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BillingRow {
     /// The group's key: team name, host, GPU uuid or GPU model.
     pub group: String,
@@ -275,6 +292,7 @@ pub struct BillingRow {
 
 /// `GET /api/v1/reports/billing?format=json`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BillingReport {
     /// RFC 3339, UTC.
     pub from: String,

@@ -39,6 +39,7 @@ pub const DEFAULT_PRICES: [(GpuModel, f64); 18] = [
 /// Prices per GPU-hour. Keys are model ids (`h100-sxm`, see [`GpuModel::id`]) or, for models
 /// the datasheet table does not know, the exact NVML name (`NVIDIA GeForce RTX 4090`).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct PriceTable {
     pub currency: String,
     /// Where the prices come from (shown with every cost).

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// A GPU sample. Every measurement is optional: `None` means "not measured on this GPU",
 /// which is never the same as 0.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Sample {
     /// Sample time, Unix milliseconds.
     pub ts_ms: i64,
@@ -81,6 +82,7 @@ pub struct Sample {
 
 /// A process holding the GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuProcess {
     pub pid: u32,
     /// GPU memory the process holds, bytes.
@@ -106,6 +108,7 @@ pub struct GpuProcess {
 /// The owner of a GPU process, from `/proc/<pid>/{status,cgroup,environ}`. Every field is
 /// `null` where the host cannot tell: nothing is guessed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProcessOwner {
     /// Unix user name of the process's real UID (the UID itself where /etc/passwd has no name).
     #[serde(default)]

@@ -10,6 +10,7 @@ pub const GIB: i64 = 1 << 30;
 /// Every threshold of METRICS.md. Percentages are 0–100, ratios 0–1.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Thresholds {
     /// Evaluation window width, seconds.
     pub window_s: u32,

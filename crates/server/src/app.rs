@@ -5,12 +5,13 @@ use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{get, post};
 use fleetlens_store::{DEFAULT_ORG, NewApiKey, Scope, Store, StoreError, hash_api_key};
 use tokio::net::TcpListener;
 use tower_http::compression::CompressionLayer;
 use tower_http::services::{ServeDir, ServeFile};
 use tower_http::trace::TraceLayer;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 use crate::analytics::OrgClassifier;
 use crate::auth::KeyCache;
@@ -29,30 +30,48 @@ pub enum StartupError {
     Serve(std::io::Error),
 }
 
-pub fn router(state: AppState) -> Router {
-    let api = Router::new()
-        .route("/ingest", post(ingest::ingest))
-        .route("/gpus", get(gpus::list))
-        .route("/gpus/{uuid}", get(gpus::detail))
-        .route("/gpus/{uuid}/samples", get(gpus::samples))
-        .route("/gpus/{uuid}/states", get(analytics::states))
-        .route("/gpus/{uuid}/series", get(gpus::series))
-        .route("/fleet/summary", get(analytics::fleet_summary))
-        .route("/jobs", get(jobs::list).post(jobs::report))
-        .route("/reports/billing", get(crate::routes::reports::billing))
-        .route("/prices", get(analytics::get_prices).put(analytics::put_prices))
-        .route("/settings/thresholds", get(analytics::get_thresholds).put(analytics::put_thresholds))
+/// Every route of the server but the dashboard, each registered with `routes!`, which takes
+/// its path and method from the handler's `#[utoipa::path]`: what is served is what the
+/// OpenAPI document ([`crate::openapi`]) lists. Add routes only through `.routes(routes!(…))`
+/// (a unit test below refuses a plain `.route(` in this file).
+pub fn documented_routes() -> OpenApiRouter<AppState> {
+    OpenApiRouter::new()
+        .nest("/api/v1", api_v1())
+        .routes(routes!(crate::metrics::metrics))
+        .routes(routes!(health::healthz))
+        .routes(routes!(health::readyz))
+        .routes(routes!(crate::openapi::openapi_json))
+}
+
+/// `/api/v1`, relative to it.
+fn api_v1() -> OpenApiRouter<AppState> {
+    use crate::routes::reports;
+    OpenApiRouter::new()
+        .routes(routes!(ingest::ingest))
+        .routes(routes!(gpus::list))
+        .routes(routes!(gpus::detail))
+        .routes(routes!(gpus::samples))
+        .routes(routes!(analytics::states))
+        .routes(routes!(gpus::series))
+        .routes(routes!(analytics::fleet_summary))
+        .routes(routes!(jobs::list, jobs::report))
+        .routes(routes!(reports::billing))
+        .routes(routes!(analytics::get_prices, analytics::put_prices))
+        .routes(routes!(analytics::get_thresholds, analytics::put_thresholds))
         .merge(alerts_routes())
         .merge(accounts_routes())
-        .fallback(|| async { crate::error::ApiError::NotFound("no such API endpoint".into()) });
+}
+
+pub fn router(state: AppState) -> Router {
+    let (routes, _) = documented_routes().split_for_parts();
+    // Unknown /api/… paths answer a JSON 404, not the dashboard.
+    let api_fallback = || async { crate::error::ApiError::NotFound("no such API endpoint".into()) };
     let static_dir = &state.config.static_dir;
     let dashboard = ServeDir::new(static_dir).fallback(ServeFile::new(static_dir.join("index.html")));
-    Router::new()
-        .nest("/api/v1", api)
-        .route("/metrics", get(crate::metrics::metrics))
-        .route("/healthz", get(health::healthz))
-        .route("/readyz", get(health::readyz))
+    routes
+        .nest("/api", Router::new().fallback(api_fallback))
         .fallback_service(dashboard)
+        .layer(axum::middleware::map_response(crate::error::json_client_errors))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(CompressionLayer::new().gzip(true))
         .layer(TraceLayer::new_for_http())
@@ -60,45 +79,43 @@ pub fn router(state: AppState) -> Router {
 }
 
 /// Alerting: rules, channels, alerts, silences, the delivery log.
-fn alerts_routes() -> Router<AppState> {
+fn alerts_routes() -> OpenApiRouter<AppState> {
     use crate::routes::alerts as a;
-    use axum::routing::delete;
-    Router::new()
-        .route("/alert-rules", get(a::list_rules).post(a::create_rule))
-        .route("/alert-rules/fields", get(a::rule_fields))
-        .route("/alert-rules/check", post(a::check_condition))
-        .route("/alert-rules/{id}", get(a::get_rule).put(a::put_rule).delete(a::delete_rule))
-        .route("/notification-channels", get(a::list_channels).post(a::create_channel))
-        .route("/notification-channels/{id}", get(a::get_channel).put(a::put_channel).delete(a::delete_channel))
-        .route("/notification-channels/{id}/test", post(a::test_channel))
-        .route("/notification-channels/{id}/deliveries", get(a::channel_deliveries))
-        .route("/notification-deliveries", get(a::list_deliveries))
-        .route("/alerts", get(a::list_alerts))
-        .route("/alerts/{id}", get(a::get_alert))
-        .route("/silences", get(a::list_silences).post(a::create_silence))
-        .route("/silences/{id}", delete(a::delete_silence))
+    OpenApiRouter::new()
+        .routes(routes!(a::list_rules, a::create_rule))
+        .routes(routes!(a::rule_fields))
+        .routes(routes!(a::check_condition))
+        .routes(routes!(a::get_rule, a::put_rule, a::delete_rule))
+        .routes(routes!(a::list_channels, a::create_channel))
+        .routes(routes!(a::get_channel, a::put_channel, a::delete_channel))
+        .routes(routes!(a::test_channel))
+        .routes(routes!(a::channel_deliveries))
+        .routes(routes!(a::list_deliveries))
+        .routes(routes!(a::list_alerts))
+        .routes(routes!(a::get_alert))
+        .routes(routes!(a::list_silences, a::create_silence))
+        .routes(routes!(a::delete_silence))
 }
 
 /// Accounts: sessions, organisations, users, teams, API keys, team assignments.
-fn accounts_routes() -> Router<AppState> {
+fn accounts_routes() -> OpenApiRouter<AppState> {
     use crate::routes::accounts as a;
-    use axum::routing::put;
-    Router::new()
-        .route("/auth/login", post(a::login))
-        .route("/auth/logout", post(a::logout))
-        .route("/auth/me", get(a::me))
-        .route("/auth/password", put(a::change_password))
-        .route("/orgs", get(a::list_orgs).post(a::create_org))
-        .route("/users", get(a::list_users).post(a::create_user))
-        .route("/users/{id}", get(a::get_user).put(a::update_user).delete(a::delete_user))
-        .route("/teams", get(a::list_teams).post(a::create_team))
-        .route("/teams/{id}", get(a::get_team).put(a::rename_team).delete(a::delete_team))
-        .route("/teams/{id}/members/{user_id}", put(a::add_member).delete(a::remove_member))
-        .route("/api-keys", get(a::list_keys).post(a::create_key))
-        .route("/api-keys/{id}", get(a::get_key).delete(a::revoke_key))
-        .route("/hosts", get(a::list_hosts))
-        .route("/hosts/{host}/team", put(a::assign_host))
-        .route("/gpus/{uuid}/team", put(a::assign_gpu))
+    OpenApiRouter::new()
+        .routes(routes!(a::login))
+        .routes(routes!(a::logout))
+        .routes(routes!(a::me))
+        .routes(routes!(a::change_password))
+        .routes(routes!(a::list_orgs, a::create_org))
+        .routes(routes!(a::list_users, a::create_user))
+        .routes(routes!(a::get_user, a::update_user, a::delete_user))
+        .routes(routes!(a::list_teams, a::create_team))
+        .routes(routes!(a::get_team, a::rename_team, a::delete_team))
+        .routes(routes!(a::add_member, a::remove_member))
+        .routes(routes!(a::list_keys, a::create_key))
+        .routes(routes!(a::get_key, a::revoke_key))
+        .routes(routes!(a::list_hosts))
+        .routes(routes!(a::assign_host))
+        .routes(routes!(a::assign_gpu))
 }
 
 /// Ensure the bootstrap admin key, if configured.
@@ -171,4 +188,25 @@ async fn shutdown_signal() {
     let term = std::future::pending::<()>();
     tokio::select! { _ = ctrl_c => {}, _ = term => {} }
     tracing::info!("shutting down");
+}
+
+#[cfg(test)]
+mod tests {
+    /// Routes are added only with `routes!`, so every served route is in the OpenAPI document.
+    #[test]
+    fn every_route_is_documented() {
+        let source = include_str!("app.rs");
+        // Spelt in pieces so that this test does not find itself.
+        let plain = [concat!(".rou", "te("), concat!("route_", "service("), concat!("Method", "Router")];
+        for (n, line) in source.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for p in plain {
+                assert!(
+                    !code.contains(p),
+                    "app.rs:{}: add routes with .routes(routes!(handler)) so they are documented: {line}",
+                    n + 1
+                );
+            }
+        }
+    }
 }

@@ -103,6 +103,44 @@ impl IntoResponse for ApiError {
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
+/// Middleware: every 4xx/5xx leaves as `{"error": {"code", "message"}}`, also those made
+/// outside the handlers (axum's extractor rejections: a path id that is not a number, a query
+/// value of the wrong type; 405 for a method a path does not have), which are plain text.
+pub async fn json_client_errors(response: Response) -> Response {
+    let status = response.status();
+    let is_json = response
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return response;
+    }
+    let (mut parts, body) = response.into_parts();
+    let text = axum::body::to_bytes(body, 64 * 1024).await.unwrap_or_default();
+    let mut message = String::from_utf8_lossy(&text).trim().to_string();
+    if message.is_empty() {
+        message = status.canonical_reason().unwrap_or("error").to_string();
+    }
+    let code = match status {
+        StatusCode::BAD_REQUEST => "bad_request",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "validation_failed",
+        s if s.is_server_error() => "internal",
+        _ => "error",
+    };
+    let body = ErrorBody { error: ErrorDetail { code: code.into(), message, sample_index: None, field: None } };
+    parts.headers.remove(axum::http::header::CONTENT_LENGTH);
+    parts.headers.remove(axum::http::header::CONTENT_TYPE);
+    let json = Json(body).into_response();
+    let (json_parts, json_body) = json.into_parts();
+    parts.headers.extend(json_parts.headers);
+    Response::from_parts(parts, json_body)
+}
+
 /// `samples[3].power_w` → (Some(3), Some("power_w")); other paths are returned as the field.
 fn split_sample_path(path: &str) -> (Option<usize>, Option<String>) {
     let parsed = path.strip_prefix("samples[").and_then(|rest| {

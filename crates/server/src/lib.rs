@@ -9,6 +9,7 @@ pub mod config;
 pub mod error;
 pub mod jobs;
 pub mod metrics;
+pub mod openapi;
 pub mod routes;
 pub mod state;
 pub mod time;

@@ -53,6 +53,8 @@ pub fn record_rejected() {
 struct GpuLabels {
     uuid: String,
     host: String,
+    /// The GPU's team (empty, i.e. no label in PromQL, when it has none).
+    team: String,
     model: String,
 }
 
@@ -60,6 +62,7 @@ struct GpuLabels {
 struct StateLabels {
     uuid: String,
     host: String,
+    team: String,
     model: String,
     state: String,
 }
@@ -112,6 +115,7 @@ fn to_classic_text(openmetrics: &str) -> String {
     out
 }
 
+#[utoipa::path(get, path = "/metrics", tag = "meta", responses((status = 200, description = "Prometheus text exposition 0.0.4; OpenMetrics 1.0 with `Accept: application/openmetrics-text`", content((String = "text/plain"), (String = "application/openmetrics-text"))), crate::openapi::AuthErrors))]
 pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: HeaderMap) -> ApiResult<Response> {
     caller.require(Scope::Read)?;
     let store = state.store.as_ref();
@@ -119,6 +123,8 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     let gpus = store.gpus(caller.org).await?;
     let newest: HashMap<i64, LatestMinute> =
         store.latest_minutes(caller.org).await?.into_iter().map(|m| (m.gpu_id, m)).collect();
+    let teams: HashMap<i64, String> =
+        store.gpu_teams(caller.org).await?.into_iter().filter_map(|g| Some((g.gpu_id, g.team_name?))).collect();
     let now = now_ms();
 
     let mut registry = Registry::with_prefix("fleetlens");
@@ -136,8 +142,12 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     let state_family = Family::<StateLabels, GaugeF>::default();
     registry.register("gpu_state", "Current workload state (METRICS.md), one-hot", state_family.clone());
     for g in &gpus {
-        let labels =
-            GpuLabels { uuid: g.uuid.clone(), host: g.host.clone(), model: g.name.clone().unwrap_or_default() };
+        let labels = GpuLabels {
+            uuid: g.uuid.clone(),
+            host: g.host.clone(),
+            team: teams.get(&g.id).cloned().unwrap_or_default(),
+            model: g.name.clone().unwrap_or_default(),
+        };
         if let Some(latest) = &g.latest {
             for ((_, _, get), family) in signals.iter().zip(&families) {
                 if let Some(v) = get(latest) {
@@ -150,6 +160,7 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
             let l = StateLabels {
                 uuid: labels.uuid.clone(),
                 host: labels.host.clone(),
+                team: labels.team.clone(),
                 model: labels.model.clone(),
                 state: s.as_str().to_string(),
             };

@@ -12,6 +12,7 @@ use crate::state::WorkloadState;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum FieldType {
     Number,
     Bool,
@@ -32,6 +33,7 @@ impl FieldType {
 
 /// One field of the condition language.
 #[derive(Debug, Clone, Copy, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FieldDef {
     pub name: &'static str,
     #[serde(rename = "type")]

@@ -43,6 +43,7 @@ impl NotifyStatus {
 
 /// A field of the condition and its value when the alert fired.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct MatchedValue {
     pub field: String,
     pub value: String,

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 /// `*` as a wildcard (`GPU-b8c2*`, `node-*`). `rule` matches the rule's name or its id.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Matchers {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rule: Option<String>,

@@ -35,7 +35,7 @@ use crate::time::now_ms;
 
 // ---- views ----
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OrgView {
     pub id: i64,
     pub name: String,
@@ -48,7 +48,7 @@ impl From<OrgRecord> for OrgView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct UserView {
     pub id: i64,
     pub email: String,
@@ -77,7 +77,7 @@ impl From<UserRecord> for UserView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TeamView {
     pub id: i64,
     pub name: String,
@@ -93,7 +93,7 @@ impl From<TeamRecord> for TeamView {
 }
 
 /// An API key, never its secret.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct KeyView {
     pub id: i64,
     pub name: String,
@@ -128,7 +128,7 @@ impl From<ApiKeyInfo> for KeyView {
 }
 
 /// A key just made: the only response that ever shows its secret.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CreatedKeyView {
     #[serde(flatten)]
     pub view: KeyView,
@@ -136,7 +136,7 @@ pub struct CreatedKeyView {
     pub key: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct GpuTeamView {
     pub uuid: String,
     pub host: String,
@@ -158,7 +158,7 @@ impl From<GpuTeam> for GpuTeamView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct HostView {
     pub host: String,
     /// The team an admin assigned the host to.
@@ -232,14 +232,14 @@ async fn team_in_org(state: &AppState, caller: &Caller, team: Option<i64>) -> Ap
 
 // ---- sessions ----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LoginBody {
     pub email: String,
     pub password: String,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SessionView {
     pub user: UserView,
     pub org: OrgView,
@@ -251,6 +251,7 @@ pub struct SessionView {
 
 /// `POST /api/v1/auth/login` `{"email", "password"}` → the session cookie and
 /// [`SessionView`]; 401 `invalid_credentials`, 429 `rate_limited` (with `Retry-After`).
+#[utoipa::path(post, path = "/auth/login", tag = "accounts", security(()), request_body = LoginBody, responses((status = 200, body = SessionView, description = "Logged in: the session cookie is set", headers(("set-cookie" = String))), crate::openapi::LoginErrors))]
 pub async fn login(
     State(state): State<AppState>,
     headers: HeaderMap,
@@ -312,6 +313,7 @@ pub async fn login(
 
 /// `POST /api/v1/auth/logout`: ends the cookie's session (CSRF token required) and clears
 /// the cookie. 204 also when there is no session.
+#[utoipa::path(post, path = "/auth/logout", tag = "accounts", security((), ("session" = [])), responses((status = 204, description = "Logged out; the cookie is cleared"), crate::openapi::AuthErrors))]
 pub async fn logout(State(state): State<AppState>, method: Method, headers: HeaderMap) -> ApiResult<Response> {
     if let Some((session, hash)) = session_of(&state, &headers).await? {
         check_csrf(&method, &headers, &session.csrf_token)?;
@@ -320,7 +322,7 @@ pub async fn logout(State(state): State<AppState>, method: Method, headers: Head
     Ok((StatusCode::NO_CONTENT, [(SET_COOKIE, state.config.accounts.clear_session_cookie())]).into_response())
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MeKeyView {
     pub id: i64,
     pub name: String,
@@ -328,7 +330,7 @@ pub struct MeKeyView {
     pub team_id: Option<i64>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct MeView {
     pub org: OrgView,
     /// `session` or `api_key`.
@@ -343,6 +345,7 @@ pub struct MeView {
 }
 
 /// `GET /api/v1/auth/me`: who the caller is.
+#[utoipa::path(get, path = "/auth/me", tag = "accounts", responses((status = 200, body = MeView), crate::openapi::AuthErrors))]
 pub async fn me(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<MeView>> {
     let org = state.store.org(caller.org).await?.ok_or_else(|| not_found("organisation"))?;
     let scopes = expand_scopes(&caller.key.scopes).iter().map(|s| s.as_str()).collect();
@@ -376,7 +379,7 @@ pub async fn me(State(state): State<AppState>, caller: Caller) -> ApiResult<Json
     Ok(Json(view))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PasswordBody {
     pub current_password: String,
@@ -385,6 +388,7 @@ pub struct PasswordBody {
 
 /// `PUT /api/v1/auth/password` `{"current_password", "new_password"}` (a session): ends the
 /// user's other sessions.
+#[utoipa::path(put, path = "/auth/password", tag = "accounts", security(("session" = [])), request_body = PasswordBody, responses((status = 204, description = "Changed; the user's other sessions are ended"), crate::openapi::BodyErrors))]
 pub async fn change_password(
     State(state): State<AppState>,
     caller: Caller,
@@ -409,7 +413,7 @@ pub async fn change_password(
 
 // ---- organisations ----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewOrgBody {
     pub name: String,
@@ -419,7 +423,7 @@ pub struct NewOrgBody {
     pub admin_name: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct CreatedOrgView {
     pub org: OrgView,
     pub admin: UserView,
@@ -434,6 +438,7 @@ fn require_instance_admin(caller: &Caller) -> ApiResult<()> {
 }
 
 /// `GET /api/v1/orgs` (admins of the default organisation).
+#[utoipa::path(get, path = "/orgs", tag = "accounts", responses((status = 200, body = Vec<OrgView>), crate::openapi::AuthErrors))]
 pub async fn list_orgs(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<OrgView>>> {
     require_instance_admin(&caller)?;
     Ok(Json(state.store.orgs().await?.into_iter().map(OrgView::from).collect()))
@@ -441,6 +446,7 @@ pub async fn list_orgs(State(state): State<AppState>, caller: Caller) -> ApiResu
 
 /// `POST /api/v1/orgs` `{"name", "admin_email", "admin_password", "admin_name"?}` (admins of
 /// the default organisation): a new organisation and its first admin.
+#[utoipa::path(post, path = "/orgs", tag = "accounts", request_body = NewOrgBody, responses((status = 201, body = CreatedOrgView), crate::openapi::BodyErrors))]
 pub async fn create_org(
     State(state): State<AppState>,
     caller: Caller,
@@ -479,7 +485,7 @@ pub async fn create_org(
 
 // ---- users ----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewUserBody {
     pub email: String,
@@ -489,7 +495,7 @@ pub struct NewUserBody {
     pub role: String,
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UserPatch {
     #[serde(default)]
@@ -503,12 +509,14 @@ pub struct UserPatch {
 }
 
 /// `GET /api/v1/users` (admin).
+#[utoipa::path(get, path = "/users", tag = "accounts", responses((status = 200, body = Vec<UserView>), crate::openapi::AuthErrors))]
 pub async fn list_users(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<UserView>>> {
     caller.require(Scope::Admin)?;
     Ok(Json(state.store.users(caller.org).await?.into_iter().map(UserView::from).collect()))
 }
 
 /// `POST /api/v1/users` `{"email", "name"?, "password", "role"}` (admin).
+#[utoipa::path(post, path = "/users", tag = "accounts", request_body = NewUserBody, responses((status = 201, body = UserView), crate::openapi::BodyErrors))]
 pub async fn create_user(
     State(state): State<AppState>,
     caller: Caller,
@@ -541,6 +549,7 @@ pub async fn create_user(
 }
 
 /// `GET /api/v1/users/{id}` (admin, or the user themself).
+#[utoipa::path(get, path = "/users/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 200, body = UserView), crate::openapi::ItemErrors))]
 pub async fn get_user(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<UserView>> {
     if caller.user().map(|u| u.id) != Some(id) {
         caller.require(Scope::Admin)?;
@@ -559,6 +568,7 @@ async fn keep_an_admin(state: &AppState, caller: &Caller, target: &UserRecord) -
 
 /// `PUT /api/v1/users/{id}` `{"name"?, "role"?, "password"?, "disabled"?}` (admin). A new
 /// password or disabling ends the user's sessions.
+#[utoipa::path(put, path = "/users/{id}", tag = "accounts", params(("id" = i64, Path)), request_body = UserPatch, responses((status = 200, body = UserView), crate::openapi::ItemBodyErrors))]
 pub async fn update_user(
     State(state): State<AppState>,
     caller: Caller,
@@ -597,6 +607,7 @@ pub async fn update_user(
 }
 
 /// `DELETE /api/v1/users/{id}` (admin): ends the user's sessions and revokes their keys.
+#[utoipa::path(delete, path = "/users/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemBodyErrors))]
 pub async fn delete_user(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     let target = state.store.user(caller.org, id).await?.ok_or_else(|| not_found("user"))?;
@@ -613,19 +624,21 @@ pub async fn delete_user(State(state): State<AppState>, caller: Caller, Path(id)
 
 // ---- teams ----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TeamBody {
     pub name: String,
 }
 
 /// `GET /api/v1/teams` (read).
+#[utoipa::path(get, path = "/teams", tag = "accounts", responses((status = 200, body = Vec<TeamView>), crate::openapi::AuthErrors))]
 pub async fn list_teams(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<TeamView>>> {
     caller.require(Scope::Read)?;
     Ok(Json(state.store.teams(caller.org).await?.into_iter().map(TeamView::from).collect()))
 }
 
 /// `POST /api/v1/teams` `{"name"}` (admin).
+#[utoipa::path(post, path = "/teams", tag = "accounts", request_body = TeamBody, responses((status = 201, body = TeamView), crate::openapi::BodyErrors))]
 pub async fn create_team(
     State(state): State<AppState>,
     caller: Caller,
@@ -644,12 +657,14 @@ pub async fn create_team(
 }
 
 /// `GET /api/v1/teams/{id}` (read).
+#[utoipa::path(get, path = "/teams/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 200, body = TeamView), crate::openapi::ItemErrors))]
 pub async fn get_team(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<TeamView>> {
     caller.require(Scope::Read)?;
     Ok(Json(state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team"))?.into()))
 }
 
 /// `PUT /api/v1/teams/{id}` `{"name"}` (admin).
+#[utoipa::path(put, path = "/teams/{id}", tag = "accounts", params(("id" = i64, Path)), request_body = TeamBody, responses((status = 200, body = TeamView), crate::openapi::ItemBodyErrors))]
 pub async fn rename_team(
     State(state): State<AppState>,
     caller: Caller,
@@ -671,6 +686,7 @@ pub async fn rename_team(
 }
 
 /// `DELETE /api/v1/teams/{id}` (admin): its hosts, GPUs and keys are left without a team.
+#[utoipa::path(delete, path = "/teams/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
 pub async fn delete_team(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.delete_team(caller.org, id).await? {
@@ -682,6 +698,7 @@ pub async fn delete_team(State(state): State<AppState>, caller: Caller, Path(id)
 }
 
 /// `PUT /api/v1/teams/{id}/members/{user_id}` (admin).
+#[utoipa::path(put, path = "/teams/{id}/members/{user_id}", tag = "accounts", params(("id" = i64, Path), ("user_id" = i64, Path)), responses((status = 204, description = "Added"), crate::openapi::ItemErrors))]
 pub async fn add_member(
     State(state): State<AppState>,
     caller: Caller,
@@ -695,6 +712,7 @@ pub async fn add_member(
 }
 
 /// `DELETE /api/v1/teams/{id}/members/{user_id}` (admin).
+#[utoipa::path(delete, path = "/teams/{id}/members/{user_id}", tag = "accounts", params(("id" = i64, Path), ("user_id" = i64, Path)), responses((status = 204, description = "Removed"), crate::openapi::ItemErrors))]
 pub async fn remove_member(
     State(state): State<AppState>,
     caller: Caller,
@@ -709,7 +727,7 @@ pub async fn remove_member(
 
 // ---- API keys ----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct NewKeyBody {
     pub name: String,
@@ -724,6 +742,7 @@ fn may_manage(caller: &Caller, key: &ApiKeyInfo) -> bool {
 }
 
 /// `GET /api/v1/api-keys`: admins see every key of the organisation, users their own.
+#[utoipa::path(get, path = "/api-keys", tag = "accounts", responses((status = 200, body = Vec<KeyView>), crate::openapi::AuthErrors))]
 pub async fn list_keys(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<KeyView>>> {
     let keys = if caller.has(Scope::Admin) {
         state.store.api_keys(caller.org, None).await?
@@ -738,6 +757,7 @@ pub async fn list_keys(State(state): State<AppState>, caller: Caller) -> ApiResu
 /// `POST /api/v1/api-keys` `{"name", "scopes": ["ingest"|"read"|"admin"], "team_id"?}`:
 /// members (session) and admins; never more scopes than the caller holds. The answer is the
 /// only time the secret (`key`) is shown.
+#[utoipa::path(post, path = "/api-keys", tag = "accounts", request_body = NewKeyBody, responses((status = 201, body = CreatedKeyView, description = "The key: `key` is shown this once"), crate::openapi::BodyErrors))]
 pub async fn create_key(
     State(state): State<AppState>,
     caller: Caller,
@@ -781,6 +801,7 @@ pub async fn create_key(
 }
 
 /// `GET /api/v1/api-keys/{id}`: admins, or the key's owner.
+#[utoipa::path(get, path = "/api-keys/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 200, body = KeyView), crate::openapi::ItemErrors))]
 pub async fn get_key(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<KeyView>> {
     let key = state
         .store
@@ -793,6 +814,7 @@ pub async fn get_key(State(state): State<AppState>, caller: Caller, Path(id): Pa
 
 /// `DELETE /api/v1/api-keys/{id}`: revokes the key (admins, or its owner); the key answers 401
 /// from then on. Returns the revoked key.
+#[utoipa::path(delete, path = "/api-keys/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 200, body = KeyView, description = "Revoked"), crate::openapi::ItemErrors))]
 pub async fn revoke_key(
     State(state): State<AppState>,
     caller: Caller,
@@ -811,7 +833,7 @@ pub async fn revoke_key(
 
 // ---- hosts and GPUs ----
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AssignBody {
     /// The team, or null to clear the assignment.
@@ -819,6 +841,7 @@ pub struct AssignBody {
 }
 
 /// `GET /api/v1/hosts` (read): hosts, their GPUs and teams.
+#[utoipa::path(get, path = "/hosts", tag = "accounts", responses((status = 200, body = Vec<HostView>), crate::openapi::AuthErrors))]
 pub async fn list_hosts(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<HostView>>> {
     caller.require(Scope::Read)?;
     Ok(Json(state.store.hosts(caller.org).await?.into_iter().map(HostView::from).collect()))
@@ -834,6 +857,7 @@ fn assigned(outcome: Assigned, what: &str) -> ApiResult<()> {
 
 /// `PUT /api/v1/hosts/{host}/team` `{"team_id": id|null}` (admin): the host's GPUs, now and
 /// later, belong to the team (unless a GPU is assigned on its own).
+#[utoipa::path(put, path = "/hosts/{host}/team", tag = "accounts", params(("host" = String, Path)), request_body = AssignBody, responses((status = 200, body = HostView), crate::openapi::ItemBodyErrors))]
 pub async fn assign_host(
     State(state): State<AppState>,
     caller: Caller,
@@ -852,6 +876,7 @@ pub async fn assign_host(
 
 /// `PUT /api/v1/gpus/{uuid}/team` `{"team_id": id|null}` (admin): this GPU's team, above its
 /// host's; null returns it to its host's.
+#[utoipa::path(put, path = "/gpus/{uuid}/team", tag = "accounts", params(("uuid" = String, Path)), request_body = AssignBody, responses((status = 200, body = GpuTeamView), crate::openapi::ItemBodyErrors))]
 pub async fn assign_gpu(
     State(state): State<AppState>,
     caller: Caller,

@@ -94,7 +94,7 @@ fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
 // ---------------------------------------------------------------------------------------------
 // Rules
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct RuleView {
     pub id: i64,
     pub name: String,
@@ -137,7 +137,7 @@ impl From<AlertRuleRecord> for RuleView {
 }
 
 /// `POST` takes these (name and condition required); `PUT` changes the fields it names.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RuleBody {
     pub name: Option<String>,
@@ -181,13 +181,21 @@ fn merge(base: RuleSpec, b: RuleBody) -> (RuleSpec, Option<Vec<i64>>, Option<boo
     (spec, b.channels, b.enabled)
 }
 
-pub async fn list_rules(State(state): State<AppState>, caller: Caller) -> Res<Json<Value>> {
+/// `{"rules": [...]}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RuleList {
+    pub rules: Vec<RuleView>,
+}
+
+#[utoipa::path(get, path = "/alert-rules", tag = "alerts", responses((status = 200, body = RuleList), crate::openapi::AuthErrors))]
+pub async fn list_rules(State(state): State<AppState>, caller: Caller) -> Res<Json<RuleList>> {
     caller.require(Scope::Read)?;
     seed(&state, caller.org).await?;
     let rules: Vec<RuleView> = state.store.alert_rules(caller.org).await?.into_iter().map(RuleView::from).collect();
-    Ok(Json(json!({ "rules": rules })))
+    Ok(Json(RuleList { rules }))
 }
 
+#[utoipa::path(post, path = "/alert-rules", tag = "alerts", request_body = RuleBody, responses((status = 201, body = RuleView), crate::openapi::BodyErrors))]
 pub async fn create_rule(
     State(state): State<AppState>,
     caller: Caller,
@@ -227,12 +235,14 @@ pub async fn create_rule(
     Ok((StatusCode::CREATED, Json(stored.into())))
 }
 
+#[utoipa::path(get, path = "/alert-rules/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = RuleView), crate::openapi::ItemErrors))]
 pub async fn get_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<RuleView>> {
     caller.require(Scope::Read)?;
     let r = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
     Ok(Json(r.into()))
 }
 
+#[utoipa::path(put, path = "/alert-rules/{id}", tag = "alerts", params(("id" = i64, Path)), request_body = RuleBody, responses((status = 200, body = RuleView), crate::openapi::ItemBodyErrors))]
 pub async fn put_rule(
     State(state): State<AppState>,
     caller: Caller,
@@ -267,6 +277,7 @@ pub async fn put_rule(
     Ok(Json(out.into()))
 }
 
+#[utoipa::path(delete, path = "/alert-rules/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
 pub async fn delete_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.delete_alert_rule(caller.org, id).await? {
@@ -278,24 +289,42 @@ pub async fn delete_rule(State(state): State<AppState>, caller: Caller, Path(id)
 }
 
 /// `GET /api/v1/alert-rules/fields`: what a condition can read.
-pub async fn rule_fields(caller: Caller) -> Res<Json<Value>> {
-    caller.require(Scope::Read)?;
-    Ok(Json(json!({
-        "fields": FIELDS,
-        "states": WorkloadState::ALL.map(|s| s.as_str()),
-        "severities": SEVERITIES,
-        "operators": ["&&", "||", "!", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "(", ")"],
-    })))
+/// The condition language: its fields, states, severities and operators.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct RuleFields {
+    pub fields: &'static [fleetlens_core::rules::FieldDef],
+    pub states: Vec<&'static str>,
+    pub severities: Vec<&'static str>,
+    pub operators: Vec<&'static str>,
 }
 
-#[derive(Debug, Deserialize)]
+#[utoipa::path(get, path = "/alert-rules/fields", tag = "alerts", responses((status = 200, body = RuleFields), crate::openapi::AuthErrors))]
+pub async fn rule_fields(caller: Caller) -> Res<Json<RuleFields>> {
+    caller.require(Scope::Read)?;
+    Ok(Json(RuleFields {
+        fields: FIELDS,
+        states: WorkloadState::ALL.map(|s| s.as_str()).to_vec(),
+        severities: SEVERITIES.to_vec(),
+        operators: vec!["&&", "||", "!", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "(", ")"],
+    }))
+}
+
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CheckBody {
     pub condition: String,
 }
 
 /// `POST /api/v1/alert-rules/check`: parse a condition without storing anything.
-pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<Value>> {
+/// A condition that parses, and the fields it reads.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ConditionCheck {
+    pub ok: bool,
+    pub fields: Vec<&'static str>,
+}
+
+#[utoipa::path(post, path = "/alert-rules/check", tag = "alerts", request_body = CheckBody, responses((status = 200, body = ConditionCheck), crate::openapi::BodyErrors))]
+pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionCheck>> {
     caller.require(Scope::Read)?;
     let b: CheckBody = parse_body(&body)?;
     let c = Condition::parse(&b.condition).map_err(|e| {
@@ -305,13 +334,13 @@ pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<Value>> {
             position: Some(e.position),
         })
     })?;
-    Ok(Json(json!({"ok": true, "fields": c.fields()})))
+    Ok(Json(ConditionCheck { ok: true, fields: c.fields().to_vec() }))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Channels
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ChannelView {
     pub id: i64,
     pub name: String,
@@ -339,7 +368,7 @@ impl From<ChannelRecord> for ChannelView {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ChannelBody {
     pub name: Option<String>,
@@ -376,13 +405,21 @@ fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChann
     Ok(NewChannel { name, kind, url: url.trim().to_string(), is_default, min_interval_ms })
 }
 
-pub async fn list_channels(State(state): State<AppState>, caller: Caller) -> Res<Json<Value>> {
+/// `{"channels": [...]}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ChannelList {
+    pub channels: Vec<ChannelView>,
+}
+
+#[utoipa::path(get, path = "/notification-channels", tag = "alerts", responses((status = 200, body = ChannelList), crate::openapi::AuthErrors))]
+pub async fn list_channels(State(state): State<AppState>, caller: Caller) -> Res<Json<ChannelList>> {
     caller.require(Scope::Admin)?;
     let list: Vec<ChannelView> =
         state.store.notification_channels(caller.org).await?.into_iter().map(ChannelView::from).collect();
-    Ok(Json(json!({ "channels": list })))
+    Ok(Json(ChannelList { channels: list }))
 }
 
+#[utoipa::path(post, path = "/notification-channels", tag = "alerts", request_body = ChannelBody, responses((status = 201, body = ChannelView), crate::openapi::BodyErrors))]
 pub async fn create_channel(
     State(state): State<AppState>,
     caller: Caller,
@@ -398,12 +435,14 @@ pub async fn create_channel(
     Ok((StatusCode::CREATED, Json(c.into())))
 }
 
+#[utoipa::path(get, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = ChannelView), crate::openapi::ItemErrors))]
 pub async fn get_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<ChannelView>> {
     caller.require(Scope::Admin)?;
     let c = state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
     Ok(Json(c.into()))
 }
 
+#[utoipa::path(put, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), request_body = ChannelBody, responses((status = 200, body = ChannelView), crate::openapi::ItemBodyErrors))]
 pub async fn put_channel(
     State(state): State<AppState>,
     caller: Caller,
@@ -421,6 +460,7 @@ pub async fn put_channel(
     }
 }
 
+#[utoipa::path(delete, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
 pub async fn delete_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.delete_notification_channel(caller.org, id, now_ms()).await? {
@@ -432,6 +472,20 @@ pub async fn delete_channel(State(state): State<AppState>, caller: Caller, Path(
 /// `POST /api/v1/notification-channels/{id}/test`: send a test message through the outbox
 /// (so rate limit, retries and the delivery log apply) and wait up to 15 s for the first
 /// attempt's outcome.
+/// The outcome of a test message.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TestResult {
+    pub message_id: i64,
+    pub delivered: bool,
+    /// Outbox status: `delivered`, `sending`, `failed` …
+    pub status: String,
+    pub attempts: i64,
+    /// HTTP status the receiver answered, if it answered.
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+}
+
+#[utoipa::path(post, path = "/notification-channels/{id}/test", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = TestResult, description = "Delivered"), (status = 202, body = TestResult, description = "Not delivered (yet): see `status` and `error`"), (status = 409, description = "A test message was just sent", body = fleetlens_api::ErrorBody), crate::openapi::ItemErrors))]
 pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Response> {
     caller.require(Scope::Admin)?;
     let c = state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
@@ -451,14 +505,14 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
         let settled = m.attempts > 0 && m.status != "sending";
         if settled || tokio::time::Instant::now() >= deadline {
             let status = if m.status == "delivered" { StatusCode::OK } else { StatusCode::ACCEPTED };
-            let body = json!({
-                "message_id": m.id,
-                "delivered": m.status == "delivered",
-                "status": m.status,
-                "attempts": m.attempts,
-                "status_code": m.last_status_code,
-                "error": m.last_error,
-            });
+            let body = TestResult {
+                message_id: m.id,
+                delivered: m.status == "delivered",
+                status: m.status,
+                attempts: m.attempts,
+                status_code: m.last_status_code,
+                error: m.last_error,
+            };
             return Ok((status, Json(body)).into_response());
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
@@ -468,7 +522,7 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
 // ---------------------------------------------------------------------------------------------
 // Alerts
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AlertView {
     pub id: i64,
     pub rule_id: i64,
@@ -534,20 +588,33 @@ impl From<AlertRecord> for AlertView {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct AlertQuery {
+    /// `firing`, `resolved`, `pending`, `open` (pending or firing) or `all` (default).
+    #[param(pattern = "^(firing|resolved|pending|open|all)$")]
     pub status: Option<String>,
     pub rule_id: Option<i64>,
+    /// GPU UUID.
     pub gpu: Option<String>,
+    /// Only alerts with an id below this (paging).
     pub before: Option<i64>,
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 
+/// `{"alerts": [...]}`, newest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AlertList {
+    pub alerts: Vec<AlertView>,
+}
+
+#[utoipa::path(get, path = "/alerts", tag = "alerts", params(AlertQuery), responses((status = 200, body = AlertList), crate::openapi::QueryErrors))]
 pub async fn list_alerts(
     State(state): State<AppState>,
     caller: Caller,
     Query(q): Query<AlertQuery>,
-) -> Res<Json<Value>> {
+) -> Res<Json<AlertList>> {
     caller.require(Scope::Read)?;
     let statuses = match q.status.as_deref().map(str::trim).unwrap_or("all") {
         "all" | "" => vec![],
@@ -564,10 +631,10 @@ pub async fn list_alerts(
     let filter = AlertFilter { statuses, rule_id: q.rule_id, gpu_uuid: q.gpu, before_id: q.before, limit };
     let alerts: Vec<AlertView> =
         state.store.alerts(caller.org, &filter).await?.into_iter().map(AlertView::from).collect();
-    Ok(Json(json!({ "alerts": alerts })))
+    Ok(Json(AlertList { alerts }))
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct OutboxView {
     pub id: i64,
     pub channel_id: i64,
@@ -600,7 +667,7 @@ impl From<OutboxRecord> for OutboxView {
     }
 }
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct DeliveryView {
     pub id: i64,
     pub message_id: Option<i64>,
@@ -634,7 +701,17 @@ impl From<DeliveryRecord> for DeliveryView {
     }
 }
 
-pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<Value>> {
+/// One alert with its notification messages and delivery attempts.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct AlertDetail {
+    #[serde(flatten)]
+    pub alert: AlertView,
+    pub messages: Vec<OutboxView>,
+    pub deliveries: Vec<DeliveryView>,
+}
+
+#[utoipa::path(get, path = "/alerts/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = AlertDetail), crate::openapi::ItemErrors))]
+pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<AlertDetail>> {
     caller.require(Scope::Read)?;
     let a = state.store.alert(caller.org, id).await?.ok_or_else(|| not_found("alert"))?;
     let messages: Vec<OutboxView> =
@@ -642,36 +719,43 @@ pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): 
     let filter = DeliveryFilter { alert_id: Some(id), limit: 200, ..Default::default() };
     let deliveries: Vec<DeliveryView> =
         state.store.deliveries(caller.org, &filter).await?.into_iter().map(DeliveryView::from).collect();
-    let mut v = serde_json::to_value(AlertView::from(a)).unwrap_or(Value::Null);
-    v["messages"] = json!(messages);
-    v["deliveries"] = json!(deliveries);
-    Ok(Json(v))
+    Ok(Json(AlertDetail { alert: AlertView::from(a), messages, deliveries }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct DeliveryQuery {
     pub channel_id: Option<i64>,
     pub alert_id: Option<i64>,
+    #[param(minimum = 1, maximum = 1000)]
     pub limit: Option<i64>,
 }
 
 /// `GET /api/v1/notification-deliveries?channel_id=&alert_id=&limit=`: the delivery log.
+/// `{"deliveries": [...]}`, newest first.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct DeliveryList {
+    pub deliveries: Vec<DeliveryView>,
+}
+
+#[utoipa::path(get, path = "/notification-deliveries", tag = "alerts", params(DeliveryQuery), responses((status = 200, body = DeliveryList), crate::openapi::QueryErrors))]
 pub async fn list_deliveries(
     State(state): State<AppState>,
     caller: Caller,
     Query(q): Query<DeliveryQuery>,
-) -> Res<Json<Value>> {
+) -> Res<Json<DeliveryList>> {
     caller.require(Scope::Read)?;
     deliveries(&state, caller.org, q.channel_id, q.alert_id, q.limit).await
 }
 
 /// `GET /api/v1/notification-channels/{id}/deliveries`.
+#[utoipa::path(get, path = "/notification-channels/{id}/deliveries", tag = "alerts", params(("id" = i64, Path), DeliveryQuery), responses((status = 200, body = DeliveryList), crate::openapi::ItemQueryErrors))]
 pub async fn channel_deliveries(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<i64>,
     Query(q): Query<DeliveryQuery>,
-) -> Res<Json<Value>> {
+) -> Res<Json<DeliveryList>> {
     caller.require(Scope::Read)?;
     state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
     deliveries(&state, caller.org, Some(id), q.alert_id, q.limit).await
@@ -683,7 +767,7 @@ async fn deliveries(
     channel_id: Option<i64>,
     alert_id: Option<i64>,
     limit: Option<i64>,
-) -> Res<Json<Value>> {
+) -> Res<Json<DeliveryList>> {
     let limit = limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(invalid("limit", "1–1000"));
@@ -691,13 +775,13 @@ async fn deliveries(
     let filter = DeliveryFilter { channel_id, alert_id, limit };
     let list: Vec<DeliveryView> =
         state.store.deliveries(org, &filter).await?.into_iter().map(DeliveryView::from).collect();
-    Ok(Json(json!({ "deliveries": list })))
+    Ok(Json(DeliveryList { deliveries: list }))
 }
 
 // ---------------------------------------------------------------------------------------------
 // Silences
 
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct SilenceView {
     pub id: i64,
     pub matchers: Matchers,
@@ -728,7 +812,7 @@ impl SilenceView {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SilenceBody {
     pub matchers: Matchers,
@@ -749,6 +833,7 @@ fn time_value(name: &str, v: &Value) -> Res<i64> {
     }
 }
 
+#[utoipa::path(post, path = "/silences", tag = "alerts", request_body = SilenceBody, responses((status = 201, body = SilenceView), crate::openapi::BodyErrors))]
 pub async fn create_silence(
     State(state): State<AppState>,
     caller: Caller,
@@ -781,15 +866,23 @@ pub async fn create_silence(
     Ok((StatusCode::CREATED, Json(SilenceView::of(stored, now))))
 }
 
-pub async fn list_silences(State(state): State<AppState>, caller: Caller) -> Res<Json<Value>> {
+/// `{"silences": [...]}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct SilenceList {
+    pub silences: Vec<SilenceView>,
+}
+
+#[utoipa::path(get, path = "/silences", tag = "alerts", responses((status = 200, body = SilenceList), crate::openapi::AuthErrors))]
+pub async fn list_silences(State(state): State<AppState>, caller: Caller) -> Res<Json<SilenceList>> {
     caller.require(Scope::Read)?;
     let now = now_ms();
     let list: Vec<SilenceView> =
         state.store.silences(caller.org).await?.into_iter().map(|s| SilenceView::of(s, now)).collect();
-    Ok(Json(json!({ "silences": list })))
+    Ok(Json(SilenceList { silences: list }))
 }
 
 /// `DELETE /api/v1/silences/{id}`: end the silence now (it stays listed, expired).
+#[utoipa::path(delete, path = "/silences/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Expired"), crate::openapi::ItemErrors))]
 pub async fn delete_silence(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.expire_silence(caller.org, id, now_ms()).await? {

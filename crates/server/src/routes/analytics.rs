@@ -25,13 +25,19 @@ const MAX_WINDOWS: i64 = 20_000;
 const MAX_RAW_SAMPLES: u32 = 500_000;
 const DAY_MS: i64 = 86_400_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StatesQuery {
+    /// RFC 3339 or Unix milliseconds (default: an hour before `to`).
     pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds (default: now).
     pub to: Option<String>,
+    /// Window width in seconds (default: the organisation's `window_s`, 60).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 2_678_400)]
     pub window_s: Option<String>,
 }
 
+#[utoipa::path(get, path = "/gpus/{uuid}/states", tag = "gpus", params(("uuid" = String, Path, description = "GPU UUID"), StatesQuery), responses((status = 200, body = Vec<StateWindow>), crate::openapi::ItemQueryErrors))]
 pub async fn states(
     State(state): State<AppState>,
     caller: Caller,
@@ -86,18 +92,26 @@ pub async fn states(
 
 /// `GET /api/v1/fleet/summary?from=&to=&gpu=&host=&model=`: the filters narrow the summary
 /// to one GPU, one host or one GPU model.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SummaryQuery {
     /// A period ending now: `1h`, `24h`, `7d` or `30d` (instead of from/to). Summaries of such
     /// periods are cached for a few seconds, so dashboards that poll them stay cheap.
+    #[param(pattern = "^(1h|24h|7d|30d)$")]
     pub range: Option<String>,
+    /// RFC 3339 or Unix milliseconds.
     pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds.
     pub to: Option<String>,
+    /// Only this GPU (UUID).
     pub gpu: Option<String>,
+    /// Only this host.
     pub host: Option<String>,
+    /// Only this GPU model (NVML name or model id).
     pub model: Option<String>,
 }
 
+#[utoipa::path(get, path = "/fleet/summary", tag = "fleet", params(SummaryQuery), responses((status = 200, body = FleetSummary), crate::openapi::QueryErrors))]
 pub async fn fleet_summary(
     State(state): State<AppState>,
     caller: Caller,
@@ -229,7 +243,7 @@ async fn read_credits(
 }
 
 /// `GET /api/v1/prices`.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PricesView {
     pub currency: String,
     /// The shipped defaults: public on-demand list prices, labelled as such.
@@ -238,6 +252,7 @@ pub struct PricesView {
     pub overrides: Option<PriceTable>,
 }
 
+#[utoipa::path(get, path = "/prices", tag = "fleet", responses((status = 200, body = PricesView), crate::openapi::AuthErrors))]
 pub async fn get_prices(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<PricesView>> {
     caller.require(Scope::Read)?;
     let defaults = PriceTable::default();
@@ -246,6 +261,7 @@ pub async fn get_prices(State(state): State<AppState>, caller: Caller) -> ApiRes
 }
 
 /// `PUT /api/v1/prices`: the organisation's prices, per GPU model (NVML name or model id).
+#[utoipa::path(put, path = "/prices", tag = "fleet", request_body = PriceTable, responses((status = 200, body = PricesView), crate::openapi::BodyErrors))]
 pub async fn put_prices(
     State(state): State<AppState>,
     caller: Caller,
@@ -261,6 +277,7 @@ pub async fn put_prices(
     get_prices(State(state), caller).await
 }
 
+#[utoipa::path(get, path = "/settings/thresholds", tag = "fleet", responses((status = 200, body = Thresholds), crate::openapi::AuthErrors))]
 pub async fn get_thresholds(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Thresholds>> {
     caller.require(Scope::Read)?;
     Ok(Json(analytics::thresholds(state.store.as_ref(), caller.org).await?))
@@ -268,6 +285,7 @@ pub async fn get_thresholds(State(state): State<AppState>, caller: Caller) -> Ap
 
 /// `PUT /api/v1/settings/thresholds`: any subset of the classifier thresholds; the rest keep
 /// their defaults.
+#[utoipa::path(put, path = "/settings/thresholds", tag = "fleet", request_body = Thresholds, responses((status = 200, body = Thresholds), crate::openapi::BodyErrors))]
 pub async fn put_thresholds(
     State(state): State<AppState>,
     caller: Caller,

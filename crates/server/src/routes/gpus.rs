@@ -19,6 +19,7 @@ const DEFAULT_SAMPLE_LIMIT: u32 = 10_000;
 const MAX_SAMPLE_LIMIT: u32 = 100_000;
 const HOUR_MS: i64 = 3_600_000;
 
+#[utoipa::path(get, path = "/gpus", tag = "gpus", responses((status = 200, body = GpuList), crate::openapi::AuthErrors))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<GpuList>> {
     caller.require(Scope::Read)?;
     let store = state.store.as_ref();
@@ -38,6 +39,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Js
 }
 
 /// `GET /api/v1/gpus/{uuid}`: one GPU, its current state and why.
+#[utoipa::path(get, path = "/gpus/{uuid}", tag = "gpus", params(("uuid" = String, Path, description = "GPU UUID")), responses((status = 200, body = GpuDetail), crate::openapi::ItemErrors))]
 pub async fn detail(
     State(state): State<AppState>,
     caller: Caller,
@@ -59,7 +61,7 @@ pub async fn detail(
 }
 
 /// `GET /api/v1/gpus/{uuid}`.
-#[derive(Debug, serde::Serialize)]
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct GpuDetail {
     #[serde(flatten)]
     pub gpu: GpuSummary,
@@ -84,10 +86,15 @@ fn summary(g: GpuRecord, state: &str) -> GpuSummary {
     }
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct RangeQuery {
+    /// RFC 3339 or Unix milliseconds (default: an hour before `to`).
     pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds (default: now).
     pub to: Option<String>,
+    /// At most this many samples (default 10,000).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100_000)]
     pub limit: Option<String>,
 }
 
@@ -107,6 +114,7 @@ pub fn range(q: &RangeQuery) -> ApiResult<(i64, i64)> {
     Ok((from, to))
 }
 
+#[utoipa::path(get, path = "/gpus/{uuid}/samples", tag = "gpus", params(("uuid" = String, Path, description = "GPU UUID"), RangeQuery), responses((status = 200, body = SampleList), crate::openapi::ItemQueryErrors))]
 pub async fn samples(
     State(state): State<AppState>,
     caller: Caller,
@@ -133,11 +141,15 @@ pub async fn samples(
     Ok(Json(SampleList { uuid: gpu.uuid, from_ms, to_ms, truncated, samples }))
 }
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct SeriesQuery {
+    /// RFC 3339 or Unix milliseconds.
     pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds.
     pub to: Option<String>,
     /// `1m`, `1h`, or `auto` (default: 1m up to 36 hours, else 1h).
+    #[param(pattern = "^(1m|1h|auto)$")]
     pub resolution: Option<String>,
 }
 
@@ -145,6 +157,7 @@ pub struct SeriesQuery {
 const MAX_SERIES_POINTS: i64 = 50_000;
 
 /// `GET /api/v1/gpus/{uuid}/series`: a GPU's time series from its rollups, for charts.
+#[utoipa::path(get, path = "/gpus/{uuid}/series", tag = "gpus", params(("uuid" = String, Path, description = "GPU UUID"), SeriesQuery), responses((status = 200, body = Series), crate::openapi::ItemQueryErrors))]
 pub async fn series(
     State(state): State<AppState>,
     caller: Caller,

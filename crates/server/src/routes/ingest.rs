@@ -18,6 +18,7 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::time::now_ms;
 
+#[utoipa::path(post, path = "/ingest", tag = "ingest", request_body(content = IngestBatch, description = "JSON, optionally `Content-Encoding: gzip`"), responses((status = 200, body = IngestResponse, description = "Every sample is durably committed"), crate::openapi::BodyErrors))]
 pub async fn ingest(
     State(state): State<AppState>,
     caller: Caller,

@@ -59,6 +59,7 @@ fn view(job: JobRecord, gpus: &HashMap<&str, &GpuRecord>) -> Job {
     }
 }
 
+#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = JobReport, responses((status = 200, body = Job), crate::openapi::BodyErrors))]
 pub async fn report(State(state): State<AppState>, caller: Caller, Json(r): Json<JobReport>) -> ApiResult<Json<Job>> {
     caller.require(Scope::Ingest)?;
     let name = r.name.trim();
@@ -107,6 +108,7 @@ pub async fn report(State(state): State<AppState>, caller: Caller, Json(r): Json
     Ok(Json(view(job, &by_uuid)))
 }
 
+#[utoipa::path(get, path = "/jobs", tag = "jobs", params(RangeQuery), responses((status = 200, body = Vec<Job>), crate::openapi::QueryErrors))]
 pub async fn list(
     State(state): State<AppState>,
     caller: Caller,

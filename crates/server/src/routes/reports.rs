@@ -20,11 +20,18 @@ use crate::time::now_ms;
 
 const DAY_MS: i64 = 86_400_000;
 
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct BillingQuery {
+    /// Period start, RFC 3339 or Unix milliseconds (default: 30 days before `to`).
     pub from: Option<String>,
+    /// Period end, RFC 3339 or Unix milliseconds (default: now).
     pub to: Option<String>,
+    /// Rows per team, host, GPU (default) or GPU model.
+    #[param(pattern = "^(team|host|gpu|model)$")]
     pub group_by: Option<String>,
+    /// `json` (default) or `csv`.
+    #[param(pattern = "^(json|csv)$")]
     pub format: Option<String>,
 }
 
@@ -34,6 +41,7 @@ fn rfc3339(ms: i64) -> String {
         .unwrap_or_else(|| ms.to_string())
 }
 
+#[utoipa::path(get, path = "/reports/billing", tag = "reports", params(BillingQuery), responses((status = 200, description = "The report: JSON, or CSV with a header row for `format=csv`", content((BillingReport = "application/json"), (String = "text/csv"))), crate::openapi::QueryErrors))]
 pub async fn billing(
     State(state): State<AppState>,
     caller: Caller,

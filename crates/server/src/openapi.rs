@@ -1,0 +1,138 @@
+//! `GET /api/openapi.json`: the OpenAPI 3.1 document of the HTTP API, generated from the code.
+//!
+//! Every route is registered through [`utoipa_axum`]'s `routes!` (see [`crate::app`]), which
+//! takes the path and method from the handler's `#[utoipa::path]`: a route cannot be served
+//! without being documented. The document is built once, from the same route table the server
+//! runs ([`crate::app::documented_routes`]).
+
+use std::collections::BTreeMap;
+use std::sync::OnceLock;
+
+use axum::http::header::CONTENT_TYPE;
+use axum::response::{IntoResponse, Response};
+use fleetlens_api::ErrorBody;
+use utoipa::openapi::security::{ApiKey, ApiKeyValue, HttpAuthScheme, HttpBuilder, SecurityScheme};
+use utoipa::openapi::{ContentBuilder, Ref, RefOr, ResponseBuilder};
+use utoipa::{Modify, OpenApi};
+
+/// Name of the bearer API-key security scheme.
+pub const BEARER: &str = "api_key";
+/// Name of the session-cookie security scheme.
+pub const SESSION: &str = "session";
+
+#[derive(OpenApi)]
+#[openapi(
+    info(
+        title = "Fleetlens API",
+        description = "GPU-efficiency monitor. Authenticate with `Authorization: Bearer <api key>` \
+            (scopes `ingest`, `read`, `admin`) or a dashboard session cookie from \
+            `POST /api/v1/auth/login`; state-changing requests made with a session must send the \
+            session's CSRF token in `X-CSRF-Token`. Times in query strings are RFC 3339 or Unix \
+            milliseconds; times in bodies and responses are Unix milliseconds. Every error is \
+            `{\"error\": {\"code\", \"message\"}}`.",
+    ),
+    components(schemas(ErrorBody, fleetlens_api::ErrorDetail)),
+    modifiers(&Security),
+    security(("api_key" = []), ("session" = [])),
+)]
+struct ApiDoc;
+
+struct Security;
+
+impl Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        let components = openapi.components.get_or_insert_with(Default::default);
+        components.add_security_scheme(
+            BEARER,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .description(Some("An API key (`flk_…`); its scopes decide what it may do."))
+                    .build(),
+            ),
+        );
+        components.add_security_scheme(
+            SESSION,
+            SecurityScheme::ApiKey(ApiKey::Cookie(ApiKeyValue::with_description(
+                "fleetlens_session",
+                "Dashboard session from `POST /api/v1/auth/login` (named `__Host-fleetlens_session` \
+                 when cookies are marked Secure). State-changing requests also need `X-CSRF-Token`.",
+            ))),
+        );
+    }
+}
+
+/// The document, built once from the server's route table.
+pub fn document() -> &'static utoipa::openapi::OpenApi {
+    static DOC: OnceLock<utoipa::openapi::OpenApi> = OnceLock::new();
+    DOC.get_or_init(|| {
+        let (_, paths) = crate::app::documented_routes().split_for_parts();
+        let mut doc = ApiDoc::openapi();
+        doc.merge(paths);
+        doc
+    })
+}
+
+/// The OpenAPI document of this server (no authentication: it holds no data).
+#[utoipa::path(get, path = "/api/openapi.json", tag = "meta", security(()),
+    responses((status = 200, description = "The OpenAPI 3.1 document", content_type = "application/json", body = Object)))]
+pub async fn openapi_json() -> Response {
+    static TEXT: OnceLock<String> = OnceLock::new();
+    let text = TEXT.get_or_init(|| serde_json::to_string(document()).unwrap_or_else(|_| "{}".into()));
+    ([(CONTENT_TYPE, "application/json")], text.as_str()).into_response()
+}
+
+/// An error response: the shared `ErrorBody` schema.
+pub fn error_response(description: &str) -> RefOr<utoipa::openapi::Response> {
+    RefOr::T(
+        ResponseBuilder::new()
+            .description(description)
+            .content("application/json", ContentBuilder::new().schema(Some(Ref::from_schema_name("ErrorBody"))).build())
+            .build(),
+    )
+}
+
+fn describe(status: u16) -> &'static str {
+    match status {
+        400 => "Malformed request: bad JSON, a query or path value of the wrong type (`bad_request`, `invalid_json`)",
+        401 => "No or invalid API key or session (`unauthenticated`, `invalid_credentials`)",
+        403 => "The key's scope or the user's role does not allow this, or the CSRF check failed",
+        404 => "No such object in the caller's organisation",
+        409 => "Conflicts with an existing object (e.g. a name already taken)",
+        413 => "Request body too large",
+        415 => "Content-Type is not application/json (or an unsupported Content-Encoding)",
+        422 => "A value is out of range or invalid (`validation_failed`, with `field`)",
+        429 => "Too many attempts (`rate_limited`, with Retry-After)",
+        503 => "The database is unavailable (`storage_unavailable`)",
+        _ => "Error",
+    }
+}
+
+macro_rules! error_set {
+    ($($(#[$m:meta])* $name:ident: $($code:literal),+;)+) => {$(
+        $(#[$m])*
+        pub struct $name;
+        impl utoipa::IntoResponses for $name {
+            fn responses() -> BTreeMap<String, RefOr<utoipa::openapi::Response>> {
+                [$($code),+].into_iter().map(|c: u16| (c.to_string(), error_response(describe(c)))).collect()
+            }
+        }
+    )+};
+}
+
+error_set! {
+    /// Errors of an authenticated read without parameters.
+    AuthErrors: 401, 403, 503;
+    /// Errors of an authenticated read with query parameters.
+    QueryErrors: 400, 401, 403, 422, 503;
+    /// Errors of an operation on one object named in the path.
+    ItemErrors: 400, 401, 403, 404, 503;
+    /// Errors of a read of one object with query parameters.
+    ItemQueryErrors: 400, 401, 403, 404, 422, 503;
+    /// Errors of a request with a JSON body.
+    BodyErrors: 400, 401, 403, 409, 413, 415, 422, 503;
+    /// Errors of a request with a JSON body on one object named in the path.
+    ItemBodyErrors: 400, 401, 403, 404, 409, 413, 415, 422, 503;
+    /// Errors of the login.
+    LoginErrors: 400, 401, 403, 413, 415, 422, 429, 503;
+}

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# Schemathesis (PyPI) against the running server: every operation of /api/openapi.json is called
+# with generated valid and invalid input, as the bootstrap admin key, against a SQLite database
+# holding some ingested data (2 hosts, 5 GPUs, a team, a channel, a rule, a silence, a job).
+# Checks: no 5xx, every status code documented, every response body valid against its schema.
+#
+#   scripts/schemathesis.sh [extra schemathesis options]
+#   SERVER_BIN=target/release/fleetlens-server MAX_EXAMPLES=50 scripts/schemathesis.sh
+#
+# Bounded for a 2-core machine: MAX_EXAMPLES (default 25) cases per operation and phase, and the
+# whole run under TIME_LIMIT seconds (default 240; exceeding it fails the script).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+SERVER_BIN=${SERVER_BIN:-target/debug/fleetlens-server}
+MAX_EXAMPLES=${MAX_EXAMPLES:-25}
+TIME_LIMIT=${TIME_LIMIT:-240}
+TOKEN="fl_schemathesis_admin_token_$(date +%s)"
+
+if ! command -v schemathesis >/dev/null 2>&1; then
+  echo "==> installing schemathesis (PyPI)"
+  python3 -m pip install --quiet schemathesis || python3 -m pip install --quiet --break-system-packages schemathesis
+fi
+[ -x "$SERVER_BIN" ] || cargo build -p fleetlens-server --bin fleetlens-server
+
+work=$(mktemp -d)
+server_pid=
+cleanup() {
+  if [ -n "$server_pid" ]; then kill "$server_pid" 2>/dev/null || true; wait "$server_pid" 2>/dev/null || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+
+FLEETLENS_ADMIN_TOKEN=$TOKEN RUST_LOG=${RUST_LOG:-warn} "$SERVER_BIN" --listen 127.0.0.1:0 \
+  --database-url "sqlite://$work/fleetlens.db" --static-dir "$work/no-dashboard" \
+  >"$work/stdout" 2>"$work/server.log" &
+server_pid=$!
+url=
+for _ in $(seq 1 300); do
+  url=$(grep -o 'http://[^ ]*' "$work/stdout" 2>/dev/null | head -n1 | sed 's#/$##') || true
+  [ -n "$url" ] && curl -fsS "$url/readyz" >/dev/null 2>&1 && break
+  kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log"; echo "server exited" >&2; exit 1; }
+  sleep 0.1
+done
+[ -n "$url" ] || { echo "server did not start" >&2; exit 1; }
+echo "==> server at $url (SQLite in $work)"
+
+echo "==> seeding data"
+URL=$url TOKEN=$TOKEN FIXTURE=../shared/fixtures/nvml-h200-phases.jsonl python3 - <<'EOF'
+import json, os, time, urllib.request
+
+url, token = os.environ["URL"], os.environ["TOKEN"]
+
+def call(method, path, body=None, ok=(200, 201, 204)):
+    req = urllib.request.Request(url + path, method=method, data=None if body is None else json.dumps(body).encode(),
+                                 headers={"Authorization": f"Bearer {token}", "Content-Type": "application/json"})
+    with urllib.request.urlopen(req) as r:
+        assert r.status in ok, (path, r.status)
+        raw = r.read()
+        return json.loads(raw) if raw else None
+
+now = int(time.time() * 1000)
+fixture = os.environ["FIXTURE"]
+lines = [json.loads(l) for l in open(fixture)] if os.path.exists(fixture) else []
+if lines:  # the recorded trace (84 s of an H200), moved to end a minute ago
+    shift = now - 60_000 - lines[-1]["ts_ms"]
+    for l in lines:
+        l["ts_ms"] += shift
+        l.pop("host", None)
+        l.pop("phase", None)
+    call("POST", "/api/v1/ingest", {"host": "gpu-node-01", "labels": {"team": "ml"}, "samples": lines})
+# Two hours of four synthetic GPUs on a second host, one sample every 30 s.
+samples = []
+for i in range(4):
+    for k in range(240):
+        busy = (k // 40 + i) % 3
+        samples.append({"ts_ms": now - 7_200_000 + k * 30_000, "uuid": f"GPU-00000000-0000-0000-0000-00000000000{i}",
+                        "gpu_index": i, "name": "NVIDIA H100 80GB HBM3", "gpu_util_pct": [0, 100, 60][busy],
+                        "sm_active_pct": [0, 5, 55][busy], "tensor_active_pct": [0, 0, 30][busy],
+                        "mem_used_bytes": [0, 40 << 30, 60 << 30][busy], "mem_total_bytes": 80 << 30,
+                        "power_w": [70, 150, 500][busy], "power_limit_w": 700, "temp_c": 40})
+call("POST", "/api/v1/ingest", {"host": "gpu-node-02", "samples": samples})
+team = call("POST", "/api/v1/teams", {"name": "research"})
+call("PUT", "/api/v1/hosts/gpu-node-02/team", {"team_id": team["id"]})
+ch = call("POST", "/api/v1/notification-channels", {"name": "hook", "kind": "webhook", "url": "http://127.0.0.1:9/hook"})
+call("POST", "/api/v1/alert-rules", {"name": "busy", "condition": "gpu_util_pct >= 80 && sm_active_pct < 30",
+                                     "for_s": 60, "severity": "warning", "channels": [ch["id"]]})
+call("POST", "/api/v1/silences", {"matchers": {"host": "gpu-node-02"}, "ends_at": now + 3_600_000, "comment": "seed"})
+call("POST", "/api/v1/jobs", {"name": "train", "gpus": ["GPU-00000000-0000-0000-0000-000000000002"],
+                              "from": now - 3_600_000, "to": now - 60_000, "precision": "bf16",
+                              "achieved_flops_per_s": 2e14})
+print(f"seeded {len(lines) + len(samples)} samples")
+EOF
+
+echo "==> schemathesis $(schemathesis --version 2>/dev/null | tail -n1): $MAX_EXAMPLES examples per operation, ${TIME_LIMIT}s at most"
+# Revoking an API key could revoke the key this run authenticates with (it is excluded);
+# every other operation runs, the destructive ones included.
+status=0
+(cd "$work" && timeout --kill-after=10 "$TIME_LIMIT" schemathesis run "$url/api/openapi.json" \
+  --header "Authorization: Bearer $TOKEN" \
+  --checks not_a_server_error,status_code_conformance,response_schema_conformance \
+  --phases examples,coverage,fuzzing \
+  --max-examples "$MAX_EXAMPLES" \
+  --exclude-operation-id revoke_key \
+  --workers 2 \
+  --seed "${SEED:-42}" \
+  --suppress-health-check all \
+  --request-timeout 20 \
+  --report junit --report-dir "$work/report" \
+  --no-color "$@") || status=$?
+if [ "$status" -ne 0 ]; then
+  echo "schemathesis failed (exit $status); server log:" >&2
+  grep -E 'ERROR|panicked' "$work/server.log" | tail -n 20 >&2 || true
+  exit "$status"
+fi
+if grep -E 'panicked' "$work/server.log"; then
+  echo "the server panicked during the run" >&2
+  exit 1
+fi
+echo "==> schemathesis: no failures"
