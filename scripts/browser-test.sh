@@ -26,6 +26,9 @@ tmp="$(mktemp -d /tmp/fleetlens-browser.XXXXXX)"
 shots="${SCREENSHOT_DIR:-$tmp/screenshots}"
 mkdir -p "$shots"
 token="fl-browser-test-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+# The bootstrap admin the tests log in as (email and password: a real session).
+admin_email="admin@example.com"
+admin_password="browser-test-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
@@ -33,7 +36,8 @@ cleanup() {
 }
 trap cleanup EXIT
 
-FLEETLENS_ADMIN_TOKEN="$token" target/debug/fleetlens-server --listen 127.0.0.1:0 \
+FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_ADMIN_PASSWORD="$admin_password" \
+  target/debug/fleetlens-server --listen 127.0.0.1:0 \
   --database-url "sqlite://$tmp/db" --static-dir frontend/dist >"$tmp/server.out" 2>"$tmp/server.err" &
 pids+=($!)
 url=""
@@ -60,4 +64,5 @@ sleep 3
 echo "==> browser tests (screenshots in $shots)"
 cd tests/browser
 FLEETLENS_URL="$url" FLEETLENS_TOKEN="$token" SCREENSHOT_DIR="$shots" \
-  timeout 170 node --test --test-concurrency=1 --test-reporter=spec ./*.test.mjs
+  FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_ADMIN_PASSWORD="$admin_password" \
+  timeout 300 node --test --test-concurrency=1 --test-reporter=spec ./*.test.mjs

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # Runs the product on this machine: builds the server, the agent and the dashboard, starts the
 # server on embedded SQLite, and a simulated fleet of 16 GPUs pushing to it. Ctrl-C stops both.
-#   FLEETLENS_LISTEN   (default 127.0.0.1:8080)
-#   FLEETLENS_DATA_DIR (default ./data)
+# Prints the dashboard's URL and the admin's email and password to log in with.
+#   FLEETLENS_LISTEN         (default 127.0.0.1:8080)
+#   FLEETLENS_DATA_DIR       (default ./data)
+#   FLEETLENS_ADMIN_EMAIL    (default admin@example.com)
+#   FLEETLENS_ADMIN_PASSWORD (default: generated once, kept in $FLEETLENS_DATA_DIR/admin-password)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -22,11 +25,22 @@ if [ ! -s "$token_file" ]; then
   chmod 600 "$token_file"
 fi
 token="$(cat "$token_file")"
+admin_email="${FLEETLENS_ADMIN_EMAIL:-admin@example.com}"
+password_file="$data_dir/admin-password"
+if [ -z "${FLEETLENS_ADMIN_PASSWORD:-}" ] && [ ! -s "$password_file" ]; then
+  head -c 12 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$password_file"
+  chmod 600 "$password_file"
+fi
+admin_password="${FLEETLENS_ADMIN_PASSWORD:-$(cat "$password_file")}"
+# Session cookies are Secure; browsers accept that over plain http only on loopback.
+cookie_secure=true
+case "$listen" in 127.*|localhost:*|"[::1]":*) ;; *) cookie_secure=false ;; esac
 
 cleanup() { kill "${agent_pid:-}" "${server_pid:-}" 2>/dev/null || true; wait 2>/dev/null || true; }
 trap cleanup EXIT INT TERM
 
-FLEETLENS_ADMIN_TOKEN="$token" ./target/release/fleetlens-server \
+FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_ADMIN_PASSWORD="$admin_password" \
+  ./target/release/fleetlens-server --cookie-secure "$cookie_secure" \
   --listen "$listen" --database-url "sqlite://$data_dir/fleetlens.db" --static-dir frontend/dist \
   >"$data_dir/server.out" 2>"$data_dir/server.log" &
 server_pid=$!
@@ -48,7 +62,9 @@ cat <<MSG
   Fleetlens is running: a server on embedded SQLite and a simulated fleet of 16 GPUs.
 
   Dashboard:  $url
-  API key:    $token   (admin; also in $token_file)
+  Log in as:  $admin_email
+  Password:   $admin_password   (also in $password_file unless set by FLEETLENS_ADMIN_PASSWORD)
+  API key:    $token   (admin, for scripts; also in $token_file)
   Try:        curl -s -H "Authorization: Bearer $token" ${url}api/v1/gpus
   Logs:       $data_dir/server.log, $data_dir/agent.log
 

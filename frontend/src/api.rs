@@ -1,20 +1,33 @@
-//! The one place the dashboard talks to the server: where the credential lives, the
-//! `Authorization` header, and how a failure becomes a message a person can act on.
+//! The one place the dashboard talks to the server: how a request is authenticated, and how a
+//! failure becomes a message a person can act on.
 //!
-//! Today the credential is an API key kept in `localStorage` and sent as a Bearer token. When
-//! dashboard sessions arrive, only [`credential`], [`remember`], [`forget`] and [`send`] change.
+//! The dashboard logs in with a session (docs/ACCOUNTS.md): `POST /api/v1/auth/login` sets an
+//! HttpOnly cookie that same-origin `fetch` sends by itself, and every POST/PUT/DELETE carries
+//! the session's CSRF token in `X-CSRF-Token`. The token lives only in memory; after a reload
+//! `GET /api/v1/auth/me` returns it again. An API key (kept in `localStorage`, sent as a Bearer
+//! token, no CSRF token needed) is the secondary way in, for installs without users.
 
+use std::cell::RefCell;
 use std::fmt;
 
-use fleetlens_api::{BillingReport, ErrorBody, FleetSummary, GpuList, SampleList, Series, StateWindow};
+use fleetlens_api::{BillingReport, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
 use fleetlens_core::PriceTable;
 use gloo_net::http::{Request, RequestBuilder};
 use serde::de::DeserializeOwned;
+use serde_json::{Map, Value, json};
 
-use crate::wire::{AlertList, Channel, ChannelList, Prices, RuleList};
+use crate::wire::{
+    AlertList, Channel, ChannelList, ErrorAnswer, LoginAnswer, Me, Prices, Rule, RuleFields, RuleList, Silence,
+    SilenceList, TestResult,
+};
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
 const PREFIX: &str = "/api/v1";
+
+thread_local! {
+    /// The session's CSRF token (never persisted: `GET /auth/me` gives it back after a reload).
+    static CSRF: RefCell<Option<String>> = const { RefCell::new(None) };
+}
 
 /// A failed API call, already worded for the person looking at the page.
 #[derive(Debug, Clone, PartialEq)]
@@ -27,6 +40,8 @@ pub struct ApiError {
     pub message: String,
     /// The API path asked for, without the query.
     pub path: String,
+    /// For a validation error: the field at fault (`condition`, `url`, `matchers`, …).
+    pub field: Option<String>,
 }
 
 impl ApiError {
@@ -39,27 +54,35 @@ impl ApiError {
         self.status == 404 && self.message == "no such API endpoint"
     }
 
+    /// A validation error about `field`.
+    pub fn is_about(&self, field: &str) -> bool {
+        matches!(self.status, 400 | 422) && self.field.as_deref().is_some_and(|f| f == field || f.ends_with(field))
+    }
+
     fn local(code: &str, path: &str, message: impl fmt::Display) -> ApiError {
-        ApiError { status: 0, code: code.into(), message: message.to_string(), path: path.into() }
+        ApiError { status: 0, code: code.into(), message: message.to_string(), path: path.into(), field: None }
     }
 }
 
 impl fmt::Display for ApiError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let ApiError { status, code, message, path } = self;
+        let ApiError { status, code, message, path, .. } = self;
         match (*status, code.as_str()) {
             (0, "network") => {
                 write!(f, "Cannot reach the Fleetlens server ({message}). Retrying every 5 seconds.")
             }
-            (0, "no_key") => write!(f, "Not logged in: enter an API key on the login page."),
             (0, _) => write!(f, "Unexpected answer from {path}: {message}"),
-            (401, _) => write!(f, "The server did not accept the API key ({message}). Log in again."),
-            (403, _) => write!(f, "This API key is not allowed to read this: {message}."),
+            (401, "invalid_credentials") => write!(f, "Wrong email or password."),
+            (401, _) => write!(f, "You are not logged in, or your session has ended ({message}). Log in again."),
+            (403, "csrf_failed") => write!(f, "The server refused a request without its CSRF token: {message}."),
+            (403, _) => write!(f, "Your role may not do this: {message}."),
             (404, _) if self.is_missing_endpoint() => {
                 write!(f, "This server does not offer {path} yet.")
             }
             (404, _) => write!(f, "Not found: {message}."),
-            (400 | 422, _) => write!(f, "The server refused the request: {message}."),
+            (409, _) => write!(f, "Conflict: {message}."),
+            (429, _) => write!(f, "Too many attempts: {message}."),
+            (400 | 413 | 415 | 422, _) => write!(f, "The server refused the request: {message}."),
             (s, _) if s >= 500 => {
                 write!(f, "The server failed (HTTP {s}: {message}). Retrying every 5 seconds.")
             }
@@ -76,40 +99,48 @@ fn storage() -> Option<web_sys::Storage> {
     web_sys::window()?.local_storage().ok()?
 }
 
-/// The stored credential, if any.
-pub fn credential() -> Option<String> {
+/// The stored API key, if the dashboard was opened with one instead of a session.
+pub fn stored_key() -> Option<String> {
     storage()?.get_item(KEY_STORAGE).ok()?.filter(|k| !k.trim().is_empty())
 }
 
-/// Keep a credential that [`verify`] accepted.
-pub fn remember(key: &str) {
+fn remember_key(key: &str) {
     if let Some(s) = storage() {
         let _ = s.set_item(KEY_STORAGE, key.trim());
     }
 }
 
-/// Log out.
+/// Forget the credentials this browser holds (the session cookie is ended by [`logout`]).
 pub fn forget() {
     if let Some(s) = storage() {
         let _ = s.remove_item(KEY_STORAGE);
     }
+    CSRF.with(|c| *c.borrow_mut() = None);
 }
 
-fn with_auth(req: RequestBuilder, path: &str, key: Option<&str>) -> ApiResult<RequestBuilder> {
-    let stored;
-    let key = match key {
-        Some(k) => k,
-        None => {
-            stored = credential().ok_or_else(|| ApiError::local("no_key", path, "no API key"))?;
-            stored.as_str()
-        }
-    };
-    Ok(req.header("Authorization", &format!("Bearer {key}")).header("Accept", "application/json"))
+fn set_csrf(token: Option<String>) {
+    CSRF.with(|c| *c.borrow_mut() = token);
 }
 
-/// Sends a request and returns the body text of a 2xx answer, or the mapped error.
-async fn send(req: RequestBuilder, path: &str, key: Option<&str>, body: Option<String>) -> ApiResult<String> {
-    let req = with_auth(req, path, key)?;
+fn csrf() -> Option<String> {
+    CSRF.with(|c| c.borrow().clone())
+}
+
+/// Sends a request and returns the body text of a 2xx answer, or the mapped error. `key`
+/// overrides the stored API key (to check one before keeping it).
+async fn send(
+    req: RequestBuilder,
+    write: bool,
+    path: &str,
+    key: Option<&str>,
+    body: Option<String>,
+) -> ApiResult<String> {
+    let mut req = req.header("Accept", "application/json");
+    if let Some(k) = key.map(str::to_string).or_else(stored_key) {
+        req = req.header("Authorization", &format!("Bearer {}", k.trim()));
+    } else if write && let Some(t) = csrf() {
+        req = req.header("X-CSRF-Token", &t);
+    }
     let req = match body {
         Some(b) => req
             .header("Content-Type", "application/json")
@@ -123,13 +154,16 @@ async fn send(req: RequestBuilder, path: &str, key: Option<&str>, body: Option<S
     if resp.ok() {
         return Ok(text);
     }
-    Err(match serde_json::from_str::<ErrorBody>(&text) {
-        Ok(b) => ApiError { status, code: b.error.code, message: b.error.message, path: path.into() },
+    Err(match serde_json::from_str::<ErrorAnswer>(&text) {
+        Ok(b) => {
+            ApiError { status, code: b.error.code, message: b.error.message, path: path.into(), field: b.error.field }
+        }
         Err(_) => ApiError {
             status,
             code: "http".into(),
             message: if text.trim().is_empty() { resp.status_text() } else { text.chars().take(200).collect() },
             path: path.into(),
+            field: None,
         },
     })
 }
@@ -146,7 +180,7 @@ async fn get<T: DeserializeOwned>(path: &str, query: &[(&str, String)]) -> ApiRe
 async fn get_text(path: &str, query: &[(&str, String)]) -> ApiResult<String> {
     let url = format!("{PREFIX}{path}");
     let req = Request::get(&url).query(query.iter().map(|(k, v)| (*k, v.as_str())));
-    send(req, &url, None, None).await
+    send(req, false, &url, None, None).await
 }
 
 /// Encodes one path segment (GPU and MIG UUIDs are safe today; this keeps them so).
@@ -154,10 +188,47 @@ fn seg(s: &str) -> String {
     String::from(js_sys::encode_uri_component(s))
 }
 
-/// Checks a key before keeping it: any read endpoint will do.
-pub async fn verify(key: &str) -> ApiResult<()> {
-    let url = format!("{PREFIX}/gpus");
-    send(Request::get(&url), &url, Some(key), None).await.map(|_| ())
+/// `POST /api/v1/auth/login`: starts a session (the cookie) and keeps its CSRF token.
+pub async fn login(email: &str, password: &str) -> ApiResult<Me> {
+    let path = format!("{PREFIX}/auth/login");
+    let body = json!({ "email": email, "password": password }).to_string();
+    // A stale API key must not stand in for the session being made.
+    if let Some(s) = storage() {
+        let _ = s.remove_item(KEY_STORAGE);
+    }
+    let text = send(Request::post(&path), false, &path, None, Some(body)).await?;
+    let me = Me::from(parse::<LoginAnswer>(&text, &path)?);
+    set_csrf(me.csrf_token.clone());
+    Ok(me)
+}
+
+/// Checks an API key with `GET /api/v1/auth/me`, and keeps it if the server accepts it.
+pub async fn login_with_key(key: &str) -> ApiResult<Me> {
+    let path = format!("{PREFIX}/auth/me");
+    let text = send(Request::get(&path), false, &path, Some(key), None).await?;
+    let me = parse::<Me>(&text, &path)?;
+    remember_key(key);
+    set_csrf(None);
+    Ok(me)
+}
+
+/// `GET /api/v1/auth/me`: who is logged in (the cookie's session or the stored key).
+pub async fn me() -> ApiResult<Me> {
+    let me: Me = get("/auth/me", &[]).await?;
+    set_csrf(me.csrf_token.clone());
+    Ok(me)
+}
+
+/// `POST /api/v1/auth/logout` (ends the session and clears the cookie), then forgets the rest.
+pub async fn logout() -> ApiResult<()> {
+    let out = if stored_key().is_none() {
+        let path = format!("{PREFIX}/auth/logout");
+        send(Request::post(&path), true, &path, None, None).await.map(|_| ())
+    } else {
+        Ok(())
+    };
+    forget();
+    out
 }
 
 /// `GET /api/v1/gpus`
@@ -204,15 +275,104 @@ pub async fn channels() -> ApiResult<ChannelList> {
 }
 
 async fn send_json<T: DeserializeOwned>(req: RequestBuilder, path: &str, body: String) -> ApiResult<T> {
-    let text = send(req, path, None, Some(body)).await?;
+    let text = send(req, true, path, None, Some(body)).await?;
     parse(&text, path)
 }
 
+/// A DELETE (or a POST without a body) whose answer is not read.
+async fn send_empty(req: RequestBuilder, path: &str) -> ApiResult<()> {
+    send(req, true, path, None, None).await.map(|_| ())
+}
+
+/// `GET /api/v1/alert-rules/fields`
+pub async fn rule_fields() -> ApiResult<RuleFields> {
+    get("/alert-rules/fields", &[]).await
+}
+
+/// `POST /api/v1/alert-rules/check`: parses a condition without storing it.
+pub async fn check_condition(condition: &str) -> ApiResult<()> {
+    let path = format!("{PREFIX}/alert-rules/check");
+    let body = json!({ "condition": condition }).to_string();
+    send_json::<Value>(Request::post(&path), &path, body).await.map(|_| ())
+}
+
+/// `POST /api/v1/alert-rules` (`id` None) or `PUT /api/v1/alert-rules/{id}`.
+pub async fn save_rule(id: Option<i64>, body: &Value) -> ApiResult<Rule> {
+    match id {
+        None => {
+            let path = format!("{PREFIX}/alert-rules");
+            send_json(Request::post(&path), &path, body.to_string()).await
+        }
+        Some(id) => {
+            let path = format!("{PREFIX}/alert-rules/{id}");
+            send_json(Request::put(&path), &path, body.to_string()).await
+        }
+    }
+}
+
+/// `DELETE /api/v1/alert-rules/{id}`
+pub async fn delete_rule(id: i64) -> ApiResult<()> {
+    let path = format!("{PREFIX}/alert-rules/{id}");
+    send_empty(Request::delete(&path), &path).await
+}
+
 /// `POST /api/v1/notification-channels`
-pub async fn create_channel(name: &str, kind: &str, url: &str) -> ApiResult<Channel> {
+pub async fn create_channel(name: &str, kind: &str, url: &str, default: bool) -> ApiResult<Channel> {
     let path = format!("{PREFIX}/notification-channels");
-    let body = serde_json::json!({ "name": name, "kind": kind, "url": url }).to_string();
+    let body = json!({ "name": name, "kind": kind, "url": url, "default": default }).to_string();
     send_json(Request::post(&path), &path, body).await
+}
+
+/// `PUT /api/v1/notification-channels/{id}` with the fields to change.
+pub async fn update_channel(id: i64, body: &Value) -> ApiResult<Channel> {
+    let path = format!("{PREFIX}/notification-channels/{id}");
+    send_json(Request::put(&path), &path, body.to_string()).await
+}
+
+/// `DELETE /api/v1/notification-channels/{id}`
+pub async fn delete_channel(id: i64) -> ApiResult<()> {
+    let path = format!("{PREFIX}/notification-channels/{id}");
+    send_empty(Request::delete(&path), &path).await
+}
+
+/// `POST /api/v1/notification-channels/{id}/test`: the first attempt's outcome.
+pub async fn test_channel(id: i64) -> ApiResult<TestResult> {
+    let path = format!("{PREFIX}/notification-channels/{id}/test");
+    let text = send(Request::post(&path), true, &path, None, None).await?;
+    parse(&text, &path)
+}
+
+/// `GET /api/v1/silences`
+pub async fn silences() -> ApiResult<SilenceList> {
+    get("/silences", &[]).await
+}
+
+/// `POST /api/v1/silences`
+pub async fn create_silence(body: &Value) -> ApiResult<Silence> {
+    let path = format!("{PREFIX}/silences");
+    send_json(Request::post(&path), &path, body.to_string()).await
+}
+
+/// `DELETE /api/v1/silences/{id}`: ends the silence now.
+pub async fn end_silence(id: i64) -> ApiResult<()> {
+    let path = format!("{PREFIX}/silences/{id}");
+    send_empty(Request::delete(&path), &path).await
+}
+
+/// `GET /api/v1/settings/thresholds`
+pub async fn thresholds() -> ApiResult<Map<String, Value>> {
+    get("/settings/thresholds", &[]).await
+}
+
+/// `PUT /api/v1/settings/thresholds`
+pub async fn put_thresholds(values: &Map<String, Value>) -> ApiResult<Map<String, Value>> {
+    let path = format!("{PREFIX}/settings/thresholds");
+    send_json(Request::put(&path), &path, Value::Object(values.clone()).to_string()).await
+}
+
+/// `GET /api/v1/jobs?from=&to=`
+pub async fn jobs(from_ms: i64, to_ms: i64) -> ApiResult<Vec<Job>> {
+    get("/jobs", &[("from", from_ms.to_string()), ("to", to_ms.to_string())]).await
 }
 
 /// `GET /api/v1/prices`

@@ -46,12 +46,18 @@ fn Shell() -> impl IntoView {
         let next = String::from(js_sys::encode_uri_component(&here));
         view! { <Redirect path=format!("/login?next={next}")/> }
     };
+    let logged_in = move || ctx.me.with(Option::is_some);
     view! {
-        <Show when=move || ctx.key.with(Option::is_some) fallback=to_login>
-            <Header/>
-            <main id="content" tabindex="-1">
-                <Outlet/>
-            </main>
+        <Show
+            when=move || ctx.checked.get()
+            fallback=|| view! { <main id="content" class="login"><p class="status" role="status">"Loading…"</p></main> }
+        >
+            <Show when=logged_in fallback=to_login>
+                <Header/>
+                <main id="content" tabindex="-1">
+                    <Outlet/>
+                </main>
+            </Show>
         </Show>
     }
 }

@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use leptos::prelude::*;
 
+use leptos::task::spawn_local;
+
 use crate::api::{self, ApiResult};
+use crate::wire::Me;
 
 /// How often live data is fetched again.
 pub const POLL: Duration = Duration::from_secs(5);
@@ -66,8 +69,10 @@ impl Range {
 /// Shared by every page (provided once by the app).
 #[derive(Clone, Copy)]
 pub struct AppCtx {
-    /// The credential the API client sends; `None` means logged out.
-    pub key: RwSignal<Option<String>>,
+    /// Who is logged in (`GET /api/v1/auth/me`); `None` means logged out.
+    pub me: RwSignal<Option<Me>>,
+    /// False until the first `GET /api/v1/auth/me` has answered.
+    pub checked: RwSignal<bool>,
     pub range: RwSignal<Range>,
     /// Incremented every [`POLL`] while live updates are on.
     pub tick: RwSignal<u64>,
@@ -81,13 +86,21 @@ impl AppCtx {
     pub fn new() -> AppCtx {
         let range = local_get(RANGE_STORAGE).and_then(|s| Range::parse(&s)).unwrap_or(Range::Hour);
         let ctx = AppCtx {
-            key: RwSignal::new(api::credential()),
+            me: RwSignal::new(None),
+            checked: RwSignal::new(false),
             range: RwSignal::new(range),
             tick: RwSignal::new(0),
             live: RwSignal::new(true),
             updated_ms: RwSignal::new(None),
         };
         Effect::new(move || local_set(RANGE_STORAGE, ctx.range.get().label()));
+        // A session cookie (or a stored key) from an earlier visit: ask who it is.
+        spawn_local(async move {
+            if let Ok(me) = api::me().await {
+                ctx.me.set(Some(me));
+            }
+            ctx.checked.set(true);
+        });
         set_interval(
             move || {
                 if ctx.live.get_untracked() && !page_hidden() {
@@ -99,9 +112,15 @@ impl AppCtx {
         ctx
     }
 
-    pub fn log_out(self) {
-        api::forget();
-        self.key.set(None);
+    /// Ends the session on the server, then here.
+    pub async fn log_out(self) {
+        let _ = api::logout().await;
+        self.me.set(None);
+    }
+
+    /// The caller may change settings, rules, channels and silences.
+    pub fn is_admin(self) -> bool {
+        self.me.with(|m| m.as_ref().is_some_and(Me::is_admin))
     }
 }
 
@@ -140,8 +159,11 @@ where
         let fut = fetch();
         async move {
             let out = fut.await;
-            if out.is_ok() {
-                ctx.updated_ms.set(Some(now_ms()));
+            match &out {
+                Ok(_) => ctx.updated_ms.set(Some(now_ms())),
+                // The session ended (expired, logged out elsewhere, user disabled): log in again.
+                Err(e) if e.is_unauthorized() => ctx.me.set(None),
+                Err(_) => {}
             }
             out
         }

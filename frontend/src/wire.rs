@@ -5,6 +5,7 @@
 use std::collections::BTreeMap;
 
 use fleetlens_core::PriceTable;
+use fleetlens_core::rules::{Matchers, SilenceWindow};
 use serde::Deserialize;
 
 /// `GET /api/v1/alerts`: `{"alerts": [...]}`.
@@ -31,6 +32,12 @@ pub struct Alert {
     pub resolved_at_ms: Option<i64>,
     pub summary: String,
     pub condition: String,
+    pub rule_id: i64,
+    pub silenced_by: Option<i64>,
+    pub advice: String,
+    /// `alertname`, `rule_id`, `severity`, `host`, `gpu`, `team`, and the rule's own: what
+    /// silences match.
+    pub labels: BTreeMap<String, String>,
 }
 
 /// `GET /api/v1/alert-rules`: `{"rules": [...]}`.
@@ -47,6 +54,8 @@ pub struct Rule {
     pub name: String,
     pub condition: String,
     pub for_s: i64,
+    pub keep_firing_for_s: i64,
+    pub repeat_interval_s: i64,
     pub severity: String,
     pub description: String,
     pub advice: String,
@@ -70,6 +79,7 @@ pub struct Channel {
     pub kind: String,
     pub url: String,
     pub default: bool,
+    pub min_interval_ms: i64,
 }
 
 /// `GET /api/v1/prices`.
@@ -94,5 +104,179 @@ impl Prices {
     /// The organisation's entries (empty when it has none).
     pub fn own(&self) -> BTreeMap<String, f64> {
         self.overrides.as_ref().map(|o| o.per_gpu_hour.clone()).unwrap_or_default()
+    }
+}
+
+/// An error answer with everything the forms use: the field at fault and, for a condition,
+/// where in it.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+pub struct ErrorAnswer {
+    pub error: ErrorFields,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct ErrorFields {
+    pub code: String,
+    pub message: String,
+    pub field: Option<String>,
+    pub column: Option<u32>,
+}
+
+/// A user as the accounts API shows one.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct User {
+    pub id: i64,
+    pub email: String,
+    pub name: String,
+    pub role: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct Org {
+    pub id: i64,
+    pub name: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct KeyIdentity {
+    pub id: i64,
+    pub name: String,
+    pub prefix: String,
+}
+
+/// Who is logged in: `GET /api/v1/auth/me`, and (in the same words) the login answer.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct Me {
+    pub org: Org,
+    /// `session` or `api_key`.
+    pub via: String,
+    pub user: Option<User>,
+    pub role: Option<String>,
+    pub scopes: Vec<String>,
+    pub api_key: Option<KeyIdentity>,
+    pub csrf_token: Option<String>,
+}
+
+impl Me {
+    pub fn is_admin(&self) -> bool {
+        self.scopes.iter().any(|s| s == "admin")
+    }
+
+    /// The role in words: the user's role, or the key's strongest scope.
+    pub fn role_label(&self) -> String {
+        match (&self.role, self.is_admin()) {
+            (Some(r), _) => r.clone(),
+            (None, true) => "admin key".into(),
+            (None, false) => "read-only key".into(),
+        }
+    }
+
+    /// The name shown in the header.
+    pub fn who(&self) -> String {
+        match (&self.user, &self.api_key) {
+            (Some(u), _) if !u.name.is_empty() => u.name.clone(),
+            (Some(u), _) => u.email.clone(),
+            (None, Some(k)) => format!("API key “{}”", k.name),
+            (None, None) => "unknown".into(),
+        }
+    }
+}
+
+/// `POST /api/v1/auth/login`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct LoginAnswer {
+    pub user: User,
+    pub org: Org,
+    pub scopes: Vec<String>,
+    pub csrf_token: String,
+}
+
+impl From<LoginAnswer> for Me {
+    fn from(l: LoginAnswer) -> Me {
+        Me {
+            org: l.org,
+            via: "session".into(),
+            role: Some(l.user.role.clone()),
+            user: Some(l.user),
+            scopes: l.scopes,
+            api_key: None,
+            csrf_token: Some(l.csrf_token),
+        }
+    }
+}
+
+/// `GET /api/v1/alert-rules/fields`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct RuleFields {
+    pub fields: Vec<FieldInfo>,
+    pub states: Vec<String>,
+    pub severities: Vec<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct FieldInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: String,
+    pub unit: String,
+    pub doc: String,
+}
+
+/// `POST /api/v1/notification-channels/{id}/test`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct TestResult {
+    pub delivered: bool,
+    pub status: String,
+    pub attempts: i64,
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+}
+
+/// `GET /api/v1/silences`: `{"silences": [...]}`.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+pub struct SilenceList {
+    #[serde(default)]
+    pub silences: Vec<Silence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct Silence {
+    pub id: i64,
+    pub matchers: Matchers,
+    pub starts_at_ms: i64,
+    pub ends_at_ms: i64,
+    pub comment: String,
+    pub created_by: String,
+    pub active: bool,
+}
+
+impl Silence {
+    pub fn window(&self) -> SilenceWindow {
+        SilenceWindow {
+            id: self.id,
+            matchers: self.matchers.clone(),
+            starts_at_ms: self.starts_at_ms,
+            ends_at_ms: self.ends_at_ms,
+        }
+    }
+
+    /// `rule=…, host=…` in the matchers' order.
+    pub fn matchers_text(&self) -> String {
+        let m = &self.matchers;
+        [("rule", &m.rule), ("host", &m.host), ("gpu", &m.gpu), ("team", &m.team), ("severity", &m.severity)]
+            .into_iter()
+            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 }

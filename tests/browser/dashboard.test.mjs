@@ -1,6 +1,6 @@
 // Fleetlens dashboard in a real Chromium. Started by scripts/browser-test.sh, which provides a
 // server with the recorded H200 trace and a simulated fleet of 8 GPUs:
-//   FLEETLENS_URL, FLEETLENS_TOKEN, SCREENSHOT_DIR
+//   FLEETLENS_URL, FLEETLENS_TOKEN, FLEETLENS_ADMIN_EMAIL, FLEETLENS_ADMIN_PASSWORD, SCREENSHOT_DIR
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
@@ -9,7 +9,9 @@ import { chromium } from 'playwright-core';
 const URL = process.env.FLEETLENS_URL;
 const TOKEN = process.env.FLEETLENS_TOKEN;
 const SHOTS = process.env.SCREENSHOT_DIR || '/tmp';
-assert.ok(URL && TOKEN, 'FLEETLENS_URL and FLEETLENS_TOKEN must be set (run scripts/browser-test.sh)');
+const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
+const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
+assert.ok(URL && TOKEN && EMAIL && PASSWORD, 'FLEETLENS_URL, FLEETLENS_TOKEN, FLEETLENS_ADMIN_EMAIL/PASSWORD must be set (run scripts/browser-test.sh)');
 
 const FIXTURE_UUID = 'GPU-b8c24ac0-038a-26bb-9696-7e629bc4f276';
 const NULL_SM_UUID = 'GPU-00000000-0000-4000-8000-0000000000aa';
@@ -20,8 +22,9 @@ let context;
 let page;
 /** Console errors and uncaught exceptions, with the URL they came from. */
 const consoleErrors = [];
-/** Resource URLs whose failure is expected (endpoints this server does not offer yet, a wrong key). */
-const expectedFailures = new Set();
+/** Resource URLs whose failure is expected (endpoints this server does not offer yet, a wrong
+ * password; `GET /auth/me` is the "who am I" probe, a 401 before logging in). */
+const expectedFailures = new Set(['/api/v1/auth/me']);
 
 async function api(pathAndQuery, init = {}) {
   const res = await fetch(URL + pathAndQuery, {
@@ -104,26 +107,39 @@ function isExpectedFailure(url) {
   return [...expectedFailures].some((p) => u.pathname === p);
 }
 
-test('login: a wrong key is refused with a message, the right key opens the fleet page', async () => {
+test('login: a wrong password is refused with a message; email and password start a session', async () => {
   await page.goto(URL + '/gpus');
   await page.waitForURL(/\/login\?next=/, { timeout: T });
-  await page.locator('label[for="api-key"]').waitFor({ timeout: T });
+  await page.locator('label[for="email"]').waitFor({ timeout: T });
   await shot('01-login');
 
-  expectedFailures.add('/api/v1/gpus'); // the wrong key's 401, for this step only
-  await page.fill('#api-key', 'not-a-key');
-  await page.click('button[type="submit"]');
-  const msg = await waitForText(page.locator('[role="alert"]'), /did not accept the API key/);
-  assert.match(msg, /Log in again/);
+  expectedFailures.add('/api/v1/auth/login'); // the wrong password's 401, for this step only
+  await page.fill('#email', EMAIL);
+  await page.fill('#password', 'not-the-password');
+  await page.click('form[aria-label="Log in"] button[type="submit"]');
+  const msg = await waitForText(page.locator('[role="alert"]'), /Wrong email or password/);
+  assert.equal(await page.locator('#password').getAttribute('aria-invalid'), 'true');
+  assert.match(msg, /^Wrong email or password\.$/);
 
-  await page.fill('#api-key', TOKEN);
-  await page.press('#api-key', 'Enter');
+  await page.fill('#password', PASSWORD);
+  await page.press('#password', 'Enter');
   await page.waitForURL(URL + '/gpus', { timeout: T });
-  expectedFailures.delete('/api/v1/gpus');
+  expectedFailures.delete('/api/v1/auth/login');
   const nav = page.locator('nav[aria-label="Main"] a');
   assert.deepEqual(await nav.allTextContents(), ['Fleet', 'GPUs', 'Alerts', 'Reports', 'Settings']);
   assert.equal(await page.locator('nav[aria-label="Main"] a[aria-current="page"]').textContent(), 'GPUs');
-  assert.equal(await page.evaluate(() => localStorage.getItem('fleetlens.api_key')), TOKEN);
+  // The user and role are in the header; the session is an HttpOnly cookie, not in storage.
+  await waitForText(page.locator('[data-testid="whoami"]'), /admin/);
+  const cookies = await context.cookies();
+  const session = cookies.find((c) => /fleetlens_session$/.test(c.name));
+  assert.ok(session, `a session cookie: ${cookies.map((c) => c.name)}`);
+  assert.equal(session.httpOnly, true);
+  assert.equal(session.sameSite, 'Strict');
+  assert.equal(await page.evaluate(() => document.cookie.includes('fleetlens_session')), false);
+  assert.equal(await page.evaluate(() => localStorage.getItem('fleetlens.api_key')), null);
+  // A reload keeps the session (and gets the CSRF token back from GET /auth/me).
+  await page.reload();
+  await page.locator('.gpu-card').first().waitFor({ timeout: T });
 });
 
 test('GPUs page: a card per GPU with kernel utilization next to SM activity', async () => {
@@ -374,8 +390,22 @@ test('dark theme (prefers-color-scheme: dark)', async () => {
   await dark.close();
 });
 
-test('log out returns to the login page', async () => {
+test('log out ends the session on the server and returns to the login page', async () => {
   await page.goto(URL + '/');
+  await page.getByRole('button', { name: 'Log out' }).first().click();
+  await page.waitForURL(/\/login/, { timeout: T });
+  assert.equal((await context.cookies()).filter((c) => /fleetlens_session$/.test(c.name)).length, 0, 'cookie cleared');
+  await page.goto(URL + '/gpus');
+  await page.waitForURL(/\/login\?next=%2Fgpus/, { timeout: T });
+});
+
+test('an API key is the secondary way in', async () => {
+  await page.locator('details.login-alt summary').click();
+  await page.fill('#api-key', TOKEN);
+  await page.press('#api-key', 'Enter');
+  await page.waitForURL(URL + '/gpus', { timeout: T });
+  await waitForText(page.locator('[data-testid="whoami"]'), /admin key/);
+  assert.equal(await page.evaluate(() => localStorage.getItem('fleetlens.api_key')), TOKEN);
   await page.getByRole('button', { name: 'Log out' }).first().click();
   await page.waitForURL(/\/login/, { timeout: T });
   assert.equal(await page.evaluate(() => localStorage.getItem('fleetlens.api_key')), null);

@@ -1,6 +1,7 @@
 //! The app header: brand, navigation, time range, live status and log out.
 
 use leptos::prelude::*;
+use leptos::task::spawn_local;
 use leptos_router::components::A;
 use leptos_router::hooks::use_navigate;
 
@@ -13,9 +14,15 @@ pub fn Header() -> impl IntoView {
     let ctx = use_app();
     let navigate = use_navigate();
     let log_out = move |_| {
-        ctx.log_out();
-        navigate("/login", Default::default());
+        let navigate = navigate.clone();
+        spawn_local(async move {
+            ctx.log_out().await;
+            navigate("/login", Default::default());
+        });
     };
+    let who = move || ctx.me.with(|m| m.as_ref().map(|m| m.who()).unwrap_or_default());
+    let role = move || ctx.me.with(|m| m.as_ref().map(|m| m.role_label()).unwrap_or_default());
+    let org = move || ctx.me.with(|m| m.as_ref().map(|m| m.org.name.clone()).unwrap_or_default());
     // Re-read "now" on every tick so "updated 5 s ago" stays true.
     let updated = move || {
         ctx.tick.track();
@@ -65,6 +72,11 @@ pub fn Header() -> impl IntoView {
                     <span>{move || if ctx.live.get() { "Live" } else { "Paused" }}</span>
                     <span class="live-time" aria-live="off">{updated}</span>
                 </button>
+                <span class="whoami" data-testid="whoami" title=org>
+                    <span class="whoami-name">{who}</span>
+                    " "
+                    <span class="pill pill-muted whoami-role">{role}</span>
+                </span>
                 <button type="button" class="btn-quiet" on:click=log_out>"Log out"</button>
             </div>
         </header>

@@ -1,16 +1,25 @@
-//! Alerts: alert instances (`GET /api/v1/alerts?status=`) and the rules that raise them
-//! (`GET /api/v1/alert-rules`).
+//! Alerts: alert instances (`GET /api/v1/alerts?status=`, silence one for a chosen duration),
+//! silences (`/api/v1/silences`), the rules that raise alerts (`/api/v1/alert-rules`: create,
+//! edit, enable, delete; the condition is checked by the server, and its errors are shown at the
+//! condition with a caret under the column at fault) and notification channels
+//! (`/api/v1/notification-channels`: add, send a test, delete). Viewers see the lists; the
+//! controls that change anything are an admin's.
 
+use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
+use leptos::task::spawn_local;
+use serde_json::{Map, Value, json};
 
-use crate::api;
-use crate::components::status::PollStatus;
+use crate::api::{self, ApiError};
+use crate::components::status::{ActionError, PollStatus};
 use crate::ctx::{latest_ok, now_ms, polled, use_app};
 use crate::format;
-use crate::wire::{Alert, Rule};
+use fleetlens_core::rules::{SilenceWindow, silenced_by};
 
-fn status_class(a: &Alert) -> &'static str {
-    match (a.silenced, a.status.as_str()) {
+use crate::wire::{Alert, Channel, Rule, TestResult};
+
+fn status_class(a: &Alert, silenced: bool) -> &'static str {
+    match (silenced, a.status.as_str()) {
         (true, _) => "pill pill-muted",
         (_, "firing") => "pill pill-bad",
         (_, "pending") => "pill pill-warn",
@@ -24,9 +33,31 @@ fn short_uuid(uuid: &str) -> String {
     uuid.trim_start_matches("GPU-").trim_start_matches("MIG-").chars().take(8).collect()
 }
 
+/// Silence durations offered: (label, milliseconds).
+const DURATIONS: [(&str, i64); 5] = [
+    ("1 hour", 3_600_000),
+    ("4 hours", 14_400_000),
+    ("1 day", 86_400_000),
+    ("3 days", 259_200_000),
+    ("7 days", 604_800_000),
+];
+
+/// The message of a validation error about `field`, for showing next to that field.
+fn about(error: RwSignal<Option<ApiError>>, field: &'static str) -> impl Fn() -> Option<String> + Copy {
+    move || error.get().filter(|e| e.is_about(field)).map(|e| e.message)
+}
+
+/// The error as a banner, unless one of `fields` already shows it inline.
+#[component]
+fn FormError(error: RwSignal<Option<ApiError>>, fields: &'static [&'static str]) -> impl IntoView {
+    let shown = Signal::derive(move || error.get().filter(|e| !fields.iter().any(|f| e.is_about(f))));
+    view! { <ActionError error=shown/> }
+}
+
 #[component]
 pub fn AlertsPage() -> impl IntoView {
     super::set_title("Alerts");
+    let ctx = use_app();
     let status = RwSignal::new("open".to_string());
     let alerts = polled(move || {
         let s = status.get();
@@ -35,20 +66,38 @@ pub fn AlertsPage() -> impl IntoView {
     let alerts_data = latest_ok(alerts);
     let rules = polled(api::alert_rules);
     let rules_data = latest_ok(rules);
+    let silences = polled(api::silences);
+    let silences_data = latest_ok(silences);
+    // The server flags an alert silenced when a notification is held back; one silenced after
+    // it fired shows so here at once (the same matching as the server's).
+    let windows = Signal::derive(move || {
+        silences_data
+            .with(|d| d.as_ref().map(|d| d.silences.iter().map(|s| s.window()).collect::<Vec<_>>()).unwrap_or_default())
+    });
     let has_alerts = Signal::derive(move || alerts_data.with(Option::is_some));
-    let has_rules = Signal::derive(move || rules_data.with(Option::is_some));
     let alert_list =
         Signal::derive(move || alerts_data.with(|d| d.as_ref().map(|d| d.alerts.clone()).unwrap_or_default()));
     let rule_list =
         Signal::derive(move || rules_data.with(|d| d.as_ref().map(|d| d.rules.clone()).unwrap_or_default()));
+    let refresh = Callback::new(move |()| {
+        alerts.refetch();
+        rules.refetch();
+        silences.refetch();
+    });
 
     view! {
         <div class="page-head">
             <h1>"Alerts"</h1>
             <p class="muted">
                 {move || {
-                    let firing = alert_list.with(|a| a.iter().filter(|a| a.status == "firing" && !a.silenced).count());
-                    format!("{firing} firing")
+                    let now = now_ms();
+                    let w = windows.get();
+                    let firing = alert_list.with(|a| {
+                        a.iter()
+                            .filter(|a| a.status == "firing" && !a.silenced && silenced_by(&w, &a.labels, now).is_none())
+                            .count()
+                    });
+                    format!("{firing} firing, not silenced")
                 }}
             </p>
         </div>
@@ -68,125 +117,895 @@ pub fn AlertsPage() -> impl IntoView {
             </div>
             <PollStatus res=alerts has_data=has_alerts/>
             <Show when=move || has_alerts.get()>
-                <AlertTable alerts=alert_list/>
+                <AlertTable alerts=alert_list windows refresh/>
             </Show>
         </section>
+        <Silences res=silences rules=rule_list refresh/>
+        <Rules res=rules refresh/>
+        <Show when=move || ctx.is_admin()>
+            <Channels/>
+        </Show>
+    }
+}
+
+#[component]
+fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, refresh: Callback<()>) -> impl IntoView {
+    let ctx = use_app();
+    let error = RwSignal::new(None::<ApiError>);
+    let silence = move |a: Alert, ms: i64| {
+        let body = json!({
+            "matchers": { "rule": a.rule_name, "gpu": a.gpu },
+            "ends_at": now_ms() + ms,
+            "comment": format!("silenced from the dashboard ({} on {})", a.rule_name, a.host),
+        });
+        spawn_local(async move {
+            match api::create_silence(&body).await {
+                Ok(_) => {
+                    error.set(None);
+                    refresh.run(());
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    view! {
+        <ActionError error/>
+        {move || {
+            let list = alerts.get();
+            if list.is_empty() {
+                return view! { <p class="empty">"No alert in this status."</p> }.into_any();
+            }
+            ctx.tick.track();
+            let now = now_ms();
+            let admin = ctx.is_admin();
+            let windows = windows.get();
+            view! {
+                <div class="table-wrap">
+                    <table class="data alert-table">
+                        <caption class="sr-only">"Alert instances"</caption>
+                        <thead>
+                            <tr>
+                                <th scope="col">"Status"</th>
+                                <th scope="col">"Severity"</th>
+                                <th scope="col">"Rule"</th>
+                                <th scope="col">"GPU"</th>
+                                <th scope="col">"Summary"</th>
+                                <th scope="col">"Since"</th>
+                                {admin.then(|| view! { <th scope="col">"Silence"</th> })}
+                            </tr>
+                        </thead>
+                        <tbody>
+                            {list
+                                .into_iter()
+                                .map(|a| {
+                                    let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
+                                    let when = match a.resolved_at_ms {
+                                        Some(r) => format!("{} – {}", format::date_time(since), format::date_time(r)),
+                                        None => format!("{} ({})", format::date_time(since), format::ago(since, now)),
+                                    };
+                                    let by = a.silenced_by.or_else(|| {
+                                        (a.status != "resolved").then(|| silenced_by(&windows, &a.labels, now)).flatten()
+                                    });
+                                    let silenced = a.silenced || by.is_some();
+                                    let can_silence = admin && !silenced && a.status != "resolved";
+                                    let a2 = a.clone();
+                                    let choice = RwSignal::new(DURATIONS[0].1);
+                                    view! {
+                                        <tr data-alert-id=a.id.to_string()>
+                                            <td>
+                                                <span class=status_class(&a, silenced)>{a.status.clone()}</span>
+                                                {silenced.then(|| {
+                                                    let title = by.map(|id| format!("by silence {id}")).unwrap_or_default();
+                                                    view! { " " <span class="pill pill-muted" title=title>"silenced"</span> }
+                                                })}
+                                            </td>
+                                            <td>{a.severity.clone()}</td>
+                                            <td>{a.rule_name.clone()}</td>
+                                            <td>
+                                                <a href=format!("/gpus/{}", a.gpu)>{a.host.clone()}</a>
+                                                <span class="cell-note">{short_uuid(&a.gpu)}</span>
+                                            </td>
+                                            <td>{a.summary.clone()}</td>
+                                            <td>{when}</td>
+                                            {admin.then(|| view! {
+                                                <td>
+                                                    {can_silence.then(|| view! {
+                                                        <div class="actions">
+                                                            <select
+                                                                aria-label=format!("Silence {} on {} for", a.rule_name, a.host)
+                                                                on:change=move |ev| choice.set(event_target_value(&ev).parse().unwrap_or(DURATIONS[0].1))
+                                                            >
+                                                                {DURATIONS.iter().map(|(l, ms)| view! { <option value=ms.to_string()>{*l}</option> }).collect_view()}
+                                                            </select>
+                                                            <button type="button" class="btn" on:click=move |_| silence(a2.clone(), choice.get_untracked())>"Silence"</button>
+                                                        </div>
+                                                    })}
+                                                </td>
+                                            })}
+                                        </tr>
+                                    }
+                                })
+                                .collect_view()}
+                        </tbody>
+                    </table>
+                </div>
+            }
+            .into_any()
+        }}
+    }
+}
+
+#[component]
+fn Silences(
+    res: LocalResource<api::ApiResult<crate::wire::SilenceList>>,
+    rules: Signal<Vec<Rule>>,
+    refresh: Callback<()>,
+) -> impl IntoView {
+    let ctx = use_app();
+    let data = latest_ok(res);
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    let (rule, host, gpu, team, severity, comment) = (
+        RwSignal::new(String::new()),
+        RwSignal::new(String::new()),
+        RwSignal::new(String::new()),
+        RwSignal::new(String::new()),
+        RwSignal::new(String::new()),
+        RwSignal::new(String::new()),
+    );
+    let duration = RwSignal::new(DURATIONS[0].1);
+    let error = RwSignal::new(None::<ApiError>);
+    let saved = RwSignal::new(None::<String>);
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let mut m = Map::new();
+        for (k, v) in [("rule", rule), ("host", host), ("gpu", gpu), ("team", team), ("severity", severity)] {
+            let t = v.get_untracked().trim().to_string();
+            if !t.is_empty() {
+                m.insert(k.into(), Value::String(t));
+            }
+        }
+        let body = json!({
+            "matchers": m,
+            "ends_at": now_ms() + duration.get_untracked(),
+            "comment": comment.get_untracked().trim(),
+        });
+        spawn_local(async move {
+            match api::create_silence(&body).await {
+                Ok(s) => {
+                    error.set(None);
+                    saved.set(Some(format!("Silence {} added ({}).", s.id, s.matchers_text())));
+                    for v in [rule, host, gpu, team, severity, comment] {
+                        v.set(String::new());
+                    }
+                    refresh.run(());
+                }
+                Err(e) => {
+                    saved.set(None);
+                    error.set(Some(e));
+                }
+            }
+        });
+    };
+    let end = move |id: i64| {
+        spawn_local(async move {
+            match api::end_silence(id).await {
+                Ok(()) => {
+                    error.set(None);
+                    refresh.run(());
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    let text_input = move |id: &'static str, label: &'static str, sig: RwSignal<String>, placeholder: &'static str| {
+        view! {
+            <label for=id>
+                <span>{label}</span>
+                <input id=id placeholder=placeholder prop:value=move || sig.get() on:input=move |ev| sig.set(event_target_value(&ev))/>
+            </label>
+        }
+    };
+    let matchers_error = about(error, "matchers");
+    view! {
+        <section class="card" aria-labelledby="silences-title">
+            <h2 id="silences-title">"Silences"</h2>
+            <p class="muted">"A silence holds notifications back; its alerts are still recorded and shown here."</p>
+            <PollStatus res has_data/>
+            <Show when=move || has_data.get()>
+                {move || {
+                    let list = data.get().map(|d| d.silences).unwrap_or_default();
+                    if list.is_empty() {
+                        return view! { <p class="empty">"No silence."</p> }.into_any();
+                    }
+                    let admin = ctx.is_admin();
+                    let now = now_ms();
+                    view! {
+                        <div class="table-wrap">
+                            <table class="data silence-table">
+                                <caption class="sr-only">"Silences"</caption>
+                                <thead>
+                                    <tr>
+                                        <th scope="col">"Matches"</th>
+                                        <th scope="col">"Status"</th>
+                                        <th scope="col">"From"</th>
+                                        <th scope="col">"Until"</th>
+                                        <th scope="col">"Comment"</th>
+                                        {admin.then(|| view! { <th scope="col"><span class="sr-only">"Actions"</span></th> })}
+                                    </tr>
+                                </thead>
+                                <tbody>
+                                    {list
+                                        .into_iter()
+                                        .map(|s| {
+                                            let (label, class) = if s.active {
+                                                ("active", "pill pill-warn")
+                                            } else if s.starts_at_ms > now {
+                                                ("scheduled", "pill pill-muted")
+                                            } else {
+                                                ("expired", "pill pill-muted")
+                                            };
+                                            let can_end = admin && s.ends_at_ms > now;
+                                            let id = s.id;
+                                            view! {
+                                                <tr data-silence-id=s.id.to_string()>
+                                                    <th scope="row"><code>{s.matchers_text()}</code></th>
+                                                    <td><span class=class>{label}</span></td>
+                                                    <td>{format::date_time(s.starts_at_ms)}</td>
+                                                    <td>{format::date_time(s.ends_at_ms)}</td>
+                                                    <td>
+                                                        {s.comment.clone()}
+                                                        {(!s.created_by.is_empty()).then(|| view! { <span class="cell-note">{format!("by {}", s.created_by)}</span> })}
+                                                    </td>
+                                                    {admin.then(|| view! {
+                                                        <td>{can_end.then(|| view! { <button type="button" class="btn" on:click=move |_| end(id)>"End now"</button> })}</td>
+                                                    })}
+                                                </tr>
+                                            }
+                                        })
+                                        .collect_view()}
+                                </tbody>
+                            </table>
+                        </div>
+                    }
+                    .into_any()
+                }}
+            </Show>
+            <Show when=move || ctx.is_admin()>
+                <form class="form-grid" on:submit=submit novalidate aria-label="New silence">
+                    <label for="silence-rule">
+                        <span>"Rule"</span>
+                        <select id="silence-rule" prop:value=move || rule.get() on:change=move |ev| rule.set(event_target_value(&ev))>
+                            <option value="">"any rule"</option>
+                            {move || rules.get().into_iter().map(|r| view! { <option value=r.name.clone()>{r.name.clone()}</option> }).collect_view()}
+                        </select>
+                    </label>
+                    {text_input("silence-host", "Host", host, "node-*")}
+                    {text_input("silence-gpu", "GPU UUID", gpu, "GPU-…")}
+                    {text_input("silence-team", "Team", team, "")}
+                    <label for="silence-severity">
+                        <span>"Severity"</span>
+                        <select id="silence-severity" prop:value=move || severity.get() on:change=move |ev| severity.set(event_target_value(&ev))>
+                            <option value="">"any"</option>
+                            <option value="info">"info"</option>
+                            <option value="warning">"warning"</option>
+                            <option value="critical">"critical"</option>
+                        </select>
+                    </label>
+                    <label for="silence-duration">
+                        <span>"For"</span>
+                        <select id="silence-duration" on:change=move |ev| duration.set(event_target_value(&ev).parse().unwrap_or(DURATIONS[0].1))>
+                            {DURATIONS.iter().map(|(l, ms)| view! { <option value=ms.to_string()>{*l}</option> }).collect_view()}
+                        </select>
+                    </label>
+                    <label for="silence-comment" class="grow">
+                        <span>"Comment"</span>
+                        <input id="silence-comment" prop:value=move || comment.get() on:input=move |ev| comment.set(event_target_value(&ev))/>
+                    </label>
+                    <button type="submit" class="btn-primary">"Add silence"</button>
+                </form>
+                {move || matchers_error().map(|m| view! { <p class="field-error" role="alert" data-field="matchers">{m}</p> })}
+                <FormError error fields=&["matchers"]/>
+                {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+            </Show>
+            <Show when=move || !ctx.is_admin()>
+                <ActionError error/>
+            </Show>
+        </section>
+    }
+}
+
+/// The rule editor's fields, as typed.
+#[derive(Debug, Clone, PartialEq)]
+struct RuleDraft {
+    id: Option<i64>,
+    name: String,
+    condition: String,
+    for_s: String,
+    keep_firing_for_s: String,
+    severity: String,
+    description: String,
+    advice: String,
+    channels: Vec<i64>,
+    enabled: bool,
+}
+
+impl Default for RuleDraft {
+    fn default() -> Self {
+        RuleDraft {
+            id: None,
+            name: String::new(),
+            condition: String::new(),
+            for_s: "300".into(),
+            keep_firing_for_s: "60".into(),
+            severity: "warning".into(),
+            description: String::new(),
+            advice: String::new(),
+            channels: Vec::new(),
+            enabled: true,
+        }
+    }
+}
+
+impl RuleDraft {
+    fn of(r: &Rule) -> RuleDraft {
+        RuleDraft {
+            id: Some(r.id),
+            name: r.name.clone(),
+            condition: r.condition.clone(),
+            for_s: r.for_s.to_string(),
+            keep_firing_for_s: r.keep_firing_for_s.to_string(),
+            severity: r.severity.clone(),
+            description: r.description.clone(),
+            advice: r.advice.clone(),
+            channels: r.channels.clone(),
+            enabled: r.enabled,
+        }
+    }
+
+    /// The request body, or the field that is not a whole number of seconds.
+    fn body(&self) -> Result<Value, (&'static str, String)> {
+        let secs = |field: &'static str, v: &str| {
+            v.trim().parse::<i64>().map_err(|_| (field, format!("{field}: enter whole seconds, e.g. 300")))
+        };
+        Ok(json!({
+            "name": self.name.trim(),
+            "condition": self.condition,
+            "for_s": secs("for_s", &self.for_s)?,
+            "keep_firing_for_s": secs("keep_firing_for_s", &self.keep_firing_for_s)?,
+            "severity": self.severity,
+            "description": self.description,
+            "advice": self.advice,
+            "channels": self.channels,
+            "enabled": self.enabled,
+        }))
+    }
+}
+
+const RULE_FIELDS: &[&str] = &["name", "condition", "for_s", "keep_firing_for_s", "severity", "channels"];
+
+#[component]
+fn Rules(res: LocalResource<api::ApiResult<crate::wire::RuleList>>, refresh: Callback<()>) -> impl IntoView {
+    let ctx = use_app();
+    let data = latest_ok(res);
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    let list = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.rules.clone()).unwrap_or_default()));
+    let draft = RwSignal::new(None::<RuleDraft>);
+    let error = RwSignal::new(None::<ApiError>);
+    let local_error = RwSignal::new(None::<(&'static str, String)>);
+    let saved = RwSignal::new(None::<String>);
+    let confirm_delete = RwSignal::new(None::<i64>);
+
+    let edit = Callback::new(move |r: Option<Rule>| {
+        error.set(None);
+        local_error.set(None);
+        saved.set(None);
+        draft.set(Some(r.as_ref().map(RuleDraft::of).unwrap_or_default()));
+        request_animation_frame(|| {
+            if let Some(el) = document().get_element_by_id("rule-name") {
+                let _ = wasm_bindgen::JsCast::unchecked_into::<web_sys::HtmlElement>(el).focus();
+            }
+        });
+    });
+    let run = move |fut: std::pin::Pin<Box<dyn std::future::Future<Output = api::ApiResult<String>>>>| {
+        spawn_local(async move {
+            match fut.await {
+                Ok(msg) => {
+                    error.set(None);
+                    saved.set(Some(msg));
+                    refresh.run(());
+                }
+                Err(e) => {
+                    saved.set(None);
+                    error.set(Some(e));
+                }
+            }
+        });
+    };
+    let toggle = Callback::new(move |r: Rule| {
+        let enabled = !r.enabled;
+        run(Box::pin(async move {
+            api::save_rule(Some(r.id), &json!({ "enabled": enabled })).await?;
+            Ok(format!("Rule “{}” {}.", r.name, if enabled { "enabled" } else { "disabled" }))
+        }))
+    });
+    let delete = Callback::new(move |r: Rule| {
+        confirm_delete.set(None);
+        run(Box::pin(async move {
+            api::delete_rule(r.id).await?;
+            Ok(format!("Rule “{}” deleted.", r.name))
+        }))
+    });
+
+    view! {
         <section class="card" aria-labelledby="rules-title">
-            <h2 id="rules-title">"Rules"</h2>
+            <div class="section-head">
+                <h2 id="rules-title">"Rules"</h2>
+                <Show when=move || ctx.is_admin() && draft.with(Option::is_none)>
+                    <button type="button" class="btn-primary" on:click=move |_| edit.run(None)>"New rule"</button>
+                </Show>
+            </div>
             <p class="muted">
                 "A condition is an expression over the metric names and " <code>"state"</code> ", e.g. "
-                <code>"gpu_util_pct >= 80 && sm_active_pct < 30"</code> " (busy but hollow)."
+                <code>"gpu_util_pct >= 80 && sm_active_pct < 30"</code> " (busy but hollow). A metric the GPU does "
+                "not report is unknown, never 0: a rule matches only when its condition is definitely true."
             </p>
-            <PollStatus res=rules has_data=has_rules/>
-            <Show when=move || has_rules.get()>
-                <RuleTable rules=rule_list/>
+            <Show when=move || draft.with(Option::is_some)>
+                <RuleEditor draft error local_error saved refresh/>
+            </Show>
+            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+            <Show when=move || draft.with(Option::is_none)>
+                <ActionError error/>
+            </Show>
+            <PollStatus res has_data/>
+            <Show when=move || has_data.get()>
+                {move || {
+                    let l = list.get();
+                    if l.is_empty() {
+                        return view! { <p class="empty">"No alert rule yet."</p> }.into_any();
+                    }
+                    let admin = ctx.is_admin();
+                    view! {
+                        <div class="table-wrap">
+                            <table class="data rule-table">
+                                <caption class="sr-only">"Alert rules"</caption>
+                                <thead>
+                                    <tr>
+                                        <th scope="col">"Rule"</th>
+                                        <th scope="col">"Condition"</th>
+                                        <th scope="col" class="num">"For"</th>
+                                        <th scope="col">"Severity"</th>
+                                        <th scope="col">"Enabled"</th>
+                                        {admin.then(|| view! { <th scope="col"><span class="sr-only">"Actions"</span></th> })}
+                                    </tr>
+                                </thead>
+                                <tbody>
+                                    {l.into_iter()
+                                        .map(|r| {
+                                            let (r1, r2, r3, r4) = (r.clone(), r.clone(), r.clone(), r.clone());
+                                            let id = r.id;
+                                            view! {
+                                                <tr data-rule-id=r.id.to_string()>
+                                                    <th scope="row">
+                                                        <span class="rule-name">{r.name.clone()}</span>
+                                                        {r.builtin.is_some().then(|| view! { " " <span class="pill pill-muted">"shipped"</span> })}
+                                                        {(!r.description.is_empty()).then(|| view! { <span class="cell-note">{r.description.clone()}</span> })}
+                                                    </th>
+                                                    <td><code>{r.condition.clone()}</code></td>
+                                                    <td class="num">{format::duration_ms(r.for_s * 1000)}</td>
+                                                    <td>{r.severity.clone()}</td>
+                                                    <td>{if r.enabled { "yes" } else { "no" }}</td>
+                                                    {admin.then(|| view! {
+                                                        <td>
+                                                            <div class="actions">
+                                                                <button type="button" class="btn" aria-label=format!("Edit rule {}", r.name) on:click=move |_| edit.run(Some(r1.clone()))>"Edit"</button>
+                                                                <button type="button" class="btn" on:click=move |_| toggle.run(r2.clone())>{if r.enabled { "Disable" } else { "Enable" }}</button>
+                                                                {move || if confirm_delete.get() == Some(id) {
+                                                                    let r3 = r3.clone();
+                                                                    view! {
+                                                                        <button type="button" class="btn btn-danger" on:click=move |_| delete.run(r3.clone())>"Confirm delete"</button>
+                                                                        <button type="button" class="btn-quiet" on:click=move |_| confirm_delete.set(None)>"Keep"</button>
+                                                                    }.into_any()
+                                                                } else {
+                                                                    let name = r4.name.clone();
+                                                                    view! { <button type="button" class="btn btn-danger" aria-label=format!("Delete rule {name}") on:click=move |_| confirm_delete.set(Some(id))>"Delete"</button> }.into_any()
+                                                                }}
+                                                            </div>
+                                                        </td>
+                                                    })}
+                                                </tr>
+                                            }
+                                        })
+                                        .collect_view()}
+                                </tbody>
+                            </table>
+                        </div>
+                    }
+                    .into_any()
+                }}
             </Show>
         </section>
     }
 }
 
 #[component]
-fn AlertTable(alerts: Signal<Vec<Alert>>) -> impl IntoView {
-    let ctx = use_app();
-    move || {
-        let list = alerts.get();
-        if list.is_empty() {
-            return view! { <p class="empty">"No alert in this status."</p> }.into_any();
+fn RuleEditor(
+    draft: RwSignal<Option<RuleDraft>>,
+    error: RwSignal<Option<ApiError>>,
+    local_error: RwSignal<Option<(&'static str, String)>>,
+    saved: RwSignal<Option<String>>,
+    refresh: Callback<()>,
+) -> impl IntoView {
+    let fields = LocalResource::new(api::rule_fields);
+    // Channels are an admin's to read; the editor is only ever open for an admin.
+    let channels = LocalResource::new(api::channels);
+    let checked = RwSignal::new(None::<String>);
+    let busy = RwSignal::new(false);
+    let get = move |f: fn(&RuleDraft) -> String| move || draft.with(|d| d.as_ref().map(f).unwrap_or_default());
+    let set = move |f: fn(&mut RuleDraft, String)| {
+        move |ev: leptos::ev::Event| {
+            let v = event_target_value(&ev);
+            checked.set(None);
+            draft.update(|d| {
+                if let Some(d) = d {
+                    f(d, v)
+                }
+            })
         }
-        ctx.tick.track();
-        let now = now_ms();
+    };
+    let field_error = move |field: &'static str| {
+        move || {
+            if let Some((f, m)) = local_error.get().filter(|(f, _)| *f == field) {
+                return Some(format!("{f}: {m}"));
+            }
+            about(error, field)()
+        }
+    };
+    let invalid = move |field: &'static str| move || field_error(field)().is_some().to_string();
+    let check = move |_| {
+        let Some(c) = draft.with_untracked(|d| d.as_ref().map(|d| d.condition.clone())) else { return };
+        spawn_local(async move {
+            match api::check_condition(&c).await {
+                Ok(()) => {
+                    error.set(None);
+                    checked.set(Some("The condition is valid.".into()));
+                }
+                Err(e) => {
+                    checked.set(None);
+                    error.set(Some(e));
+                }
+            }
+        });
+    };
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let Some(d) = draft.get_untracked() else { return };
+        let body = match d.body() {
+            Ok(b) => b,
+            Err(e) => {
+                local_error.set(Some(e));
+                return;
+            }
+        };
+        local_error.set(None);
+        busy.set(true);
+        spawn_local(async move {
+            match api::save_rule(d.id, &body).await {
+                Ok(r) => {
+                    error.set(None);
+                    saved.set(Some(format!("Rule “{}” {}.", r.name, if d.id.is_some() { "saved" } else { "created" })));
+                    draft.set(None);
+                    refresh.run(());
+                }
+                Err(e) => {
+                    saved.set(None);
+                    error.set(Some(e));
+                }
+            }
+            busy.set(false);
+        });
+    };
+    let editing = move || draft.with(|d| d.as_ref().and_then(|d| d.id).is_some());
+    let field_list = move || {
+        fields.get().and_then(Result::ok).map(|f| {
+            view! {
+                <details class="wide">
+                    <summary>{format!("Fields a condition can use ({})", f.fields.len())}</summary>
+                    <ul class="small">
+                        {f.fields.into_iter().map(|fi| view! {
+                            <li><code>{fi.name}</code>{(!fi.unit.is_empty()).then(|| format!(" ({})", fi.unit))}" — "{fi.doc}</li>
+                        }).collect_view()}
+                    </ul>
+                    <p class="small">"States: " {f.states.join(", ")}</p>
+                </details>
+            }
+        })
+    };
+    let channel_boxes = move || {
+        let list: Vec<Channel> = channels.get().and_then(Result::ok).map(|c| c.channels).unwrap_or_default();
+        if list.is_empty() {
+            return view! { <p class="small muted">"No channel yet: the rule notifies the default channels (none), and shows here."</p> }.into_any();
+        }
         view! {
-            <div class="table-wrap">
-                <table class="data">
-                    <caption class="sr-only">"Alert instances"</caption>
-                    <thead>
-                        <tr>
-                            <th scope="col">"Status"</th>
-                            <th scope="col">"Severity"</th>
-                            <th scope="col">"Rule"</th>
-                            <th scope="col">"GPU"</th>
-                            <th scope="col">"Summary"</th>
-                            <th scope="col">"Since"</th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        {list
-                            .into_iter()
-                            .map(|a| {
-                                let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
-                                let when = match a.resolved_at_ms {
-                                    Some(r) => format!("{} – {}", format::date_time(since), format::date_time(r)),
-                                    None => format!("{} ({})", format::date_time(since), format::ago(since, now)),
-                                };
-                                view! {
-                                    <tr>
-                                        <td>
-                                            <span class=status_class(&a)>{a.status.clone()}</span>
-                                            {a.silenced.then(|| view! { " " <span class="pill pill-muted">"silenced"</span> })}
-                                        </td>
-                                        <td>{a.severity.clone()}</td>
-                                        <td>{a.rule_name.clone()}</td>
-                                        <td>
-                                            <a href=format!("/gpus/{}", a.gpu)>{a.host.clone()}</a>
-                                            <span class="cell-note">{short_uuid(&a.gpu)}</span>
-                                        </td>
-                                        <td>{a.summary.clone()}</td>
-                                        <td>{when}</td>
-                                    </tr>
+            <fieldset class="checks">
+                <legend>"Notify (none ticked: the default channels)"</legend>
+                {list.into_iter().map(|c| {
+                    let id = c.id;
+                    view! {
+                        <label class="check">
+                            <input
+                                type="checkbox"
+                                prop:checked=move || draft.with(|d| d.as_ref().is_some_and(|d| d.channels.contains(&id)))
+                                on:change=move |ev| {
+                                    let on = event_target_checked(&ev);
+                                    draft.update(|d| if let Some(d) = d {
+                                        d.channels.retain(|c| *c != id);
+                                        if on { d.channels.push(id) }
+                                    });
                                 }
-                            })
-                            .collect_view()}
-                    </tbody>
-                </table>
-            </div>
+                            />
+                            <span>{c.name}</span>
+                        </label>
+                    }
+                }).collect_view()}
+            </fieldset>
         }
         .into_any()
+    };
+    let err_view = move |field: &'static str| {
+        move || field_error(field)().map(|m| view! { <pre class="field-error" role="alert" data-field=field>{m}</pre> })
+    };
+
+    view! {
+        <form class="editor rule-editor" on:submit=submit novalidate aria-label=move || if editing() { "Edit rule" } else { "New rule" }>
+            <h3 class="wide">{move || if editing() { "Edit rule" } else { "New rule" }}</h3>
+            <label for="rule-name">
+                <span>"Name"</span>
+                <input id="rule-name" aria-invalid=invalid("name") prop:value=get(|d| d.name.clone()) on:input=set(|d, v| d.name = v)/>
+                {err_view("name")}
+            </label>
+            <label for="rule-severity">
+                <span>"Severity"</span>
+                <select id="rule-severity" prop:value=get(|d| d.severity.clone()) on:change=set(|d, v| d.severity = v)>
+                    <option value="info">"info"</option>
+                    <option value="warning">"warning"</option>
+                    <option value="critical">"critical"</option>
+                </select>
+                {err_view("severity")}
+            </label>
+            <label for="rule-for">
+                <span>"For (seconds the condition must hold)"</span>
+                <input id="rule-for" inputmode="numeric" aria-invalid=invalid("for_s") prop:value=get(|d| d.for_s.clone()) on:input=set(|d, v| d.for_s = v)/>
+                {err_view("for_s")}
+            </label>
+            <label for="rule-keep">
+                <span>"Keep firing for (seconds)"</span>
+                <input id="rule-keep" inputmode="numeric" aria-invalid=invalid("keep_firing_for_s") prop:value=get(|d| d.keep_firing_for_s.clone()) on:input=set(|d, v| d.keep_firing_for_s = v)/>
+                {err_view("keep_firing_for_s")}
+            </label>
+            <label for="rule-condition" class="wide">
+                <span>"Condition"</span>
+                <textarea
+                    id="rule-condition"
+                    class="code"
+                    rows="2"
+                    spellcheck="false"
+                    aria-invalid=invalid("condition")
+                    prop:value=get(|d| d.condition.clone())
+                    on:input=set(|d, v| d.condition = v)
+                ></textarea>
+                {err_view("condition")}
+                {move || checked.get().map(|m| view! { <p class="field-ok" role="status">{m}</p> })}
+            </label>
+            {field_list}
+            <label for="rule-description" class="wide">
+                <span>"Description (" <code>"{field}"</code> " is replaced by its value)"</span>
+                <input id="rule-description" prop:value=get(|d| d.description.clone()) on:input=set(|d, v| d.description = v)/>
+            </label>
+            <label for="rule-advice" class="wide">
+                <span>"Advice"</span>
+                <input id="rule-advice" prop:value=get(|d| d.advice.clone()) on:input=set(|d, v| d.advice = v)/>
+            </label>
+            <div class="wide">{channel_boxes} {err_view("channels")}</div>
+            <label class="check wide">
+                <input
+                    type="checkbox"
+                    prop:checked=move || draft.with(|d| d.as_ref().is_some_and(|d| d.enabled))
+                    on:change=move |ev| {
+                        let on = event_target_checked(&ev);
+                        draft.update(|d| if let Some(d) = d { d.enabled = on });
+                    }
+                />
+                <span>"Enabled"</span>
+            </label>
+            <div class="wide">
+                <FormError error fields=RULE_FIELDS/>
+                <div class="actions">
+                    <button type="submit" class="btn-primary" disabled=move || busy.get()>
+                        {move || if editing() { "Save rule" } else { "Create rule" }}
+                    </button>
+                    <button type="button" class="btn" on:click=check>"Check condition"</button>
+                    <button type="button" class="btn-quiet" on:click=move |_| {
+                        error.set(None);
+                        draft.set(None);
+                    }>"Cancel"</button>
+                </div>
+            </div>
+        </form>
     }
 }
 
 #[component]
-fn RuleTable(rules: Signal<Vec<Rule>>) -> impl IntoView {
-    move || {
-        let list = rules.get();
-        if list.is_empty() {
-            return view! { <p class="empty">"No alert rule yet."</p> }.into_any();
+fn Channels() -> impl IntoView {
+    let res = polled(api::channels);
+    let data = latest_ok(res);
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    let name = RwSignal::new(String::new());
+    let kind = RwSignal::new("slack".to_string());
+    let url = RwSignal::new(String::new());
+    let default = RwSignal::new(false);
+    let error = RwSignal::new(None::<ApiError>);
+    let saved = RwSignal::new(None::<String>);
+    let tested = RwSignal::new(None::<(i64, Result<TestResult, ApiError>)>);
+    let confirm_delete = RwSignal::new(None::<i64>);
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let (n, k, u, d) = (name.get_untracked(), kind.get_untracked(), url.get_untracked(), default.get_untracked());
+        spawn_local(async move {
+            match api::create_channel(n.trim(), &k, u.trim(), d).await {
+                Ok(c) => {
+                    error.set(None);
+                    saved.set(Some(format!("Channel “{}” added.", c.name)));
+                    name.set(String::new());
+                    url.set(String::new());
+                    res.refetch();
+                }
+                Err(e) => {
+                    saved.set(None);
+                    error.set(Some(e));
+                }
+            }
+        });
+    };
+    let test = move |id: i64| {
+        tested.set(None);
+        spawn_local(async move { tested.set(Some((id, api::test_channel(id).await))) });
+    };
+    let set_default = move |c: Channel| {
+        spawn_local(async move {
+            match api::update_channel(c.id, &json!({ "default": !c.default })).await {
+                Ok(_) => {
+                    error.set(None);
+                    res.refetch();
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    let delete = move |c: Channel| {
+        confirm_delete.set(None);
+        spawn_local(async move {
+            match api::delete_channel(c.id).await {
+                Ok(()) => {
+                    error.set(None);
+                    saved.set(Some(format!("Channel “{}” deleted.", c.name)));
+                    res.refetch();
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    let test_outcome = move |id: i64| {
+        move || {
+            tested.get().filter(|(t, _)| *t == id).map(|(_, r)| match r {
+                Ok(t) if t.delivered => {
+                    let code = t.status_code.map(|c| format!(" (HTTP {c})")).unwrap_or_default();
+                    view! { <p class="field-ok" role="status">{format!("Test message delivered{code}.")}</p> }.into_any()
+                }
+                Ok(t) => {
+                    let code = t.status_code.map(|c| format!("HTTP {c}")).unwrap_or_else(|| "no answer".into());
+                    let why = t.error.unwrap_or_default();
+                    view! {
+                        <p class="field-error" role="alert">
+                            {format!("Test message not delivered ({}, {code}, {} attempt(s)): {why}", t.status, t.attempts)}
+                        </p>
+                    }
+                    .into_any()
+                }
+                Err(e) => view! { <p class="field-error" role="alert">{e.to_string()}</p> }.into_any(),
+            })
         }
-        view! {
-            <div class="table-wrap">
-                <table class="data">
-                    <caption class="sr-only">"Alert rules"</caption>
-                    <thead>
-                        <tr>
-                            <th scope="col">"Rule"</th>
-                            <th scope="col">"Condition"</th>
-                            <th scope="col" class="num">"For"</th>
-                            <th scope="col">"Severity"</th>
-                            <th scope="col">"Enabled"</th>
-                        </tr>
-                    </thead>
-                    <tbody>
-                        {list
-                            .into_iter()
-                            .map(|r| {
-                                view! {
+    };
+    let url_error = about(error, "url");
+    let name_error = about(error, "name");
+
+    view! {
+        <section class="card" aria-labelledby="channels-title">
+            <h2 id="channels-title">"Notification channels"</h2>
+            <p class="muted">"Slack incoming webhooks, generic webhooks (Alertmanager's webhook body) or an Alertmanager. URLs are secrets: only admins see them."</p>
+            <PollStatus res has_data/>
+            <Show when=move || has_data.get()>
+                {move || {
+                    let l = data.get().map(|d| d.channels).unwrap_or_default();
+                    if l.is_empty() {
+                        return view! { <p class="empty">"No channel yet: alerts show only on this page."</p> }.into_any();
+                    }
+                    view! {
+                        <div class="table-wrap">
+                            <table class="data channel-table">
+                                <caption class="sr-only">"Notification channels"</caption>
+                                <thead>
                                     <tr>
-                                        <th scope="row">
-                                            {r.name.clone()}
-                                            {r.builtin.is_some().then(|| view! { " " <span class="pill pill-muted">"shipped"</span> })}
-                                            {(!r.description.is_empty()).then(|| view! { <span class="cell-note">{r.description.clone()}</span> })}
-                                        </th>
-                                        <td><code>{r.condition.clone()}</code></td>
-                                        <td class="num">{format::duration_ms(r.for_s * 1000)}</td>
-                                        <td>{r.severity.clone()}</td>
-                                        <td>{if r.enabled { "yes" } else { "no" }}</td>
+                                        <th scope="col">"Name"</th>
+                                        <th scope="col">"Kind"</th>
+                                        <th scope="col">"URL"</th>
+                                        <th scope="col">"Default"</th>
+                                        <th scope="col"><span class="sr-only">"Actions"</span></th>
                                     </tr>
-                                }
-                            })
-                            .collect_view()}
-                    </tbody>
-                </table>
-            </div>
-        }
-        .into_any()
+                                </thead>
+                                <tbody>
+                                    {l.into_iter().map(|c| {
+                                        let id = c.id;
+                                        let (c1, c2) = (c.clone(), c.clone());
+                                        let name = c.name.clone();
+                                        view! {
+                                            <tr data-channel-id=c.id.to_string()>
+                                                <th scope="row">{c.name.clone()}</th>
+                                                <td>{c.kind.clone()}</td>
+                                                <td class="cmd">{c.url.clone()}</td>
+                                                <td>{if c.default { "yes" } else { "no" }}</td>
+                                                <td>
+                                                    <div class="actions">
+                                                        <button type="button" class="btn" aria-label=format!("Send a test message to {}", c.name) on:click=move |_| test(id)>"Send test"</button>
+                                                        <button type="button" class="btn" on:click=move |_| set_default(c1.clone())>{if c.default { "Not default" } else { "Make default" }}</button>
+                                                        {move || if confirm_delete.get() == Some(id) {
+                                                            let c2 = c2.clone();
+                                                            view! {
+                                                                <button type="button" class="btn btn-danger" on:click=move |_| delete(c2.clone())>"Confirm delete"</button>
+                                                                <button type="button" class="btn-quiet" on:click=move |_| confirm_delete.set(None)>"Keep"</button>
+                                                            }.into_any()
+                                                        } else {
+                                                            view! { <button type="button" class="btn btn-danger" aria-label=format!("Delete channel {name}") on:click=move |_| confirm_delete.set(Some(id))>"Delete"</button> }.into_any()
+                                                        }}
+                                                    </div>
+                                                    {test_outcome(id)}
+                                                </td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        </div>
+                    }
+                    .into_any()
+                }}
+            </Show>
+            <form class="form-grid" on:submit=submit novalidate aria-label="Add a notification channel">
+                <label for="channel-name">
+                    <span>"Name"</span>
+                    <input id="channel-name" aria-invalid=move || name_error().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
+                </label>
+                <label for="channel-kind">
+                    <span>"Kind"</span>
+                    <select id="channel-kind" on:change=move |ev| kind.set(event_target_value(&ev))>
+                        <option value="slack">"Slack"</option>
+                        <option value="webhook">"Webhook"</option>
+                        <option value="alertmanager">"Alertmanager"</option>
+                    </select>
+                </label>
+                <label for="channel-url" class="grow">
+                    <span>"URL"</span>
+                    <input id="channel-url" type="url" aria-invalid=move || url_error().is_some().to_string() prop:value=move || url.get() on:input=move |ev| url.set(event_target_value(&ev))/>
+                </label>
+                <label class="check">
+                    <input type="checkbox" prop:checked=move || default.get() on:change=move |ev| default.set(event_target_checked(&ev))/>
+                    <span>"Default"</span>
+                </label>
+                <button type="submit" class="btn-primary">"Add channel"</button>
+            </form>
+            {move || name_error().map(|m| view! { <p class="field-error" role="alert" data-field="name">{format!("Name: {m}")}</p> })}
+            {move || url_error().map(|m| view! { <p class="field-error" role="alert" data-field="url">{format!("URL: {m}")}</p> })}
+            <FormError error fields=&["url", "name"]/>
+            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+        </section>
     }
 }

@@ -67,6 +67,7 @@ async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResul
         code: "not_found".into(),
         message: format!("no GPU {uuid} has reported to this server"),
         path: "/api/v1/gpus".into(),
+        field: None,
     })?;
     let now = now_ms();
     let anchored = gpu.last_seen_ms < now - range.ms();

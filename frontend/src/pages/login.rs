@@ -1,13 +1,14 @@
-//! Login with an API key (until dashboard sessions exist): the key is checked against the
-//! server before it is kept.
+//! Login: email and password start a session (an HttpOnly cookie set by the server); an API
+//! key is the secondary way in, for installs without users.
 
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
-use crate::api;
+use crate::api::{self, ApiResult};
 use crate::ctx::use_app;
+use crate::wire::Me;
 
 #[component]
 pub fn Login() -> impl IntoView {
@@ -15,35 +16,58 @@ pub fn Login() -> impl IntoView {
     let ctx = use_app();
     let navigate = use_navigate();
     let query = use_query_map();
+    let email = RwSignal::new(String::new());
+    let password = RwSignal::new(String::new());
     let key = RwSignal::new(String::new());
     let error = RwSignal::new(None::<String>);
+    let key_error = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
+
+    let next = move || {
+        query
+            .with_untracked(|q| q.get("next"))
+            .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/login"))
+            .unwrap_or_else(|| "/".into())
+    };
+    // Already logged in (a session cookie from earlier): go on.
+    {
+        let navigate = navigate.clone();
+        Effect::new(move || {
+            if ctx.me.with(Option::is_some) {
+                navigate(&next(), Default::default());
+            }
+        });
+    }
+    let finish = move |out: ApiResult<Me>, error: RwSignal<Option<String>>| {
+        match out {
+            Ok(me) => {
+                error.set(None);
+                ctx.me.set(Some(me));
+            }
+            Err(e) => error.set(Some(e.to_string())),
+        }
+        busy.set(false);
+    };
 
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
-        let k = key.get_untracked().trim().to_string();
-        if k.is_empty() {
-            error.set(Some("Enter an API key.".into()));
+        let (e, p) = (email.get_untracked().trim().to_string(), password.get_untracked());
+        if e.is_empty() || p.is_empty() {
+            error.set(Some("Enter your email and password.".into()));
             return;
         }
         busy.set(true);
-        error.set(None);
-        let next = query
-            .with_untracked(|q| q.get("next"))
-            .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/login"))
-            .unwrap_or_else(|| "/".into());
-        let navigate = navigate.clone();
-        spawn_local(async move {
-            match api::verify(&k).await {
-                Ok(()) => {
-                    api::remember(&k);
-                    ctx.key.set(Some(k));
-                    navigate(&next, Default::default());
-                }
-                Err(e) => error.set(Some(e.to_string())),
-            }
-            busy.set(false);
-        });
+        spawn_local(async move { finish(api::login(&e, &p).await, error) });
+    };
+    let submit_key = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let k = key.get_untracked().trim().to_string();
+        if k.is_empty() {
+            key_error.set(Some("Enter an API key.".into()));
+            return;
+        }
+        busy.set(true);
+        spawn_local(async move { finish(api::login_with_key(&k).await, key_error) });
     };
 
     view! {
@@ -51,30 +75,61 @@ pub fn Login() -> impl IntoView {
             <div class="login-card">
                 <h1 class="login-brand">"Fleetlens"</h1>
                 <p class="muted">"GPU efficiency: what your GPUs really do, and what the gap costs."</p>
-                <form on:submit=submit novalidate>
-                    <label for="api-key">"API key"</label>
+                <form on:submit=submit novalidate aria-label="Log in">
+                    <label for="email">"Email"</label>
                     <input
-                        id="api-key"
-                        name="api-key"
-                        type="password"
-                        autocomplete="off"
-                        spellcheck="false"
+                        id="email"
+                        name="email"
+                        type="email"
+                        autocomplete="username"
                         required
-                        aria-describedby="api-key-help"
                         aria-invalid=move || error.with(Option::is_some).to_string()
-                        prop:value=move || key.get()
-                        on:input=move |ev| key.set(event_target_value(&ev))
+                        prop:value=move || email.get()
+                        on:input=move |ev| email.set(event_target_value(&ev))
                     />
-                    <p id="api-key-help" class="help">
-                        "An API key with the " <code>"read"</code> " scope, or this install's "
-                        <code>"FLEETLENS_ADMIN_TOKEN"</code>
-                        ". It is kept in this browser and sent as a Bearer token."
-                    </p>
+                    <label for="password">"Password"</label>
+                    <input
+                        id="password"
+                        name="password"
+                        type="password"
+                        autocomplete="current-password"
+                        required
+                        aria-invalid=move || error.with(Option::is_some).to_string()
+                        prop:value=move || password.get()
+                        on:input=move |ev| password.set(event_target_value(&ev))
+                    />
                     {move || error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e}</p> })}
                     <button type="submit" class="btn-primary" disabled=move || busy.get()>
-                        {move || if busy.get() { "Checking…" } else { "Log in" }}
+                        {move || if busy.get() { "Logging in…" } else { "Log in" }}
                     </button>
+                    <p class="help">
+                        "A new install's first admin comes from " <code>"FLEETLENS_ADMIN_EMAIL"</code> " and "
+                        <code>"FLEETLENS_ADMIN_PASSWORD"</code> "."
+                    </p>
                 </form>
+                <details class="login-alt">
+                    <summary>"Use an API key instead"</summary>
+                    <form on:submit=submit_key novalidate aria-label="Log in with an API key">
+                        <label for="api-key">"API key"</label>
+                        <input
+                            id="api-key"
+                            name="api-key"
+                            type="password"
+                            autocomplete="off"
+                            spellcheck="false"
+                            aria-describedby="api-key-help"
+                            aria-invalid=move || key_error.with(Option::is_some).to_string()
+                            prop:value=move || key.get()
+                            on:input=move |ev| key.set(event_target_value(&ev))
+                        />
+                        <p id="api-key-help" class="help">
+                            "An API key with the " <code>"read"</code> " scope, e.g. this install's "
+                            <code>"FLEETLENS_ADMIN_TOKEN"</code> ". It is kept in this browser."
+                        </p>
+                        {move || key_error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e}</p> })}
+                        <button type="submit" class="btn" disabled=move || busy.get()>"Log in with the key"</button>
+                    </form>
+                </details>
             </div>
         </main>
     }

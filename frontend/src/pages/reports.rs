@@ -84,6 +84,82 @@ pub fn ReportsPage() -> impl IntoView {
                 <BillingTable report=Signal::derive(move || data.get())/>
             </Show>
         </section>
+        <Jobs/>
+    }
+}
+
+/// FLOP/s in words: `3.2e14` → `320 TFLOP/s`.
+fn flops(v: f64) -> String {
+    let (div, unit) = if v >= 1e15 {
+        (1e15, "PFLOP/s")
+    } else if v >= 1e12 {
+        (1e12, "TFLOP/s")
+    } else if v >= 1e9 {
+        (1e9, "GFLOP/s")
+    } else {
+        (1.0, "FLOP/s")
+    };
+    format!("{:.1} {unit}", v / div)
+}
+
+/// Jobs that reported their model throughput (`GET /api/v1/jobs`) and their MFU: achieved
+/// FLOP/s ÷ the dense datasheet peak of their GPUs at their precision.
+#[component]
+fn Jobs() -> impl IntoView {
+    let ctx = use_app();
+    let res = polled(move || {
+        let (from, to) = ctx.range.get().window();
+        async move { api::jobs(from, to).await }
+    });
+    let data = latest_ok(res);
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    view! {
+        <section class="card" aria-labelledby="jobs-title">
+            <h2 id="jobs-title">"Jobs: model FLOPs utilization (MFU)"</h2>
+            <p class="muted">
+                "Jobs report their throughput with " <code>"POST /api/v1/jobs"</code>
+                "; MFU is achieved FLOP/s ÷ the dense datasheet peak of their GPUs (n/a where a model or precision has no datasheet figure)."
+            </p>
+            <PollStatus res has_data/>
+            <Show when=move || has_data.get()>
+                {move || {
+                    let list = data.get().unwrap_or_default();
+                    if list.is_empty() {
+                        return view! { <p class="empty">"No job reported its throughput in this range."</p> }.into_any();
+                    }
+                    view! {
+                        <div class="table-wrap">
+                            <table class="data job-table">
+                                <caption class="sr-only">"Jobs and their MFU"</caption>
+                                <thead>
+                                    <tr>
+                                        <th scope="col">"Job"</th>
+                                        <th scope="col" class="num">"GPUs"</th>
+                                        <th scope="col">"Precision"</th>
+                                        <th scope="col" class="num">"Achieved"</th>
+                                        <th scope="col" class="num">"MFU"</th>
+                                        <th scope="col">"When"</th>
+                                    </tr>
+                                </thead>
+                                <tbody>
+                                    {list.into_iter().map(|j| view! {
+                                        <tr data-job-id=j.id.to_string()>
+                                            <th scope="row">{j.name.clone()}</th>
+                                            <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
+                                            <td>{j.precision.clone()}</td>
+                                            <td class="num">{flops(j.achieved_flops_per_s)}</td>
+                                            <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
+                                            <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>
+                                        </tr>
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        </div>
+                    }
+                    .into_any()
+                }}
+            </Show>
+        </section>
     }
 }
 

@@ -1,23 +1,22 @@
-//! Settings: the connection (API key, live updates), notification channels
-//! (`GET|POST /api/v1/notification-channels`) and GPU-hour prices (`GET|PUT /api/v1/prices`:
-//! the shipped public defaults and the organisation's own).
+//! Settings: the account (who is logged in, live updates, log out), the classifier's
+//! thresholds (`GET|PUT /api/v1/settings/thresholds`) and GPU-hour prices
+//! (`GET|PUT /api/v1/prices`: the shipped public defaults and the organisation's own). Viewers
+//! see the values; only admins get the controls that change them.
+
+use std::collections::BTreeMap;
 
 use fleetlens_core::{GpuModel, PriceTable, SPECS};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_navigate;
+use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, PollStatus};
 use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
-use crate::wire::{Channel, Prices};
-
-fn masked(key: &str) -> String {
-    let head: String = key.chars().take(6).collect();
-    format!("{head}…  ({} characters)", key.chars().count())
-}
+use crate::wire::Prices;
 
 #[component]
 pub fn SettingsPage() -> impl IntoView {
@@ -25,15 +24,32 @@ pub fn SettingsPage() -> impl IntoView {
     let ctx = use_app();
     let navigate = use_navigate();
     let log_out = move |_| {
-        ctx.log_out();
-        navigate("/login", Default::default());
+        let navigate = navigate.clone();
+        spawn_local(async move {
+            ctx.log_out().await;
+            navigate("/login", Default::default());
+        });
     };
+    let me = move || ctx.me.get().unwrap_or_default();
     view! {
         <div class="page-head"><h1>"Settings"</h1></div>
-        <section class="card" aria-labelledby="conn-title">
-            <h2 id="conn-title">"Connection"</h2>
-            <dl class="adv adv-wide">
-                <div class="adv-row"><dt>"API key"</dt><dd><code>{move || ctx.key.get().map(|k| masked(&k)).unwrap_or_default()}</code></dd></div>
+        <section class="card" aria-labelledby="account-title">
+            <h2 id="account-title">"Account"</h2>
+            <dl class="adv adv-wide" data-testid="account">
+                {move || {
+                    let m = me();
+                    let (who_label, who) = match (&m.user, &m.api_key) {
+                        (Some(u), _) => ("User", if u.name.is_empty() { u.email.clone() } else { format!("{} ({})", u.name, u.email) }),
+                        (None, Some(k)) => ("API key", format!("{} ({}…)", k.name, k.prefix)),
+                        (None, None) => ("User", "unknown".into()),
+                    };
+                    view! {
+                        <div class="adv-row"><dt>{who_label}</dt><dd>{who}</dd></div>
+                        <div class="adv-row"><dt>"Role"</dt><dd data-testid="role">{m.role_label()}</dd></div>
+                        <div class="adv-row"><dt>"Organisation"</dt><dd>{m.org.name.clone()}</dd></div>
+                        <div class="adv-row"><dt>"Signed in with"</dt><dd>{if m.via == "session" { "a session (email and password)" } else { "an API key" }}</dd></div>
+                    }
+                }}
                 <div class="adv-row"><dt>"Server"</dt><dd><code>{window().location().origin().unwrap_or_default()}</code></dd></div>
             </dl>
             <div class="row">
@@ -44,33 +60,133 @@ pub fn SettingsPage() -> impl IntoView {
                 <button type="button" class="btn" on:click=log_out>"Log out"</button>
             </div>
         </section>
-        <Channels/>
+        <Thresholds/>
         <Prices/>
     }
 }
 
+/// The classifier's thresholds, grouped by the state they decide (METRICS.md), in its order.
+const THRESHOLD_GROUPS: &[(&str, &[(&str, &str)])] = &[
+    (
+        "Windows",
+        &[("window_s", "Evaluation window (s)"), ("offline_missing_intervals", "Offline after missing intervals")],
+    ),
+    (
+        "idle / idle_held",
+        &[
+            ("idle_max_util_pct", "Idle: kernel utilization below (%)"),
+            ("idle_held_min_mem_bytes", "Held: memory used at least (bytes)"),
+            ("idle_held_max_sm_active_pct", "Held: SM activity below (%)"),
+        ],
+    ),
+    (
+        "stalled",
+        &[
+            ("stalled_min_util_pct", "Kernel utilization at least (%)"),
+            ("stalled_max_sm_active_pct", "SM activity below (%)"),
+            ("stalled_max_power_pct_of_limit", "Power below (% of limit)"),
+        ],
+    ),
+    (
+        "hollow",
+        &[
+            ("hollow_min_util_pct", "Kernel utilization at least (%)"),
+            ("hollow_max_sm_util_ratio", "SM activity ÷ utilization below (0–1)"),
+        ],
+    ),
+    (
+        "starved",
+        &[
+            ("starved_max_busy_pct", "max(utilization, SM activity) below (%)"),
+            ("starved_min_sm_active_pct", "Some work: SM activity at least (%)"),
+            ("starved_min_util_pct", "… or kernel utilization at least (%)"),
+        ],
+    ),
+    (
+        "low_occupancy",
+        &[
+            ("low_occupancy_min_sm_active_pct", "SM activity at least (%)"),
+            ("low_occupancy_max_sm_occupancy_pct", "SM occupancy below (%)"),
+            ("low_occupancy_max_tensor_pct", "Tensor activity below (%)"),
+            ("low_occupancy_max_dram_pct", "DRAM activity below (%)"),
+        ],
+    ),
+    (
+        "memory_bound",
+        &[
+            ("memory_bound_min_sm_active_pct", "SM activity at least (%)"),
+            ("memory_bound_min_dram_pct", "DRAM activity at least (%)"),
+            ("memory_bound_max_tensor_pct", "Tensor activity below (%)"),
+        ],
+    ),
+    (
+        "compute_bound",
+        &[
+            ("compute_bound_min_sm_active_pct", "SM activity at least (%)"),
+            ("compute_bound_min_tensor_pct", "Tensor activity at least (%)"),
+            ("compute_bound_min_fp_pipe_pct", "… or an FP pipe at least (%)"),
+        ],
+    ),
+    (
+        "Hints",
+        &[
+            ("right_size_max_p95_sm_active_pct", "Right-size: p95 SM activity below (%)"),
+            ("right_size_memory_headroom_pct", "Right-size: memory headroom (%)"),
+            ("collocation_max_sum_p95_sm_active_pct", "Collocation: summed p95 SM activity at most (%)"),
+        ],
+    ),
+];
+
+/// Thresholds the groups above do not name (added on the server later) still show, last.
+fn threshold_groups(values: &Map<String, Value>) -> Vec<(String, Vec<(String, String)>)> {
+    let mut out: Vec<(String, Vec<(String, String)>)> = THRESHOLD_GROUPS
+        .iter()
+        .map(|(g, fields)| (g.to_string(), fields.iter().map(|(k, l)| (k.to_string(), l.to_string())).collect()))
+        .collect();
+    let known: Vec<&str> = THRESHOLD_GROUPS.iter().flat_map(|(_, f)| f.iter().map(|(k, _)| *k)).collect();
+    let other: Vec<(String, String)> =
+        values.keys().filter(|k| !known.contains(&k.as_str())).map(|k| (k.clone(), k.replace('_', " "))).collect();
+    if !other.is_empty() {
+        out.push(("Other".into(), other));
+    }
+    out
+}
+
+fn value_text(v: &Value) -> String {
+    match v {
+        Value::Number(n) => n.to_string(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
 #[component]
-fn Channels() -> impl IntoView {
-    let res = polled(api::channels);
-    let data = latest_ok(res);
-    let has_data = Signal::derive(move || data.with(Option::is_some));
-    let list = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.channels.clone()).unwrap_or_default()));
-    let name = RwSignal::new(String::new());
-    let kind = RwSignal::new("slack".to_string());
-    let url = RwSignal::new(String::new());
+fn Thresholds() -> impl IntoView {
+    let ctx = use_app();
+    // Read once (and after each save), not on the poll tick: a poll must not undo typing.
+    let version = RwSignal::new(0u32);
+    let res = LocalResource::new(move || {
+        version.track();
+        api::thresholds()
+    });
+    let loaded = latest_ok(res);
+    let has_data = Signal::derive(move || loaded.with(Option::is_some));
+    let drafts = RwSignal::new(BTreeMap::<String, String>::new());
+    Effect::new(move || {
+        if let Some(v) = loaded.get() {
+            drafts.set(v.iter().map(|(k, v)| (k.clone(), value_text(v))).collect());
+        }
+    });
     let error = RwSignal::new(None::<ApiError>);
+    let local_error = RwSignal::new(None::<(String, String)>);
     let saved = RwSignal::new(None::<String>);
-    let submit = move |ev: SubmitEvent| {
-        ev.prevent_default();
-        let (n, k, u) = (name.get_untracked(), kind.get_untracked(), url.get_untracked());
+    let put = move |body: Map<String, Value>, done: &'static str| {
         spawn_local(async move {
-            match api::create_channel(n.trim(), &k, u.trim()).await {
-                Ok(c) => {
+            match api::put_thresholds(&body).await {
+                Ok(_) => {
                     error.set(None);
-                    saved.set(Some(format!("Channel “{}” added.", c.name)));
-                    name.set(String::new());
-                    url.set(String::new());
-                    res.refetch();
+                    saved.set(Some(done.into()));
+                    version.update(|v| *v += 1);
                 }
                 Err(e) => {
                     saved.set(None);
@@ -79,64 +195,103 @@ fn Channels() -> impl IntoView {
             }
         });
     };
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        local_error.set(None);
+        let mut body = Map::new();
+        for (k, text) in drafts.get_untracked() {
+            match text.trim().parse::<f64>() {
+                Ok(v) if v.is_finite() => {
+                    let n = if v.fract() == 0.0 && v.abs() < 9e15 {
+                        Value::from(v as i64)
+                    } else {
+                        serde_json::Number::from_f64(v).map(Value::Number).unwrap_or(Value::Null)
+                    };
+                    body.insert(k, n);
+                }
+                _ => {
+                    local_error.set(Some((k, "enter a number".into())));
+                    return;
+                }
+            }
+        }
+        put(body, "Thresholds saved: new windows are classified with them.");
+    };
+    let reset = move |_| put(Map::new(), "Thresholds reset to the defaults.");
+    let field_error = move |key: &str| -> Option<String> {
+        if let Some((k, m)) = local_error.get().filter(|(k, _)| k == key) {
+            return Some(format!("{k}: {m}"));
+        }
+        error.get().filter(|e| e.is_about(key)).map(|e| e.message)
+    };
+
     view! {
-        <section class="card" aria-labelledby="channels-title">
-            <h2 id="channels-title">"Notification channels"</h2>
+        <section class="card" aria-labelledby="thresholds-title">
+            <h2 id="thresholds-title">"Workload-state thresholds"</h2>
+            <p class="muted">
+                "How each window is classified (METRICS.md); checks run in this order and the first match wins. "
+                {move || (!ctx.is_admin()).then_some("Only an admin can change them.")}
+            </p>
             <PollStatus res has_data/>
             <Show when=move || has_data.get()>
-                <ChannelTable list/>
+                <form on:submit=submit novalidate aria-label="Classifier thresholds">
+                    <div class="th-grid">
+                        {move || {
+                            let values = loaded.get().unwrap_or_default();
+                            threshold_groups(&values)
+                                .into_iter()
+                                .map(|(group, fields)| {
+                                    view! {
+                                        <fieldset>
+                                            <legend>{group}</legend>
+                                            {fields
+                                                .into_iter()
+                                                .map(|(key, label)| {
+                                                    let id = format!("th-{key}");
+                                                    let for_id = id.clone();
+                                                    let k1 = key.clone();
+                                                    let k2 = key.clone();
+                                                    let k3 = key.clone();
+                                                    let k4 = key.clone();
+                                                    view! {
+                                                        <label for=for_id>
+                                                            <span>{label}</span>
+                                                            <input
+                                                                id=id
+                                                                name=key.clone()
+                                                                inputmode="decimal"
+                                                                disabled=move || !ctx.is_admin()
+                                                                aria-invalid=move || field_error(&k3).is_some().to_string()
+                                                                prop:value=move || drafts.with(|d| d.get(&k1).cloned().unwrap_or_default())
+                                                                on:input=move |ev| {
+                                                                    let v = event_target_value(&ev);
+                                                                    drafts.update(|d| {
+                                                                        d.insert(k2.clone(), v);
+                                                                    });
+                                                                }
+                                                            />
+                                                        </label>
+                                                        {move || field_error(&k4).map(|m| view! { <p class="field-error" role="alert">{m}</p> })}
+                                                    }
+                                                })
+                                                .collect_view()}
+                                        </fieldset>
+                                    }
+                                })
+                                .collect_view()
+                        }}
+                    </div>
+                    <Show when=move || ctx.is_admin()>
+                        <div class="row">
+                            <button type="submit" class="btn-primary">"Save thresholds"</button>
+                            <button type="button" class="btn" on:click=reset>"Reset to defaults"</button>
+                        </div>
+                    </Show>
+                </form>
             </Show>
-            <form class="form-grid" on:submit=submit aria-label="Add a notification channel">
-                <label>
-                    <span>"Name"</span>
-                    <input required prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                </label>
-                <label>
-                    <span>"Kind"</span>
-                    <select on:change=move |ev| kind.set(event_target_value(&ev))>
-                        <option value="slack">"Slack"</option>
-                        <option value="webhook">"Webhook"</option>
-                        <option value="alertmanager">"Alertmanager"</option>
-                    </select>
-                </label>
-                <label class="grow">
-                    <span>"URL"</span>
-                    <input type="url" required prop:value=move || url.get() on:input=move |ev| url.set(event_target_value(&ev))/>
-                </label>
-                <button type="submit" class="btn-primary">"Add channel"</button>
-            </form>
             <ActionError error/>
             {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
         </section>
-    }
-}
-
-#[component]
-fn ChannelTable(list: Signal<Vec<Channel>>) -> impl IntoView {
-    move || {
-        let l = list.get();
-        if l.is_empty() {
-            return view! { <p class="empty">"No channel yet: alerts show only on the Alerts page."</p> }.into_any();
-        }
-        view! {
-            <div class="table-wrap">
-                <table class="data">
-                    <caption class="sr-only">"Notification channels"</caption>
-                    <thead><tr><th scope="col">"Name"</th><th scope="col">"Kind"</th><th scope="col">"URL"</th><th scope="col">"Default"</th></tr></thead>
-                    <tbody>
-                        {l.into_iter().map(|c| view! {
-                            <tr>
-                                <th scope="row">{c.name}</th>
-                                <td>{c.kind}</td>
-                                <td class="cmd">{c.url}</td>
-                                <td>{if c.default { "yes" } else { "no" }}</td>
-                            </tr>
-                        }).collect_view()}
-                    </tbody>
-                </table>
-            </div>
-        }
-        .into_any()
     }
 }
 
@@ -190,6 +345,7 @@ fn Prices() -> impl IntoView {
             <Show when=move || has_data.get()>
                 <PriceTableView prices=Signal::derive(move || data.get()) on_remove=Callback::new(move |k: String| save(k, None))/>
             </Show>
+            <Show when=move || use_app().is_admin()>
             <form class="form-grid" on:submit=submit aria-label="Set a price">
                 <label>
                     <span>"GPU model"</span>
@@ -203,6 +359,7 @@ fn Prices() -> impl IntoView {
                 </label>
                 <button type="submit" class="btn-primary">"Set price"</button>
             </form>
+            </Show>
             {move || local_error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e}</p> })}
             <ActionError error/>
         </section>
@@ -213,6 +370,7 @@ fn Prices() -> impl IntoView {
 fn PriceTableView(prices: Signal<Option<Prices>>, on_remove: Callback<String>) -> impl IntoView {
     move || {
         let Some(p) = prices.get() else { return ().into_any() };
+        let admin = use_app().is_admin();
         let own = p.own();
         let cur = p.currency.clone();
         let rows = SPECS
@@ -227,7 +385,7 @@ fn PriceTableView(prices: Signal<Option<Prices>>, on_remove: Callback<String>) -
                         <td class="num">{default.map(|d| format!("{}/h", format::money(d, &cur))).unwrap_or_else(|| "no price set".into())}</td>
                         <td class="num">{mine.map(|m| format!("{}/h", format::money(m, &cur))).unwrap_or_else(|| "—".into())}</td>
                         <td>
-                            {mine.is_some().then(|| {
+                            {(admin && mine.is_some()).then(|| {
                                 let key = key.clone();
                                 view! { <button type="button" class="btn-quiet" on:click=move |_| on_remove.run(key.clone())>"Use default"</button> }
                             })}
@@ -247,7 +405,7 @@ fn PriceTableView(prices: Signal<Option<Prices>>, on_remove: Callback<String>) -
                         <th scope="row">{k.clone()}</th>
                         <td class="num">"no price set"</td>
                         <td class="num">{format!("{}/h", format::money(*v, &cur))}</td>
-                        <td><button type="button" class="btn-quiet" on:click=move |_| on_remove.run(key.clone())>"Remove"</button></td>
+                        <td>{admin.then(|| view! { <button type="button" class="btn-quiet" on:click=move |_| on_remove.run(key.clone())>"Remove"</button> })}</td>
                     </tr>
                 }
             })

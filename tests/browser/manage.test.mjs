@@ -1,0 +1,361 @@
+// Managing Fleetlens from the dashboard in a real Chromium, logged in with a real session:
+// alert rules (the server's condition errors shown at the field), silences, notification
+// channels with a test message to a real local receiver, classifier thresholds, jobs and their
+// MFU, and what a viewer may not see. Started by scripts/browser-test.sh (after
+// dashboard.test.mjs, on the same server): FLEETLENS_URL, FLEETLENS_TOKEN,
+// FLEETLENS_ADMIN_EMAIL, FLEETLENS_ADMIN_PASSWORD, SCREENSHOT_DIR.
+import { test, before, after } from 'node:test';
+import assert from 'node:assert/strict';
+import http from 'node:http';
+import path from 'node:path';
+import { chromium } from 'playwright-core';
+
+const URL = process.env.FLEETLENS_URL;
+const TOKEN = process.env.FLEETLENS_TOKEN;
+const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
+const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
+const SHOTS = process.env.SCREENSHOT_DIR || '/tmp';
+assert.ok(URL && TOKEN && EMAIL && PASSWORD, 'run scripts/browser-test.sh');
+
+const FIXTURE_UUID = 'GPU-b8c24ac0-038a-26bb-9696-7e629bc4f276';
+const VIEWER = { email: 'viewer@example.com', password: 'viewer-password-1' };
+const RULE = 'Browser: any GPU reporting';
+const T = 15_000;
+
+let browser;
+let context;
+let page;
+let receiver;
+let receiverUrl;
+/** Requests the webhook receiver got. */
+const received = [];
+const consoleErrors = [];
+/** API paths whose 4xx answers a step provokes on purpose. */
+const expectedFailures = new Set(['/api/v1/auth/me']);
+
+async function api(pathAndQuery, init = {}) {
+  return fetch(URL + pathAndQuery, {
+    ...init,
+    headers: { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json', ...(init.headers || {}) },
+  });
+}
+
+async function waitForText(locator, re, timeout = T) {
+  const end = Date.now() + timeout;
+  let last = '';
+  while (Date.now() < end) {
+    last = (await locator.first().textContent().catch(() => '')) || '';
+    if (re.test(last)) return last;
+    await new Promise((r) => setTimeout(r, 100));
+  }
+  assert.fail(`text ${JSON.stringify(last.slice(0, 300))} never matched ${re}`);
+}
+
+async function shot(p, name) {
+  await p.waitForTimeout(200);
+  await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
+}
+
+function watch(p) {
+  p.on('console', (msg) => {
+    if (msg.type() !== 'error') return;
+    const url = msg.location()?.url || '';
+    const pathname = new globalThis.URL(url || 'http://x/').pathname;
+    const expected = /Failed to load resource/.test(msg.text()) && expectedFailures.has(pathname);
+    if (!expected) consoleErrors.push({ text: msg.text(), url });
+  });
+  p.on('pageerror', (err) => consoleErrors.push({ text: `uncaught: ${err.message}`, url: '' }));
+}
+
+/** The card section whose heading has this id. */
+const section = (p, id) => p.locator('section', { has: p.locator(`#${id}`) });
+
+async function logIn(p, email, password) {
+  await p.goto(URL + '/login');
+  await p.locator('#email').waitFor({ timeout: T });
+  await p.fill('#email', email);
+  await p.fill('#password', password);
+  await p.click('form[aria-label="Log in"] button[type="submit"]');
+  await p.waitForURL(URL + '/', { timeout: T });
+}
+
+/** Runs `fn` with the 4xx answers of `paths` expected. */
+async function expecting(paths, fn) {
+  for (const p of paths) expectedFailures.add(p);
+  try {
+    await fn();
+  } finally {
+    for (const p of paths) if (p !== '/api/v1/auth/me') expectedFailures.delete(p);
+  }
+}
+
+before(async () => {
+  receiver = http.createServer((req, res) => {
+    let body = '';
+    req.on('data', (c) => (body += c));
+    req.on('end', () => {
+      received.push({ method: req.method, url: req.url, headers: req.headers, body });
+      res.writeHead(200, { 'Content-Type': 'text/plain' });
+      res.end('ok');
+    });
+  });
+  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+  receiverUrl = `http://127.0.0.1:${receiver.address().port}/hook`;
+
+  const r = await api('/api/v1/users', { method: 'POST', body: JSON.stringify({ ...VIEWER, name: 'Vera Viewer', role: 'viewer' }) });
+  assert.ok([201, 200, 409].includes(r.status), `viewer user: ${r.status} ${await r.text()}`);
+
+  browser = await chromium.launch({
+    executablePath: '/usr/bin/chromium',
+    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
+      '--disable-component-update', '--disable-sync'],
+  });
+  context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  page = await context.newPage();
+  watch(page);
+  await logIn(page, EMAIL, PASSWORD);
+});
+
+after(async () => {
+  await browser?.close();
+  receiver?.close();
+});
+
+test('state-changing requests carry the CSRF token; without it the server refuses', async () => {
+  await expecting(['/api/v1/alert-rules/check'], async () => {
+    const status = await page.evaluate(async () => {
+      const r = await fetch('/api/v1/alert-rules/check', {
+        method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify({ condition: 'gpu_util_pct > 1' }),
+      });
+      return [r.status, (await r.json()).error?.code];
+    });
+    assert.deepEqual(status, [403, 'csrf_failed']);
+  });
+});
+
+test('alert rules: a bad condition is shown at its column; a rule is created, checked and alerts fire', async () => {
+  await page.goto(URL + '/alerts');
+  await page.getByRole('button', { name: 'New rule' }).click();
+  await page.locator('#rule-name').waitFor({ timeout: T });
+  assert.equal(await page.evaluate(() => document.activeElement?.id), 'rule-name', 'the editor takes focus');
+  await page.fill('#rule-name', RULE);
+  await page.fill('#rule-condition', 'gpu_util_pct >= 0 && sm_actve_pct >= 0');
+  await page.fill('#rule-for', '0');
+  await expecting(['/api/v1/alert-rules', '/api/v1/alert-rules/check'], async () => {
+    await page.getByRole('button', { name: 'Create rule' }).click();
+    const err = await waitForText(page.locator('pre.field-error[data-field="condition"]'), /unknown field `sm_actve_pct`/);
+    assert.match(err, /did you mean `sm_active_pct`/);
+    assert.match(err, /\n\s+\^/, 'a caret under the column at fault');
+    assert.equal(await page.locator('#rule-condition').getAttribute('aria-invalid'), 'true');
+    await shot(page, '11-rule-condition-error');
+    // The same through "Check condition", without saving.
+    await page.fill('#rule-condition', 'gpu_util_pct >= ');
+    await page.getByRole('button', { name: 'Check condition' }).click();
+    await waitForText(page.locator('pre.field-error[data-field="condition"]'), /column/);
+  });
+  await page.fill('#rule-condition', 'gpu_util_pct >= 0');
+  await page.getByRole('button', { name: 'Check condition' }).click();
+  await waitForText(page.locator('.field-ok'), /The condition is valid/);
+  assert.equal(await page.locator('pre.field-error').count(), 0);
+  await page.selectOption('#rule-severity', 'info');
+  await page.getByRole('button', { name: 'Create rule' }).click();
+  await waitForText(section(page, 'rules-title').locator('.banner-ok'), new RegExp(`Rule “${RULE}” created`));
+  const row = page.locator('table.rule-table tr', { hasText: RULE });
+  await row.waitFor({ timeout: T });
+  assert.match(await row.textContent(), /gpu_util_pct >= 0/);
+  const rules = await (await api('/api/v1/alert-rules')).json();
+  const stored = rules.rules.find((r) => r.name === RULE);
+  assert.equal(stored.for_s, 0);
+  assert.equal(stored.severity, 'info');
+
+  // for 0 s: every reporting GPU fires at its next sample; the page shows them without a reload.
+  await waitForText(page.locator('table.alert-table tbody'), new RegExp(RULE), 20_000);
+  await shot(page, '12-alerts-firing');
+});
+
+test('silence a firing alert for a chosen duration', async () => {
+  const row = page.locator('table.alert-table tbody tr', { hasText: RULE }).filter({ hasNotText: 'silenced' }).first();
+  const id = await row.getAttribute('data-alert-id');
+  await row.locator('select').selectOption({ label: '4 hours' });
+  const before = Date.now();
+  await row.getByRole('button', { name: 'Silence' }).click();
+  const same = page.locator(`table.alert-table tr[data-alert-id="${id}"]`);
+  await waitForText(same, /silenced/, 20_000);
+  const silences = (await (await api('/api/v1/silences')).json()).silences;
+  const s = silences.find((x) => x.matchers.rule === RULE);
+  assert.ok(s, 'the silence is stored');
+  assert.ok(Math.abs(s.ends_at_ms - before - 4 * 3_600_000) < 60_000, 'for 4 hours');
+  await waitForText(page.locator('table.silence-table'), new RegExp(`rule=${RULE}`));
+  assert.equal(await same.locator('.pill', { hasText: 'silenced' }).getAttribute('title'), `by silence ${s.id}`);
+  // Its labels are what the silence matched.
+  const alert = (await (await api(`/api/v1/alerts/${id}`)).json());
+  assert.equal(alert.labels.alertname, RULE);
+  assert.equal(alert.labels.gpu, s.matchers.gpu);
+});
+
+test('silences: the server refuses one without matchers, at the matchers; one is added and ended', async () => {
+  await expecting(['/api/v1/silences'], async () => {
+    await page.getByRole('button', { name: 'Add silence' }).click();
+    await waitForText(page.locator('.field-error[data-field="matchers"]'), /at least one of rule, host, gpu, team, severity/);
+  });
+  await page.fill('#silence-host', 'sim-node-*');
+  await page.selectOption('#silence-severity', 'critical');
+  await page.selectOption('#silence-duration', { label: '1 day' });
+  await page.fill('#silence-comment', 'maintenance window');
+  await page.getByRole('button', { name: 'Add silence' }).click();
+  await waitForText(section(page, 'silences-title').locator('.banner-ok'), /host=sim-node-\*, severity=critical/);
+  assert.equal(await page.locator('.field-error[data-field="matchers"]').count(), 0);
+  const row = page.locator('table.silence-table tr', { hasText: 'maintenance window' });
+  await waitForText(row, /active/);
+  await row.getByRole('button', { name: 'End now' }).click();
+  await waitForText(page.locator('table.silence-table tr', { hasText: 'maintenance window' }), /expired/);
+  await shot(page, '13-silences');
+});
+
+test('alert rules: edit (with a field error first), disable and delete', async () => {
+  await page.getByRole('button', { name: `Edit rule ${RULE}` }).click();
+  await page.locator('#rule-for').waitFor({ timeout: T });
+  assert.equal(await page.inputValue('#rule-name'), RULE);
+  assert.equal(await page.inputValue('#rule-condition'), 'gpu_util_pct >= 0');
+  await page.fill('#rule-for', 'soon');
+  await page.getByRole('button', { name: 'Save rule' }).click();
+  await waitForText(page.locator('pre.field-error[data-field="for_s"]'), /whole seconds/);
+  await page.fill('#rule-for', '120');
+  await page.selectOption('#rule-severity', 'critical');
+  await page.getByRole('button', { name: 'Save rule' }).click();
+  await waitForText(section(page, 'rules-title').locator('.banner-ok'), new RegExp(`Rule “${RULE}” saved`));
+  const row = page.locator('table.rule-table tr', { hasText: RULE });
+  await waitForText(row, /critical/);
+  await row.getByRole('button', { name: 'Disable' }).click();
+  await waitForText(section(page, 'rules-title').locator('.banner-ok'), /disabled/);
+  const stored = (await (await api('/api/v1/alert-rules')).json()).rules.find((r) => r.name === RULE);
+  assert.deepEqual([stored.for_s, stored.severity, stored.enabled], [120, 'critical', false]);
+
+  await page.locator('table.rule-table tr', { hasText: RULE }).getByRole('button', { name: `Delete rule ${RULE}` }).click();
+  await page.locator('table.rule-table tr', { hasText: RULE }).getByRole('button', { name: 'Confirm delete' }).click();
+  await waitForText(section(page, 'rules-title').locator('.banner-ok'), /deleted/);
+  await page.waitForFunction((name) => ![...document.querySelectorAll('table.rule-table tbody tr')].some((tr) => tr.textContent.includes(name)), RULE, { timeout: T });
+  assert.equal((await (await api('/api/v1/alert-rules')).json()).rules.some((r) => r.name === RULE), false);
+});
+
+test('channels: a bad URL is refused at the URL; a webhook is added, its test message delivered, then deleted', async () => {
+  await page.fill('#channel-name', 'Browser webhook');
+  await page.selectOption('#channel-kind', 'webhook');
+  await page.fill('#channel-url', 'ftp://example.invalid/hook');
+  await expecting(['/api/v1/notification-channels'], async () => {
+    await page.getByRole('button', { name: 'Add channel' }).click();
+    await waitForText(page.locator('.field-error[data-field="url"]'), /must be an http:\/\/ or https:\/\/ URL/);
+    assert.equal(await page.locator('#channel-url').getAttribute('aria-invalid'), 'true');
+  });
+  await page.fill('#channel-url', receiverUrl);
+  await page.getByRole('button', { name: 'Add channel' }).click();
+  await waitForText(section(page, 'channels-title').locator('.banner-ok'), /Channel “Browser webhook” added/);
+  const row = page.locator('table.channel-table tr', { hasText: 'Browser webhook' });
+  await row.waitFor({ timeout: T });
+  assert.match(await row.textContent(), /webhook/);
+
+  // A second channel with the same name: the server's conflict is shown.
+  await expecting(['/api/v1/notification-channels'], async () => {
+    await page.fill('#channel-name', 'Browser webhook');
+    await page.fill('#channel-url', receiverUrl);
+    await page.getByRole('button', { name: 'Add channel' }).click();
+    await waitForText(section(page, 'channels-title').locator('.banner-error'), /Conflict: a channel named "Browser webhook" exists/);
+  });
+
+  await row.getByRole('button', { name: 'Send a test message to Browser webhook' }).click();
+  await waitForText(row.locator('.field-ok'), /Test message delivered \(HTTP 200\)/, 20_000);
+  const got = received.find((r) => r.method === 'POST' && r.url === '/hook');
+  assert.ok(got, 'the receiver got the test message');
+  assert.ok(got.headers['x-fleetlens-message-id'], 'with its message id');
+  await shot(page, '14-channels');
+
+  await row.getByRole('button', { name: 'Delete channel Browser webhook' }).click();
+  await page.locator('table.channel-table tr', { hasText: 'Browser webhook' }).getByRole('button', { name: 'Confirm delete' }).click();
+  await waitForText(section(page, 'channels-title').locator('.banner-ok'), /Channel “Browser webhook” deleted/);
+  const list = (await (await api('/api/v1/notification-channels')).json()).channels;
+  assert.equal(list.some((c) => c.name === 'Browser webhook'), false);
+});
+
+test('thresholds: an out-of-range value is refused at its field; a valid one is saved, then reset', async () => {
+  await page.goto(URL + '/settings');
+  const input = page.locator('#th-hollow_max_sm_util_ratio');
+  await input.waitFor({ timeout: T });
+  assert.equal(await input.inputValue(), '0.3');
+  await input.fill('1.5');
+  await expecting(['/api/v1/settings/thresholds'], async () => {
+    await page.getByRole('button', { name: 'Save thresholds' }).click();
+    await waitForText(page.locator('#th-hollow_max_sm_util_ratio').locator('xpath=../following-sibling::p[contains(@class,"field-error")]'), /not a ratio \(0–1\)/);
+    assert.equal(await input.getAttribute('aria-invalid'), 'true');
+  });
+  await shot(page, '15-thresholds-error');
+  await input.fill('0.25');
+  await page.getByRole('button', { name: 'Save thresholds' }).click();
+  await waitForText(section(page, 'thresholds-title').locator('.banner-ok'), /Thresholds saved/);
+  assert.equal((await (await api('/api/v1/settings/thresholds')).json()).hollow_max_sm_util_ratio, 0.25);
+  assert.equal(await input.getAttribute('aria-invalid'), 'false');
+  await page.getByRole('button', { name: 'Reset to defaults' }).click();
+  await waitForText(section(page, 'thresholds-title').locator('.banner-ok'), /reset to the defaults/);
+  await page.waitForFunction(() => document.querySelector('#th-hollow_max_sm_util_ratio')?.value === '0.3', null, { timeout: T });
+  assert.equal((await (await api('/api/v1/settings/thresholds')).json()).hollow_max_sm_util_ratio, 0.3);
+});
+
+test('jobs: MFU per job, n/a where the datasheet has no figure (never 0)', async () => {
+  const now = Date.now();
+  const post = async (job) => {
+    const r = await api('/api/v1/jobs', { method: 'POST', body: JSON.stringify(job) });
+    const text = await r.text();
+    assert.equal(r.status, 200, text);
+    return JSON.parse(text);
+  };
+  const llama = await post({ name: 'llama-pretrain', gpus: [FIXTURE_UUID], from: now - 1_200_000, to: now - 60_000, precision: 'bf16', achieved_flops_per_s: 4.0e14 });
+  const fp4 = await post({ name: 'fp4-experiment', gpus: [FIXTURE_UUID], from: now - 1_200_000, to: now - 60_000, precision: 'fp4', achieved_flops_per_s: 1.0e14 });
+  assert.ok(llama.mfu > 0.3 && llama.mfu < 0.5, `H200 bf16 MFU ${llama.mfu}`);
+  assert.equal(fp4.mfu, null, 'the H200 has no FP4 figure');
+  await page.goto(URL + '/reports');
+  const table = page.locator('table.job-table');
+  await table.waitFor({ timeout: T });
+  const mfuOf = (name) => table.locator('tr', { hasText: name }).locator('td.mfu');
+  assert.equal(await mfuOf('llama-pretrain').textContent(), `${(llama.mfu * 100).toFixed(0)}%`);
+  assert.match(await table.locator('tr', { hasText: 'llama-pretrain' }).textContent(), /400\.0 TFLOP\/s/);
+  assert.equal(await mfuOf('fp4-experiment').textContent(), 'n/a');
+  await shot(page, '16-jobs');
+});
+
+test('viewer: sees the user and role, the data, and no admin controls', async () => {
+  const vctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const v = await vctx.newPage();
+  watch(v);
+  await logIn(v, VIEWER.email, VIEWER.password);
+  await waitForText(v.locator('[data-testid="whoami"]'), /Vera Viewer\s*viewer/);
+
+  await v.goto(URL + '/alerts');
+  await v.locator('table.rule-table').waitFor({ timeout: T });
+  assert.equal(await v.getByRole('button', { name: 'New rule' }).count(), 0);
+  assert.equal(await v.locator('table.rule-table').getByRole('button').count(), 0, 'no edit/disable/delete');
+  assert.equal(await v.locator('#channels-title').count(), 0, 'channel URLs are secrets');
+  assert.equal(await v.getByRole('button', { name: 'Add silence' }).count(), 0);
+  assert.equal(await v.locator('table.alert-table select').count(), 0, 'no silence controls');
+  await shot(v, '17-viewer-alerts');
+
+  await v.goto(URL + '/settings');
+  const input = v.locator('#th-window_s');
+  await input.waitFor({ timeout: T });
+  assert.equal(await input.isDisabled(), true);
+  assert.equal(await v.getByRole('button', { name: 'Save thresholds' }).count(), 0);
+  assert.equal(await v.getByRole('button', { name: 'Set price' }).count(), 0);
+  assert.match(await v.locator('section', { has: v.locator('#thresholds-title') }).textContent(), /Only an admin can change them/);
+  assert.equal(await v.locator('[data-testid="role"]').textContent(), 'viewer');
+  await shot(v, '18-viewer-settings');
+
+  // Logging out ends the session on the server: the same cookie is no longer accepted.
+  const cookie = (await vctx.cookies()).find((c) => /fleetlens_session$/.test(c.name));
+  await v.getByRole('button', { name: 'Log out' }).first().click();
+  await v.waitForURL(/\/login/, { timeout: T });
+  const r = await fetch(URL + '/api/v1/auth/me', { headers: { Cookie: `${cookie.name}=${cookie.value}` } });
+  assert.equal(r.status, 401);
+  await vctx.close();
+});
+
+test('no console errors', () => {
+  assert.deepEqual(consoleErrors, []);
+});
