@@ -190,6 +190,30 @@ pub struct FleetSummary {
     pub energy_kwh_by_state: BTreeMap<String, f64>,
     /// GPUs wasting the most, most first.
     pub top_wasters: Vec<GpuWaste>,
+    /// Owners (Unix or Slurm user, see `OwnerWaste`) wasting the most, most first; computed
+    /// from the raw samples' process lists over the last 24 h of the period at most (see
+    /// `top_owners_from_ms`). Empty where no process carried an owner.
+    #[serde(default)]
+    pub top_owners: Vec<OwnerWaste>,
+    /// Start of the span `top_owners` covers (it ends at `to_ms`); null when not computed.
+    #[serde(default)]
+    pub top_owners_from_ms: Option<i64>,
+}
+
+/// One owner's GPU time and money in the fleet summary, by user (the process's Unix user, else
+/// its Slurm job user). `owner` is `(unknown)` for processes whose user the agent could not
+/// read. Time on a GPU shared by several processes is split by their SM % (else evenly).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OwnerWaste {
+    pub owner: String,
+    /// GPUs the owner's processes were on.
+    pub gpus: u32,
+    pub gpu_hours: f64,
+    pub idle_held_hours: f64,
+    pub hollow_hours: f64,
+    pub cost: Option<f64>,
+    pub wasted_cost: Option<f64>,
 }
 
 /// `POST /api/v1/jobs`: a job reports its model throughput for MFU. Give either
@@ -300,4 +324,8 @@ pub struct BillingReport {
     pub group_by: String,
     pub currency: String,
     pub rows: Vec<BillingRow>,
+    /// For owner groupings (`user`, `namespace`, `pod`, `job`, `label:<name>`): how the rows were
+    /// computed and what they cover (raw samples only; offline time is nobody's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }

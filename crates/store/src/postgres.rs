@@ -520,6 +520,26 @@ impl Store for PgStore {
             .collect()
     }
 
+    async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::ProcessList>> {
+        let rows: Vec<(i64, i64, Option<String>)> = sqlx::query_as(
+            "SELECT s.gpu_id, s.ts_ms, s.processes::text FROM samples s JOIN gpus g ON g.id = s.gpu_id \
+             WHERE g.org_id = $1 AND s.ts_ms >= $2 AND s.ts_ms < $3 ORDER BY s.gpu_id, s.ts_ms",
+        )
+        .bind(org)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(gpu_id, ts_ms, p)| crate::ProcessList {
+                gpu_id,
+                ts_ms,
+                processes: p.and_then(|p| serde_json::from_str(&p).ok()),
+            })
+            .collect())
+    }
+
     async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
         let rows: Vec<(i64, Option<f64>)> = sqlx::query_as(
             "SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \

@@ -101,7 +101,41 @@ pub const FIELDS: &[FieldDef] = &[
     t("gpu_name", "GPU model as NVML names it"),
     n("gpu_index", "", "GPU index on its host"),
     t("team", "team that owns the host (the agent's `team` label)"),
+    t("owner_user", "Unix (else Slurm) user of the GPU's processes; several: sorted, joined by \", \""),
+    t("owner_namespace", "Kubernetes namespace of the GPU's processes (where their environment names it)"),
+    t("owner_pod", "Kubernetes pod of the GPU's processes: namespace/name, else the pod UID"),
+    t("owner_job", "Slurm job id of the GPU's processes"),
+    t("owner_container", "container of the GPU's processes (docker://…, containerd://…, …)"),
 ];
+
+/// The owner fields (also alert labels when known).
+pub const OWNER_FIELDS: [&str; 5] = ["owner_user", "owner_namespace", "owner_pod", "owner_job", "owner_container"];
+
+/// The owners of a sample's processes for one owner field: the distinct known values, sorted,
+/// joined by ", "; `None` when no process has one (or the list was not read).
+pub fn owners_of(s: &Sample, field: &str) -> Option<String> {
+    use crate::owners::OwnerKey;
+    let key = match field {
+        "owner_user" => Some(OwnerKey::User),
+        "owner_namespace" => Some(OwnerKey::Namespace),
+        "owner_pod" => Some(OwnerKey::Pod),
+        "owner_job" => Some(OwnerKey::Job),
+        "owner_container" => None,
+        _ => return None,
+    };
+    let mut values: Vec<String> = s
+        .processes
+        .as_deref()?
+        .iter()
+        .filter_map(|p| match &key {
+            Some(k) => k.value_of(p),
+            None => p.owner.as_ref().and_then(|o| o.container_id.clone()).or_else(|| p.container_id.clone()),
+        })
+        .collect();
+    values.sort();
+    values.dedup();
+    (!values.is_empty()).then(|| values.join(", "))
+}
 
 /// The field named `name`.
 pub fn field(name: &str) -> Option<&'static FieldDef> {
@@ -251,6 +285,9 @@ impl<'a> Observation<'a> {
                 (Some(u), Some(t)) if t > 0 => Value::Num(u as f64 / t as f64 * 100.0),
                 _ => Value::Absent,
             },
+            "owner_user" | "owner_namespace" | "owner_pod" | "owner_job" | "owner_container" => {
+                owners_of(s, name).map_or(Value::Absent, |v| Value::Text(Cow::Owned(v)))
+            }
             "process_count" => s.processes.as_ref().map_or(Value::Absent, |p| Value::Num(p.len() as f64)),
             "thermal_throttle" => bits(THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL),
             "power_throttle" => bits(THROTTLE_SW_POWER_CAP | THROTTLE_HW_POWER_BRAKE),
@@ -293,6 +330,35 @@ mod tests {
         assert_eq!(o.value("power_pct_of_limit"), Value::Num(10.0));
         assert_eq!(o.value("team"), Value::Absent);
         assert_eq!(o.value("sm_active_pct"), Value::Absent);
+    }
+
+    #[test]
+    fn owner_fields() {
+        use crate::sample::{GpuProcess, ProcessOwner};
+        let p = |pid: u32, user: &str, ns: Option<&str>| GpuProcess {
+            pid,
+            owner: Some(ProcessOwner {
+                user: Some(user.into()),
+                namespace: ns.map(str::to_string),
+                pod_name: ns.map(|_| format!("nb-{user}")),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mut s = Sample { ts_ms: 5, uuid: "GPU-1".into(), ..Default::default() };
+        let o = Observation::of_sample(&s, WorkloadState::Idle, 0.0, "h", None);
+        assert_eq!(o.value("owner_user"), Value::Absent, "no process list: unknown");
+        s.processes = Some(vec![p(1, "bob", None), p(2, "alice", Some("ml")), p(3, "alice", Some("ml"))]);
+        let o = Observation::of_sample(&s, WorkloadState::IdleHeld, 0.0, "h", None);
+        assert_eq!(o.value("owner_user").display(), "alice, bob");
+        assert_eq!(o.value("owner_namespace").display(), "ml");
+        assert_eq!(o.value("owner_pod").display(), "ml/nb-alice");
+        assert_eq!(o.value("owner_job"), Value::Absent);
+        assert_eq!(o.value("owner_container"), Value::Absent);
+        let c = crate::rules::expr::Condition::parse("state == idle_held && owner_namespace == \"ml\"").unwrap();
+        assert!(c.matches(&o));
+        let c = crate::rules::expr::Condition::parse("owner_job == \"1\"").unwrap();
+        assert_eq!(c.eval(&o), crate::rules::expr::Truth::Unknown, "absent is unknown");
     }
 
     #[test]

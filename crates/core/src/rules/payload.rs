@@ -120,6 +120,22 @@ pub struct Notification {
 }
 
 impl Notification {
+    /// The owner labels in words: `user alice · pod ml/nb-alice · job 48213`; `None` when the
+    /// agent could not tell.
+    pub fn owner_words(&self) -> Option<String> {
+        let parts: Vec<String> = [
+            ("owner_user", "user"),
+            ("owner_namespace", "namespace"),
+            ("owner_pod", "pod"),
+            ("owner_job", "job"),
+            ("owner_container", "container"),
+        ]
+        .iter()
+        .filter_map(|(label, word)| self.labels.get(*label).map(|v| format!("{word} {v}")))
+        .collect();
+        (!parts.is_empty()).then(|| parts.join(" · "))
+    }
+
     /// How long the condition has held (until resolution, for a resolved alert), ms.
     pub fn held_ms(&self) -> i64 {
         let end = self.resolved_at_ms.unwrap_or(self.fired_at_ms);
@@ -207,6 +223,7 @@ pub fn slack_message(n: &Notification) -> Json {
         mrkdwn(format!("*GPU*\n{}", e(&n.gpu_words())), SLACK_MAX_FIELD_CHARS),
         mrkdwn(format!("*Host*\n{}", e(&n.host)), SLACK_MAX_FIELD_CHARS),
         mrkdwn(format!("*Team*\n{}", e(n.team.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Owner*\n{}", e(&n.owner_words().unwrap_or_else(|| "—".into()))), SLACK_MAX_FIELD_CHARS),
         mrkdwn(format!("*Severity*\n{}", e(&n.severity)), SLACK_MAX_FIELD_CHARS),
         mrkdwn(
             format!("*{}*\n{}", if n.status == NotifyStatus::Resolved { "Lasted" } else { "For" }, e(&when)),
@@ -440,6 +457,14 @@ mod tests {
         assert!(blocks.iter().any(|b| b["text"]["text"].as_str().is_some_and(|t| t.starts_with("*Advice:*"))));
         assert!(blocks.iter().any(|b| b["type"] == "actions"));
         assert!(m["text"].as_str().unwrap().starts_with("[FIRING] Busy but hollow"));
+        let owner = fields.iter().find(|f| f["text"].as_str().unwrap().starts_with("*Owner*")).unwrap();
+        assert_eq!(owner["text"], "*Owner*\n—", "no owner known");
+        let mut owned = n.clone();
+        owned.labels.insert("owner_user".into(), "alice".into());
+        owned.labels.insert("owner_pod".into(), "ml/nb-alice".into());
+        let m = slack_message(&owned);
+        let fields = m["blocks"][2]["fields"].as_array().unwrap();
+        assert!(fields.iter().any(|f| f["text"] == "*Owner*\nuser alice · pod ml/nb-alice"), "{fields:?}");
 
         n.summary = "x".repeat(10_000);
         n.rule_name = "r".repeat(500);

@@ -719,7 +719,14 @@ impl Engine {
 
     fn new_alert(&self, rule: &Rule, g: &GpuBrief, obs: &Observation<'_>, t: i64, data: &CycleData) -> AlertRecord {
         let subject = AlertSubject { host: &g.host, gpu_uuid: &g.uuid, team: data.team(g) };
-        let labels = alert_labels(rule.rec.id, &rule.spec, subject);
+        let mut labels = alert_labels(rule.rec.id, &rule.spec, subject);
+        // Who the GPU's processes belong to, when the agent could tell (the rule's own labels
+        // win): Alertmanager can route on them, silences and Slack show them.
+        for name in fleetlens_core::rules::fields::OWNER_FIELDS {
+            if let fleetlens_core::rules::fields::Value::Text(v) = obs.value(name) {
+                labels.entry(name.to_string()).or_insert_with(|| v.into_owned());
+            }
+        }
         let advice = if rule.rec.advice.is_empty() { obs.state.advice().to_string() } else { rule.rec.advice.clone() };
         let details = AlertDetails {
             condition: rule.rec.condition.clone(),

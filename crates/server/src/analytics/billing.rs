@@ -8,6 +8,7 @@ use fleetlens_api::BillingRow;
 use fleetlens_core::{Funnel, PriceTable, WorkloadState};
 use fleetlens_store::GpuRecord;
 
+use super::ledger::GpuLedger;
 use super::summary::{Credits, ledgers};
 
 /// What rows are grouped by.
@@ -32,7 +33,7 @@ impl GroupBy {
 }
 
 #[derive(Default)]
-struct Acc {
+pub(crate) struct Acc {
     gpus: u32,
     funnel: Funnel,
     seconds: BTreeMap<WorkloadState, f64>,
@@ -41,6 +42,58 @@ struct Acc {
     cost: Option<f64>,
     wasted: Option<f64>,
     unpriced_s: f64,
+}
+
+impl Acc {
+    /// Adds one GPU's ledger (a GPU counted once per call).
+    pub(crate) fn add(&mut self, g: &GpuRecord, l: &GpuLedger, prices: &PriceTable) {
+        self.gpus += 1;
+        self.funnel += Funnel::gpu(&l.usage);
+        for (s, secs) in &l.state_time.seconds {
+            *self.seconds.entry(*s).or_default() += secs;
+        }
+        self.energy_j += l.energy_j;
+        let price = g.name.as_deref().and_then(|n| prices.price_for(n));
+        self.prices.push(price);
+        match price {
+            Some(p) => {
+                let w = l.state_time.wasted_cost(p);
+                *self.cost.get_or_insert(0.0) += w.cost;
+                *self.wasted.get_or_insert(0.0) += w.wasted;
+            }
+            None => self.unpriced_s += l.paid_s,
+        }
+    }
+
+    pub(crate) fn hours(&self, state: WorkloadState) -> f64 {
+        self.seconds.get(&state).copied().unwrap_or(0.0) / 3600.0
+    }
+
+    pub(crate) fn into_row(self, group: String) -> BillingRow {
+        let a = self;
+        let pct = |level: fleetlens_core::Level| level.fraction.map(|f| f * 100.0);
+        let (util, sm) = (pct(a.funnel.kernel()), pct(a.funnel.sm()));
+        let same_price = a.prices.windows(2).all(|w| w[0] == w[1]);
+        BillingRow {
+            group,
+            gpus: a.gpus,
+            gpu_hours: a.funnel.paid_gpu_hours(),
+            allocated_hours: a.funnel.allocated_gpu_hours(),
+            hours_by_state: WorkloadState::ALL.iter().map(|s| (s.as_str().to_string(), a.hours(*s))).collect(),
+            mean_gpu_util_pct: util,
+            mean_sm_active_pct: sm,
+            mean_tensor_active_pct: pct(a.funnel.tensor()),
+            energy_kwh: a.energy_j / 3.6e6,
+            price_per_gpu_hour: if same_price { a.prices.first().copied().flatten() } else { None },
+            cost: a.cost,
+            wasted_cost: a.wasted,
+            unpriced_gpu_hours: a.unpriced_s / 3600.0,
+            efficiency_pct: match (sm, util) {
+                (Some(sm), Some(u)) if u > 0.0 => Some((sm / u * 100.0).min(100.0)),
+                _ => None,
+            },
+        }
+    }
 }
 
 /// `team_of` names a GPU's team (unassigned GPUs group under "unassigned").
@@ -60,54 +113,9 @@ pub fn billing_rows(
             GroupBy::Gpu => g.uuid.clone(),
             GroupBy::Model => g.name.clone().unwrap_or_else(|| "unknown model".into()),
         };
-        let acc = groups.entry(key).or_default();
-        acc.gpus += 1;
-        acc.funnel += Funnel::gpu(&l.usage);
-        for (s, secs) in &l.state_time.seconds {
-            *acc.seconds.entry(*s).or_default() += secs;
-        }
-        acc.energy_j += l.energy_j;
-        let price = g.name.as_deref().and_then(|n| prices.price_for(n));
-        acc.prices.push(price);
-        match price {
-            Some(p) => {
-                let w = l.state_time.wasted_cost(p);
-                *acc.cost.get_or_insert(0.0) += w.cost;
-                *acc.wasted.get_or_insert(0.0) += w.wasted;
-            }
-            None => acc.unpriced_s += l.paid_s,
-        }
+        groups.entry(key).or_default().add(g, &l, prices);
     }
-    groups
-        .into_iter()
-        .map(|(group, a)| {
-            let pct = |level: fleetlens_core::Level| level.fraction.map(|f| f * 100.0);
-            let (util, sm) = (pct(a.funnel.kernel()), pct(a.funnel.sm()));
-            let same_price = a.prices.windows(2).all(|w| w[0] == w[1]);
-            BillingRow {
-                group,
-                gpus: a.gpus,
-                gpu_hours: a.funnel.paid_gpu_hours(),
-                allocated_hours: a.funnel.allocated_gpu_hours(),
-                hours_by_state: WorkloadState::ALL
-                    .iter()
-                    .map(|s| (s.as_str().to_string(), a.seconds.get(s).copied().unwrap_or(0.0) / 3600.0))
-                    .collect(),
-                mean_gpu_util_pct: util,
-                mean_sm_active_pct: sm,
-                mean_tensor_active_pct: pct(a.funnel.tensor()),
-                energy_kwh: a.energy_j / 3.6e6,
-                price_per_gpu_hour: if same_price { a.prices.first().copied().flatten() } else { None },
-                cost: a.cost,
-                wasted_cost: a.wasted,
-                unpriced_gpu_hours: a.unpriced_s / 3600.0,
-                efficiency_pct: match (sm, util) {
-                    (Some(sm), Some(u)) if u > 0.0 => Some((sm / u * 100.0).min(100.0)),
-                    _ => None,
-                },
-            }
-        })
-        .collect()
+    groups.into_iter().map(|(group, a)| a.into_row(group)).collect()
 }
 
 /// The rows as CSV with a header row (RFC 4180 quoting; opens cleanly in a spreadsheet).

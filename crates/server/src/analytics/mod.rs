@@ -4,6 +4,7 @@
 
 pub mod billing;
 pub mod ledger;
+pub mod owners;
 pub mod summary;
 
 use fleetlens_api::StateWindow;

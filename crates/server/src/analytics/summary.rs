@@ -238,6 +238,9 @@ pub fn summarize(input: &SummaryInput<'_>) -> FleetSummary {
         energy_kwh: kwh(energy_j),
         energy_kwh_by_state: energy_by_state,
         top_wasters: wasters,
+        // Filled in by the route (they need the raw samples).
+        top_owners: Vec::new(),
+        top_owners_from_ms: None,
     }
 }
 

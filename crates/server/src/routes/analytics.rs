@@ -189,11 +189,34 @@ pub async fn fleet_summary(
         jobs: &jobs,
         peak_mem: &peak_mem,
     });
+    let mut result = result;
+    // Owners from the raw samples: the last 24 h of the period at most, within the raw retention.
+    let end = to_ms.min(now);
+    let owners_from = from_ms
+        .max(end - TOP_OWNERS_SPAN_MS)
+        .max(now - i64::try_from(state.config.raw_retention.as_millis()).unwrap_or(i64::MAX / 2));
+    if owners_from < end {
+        let credits = crate::analytics::owners::read_owner_credits(
+            store,
+            caller.org,
+            &gpus,
+            &fleetlens_core::OwnerKey::User,
+            owners_from,
+            end,
+        )
+        .await?;
+        result.top_owners = crate::analytics::owners::top_owners(&gpus, &credits, &prices, TOP_OWNERS);
+        result.top_owners_from_ms = Some(owners_from);
+    }
     if let Some(key) = cache_key {
         state.summary_cache.put(key, result.clone());
     }
     Ok(Json(result))
 }
+
+/// How far back the summary's `top_owners` reach: they are computed from raw samples.
+pub const TOP_OWNERS_SPAN_MS: i64 = 86_400_000;
+const TOP_OWNERS: usize = 10;
 
 /// Summaries of relative periods (`range=`), kept for [`SUMMARY_TTL`].
 #[derive(Default)]

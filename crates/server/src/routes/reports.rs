@@ -1,4 +1,4 @@
-//! `GET /api/v1/reports/billing?from=&to=&group_by=team|host|gpu|model&format=json|csv`.
+//! `GET /api/v1/reports/billing?from=&to=&group_by=team|host|gpu|model|user|namespace|pod|job|label:<name>&format=json|csv`.
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -6,12 +6,12 @@ use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, SecondsFormat, Utc};
 use fleetlens_api::BillingReport;
-use fleetlens_core::Resolution;
+use fleetlens_core::{OwnerKey, Resolution};
 use fleetlens_store::Scope;
 use serde::Deserialize;
 
 use crate::analytics::billing::{GroupBy, billing_rows, to_csv};
-use crate::analytics::{self, summary};
+use crate::analytics::{self, owners, summary};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::gpus::{RangeQuery, range};
@@ -27,8 +27,10 @@ pub struct BillingQuery {
     pub from: Option<String>,
     /// Period end, RFC 3339 or Unix milliseconds (default: now).
     pub to: Option<String>,
-    /// Rows per team, host, GPU (default) or GPU model.
-    #[param(pattern = "^(team|host|gpu|model)$")]
+    /// Rows per team, host, GPU (default) or GPU model; or per owner of the GPU processes: `user`,
+    /// `namespace`, `pod`, `job` (Slurm) or `label:<name>` (a `--label-from-env` variable), from
+    /// the raw samples (the raw retention, 7 days by default; default period for these: all of it).
+    #[param(pattern = "^(team|host|gpu|model|user|namespace|pod|job|label:.+)$")]
     pub group_by: Option<String>,
     /// `json` (default) or `csv`.
     #[param(pattern = "^(json|csv)$")]
@@ -55,15 +57,44 @@ pub async fn billing(
     // Default period: the last 30 days.
     let from_ms = if q.from.is_none() { to_ms - 30 * DAY_MS } else { from_ms };
     let group_name = q.group_by.as_deref().unwrap_or("gpu");
-    let group_by = GroupBy::parse(group_name).ok_or_else(|| ApiError::Unprocessable {
-        field: "group_by".into(),
-        message: format!("{group_name:?}: use team, host, gpu or model"),
-    })?;
+    let unprocessable = |message: String| ApiError::Unprocessable { field: "group_by".into(), message };
+    let owner_key = match GroupBy::parse(group_name) {
+        Some(_) => None,
+        None => Some(OwnerKey::parse(group_name).map_err(unprocessable)?.ok_or_else(|| {
+            unprocessable(format!(
+                "{group_name:?}: use team, host, gpu, model, user, namespace, pod, job or label:<name>"
+            ))
+        })?),
+    };
     let format = q.format.as_deref().unwrap_or("json");
     if format != "json" && format != "csv" {
         return Err(ApiError::Unprocessable { field: "format".into(), message: "use json or csv".into() });
     }
     let store = state.store.as_ref();
+    if let Some(key) = owner_key {
+        let report = owners::report(&state, caller.org, &key, q.from.is_some().then_some(from_ms), to_ms, now).await?;
+        let (from, to) = (rfc3339(report.from_ms), rfc3339(to_ms));
+        if format == "csv" {
+            let csv = to_csv(&from, &to, group_name, &report.currency, &report.rows);
+            let file = group_name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-', "-");
+            let disposition = format!("attachment; filename=\"fleetlens-billing-{file}.csv\"");
+            return Ok((
+                [(CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (CONTENT_DISPOSITION, disposition)],
+                csv,
+            )
+                .into_response());
+        }
+        return Ok(Json(BillingReport {
+            from,
+            to,
+            group_by: key.as_string(),
+            currency: report.currency,
+            rows: report.rows,
+            note: Some(report.note),
+        })
+        .into_response());
+    }
+    let group_by = GroupBy::parse(group_name).expect("checked above");
     let gpus = store.gpu_identities(caller.org).await?;
     let prices = analytics::prices(store, caller.org).await?;
     let plan = summary::EdgePlan::hourly(from_ms, to_ms, now);
@@ -78,6 +109,13 @@ pub async fn billing(
         return Ok(([(CONTENT_TYPE, "text/csv; charset=utf-8".to_string()), (CONTENT_DISPOSITION, disposition)], csv)
             .into_response());
     }
-    Ok(Json(BillingReport { from, to, group_by: group_name.into(), currency: prices.currency.clone(), rows })
-        .into_response())
+    Ok(Json(BillingReport {
+        from,
+        to,
+        group_by: group_name.into(),
+        currency: prices.currency.clone(),
+        rows,
+        note: None,
+    })
+    .into_response())
 }
