@@ -9,6 +9,12 @@ pub const MAX_FUTURE_SKEW_MS: i64 = 5 * 60 * 1000;
 pub const MAX_TEXT_LEN: usize = 256;
 /// Percentages may overshoot 100 by rounding in the driver; beyond this they are bad data.
 const PERCENT_MAX: f64 = 100.0 + 1e-6;
+/// Ceiling of the other non-negative readings (watts, joules, MHz, MiB/s): far above any real
+/// GPU (a 100 kW board, 10^8 MiB/s links, decades of joules), far below where the rollups'
+/// sums of a year of samples could overflow to infinity.
+pub const MAX_MAGNITUDE: f64 = 1e15;
+/// Ceiling of memory byte counts (1 PiB), well inside f64's exact integers for rollup sums.
+pub const MAX_BYTES: i64 = 1 << 50;
 
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 #[error("samples[{index}].{field}: {message}")]
@@ -64,6 +70,9 @@ pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), Vali
             if v < 0.0 {
                 return Err(err(index, field, format!("{v} is negative")));
             }
+            if v > MAX_MAGNITUDE {
+                return Err(err(index, field, format!("{v} is implausibly large (limit {MAX_MAGNITUDE:e})")));
+            }
         }
     }
     if let Some(t) = s.temp_c
@@ -74,6 +83,9 @@ pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), Vali
     for (field, v) in [("mem_used_bytes", s.mem_used_bytes), ("mem_total_bytes", s.mem_total_bytes)] {
         if v.is_some_and(|v| v < 0) {
             return Err(err(index, field, "byte counts cannot be negative"));
+        }
+        if v.is_some_and(|v| v > MAX_BYTES) {
+            return Err(err(index, field, "more than 1 PiB on one GPU"));
         }
     }
     if let Some(procs) = &s.processes {
@@ -151,6 +163,9 @@ mod tests {
             (Sample { power_w: Some(f64::INFINITY), ..ok_sample() }, "power_w"),
             (Sample { dram_active_pct: Some(-0.5), ..ok_sample() }, "dram_active_pct"),
             (Sample { mem_used_bytes: Some(-1), ..ok_sample() }, "mem_used_bytes"),
+            (Sample { power_w: Some(1.7e308), ..ok_sample() }, "power_w"),
+            (Sample { energy_j: Some(MAX_MAGNITUDE * 2.0), ..ok_sample() }, "energy_j"),
+            (Sample { mem_total_bytes: Some(i64::MAX), ..ok_sample() }, "mem_total_bytes"),
         ];
         for (s, field) in cases {
             assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, field);

@@ -62,11 +62,14 @@ pub fn decode(headers: &HeaderMap, body: &[u8], max_decoded: usize) -> ApiResult
         return Ok(batch);
     }
     let de = &mut serde_json::Deserializer::from_slice(json);
-    serde_path_to_error::deserialize(de).map_err(|e| {
+    let batch: IngestBatch = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
         let path = e.path().to_string();
         let message = e.into_inner().to_string();
         ApiError::InvalidJson { path: (path != "." && !path.is_empty()).then_some(path), message }
-    })
+    })?;
+    // What made the fast path fail may come after the document (`{…}}`, `{…} x`).
+    de.end().map_err(|e| ApiError::InvalidJson { path: None, message: e.to_string() })?;
+    Ok(batch)
 }
 
 /// Decompress with a ceiling on the output, so a small "zip bomb" cannot exhaust memory.
@@ -89,9 +92,43 @@ pub fn check(batch: &IngestBatch) -> ApiResult<()> {
             message: "required: 1–255 printable characters".into(),
         });
     }
+    let printable = |t: &str| !t.chars().any(char::is_control);
+    if batch.agent_version.as_deref().is_some_and(|v| v.len() > 256 || !printable(v)) {
+        return Err(ApiError::Unprocessable {
+            field: "agent_version".into(),
+            message: "at most 256 printable characters".into(),
+        });
+    }
+    if batch.labels.len() > MAX_LABELS {
+        return Err(ApiError::Unprocessable {
+            field: "labels".into(),
+            message: format!("{} labels: at most {MAX_LABELS}", batch.labels.len()),
+        });
+    }
+    for (k, v) in &batch.labels {
+        if k.trim().is_empty() || k.len() > 256 || !printable(k) || v.len() > 1024 || !printable(v) {
+            return Err(ApiError::Unprocessable {
+                field: "labels".into(),
+                message: "a label name must be 1–256 printable characters and its value at most 1024".into(),
+            });
+        }
+    }
     let now = now_ms();
+    let mut seen = std::collections::HashSet::with_capacity(batch.samples.len());
     for (i, s) in batch.samples.iter().enumerate() {
         validate_sample(i, s, now).map_err(ApiError::Validation)?;
+        // Idempotent across batches, but one batch that holds two samples of one GPU at one
+        // time is ambiguous (which one is the reading?): rejected, not silently deduplicated.
+        if !seen.insert((s.uuid.trim(), s.ts_ms)) {
+            return Err(ApiError::Validation(fleetlens_core::ValidationError {
+                index: i,
+                field: "ts_ms".into(),
+                message: format!("a second sample of GPU {} at ts_ms {} in one batch", s.uuid.trim(), s.ts_ms),
+            }));
+        }
     }
     Ok(())
 }
+
+/// Host labels per batch, at most.
+const MAX_LABELS: usize = 64;
