@@ -40,6 +40,9 @@ if ! cargo nextest --version >/dev/null 2>&1; then
   cargo install cargo-nextest --locked
 fi
 
+log "deployment files: Compose, Kubernetes, systemd, Dockerfile (scripts/lint-deploy.sh)"
+./scripts/lint-deploy.sh
+
 log "format and lints (native crates; the dashboard is linted for wasm32 below)"
 cargo fmt --all --check
 cargo clippy --all-targets -p fleetlens-core -p fleetlens-api -p fleetlens-store -p fleetlens-server \
