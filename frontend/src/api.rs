@@ -17,8 +17,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::wire::{
-    AlertList, Channel, ChannelList, ErrorAnswer, LoginAnswer, Me, Prices, Rule, RuleFields, RuleList, Silence,
-    SilenceList, TestResult,
+    AlertList, Channel, ChannelList, CreatedKey, ErrorAnswer, KeyInfo, LoginAnswer, Me, Prices, Rule, RuleFields,
+    RuleList, Silence, SilenceList, TestResult, User,
 };
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
@@ -368,6 +368,46 @@ pub async fn thresholds() -> ApiResult<Map<String, Value>> {
 pub async fn put_thresholds(values: &Map<String, Value>) -> ApiResult<Map<String, Value>> {
     let path = format!("{PREFIX}/settings/thresholds");
     send_json(Request::put(&path), &path, Value::Object(values.clone()).to_string()).await
+}
+
+/// `GET /api/v1/api-keys`: all of the organisation's for an admin, else the caller's own.
+pub async fn api_keys() -> ApiResult<Vec<KeyInfo>> {
+    get("/api-keys", &[]).await
+}
+
+/// `POST /api/v1/api-keys`: the answer holds the secret, shown once.
+pub async fn create_api_key(name: &str, scopes: &[String]) -> ApiResult<CreatedKey> {
+    let path = format!("{PREFIX}/api-keys");
+    send_json(Request::post(&path), &path, json!({ "name": name, "scopes": scopes }).to_string()).await
+}
+
+/// `DELETE /api/v1/api-keys/{id}`: revokes the key.
+pub async fn revoke_api_key(id: i64) -> ApiResult<()> {
+    let path = format!("{PREFIX}/api-keys/{id}");
+    send_empty(Request::delete(&path), &path).await
+}
+
+/// `GET /api/v1/users`
+pub async fn users() -> ApiResult<Vec<User>> {
+    get("/users", &[]).await
+}
+
+/// `POST /api/v1/users`
+pub async fn create_user(body: &Value) -> ApiResult<User> {
+    let path = format!("{PREFIX}/users");
+    send_json(Request::post(&path), &path, body.to_string()).await
+}
+
+/// `PUT /api/v1/users/{id}` with the fields to change.
+pub async fn update_user(id: i64, body: &Value) -> ApiResult<User> {
+    let path = format!("{PREFIX}/users/{id}");
+    send_json(Request::put(&path), &path, body.to_string()).await
+}
+
+/// `DELETE /api/v1/users/{id}`: also revokes their keys and ends their sessions.
+pub async fn delete_user(id: i64) -> ApiResult<()> {
+    let path = format!("{PREFIX}/users/{id}");
+    send_empty(Request::delete(&path), &path).await
 }
 
 /// `GET /api/v1/jobs?from=&to=`

@@ -131,6 +131,31 @@ pub struct User {
     pub email: String,
     pub name: String,
     pub role: String,
+    pub disabled: bool,
+    pub last_login_ms: Option<i64>,
+}
+
+/// An API key as listed (never its secret).
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct KeyInfo {
+    pub id: i64,
+    pub name: String,
+    pub prefix: String,
+    pub scopes: Vec<String>,
+    pub user_id: Option<i64>,
+    pub created_ms: i64,
+    pub last_used_ms: Option<i64>,
+    pub revoked: bool,
+}
+
+/// `POST /api/v1/api-keys`: the key and, this once, its secret.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct CreatedKey {
+    #[serde(flatten)]
+    pub info: KeyInfo,
+    pub key: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Deserialize, Default)]

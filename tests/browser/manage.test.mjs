@@ -321,6 +321,63 @@ test('jobs: MFU per job, n/a where the datasheet has no figure (never 0)', async
   await shot(page, '16-jobs');
 });
 
+test('API keys: the server refuses a key without scopes; a new key is shown once, works, and is revoked', async () => {
+  await page.goto(URL + '/settings');
+  await page.locator('#key-name').waitFor({ timeout: T });
+  await page.fill('#key-name', 'ci-ingest');
+  await page.locator('form[aria-label="New API key"] input[value="read"]').uncheck();
+  await expecting(['/api/v1/api-keys'], async () => {
+    await page.getByRole('button', { name: 'Create key' }).click();
+    await waitForText(page.locator('.field-error[data-field="scopes"]'), /at least one of ingest, read, admin/);
+  });
+  await page.locator('form[aria-label="New API key"] input[value="ingest"]').check();
+  await page.locator('form[aria-label="New API key"] input[value="read"]').check();
+  await page.getByRole('button', { name: 'Create key' }).click();
+  const secret = (await waitForText(page.locator('[data-testid="new-key"]'), /^flk_/)).trim();
+  assert.equal(await page.locator('.field-error[data-field="scopes"]').count(), 0);
+  const who = await fetch(URL + '/api/v1/auth/me', { headers: { Authorization: `Bearer ${secret}` } });
+  assert.equal(who.status, 200);
+  assert.deepEqual((await who.json()).scopes.sort(), ['ingest', 'read']);
+  const row = page.locator('table.key-table tr', { hasText: 'ci-ingest' });
+  await row.waitFor({ timeout: T });
+  assert.equal(await row.locator('code').textContent(), `${secret.slice(0, 12)}…`, 'only the prefix is listed');
+  await shot(page, '19-api-keys');
+  await row.getByRole('button', { name: 'Revoke key ci-ingest' }).click();
+  await row.getByRole('button', { name: 'Confirm revoke' }).click();
+  await waitForText(page.locator('table.key-table tr', { hasText: 'ci-ingest' }), /revoked/);
+  const after = await fetch(URL + '/api/v1/auth/me', { headers: { Authorization: `Bearer ${secret}` } });
+  assert.equal(after.status, 401);
+});
+
+test('users: the server refuses a short password at the field; a user is added, changes role, is disabled and deleted', async () => {
+  const form = page.locator('form[aria-label="Add a user"]');
+  await page.fill('#user-email', 'mia@example.com');
+  await page.fill('#user-name', 'Mia Member');
+  await page.fill('#user-password', 'short');
+  await expecting(['/api/v1/users'], async () => {
+    await form.getByRole('button', { name: 'Add user' }).click();
+    await waitForText(page.locator('.field-error[data-field="password"]'), /8/);
+    assert.equal(await page.locator('#user-password').getAttribute('aria-invalid'), 'true');
+  });
+  await page.fill('#user-password', 'a-long-enough-password');
+  await form.getByRole('button', { name: 'Add user' }).click();
+  await waitForText(section(page, 'users-title').locator('.banner-ok'), /User mia@example.com added as member/);
+  const row = page.locator('table.user-table tr', { hasText: 'mia@example.com' });
+  await row.waitFor({ timeout: T });
+  await row.getByLabel('Role of mia@example.com').selectOption('viewer');
+  await waitForText(section(page, 'users-title').locator('.banner-ok'), /mia@example.com is now viewer/);
+  await row.getByRole('button', { name: 'Disable' }).click();
+  await waitForText(page.locator('table.user-table tr', { hasText: 'mia@example.com' }), /disabled/);
+  const users = await (await api('/api/v1/users')).json();
+  const mia = users.find((u) => u.email === 'mia@example.com');
+  assert.deepEqual([mia.role, mia.disabled, mia.name], ['viewer', true, 'Mia Member']);
+  await shot(page, '20-users');
+  await page.locator('table.user-table tr', { hasText: 'mia@example.com' }).getByRole('button', { name: 'Delete' }).click();
+  await page.locator('table.user-table tr', { hasText: 'mia@example.com' }).getByRole('button', { name: 'Confirm delete' }).click();
+  await waitForText(section(page, 'users-title').locator('.banner-ok'), /User mia@example.com deleted/);
+  assert.equal((await (await api('/api/v1/users')).json()).some((u) => u.email === 'mia@example.com'), false);
+});
+
 test('viewer: sees the user and role, the data, and no admin controls', async () => {
   const vctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const v = await vctx.newPage();
@@ -345,6 +402,8 @@ test('viewer: sees the user and role, the data, and no admin controls', async ()
   assert.equal(await v.getByRole('button', { name: 'Set price' }).count(), 0);
   assert.match(await v.locator('section', { has: v.locator('#thresholds-title') }).textContent(), /Only an admin can change them/);
   assert.equal(await v.locator('[data-testid="role"]').textContent(), 'viewer');
+  assert.equal(await v.locator('#users-title').count(), 0, 'no user management');
+  assert.equal(await v.locator('#keys-title').count(), 0, 'viewers cannot make keys');
   await shot(v, '18-viewer-settings');
 
   // Logging out ends the session on the server: the same cookie is no longer accepted.

@@ -62,6 +62,332 @@ pub fn SettingsPage() -> impl IntoView {
         </section>
         <Thresholds/>
         <Prices/>
+        <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.scopes.iter().any(|s| s == "ingest")))>
+            <ApiKeys/>
+        </Show>
+        <Show when=move || ctx.is_admin() && ctx.me.with(|m| m.as_ref().is_some_and(|m| m.user.is_some()))>
+            <Users/>
+        </Show>
+    }
+}
+
+const SCOPES: [(&str, &str); 3] = [
+    ("read", "read: dashboards, API reads"),
+    ("ingest", "ingest: agents, job reports"),
+    ("admin", "admin: everything"),
+];
+
+/// API keys: an admin's list is the organisation's, a member's their own. A new key's secret is
+/// shown once.
+#[component]
+fn ApiKeys() -> impl IntoView {
+    let ctx = use_app();
+    let res = polled(api::api_keys);
+    let data = latest_ok(res);
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    let name = RwSignal::new(String::new());
+    let scopes = RwSignal::new(vec!["read".to_string()]);
+    let error = RwSignal::new(None::<ApiError>);
+    let created = RwSignal::new(None::<crate::wire::CreatedKey>);
+    let confirm = RwSignal::new(None::<i64>);
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let (n, sc) = (name.get_untracked(), scopes.get_untracked());
+        spawn_local(async move {
+            match api::create_api_key(n.trim(), &sc).await {
+                Ok(k) => {
+                    error.set(None);
+                    created.set(Some(k));
+                    name.set(String::new());
+                    res.refetch();
+                }
+                Err(e) => {
+                    created.set(None);
+                    error.set(Some(e));
+                }
+            }
+        });
+    };
+    let revoke = move |id: i64| {
+        confirm.set(None);
+        spawn_local(async move {
+            match api::revoke_api_key(id).await {
+                Ok(()) => {
+                    error.set(None);
+                    res.refetch();
+                }
+                Err(e) => error.set(Some(e)),
+            }
+        });
+    };
+    let field_error = move |f: &'static str| move || error.get().filter(|e| e.is_about(f)).map(|e| e.message);
+    view! {
+        <section class="card" aria-labelledby="keys-title">
+            <h2 id="keys-title">"API keys"</h2>
+            <p class="muted">
+                {move || if ctx.is_admin() { "Every key of the organisation." } else { "Your keys." }}
+                " Agents send with an " <code>"ingest"</code> " key; scripts read with a " <code>"read"</code>
+                " key. A key never grants more than its maker's role."
+            </p>
+            <PollStatus res has_data/>
+            <Show when=move || has_data.get()>
+                {move || {
+                    let list = data.get().unwrap_or_default();
+                    if list.is_empty() {
+                        return view! { <p class="empty">"No API key yet."</p> }.into_any();
+                    }
+                    view! {
+                        <div class="table-wrap">
+                            <table class="data key-table">
+                                <caption class="sr-only">"API keys"</caption>
+                                <thead>
+                                    <tr>
+                                        <th scope="col">"Name"</th>
+                                        <th scope="col">"Key"</th>
+                                        <th scope="col">"Scopes"</th>
+                                        <th scope="col">"Created"</th>
+                                        <th scope="col">"Last used"</th>
+                                        <th scope="col"><span class="sr-only">"Actions"</span></th>
+                                    </tr>
+                                </thead>
+                                <tbody>
+                                    {list.into_iter().map(|k| {
+                                        let id = k.id;
+                                        let name = k.name.clone();
+                                        view! {
+                                            <tr data-key-id=k.id.to_string()>
+                                                <th scope="row">{k.name.clone()}</th>
+                                                <td><code>{format!("{}…", k.prefix)}</code></td>
+                                                <td>{k.scopes.join(", ")}</td>
+                                                <td>{format::date_time(k.created_ms)}</td>
+                                                <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
+                                                <td>
+                                                    {if k.revoked {
+                                                        view! { <span class="pill pill-muted">"revoked"</span> }.into_any()
+                                                    } else {
+                                                        view! {
+                                                            <div class="actions">
+                                                                {move || if confirm.get() == Some(id) {
+                                                                    view! {
+                                                                        <button type="button" class="btn btn-danger" on:click=move |_| revoke(id)>"Confirm revoke"</button>
+                                                                        <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
+                                                                    }.into_any()
+                                                                } else {
+                                                                    view! { <button type="button" class="btn btn-danger" aria-label=format!("Revoke key {name}") on:click=move |_| confirm.set(Some(id))>"Revoke"</button> }.into_any()
+                                                                }}
+                                                            </div>
+                                                        }.into_any()
+                                                    }}
+                                                </td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        </div>
+                    }
+                    .into_any()
+                }}
+            </Show>
+            <form class="form-grid" on:submit=submit novalidate aria-label="New API key">
+                <label for="key-name">
+                    <span>"Name"</span>
+                    <input id="key-name" aria-invalid=move || field_error("name")().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
+                </label>
+                <fieldset class="checks">
+                    <legend>"Scopes"</legend>
+                    {SCOPES.iter().filter(|(s, _)| *s != "admin" || ctx.is_admin()).map(|(scope, label)| {
+                        let scope = scope.to_string();
+                        let s2 = scope.clone();
+                        view! {
+                            <label class="check">
+                                <input
+                                    type="checkbox"
+                                    name="scope"
+                                    value=scope.clone()
+                                    prop:checked=move || scopes.with(|v| v.contains(&scope))
+                                    on:change=move |ev| {
+                                        let on = event_target_checked(&ev);
+                                        scopes.update(|v| {
+                                            v.retain(|x| *x != s2);
+                                            if on { v.push(s2.clone()) }
+                                        });
+                                    }
+                                />
+                                <span>{*label}</span>
+                            </label>
+                        }
+                    }).collect_view()}
+                </fieldset>
+                <button type="submit" class="btn-primary">"Create key"</button>
+            </form>
+            {move || field_error("name")().map(|m| view! { <p class="field-error" role="alert" data-field="name">{format!("Name: {m}")}</p> })}
+            {move || field_error("scopes")().map(|m| view! { <p class="field-error" role="alert" data-field="scopes">{format!("Scopes: {m}")}</p> })}
+            {move || error.get().filter(|e| !e.is_about("name") && !e.is_about("scopes")).map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })}
+            {move || created.get().map(|k| view! {
+                <div class="banner banner-ok new-key" role="status">
+                    <p>{format!("Key “{}” created. Copy it now: it is not shown again.", k.info.name)}</p>
+                    <p><code class="secret" data-testid="new-key">{k.key}</code></p>
+                </div>
+            })}
+        </section>
+    }
+}
+
+/// Users of the organisation (admins only): add, change role, disable, delete.
+#[component]
+fn Users() -> impl IntoView {
+    let ctx = use_app();
+    let res = polled(api::users);
+    let data = latest_ok(res);
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    let (email, name, password) =
+        (RwSignal::new(String::new()), RwSignal::new(String::new()), RwSignal::new(String::new()));
+    let role = RwSignal::new("member".to_string());
+    let error = RwSignal::new(None::<ApiError>);
+    let saved = RwSignal::new(None::<String>);
+    let confirm = RwSignal::new(None::<i64>);
+    let done = move |out: Result<String, ApiError>| match out {
+        Ok(msg) => {
+            error.set(None);
+            saved.set(Some(msg));
+            res.refetch();
+        }
+        Err(e) => {
+            saved.set(None);
+            error.set(Some(e));
+        }
+    };
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let mut body = serde_json::json!({
+            "email": email.get_untracked().trim(),
+            "password": password.get_untracked(),
+            "role": role.get_untracked(),
+        });
+        let n = name.get_untracked().trim().to_string();
+        if !n.is_empty() {
+            body["name"] = Value::String(n);
+        }
+        spawn_local(async move {
+            let out = api::create_user(&body).await.map(|u| format!("User {} added as {}.", u.email, u.role));
+            if out.is_ok() {
+                for s in [email, name, password] {
+                    s.set(String::new());
+                }
+            }
+            done(out);
+        });
+    };
+    let update = move |id: i64, body: Value, what: String| {
+        spawn_local(async move { done(api::update_user(id, &body).await.map(|_| what)) });
+    };
+    let delete = move |id: i64, who: String| {
+        confirm.set(None);
+        spawn_local(async move { done(api::delete_user(id).await.map(|()| format!("User {who} deleted."))) });
+    };
+    let me_id = move || ctx.me.with(|m| m.as_ref().and_then(|m| m.user.as_ref().map(|u| u.id)));
+    let field_error = move |f: &'static str| move || error.get().filter(|e| e.is_about(f)).map(|e| e.message);
+    view! {
+        <section class="card" aria-labelledby="users-title">
+            <h2 id="users-title">"Users"</h2>
+            <p class="muted">"Viewers read; members also send data and make their own keys; admins change everything."</p>
+            <PollStatus res has_data/>
+            <Show when=move || has_data.get()>
+                {move || {
+                    let list = data.get().unwrap_or_default();
+                    let me = me_id();
+                    view! {
+                        <div class="table-wrap">
+                            <table class="data user-table">
+                                <caption class="sr-only">"Users"</caption>
+                                <thead>
+                                    <tr>
+                                        <th scope="col">"User"</th>
+                                        <th scope="col">"Role"</th>
+                                        <th scope="col">"Status"</th>
+                                        <th scope="col">"Last login"</th>
+                                        <th scope="col"><span class="sr-only">"Actions"</span></th>
+                                    </tr>
+                                </thead>
+                                <tbody>
+                                    {list.into_iter().map(|u| {
+                                        let id = u.id;
+                                        let is_me = me == Some(id);
+                                        let (e1, e2, e3) = (u.email.clone(), u.email.clone(), u.email.clone());
+                                        let disabled = u.disabled;
+                                        view! {
+                                            <tr data-user-id=u.id.to_string()>
+                                                <th scope="row">{u.name.clone()}<span class="cell-note">{u.email.clone()}</span></th>
+                                                <td>
+                                                    <select
+                                                        aria-label=format!("Role of {}", u.email)
+                                                        disabled=is_me
+                                                        on:change=move |ev| {
+                                                            let r = event_target_value(&ev);
+                                                            update(id, serde_json::json!({ "role": r }), format!("{e1} is now {r}."));
+                                                        }
+                                                    >
+                                                        {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role == r>{r}</option> }).collect_view()}
+                                                    </select>
+                                                </td>
+                                                <td>{if disabled { view! { <span class="pill pill-muted">"disabled"</span> }.into_any() } else { view! { <span class="pill pill-ok">"enabled"</span> }.into_any() }}</td>
+                                                <td>{u.last_login_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
+                                                <td>
+                                                    {(!is_me).then(|| view! {
+                                                        <div class="actions">
+                                                            <button type="button" class="btn" on:click=move |_| update(id, serde_json::json!({ "disabled": !disabled }), format!("{e2} is now {}.", if disabled { "enabled" } else { "disabled" }))>
+                                                                {if disabled { "Enable" } else { "Disable" }}
+                                                            </button>
+                                                            {move || if confirm.get() == Some(id) {
+                                                                let e3 = e3.clone();
+                                                                view! {
+                                                                    <button type="button" class="btn btn-danger" on:click=move |_| delete(id, e3.clone())>"Confirm delete"</button>
+                                                                    <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
+                                                                }.into_any()
+                                                            } else {
+                                                                view! { <button type="button" class="btn btn-danger" on:click=move |_| confirm.set(Some(id))>"Delete"</button> }.into_any()
+                                                            }}
+                                                        </div>
+                                                    })}
+                                                </td>
+                                            </tr>
+                                        }
+                                    }).collect_view()}
+                                </tbody>
+                            </table>
+                        </div>
+                    }
+                }}
+            </Show>
+            <form class="form-grid" on:submit=submit novalidate aria-label="Add a user">
+                <label for="user-email">
+                    <span>"Email"</span>
+                    <input id="user-email" type="email" aria-invalid=move || field_error("email")().is_some().to_string() prop:value=move || email.get() on:input=move |ev| email.set(event_target_value(&ev))/>
+                </label>
+                <label for="user-name">
+                    <span>"Name"</span>
+                    <input id="user-name" prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
+                </label>
+                <label for="user-password">
+                    <span>"Password (8 characters or more)"</span>
+                    <input id="user-password" type="password" autocomplete="new-password" aria-invalid=move || field_error("password")().is_some().to_string() prop:value=move || password.get() on:input=move |ev| password.set(event_target_value(&ev))/>
+                </label>
+                <label for="user-role">
+                    <span>"Role"</span>
+                    <select id="user-role" on:change=move |ev| role.set(event_target_value(&ev))>
+                        <option value="viewer">"viewer"</option>
+                        <option value="member" selected=true>"member"</option>
+                        <option value="admin">"admin"</option>
+                    </select>
+                </label>
+                <button type="submit" class="btn-primary">"Add user"</button>
+            </form>
+            {move || field_error("email")().map(|m| view! { <p class="field-error" role="alert" data-field="email">{format!("Email: {m}")}</p> })}
+            {move || field_error("password")().map(|m| view! { <p class="field-error" role="alert" data-field="password">{format!("Password: {m}")}</p> })}
+            {move || error.get().filter(|e| !e.is_about("email") && !e.is_about("password")).map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })}
+            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+        </section>
     }
 }
 
