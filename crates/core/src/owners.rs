@@ -3,7 +3,7 @@
 //! samples list, so that owner rows add up to the same money as the GPU rows.
 //!
 //! Fair sharing, per sample: every sample of the minute counts equally (at a steady interval
-//! that is time). Inside one sample, the processes on the GPU share it by their SM % where every
+//! that is time; identical process lists of a minute come grouped, with their sample count). Inside one sample, the processes on the GPU share it by their SM % where every
 //! one of them has an SM % in that minute (the mean of the readings the agent sent, NVML
 //! process utilization) and the sum is above 0; otherwise evenly. Processes of the same owner
 //! add up. A sample with no process gives its share to [`OwnerGroup::NoProcess`]; a process
@@ -109,25 +109,29 @@ impl OwnerKey {
     }
 }
 
-/// The owners' shares (summing to 1) of the samples of one GPU in one minute, each sample's
-/// process list as stored (`None`: not read). Empty when there is no sample.
-pub fn minute_shares(samples: &[Option<&[GpuProcess]>], key: &OwnerKey) -> Vec<(OwnerGroup, f64)> {
-    if samples.is_empty() {
+/// The owners' shares (summing to 1) of the samples of one GPU in one minute: each distinct
+/// process list as stored (`None`: not read) with the number of samples that carried it.
+/// Empty when there is no sample.
+pub fn minute_shares(samples: &[(Option<&[GpuProcess]>, u32)], key: &OwnerKey) -> Vec<(OwnerGroup, f64)> {
+    let count: u32 = samples.iter().map(|(_, n)| n).sum();
+    if count == 0 {
         return Vec::new();
     }
     // Mean SM % per PID over the minute, from the samples that carry one.
     let mut sm: HashMap<u32, (f64, u32)> = HashMap::new();
-    for p in samples.iter().flatten().flat_map(|l| l.iter()) {
-        if let Some(v) = p.sm_pct {
-            let e = sm.entry(p.pid).or_default();
-            e.0 += v;
-            e.1 += 1;
+    for (list, n) in samples {
+        for p in list.iter().flat_map(|l| l.iter()) {
+            if let Some(v) = p.sm_pct {
+                let e = sm.entry(p.pid).or_default();
+                e.0 += v * f64::from(*n);
+                e.1 += n;
+            }
         }
     }
-    let sm_of = |pid: u32| sm.get(&pid).map(|(s, n)| s / f64::from(*n));
-    let per_sample = 1.0 / samples.len() as f64;
+    let sm_of = |pid: u32| sm.get(&pid).filter(|(_, n)| *n > 0).map(|(s, n)| s / f64::from(*n));
     let mut out: BTreeMap<OwnerGroup, f64> = BTreeMap::new();
-    for list in samples {
+    for (list, n) in samples {
+        let per_sample = f64::from(*n) / f64::from(count);
         match list {
             None => *out.entry(OwnerGroup::Unknown).or_default() += per_sample,
             Some([]) => *out.entry(OwnerGroup::NoProcess).or_default() += per_sample,
@@ -218,13 +222,13 @@ mod tests {
     #[test]
     fn shares_by_sm_where_every_process_has_one() {
         let a = [proc_(1, Some(60.0), user("alice")), proc_(2, Some(20.0), user("bob"))];
-        let s = minute_shares(&[Some(&a[..]), Some(&a[..])], &OwnerKey::User);
+        let s = minute_shares(&[(Some(&a[..]), 1), (Some(&a[..]), 1)], &OwnerKey::User);
         assert!((share(&s, &alice()) - 0.75).abs() < 1e-12);
         assert!((share(&s, &bob()) - 0.25).abs() < 1e-12);
         // SM % read in one sample of the minute (every 10 polls) applies to the whole minute.
         let read = [proc_(1, Some(90.0), user("alice")), proc_(2, Some(10.0), user("bob"))];
         let unread = [proc_(1, None, user("alice")), proc_(2, None, user("bob"))];
-        let s = minute_shares(&[Some(&read[..]), Some(&unread[..]), Some(&unread[..])], &OwnerKey::User);
+        let s = minute_shares(&[(Some(&read[..]), 1), (Some(&unread[..]), 2)], &OwnerKey::User);
         assert!((share(&s, &alice()) - 0.9).abs() < 1e-12);
     }
 
@@ -232,29 +236,30 @@ mod tests {
     fn shares_evenly_without_sm() {
         // One process without SM % → even split.
         let a = [proc_(1, Some(60.0), user("alice")), proc_(2, None, user("bob"))];
-        let s = minute_shares(&[Some(&a[..])], &OwnerKey::User);
+        let s = minute_shares(&[(Some(&a[..]), 1)], &OwnerKey::User);
         assert_eq!(share(&s, &alice()), 0.5);
         // Both at 0 SM % (idle-held together) → even split.
         let a = [proc_(1, Some(0.0), user("alice")), proc_(2, Some(0.0), user("bob"))];
-        assert_eq!(share(&minute_shares(&[Some(&a[..])], &OwnerKey::User), &bob()), 0.5);
+        assert_eq!(share(&minute_shares(&[(Some(&a[..]), 1)], &OwnerKey::User), &bob()), 0.5);
         // Two processes of alice and one of bob: alice 2/3.
         let a = [proc_(1, None, user("alice")), proc_(3, None, user("alice")), proc_(2, None, user("bob"))];
-        let s = minute_shares(&[Some(&a[..])], &OwnerKey::User);
+        let s = minute_shares(&[(Some(&a[..]), 1)], &OwnerKey::User);
         assert!((share(&s, &alice()) - 2.0 / 3.0).abs() < 1e-12);
     }
 
     #[test]
     fn unknown_and_empty() {
         let a = [proc_(1, None, user("alice")), GpuProcess { pid: 9, ..Default::default() }];
-        let s = minute_shares(&[Some(&a[..]), Some(&[]), None, Some(&[])], &OwnerKey::User);
+        let s = minute_shares(&[(Some(&a[..]), 1), (Some(&[]), 2), (None, 1)], &OwnerKey::User);
         assert_eq!(share(&s, &alice()), 0.125);
         assert_eq!(share(&s, &OwnerGroup::Unknown), 0.125 + 0.25);
         assert_eq!(share(&s, &OwnerGroup::NoProcess), 0.5);
         assert!((s.iter().map(|(_, v)| v).sum::<f64>() - 1.0).abs() < 1e-12);
         // A key the owner lacks is unknown, not guessed from another key.
-        let s = minute_shares(&[Some(&a[..1])], &OwnerKey::Namespace);
+        let s = minute_shares(&[(Some(&a[..1]), 3)], &OwnerKey::Namespace);
         assert_eq!(s, vec![(OwnerGroup::Unknown, 1.0)]);
         assert!(minute_shares(&[], &OwnerKey::User).is_empty());
+        assert!(minute_shares(&[(None, 0)], &OwnerKey::User).is_empty());
         assert_eq!(OwnerGroup::NoProcess.name(), "(no process)");
     }
 }

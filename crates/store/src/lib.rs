@@ -171,13 +171,16 @@ pub struct LatestMinute {
     pub last_ts_ms: i64,
 }
 
-/// The process list of one raw sample (owner accounting).
+/// A process list of one GPU in one minute and how many of the minute's raw samples carried
+/// it (owner accounting; identical lists come grouped).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessList {
     pub gpu_id: i64,
-    pub ts_ms: i64,
+    /// Start of the minute.
+    pub minute_ms: i64,
     /// `None`: the list was not read (or not stored).
     pub processes: Option<Vec<fleetlens_core::GpuProcess>>,
+    pub samples: u32,
 }
 
 /// The credit of one GPU in one bucket.
@@ -263,8 +266,9 @@ pub trait Store: AlertStore + AccountStore + Send + Sync + 'static {
     /// Stored credits of every GPU of `org` with `from_ms <= bucket_ms < to_ms` (see
     /// `fleetlens_core::Credit`): minute credits, or hour credits (sums of their minutes).
     async fn org_credits(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<BucketCredit>>;
-    /// The process list of every raw sample of `org` with `from_ms <= ts_ms < to_ms`, ordered
-    /// by GPU then time (raw samples are kept for the raw retention only).
+    /// The distinct process lists per GPU and minute of the raw samples of `org` with
+    /// `from_ms <= ts_ms < to_ms`, with their sample counts (raw samples are kept for the raw
+    /// retention only).
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<ProcessList>>;
     /// Peak memory used per GPU id of `org` over the hours overlapping `[from_ms, to_ms)`.
     async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>>;

@@ -23,6 +23,9 @@ fn overlap_ms(bucket_ms: i64, len_ms: i64, start_ms: i64, end_ms: i64) -> i64 {
     ((bucket_ms + len_ms).min(end_ms) - bucket_ms.max(start_ms)).max(0)
 }
 
+/// One distinct process list of a minute and its sample count.
+type MinuteList<'a> = (Option<&'a [GpuProcess]>, u32);
+
 /// Owner → GPU id → the owner's share of that GPU's credits over the period.
 pub type OwnerCredits = BTreeMap<OwnerGroup, BTreeMap<i64, Credit>>;
 
@@ -36,12 +39,10 @@ pub fn owner_credits(
     from_ms: i64,
     end_ms: i64,
 ) -> OwnerCredits {
-    let mut by_minute: HashMap<(i64, i64), Vec<Option<&[GpuProcess]>>> = HashMap::new();
+    let mut by_minute: HashMap<(i64, i64), Vec<MinuteList<'_>>> = HashMap::new();
     for l in lists {
-        by_minute
-            .entry((l.gpu_id, l.ts_ms.div_euclid(MINUTE_MS) * MINUTE_MS))
-            .or_default()
-            .push(l.processes.as_deref());
+        let minute = l.minute_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
+        by_minute.entry((l.gpu_id, minute)).or_default().push((l.processes.as_deref(), l.samples));
     }
     let first_seen: HashMap<i64, i64> = gpus.iter().map(|g| (g.id, g.first_seen_ms)).collect();
     let mut out = OwnerCredits::new();
@@ -228,10 +229,11 @@ mod tests {
         BucketCredit { gpu_id, bucket_ms, credit: c }
     }
 
-    fn procs(gpu_id: i64, ts_ms: i64, owners: &[(&str, Option<f64>)]) -> ProcessList {
+    fn procs(gpu_id: i64, minute_ms: i64, samples: u32, owners: &[(&str, Option<f64>)]) -> ProcessList {
         ProcessList {
             gpu_id,
-            ts_ms,
+            minute_ms,
+            samples,
             processes: Some(
                 owners
                     .iter()
@@ -261,14 +263,15 @@ mod tests {
             // GPU 1: alice idle-holds it. GPU 2: alice and bob share it 3:1 by SM %, compute-bound.
             minutes.push(minute(1, t, WorkloadState::IdleHeld, 0.0));
             minutes.push(minute(2, t, WorkloadState::ComputeBound, 90.0));
-            for s in 0..6 {
-                lists.push(procs(1, t + s * 10_000, &[("alice", Some(0.0))]));
-                lists.push(procs(2, t + s * 10_000, &[("alice", Some(60.0)), ("bob", Some(20.0))]));
+            // Six samples a minute: grouped on GPU 1, one list per sample on GPU 2.
+            lists.push(procs(1, t, 6, &[("alice", Some(0.0))]));
+            for _ in 0..6 {
+                lists.push(procs(2, t, 1, &[("alice", Some(60.0)), ("bob", Some(20.0))]));
             }
         }
         // Minute 30 of GPU 1: nobody on it, idle; minute 31: samples gone.
         minutes.push(minute(1, 30 * 60_000, WorkloadState::Idle, 0.0));
-        lists.push(ProcessList { gpu_id: 1, ts_ms: 30 * 60_000, processes: Some(vec![]) });
+        lists.push(ProcessList { gpu_id: 1, minute_ms: 30 * 60_000, processes: Some(vec![]), samples: 6 });
         minutes.push(minute(1, 31 * 60_000, WorkloadState::Idle, 0.0));
         let credits = owner_credits(&gpus, &minutes, &lists, &OwnerKey::User, 0, 32 * 60_000);
         let rows = owner_rows(&gpus, &credits, &prices);
