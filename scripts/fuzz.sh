@@ -6,9 +6,10 @@
 #   scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [SEED]
 #   FUZZ_PROFILE=release scripts/fuzz.sh 300     # optimised build: more executions per second
 #
-# Prints one line per target (executions, executions/s, corpus, outcome classes, findings);
-# exits 1 if any target found a panic or a broken property (inputs saved under
-# target/fuzz-findings/).
+# Prints one line per target (executions, executions/s, corpus, outcome classes, findings), then
+# runs the coverage-guided libFuzzer targets of fuzz/ as long if cargo-fuzz is installed; exits 1
+# if any target found a panic or a broken property (inputs saved under target/fuzz-findings/ and
+# fuzz/artifacts/).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 secs="${1:-60}"
@@ -22,4 +23,23 @@ for target in ingest condition; do
   "$bin" "$target" "$secs" "$seed" target/fuzz-findings || status=1
 done
 echo "seed=$seed profile=$profile"
+
+# Coverage-guided libFuzzer targets (fuzz/), when cargo-fuzz is installed (`cargo install
+# cargo-fuzz`): the stable toolchain accepts cargo-fuzz's nightly flags with RUSTC_BOOTSTRAP=1;
+# `-s none` because the sanitizers need a nightly standard library. FUZZ_LIBFUZZER=0 skips them.
+if [ "${FUZZ_LIBFUZZER:-1}" = 1 ] && cargo fuzz --version >/dev/null 2>&1; then
+  for target in ingest_batch condition; do
+    log=$(mktemp)
+    if (cd fuzz && RUSTC_BOOTSTRAP=1 cargo fuzz run -s none "$target" -- -max_total_time="$secs" -seed="$seed" >"$log" 2>&1); then
+      echo "libfuzzer target=$target $(grep -E '^#[0-9]+[[:space:]]+DONE' "$log" | sed -E 's/^#([0-9]+)[[:space:]]+DONE[[:space:]]+/execs=\1 /') findings=0"
+    else
+      status=1
+      echo "libfuzzer target=$target FINDING (fuzz/artifacts/$target/):"
+      grep -E 'panicked|SUMMARY|Test unit written' "$log" | head -5
+    fi
+    rm -f "$log"
+  done
+else
+  echo "cargo-fuzz not installed: libFuzzer targets in fuzz/ skipped (cargo install cargo-fuzz)"
+fi
 exit $status

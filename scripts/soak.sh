@@ -1,0 +1,142 @@
+#!/usr/bin/env bash
+# Soak test (issue 8; not CI): 2,000 simulated GPUs at 1 Hz for N minutes against a real
+# fleetlens-server, on SQLite and on PostgreSQL, through real agents (`--source simulate:N`).
+# Every 10 s it records the server's RSS and CPU, the agents' spool (unsent batches), error
+# lines in the logs, and the ingest lag (now − the oldest of the GPUs' newest stored sample).
+# At the end it stops the agents (SIGTERM: they spool and flush), checks the stored count
+# against the samples the agents produced, and prints a summary:
+#   RSS growth after warm-up (goal < 5 %), errors (goal 0), lag p50/max (goal < 2 s).
+#
+#   scripts/soak.sh [MINUTES (default 15)] [sqlite|postgres|both (default both)]
+#   SOAK_GPUS=2000 SOAK_AGENTS=4 SOAK_PROFILE=release scripts/soak.sh 15
+#
+# Results: target/soak/<backend>-<time>.csv (one row per 10 s) and the summary on stdout.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+minutes="${1:-15}"
+which="${2:-both}"
+gpus="${SOAK_GPUS:-2000}"
+agents="${SOAK_AGENTS:-4}"
+profile="${SOAK_PROFILE:-dev}"
+pg_admin="${SOAK_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
+dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
+cargo build --quiet --profile "$profile" -p fleetlens-server -p fleetlens-agent --bins
+server_bin="target/$dir/fleetlens-server"
+agent_bin="target/$dir/fleetlens-agent"
+out=target/soak
+mkdir -p "$out"
+token="fl_soak_admin_token_$(date +%s)_0123456789"
+per_agent=$(( gpus / agents ))
+
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# sql URL QUERY → one value (sqlite3 CLI is not assumed: python's sqlite3 and psql).
+sql() {
+  local url=$1 q=$2
+  if [[ $url == sqlite://* ]]; then
+    python3 - "$url" "$q" <<'PY'
+import sqlite3, sys
+c = sqlite3.connect(f"file:{sys.argv[1][len('sqlite://'):]}?mode=ro", uri=True, timeout=30)
+print(c.execute(sys.argv[2]).fetchone()[0])
+PY
+  else
+    psql -X -A -t -q "$url" -c "$q"
+  fi
+}
+
+run_one() {
+  local backend=$1 stamp db_url work port server_pid csv
+  stamp=$(date -u +%Y%m%dT%H%M%SZ)
+  work=$(mktemp -d /tmp/fleetlens-soak.XXXXXX)
+  if [ "$backend" = sqlite ]; then
+    db_url="sqlite://$work/fleetlens.db"
+  else
+    local name="fleetlens_soak_${stamp,,}"
+    psql -X -q "$pg_admin" -c "CREATE DATABASE $name" >/dev/null
+    db_url="${pg_admin%/*}/$name"
+  fi
+  port=$(free_port)
+  FLEETLENS_ADMIN_TOKEN=$token RUST_LOG=warn "$server_bin" --listen "127.0.0.1:$port" --database-url "$db_url" \
+    --static-dir /nonexistent >"$work/server.out" 2>"$work/server.err" &
+  server_pid=$!
+  for _ in $(seq 1 120); do curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null 2>&1 && break; sleep 0.5; done
+  curl -fsS "http://127.0.0.1:$port/readyz" >/dev/null
+  local pids=() started_ms
+  started_ms=$(date +%s%3N)
+  for a in $(seq 1 "$agents"); do
+    RUST_LOG=warn "$agent_bin" --server "http://127.0.0.1:$port" --api-key "$token" \
+      --source "simulate:$per_agent" --seed "$a" --host "soak-$a" --interval 1s --flush-interval 1s \
+      --spool-dir "$work/spool-$a" >"$work/agent-$a.out" 2>"$work/agent-$a.err" &
+    pids+=($!)
+  done
+  csv="$out/$backend-$stamp.csv"
+  echo "elapsed_s,rss_kib,server_cpu_s,samples,lag_oldest_ms,lag_newest_ms,spool_files,error_lines" >"$csv"
+  local end clk
+  end=$(python3 -c "import time,sys; print(int(time.time() + float(sys.argv[1]) * 60))" "$minutes")
+  clk=$(getconf CLK_TCK)
+  while [ "$(date +%s)" -lt "$end" ]; do
+    sleep 10
+    local now rss cpu samples lags spool errs
+    now=$(date +%s%3N)
+    rss=$(awk '/VmRSS/ {print $2}' "/proc/$server_pid/status")
+    cpu=$(awk -v t="$clk" '{printf "%.1f", ($14 + $15) / t}' "/proc/$server_pid/stat")
+    samples=$(sql "$db_url" "SELECT count(*) FROM samples")
+    lags=$(sql "$db_url" "SELECT ($now - min(last_seen_ms)) || ',' || ($now - max(last_seen_ms)) FROM gpus WHERE host LIKE 'soak-%'")
+    spool=$(find "$work" -path '*/spool-*' -type f | wc -l)
+    errs=$(cat "$work"/*.err | grep -ciE 'error|warn|panick' || true)
+    echo "$(( (now - started_ms) / 1000 )),$rss,$cpu,$samples,$lags,$spool,$errs" | tee -a "$csv" >/dev/null
+  done
+  kill -TERM "${pids[@]}" 2>/dev/null || true
+  wait "${pids[@]}" 2>/dev/null || true
+  # Whatever the agents spooled on SIGTERM is sent after their next start; count what is stored.
+  sleep 2
+  local stored gpus_seen
+  stored=$(sql "$db_url" "SELECT count(*) FROM samples")
+  gpus_seen=$(sql "$db_url" "SELECT count(*) FROM gpus")
+  local bytes=""
+  if [ "$backend" = postgres ]; then
+    bytes=$(sql "$db_url" "SELECT pg_total_relation_size('samples') || ',' || pg_total_relation_size('rollups_1m') || ',' || pg_total_relation_size('rollups_1h')")
+  else
+    sync
+    bytes="$(stat -c %s "$work/fleetlens.db"),wal=$(stat -c %s "$work/fleetlens.db-wal" 2>/dev/null || echo 0)"
+  fi
+  local rollups
+  rollups=$(sql "$db_url" "SELECT (SELECT count(*) FROM rollups_1m) || ',' || (SELECT count(*) FROM rollups_1h)")
+  kill -TERM "$server_pid"; wait "$server_pid" 2>/dev/null || true
+  python3 - "$csv" "$backend" "$minutes" "$gpus" "$stored" "$gpus_seen" "$bytes" "$rollups" <<'PY'
+import csv, statistics, sys
+path, backend, minutes, gpus, stored, gpus_seen, size, rollups = sys.argv[1:]
+rows = list(csv.DictReader(open(path)))
+if not rows:
+    sys.exit("no samples recorded")
+n = len(rows)
+warm = rows[max(1, n // 3) - 1]  # warm-up: the first third
+last = rows[-1]
+rss0, rss1 = int(warm["rss_kib"]), int(last["rss_kib"])
+growth = (rss1 - rss0) / rss0 * 100
+peak = max(int(r["rss_kib"]) for r in rows)
+lags = [int(r["lag_oldest_ms"]) for r in rows]
+errs = int(last["error_lines"])
+cpu = float(last["server_cpu_s"]) / float(last["elapsed_s"]) * 100
+rate = (int(rows[-1]["samples"]) - int(rows[0]["samples"])) / (int(rows[-1]["elapsed_s"]) - int(rows[0]["elapsed_s"]) or 1)
+print(f"soak {backend}: {gpus} GPUs, {minutes} min, {n} probes ({path})")
+print(f"  samples stored {stored} on {gpus_seen} GPUs; steady ingest {rate:.0f} samples/s")
+print(f"  server RSS after warm-up {rss0/1024:.1f} MiB → end {rss1/1024:.1f} MiB: growth {growth:+.1f} % (goal < 5 %); peak {peak/1024:.1f} MiB")
+print(f"  server CPU {cpu:.0f} % of one core on average")
+print(f"  ingest lag (now − oldest GPU's newest sample) p50 {statistics.median(lags)/1000:.2f} s, max {max(lags)/1000:.2f} s (goal < 2 s)")
+print(f"  error/warning log lines: {errs} (goal 0); max spool files {max(int(r['spool_files']) for r in rows)}")
+print(f"  storage bytes (samples,rollups_1m,rollups_1h | sqlite file,wal): {size}; rollup rows (1m,1h): {rollups}")
+ok = growth < 5 and errs == 0 and max(lags) < 2000
+print(f"  verdict: {'PASS' if ok else 'FAIL'}")
+PY
+  if [ "$backend" = postgres ]; then
+    psql -X -q "$pg_admin" -c "DROP DATABASE IF EXISTS fleetlens_soak_${stamp,,} WITH (FORCE)" >/dev/null || true
+  fi
+  rm -rf "$work"
+}
+
+case "$which" in
+  both) run_one sqlite; run_one postgres ;;
+  sqlite|postgres) run_one "$which" ;;
+  *) echo "usage: $0 [MINUTES] [sqlite|postgres|both]" >&2; exit 2 ;;
+esac
