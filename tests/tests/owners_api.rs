@@ -84,6 +84,15 @@ async fn owners_on_a_known_scenario(backend: Backend) {
     )
     .await;
     assert_eq!(status, 201, "{rule}");
+    // A silence on the owner's namespace (the alert is recorded, marked silenced).
+    let (status, silence) = send(
+        &server,
+        reqwest::Method::POST,
+        "/api/v1/silences",
+        json!({"matchers": {"owner_namespace": "ml"}, "ends_at": now_ms() + 3_600_000, "comment": "alice is on leave"}),
+    )
+    .await;
+    assert!(status == 200 || status == 201, "{silence}");
 
     let start = (now_ms() / MINUTE - 80) * MINUTE;
     let alice_pod = json!([{"pid": 4242, "used_bytes": 40i64 << 30, "sm_pct": 0.0,
@@ -220,4 +229,6 @@ async fn owners_on_a_known_scenario(backend: Backend) {
     assert_eq!(alerts[0]["labels"]["owner_namespace"], "ml", "{}", alerts[0]);
     assert_eq!(alerts[0]["labels"]["owner_user"], "alice");
     assert_eq!(alerts[0]["labels"]["owner_pod"], "ml/nb-alice");
+    assert_eq!(alerts[0]["silenced"], true, "{}", alerts[0]);
+    assert_eq!(alerts[0]["silenced_by"], silence["id"]);
 }

@@ -23,6 +23,15 @@ pub struct Matchers {
     pub team: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub severity: Option<String>,
+    /// Owners of the GPU's processes (the alert's `owner_*` labels; absent never matches).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_user: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_namespace: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_pod: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner_job: Option<String>,
 }
 
 /// Alert label names (Alertmanager-style) that matchers read.
@@ -41,6 +50,10 @@ impl Matchers {
             && self.gpu.is_none()
             && self.team.is_none()
             && self.severity.is_none()
+            && self.owner_user.is_none()
+            && self.owner_namespace.is_none()
+            && self.owner_pod.is_none()
+            && self.owner_job.is_none()
     }
 
     /// Do the alert's labels match every given matcher?
@@ -55,6 +68,10 @@ impl Matchers {
             && one(&self.gpu, &[LABEL_GPU])
             && one(&self.team, &[LABEL_TEAM])
             && one(&self.severity, &[LABEL_SEVERITY])
+            && one(&self.owner_user, &["owner_user"])
+            && one(&self.owner_namespace, &["owner_namespace"])
+            && one(&self.owner_pod, &["owner_pod"])
+            && one(&self.owner_job, &["owner_job"])
     }
 }
 
@@ -132,6 +149,15 @@ mod tests {
         let mut no_team = l.clone();
         no_team.remove("team");
         assert!(!Matchers { team: Some("*".into()), ..Default::default() }.matches(&no_team), "absent never matches");
+        let mut owned = labels();
+        owned.insert("owner_namespace".into(), "ml".into());
+        owned.insert("owner_user".into(), "alice".into());
+        let ns = |n: &str| Matchers { owner_namespace: Some(n.into()), ..Default::default() };
+        assert!(ns("ml").matches(&owned) && ns("m*").matches(&owned) && !ns("ops").matches(&owned));
+        assert!(!ns("*").matches(&labels()), "no owner label: no match");
+        assert!(!ns("ml").is_empty());
+        let both = Matchers { owner_user: Some("alice".into()), owner_job: Some("1".into()), ..Default::default() };
+        assert!(!both.matches(&owned), "every matcher must match");
         assert!(Matchers::default().is_empty());
     }
 

@@ -844,7 +844,8 @@ pub async fn create_silence(
     if b.matchers.is_empty() {
         return Err(invalid(
             "matchers",
-            "at least one of rule, host, gpu, team, severity (an empty silence would mute everything)",
+            "at least one of rule, host, gpu, team, severity, owner_user, owner_namespace, owner_pod, owner_job \
+             (an empty silence would mute everything)",
         ));
     }
     let now = now_ms();
