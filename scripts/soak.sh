@@ -93,12 +93,15 @@ run_one() {
   local stored gpus_seen
   stored=$(sql "$db_url" "SELECT count(*) FROM samples")
   gpus_seen=$(sql "$db_url" "SELECT count(*) FROM gpus")
+  # On-disk bytes of each table with its indexes (PostgreSQL: after VACUUM ANALYZE settles the
+  # visibility map; SQLite: the dbstat virtual table, pages of the table and its indexes).
   local bytes=""
   if [ "$backend" = postgres ]; then
+    psql -X -q "$db_url" -c "VACUUM ANALYZE samples, rollups_1m, rollups_1h" >/dev/null
     bytes=$(sql "$db_url" "SELECT pg_total_relation_size('samples') || ',' || pg_total_relation_size('rollups_1m') || ',' || pg_total_relation_size('rollups_1h')")
   else
-    sync
-    bytes="$(stat -c %s "$work/fleetlens.db"),wal=$(stat -c %s "$work/fleetlens.db-wal" 2>/dev/null || echo 0)"
+    local per_table="SELECT sum(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = '@TABLE@')"
+    bytes="$(sql "$db_url" "${per_table//@TABLE@/samples}"),$(sql "$db_url" "${per_table//@TABLE@/rollups_1m}"),$(sql "$db_url" "${per_table//@TABLE@/rollups_1h}")"
   fi
   local rollups
   rollups=$(sql "$db_url" "SELECT (SELECT count(*) FROM rollups_1m) || ',' || (SELECT count(*) FROM rollups_1h)")
@@ -125,7 +128,10 @@ print(f"  server RSS after warm-up {rss0/1024:.1f} MiB → end {rss1/1024:.1f} M
 print(f"  server CPU {cpu:.0f} % of one core on average")
 print(f"  ingest lag (now − oldest GPU's newest sample) p50 {statistics.median(lags)/1000:.2f} s, max {max(lags)/1000:.2f} s (goal < 2 s)")
 print(f"  error/warning log lines: {errs} (goal 0); max spool files {max(int(r['spool_files']) for r in rows)}")
-print(f"  storage bytes (samples,rollups_1m,rollups_1h | sqlite file,wal): {size}; rollup rows (1m,1h): {rollups}")
+sb, mb, hb = (int(x) for x in size.split(","))
+r1m, r1h = (int(x) for x in rollups.split(","))
+print(f"  on disk with indexes: samples {sb/2**20:.1f} MiB = {sb/int(stored):.0f} B/sample; "
+      f"rollups_1m {mb/2**20:.1f} MiB = {mb/max(r1m,1):.0f} B/row ({r1m} rows); rollups_1h {hb/2**20:.1f} MiB = {hb/max(r1h,1):.0f} B/row ({r1h} rows)")
 ok = growth < 5 and errs == 0 and max(lags) < 2000
 print(f"  verdict: {'PASS' if ok else 'FAIL'}")
 PY
