@@ -22,6 +22,8 @@ fi
 # The default profile `wasm-release` is `release` tuned for download size (opt-level z, fat LTO,
 # one codegen unit); it is defined here so that the workspace profiles stay as they are.
 profile="${FRONTEND_PROFILE:-wasm-release}"
+# Leptos' type-erased components: less monomorphised view code (about 8 % off the wasm).
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS:---cfg erase_components}"
 cargo build -p fleetlens-frontend --target wasm32-unknown-unknown --profile "$profile" \
   --config 'profile.wasm-release.inherits="release"' \
   --config 'profile.wasm-release.opt-level="z"' \

@@ -264,6 +264,11 @@ pub async fn alerts(status: &str) -> ApiResult<AlertList> {
     get("/alerts", &[("status", status.to_string())]).await
 }
 
+/// `GET /api/v1/alerts?status=all&gpu=&limit=`: one GPU's newest alerts.
+pub async fn gpu_alerts(uuid: &str, limit: u32) -> ApiResult<AlertList> {
+    get("/alerts", &[("status", "all".into()), ("gpu", uuid.to_string()), ("limit", limit.to_string())]).await
+}
+
 /// `GET /api/v1/alert-rules`
 pub async fn alert_rules() -> ApiResult<RuleList> {
     get("/alert-rules", &[]).await

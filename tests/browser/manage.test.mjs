@@ -193,6 +193,18 @@ test('silence a firing alert for a chosen duration', async () => {
   assert.equal(alert.labels.gpu, s.matchers.gpu);
 });
 
+test('GPU detail lists the GPU\'s alerts', async () => {
+  const alerts = (await (await api('/api/v1/alerts?status=firing')).json()).alerts;
+  const a = alerts.find((x) => x.rule_name === RULE);
+  assert.ok(a, 'a firing alert of the new rule');
+  await page.goto(`${URL}/gpus/${a.gpu}`);
+  const table = page.locator('table.gpu-alert-table');
+  await waitForText(table, new RegExp(RULE));
+  assert.match(await table.locator('tr', { hasText: RULE }).first().textContent(), /firing/);
+  await page.goto(URL + '/alerts');
+  await page.locator('#silences-title').waitFor({ timeout: T });
+});
+
 test('silences: the server refuses one without matchers, at the matchers; one is added and ended', async () => {
   await expecting(['/api/v1/silences'], async () => {
     await page.getByRole('button', { name: 'Add silence' }).click();

@@ -170,7 +170,77 @@ pub fn GpuDetailPage() -> impl IntoView {
         <PollStatus res has_data/>
         <Show when=move || has_data.get()>
             <DetailBody detail states_res/>
+            <GpuAlerts uuid/>
         </Show>
+    }
+}
+
+/// The GPU's newest alerts, open or resolved.
+#[component]
+fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
+    let res = polled(move || {
+        let u = uuid.get();
+        async move { api::gpu_alerts(&u, 20).await }
+    });
+    let data = latest_ok(res);
+    let has_data = Signal::derive(move || data.with(Option::is_some));
+    view! {
+        <section class="card" aria-labelledby="gpu-alerts-title">
+            <div class="section-head">
+                <h2 id="gpu-alerts-title">"Alerts on this GPU"</h2>
+                <a href="/alerts">"All alerts, rules and silences"</a>
+            </div>
+            <PollStatus res has_data/>
+            {move || {
+                let list = data.get().map(|d| d.alerts).unwrap_or_default();
+                if list.is_empty() {
+                    return view! { <p class="empty">"No alert on this GPU."</p> }.into_any();
+                }
+                view! {
+                    <div class="table-wrap">
+                        <table class="data gpu-alert-table">
+                            <caption class="sr-only">"Alerts on this GPU"</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Status"</th>
+                                    <th scope="col">"Rule"</th>
+                                    <th scope="col">"Severity"</th>
+                                    <th scope="col">"Summary"</th>
+                                    <th scope="col">"When"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {list.into_iter().map(|a| {
+                                    let class = match a.status.as_str() {
+                                        "firing" => "pill pill-bad",
+                                        "pending" => "pill pill-warn",
+                                        _ => "pill pill-ok",
+                                    };
+                                    let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
+                                    let when = match a.resolved_at_ms {
+                                        Some(r) => format!("{} – {}", crate::format::date_time(since), crate::format::date_time(r)),
+                                        None => crate::format::date_time(since),
+                                    };
+                                    view! {
+                                        <tr>
+                                            <td><span class=class>{a.status.clone()}</span></td>
+                                            <td>{a.rule_name.clone()}</td>
+                                            <td>{a.severity.clone()}</td>
+                                            <td>
+                                                {a.summary.clone()}
+                                                {(!a.advice.is_empty()).then(|| view! { <span class="cell-note">{format!("What to do: {}", a.advice)}</span> })}
+                                            </td>
+                                            <td>{when}</td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }
+                .into_any()
+            }}
+        </section>
     }
 }
 
