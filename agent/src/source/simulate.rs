@@ -498,12 +498,17 @@ impl SimGpu {
         self.energy_j += power_w * interval_s;
 
         let processes = match self.pid {
-            Some(pid) => vec![GpuProcess {
-                pid,
-                used_bytes: Some(self.held_bytes),
-                sm_pct: m.process_sm_pct.then_some(pct(l.util)),
-                ..GpuProcess::default()
-            }],
+            Some(pid) => {
+                let owner = simulated_owner(pid);
+                vec![GpuProcess {
+                    pid,
+                    used_bytes: Some(self.held_bytes),
+                    sm_pct: m.process_sm_pct.then_some(pct(l.util)),
+                    user: owner.user.clone(),
+                    owner: Some(owner),
+                    ..GpuProcess::default()
+                }]
+            }
             None => vec![],
         };
         Sample {
@@ -604,6 +609,24 @@ impl GpuSource for SimulatedSource {
         self.ticker.tick().await;
         Ok(Some(self.sim.step(now_ms())))
     }
+}
+
+/// A made-up owner for a simulated job, from its PID (no extra random draws, so a seed still
+/// gives the same readings): a Kubernetes notebook pod for some users, a Slurm job for others.
+pub fn simulated_owner(pid: u32) -> fleetlens_core::ProcessOwner {
+    const USERS: [&str; 4] = ["alice", "bob", "carol", "dave"];
+    let user = USERS[pid as usize % USERS.len()];
+    let mut o = fleetlens_core::ProcessOwner { user: Some(user.to_string()), ..Default::default() };
+    if pid.is_multiple_of(2) {
+        o.namespace = Some(if pid.is_multiple_of(4) { "ml" } else { "research" }.to_string());
+        o.pod_name = Some(format!("nb-{user}-{}", pid % 97));
+        o.pod_uid = Some(format!("00000000-0000-4000-8000-{pid:012x}"));
+    } else {
+        o.job_id = Some((40_000 + pid % 10_000).to_string());
+        o.job_user = Some(user.to_string());
+        o.job_partition = Some("gpu".to_string());
+    }
+    o
 }
 
 #[cfg(test)]

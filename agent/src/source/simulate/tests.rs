@@ -183,6 +183,29 @@ fn idle_held_has_a_process_and_zero_smact() {
 }
 
 #[test]
+fn simulated_jobs_have_owners() {
+    let per_gpu = run(8, 11, BOUND_TICKS);
+    let mut users = BTreeSet::new();
+    for (_, s) in per_gpu.iter().flatten() {
+        for p in s.processes.as_ref().unwrap() {
+            let o = p.owner.as_ref().expect("a simulated job has an owner");
+            assert_eq!(o, &simulated_owner(p.pid), "the same PID keeps its owner");
+            assert_eq!(p.user, o.user);
+            // A pod (namespace, name, UID) or a Slurm job (id, user, partition), never half of one.
+            let pod = (o.namespace.is_some(), o.pod_name.is_some(), o.pod_uid.is_some());
+            let job = (o.job_id.is_some(), o.job_user.is_some(), o.job_partition.is_some());
+            assert!(
+                (pod == (true, true, true) && job == (false, false, false))
+                    || (pod == (false, false, false) && job == (true, true, true)),
+                "{o:?}"
+            );
+            users.insert(o.user.clone().unwrap());
+        }
+    }
+    assert!(users.len() >= 2, "{users:?}");
+}
+
+#[test]
 fn absent_counters_stay_absent() {
     let per_gpu = run(24, 1, 50);
     let h100 = &per_gpu[0][0].1;
