@@ -191,6 +191,57 @@ pub struct BucketCredit {
     pub credit: fleetlens_core::Credit,
 }
 
+/// An organisation's hour credits over a report period, split so that a fleet-month is not
+/// read row by row: `whole` has, per GPU, the sum of its hours that any pro-rating weighs 1
+/// (whole hours of the period inside the GPU's reported span `[first_seen_ms, the end of the
+/// minute of last_seen_ms)`; `bucket_ms` is the first whole hour); `partial` has the other
+/// hours that can weigh anything, one row each: the period's partial first and last hours and
+/// each GPU's first and last hour. Hours outside a GPU's span (which weigh 0) are in neither.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct HourCreditSplit {
+    pub whole: Vec<BucketCredit>,
+    pub partial: Vec<BucketCredit>,
+}
+
+/// The SQL of [`Store::org_hour_credit_split`] with `?` placeholders: the summed whole hours
+/// (binds: org, first whole hour, last whole hour start) and the partial hours (binds: org,
+/// hour of `from`, first whole hour; org, last whole hour start, end; then org, first whole
+/// hour, last whole hour start, twice).
+pub(crate) fn hour_credit_split_sql() -> (String, String) {
+    const H: i64 = 3_600_000;
+    let names = fleetlens_core::Credit::column_names();
+    // The end of the minute of the GPU's newest sample: the hour credits' span ends there.
+    let credited_to = "((g.last_seen_ms / 60000 + 1) * 60000)";
+    let sums = names.iter().map(|c| format!("SUM(r.{c}) AS {c}")).collect::<Vec<_>>().join(", ");
+    let whole = format!(
+        "SELECT r.gpu_id, MIN(r.bucket_ms) AS bucket_ms, {sums} FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
+         WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms <= ? \
+         AND r.bucket_ms >= g.first_seen_ms AND r.bucket_ms + {H} <= {credited_to} GROUP BY r.gpu_id"
+    );
+    let cols = names.iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ");
+    let select = format!("SELECT r.gpu_id, r.bucket_ms, {cols} FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id");
+    let partial = [
+        // The period's partial first and last hours.
+        "r.bucket_ms >= ? AND r.bucket_ms < ?".to_string(),
+        "r.bucket_ms > ? AND r.bucket_ms < ?".to_string(),
+        // Inside the whole hours: the hour a GPU first reported in, when it began after its start …
+        format!(
+            "r.bucket_ms >= ? AND r.bucket_ms <= ? AND r.bucket_ms = (g.first_seen_ms / {H}) * {H} \
+             AND r.bucket_ms < g.first_seen_ms"
+        ),
+        // … and the hour of its newest sample, unless that minute ends the hour.
+        format!(
+            "r.bucket_ms >= ? AND r.bucket_ms <= ? AND r.bucket_ms = (({credited_to} - 1) / {H}) * {H} \
+             AND r.bucket_ms >= g.first_seen_ms AND r.bucket_ms + {H} > {credited_to}"
+        ),
+    ]
+    .iter()
+    .map(|cond| format!("{select} WHERE g.org_id = ? AND {cond}"))
+    .collect::<Vec<_>>()
+    .join(" UNION ALL ");
+    (whole, partial)
+}
+
 /// A job's reported throughput (for MFU).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
@@ -266,6 +317,17 @@ pub trait Store: AlertStore + AccountStore + Send + Sync + 'static {
     /// Stored credits of every GPU of `org` with `from_ms <= bucket_ms < to_ms` (see
     /// `fleetlens_core::Credit`): minute credits, or hour credits (sums of their minutes).
     async fn org_credits(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<BucketCredit>>;
+    /// The hour credits of `org` over a report period `[from_ms, end_ms)` that pro-rates its
+    /// partial hours (billing), with the bulk summed in the database: see [`HourCreditSplit`].
+    /// `first_whole_ms..last_whole_ms` are the whole hours inside the period.
+    async fn org_hour_credit_split(
+        &self,
+        org: OrgId,
+        from_ms: i64,
+        end_ms: i64,
+        first_whole_ms: i64,
+        last_whole_ms: i64,
+    ) -> Result<HourCreditSplit>;
     /// The distinct process lists per GPU and minute of the raw samples of `org` with
     /// `from_ms <= ts_ms < to_ms`, with their sample counts (raw samples are kept for the raw
     /// retention only).

@@ -615,6 +615,61 @@ impl Store for SqliteStore {
             .collect()
     }
 
+    async fn org_hour_credit_split(
+        &self,
+        org: OrgId,
+        from_ms: i64,
+        end_ms: i64,
+        first_whole_ms: i64,
+        last_whole_ms: i64,
+    ) -> Result<crate::HourCreditSplit> {
+        const H: i64 = 3_600_000;
+        let floor_from = from_ms.div_euclid(H) * H;
+        let last_start = last_whole_ms - H;
+        if first_whole_ms > last_start {
+            // No whole hour inside the period: every hour is partial.
+            let partial = self.org_credits(org, Resolution::Hour, floor_from, end_ms).await?;
+            return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
+        }
+        let (whole, partial) = crate::hour_credit_split_sql();
+        let (whole, partial) = (whole, partial);
+        let to_credit = |r: &sqlx::sqlite::SqliteRow| -> Result<crate::BucketCredit> {
+            Ok(crate::BucketCredit {
+                gpu_id: r.try_get("gpu_id")?,
+                bucket_ms: r.try_get("bucket_ms")?,
+                credit: columns::credit_from_row(r)?,
+            })
+        };
+        let whole = sqlx::query(&whole)
+            .bind(org)
+            .bind(first_whole_ms)
+            .bind(last_start)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(to_credit)
+            .collect::<Result<Vec<_>>>()?;
+        let partial = sqlx::query(&partial)
+            .bind(org)
+            .bind(floor_from)
+            .bind(first_whole_ms)
+            .bind(org)
+            .bind(last_start)
+            .bind(end_ms)
+            .bind(org)
+            .bind(first_whole_ms)
+            .bind(last_start)
+            .bind(org)
+            .bind(first_whole_ms)
+            .bind(last_start)
+            .fetch_all(&self.pool)
+            .await?
+            .iter()
+            .map(to_credit)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(crate::HourCreditSplit { whole, partial })
+    }
+
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::ProcessList>> {
         // Process lists rarely change within a minute: group identical ones (each sample still
         // counts once), so a report parses a few lists per GPU-minute instead of 60.

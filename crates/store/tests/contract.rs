@@ -16,6 +16,7 @@ fleetlens_tests::for_each_backend!(
     concurrent_batches_are_each_stored_once,
     organisations_do_not_see_each_other,
     credits_follow_the_minutes_as_samples_arrive,
+    hour_credit_split_partitions_the_period,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -275,4 +276,59 @@ async fn credits_follow_the_minutes_as_samples_arrive(backend: Backend) {
         assert!(diff < 1e-6, "hour {} credit differs from the sum of its minutes by {diff}", h.bucket_ms);
         assert!((h.credit.covered_s() - 3600.0).abs() < 1e-6 || h.bucket_ms == start + 2 * 3_600_000);
     }
+}
+
+/// `org_hour_credit_split` (billing): the hours that weigh 1 are summed per GPU, every other
+/// hour of the period comes back on its own, and together they are exactly the period's hours.
+async fn hour_credit_split_partitions_the_period(backend: Backend) {
+    const H: i64 = 3_600_000;
+    const M: i64 = 60_000;
+    let (_db, store) = open(backend).await;
+    let t0 = 1_790_000_000_000i64.div_euclid(H) * H;
+    // a: starts 17 min into hour 0, runs past the period; b: hours 0–4 exactly;
+    // c: starts and ends inside the whole hours (hour 2 + 5 min to hour 3 + 30 min).
+    for (uuid, start, minutes) in [("GPU-a", t0 + 17 * M, 400), ("GPU-b", t0, 300), ("GPU-c", t0 + 2 * H + 5 * M, 85)] {
+        for chunk in synthetic(uuid, start, minutes, M).chunks(100) {
+            store.ingest(DEFAULT_ORG, "h", chunk.to_vec()).await.unwrap();
+        }
+    }
+    // The period: hour 0 + 30 min to hour 5 + 40 min; whole hours 1–4.
+    let (from, end) = (t0 + 30 * M, t0 + 5 * H + 40 * M);
+    let split = store.org_hour_credit_split(DEFAULT_ORG, from, end, t0 + H, t0 + 5 * H).await.unwrap();
+    let all = store.org_credits(DEFAULT_ORG, Resolution::Hour, t0, end).await.unwrap();
+    let id = |uuid: &str| {
+        let store = store.clone();
+        let uuid = uuid.to_string();
+        async move { store.gpu(DEFAULT_ORG, &uuid).await.unwrap().unwrap().id }
+    };
+    let (a, b, c) = (id("GPU-a").await, id("GPU-b").await, id("GPU-c").await);
+    let hours_of = |rows: &[fleetlens_store::BucketCredit], gpu: i64| {
+        let mut v: Vec<i64> = rows.iter().filter(|r| r.gpu_id == gpu).map(|r| (r.bucket_ms - t0) / H).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(hours_of(&split.partial, a), [0, 5], "a: the period's partial edges");
+    assert_eq!(hours_of(&split.partial, b), [0], "b: the period's first hour only (its last minute ends hour 4)");
+    assert_eq!(hours_of(&split.partial, c), [2, 3], "c: its own first and last hours");
+    let whole = |gpu: i64| split.whole.iter().find(|w| w.gpu_id == gpu).map(|w| w.credit.covered_s());
+    assert_eq!(whole(a), Some(4.0 * 3600.0));
+    assert_eq!(whole(b), Some(4.0 * 3600.0));
+    assert_eq!(whole(c), None);
+    for gpu in [a, b, c] {
+        let mut total = Credit::default();
+        all.iter().filter(|r| r.gpu_id == gpu).for_each(|r| total.add_scaled(&r.credit, 1.0));
+        let mut parts = Credit::default();
+        split
+            .whole
+            .iter()
+            .chain(&split.partial)
+            .filter(|r| r.gpu_id == gpu)
+            .for_each(|r| parts.add_scaled(&r.credit, 1.0));
+        let diff = total.minus(&parts).to_cells().iter().map(|v| v.abs()).fold(0.0, f64::max);
+        assert!(diff < 1e-6, "GPU {gpu}: whole + partial differ from the period's hours by {diff}");
+    }
+    // A period without a whole hour: everything is partial.
+    let split = store.org_hour_credit_split(DEFAULT_ORG, t0 + 10 * M, t0 + 50 * M, t0 + H, t0).await.unwrap();
+    assert!(split.whole.is_empty());
+    assert_eq!(split.partial.len(), 2, "hour 0 of a and b");
 }
