@@ -43,6 +43,9 @@ pub struct Credits {
     /// Minute credits of the partial hours at the edges; empty when they are pro-rated from
     /// their hours instead.
     pub edge_minutes: HashMap<i64, Vec<(i64, Credit)>>,
+    /// Per GPU, the sum of hour credits that weigh 1 whatever the plan (summed by the store,
+    /// see `HourCreditSplit`); `hours` then holds only the other hours.
+    pub whole: HashMap<i64, Credit>,
     pub plan: EdgePlan,
 }
 
@@ -55,7 +58,14 @@ impl Credits {
             }
             map
         };
-        Credits { hours: group(hours), edge_minutes: group(edge_minutes), plan }
+        Credits { hours: group(hours), edge_minutes: group(edge_minutes), whole: HashMap::new(), plan }
+    }
+
+    /// Hour credits of a pro-rated (hourly) plan, the bulk already summed per GPU by the store.
+    pub fn from_split(split: fleetlens_store::HourCreditSplit, plan: EdgePlan) -> Self {
+        let mut c = Credits::new(split.partial, Vec::new(), plan);
+        c.whole = split.whole.into_iter().map(|b| (b.gpu_id, b.credit)).collect();
+        c
     }
 }
 
@@ -130,6 +140,9 @@ impl EdgePlan {
 fn weighted(c: &Credits, gpu_id: i64) -> Vec<(&Credit, f64)> {
     let p = &c.plan;
     let mut out = Vec::new();
+    if let Some(sum) = c.whole.get(&gpu_id) {
+        out.push((sum, 1.0));
+    }
     for (hour_ms, credit) in c.hours.get(&gpu_id).into_iter().flatten() {
         if p.is_whole_hour(*hour_ms) {
             out.push((credit, 1.0));

@@ -6,7 +6,7 @@ use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, SecondsFormat, Utc};
 use fleetlens_api::BillingReport;
-use fleetlens_core::{OwnerKey, Resolution};
+use fleetlens_core::OwnerKey;
 use fleetlens_store::Scope;
 use serde::Deserialize;
 
@@ -98,10 +98,16 @@ pub async fn billing(
     let gpus = store.gpu_identities(caller.org).await?;
     let prices = analytics::prices(store, caller.org).await?;
     let plan = summary::EdgePlan::hourly(from_ms, to_ms, now);
-    let hours =
-        store.org_credits(caller.org, Resolution::Hour, from_ms.div_euclid(3_600_000) * 3_600_000, plan.end_ms).await?;
-    let credits = summary::Credits::new(hours, Vec::new(), plan);
-    let rows = billing_rows(&gpus, &credits, &prices, group_by, &|_| None);
+    // A fleet-month is millions of hour rows: the store sums the hours that count whole.
+    let split =
+        store.org_hour_credit_split(caller.org, from_ms, plan.end_ms, plan.first_whole_ms, plan.last_whole_ms).await?;
+    let credits = summary::Credits::from_split(split, plan);
+    let teams: std::collections::HashMap<i64, String> = if group_by == GroupBy::Team {
+        store.gpu_teams(caller.org).await?.into_iter().filter_map(|g| Some((g.gpu_id, g.team_name?))).collect()
+    } else {
+        Default::default()
+    };
+    let rows = billing_rows(&gpus, &credits, &prices, group_by, &|g| teams.get(&g.id).cloned());
     let (from, to) = (rfc3339(from_ms), rfc3339(to_ms));
     if format == "csv" {
         let csv = to_csv(&from, &to, group_name, &prices.currency, &rows);
