@@ -35,6 +35,11 @@ pub struct Config {
     #[arg(long, env = "FLEETLENS_RAW_RETENTION", default_value = "7d", value_parser = humantime::parse_duration)]
     pub raw_retention: Duration,
 
+    /// How far back the fleet summary's `top_owners` reach (they are computed from raw samples
+    /// on every uncached summary, about 15–30 ms per GPU-hour); `0s` leaves them out.
+    #[arg(long, env = "FLEETLENS_SUMMARY_OWNERS_SPAN", default_value = "24h", value_parser = humantime::parse_duration)]
+    pub summary_owners_span: Duration,
+
     /// How long 1-minute rollups are kept.
     #[arg(long, env = "FLEETLENS_ROLLUP_1M_RETENTION", default_value = "400d", value_parser = humantime::parse_duration)]
     pub rollup_1m_retention: Duration,

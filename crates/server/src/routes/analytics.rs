@@ -190,10 +190,12 @@ pub async fn fleet_summary(
         peak_mem: &peak_mem,
     });
     let mut result = result;
-    // Owners from the raw samples: the last 24 h of the period at most, within the raw retention.
+    // Owners from the raw samples: the last `--summary-owners-span` (24 h) of the period at
+    // most, within the raw retention.
     let end = to_ms.min(now);
+    let owners_span_ms = i64::try_from(state.config.summary_owners_span.as_millis()).unwrap_or(i64::MAX / 2);
     let owners_from = from_ms
-        .max(end - TOP_OWNERS_SPAN_MS)
+        .max(end - owners_span_ms)
         .max(now - i64::try_from(state.config.raw_retention.as_millis()).unwrap_or(i64::MAX / 2));
     if owners_from < end {
         let credits = crate::analytics::owners::read_owner_credits(
@@ -214,8 +216,6 @@ pub async fn fleet_summary(
     Ok(Json(result))
 }
 
-/// How far back the summary's `top_owners` reach: they are computed from raw samples.
-pub const TOP_OWNERS_SPAN_MS: i64 = 86_400_000;
 const TOP_OWNERS: usize = 10;
 
 /// Summaries of relative periods (`range=`), kept for [`SUMMARY_TTL`].
