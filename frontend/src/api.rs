@@ -17,8 +17,8 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value, json};
 
 use crate::wire::{
-    AlertList, Channel, ChannelList, CreatedKey, ErrorAnswer, KeyInfo, LoginAnswer, Me, Prices, Rule, RuleFields,
-    RuleList, Silence, SilenceList, TestResult, User,
+    AlertList, Channel, ChannelList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule,
+    RuleFields, RuleList, Silence, SilenceList, Team, TestResult, User,
 };
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
@@ -413,6 +413,34 @@ pub async fn update_user(id: i64, body: &Value) -> ApiResult<User> {
 pub async fn delete_user(id: i64) -> ApiResult<()> {
     let path = format!("{PREFIX}/users/{id}");
     send_empty(Request::delete(&path), &path).await
+}
+
+/// `GET /api/v1/teams`
+pub async fn teams() -> ApiResult<Vec<Team>> {
+    get("/teams", &[]).await
+}
+
+/// `POST /api/v1/teams`
+pub async fn create_team(name: &str) -> ApiResult<Team> {
+    let path = format!("{PREFIX}/teams");
+    send_json(Request::post(&path), &path, json!({ "name": name }).to_string()).await
+}
+
+/// `DELETE /api/v1/teams/{id}`
+pub async fn delete_team(id: i64) -> ApiResult<()> {
+    let path = format!("{PREFIX}/teams/{id}");
+    send_empty(Request::delete(&path), &path).await
+}
+
+/// `GET /api/v1/hosts`
+pub async fn hosts() -> ApiResult<Vec<HostTeams>> {
+    get("/hosts", &[]).await
+}
+
+/// `PUT /api/v1/hosts/{host}/team`: the host's team (None: no assignment).
+pub async fn assign_host(host: &str, team_id: Option<i64>) -> ApiResult<HostTeams> {
+    let path = format!("{PREFIX}/hosts/{}/team", seg(host));
+    send_json(Request::put(&path), &path, json!({ "team_id": team_id }).to_string()).await
 }
 
 /// `GET /api/v1/jobs?from=&to=`

@@ -305,3 +305,31 @@ impl Silence {
             .join(", ")
     }
 }
+
+/// `GET /api/v1/teams`: a team and its members' user ids.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct Team {
+    pub id: i64,
+    pub name: String,
+    pub members: Vec<i64>,
+}
+
+/// `GET /api/v1/hosts`: a host, the team an admin gave it, and its GPUs' teams.
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct HostTeams {
+    pub host: String,
+    pub assigned_team_id: Option<i64>,
+    pub last_seen_ms: i64,
+    pub gpus: Vec<GpuTeam>,
+}
+
+#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
+#[serde(default)]
+pub struct GpuTeam {
+    pub uuid: String,
+    pub team_name: Option<String>,
+    /// `gpu` or `host` (an admin), `key`, `label`.
+    pub team_source: Option<String>,
+}

@@ -390,6 +390,32 @@ test('users: the server refuses a short password at the field; a user is added, 
   assert.equal((await (await api('/api/v1/users')).json()).some((u) => u.email === 'mia@example.com'), false);
 });
 
+test('teams: the server refuses a blank name at the field; a team is created, a host assigned to it, then deleted', async () => {
+  await page.locator('#team-name').waitFor({ timeout: T });
+  await page.fill('#team-name', '   ');
+  await expecting(['/api/v1/teams'], async () => {
+    await page.getByRole('button', { name: 'Create team' }).click();
+    await waitForText(page.locator('.field-error[data-field="name"]', { hasText: 'Team name' }), /1–100 characters/);
+  });
+  await page.fill('#team-name', 'ml-research');
+  await page.getByRole('button', { name: 'Create team' }).click();
+  await waitForText(section(page, 'teams-title').locator('.banner-ok'), /Team “ml-research” created/);
+  const team = (await (await api('/api/v1/teams')).json()).find((t) => t.name === 'ml-research');
+  assert.ok(team);
+  await page.getByLabel('Team of host sim-node-00').selectOption({ label: 'ml-research' });
+  await waitForText(section(page, 'teams-title').locator('.banner-ok'), /Host sim-node-00 assigned/);
+  await waitForText(page.locator('table.host-table tr[data-host="sim-node-00"]'), /ml-research \(from host\)/);
+  const host = (await (await api('/api/v1/hosts')).json()).find((h) => h.host === 'sim-node-00');
+  assert.equal(host.assigned_team_id, team.id);
+  await shot(page, '21-teams');
+  await page.getByLabel('Team of host sim-node-00').selectOption({ label: '— none —' });
+  await waitForText(section(page, 'teams-title').locator('.banner-ok'), /Host sim-node-00 no longer assigned/);
+  await page.getByRole('button', { name: 'Delete team ml-research' }).click();
+  await page.locator('li', { hasText: 'ml-research' }).getByRole('button', { name: 'Confirm delete' }).click();
+  await waitForText(section(page, 'teams-title').locator('.banner-ok'), /Team “ml-research” deleted/);
+  assert.equal((await (await api('/api/v1/teams')).json()).some((t) => t.name === 'ml-research'), false);
+});
+
 test('viewer: sees the user and role, the data, and no admin controls', async () => {
   const vctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const v = await vctx.newPage();
@@ -416,6 +442,8 @@ test('viewer: sees the user and role, the data, and no admin controls', async ()
   assert.equal(await v.locator('[data-testid="role"]').textContent(), 'viewer');
   assert.equal(await v.locator('#users-title').count(), 0, 'no user management');
   assert.equal(await v.locator('#keys-title').count(), 0, 'viewers cannot make keys');
+  assert.equal(await v.getByRole('button', { name: 'Create team' }).count(), 0);
+  assert.equal(await v.locator('table.host-table select').count(), 0, 'no team assignment');
   await shot(v, '18-viewer-settings');
 
   // Logging out ends the session on the server: the same cookie is no longer accepted.

@@ -62,12 +62,187 @@ pub fn SettingsPage() -> impl IntoView {
         </section>
         <Thresholds/>
         <Prices/>
+        <Teams/>
         <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.scopes.iter().any(|s| s == "ingest")))>
             <ApiKeys/>
         </Show>
         <Show when=move || ctx.is_admin() && ctx.me.with(|m| m.as_ref().is_some_and(|m| m.user.is_some()))>
             <Users/>
         </Show>
+    }
+}
+
+/// Teams, and which team each host's GPUs count for (an admin's assignment wins over the agent's
+/// key and its `team` label).
+#[component]
+fn Teams() -> impl IntoView {
+    let ctx = use_app();
+    let teams_res = polled(api::teams);
+    let teams = latest_ok(teams_res);
+    let hosts_res = polled(api::hosts);
+    let hosts = latest_ok(hosts_res);
+    let has_teams = Signal::derive(move || teams.with(Option::is_some));
+    let has_hosts = Signal::derive(move || hosts.with(Option::is_some));
+    let name = RwSignal::new(String::new());
+    let error = RwSignal::new(None::<ApiError>);
+    let saved = RwSignal::new(None::<String>);
+    let confirm = RwSignal::new(None::<i64>);
+    let done = move |out: Result<String, ApiError>| {
+        match out {
+            Ok(m) => {
+                error.set(None);
+                saved.set(Some(m));
+            }
+            Err(e) => {
+                saved.set(None);
+                error.set(Some(e));
+            }
+        }
+        teams_res.refetch();
+        hosts_res.refetch();
+    };
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let n = name.get_untracked();
+        spawn_local(async move {
+            let out = api::create_team(n.trim()).await.map(|t| format!("Team “{}” created.", t.name));
+            if out.is_ok() {
+                name.set(String::new());
+            }
+            done(out);
+        });
+    };
+    let delete = move |id: i64, n: String| {
+        confirm.set(None);
+        spawn_local(async move { done(api::delete_team(id).await.map(|()| format!("Team “{n}” deleted."))) });
+    };
+    let assign = move |host: String, team: Option<i64>| {
+        spawn_local(async move {
+            let what = match team {
+                Some(_) => format!("Host {host} assigned."),
+                None => format!("Host {host} no longer assigned."),
+            };
+            done(api::assign_host(&host, team).await.map(|_| what));
+        });
+    };
+    let name_error = move || error.get().filter(|e| e.is_about("name")).map(|e| e.message);
+    view! {
+        <section class="card" aria-labelledby="teams-title">
+            <h2 id="teams-title">"Teams"</h2>
+            <p class="muted">
+                "A GPU counts for the team an admin gave it or its host; else the team of the agent's API key; else the "
+                <code>"team"</code> " label the agent sends."
+            </p>
+            <PollStatus res=teams_res has_data=has_teams/>
+            {move || {
+                let list = teams.get().unwrap_or_default();
+                if list.is_empty() {
+                    return view! { <p class="empty">"No team yet."</p> }.into_any();
+                }
+                let admin = ctx.is_admin();
+                view! {
+                    <ul class="team-list">
+                        {list.into_iter().map(|t| {
+                            let id = t.id;
+                            let n = t.name.clone();
+                            view! {
+                                <li data-team-id=t.id.to_string()>
+                                    <strong>{t.name.clone()}</strong>
+                                    <span class="muted small">{format!(" {} member(s)", t.members.len())}</span>
+                                    {admin.then(|| view! {
+                                        " "
+                                        {move || if confirm.get() == Some(id) {
+                                            let n = n.clone();
+                                            view! {
+                                                <button type="button" class="btn btn-danger" on:click=move |_| delete(id, n.clone())>"Confirm delete"</button>
+                                                <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
+                                            }.into_any()
+                                        } else {
+                                            view! { <button type="button" class="btn-quiet btn-danger" aria-label=format!("Delete team {n}") on:click=move |_| confirm.set(Some(id))>"Delete"</button> }.into_any()
+                                        }}
+                                    })}
+                                </li>
+                            }
+                        }).collect_view()}
+                    </ul>
+                }
+                .into_any()
+            }}
+            <Show when=move || ctx.is_admin()>
+                <form class="form-grid" on:submit=submit novalidate aria-label="New team">
+                    <label for="team-name">
+                        <span>"Team name"</span>
+                        <input id="team-name" aria-invalid=move || name_error().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
+                    </label>
+                    <button type="submit" class="btn-primary">"Create team"</button>
+                </form>
+                {move || name_error().map(|m| view! { <p class="field-error" role="alert" data-field="name">{format!("Team name: {m}")}</p> })}
+            </Show>
+            {move || error.get().filter(|e| !e.is_about("name")).map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })}
+            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+            <h3>"Hosts"</h3>
+            <PollStatus res=hosts_res has_data=has_hosts/>
+            {move || {
+                let list = hosts.get().unwrap_or_default();
+                let team_list = teams.get().unwrap_or_default();
+                let admin = ctx.is_admin();
+                view! {
+                    <div class="table-wrap">
+                        <table class="data host-table">
+                            <caption class="sr-only">"Hosts and their teams"</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Host"</th>
+                                    <th scope="col">"Assigned team"</th>
+                                    <th scope="col">"GPUs count for"</th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {list.into_iter().map(|h| {
+                                    let host = h.host.clone();
+                                    let effective = {
+                                        let mut v: Vec<String> = h.gpus.iter().map(|g| match (&g.team_name, &g.team_source) {
+                                            (Some(t), Some(src)) => format!("{t} (from {src})"),
+                                            (Some(t), None) => t.clone(),
+                                            (None, _) => "no team".into(),
+                                        }).collect();
+                                        v.sort();
+                                        v.dedup();
+                                        v.join(", ")
+                                    };
+                                    let assigned = h.assigned_team_id;
+                                    let current = team_list.iter().find(|t| Some(t.id) == assigned).map(|t| t.name.clone());
+                                    view! {
+                                        <tr data-host=h.host.clone()>
+                                            <th scope="row">{h.host.clone()}</th>
+                                            <td>
+                                                {if admin {
+                                                    view! {
+                                                        <select
+                                                            aria-label=format!("Team of host {}", h.host)
+                                                            on:change=move |ev| {
+                                                                let v = event_target_value(&ev);
+                                                                assign(host.clone(), v.parse().ok());
+                                                            }
+                                                        >
+                                                            <option value="" selected=assigned.is_none()>"— none —"</option>
+                                                            {team_list.iter().map(|t| view! { <option value=t.id.to_string() selected=Some(t.id) == assigned>{t.name.clone()}</option> }).collect_view()}
+                                                        </select>
+                                                    }.into_any()
+                                                } else {
+                                                    view! { <span>{current.unwrap_or_else(|| "—".into())}</span> }.into_any()
+                                                }}
+                                            </td>
+                                            <td>{effective}</td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }
+            }}
+        </section>
     }
 }
 
