@@ -202,6 +202,7 @@ async fn owners_on_a_known_scenario(backend: Backend) {
         ("group_by=label:%20", "group_by"),
         ("group_by=planet", "group_by"),
         (&*format!("group_by=user&from={}", now_ms() - 8 * 86_400_000), "from"),
+        (&*format!("group_by=job&to={}", now_ms() - 8 * 86_400_000), "to"),
     ] {
         let (status, e) = get(&server, &format!("/api/v1/reports/billing?{query}")).await;
         assert_eq!(status, 422, "{query}: {e}");

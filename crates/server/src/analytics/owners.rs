@@ -167,13 +167,21 @@ pub async fn report(
 ) -> ApiResult<OwnerReport> {
     let retention = state.config.raw_retention;
     let oldest = now_ms - i64::try_from(retention.as_millis()).unwrap_or(i64::MAX / 2);
-    let from_ms = match from_ms {
-        Some(f) if f < oldest - RETENTION_GRACE_MS => {
+    let too_old = |t: Option<i64>| t.is_some_and(|t| t < oldest - RETENTION_GRACE_MS);
+    let field = if too_old(Some(to_ms)) {
+        Some("to")
+    } else if too_old(from_ms) {
+        Some("from")
+    } else {
+        None
+    };
+    let from_ms = match (field, from_ms) {
+        (Some(field), _) => {
             return Err(ApiError::Unprocessable {
-                field: "from".into(),
+                field: field.into(),
                 message: format!(
                     "owner reports (group_by={}) are computed from raw samples, which are kept for {} \
-                     (FLEETLENS_RAW_RETENTION): from must be at or after {}; use team, host, gpu or model \
+                     (FLEETLENS_RAW_RETENTION): {field} must be at or after {}; use team, host, gpu or model \
                      for older periods",
                     key.as_string(),
                     humantime::format_duration(retention),
@@ -183,8 +191,8 @@ pub async fn report(
                 ),
             });
         }
-        Some(f) => f,
-        None => oldest.min(to_ms),
+        (None, Some(f)) => f,
+        (None, None) => oldest.min(to_ms),
     };
     let store = state.store.as_ref();
     let gpus = store.gpu_identities(org).await?;
