@@ -131,8 +131,9 @@ pub struct Cli {
     /// Owner label from each GPU process's environment: the value of this variable (e.g. a run
     /// or experiment id) goes into the process owner's `labels` (repeatable; reports group by
     /// `label:VAR`). Read from /proc/<pid>/environ, which only root (or the process's own user)
-    /// can read; absent otherwise.
-    #[arg(long = "label-from-env", value_name = "VAR", value_parser = parse_env_name)]
+    /// can read; absent otherwise. In the environment: comma-separated names.
+    #[arg(long = "label-from-env", env = "FLEETLENS_LABEL_FROM_ENV", value_name = "VAR", value_delimiter = ',',
+        value_parser = parse_env_name)]
     pub label_from_env: Vec<String>,
 
     /// Log format on stderr. The level comes from `RUST_LOG` (default `info`).
