@@ -244,7 +244,9 @@ test('alert rules: edit (with a field error first), disable and delete', async (
   assert.deepEqual([stored.for_s, stored.severity, stored.enabled], [120, 'critical', false]);
 
   await page.locator('table.rule-table tr', { hasText: RULE }).getByRole('button', { name: `Delete rule ${RULE}` }).click();
-  await page.locator('table.rule-table tr', { hasText: RULE }).getByRole('button', { name: 'Confirm delete' }).click();
+  // Keyboard users land on the confirmation that replaced the button.
+  await page.waitForFunction(() => document.activeElement?.textContent === 'Confirm delete', null, { timeout: T });
+  await page.keyboard.press('Enter');
   await waitForText(section(page, 'rules-title').locator('.banner-ok'), /deleted/);
   await page.waitForFunction((name) => ![...document.querySelectorAll('table.rule-table tbody tr')].some((tr) => tr.textContent.includes(name)), RULE, { timeout: T });
   assert.equal((await (await api('/api/v1/alert-rules')).json()).rules.some((r) => r.name === RULE), false);

@@ -5,3 +5,13 @@ pub mod meter;
 pub mod range_picker;
 pub mod state_badge;
 pub mod status;
+
+/// Moves keyboard focus to the first element matching `selector` once the DOM has updated (a
+/// "Confirm delete" button that replaced the one just pressed).
+pub fn focus_later(selector: &'static str) {
+    leptos::prelude::request_animation_frame(move || {
+        if let Ok(Some(el)) = leptos::prelude::document().query_selector(selector) {
+            let _ = wasm_bindgen::JsCast::unchecked_into::<web_sys::HtmlElement>(el).focus();
+        }
+    });
+}

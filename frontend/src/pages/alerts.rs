@@ -28,9 +28,16 @@ fn status_class(a: &Alert, silenced: bool) -> &'static str {
     }
 }
 
-/// `GPU-b8c24ac0-…` → `b8c24ac0`: enough to tell a host's GPUs apart.
+/// `GPU-b8c24ac0-038a-…-7e629bc4f276` → `b8c24ac0…f276`: both ends, so that GPUs whose UUIDs
+/// share a prefix (one vendor batch, simulated fleets) still read apart.
 fn short_uuid(uuid: &str) -> String {
-    uuid.trim_start_matches("GPU-").trim_start_matches("MIG-").chars().take(8).collect()
+    let hex: Vec<char> = uuid.trim_start_matches("GPU-").trim_start_matches("MIG-").chars().collect();
+    if hex.len() <= 13 {
+        return hex.into_iter().collect();
+    }
+    let head: String = hex[..8].iter().collect();
+    let tail: String = hex[hex.len() - 4..].iter().collect();
+    format!("{head}…{tail}")
 }
 
 /// Silence durations offered: (label, milliseconds).
@@ -602,12 +609,12 @@ fn Rules(res: LocalResource<api::ApiResult<crate::wire::RuleList>>, refresh: Cal
                                                                 {move || if confirm_delete.get() == Some(id) {
                                                                     let r3 = r3.clone();
                                                                     view! {
-                                                                        <button type="button" class="btn btn-danger" on:click=move |_| delete.run(r3.clone())>"Confirm delete"</button>
+                                                                        <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| delete.run(r3.clone())>"Confirm delete"</button>
                                                                         <button type="button" class="btn-quiet" on:click=move |_| confirm_delete.set(None)>"Keep"</button>
                                                                     }.into_any()
                                                                 } else {
                                                                     let name = r4.name.clone();
-                                                                    view! { <button type="button" class="btn btn-danger" aria-label=format!("Delete rule {name}") on:click=move |_| confirm_delete.set(Some(id))>"Delete"</button> }.into_any()
+                                                                    view! { <button type="button" class="btn btn-danger" aria-label=format!("Delete rule {name}") on:click=move |_| { confirm_delete.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Delete"</button> }.into_any()
                                                                 }}
                                                             </div>
                                                         </td>
@@ -960,11 +967,11 @@ fn Channels() -> impl IntoView {
                                                         {move || if confirm_delete.get() == Some(id) {
                                                             let c2 = c2.clone();
                                                             view! {
-                                                                <button type="button" class="btn btn-danger" on:click=move |_| delete(c2.clone())>"Confirm delete"</button>
+                                                                <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| delete(c2.clone())>"Confirm delete"</button>
                                                                 <button type="button" class="btn-quiet" on:click=move |_| confirm_delete.set(None)>"Keep"</button>
                                                             }.into_any()
                                                         } else {
-                                                            view! { <button type="button" class="btn btn-danger" aria-label=format!("Delete channel {name}") on:click=move |_| confirm_delete.set(Some(id))>"Delete"</button> }.into_any()
+                                                            view! { <button type="button" class="btn btn-danger" aria-label=format!("Delete channel {name}") on:click=move |_| { confirm_delete.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Delete"</button> }.into_any()
                                                         }}
                                                     </div>
                                                     {test_outcome(id)}

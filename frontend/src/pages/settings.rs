@@ -154,11 +154,11 @@ fn Teams() -> impl IntoView {
                                         {move || if confirm.get() == Some(id) {
                                             let n = n.clone();
                                             view! {
-                                                <button type="button" class="btn btn-danger" on:click=move |_| delete(id, n.clone())>"Confirm delete"</button>
+                                                <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| delete(id, n.clone())>"Confirm delete"</button>
                                                 <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
                                             }.into_any()
                                         } else {
-                                            view! { <button type="button" class="btn-quiet btn-danger" aria-label=format!("Delete team {n}") on:click=move |_| confirm.set(Some(id))>"Delete"</button> }.into_any()
+                                            view! { <button type="button" class="btn-quiet btn-danger" aria-label=format!("Delete team {n}") on:click=move |_| { confirm.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Delete"</button> }.into_any()
                                         }}
                                     })}
                                 </li>
@@ -344,11 +344,11 @@ fn ApiKeys() -> impl IntoView {
                                                             <div class="actions">
                                                                 {move || if confirm.get() == Some(id) {
                                                                     view! {
-                                                                        <button type="button" class="btn btn-danger" on:click=move |_| revoke(id)>"Confirm revoke"</button>
+                                                                        <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| revoke(id)>"Confirm revoke"</button>
                                                                         <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
                                                                     }.into_any()
                                                                 } else {
-                                                                    view! { <button type="button" class="btn btn-danger" aria-label=format!("Revoke key {name}") on:click=move |_| confirm.set(Some(id))>"Revoke"</button> }.into_any()
+                                                                    view! { <button type="button" class="btn btn-danger" aria-label=format!("Revoke key {name}") on:click=move |_| { confirm.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Revoke"</button> }.into_any()
                                                                 }}
                                                             </div>
                                                         }.into_any()
@@ -517,11 +517,11 @@ fn Users() -> impl IntoView {
                                                             {move || if confirm.get() == Some(id) {
                                                                 let e3 = e3.clone();
                                                                 view! {
-                                                                    <button type="button" class="btn btn-danger" on:click=move |_| delete(id, e3.clone())>"Confirm delete"</button>
+                                                                    <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| delete(id, e3.clone())>"Confirm delete"</button>
                                                                     <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
                                                                 }.into_any()
                                                             } else {
-                                                                view! { <button type="button" class="btn btn-danger" on:click=move |_| confirm.set(Some(id))>"Delete"</button> }.into_any()
+                                                                view! { <button type="button" class="btn btn-danger" on:click=move |_| { confirm.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Delete"</button> }.into_any()
                                                             }}
                                                         </div>
                                                     })}
