@@ -20,9 +20,9 @@ agents="${SOAK_AGENTS:-4}"
 profile="${SOAK_PROFILE:-dev}"
 pg_admin="${SOAK_PG:-postgres://postgres@127.0.0.1:5432/postgres}"
 dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
-cargo build --quiet --profile "$profile" -p fleetlens-server -p fleetlens-agent --bins
-server_bin="target/$dir/fleetlens-server"
-agent_bin="target/$dir/fleetlens-agent"
+[ "${SOAK_NO_BUILD:-0}" = 1 ] || cargo build --quiet --profile "$profile" -p fleetlens-server -p fleetlens-agent --bins
+server_bin="${SOAK_SERVER_BIN:-target/$dir/fleetlens-server}"
+agent_bin="${SOAK_AGENT_BIN:-target/$dir/fleetlens-agent}"
 out=target/soak
 mkdir -p "$out"
 token="fl_soak_admin_token_$(date +%s)_0123456789"
