@@ -136,8 +136,8 @@ async fn fill(args: &Args, db_url: &str, first_hour_ms: i64, hours: i64, now: i6
     let rollups = format!(
         "INSERT INTO rollups_1h (gpu_id, bucket_ms, sample_count, allocated_count, processes_read_count, \
          first_ts_ms, last_ts_ms, {}) \
-         SELECT g, {first_hour_ms} + h * {HOUR_MS}, 360, 300, 360, {first_hour_ms} + h * {HOUR_MS}, \
-         {first_hour_ms} + h * {HOUR_MS} + 3590000, {} FROM ({gpu_seq}) gs CROSS JOIN ({hour_seq}) hs",
+         SELECT g, {first_hour_ms} + CAST(h AS BIGINT) * {HOUR_MS}, 360, 300, 360, {first_hour_ms} + CAST(h AS BIGINT) * {HOUR_MS}, \
+         {first_hour_ms} + CAST(h AS BIGINT) * {HOUR_MS} + 3590000, {} FROM ({gpu_seq}) gs CROSS JOIN ({hour_seq}) hs",
         cols.join(", "),
         exprs.join(", "),
     );
