@@ -81,7 +81,12 @@ impl fmt::Display for ApiError {
             }
             (404, _) => write!(f, "Not found: {message}."),
             (409, _) => write!(f, "Conflict: {message}."),
-            (429, _) => write!(f, "Too many attempts: {message}."),
+            (429, _) => {
+                // The server's words ("too many attempts: retry in 900 s"), as a sentence.
+                let mut c = message.chars();
+                let first = c.next().map(|c| c.to_uppercase().collect::<String>()).unwrap_or_default();
+                write!(f, "{first}{}.", c.as_str())
+            }
             (400 | 413 | 415 | 422, _) => write!(f, "The server refused the request: {message}."),
             (s, _) if s >= 500 => {
                 write!(f, "The server failed (HTTP {s}: {message}). Retrying every 5 seconds.")

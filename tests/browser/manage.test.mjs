@@ -457,6 +457,32 @@ test('viewer: sees the user and role, the data, and no admin controls', async ()
   await vctx.close();
 });
 
+test('login: after too many wrong passwords the server rate limit is shown', async () => {
+  const lctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const l = await lctx.newPage();
+  watch(l);
+  await expecting(['/api/v1/auth/login'], async () => {
+    await l.goto(URL + '/login');
+    await l.locator('#email').waitFor({ timeout: T });
+    let msg = '';
+    for (let i = 0; i < 8 && !/Too many attempts/.test(msg); i++) {
+      await l.fill('#email', 'nobody@example.com');
+      await l.fill('#password', `wrong-password-${i}`);
+      const [resp] = await Promise.all([
+        l.waitForResponse((r) => r.url().endsWith('/api/v1/auth/login'), { timeout: T }),
+        l.click('form[aria-label="Log in"] button[type="submit"]'),
+      ]);
+      await l.waitForFunction(() => !document.querySelector('form[aria-label="Log in"] button[type="submit"]').disabled, null, { timeout: T });
+      if (resp.status() === 429) assert.ok(resp.headers()['retry-after'], 'Retry-After');
+      msg = (await l.locator('[role="alert"]').first().textContent()) || '';
+      assert.match(msg, /Wrong email or password|Too many attempts/);
+    }
+    assert.match(msg, /^Too many attempts/);
+    await l.screenshot({ path: path.join(SHOTS, '22-login-rate-limited.png') });
+  });
+  await lctx.close();
+});
+
 test('no console errors', () => {
   assert.deepEqual(consoleErrors, []);
 });
