@@ -6,6 +6,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 log() { printf '\n==> %s\n' "$*"; }
+# Debian packages; a fresh machine may have no package lists yet.
+apt_install() {
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@" \
+    || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"; }
+}
 
 log "PostgreSQL on 127.0.0.1:5432"
 if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
@@ -16,13 +21,12 @@ pg_isready -h 127.0.0.1 -p 5432
 
 if ! command -v promtool >/dev/null; then
   log "installing promtool (Debian package prometheus)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus
+  apt_install prometheus
 fi
 
 if [ ! -x /usr/bin/prometheus-alertmanager ]; then
   log "installing Alertmanager (Debian package prometheus-alertmanager; the alerting tests push to it)"
-  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus-alertmanager \
-    || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends prometheus-alertmanager; }
+  apt_install prometheus-alertmanager
 fi
 
 if ! python3 -c 'import slack_sdk' 2>/dev/null; then

@@ -9,6 +9,7 @@ fleetlens_tests::for_each_backend!(
     fleet_summary_on_a_known_scenario,
     four_gpus_for_one_hour_with_mfu_and_energy,
     gpus_without_sm_activity_say_so,
+    live_gpus_are_never_credited_beyond_their_paid_time,
 );
 
 /// The state each phase must give (shared/fixtures/README.md).
@@ -391,4 +392,85 @@ async fn gpus_without_sm_activity_say_so(backend: Backend) {
     assert!(windows[0]["note"].as_str().unwrap().contains("no SM activity on this GPU"), "{}", windows[0]);
     assert_eq!(windows[0]["sm_active_pct"], Value::Null, "absent, never 0");
     assert_eq!(windows[0]["efficiency"], Value::Null);
+}
+
+/// GPUs that appeared in the middle of a minute and are still reporting (the minute in progress
+/// is stored as a whole minute): every summary and billing figure stays within the paid time.
+async fn live_gpus_are_never_credited_beyond_their_paid_time(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let server = TestServer::spawn(&db.url, &[]);
+    let client = reqwest::Client::new();
+    // 150 s of samples ending now, starting 30.5 s into a minute: 4 stored minutes for 150 s.
+    let now = now_ms();
+    let start = now - 150_000;
+    let busy: Vec<Value> = minutes_of("GPU-live-busy", "NVIDIA H100 80GB HBM3", start, 3, 100.0, 40.0, 30.0, true)
+        .into_iter()
+        .take(150)
+        .collect();
+    let held: Vec<Value> = minutes_of("GPU-live-held", "NVIDIA H100 80GB HBM3", start, 3, 0.0, 0.0, 0.0, true)
+        .into_iter()
+        .take(150)
+        .collect();
+    for samples in [busy, held] {
+        let resp = client
+            .post(server.url("/api/v1/ingest"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"host": "live", "samples": samples}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200);
+    }
+    let team = client
+        .post(server.url("/api/v1/teams"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "research"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(team.status().as_u16(), 201, "create team");
+    let team_id = team.json::<Value>().await.unwrap()["id"].clone();
+    let assign = client
+        .put(server.url("/api/v1/hosts/live/team"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"team_id": team_id}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(assign.status().as_u16(), 200, "assign host");
+
+    let (status, s) = get(&server, "/api/v1/fleet/summary?range=1h").await;
+    assert_eq!(status, 200, "{s}");
+    let paid = s["paid_gpu_hours"].as_f64().unwrap();
+    // Paid from each GPU's first sample until the request: 2 × (150 s + the request's delay).
+    assert!((2.0 * 150.0 / 3600.0..2.0 * 160.0 / 3600.0).contains(&paid), "paid {paid}");
+    let by_state: f64 = s["hours_by_state"].as_object().unwrap().values().map(|v| v.as_f64().unwrap()).sum();
+    assert!((by_state - paid).abs() < 1e-9, "hours by state {by_state} must add up to paid {paid}");
+    for level in s["funnel"].as_array().unwrap() {
+        if let Some(f) = level["fraction"].as_f64() {
+            assert!((0.0..=1.0 + 1e-9).contains(&f), "{} fraction {f} outside 0..1: {s}", level["level"]);
+        }
+    }
+    let level = |name: &str| s["funnel"].as_array().unwrap().iter().find(|l| l["level"] == name).unwrap().clone();
+    // Half the GPUs run kernels the whole time they were seen (less the request's delay).
+    let kernel = level("kernel")["fraction"].as_f64().unwrap();
+    assert!(kernel > 0.45 && kernel <= 0.5 + 1e-9, "kernel {kernel}");
+    for w in s["top_wasters"].as_array().unwrap() {
+        let (wasted, paid) = (w["wasted_hours"].as_f64().unwrap(), w["paid_gpu_hours"].as_f64().unwrap());
+        assert!(wasted <= paid + 1e-9, "{} wasted {wasted} h of {paid} paid", w["uuid"]);
+    }
+
+    // Billing (pro-rated hours) by team: both GPUs under the host's team, means within 0–100 %.
+    let (status, b) = get(&server, &format!("/api/v1/reports/billing?from={}&group_by=team", now - 3_600_000)).await;
+    assert_eq!(status, 200, "{b}");
+    let rows = b["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 1, "{b}");
+    assert_eq!(rows[0]["group"], "research", "{b}");
+    assert_eq!(rows[0]["gpus"], 2, "{b}");
+    for field in ["mean_gpu_util_pct", "mean_sm_active_pct", "mean_tensor_active_pct"] {
+        let v = rows[0][field].as_f64().unwrap();
+        assert!((0.0..=100.0 + 1e-9).contains(&v), "{field} {v}");
+    }
+    let util = rows[0]["mean_gpu_util_pct"].as_f64().unwrap();
+    assert!(util > 45.0, "busy GPU at 100 %, held GPU at 0 %: {util}");
 }

@@ -26,10 +26,9 @@ pub fn paid_span(gpu: &GpuRecord, from_ms: i64, to_ms: i64, now_ms: i64) -> Opti
     (end > start).then_some((start, end))
 }
 
-/// The share of `[bucket_ms, bucket_ms + len_ms)` inside `[start_ms, end_ms)`.
-pub fn overlap_weight(bucket_ms: i64, len_ms: i64, start_ms: i64, end_ms: i64) -> f64 {
-    let overlap = (bucket_ms + len_ms).min(end_ms) - bucket_ms.max(start_ms);
-    (overlap.max(0) as f64) / len_ms as f64
+/// Milliseconds of `[bucket_ms, bucket_ms + len_ms)` inside `[start_ms, end_ms)`.
+pub fn overlap_ms(bucket_ms: i64, len_ms: i64, start_ms: i64, end_ms: i64) -> i64 {
+    ((bucket_ms + len_ms).min(end_ms) - bucket_ms.max(start_ms)).max(0)
 }
 
 /// Add up weighted credits over a paid span of `paid_s` seconds; paid time that no credit
@@ -73,10 +72,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn weights_are_the_overlap_share() {
-        assert_eq!(overlap_weight(0, 60_000, 30_000, 90_000), 0.5);
-        assert_eq!(overlap_weight(0, 60_000, 60_000, 90_000), 0.0);
-        assert_eq!(overlap_weight(0, 3_600_000, -5, 10_000_000), 1.0);
+    fn overlap_is_the_shared_time() {
+        assert_eq!(overlap_ms(0, 60_000, 30_000, 90_000), 30_000);
+        assert_eq!(overlap_ms(0, 60_000, 60_000, 90_000), 0);
+        assert_eq!(overlap_ms(0, 3_600_000, -5, 10_000_000), 3_600_000);
     }
 
     #[test]

@@ -12,7 +12,7 @@ use fleetlens_core::{
 };
 use fleetlens_store::{BucketCredit, GpuRecord, JobRecord};
 
-use super::ledger::{GpuLedger, ledger, paid_span};
+use super::ledger::{GpuLedger, ledger, overlap_ms, paid_span};
 
 const TOP_WASTERS: usize = 10;
 pub const WEEK_MS: i64 = 7 * 86_400_000;
@@ -124,37 +124,44 @@ impl EdgePlan {
         vec![(floor_from, self.first_whole_ms), (self.last_whole_ms, self.end_ms)]
     }
 
-    /// The share of a bucket that lies in the period, relative to the part of the bucket that
-    /// has happened (a bucket still filling is not diluted by its future).
-    fn weight(&self, bucket_ms: i64, len_ms: i64) -> f64 {
-        let happened = (bucket_ms + len_ms).min(self.now_ms) - bucket_ms;
-        if happened <= 0 {
+    /// The share of a bucket's credit that falls in the GPU's paid time inside the period.
+    ///
+    /// A minute's credit stands for its whole minute, an hour's (the sum of its minutes) for
+    /// the minutes of the hour in which the GPU reported, `[floor(first_seen), ceil(last_seen))`.
+    /// The paid part is that time cut to the period and to the GPU's first sample, so the
+    /// minute a GPU appeared in and the minute still filling count only for the seconds that
+    /// were paid: credits never add up to more than the paid span.
+    fn weight(&self, gpu: &GpuRecord, bucket_ms: i64, len_ms: i64) -> f64 {
+        let credited_from = gpu.first_seen_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
+        let credited_to = (gpu.last_seen_ms.div_euclid(MINUTE_MS) + 1) * MINUTE_MS;
+        let credited = overlap_ms(bucket_ms, len_ms, credited_from, credited_to);
+        if credited == 0 {
             return 0.0;
         }
-        let inside = (bucket_ms + len_ms).min(self.end_ms) - bucket_ms.max(self.from_ms);
-        (inside.max(0) as f64 / happened as f64).min(1.0)
+        let paid_from = self.from_ms.max(gpu.first_seen_ms);
+        let paid_to = self.end_ms.min(credited_to);
+        (overlap_ms(bucket_ms, len_ms, paid_from, paid_to) as f64 / credited as f64).min(1.0)
     }
 }
 
-/// The weighted credits of one GPU over the period.
-fn weighted(c: &Credits, gpu_id: i64) -> Vec<(&Credit, f64)> {
+/// The weighted credits of one GPU over the period: whole hours from hour credits, the partial
+/// hours at the edges from minute credits when exact, else from their pro-rated hours.
+fn weighted<'a>(c: &'a Credits, gpu: &GpuRecord) -> Vec<(&'a Credit, f64)> {
     let p = &c.plan;
     let mut out = Vec::new();
-    if let Some(sum) = c.whole.get(&gpu_id) {
+    if let Some(sum) = c.whole.get(&gpu.id) {
         out.push((sum, 1.0));
     }
-    for (hour_ms, credit) in c.hours.get(&gpu_id).into_iter().flatten() {
-        if p.is_whole_hour(*hour_ms) {
-            out.push((credit, 1.0));
-        } else if !p.exact {
-            out.push((credit, p.weight(*hour_ms, HOUR_MS)));
+    for (hour_ms, credit) in c.hours.get(&gpu.id).into_iter().flatten() {
+        if p.is_whole_hour(*hour_ms) || !p.exact {
+            out.push((credit, p.weight(gpu, *hour_ms, HOUR_MS)));
         }
     }
     if p.exact {
-        for (minute_ms, credit) in c.edge_minutes.get(&gpu_id).into_iter().flatten() {
+        for (minute_ms, credit) in c.edge_minutes.get(&gpu.id).into_iter().flatten() {
             let hour = minute_ms.div_euclid(HOUR_MS) * HOUR_MS;
             if !p.is_whole_hour(hour) {
-                out.push((credit, p.weight(*minute_ms, MINUTE_MS)));
+                out.push((credit, p.weight(gpu, *minute_ms, MINUTE_MS)));
             }
         }
     }
@@ -167,7 +174,7 @@ pub fn ledgers(gpus: &[GpuRecord], credits: &Credits) -> Vec<(usize, GpuLedger)>
         .enumerate()
         .filter_map(|(i, g)| {
             let (start, end) = paid_span(g, p.from_ms, p.end_ms, p.now_ms)?;
-            Some((i, ledger((end - start) as f64 / 1000.0, weighted(credits, g.id))))
+            Some((i, ledger((end - start) as f64 / 1000.0, weighted(credits, g))))
         })
         .collect()
 }
