@@ -122,6 +122,9 @@ impl TestServer {
         cmd.args(["--listen", listen, "--database-url", db_url, "--static-dir", "/nonexistent-static"])
             .args(extra_args)
             .env("FLEETLENS_ADMIN_TOKEN", ADMIN_TOKEN)
+            // The recorded fixtures keep their timestamps: raw retention must not age them out
+            // while the suite runs (a test of retention passes its own --raw-retention).
+            .env("FLEETLENS_RAW_RETENTION", "36500d")
             .env("RUST_LOG", std::env::var("TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(if std::env::var_os("TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() });

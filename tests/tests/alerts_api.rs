@@ -271,7 +271,9 @@ fn phase_range(phases: &[(String, Vec<i64>)], name: &str) -> (i64, i64) {
 
 async fn fixture_replay_fires_hollow_for_one_block_only(backend: Backend) {
     let db = TestDatabase::new(backend).await;
-    let server = TestServer::spawn(&db.url, FAST);
+    // The recorded trace keeps its timestamps, however old it is by now: look back far enough.
+    let args = [FAST, &["--alert-lookback", "36500d", "--alert-offline-horizon", "36500d"]].concat();
+    let server = TestServer::spawn(&db.url, &args);
     let api = Api::new(&server);
     let slack = Receiver::start(0).await;
     let hook = Receiver::start(0).await;
@@ -578,6 +580,44 @@ async fn silences_hold_back_notifications_but_alerts_are_recorded(backend: Backe
     assert!(d["messages"].as_array().unwrap().is_empty());
     let silences = api.get("/api/v1/silences").await;
     assert_eq!(silences["silences"][0]["comment"], "maintenance");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_silence_over_a_firing_alert_shows_on_it_until_it_ends() {
+    let db = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::spawn(&db.url, FAST);
+    let api = Api::new(&server);
+    let rx = Receiver::start(0).await;
+    let ch = api.channel("loud", "webhook", &format!("{}/hook", rx.url)).await;
+    let rule = api
+        .rule(json!({"name": "hollow 1s", "condition": "gpu_util_pct >= 80 && sm_active_pct < 30", "for_s": 1,
+                     "channels": [ch]}))
+        .await;
+    // Hollow and nothing after: the alert fires and stays firing.
+    api.ingest("node-f", hollow_then_healthy("GPU-f1", 6, 6)).await;
+    let fired = wait_for("the alert notified", Duration::from_secs(20), || async {
+        let l = api.alerts(&format!("rule_id={rule}&status=firing")).await;
+        l.into_iter().find(|a| a["notified"] == true)
+    })
+    .await;
+    assert_eq!(fired["silenced"], false);
+    let (status, s) =
+        api.post("/api/v1/silences", json!({"matchers": {"host": "node-f"}, "ends_at": now_ms() + 3_000})).await;
+    assert_eq!(status, 201, "{s}");
+    let id = fired["id"].as_i64().unwrap();
+    let silenced = wait_for("the firing alert marked silenced", Duration::from_secs(10), || async {
+        let a = api.get(&format!("/api/v1/alerts/{id}")).await;
+        (a["silenced"] == true).then_some(a)
+    })
+    .await;
+    assert_eq!(silenced["silenced_by"], s["id"]);
+    assert_eq!(silenced["status"], "firing");
+    wait_for("the mark gone when the silence ended", Duration::from_secs(15), || async {
+        let a = api.get(&format!("/api/v1/alerts/{id}")).await;
+        (a["silenced"] == false && a["status"] == "firing").then_some(())
+    })
+    .await;
+    assert_eq!(rx.accepted().len(), 1, "one firing message, nothing for the silence");
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -65,7 +65,8 @@ fn row<'a>(report: &'a Value, group: &str) -> &'a Value {
 
 async fn owners_on_a_known_scenario(backend: Backend) {
     let db = TestDatabase::new(backend).await;
-    let server = TestServer::spawn(&db.url, &[]);
+    // Owner reports read raw samples: the production retention decides how far back they go.
+    let server = TestServer::spawn(&db.url, &["--raw-retention", "7d"]);
     let (status, _) = send(
         &server,
         reqwest::Method::PUT,

@@ -272,6 +272,8 @@ struct Engine {
     /// Each GPU's newest evaluated sample (for no-data rules while it reports).
     last_sample: HashMap<i64, Sample>,
     dirty_cursors: HashSet<i64>,
+    /// How each GPU's samples arrive (in memory only: after a restart the default applies).
+    deliveries: HashMap<i64, Delivery>,
     last_cursor_flush: i64,
     thresholds: HashMap<OrgId, (Thresholds, i64)>,
     seeded: HashSet<OrgId>,
@@ -286,6 +288,7 @@ impl Engine {
             open,
             last_sample: HashMap::new(),
             dirty_cursors: HashSet::new(),
+            deliveries: HashMap::new(),
             last_cursor_flush: now_ms(),
             thresholds: HashMap::new(),
             seeded: HashSet::new(),
@@ -333,6 +336,7 @@ impl Engine {
             if samples.is_empty() {
                 continue;
             }
+            self.deliveries.entry(g.id).or_default().arrived(now);
             let th = self.thresholds(store, g.org_id, now).await;
             let mut changes = Changes::default();
             for s in &samples {
@@ -475,7 +479,10 @@ impl Engine {
         changes: &mut Changes,
     ) {
         let interval = self.cursors.get(&g.id).map_or(0, |c| c.interval_ms);
-        let limit = offline_limit_ms(interval, th);
+        // Samples come in batches: between two deliveries the newest one ages by the agent's
+        // flush interval, which is not an outage.
+        let allowance = self.deliveries.get(&g.id).map_or(DEFAULT_DELIVERY_GAP_MS, Delivery::allowance_ms);
+        let limit = offline_limit_ms(interval, th) + allowance;
         let silent = now - g.last_seen_ms;
         if silent > ms(ctx.cfg.alert_offline_horizon) {
             return; // retired: leave its alerts as they are
@@ -547,6 +554,15 @@ impl Engine {
                 }
                 continue;
             }
+            if silenced != a.silenced_by {
+                // Notified already: the flag says whether its reminders are held back now.
+                let mut a = a.clone();
+                changes.origin.entry(key).or_insert(a.status);
+                a.silenced_by = silenced;
+                changes.touch(key);
+                self.open.insert(key, a);
+            }
+            let Some(a) = self.open.get(&key) else { continue };
             let repeat_ms = rule.rec.repeat_interval_s.saturating_mul(1000);
             let last = a.last_notified_ms.or(a.fired_at_ms).unwrap_or(now);
             if silenced.is_some() || !repeat_due(last, repeat_ms, now) {
@@ -860,6 +876,36 @@ fn phase_of(a: &AlertRecord) -> Phase {
     }
 }
 
+/// Assumed time between two deliveries of a GPU's samples until two have been seen (the
+/// agent's default `--flush-interval` is 5 s).
+const DEFAULT_DELIVERY_GAP_MS: i64 = 10_000;
+/// A longer gap between deliveries is an outage, not the GPU's cadence.
+const MAX_DELIVERY_GAP_MS: i64 = 60_000;
+
+/// When a GPU's samples last arrived and the usual time between arrivals.
+#[derive(Debug, Default, Clone, Copy)]
+struct Delivery {
+    arrived_ms: i64,
+    gap_ms: i64,
+}
+
+impl Delivery {
+    fn arrived(&mut self, now: i64) {
+        if self.arrived_ms > 0 {
+            let gap = now - self.arrived_ms;
+            if (1..=MAX_DELIVERY_GAP_MS).contains(&gap) {
+                self.gap_ms = if self.gap_ms == 0 { gap } else { (3 * self.gap_ms + gap) / 4 };
+            }
+        }
+        self.arrived_ms = now;
+    }
+
+    /// The silence a GPU's delivery cadence explains.
+    fn allowance_ms(&self) -> i64 {
+        if self.gap_ms > 0 { self.gap_ms.min(MAX_DELIVERY_GAP_MS) } else { DEFAULT_DELIVERY_GAP_MS }
+    }
+}
+
 /// No sample for this long means offline (METRICS.md: 3 intervals by default).
 fn offline_limit_ms(interval_ms: i64, th: &Thresholds) -> i64 {
     let interval = if interval_ms > 0 { interval_ms.max(DEFAULT_INTERVAL_MS) } else { DEFAULT_INTERVAL_MS };
@@ -874,4 +920,32 @@ fn summary(rule: &Rule, obs: &Observation<'_>) -> String {
     let values: Vec<String> =
         matched_values(rule.cond.fields(), obs).into_iter().map(|v| format!("{} = {}", v.field, v.value)).collect();
     format!("{} ({})", rule.rec.condition, values.join(", "))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_allowance_follows_the_flush_cadence_and_ignores_outages() {
+        let mut d = Delivery::default();
+        assert_eq!(d.allowance_ms(), DEFAULT_DELIVERY_GAP_MS);
+        d.arrived(100_000);
+        assert_eq!(d.allowance_ms(), DEFAULT_DELIVERY_GAP_MS, "one arrival says nothing of the cadence");
+        for i in 1..=20 {
+            d.arrived(100_000 + i * 5_000);
+        }
+        assert_eq!(d.allowance_ms(), 5_000);
+        // A ten-minute outage is not the cadence.
+        d.arrived(100_000 + 20 * 5_000 + 600_000);
+        assert_eq!(d.allowance_ms(), 5_000);
+    }
+
+    #[test]
+    fn offline_limit_is_three_intervals_of_at_least_a_second() {
+        let th = Thresholds::default();
+        assert_eq!(offline_limit_ms(0, &th), 3_000);
+        assert_eq!(offline_limit_ms(200, &th), 3_000);
+        assert_eq!(offline_limit_ms(10_000, &th), 30_000);
+    }
 }
