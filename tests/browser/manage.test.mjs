@@ -85,6 +85,8 @@ async function expecting(paths, fn) {
   try {
     await fn();
   } finally {
+    // Chromium reports a failed request on the console a moment after the page has seen it.
+    await new Promise((r) => setTimeout(r, 500));
     for (const p of paths) if (p !== '/api/v1/auth/me') expectedFailures.delete(p);
   }
 }
