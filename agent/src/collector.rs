@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleetlens_core::Sample;
+use fleetlens_core::{GpuEvent, Sample};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
@@ -64,6 +64,8 @@ struct Batcher {
     spool: SharedSpool,
     wake: Arc<Notify>,
     pending: BTreeMap<String, Vec<Sample>>,
+    /// Events waiting for their host's next batch.
+    pending_events: BTreeMap<String, Vec<GpuEvent>>,
     /// The newest labels each host's source gave (inventory, pods …).
     source_labels: BTreeMap<String, BTreeMap<String, String>>,
     sum: CollectSummary,
@@ -84,7 +86,13 @@ impl Batcher {
 
     async fn spool_batch(&mut self, host: &str, samples: Vec<Sample>) -> Result<(), SpoolError> {
         let n = samples.len();
-        let body = encode_batch(host, &self.labels(host), samples);
+        // The host's events ride with its next batch (at most what the server takes in one).
+        let mut events = self.pending_events.remove(host).unwrap_or_default();
+        if events.len() > MAX_EVENTS_PER_BATCH {
+            let rest = events.split_off(MAX_EVENTS_PER_BATCH);
+            self.pending_events.insert(host.to_string(), rest);
+        }
+        let body = encode_batch(host, &self.labels(host), samples, events);
         self.spool.push(body, n).await?;
         self.sum.batches += 1;
         self.sum.samples += n as u64;
@@ -97,9 +105,13 @@ impl Batcher {
         host: String,
         samples: Vec<Sample>,
         labels: BTreeMap<String, String>,
+        events: Vec<GpuEvent>,
     ) -> Result<(), SpoolError> {
         if !labels.is_empty() {
             self.source_labels.insert(host.clone(), labels);
+        }
+        if !events.is_empty() {
+            self.pending_events.entry(host.clone()).or_default().extend(events);
         }
         let max = self.cfg.batch_max;
         let mut buf = self.pending.remove(&host).unwrap_or_default();
@@ -110,7 +122,7 @@ impl Batcher {
             self.spool_batch(&host, buf).await?;
             buf = rest;
         }
-        if !buf.is_empty() {
+        if !buf.is_empty() || self.pending_events.contains_key(&host) {
             self.pending.insert(host, buf);
         }
         Ok(())
@@ -118,7 +130,8 @@ impl Batcher {
 
     async fn flush(&mut self) -> Result<(), SpoolError> {
         for (host, samples) in std::mem::take(&mut self.pending) {
-            if !samples.is_empty() {
+            // A host whose GPUs all stopped answering still sends its events.
+            if !samples.is_empty() || self.pending_events.contains_key(&host) {
                 self.spool_batch(&host, samples).await?;
             }
         }
@@ -146,6 +159,7 @@ pub async fn run(
         spool,
         wake,
         pending: BTreeMap::new(),
+        pending_events: BTreeMap::new(),
         source_labels: BTreeMap::new(),
         sum: CollectSummary::default(),
     };
@@ -177,7 +191,7 @@ pub async fn run(
         };
         let now = Instant::now();
         for h in hosts {
-            b.add(h.host, h.samples, h.labels).await?;
+            b.add(h.host, h.samples, h.labels, h.events).await?;
         }
         if once_live {
             b.sum.finished = true;
@@ -198,13 +212,16 @@ pub async fn run(
     // Readings already handed over are kept too.
     while let Ok(Ok(Some(hosts))) = rx.try_recv() {
         for h in hosts {
-            b.add(h.host, h.samples, h.labels).await?;
+            b.add(h.host, h.samples, h.labels, h.events).await?;
         }
     }
     // Keep what was read even when the source failed or we are shutting down.
     b.flush().await?;
     result.map(|()| b.sum)
 }
+
+/// Events per batch, at most (the server's limit).
+const MAX_EVENTS_PER_BATCH: usize = 1_000;
 
 /// Readings waiting for the collector (it only falls behind while a spool write is slow).
 const READINGS_QUEUED: usize = 4;
@@ -331,6 +348,62 @@ mod tests {
             assert!(ts.windows(2).all(|w| w[0] <= w[1]));
         }
         assert_eq!(sum.batches as usize, entries.len());
+    }
+
+    /// Two readings of one host: a sample with an XID error, then no sample (the GPU lost).
+    struct Failing {
+        n: i64,
+    }
+
+    #[async_trait]
+    impl GpuSource for Failing {
+        fn describe(&self) -> String {
+            "failing".into()
+        }
+        fn is_live(&self) -> bool {
+            false
+        }
+        async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
+            self.n += 1;
+            let event = |kind| GpuEvent { ts_ms: self.n, uuid: "GPU-1".into(), kind, xid: None, message: None };
+            let h = match self.n {
+                1 => {
+                    let mut h =
+                        HostSamples::new("h", vec![Sample { ts_ms: 1, uuid: "GPU-1".into(), ..Default::default() }]);
+                    h.events.push(GpuEvent { xid: Some(79), ..event(fleetlens_core::GpuEventKind::Xid) });
+                    h
+                }
+                2 => {
+                    let mut h = HostSamples::new("h", vec![]);
+                    h.events.push(event(fleetlens_core::GpuEventKind::GpuLost));
+                    h
+                }
+                _ => return Ok(None),
+            };
+            Ok(Some(vec![h]))
+        }
+    }
+
+    #[tokio::test]
+    async fn events_ride_with_the_next_batch_even_without_samples() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
+        let cfg = CollectorConfig {
+            batch_max: 1,
+            flush_every: Duration::from_secs(3600),
+            reading_interval: Duration::ZERO,
+            once: true,
+            labels: BTreeMap::new(),
+        };
+        let (_tx, rx) = watch::channel(false);
+        let sum = run(Box::new(Failing { n: 0 }), spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        assert_eq!(sum.samples, 1);
+        let got: Vec<IngestBatch> =
+            spool.peek(|s| s.entries()).iter().map(|e| decode(&spool.peek(|s| s.read(e)).unwrap())).collect();
+        assert_eq!(got.len(), 2, "{got:?}");
+        assert_eq!((got[0].samples.len(), got[0].events.len(), got[0].events[0].xid), (1, 1, Some(79)));
+        assert_eq!((got[1].samples.len(), got[1].events.len()), (0, 1));
+        assert_eq!(got[1].events[0].kind, fleetlens_core::GpuEventKind::GpuLost);
     }
 
     /// A live source: one GPU, one sample per `period` (the first at once), stamped with its

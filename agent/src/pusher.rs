@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use fleetlens_api::{ErrorBody, INGEST_PATH, IngestBatch, IngestResponse, Sample};
+use fleetlens_api::{ErrorBody, GpuEvent, INGEST_PATH, IngestBatch, IngestResponse, Sample};
 use rand::Rng;
 use reqwest::StatusCode;
 use tokio::sync::{Notify, watch};
@@ -22,13 +22,19 @@ use crate::spool::{SharedSpool, SpoolError};
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Serialises and gzips one host's samples into an ingest request body.
-pub fn encode_batch(host: &str, labels: &BTreeMap<String, String>, samples: Vec<Sample>) -> Vec<u8> {
+/// Serialises and gzips one host's samples and events into an ingest request body.
+pub fn encode_batch(
+    host: &str,
+    labels: &BTreeMap<String, String>,
+    samples: Vec<Sample>,
+    events: Vec<GpuEvent>,
+) -> Vec<u8> {
     let batch = IngestBatch {
         host: host.to_string(),
         agent_version: Some(AGENT_VERSION.to_string()),
         labels: labels.clone(),
         samples,
+        events,
     };
     // Level 1: samples repeat the same keys, so the fastest level already shrinks a batch
     // several times over; higher levels gain little on such small bodies, at more CPU.
@@ -301,7 +307,7 @@ mod tests {
     fn encodes_gzip_json() {
         let s = Sample { ts_ms: 5, uuid: "GPU-1".into(), gpu_util_pct: Some(3.0), ..Default::default() };
         let labels = BTreeMap::from([("team".to_string(), "ml".to_string())]);
-        let body = encode_batch("h", &labels, vec![s.clone()]);
+        let body = encode_batch("h", &labels, vec![s.clone()], vec![]);
         let mut json = String::new();
         flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut json).unwrap();
         let batch: IngestBatch = serde_json::from_str(&json).unwrap();

@@ -620,6 +620,7 @@ async fn a_snapshot(server: &TestServer, a_uuid: &str) -> Vec<(String, Value)> {
         "/api/v1/notification-channels".to_string(),
         "/api/v1/silences".to_string(),
         "/api/v1/jobs?from=0&to=4102444800000".to_string(),
+        "/api/v1/events".to_string(),
     ] {
         let v = get(server, &path, &admin()).await.body;
         let v = if path.starts_with("/api/v1/gpus/") {
@@ -642,6 +643,8 @@ async fn organisations_never_see_each_other(backend: Backend) {
     // Organisation A (the default one): data of every kind.
     let r = ingest(&server, &a, a_host, json!({"team": "a-team-label"}), recent(a_uuid, 30)).await;
     assert_eq!(r.status, 200, "{}", r.text);
+    let xid = json!({"host": a_host, "samples": [], "events": [{"ts_ms": now_ms() - 1000, "uuid": a_uuid, "kind": "xid", "xid": 48, "message": "a-xid-omega"}]});
+    assert_eq!(post(&server, "/api/v1/ingest", &a, xid).await.status, 200);
     let a_team = post(&server, "/api/v1/teams", &a, json!({"name": "a-team-zeta"})).await.body["id"].as_i64().unwrap();
     let a_user = post(
         &server,
@@ -732,6 +735,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
         "a-hook-secret",
         "a-silence-comment",
         "a-job-kappa",
+        "a-xid-omega",
         "7.654321",
         "a-price-source",
         "123456789",
@@ -764,6 +768,8 @@ async fn organisations_never_see_each_other(backend: Backend) {
             false,
         ),
         probe("GET", "/jobs", "/api/v1/jobs?from=0&to=4102444800000".into(), None, false),
+        probe("GET", "/events", "/api/v1/events".into(), None, false),
+        probe("GET", "/events", format!("/api/v1/events?gpu={a_uuid}&from=0"), None, false),
         probe(
             "POST",
             "/jobs",

@@ -13,7 +13,7 @@ use std::str::FromStr;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
-use fleetlens_core::Sample;
+use fleetlens_core::{GpuEvent, Sample};
 
 pub mod dcgm;
 pub mod notes;
@@ -31,11 +31,14 @@ pub struct HostSamples {
     /// inventory as `gpu.<uuid>.<key>`, Kubernetes pod …). The collector sends them with the
     /// batch, under the labels given on the command line (which win on a clash).
     pub labels: BTreeMap<String, String>,
+    /// What happened to the host's GPUs since the previous reading (XID errors, a GPU lost
+    /// or back): sent with the host's next batch.
+    pub events: Vec<GpuEvent>,
 }
 
 impl HostSamples {
     pub fn new(host: impl Into<String>, samples: Vec<Sample>) -> Self {
-        Self { host: host.into(), samples, labels: BTreeMap::new() }
+        Self { host: host.into(), samples, labels: BTreeMap::new(), events: Vec::new() }
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-pub use fleetlens_core::{GpuProcess, Sample};
+pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
 /// Path of the ingest endpoint.
@@ -21,6 +21,10 @@ pub struct IngestBatch {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
     pub samples: Vec<Sample>,
+    /// What happened to the host's GPUs since its previous batch (XID errors, a GPU lost or
+    /// back). A batch may carry events and no samples (every GPU of the host lost).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub events: Vec<GpuEvent>,
 }
 
 /// Answer to an accepted ingest batch: everything in it is durably committed.

@@ -299,6 +299,7 @@ pub fn fleetlens_bodies(plan: &Plan) -> Result<Vec<Body>> {
                 agent_version: None,
                 labels: Default::default(),
                 samples: batch_samples(plan, spec),
+                events: vec![],
             };
             let json = serde_json::to_vec(&batch)?;
             let n = batch.samples.len();

@@ -7,6 +7,7 @@ pub mod cost;
 pub mod credit;
 pub mod datasheet;
 pub mod energy;
+pub mod event;
 pub mod funnel;
 pub mod owners;
 pub mod prices;
@@ -34,6 +35,7 @@ pub use cost::{MONTH_DAYS, MONTH_HOURS, StateTime, WasteBreakdown, period_cost, 
 pub use credit::{CREDIT_COLUMNS, Credit, bucket_energy_j};
 pub use datasheet::{GpuModel, GpuSpec, Precision, SPECS, mfu};
 pub use energy::{EnergyTotals, energy, energy_by_state};
+pub use event::{EventError, GpuEvent, GpuEventKind, validate_event};
 pub use funnel::{Funnel, GpuUsage, Level};
 pub use prices::{DEFAULT_PRICE_SOURCE, PriceError, PriceTable};
 pub use state::WorkloadState;

@@ -16,7 +16,7 @@ use utoipa_axum::routes;
 use crate::analytics::OrgClassifier;
 use crate::auth::KeyCache;
 use crate::config::Config;
-use crate::routes::{analytics, gpus, health, ingest, jobs};
+use crate::routes::{analytics, events, gpus, health, ingest, jobs};
 use crate::state::AppState;
 use crate::time::now_ms;
 
@@ -55,6 +55,7 @@ fn api_v1() -> OpenApiRouter<AppState> {
         .routes(routes!(gpus::series))
         .routes(routes!(analytics::fleet_summary))
         .routes(routes!(jobs::list, jobs::report))
+        .routes(routes!(events::list))
         .routes(routes!(reports::billing))
         .routes(routes!(analytics::get_prices, analytics::put_prices))
         .routes(routes!(analytics::get_thresholds, analytics::put_thresholds))

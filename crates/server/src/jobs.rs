@@ -64,13 +64,20 @@ pub async fn retention_loop(store: Arc<dyn Store>, config: Arc<Config>) {
         let leader = lock.lead().await;
         set_leader(RETENTION, leader);
         if leader {
-            match store.apply_retention(policy, now_ms()).await {
-                Ok(r) => {
+            let now = now_ms();
+            // GPU events are kept as long as the hourly rollups they explain.
+            let applied = match store.apply_retention(policy, now).await {
+                Ok(r) => store.delete_gpu_events_before(now.saturating_sub(policy.rollup_1h_ms)).await.map(|e| (r, e)),
+                Err(e) => Err(e),
+            };
+            match applied {
+                Ok((r, events)) => {
                     count_run(RETENTION);
                     tracing::info!(
                         samples = r.samples,
                         rollups_1m = r.rollups_1m,
                         rollups_1h = r.rollups_1h,
+                        gpu_events = events,
                         "retention applied"
                     )
                 }

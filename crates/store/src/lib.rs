@@ -9,6 +9,7 @@ mod alerts_pg;
 mod alerts_sqlite;
 mod columns;
 mod credits;
+pub mod events;
 pub mod leader;
 mod postgres;
 mod sqlite;
@@ -21,6 +22,7 @@ pub use fleetlens_core::{Resolution, RollupBucket, Sample};
 pub use crate::accounts::AccountStore;
 pub use crate::alerts::AlertStore;
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
+pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
 pub use crate::postgres::PgStore;
 pub use crate::sqlite::SqliteStore;
 
@@ -281,7 +283,7 @@ pub struct RetentionReport {
 }
 
 #[async_trait]
-pub trait Store: AlertStore + AccountStore + Send + Sync + 'static {
+pub trait Store: AlertStore + AccountStore + EventStore + Send + Sync + 'static {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for readiness checks.

@@ -17,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use fleetlens_core::{GpuProcess, Sample};
+use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use nvml_wrapper::bitmasks::event::EventTypes;
 use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
 use nvml_wrapper::enums::device::UsedGpuMemory;
@@ -457,19 +457,27 @@ impl Reader {
         }
     }
 
-    /// Logs and forgets the XID errors NVML queued since the last poll.
-    fn drain_events(&mut self) {
+    /// The XID errors NVML queued since the last poll, as events for the server (and logged).
+    fn drain_events(&mut self, ts_ms: i64, out: &mut Vec<GpuEvent>) {
         let Some(set) = &self.events else { return };
         for _ in 0..MAX_EVENTS_PER_POLL {
             match set.wait(0) {
                 Ok(ev) => {
-                    let uuid = ev.device.uuid().unwrap_or_else(|_| "?".into());
-                    match ev.event_data {
+                    let Ok(uuid) = ev.device.uuid() else {
+                        tracing::error!("XID error reported by the NVIDIA driver on a GPU without a UUID");
+                        continue;
+                    };
+                    let xid = match ev.event_data {
                         Some(XidError::Value(xid)) => {
-                            tracing::error!(gpu = %uuid, xid, "XID error reported by the NVIDIA driver")
+                            tracing::error!(gpu = %uuid, xid, "XID error reported by the NVIDIA driver");
+                            Some(xid)
                         }
-                        _ => tracing::error!(gpu = %uuid, "XID error (number unknown) reported by the NVIDIA driver"),
-                    }
+                        _ => {
+                            tracing::error!(gpu = %uuid, "XID error (number unknown) reported by the NVIDIA driver");
+                            None
+                        }
+                    };
+                    out.push(GpuEvent { ts_ms, uuid, kind: GpuEventKind::Xid, xid, message: None });
                 }
                 Err(NvmlError::Timeout) => return,
                 Err(e) => {
@@ -495,9 +503,11 @@ impl Reader {
                 }
             }
         }
-        t.time(Group::Events, || self.drain_events());
+        let ts_ms = now_ms();
+        let mut events = Vec::new();
+        t.time(Group::Events, || self.drain_events(ts_ms, &mut events));
         let flags = Flags {
-            ts_ms: now_ms(),
+            ts_ms,
             energy: due(self.poll, self.energy_every),
             process_util: due(self.poll, self.process_util_every),
             gract: due(self.poll, self.gract_every),
@@ -512,6 +522,13 @@ impl Reader {
                         gpu.lost = false;
                         self.notes.clear(&gpu.inv.uuid, "gone");
                         tracing::info!(gpu = %gpu.inv.uuid, "GPU answers again");
+                        events.push(GpuEvent {
+                            ts_ms: flags.ts_ms,
+                            uuid: gpu.inv.uuid.clone(),
+                            kind: GpuEventKind::GpuRecovered,
+                            xid: None,
+                            message: None,
+                        });
                     }
                     if let Some(p) = &s.processes {
                         alive.extend(p.iter().map(|p| p.pid));
@@ -519,6 +536,15 @@ impl Reader {
                     samples.push(s);
                 }
                 Err(Gone(e)) => {
+                    if !gpu.lost {
+                        events.push(GpuEvent {
+                            ts_ms: flags.ts_ms,
+                            uuid: gpu.inv.uuid.clone(),
+                            kind: GpuEventKind::GpuLost,
+                            xid: None,
+                            message: Some(format!("NVML: {e}")),
+                        });
+                    }
                     gpu.lost = true;
                     gpu.gpm.prev = None;
                     gpu.gpm.gract_base = None;
@@ -566,6 +592,7 @@ impl Reader {
                 ms_per_call = %tot.per_call_summary(), "NVML reading cost");
         }
         let mut hs = HostSamples::new(self.host.clone(), samples);
+        hs.events = events;
         if std::mem::take(&mut self.labels_changed) {
             hs.labels = self.labels.clone();
         }

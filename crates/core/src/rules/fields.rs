@@ -93,7 +93,7 @@ pub const FIELDS: &[FieldDef] = &[
     b("thermal_throttle", "clocks held down for heat (software or hardware thermal slowdown)"),
     b("power_throttle", "clocks held down for power (software power cap or hardware power brake)"),
     b("hw_slowdown", "hardware slowdown (thermal, power brake or external signal)"),
-    n("xid_errors", "", "XID errors reported in the interval (unknown until the agent reports them)"),
+    n("xid_errors", "", "XID errors the agent reported for the GPU since its previous sample"),
     FieldDef { name: "state", ty: FieldType::State, unit: "", doc: "workload state (METRICS.md) of this sample" },
     n("duration_in_state_s", "s", "how long the GPU has been in its current state"),
     t("host", "host name"),
@@ -211,6 +211,9 @@ pub struct Observation<'a> {
     pub gpu_name: Option<&'a str>,
     pub gpu_index: Option<u32>,
     pub team: Option<&'a str>,
+    /// XID errors the agent reported for this GPU since its previous sample (None where no
+    /// event feed is known).
+    pub xid_errors: Option<u32>,
 }
 
 impl<'a> Observation<'a> {
@@ -232,6 +235,7 @@ impl<'a> Observation<'a> {
             gpu_name: sample.name.as_deref(),
             gpu_index: sample.gpu_index,
             team,
+            xid_errors: None,
         }
     }
 
@@ -248,6 +252,7 @@ impl<'a> Observation<'a> {
             "gpu_name" => return text(self.gpu_name),
             "gpu_index" => return self.gpu_index.map_or(Value::Absent, |i| Value::Num(f64::from(i))),
             "team" => return text(self.team),
+            "xid_errors" => return self.xid_errors.map_or(Value::Absent, |n| Value::Num(f64::from(n))),
             _ => {}
         }
         let Some(s) = self.sample else { return Value::Absent };
@@ -292,8 +297,6 @@ impl<'a> Observation<'a> {
             "thermal_throttle" => bits(THROTTLE_SW_THERMAL | THROTTLE_HW_THERMAL),
             "power_throttle" => bits(THROTTLE_SW_POWER_CAP | THROTTLE_HW_POWER_BRAKE),
             "hw_slowdown" => bits(THROTTLE_HW_SLOWDOWN | THROTTLE_HW_THERMAL | THROTTLE_HW_POWER_BRAKE),
-            // Not in the sample model yet: the agent does not report XIDs, so it stays absent.
-            "xid_errors" => Value::Absent,
             _ => Value::Absent,
         }
     }

@@ -174,6 +174,7 @@ impl Rule {
             gpu_name: None,
             gpu_index: None,
             team: None,
+            xid_errors: None,
         };
         let no_data = cond.eval(&probe) == Truth::True;
         let timing = Timing::from_secs(rec.for_s, rec.keep_firing_for_s);
@@ -274,6 +275,10 @@ struct Engine {
     dirty_cursors: HashSet<i64>,
     /// How each GPU's samples arrive (in memory only: after a restart the default applies).
     deliveries: HashMap<i64, Delivery>,
+    /// The newest GPU event read, and the times of XID errors per GPU not yet matched to a
+    /// sample (the `xid_errors` field of the GPU's next sample counts them).
+    last_event_id: i64,
+    xids: HashMap<i64, Vec<i64>>,
     last_cursor_flush: i64,
     thresholds: HashMap<OrgId, (Thresholds, i64)>,
     seeded: HashSet<OrgId>,
@@ -289,6 +294,8 @@ impl Engine {
             last_sample: HashMap::new(),
             dirty_cursors: HashSet::new(),
             deliveries: HashMap::new(),
+            last_event_id: 0,
+            xids: HashMap::new(),
             last_cursor_flush: now_ms(),
             thresholds: HashMap::new(),
             seeded: HashSet::new(),
@@ -319,6 +326,7 @@ impl Engine {
         }
         let data = self.read_cycle_data(ctx, &orgs, now).await?;
         let mut report = Report::default();
+        self.read_events(store, &gpus, now - ms(ctx.cfg.alert_lookback)).await?;
 
         // 1. New samples, per GPU, on event time.
         for g in &gpus {
@@ -423,6 +431,40 @@ impl Engine {
         Ok(CycleData { rules, enabled_rules, channels, silences, teams, public_url: ctx.public_url.clone() })
     }
 
+    /// New XID events, kept per GPU until the GPU's sample at or after them is evaluated.
+    /// An event older than what was already evaluated on its GPU (late, or seen before a
+    /// restart) is not counted again.
+    async fn read_events(&mut self, store: &dyn Store, gpus: &[GpuBrief], oldest_ms: i64) -> Result<(), StoreError> {
+        let ids: HashMap<(OrgId, &str), i64> = gpus.iter().map(|g| ((g.org_id, g.uuid.as_str()), g.id)).collect();
+        loop {
+            let events = store.gpu_events_after(self.last_event_id, EVENTS_PER_READ).await?;
+            let Some(last) = events.last() else { return Ok(()) };
+            self.last_event_id = last.id;
+            for e in events.iter().filter(|e| e.kind == fleetlens_core::GpuEventKind::Xid.as_str()) {
+                let Some(&gpu) = ids.get(&(e.org_id, e.gpu_uuid.as_str())) else { continue };
+                if e.ts_ms < oldest_ms || self.cursors.get(&gpu).is_some_and(|c| e.ts_ms <= c.last_ts_ms) {
+                    continue;
+                }
+                self.xids.entry(gpu).or_default().push(e.ts_ms);
+            }
+            if events.len() < EVENTS_PER_READ as usize {
+                return Ok(());
+            }
+        }
+    }
+
+    /// XID errors of the GPU at or before `ts_ms` not counted yet (they are counted now).
+    fn take_xids(&mut self, gpu: i64, ts_ms: i64) -> u32 {
+        let Some(list) = self.xids.get_mut(&gpu) else { return 0 };
+        let before = list.len();
+        list.retain(|t| *t > ts_ms);
+        let n = before - list.len();
+        if list.is_empty() {
+            self.xids.remove(&gpu);
+        }
+        u32::try_from(n).unwrap_or(u32::MAX)
+    }
+
     #[allow(clippy::too_many_arguments)]
     fn on_sample(
         &mut self,
@@ -458,7 +500,8 @@ impl Engine {
             cursor.last_ts_ms = s.ts_ms;
         }
         let duration = (s.ts_ms - cursor.state_since_ms).max(0) as f64 / 1000.0;
-        let obs = Observation::of_sample(s, state, duration, &g.host, data.team(g));
+        let mut obs = Observation::of_sample(s, state, duration, &g.host, data.team(g));
+        obs.xid_errors = Some(self.take_xids(g.id, s.ts_ms));
         for rule in rules.iter().filter(|r| !r.no_data) {
             let matched = rule.cond.matches(&obs);
             self.apply(rule, g, &obs, matched, s.ts_ms, now, data, changes);
@@ -500,6 +543,7 @@ impl Engine {
                 gpu_name: g.name.as_deref(),
                 gpu_index: g.gpu_index.and_then(|i| u32::try_from(i).ok()),
                 team,
+                xid_errors: None,
             };
             for rule in rules.iter().filter(|r| r.no_data) {
                 let matched = rule.cond.matches(&obs);
@@ -875,6 +919,9 @@ fn phase_of(a: &AlertRecord) -> Phase {
         AlertStatus::Resolved => Phase::Inactive,
     }
 }
+
+/// GPU events read from the store at a time.
+const EVENTS_PER_READ: i64 = 10_000;
 
 /// Assumed time between two deliveries of a GPU's samples until two have been seen (the
 /// agent's default `--flush-interval` is 5 s).

@@ -10,7 +10,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use fleetlens_api::{IngestBatch, IngestResponse};
-use fleetlens_core::validate_sample;
+use fleetlens_core::{validate_event, validate_sample};
 use fleetlens_store::Scope;
 
 use crate::auth::Caller;
@@ -30,7 +30,15 @@ pub async fn ingest(
         .and_then(|b| check(&b).map(|()| b))
         .inspect_err(|_| crate::metrics::record_rejected())?;
     let received = batch.samples.len() as u64;
-    let outcome = state.store.ingest(caller.org, batch.host.trim(), batch.samples).await?;
+    let host = batch.host.trim();
+    let outcome = if batch.samples.is_empty() {
+        fleetlens_store::IngestOutcome::default()
+    } else {
+        state.store.ingest(caller.org, host, batch.samples).await?
+    };
+    // After the samples: a failure here is a 5xx, the agent sends the batch again, and both
+    // the samples and the events are stored once.
+    state.store.insert_gpu_events(caller.org, host, &batch.events, now_ms()).await?;
     crate::accounts::after_ingest(&state, &caller, batch.host.trim(), &batch.labels).await;
     state.alerts.observe(caller.org, batch.host.trim(), &batch.labels);
     crate::metrics::record_ingest(received, outcome.inserted);
@@ -114,6 +122,16 @@ pub fn check(batch: &IngestBatch) -> ApiResult<()> {
         }
     }
     let now = now_ms();
+    if batch.events.len() > MAX_EVENTS {
+        return Err(ApiError::Unprocessable {
+            field: "events".into(),
+            message: format!("{} events: at most {MAX_EVENTS} per batch", batch.events.len()),
+        });
+    }
+    for (i, e) in batch.events.iter().enumerate() {
+        validate_event(e, now)
+            .map_err(|e| ApiError::Unprocessable { field: format!("events[{i}].{}", e.field), message: e.message })?;
+    }
     let mut seen = std::collections::HashSet::with_capacity(batch.samples.len());
     for (i, s) in batch.samples.iter().enumerate() {
         validate_sample(i, s, now).map_err(ApiError::Validation)?;
@@ -132,3 +150,5 @@ pub fn check(batch: &IngestBatch) -> ApiResult<()> {
 
 /// Host labels per batch, at most.
 const MAX_LABELS: usize = 64;
+/// Events per batch, at most (a driver storm is sampled, not stored whole).
+const MAX_EVENTS: usize = 1_000;

@@ -3,6 +3,7 @@
 pub mod accounts;
 pub mod alerts;
 pub mod analytics;
+pub mod events;
 pub mod gpus;
 pub mod health;
 pub mod ingest;

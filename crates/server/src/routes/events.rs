@@ -1,0 +1,115 @@
+//! `GET /api/v1/events`: what agents saw happen to GPUs between samples (XID errors from the
+//! driver, GPUs that stopped answering and came back), newest first.
+
+use axum::Json;
+use axum::extract::{Query, State};
+use fleetlens_core::GpuEventKind;
+use fleetlens_core::rules::payload::format_rfc3339_ms;
+use fleetlens_store::{EventFilter, GpuEventRecord, Scope};
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult};
+use crate::routes::gpus::{RangeQuery, range};
+use crate::state::AppState;
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct EventQuery {
+    /// RFC 3339 or Unix milliseconds (default: a day before `to`).
+    pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds (default: now).
+    pub to: Option<String>,
+    /// Only this GPU (UUID).
+    pub gpu: Option<String>,
+    /// `xid`, `gpu_lost` or `gpu_recovered`.
+    #[param(pattern = "^(xid|gpu_lost|gpu_recovered)$")]
+    pub kind: Option<String>,
+    /// Only events with an id below this (paging: the last id of the previous page).
+    pub before_id: Option<i64>,
+    /// At most this many events (default 500).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 10_000)]
+    pub limit: Option<String>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct EventView {
+    pub id: i64,
+    pub ts_ms: i64,
+    /// `ts_ms` as RFC 3339 (UTC).
+    pub time: String,
+    pub gpu: String,
+    pub host: String,
+    /// `xid`, `gpu_lost` or `gpu_recovered`.
+    pub kind: String,
+    /// The XID number, for `xid` events where the driver gave it.
+    pub xid: Option<i64>,
+    pub message: Option<String>,
+    pub received_ms: i64,
+}
+
+impl From<GpuEventRecord> for EventView {
+    fn from(e: GpuEventRecord) -> Self {
+        EventView {
+            id: e.id,
+            ts_ms: e.ts_ms,
+            time: format_rfc3339_ms(e.ts_ms),
+            gpu: e.gpu_uuid,
+            host: e.host,
+            kind: e.kind,
+            xid: e.xid,
+            message: e.message,
+            received_ms: e.received_ms,
+        }
+    }
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct EventList {
+    pub events: Vec<EventView>,
+}
+
+const DAY_MS: i64 = 86_400_000;
+
+#[utoipa::path(get, path = "/events", tag = "gpus", params(EventQuery), responses((status = 200, body = EventList), crate::openapi::QueryErrors))]
+pub async fn list(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<EventQuery>,
+) -> ApiResult<Json<EventList>> {
+    caller.require(Scope::Read)?;
+    // A day by default: events are rare, and an incident is usually looked at the day after.
+    let from = q.from.clone().or_else(|| {
+        let to = q.to.as_deref().map_or(Ok(crate::time::now_ms() + 1), |t| crate::time::parse_query_time("to", t));
+        to.ok().map(|t| (t - DAY_MS).to_string())
+    });
+    let (from_ms, to_ms) = range(&RangeQuery { from, to: q.to.clone(), limit: None })?;
+    let kind = match q.kind.as_deref().map(str::trim) {
+        None => None,
+        Some(k) => Some(
+            GpuEventKind::parse(k)
+                .ok_or_else(|| ApiError::Unprocessable {
+                    field: "kind".into(),
+                    message: "one of xid, gpu_lost, gpu_recovered".into(),
+                })?
+                .as_str()
+                .to_string(),
+        ),
+    };
+    let limit = match q.limit.as_deref() {
+        None => 500,
+        Some(l) => l.trim().parse::<i64>().ok().filter(|l| (1..=10_000).contains(l)).ok_or_else(|| {
+            ApiError::Unprocessable { field: "limit".into(), message: "a whole number from 1 to 10000".into() }
+        })?,
+    };
+    let filter = EventFilter {
+        gpu_uuid: q.gpu.as_deref().map(str::trim).filter(|g| !g.is_empty()).map(str::to_string),
+        kind,
+        from_ms,
+        to_ms,
+        before_id: q.before_id,
+        limit,
+    };
+    let events = state.store.gpu_events(caller.org, &filter).await?;
+    Ok(Json(EventList { events: events.into_iter().map(EventView::from).collect() }))
+}

@@ -1,0 +1,183 @@
+//! Storage of GPU events (XID errors, GPUs lost and back): one trait, [`EventStore`], with one
+//! body of SQL for both backends ([`impl_event_store`]).
+
+use async_trait::async_trait;
+use fleetlens_core::GpuEvent;
+
+use crate::{OrgId, Result};
+
+/// A stored event.
+#[derive(Debug, Clone, PartialEq)]
+pub struct GpuEventRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub gpu_uuid: String,
+    pub host: String,
+    pub ts_ms: i64,
+    /// `xid`, `gpu_lost` or `gpu_recovered`.
+    pub kind: String,
+    pub xid: Option<i64>,
+    pub message: Option<String>,
+    pub received_ms: i64,
+}
+
+/// Which events to list, newest first.
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct EventFilter {
+    pub gpu_uuid: Option<String>,
+    pub kind: Option<String>,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    /// Only events with an id below this (paging).
+    pub before_id: Option<i64>,
+    pub limit: i64,
+}
+
+#[async_trait]
+pub trait EventStore: Send + Sync {
+    /// Store a host's events (validated by the caller); an event already stored (same GPU,
+    /// time, kind and XID) is skipped. Returns how many were new.
+    async fn insert_gpu_events(&self, org: OrgId, host: &str, events: &[GpuEvent], now_ms: i64) -> Result<u64>;
+    /// The organisation's events matching the filter, newest first.
+    async fn gpu_events(&self, org: OrgId, filter: &EventFilter) -> Result<Vec<GpuEventRecord>>;
+    /// Events of every organisation with an id above `after_id`, oldest first (the alert
+    /// engine's feed).
+    async fn gpu_events_after(&self, after_id: i64, limit: i64) -> Result<Vec<GpuEventRecord>>;
+    /// Delete events older than `before_ms`; returns how many went.
+    async fn delete_gpu_events_before(&self, before_ms: i64) -> Result<u64>;
+}
+
+pub(crate) const COLS: &str = "id, org_id, gpu_uuid, host, ts_ms, kind, xid, message, received_ms";
+
+macro_rules! impl_event_store {
+    ($store:ty, $db:ty) => {
+        fn event_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::events::GpuEventRecord> {
+            use sqlx::Row as _;
+            Ok($crate::events::GpuEventRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                gpu_uuid: r.try_get("gpu_uuid")?,
+                host: r.try_get("host")?,
+                ts_ms: r.try_get("ts_ms")?,
+                kind: r.try_get("kind")?,
+                xid: r.try_get("xid")?,
+                message: r.try_get("message")?,
+                received_ms: r.try_get("received_ms")?,
+            })
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::events::EventStore for $store {
+            async fn insert_gpu_events(
+                &self,
+                org: $crate::OrgId,
+                host: &str,
+                events: &[fleetlens_core::GpuEvent],
+                now_ms: i64,
+            ) -> $crate::Result<u64> {
+                if events.is_empty() {
+                    return Ok(0);
+                }
+                let sql = q("INSERT INTO gpu_events (org_id, gpu_uuid, host, ts_ms, kind, xid, message, received_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING");
+                let mut tx = begin(self.pool()).await?;
+                let mut inserted = 0;
+                for e in events {
+                    let xid = e.xid.map(|x| i64::try_from(x).unwrap_or(i64::MAX));
+                    inserted += sqlx::query(&sql)
+                        .bind(org)
+                        .bind(e.uuid.trim())
+                        .bind(host)
+                        .bind(e.ts_ms)
+                        .bind(e.kind.as_str())
+                        .bind(xid)
+                        .bind(e.message.as_deref())
+                        .bind(now_ms)
+                        .execute(&mut *tx)
+                        .await?
+                        .rows_affected();
+                }
+                tx.commit().await?;
+                Ok(inserted)
+            }
+
+            async fn gpu_events(
+                &self,
+                org: $crate::OrgId,
+                f: &$crate::events::EventFilter,
+            ) -> $crate::Result<Vec<$crate::events::GpuEventRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM gpu_events WHERE org_id = ? AND ts_ms >= ? AND ts_ms < ? \
+                     AND (? IS NULL OR gpu_uuid = ?) AND (? IS NULL OR kind = ?) AND id < ? \
+                     ORDER BY ts_ms DESC, id DESC LIMIT ?",
+                    $crate::events::COLS
+                );
+                let rows = sqlx::query(&q(&sql))
+                    .bind(org)
+                    .bind(f.from_ms)
+                    .bind(f.to_ms)
+                    .bind(f.gpu_uuid.as_deref())
+                    .bind(f.gpu_uuid.as_deref())
+                    .bind(f.kind.as_deref())
+                    .bind(f.kind.as_deref())
+                    .bind(f.before_id.unwrap_or(i64::MAX))
+                    .bind(f.limit)
+                    .fetch_all(self.pool())
+                    .await?;
+                rows.iter().map(event_from_row).collect()
+            }
+
+            async fn gpu_events_after(
+                &self,
+                after_id: i64,
+                limit: i64,
+            ) -> $crate::Result<Vec<$crate::events::GpuEventRecord>> {
+                let sql = format!("SELECT {} FROM gpu_events WHERE id > ? ORDER BY id LIMIT ?", $crate::events::COLS);
+                let rows = sqlx::query(&q(&sql)).bind(after_id).bind(limit).fetch_all(self.pool()).await?;
+                rows.iter().map(event_from_row).collect()
+            }
+
+            async fn delete_gpu_events_before(&self, before_ms: i64) -> $crate::Result<u64> {
+                let sql = q("DELETE FROM gpu_events WHERE ts_ms < ?");
+                Ok(sqlx::query(&sql).bind(before_ms).execute(self.pool()).await?.rows_affected())
+            }
+        }
+    };
+}
+
+mod sqlite_impl {
+    use std::borrow::Cow;
+
+    use sqlx::{Sqlite, SqlitePool, Transaction};
+
+    use crate::sqlite::SqliteStore;
+
+    fn q(sql: &str) -> Cow<'_, str> {
+        Cow::Borrowed(sql)
+    }
+
+    /// The write lock up front, as every SQLite write transaction here takes it.
+    async fn begin(pool: &SqlitePool) -> crate::Result<Transaction<'static, Sqlite>> {
+        Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    impl_event_store!(SqliteStore, sqlx::Sqlite);
+}
+
+mod pg_impl {
+    use std::borrow::Cow;
+
+    use sqlx::{PgPool, Postgres, Transaction};
+
+    use crate::postgres::PgStore;
+
+    fn q(sql: &str) -> Cow<'_, str> {
+        Cow::Owned(crate::alerts::numbered(sql))
+    }
+
+    async fn begin(pool: &PgPool) -> crate::Result<Transaction<'static, Postgres>> {
+        Ok(pool.begin().await?)
+    }
+
+    impl_event_store!(PgStore, sqlx::Postgres);
+}
