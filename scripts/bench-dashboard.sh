@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# Dashboard budgets (issue 7; a benchmark, not CI): the size of what the browser downloads
+# (wasm and JS, raw and gzipped), and with a fleet of N simulated GPUs (default 1,000) the time
+# from navigating to the GPUs page until all N cards are drawn, in headless Chromium.
+#
+#   scripts/bench-dashboard.sh              # build release server + agent + dashboard, 1,000 GPUs
+#   BENCH_GPUS=2000 SKIP_BUILD=1 scripts/bench-dashboard.sh
+set -euo pipefail
+cd "$(dirname "$0")/.."
+gpus="${BENCH_GPUS:-1000}"
+
+if [ "${SKIP_BUILD:-0}" != 1 ]; then
+  ./frontend/build.sh
+  cargo build --release -p fleetlens-server -p fleetlens-agent
+fi
+if [ ! -d tests/browser/node_modules/playwright-core ]; then
+  (cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund >/dev/null)
+fi
+
+echo "==> download size (frontend/dist)"
+for f in frontend/dist/fleetlens_bg.wasm frontend/dist/fleetlens.js frontend/dist/*.css; do
+  printf '  %-36s %8d B raw  %8d B gzip -9\n' "$(basename "$f")" "$(stat -c %s "$f")" "$(gzip -9c "$f" | wc -c)"
+done
+
+tmp="$(mktemp -d /tmp/fleetlens-bench-dash.XXXXXX)"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
+trap cleanup EXIT
+token="fl-bench-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+email=admin@example.com
+password="bench-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
+FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$email" FLEETLENS_ADMIN_PASSWORD="$password" \
+  target/release/fleetlens-server --listen 127.0.0.1:0 --database-url "sqlite://$tmp/db" \
+  --static-dir frontend/dist >"$tmp/server.out" 2>"$tmp/server.err" &
+pids+=($!)
+url=""
+for _ in $(seq 1 100); do
+  url="$(sed -n 's/^fleetlens-server listening on \(http[^ ]*\)$/\1/p' "$tmp/server.out" | head -1)"
+  [ -n "$url" ] && break
+  sleep 0.1
+done
+[ -n "$url" ] || { cat "$tmp/server.err"; exit 1; }
+url="${url%/}"
+
+echo "==> $gpus simulated GPUs on $((gpus / 8)) hosts of 8, reporting every 5 s"
+for h in $(seq 1 $((gpus / 8))); do
+  target/release/fleetlens-agent --server "$url" --api-key "$token" --source simulate:8 --seed "$h" \
+    --host "bench-$h" --interval 5s --flush-interval 5s --spool-dir "$tmp/spool-$h" 2>>"$tmp/agents.err" &
+  pids+=($!)
+done
+for _ in $(seq 1 120); do
+  n="$(curl -fsS -H "Authorization: Bearer $token" "$url/api/v1/gpus" | python3 -c 'import json,sys; d=json.load(sys.stdin); print(len(d["gpus"] if isinstance(d, dict) else d))')"
+  [ "$n" -ge "$gpus" ] && break
+  sleep 1
+done
+echo "    $n GPUs reporting"
+
+echo "==> GPUs page in headless Chromium (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
+FLEETLENS_URL="$url" FLEETLENS_ADMIN_EMAIL="$email" FLEETLENS_ADMIN_PASSWORD="$password" \
+  FLEETLENS_BENCH_GPUS="$gpus" node tests/browser/bench-gpus-page.mjs
