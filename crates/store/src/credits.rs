@@ -73,3 +73,13 @@ pub(crate) fn recredit(
     }
     (updates, hours)
 }
+
+/// The hours' credit changes summed per (GPU, UTC day start): what ingest adds to `credits_1d`
+/// in the transaction that adds `hours` to the hour rows.
+pub(crate) fn day_credits(hours: &BTreeMap<(i64, i64), Credit>) -> BTreeMap<(i64, i64), Credit> {
+    let mut days: BTreeMap<(i64, i64), Credit> = BTreeMap::new();
+    for (&(gpu_id, hour_ms), credit) in hours {
+        days.entry((gpu_id, hour_ms.div_euclid(crate::DAY_MS) * crate::DAY_MS)).or_default().add_scaled(credit, 1.0);
+    }
+    days
+}

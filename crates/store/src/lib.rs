@@ -196,7 +196,7 @@ pub struct BucketCredit {
 /// An organisation's hour credits over a report period, split so that a fleet-month is not
 /// read row by row: `whole` has, per GPU, the sum of its hours that any pro-rating weighs 1
 /// (whole hours of the period inside the GPU's reported span `[first_seen_ms, the end of the
-/// minute of last_seen_ms)`; `bucket_ms` is the first whole hour); `partial` has the other
+/// minute of last_seen_ms)`; `bucket_ms` is the start of the first whole hour or day summed); `partial` has the other
 /// hours that can weigh anything, one row each: the period's partial first and last hours and
 /// each GPU's first and last hour. Hours outside a GPU's span (which weigh 0) are in neither.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -206,20 +206,14 @@ pub struct HourCreditSplit {
 }
 
 /// The SQL of [`Store::org_hour_credit_split`] with `?` placeholders: the summed whole hours
-/// (binds: org, first whole hour, last whole hour start) and the partial hours (binds: org,
-/// hour of `from`, first whole hour; org, last whole hour start, end; then org, first whole
-/// hour, last whole hour start, twice).
-pub(crate) fn hour_credit_split_sql() -> (String, String) {
+/// (binds: see [`whole_credit_sql`]) and the partial hours (binds: org, hour of `from`, first whole hour;
+/// org, last whole hour start, end; then org, first whole hour, last whole hour start, twice).
+pub(crate) fn hour_credit_split_sql(first_whole_ms: i64, last_start_ms: i64) -> (String, String) {
     const H: i64 = 3_600_000;
     let names = fleetlens_core::Credit::column_names();
     // The end of the minute of the GPU's newest sample: the hour credits' span ends there.
     let credited_to = "((g.last_seen_ms / 60000 + 1) * 60000)";
-    let sums = names.iter().map(|c| format!("SUM(r.{c}) AS {c}")).collect::<Vec<_>>().join(", ");
-    let whole = format!(
-        "SELECT r.gpu_id, MIN(r.bucket_ms) AS bucket_ms, {sums} FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
-         WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms <= ? \
-         AND r.bucket_ms >= g.first_seen_ms AND r.bucket_ms + {H} <= {credited_to} GROUP BY r.gpu_id"
-    );
+    let whole = whole_credit_sql(first_whole_ms, last_start_ms);
     let cols = names.iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ");
     let select = format!("SELECT r.gpu_id, r.bucket_ms, {cols} FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id");
     let partial = [
@@ -242,6 +236,91 @@ pub(crate) fn hour_credit_split_sql() -> (String, String) {
     .collect::<Vec<_>>()
     .join(" UNION ALL ");
     (whole, partial)
+}
+
+/// The summed whole hours of each GPU (see [`HourCreditSplit`]) over the whole hours
+/// `[first_whole_ms, last_start_ms + 1 h)`: the UTC days that lie wholly inside both these hours
+/// and the GPU's credited span `[first_seen_ms, credited_to)` come from `credits_1d` (one row per
+/// day, the sum of the day's hours), the GPU's other whole hours from `rollups_1h`, so the sums
+/// are the same as summing the hours. Binds: the org, three times (the days, the hours before
+/// the GPU's days, the hours after them); the times are integer literals.
+///
+/// Per GPU its days are `[u0, u1)`: `u0` = the later of the first day boundary of the period
+/// and the first at or after `first_seen_ms`, `u1` = the earlier of the last day boundary of
+/// the period and the last at or before `credited_to`; when `u0 >= u1` it has none and every
+/// whole hour is read from `rollups_1h`.
+pub(crate) fn whole_credit_sql(first_whole_ms: i64, last_start_ms: i64) -> String {
+    const H: i64 = 3_600_000;
+    const D: i64 = DAY_MS;
+    let names = fleetlens_core::Credit::column_names();
+    let credited_to = "((g.last_seen_ms / 60000 + 1) * 60000)";
+    // Day boundaries inside the whole hours (timestamps are positive: `/` floors).
+    let d0 = (first_whole_ms + D - 1).div_euclid(D) * D;
+    let d1 = (last_start_ms + H).div_euclid(D) * D;
+    let u0 = format!(
+        "(CASE WHEN ((g.first_seen_ms + {}) / {D}) * {D} > {d0} THEN ((g.first_seen_ms + {}) / {D}) * {D} ELSE {d0} END)",
+        D - 1,
+        D - 1
+    );
+    let u1 = format!("(CASE WHEN ({credited_to} / {D}) * {D} < {d1} THEN ({credited_to} / {D}) * {D} ELSE {d1} END)");
+    // The GPU's hours before and after its days (all its whole hours when it has none), as one
+    // range each so that the database reads just them along the primary key.
+    let last_whole = last_start_ms + H;
+    let split_lo = format!("(CASE WHEN {u0} < {u1} THEN {u0} ELSE {last_whole} END)");
+    let split_hi = format!("(CASE WHEN {u0} < {u1} THEN {u1} ELSE {last_whole} END)");
+    // From the later of the first whole hour and the GPU's first sample (its days start after
+    // both); each part has one lower and one upper bound on the key, so the planner uses them.
+    let from = format!("(CASE WHEN g.first_seen_ms > {first_whole_ms} THEN g.first_seen_ms ELSE {first_whole_ms} END)");
+    let sums = |t: &str| names.iter().map(|c| format!("SUM({t}.{c}) AS {c}")).collect::<Vec<_>>().join(", ");
+    // Each part is summed per GPU on its own (the rows come in GPU order: no sort), so a GPU
+    // can have up to three rows: see [`sum_per_gpu`].
+    let days = format!(
+        "SELECT g.id AS gpu_id, MIN(d.day_ms) AS bucket_ms, {} FROM gpus g JOIN credits_1d d ON d.gpu_id = g.id \
+         WHERE g.org_id = ? AND d.day_ms >= {u0} AND d.day_ms < {u1} GROUP BY g.id",
+        sums("d")
+    );
+    let hours = |cond: &str| {
+        format!(
+            "SELECT g.id AS gpu_id, MIN(r.bucket_ms) AS bucket_ms, {} FROM gpus g JOIN rollups_1h r ON r.gpu_id = g.id \
+             WHERE g.org_id = ? AND {cond} AND r.bucket_ms + {H} <= {credited_to} GROUP BY g.id",
+            sums("r")
+        )
+    };
+    format!(
+        "{days} UNION ALL {} UNION ALL {}",
+        hours(&format!("r.bucket_ms >= {from} AND r.bucket_ms < {split_lo}")),
+        hours(&format!("r.bucket_ms >= {split_hi} AND r.bucket_ms < {last_whole}")),
+    )
+}
+
+/// One row per GPU from rows of [`whole_credit_sql`]: credits added, the earliest bucket.
+pub(crate) fn sum_per_gpu(rows: Vec<BucketCredit>) -> Vec<BucketCredit> {
+    let mut per_gpu: std::collections::BTreeMap<i64, BucketCredit> = std::collections::BTreeMap::new();
+    for row in rows {
+        match per_gpu.entry(row.gpu_id) {
+            std::collections::btree_map::Entry::Vacant(e) => {
+                e.insert(row);
+            }
+            std::collections::btree_map::Entry::Occupied(mut e) => {
+                let sum = e.get_mut();
+                sum.bucket_ms = sum.bucket_ms.min(row.bucket_ms);
+                sum.credit.add_scaled(&row.credit, 1.0);
+            }
+        }
+    }
+    per_gpu.into_values().collect()
+}
+
+/// `credits_1d` rows from `rollups_1h` (`{where}`: a condition on `r`): each (GPU, UTC day)
+/// with the sum of its hours. The migration that added the table backfills it the same way.
+pub(crate) fn day_credits_from_hours_sql(condition: &str) -> String {
+    let names = fleetlens_core::Credit::column_names();
+    let sums = names.iter().map(|c| format!("SUM(r.{c})")).collect::<Vec<_>>().join(", ");
+    format!(
+        "INSERT INTO credits_1d (gpu_id, day_ms, {}) SELECT r.gpu_id, (r.bucket_ms / {DAY_MS}) * {DAY_MS}, {sums} \
+         FROM rollups_1h r WHERE {condition} GROUP BY r.gpu_id, (r.bucket_ms / {DAY_MS}) * {DAY_MS}",
+        names.join(", ")
+    )
 }
 
 /// A job's reported throughput (for MFU).

@@ -113,6 +113,7 @@ impl PgStore {
         let (updates, hour_credits) = credits::recredit(&merged, &meta, self.classifier.as_ref());
         update_minute_credits(&mut tx, &updates).await?;
         merge_rollups(&mut tx, "rollups_1h", hour.into_buckets(), Some(&hour_credits)).await?;
+        merge_days(&mut tx, &credits::day_credits(&hour_credits)).await?;
         tx.commit().await?;
         Ok(IngestOutcome { inserted, duplicates: samples.len() as u64 - inserted })
     }
@@ -278,6 +279,38 @@ async fn merge_rollups(
             Ok((columns::rollup_from_row(row, gpu_id)?, columns::credit_from_row(row)?))
         })
         .collect()
+}
+
+/// Add the hours' credit changes to their days (`credits_1d`), in one statement of the ingest
+/// transaction (in key order, like the hours).
+async fn merge_days(tx: &mut Transaction<'_, Postgres>, days: &BTreeMap<(i64, i64), Credit>) -> Result<()> {
+    if days.is_empty() {
+        return Ok(());
+    }
+    let cols = Credit::column_names();
+    let gpu_ids: Vec<i64> = days.keys().map(|k| k.0).collect();
+    let day_ms: Vec<i64> = days.keys().map(|k| k.1).collect();
+    let mut values: Vec<Vec<f64>> = (0..CREDIT_COLUMNS).map(|_| Vec::with_capacity(days.len())).collect();
+    for credit in days.values() {
+        for (col, v) in values.iter_mut().zip(credit.to_cells()) {
+            col.push(v);
+        }
+    }
+    let params: Vec<String> = (0..CREDIT_COLUMNS).map(|i| format!("${}::float8[]", i + 3)).collect();
+    let col_list = cols.join(", ");
+    let sql = format!(
+        "INSERT INTO credits_1d (gpu_id, day_ms, {col_list}) \
+         SELECT * FROM UNNEST($1::int8[], $2::int8[], {}) AS t(gpu_id, day_ms, {col_list}) \
+         ON CONFLICT (gpu_id, day_ms) DO UPDATE SET {}",
+        params.join(", "),
+        columns::credit_add_set("credits_1d")
+    );
+    let mut q = sqlx::query(&sql).bind(&gpu_ids).bind(&day_ms);
+    for col in &values {
+        q = q.bind(col);
+    }
+    q.execute(&mut **tx).await?;
+    Ok(())
 }
 
 /// Store the new credits of the minutes whose credit changed, in one statement.
@@ -536,7 +569,7 @@ impl Store for PgStore {
             let partial = self.org_credits(org, Resolution::Hour, floor_from, end_ms).await?;
             return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
         }
-        let (whole, partial) = crate::hour_credit_split_sql();
+        let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
         let (whole, partial) = (crate::accounts::numbered(&whole), crate::accounts::numbered(&partial));
         let to_credit = |r: &sqlx::postgres::PgRow| -> Result<crate::BucketCredit> {
             Ok(crate::BucketCredit {
@@ -547,13 +580,14 @@ impl Store for PgStore {
         };
         let whole = sqlx::query(&whole)
             .bind(org)
-            .bind(first_whole_ms)
-            .bind(last_start)
+            .bind(org)
+            .bind(org)
             .fetch_all(&self.pool)
             .await?
             .iter()
             .map(to_credit)
             .collect::<Result<Vec<_>>>()?;
+        let whole = crate::sum_per_gpu(whole);
         let partial = sqlx::query(&partial)
             .bind(org)
             .bind(floor_from)
@@ -701,6 +735,26 @@ impl Store for PgStore {
                 *counter +=
                     sqlx::query(&sql).bind(gpu_id).bind(now_ms - keep_ms).execute(&self.pool).await?.rows_affected();
             }
+        }
+        // Day credits after the hours: days wholly before the cutoff go, and the day the cutoff
+        // falls in is summed again from its remaining hours (one transaction per GPU), so every
+        // day row stays the sum of its hours.
+        let cutoff = now_ms - policy.rollup_1h_ms;
+        let day = cutoff.div_euclid(crate::DAY_MS) * crate::DAY_MS;
+        let rebuild = crate::accounts::numbered(&crate::day_credits_from_hours_sql(
+            "r.gpu_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?",
+        ));
+        for &gpu_id in &gpu_ids {
+            let mut tx = self.pool.begin().await?;
+            sqlx::query("DELETE FROM credits_1d WHERE gpu_id = $1 AND day_ms < $2")
+                .bind(gpu_id)
+                .bind(cutoff)
+                .execute(&mut *tx)
+                .await?;
+            if day < cutoff {
+                sqlx::query(&rebuild).bind(gpu_id).bind(day).bind(day + crate::DAY_MS).execute(&mut *tx).await?;
+            }
+            tx.commit().await?;
         }
         Ok(report)
     }

@@ -155,6 +155,9 @@ async fn writer_loop(mut w: Writer, mut rx: mpsc::Receiver<WriteJob>) {
 /// Delete, per GPU, up to `RETENTION_CHUNK` rows older than the cutoff, in one transaction.
 async fn retention_step(conn: &mut SqliteConnection, job: &RetentionJob) -> Result<(u64, bool)> {
     let (table, key) = (job.table, job.key);
+    if table == "credits_1d" {
+        return day_retention_step(conn, job).await;
+    }
     let sql = format!(
         "DELETE FROM {table} WHERE gpu_id = ?1 AND {key} IN \
          (SELECT {key} FROM {table} WHERE gpu_id = ?1 AND {key} < ?2 ORDER BY {key} LIMIT ?3)"
@@ -174,6 +177,29 @@ async fn retention_step(conn: &mut SqliteConnection, job: &RetentionJob) -> Resu
     }
     tx.commit().await?;
     Ok((deleted, more))
+}
+
+/// Day credits after the hour retention: days wholly before the cutoff go, and the day the
+/// cutoff falls in is summed again from its remaining hours, so every day row stays the sum of
+/// its hours. One transaction for the step's GPUs.
+async fn day_retention_step(conn: &mut SqliteConnection, job: &RetentionJob) -> Result<(u64, bool)> {
+    let day = job.cutoff_ms.div_euclid(crate::DAY_MS) * crate::DAY_MS;
+    let rebuild = crate::day_credits_from_hours_sql("r.gpu_id = ?1 AND r.bucket_ms >= ?2 AND r.bucket_ms < ?3");
+    let mut tx = conn.begin().await?;
+    let mut deleted = 0;
+    for &gpu_id in &job.gpu_ids {
+        deleted += sqlx::query("DELETE FROM credits_1d WHERE gpu_id = ?1 AND day_ms < ?2")
+            .bind(gpu_id)
+            .bind(job.cutoff_ms)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        if day < job.cutoff_ms {
+            sqlx::query(&rebuild).bind(gpu_id).bind(day).bind(day + crate::DAY_MS).execute(&mut *tx).await?;
+        }
+    }
+    tx.commit().await?;
+    Ok((deleted, false))
 }
 
 /// One transaction for all jobs; returns one outcome per job.
@@ -240,6 +266,7 @@ async fn write_jobs(
     let (updates, hour_credits) = credits::recredit(&merged, &meta, classifier);
     update_minute_credits(conn, &updates).await?;
     merge_hours(conn, hour.into_buckets(), &hour_credits).await?;
+    merge_days(conn, &credits::day_credits(&hour_credits)).await?;
     Ok(outcomes)
 }
 
@@ -417,6 +444,27 @@ async fn merge_hours(
         qb.push(" ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET ");
         qb.push(columns::rollup_merge_set("rollups_1h", least, greatest));
         qb.push(", ").push(columns::credit_add_set("rollups_1h"));
+        qb.build().execute(&mut *conn).await?;
+    }
+    Ok(())
+}
+
+/// Add the hours' credit changes to their days (`credits_1d`), in the ingest transaction.
+async fn merge_days(conn: &mut SqliteConnection, days: &std::collections::BTreeMap<(i64, i64), Credit>) -> Result<()> {
+    let cols = Credit::column_names();
+    let days: Vec<_> = days.iter().collect();
+    for chunk in days.chunks(rollups_per_statement(cols.len())) {
+        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO credits_1d (gpu_id, day_ms, ");
+        qb.push(cols.join(", ")).push(") ");
+        qb.push_values(chunk, |mut b, (key, credit)| {
+            let (gpu_id, day_ms) = **key;
+            b.push_bind(gpu_id).push_bind(day_ms);
+            for v in credit.to_cells() {
+                b.push_bind(v);
+            }
+        });
+        qb.push(" ON CONFLICT (gpu_id, day_ms) DO UPDATE SET ");
+        qb.push(columns::credit_add_set("credits_1d"));
         qb.build().execute(&mut *conn).await?;
     }
     Ok(())
@@ -631,8 +679,7 @@ impl Store for SqliteStore {
             let partial = self.org_credits(org, Resolution::Hour, floor_from, end_ms).await?;
             return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
         }
-        let (whole, partial) = crate::hour_credit_split_sql();
-        let (whole, partial) = (whole, partial);
+        let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
         let to_credit = |r: &sqlx::sqlite::SqliteRow| -> Result<crate::BucketCredit> {
             Ok(crate::BucketCredit {
                 gpu_id: r.try_get("gpu_id")?,
@@ -642,13 +689,14 @@ impl Store for SqliteStore {
         };
         let whole = sqlx::query(&whole)
             .bind(org)
-            .bind(first_whole_ms)
-            .bind(last_start)
+            .bind(org)
+            .bind(org)
             .fetch_all(&self.pool)
             .await?
             .iter()
             .map(to_credit)
             .collect::<Result<Vec<_>>>()?;
+        let whole = crate::sum_per_gpu(whole);
         let partial = sqlx::query(&partial)
             .bind(org)
             .bind(floor_from)
@@ -781,10 +829,13 @@ impl Store for SqliteStore {
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();
+        let mut days_deleted = 0;
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),
             ("rollups_1m", policy.rollup_1m_ms, "bucket_ms", &mut report.rollups_1m),
             ("rollups_1h", policy.rollup_1h_ms, "bucket_ms", &mut report.rollups_1h),
+            // After the hours (see `day_retention_step`).
+            ("credits_1d", policy.rollup_1h_ms, "day_ms", &mut days_deleted),
         ] {
             // Short steps through the writer, along the primary key: ingest batches queue
             // between them instead of waiting on the database lock.

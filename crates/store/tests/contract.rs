@@ -17,6 +17,7 @@ fleetlens_tests::for_each_backend!(
     organisations_do_not_see_each_other,
     credits_follow_the_minutes_as_samples_arrive,
     hour_credit_split_partitions_the_period,
+    whole_days_give_the_sums_of_their_hours,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -331,4 +332,79 @@ async fn hour_credit_split_partitions_the_period(backend: Backend) {
     let split = store.org_hour_credit_split(DEFAULT_ORG, t0 + 10 * M, t0 + 50 * M, t0 + H, t0).await.unwrap();
     assert!(split.whole.is_empty());
     assert_eq!(split.partial.len(), 2, "hour 0 of a and b");
+}
+
+/// `org_hour_credit_split` over several days: the whole days come from the day credits
+/// (`credits_1d`, kept in step by ingest and retention), and the sums per GPU are the same as
+/// summing its whole hours, with partial days at both ends of the period, GPUs that start and
+/// end inside it, and after retention cut a day in two.
+async fn whole_days_give_the_sums_of_their_hours(backend: Backend) {
+    const H: i64 = 3_600_000;
+    const M: i64 = 60_000;
+    const D: i64 = 86_400_000;
+    let (_db, store) = open(backend).await;
+    let day0 = 1_790_000_000_000i64.div_euclid(D) * D;
+    // a: from day 0 + 2 h 17 min past the period's end; b: from day 0 + 10 h 5 min to
+    // day 3 + 2 h 30 min; c: inside day 1 only. One sample a minute, in batches of 500.
+    let gpus = [
+        ("GPU-a", day0 + 2 * H + 17 * M, (3 * 24 + 6) * 60 - 137),
+        ("GPU-b", day0 + 10 * H + 5 * M, (2 * 24 + 16) * 60 + 25),
+        ("GPU-c", day0 + D + 3 * H, 200),
+    ];
+    for (uuid, start, minutes) in gpus {
+        for chunk in synthetic(uuid, start, minutes, M).chunks(500) {
+            store.ingest(DEFAULT_ORG, "h", chunk.to_vec()).await.unwrap();
+        }
+    }
+    // The period: day 0 + 7 h 13 min to day 3 + 5 h 20 min; whole hours day 0 + 8 h to day 3 + 5 h,
+    // whole days 1 and 2.
+    let (from, end) = (day0 + 7 * H + 13 * M, day0 + 3 * D + 5 * H + 20 * M);
+    let (first_whole, last_whole) = (day0 + 8 * H, day0 + 3 * D + 5 * H);
+    let check = |label: &'static str| {
+        let store = store.clone();
+        async move {
+            let split = store.org_hour_credit_split(DEFAULT_ORG, from, end, first_whole, last_whole).await.unwrap();
+            let hours = store.org_credits(DEFAULT_ORG, Resolution::Hour, 0, i64::MAX).await.unwrap();
+            let mut whole_gpus = 0;
+            for (uuid, _, _) in gpus {
+                let g = store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap();
+                let credited_to = (g.last_seen_ms / M + 1) * M;
+                let mut want = Credit::default();
+                let mut n = 0;
+                for h in hours.iter().filter(|h| {
+                    h.gpu_id == g.id
+                        && h.bucket_ms >= first_whole
+                        && h.bucket_ms < last_whole
+                        && h.bucket_ms >= g.first_seen_ms
+                        && h.bucket_ms + H <= credited_to
+                }) {
+                    want.add_scaled(&h.credit, 1.0);
+                    n += 1;
+                }
+                let got = split.whole.iter().find(|w| w.gpu_id == g.id);
+                if n == 0 {
+                    assert!(got.is_none(), "{label} {uuid}: no whole hours, no whole row");
+                    continue;
+                }
+                whole_gpus += 1;
+                let got = got.unwrap_or_else(|| panic!("{label} {uuid}: a whole row"));
+                assert!(want.covered_s() > 0.0, "{label} {uuid}: the hours have credit");
+                let diff = want.minus(&got.credit).to_cells().iter().map(|v| v.abs()).fold(0.0, f64::max);
+                assert!(diff < 1e-6, "{label} {uuid}: whole sums differ from the hours' by {diff}");
+            }
+            whole_gpus
+        }
+    };
+    assert_eq!(check("ingested").await, 3, "c: whole hours, no whole day");
+    // Retention cuts day 1 (of a's and b's whole days) at 6 h 17 min: the day's credits are
+    // those of its remaining hours.
+    let cutoff = day0 + D + 6 * H + 17 * M;
+    let keep = RetentionPolicy { raw_ms: D, rollup_1m_ms: D, rollup_1h_ms: D };
+    let report = store.apply_retention(keep, cutoff + D).await.unwrap();
+    assert!(report.rollups_1h > 0);
+    assert_eq!(check("after retention").await, 2, "c's hours are gone");
+    // And ingest after retention still adds to the (rebuilt) day.
+    let late = synthetic("GPU-b", day0 + D + 12 * H + 30 * M + 1_000, 30, M);
+    store.ingest(DEFAULT_ORG, "h", late).await.unwrap();
+    assert_eq!(check("late samples").await, 2);
 }

@@ -3,7 +3,9 @@
 //! The server is started once to create the schema, stopped, and the database is filled
 //! directly with what 30 days of ingest would have left: N GPUs (in hosts of 8, a quarter of
 //! the hosts assigned to each of 4 teams) and one hour-credit rollup row per GPU per hour (the
-//! hour's seconds spread over the workload states by GPU and hour, energy, utilization sums).
+//! hour's seconds spread over the workload states by GPU and hour, energy, utilization sums),
+//! and the day credits (`credits_1d`) summed from those hours the way migration 0007 backfills
+//! them (ingest keeps them in step).
 //! Then the server is started again and the real endpoint is timed over HTTP:
 //! `GET /api/v1/reports/billing?from=&to=&group_by=…&format=json|csv`, a 30-day period that
 //! ends now (both edges are partial hours, pro-rated).
@@ -141,10 +143,18 @@ async fn fill(args: &Args, db_url: &str, first_hour_ms: i64, hours: i64, now: i6
         cols.join(", "),
         exprs.join(", "),
     );
+    // The day credits: the sums of each GPU's hours per UTC day (migration 0007's backfill).
+    let credit_cols = fleetlens_core::Credit::column_names();
+    let days = format!(
+        "INSERT INTO credits_1d (gpu_id, day_ms, {}) SELECT gpu_id, (bucket_ms / 86400000) * 86400000, {} \
+         FROM rollups_1h GROUP BY gpu_id, (bucket_ms / 86400000) * 86400000",
+        credit_cols.join(", "),
+        credit_cols.iter().map(|c| format!("SUM({c})")).collect::<Vec<_>>().join(", "),
+    );
     let t = Instant::now();
     if pg {
         let mut c = sqlx::PgConnection::connect(db_url).await?;
-        for sql in [teams, &gpus, &rollups] {
+        for sql in [teams, &gpus, &rollups, &days] {
             sqlx::query(sql).execute(&mut c).await.with_context(|| sql.chars().take(200).collect::<String>())?;
         }
         sqlx::query("ANALYZE").execute(&mut c).await?;
@@ -152,14 +162,14 @@ async fn fill(args: &Args, db_url: &str, first_hour_ms: i64, hours: i64, now: i6
         let mut c = sqlx::SqliteConnection::connect(db_url).await?;
         sqlx::query("PRAGMA journal_mode=WAL").execute(&mut c).await?;
         sqlx::query("PRAGMA synchronous=OFF").execute(&mut c).await?;
-        for sql in [teams, &gpus, &rollups] {
+        for sql in [teams, &gpus, &rollups, &days] {
             sqlx::query(sql).execute(&mut c).await.with_context(|| sql.chars().take(200).collect::<String>())?;
         }
         sqlx::query("ANALYZE").execute(&mut c).await?;
         sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&mut c).await?;
     }
     eprintln!(
-        "filled {} GPUs × {hours} hour-credit rows = {} rows in {:.1} s",
+        "filled {} GPUs × {hours} hour-credit rows = {} rows (and their day credits) in {:.1} s",
         args.gpus,
         args.gpus * hours,
         t.elapsed().as_secs_f64()
