@@ -10,6 +10,7 @@ mod alerts_sqlite;
 mod columns;
 mod credits;
 pub mod events;
+mod feed;
 pub mod leader;
 mod postgres;
 mod sqlite;
@@ -23,6 +24,7 @@ pub use crate::accounts::AccountStore;
 pub use crate::alerts::AlertStore;
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
 pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
+pub use crate::feed::SampleFeed;
 pub use crate::postgres::PgStore;
 pub use crate::sqlite::SqliteStore;
 
@@ -362,7 +364,7 @@ pub struct RetentionReport {
 }
 
 #[async_trait]
-pub trait Store: AlertStore + AccountStore + EventStore + Send + Sync + 'static {
+pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sync + 'static {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for readiness checks.

@@ -18,6 +18,7 @@ fleetlens_tests::for_each_backend!(
     credits_follow_the_minutes_as_samples_arrive,
     hour_credit_split_partitions_the_period,
     whole_days_give_the_sums_of_their_hours,
+    the_feed_reads_many_gpus_at_once,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -407,4 +408,33 @@ async fn whole_days_give_the_sums_of_their_hours(backend: Backend) {
     let late = synthetic("GPU-b", day0 + D + 12 * H + 30 * M + 1_000, 30, M);
     store.ingest(DEFAULT_ORG, "h", late).await.unwrap();
     assert_eq!(check("late samples").await, 2);
+}
+
+async fn the_feed_reads_many_gpus_at_once(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let t0 = 1_700_000_000_000;
+    let mut ids = Vec::new();
+    for g in 0..3 {
+        let uuid = format!("GPU-feed-{g}");
+        store.ingest(DEFAULT_ORG, "h", synthetic(&uuid, t0, 10, 1000)).await.unwrap();
+        ids.push(store.gpu(DEFAULT_ORG, &uuid).await.unwrap().unwrap().id);
+    }
+    // GPU 0 from its 4th sample, GPU 2 from its 9th; GPU 1 not asked for.
+    let got = store.samples_since(&[(ids[0], t0 + 3000), (ids[2], t0 + 8000)], 100).await.unwrap();
+    let want: Vec<(i64, Sample)> = synthetic("GPU-feed-0", t0, 10, 1000)[3..]
+        .iter()
+        .map(|s| (ids[0], s.clone()))
+        .chain(synthetic("GPU-feed-2", t0, 10, 1000)[8..].iter().map(|s| (ids[2], s.clone())))
+        .collect();
+    assert_eq!(got, want, "every field, in GPU then time order");
+    // The limit cuts across GPUs; a GPU beyond its newest sample gives nothing.
+    let cut = store.samples_since(&[(ids[0], t0 + 3000), (ids[2], t0)], 5).await.unwrap();
+    assert_eq!(
+        cut.iter().map(|(g, s)| (*g, s.ts_ms)).collect::<Vec<_>>(),
+        (3..8).map(|i| (ids[0], t0 + i * 1000)).collect::<Vec<_>>()
+    );
+    assert!(store.samples_since(&[(ids[1], t0 + 10_000)], 100).await.unwrap().is_empty());
+    // More GPUs than one query takes.
+    let many: Vec<(i64, i64)> = (0..1200).map(|i| (ids[i % 3], t0 + 9000)).collect();
+    assert_eq!(store.samples_since(&many, 10_000).await.unwrap().len(), 1200);
 }

@@ -45,8 +45,8 @@ use super::{AlertsCtx, ms};
 use crate::analytics::DEFAULT_INTERVAL_MS;
 use crate::time::now_ms;
 
-/// Samples read per GPU per cycle; more are read in the next cycle at once.
-const BATCH: u32 = 5_000;
+/// Samples read per cycle, all GPUs together; more are read in the next cycle at once.
+const BATCH: u32 = 20_000;
 /// Dirty cursors of GPUs without transitions are saved this often.
 const CURSOR_FLUSH_MS: i64 = 10_000;
 /// Thresholds are re-read this often.
@@ -328,22 +328,27 @@ impl Engine {
         let mut report = Report::default();
         self.read_events(store, &gpus, now - ms(ctx.cfg.alert_lookback)).await?;
 
-        // 1. New samples, per GPU, on event time.
+        // 1. New samples, per GPU, on event time: every GPU with news in one read.
+        let positions: Vec<(i64, i64)> = gpus
+            .iter()
+            .filter_map(|g| {
+                let from = match self.cursors.get(&g.id) {
+                    Some(c) => c.last_ts_ms + 1,
+                    None => now - ms(ctx.cfg.alert_lookback),
+                };
+                (g.last_seen_ms >= from).then_some((g.id, from))
+            })
+            .collect();
+        let feed = if positions.is_empty() { Vec::new() } else { store.samples_since(&positions, BATCH).await? };
+        report.more |= feed.len() == BATCH as usize;
+        let mut news: HashMap<i64, Vec<Sample>> = HashMap::new();
+        for (gpu, s) in feed {
+            news.entry(gpu).or_default().push(s);
+        }
         for g in &gpus {
             // Cursors move on even without rules, so a new rule judges new data only.
             let rules = data.rules.get(&g.org_id).map(Vec::as_slice).unwrap_or_default();
-            let from = match self.cursors.get(&g.id) {
-                Some(c) => c.last_ts_ms + 1,
-                None => now - ms(ctx.cfg.alert_lookback),
-            };
-            if g.last_seen_ms < from {
-                continue;
-            }
-            let samples = store.samples(g.id, from, g.last_seen_ms + 1, BATCH).await?;
-            report.more |= samples.len() == BATCH as usize;
-            if samples.is_empty() {
-                continue;
-            }
+            let Some(samples) = news.remove(&g.id) else { continue };
             self.deliveries.entry(g.id).or_default().arrived(now);
             let th = self.thresholds(store, g.org_id, now).await;
             let mut changes = Changes::default();
