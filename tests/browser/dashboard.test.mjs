@@ -174,6 +174,37 @@ test('GPUs page: a card per GPU with kernel utilization next to SM activity', as
   await shot('03-gpus');
 });
 
+const SIM_USER = /^(alice|bob|carol|dave)$/;
+/** A simulated owner label: `alice · ml/nb-alice-12` or `bob · job 40013 (gpu)`. */
+const OWNER_LABEL = /^(alice|bob|carol|dave) · ((ml|research)\/nb-(alice|bob|carol|dave)-\d+|job \d+ \(gpu\))$/;
+
+/** Simulated GPUs whose latest sample has a process with a known owner. */
+async function ownedSimGpus() {
+  const list = await (await api('/api/v1/gpus')).json();
+  return list.gpus.filter((g) => (g.latest?.processes || []).some((p) => p.owner?.user));
+}
+
+test('GPUs page: a card shows the owner of its processes, nothing when unknown', async () => {
+  await page.goto(URL + '/gpus');
+  await page.waitForFunction(() => document.querySelectorAll('.gpu-card').length === 10, null, { timeout: T });
+  // The simulated jobs come and go: wait until a card shows one.
+  await page.waitForFunction(() => document.querySelectorAll('.gpu-card .gpu-owner').length > 0, null, { timeout: 30_000 });
+  const owners = await page.locator('.gpu-card .gpu-owner').allTextContents();
+  for (const o of owners) assert.match(o, /^Owner: /, 'the label is read out as an owner');
+  assert.ok(owners.some((o) => OWNER_LABEL.test(o.replace(/^Owner: /, ''))), `a simulated owner: ${owners}`);
+  // A card whose latest sample has a process with a known owner shows it.
+  const owned = await ownedSimGpus();
+  assert.ok(owned.length > 0, 'some simulated GPU has an owned process');
+  // Unknown: no line (the recorded trace has no process; the T4's process has no owner).
+  assert.equal(await page.locator(`.gpu-card[data-uuid="${NULL_SM_UUID}"] .gpu-owner`).count(), 0);
+  assert.equal(await page.locator(`.gpu-card[data-uuid="${FIXTURE_UUID}"] .gpu-owner`).count(), 0);
+  const card = page.locator('.gpu-card', { has: page.locator('.gpu-owner') }).first();
+  const box = await card.locator('.gpu-owner').boundingBox();
+  const cardBox = await card.boundingBox();
+  assert.ok(box.x + box.width <= cardBox.x + cardBox.width, 'the owner line stays inside its card');
+  await shot('03b-gpus-owners');
+});
+
 test('GPUs page: "Show advanced metrics" reveals occupancy, tensor, DRAM; n/a for FP64', async () => {
   const fixture = page.locator(`.gpu-card[data-uuid="${FIXTURE_UUID}"]`);
   assert.equal(await fixture.locator('dl.adv').count(), 0);
@@ -307,6 +338,53 @@ test('GPU detail of a live simulated GPU', async () => {
   assert.equal(await page.locator('.banner-info', { hasText: 'last sample' }).count(), 0, 'live data is not anchored');
 });
 
+test('GPU detail: the processes table shows their owners', async () => {
+  let owned = [];
+  for (let i = 0; i < 30 && owned.length === 0; i++) {
+    owned = await ownedSimGpus();
+    if (!owned.length) await new Promise((r) => setTimeout(r, 1000));
+  }
+  assert.ok(owned.length > 0, 'a simulated GPU with an owned process');
+  let row;
+  for (const g of owned) {
+    await page.goto(`${URL}/gpus/${g.uuid}`);
+    const section = page.locator('section', { has: page.locator('#proc-title') });
+    await section.locator('table, .empty').first().waitFor({ timeout: T });
+    if (await section.locator('table.proc-table tbody tr').count()) {
+      row = section.locator('table.proc-table tbody tr').first();
+      break;
+    }
+  }
+  assert.ok(row, 'a detail page lists a process');
+  const table = page.locator('table.proc-table');
+  const heads = await table.locator('thead th').allTextContents();
+  assert.deepEqual(heads, ['PID', 'User', 'Pod', 'Container', 'Slurm job', 'Command', 'Memory', 'SM %']);
+  assert.match(await table.locator('caption').textContent(), /owners/);
+  assert.match(await row.locator('td[data-col="user"]').textContent(), SIM_USER);
+  const pod = (await row.locator('td[data-col="pod"]').textContent()).trim();
+  const job = (await row.locator('td[data-col="job"]').textContent()).trim();
+  // Each simulated job is either a notebook pod or a Slurm job.
+  assert.ok(/^(ml|research)\/nb-\w+-\d+$/.test(pod) !== /^job \d+ \(gpu\)$/.test(job), `pod ${pod}, job ${job}`);
+  assert.equal((await row.locator('td[data-col="container"]').textContent()).trim(), '—', 'the simulator sets no container');
+  if (/\//.test(pod)) assert.match(await row.locator('td[data-col="pod"]').getAttribute('title'), /^pod UID /);
+  await page.waitForTimeout(300);
+  await shot('05c-gpu-detail-owners');
+
+  // Phone width: the table scrolls inside its card, the page does not.
+  const phone = await context.newPage();
+  phone.on('pageerror', (err) => consoleErrors.push({ text: `uncaught: ${err.message}`, url: '' }));
+  await phone.setViewportSize({ width: 390, height: 844 });
+  await phone.goto(page.url());
+  await phone.locator('#proc-title').waitFor({ timeout: T });
+  await phone.locator('section', { has: phone.locator('#proc-title') }).locator('table, .empty').first().waitFor({ timeout: T });
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `no horizontal scroll (${overflow}px)`);
+  await phone.locator('#proc-title').scrollIntoViewIfNeeded();
+  await phone.waitForTimeout(300);
+  await phone.screenshot({ path: path.join(SHOTS, '05d-gpu-detail-owners-phone.png'), fullPage: false });
+  await phone.close();
+});
+
 test('fleet page: funnel with dollars lost, cost, wasted cost, states, top wasters', async () => {
   if (expectedFailures.has('/api/v1/fleet/summary')) {
     await page.goto(URL + '/');
@@ -327,6 +405,95 @@ test('fleet page: funnel with dollars lost, cost, wasted cost, states, top waste
   await page.waitForTimeout(300);
   await shot('02-fleet');
   await page.unroute('**/api/v1/fleet/summary*');
+});
+
+test('fleet page: who is wasting ranks the process owners by wasted cost', async () => {
+  if (expectedFailures.has('/api/v1/fleet/summary')) return;
+  // The simulated owners waste something once a GPU has idle-held or hollow minutes: wait for it.
+  let top = [];
+  for (let i = 0; i < 90 && top.length === 0; i++) {
+    const now = Date.now();
+    const s = await (await api(`/api/v1/fleet/summary?from=${now - 3_600_000}&to=${now}`)).json();
+    top = s.top_owners || [];
+    if (!top.length) await new Promise((r) => setTimeout(r, 1000));
+  }
+  assert.ok(top.length > 0, 'the summary has top_owners');
+  await page.goto(URL + '/');
+  const section = page.locator('section', { has: page.locator('#owners-title') });
+  assert.equal(await section.locator('h2').textContent(), 'Who is wasting');
+  const table = section.locator('table.owner-table');
+  await table.locator('tbody tr').first().waitFor({ timeout: T });
+  assert.match(await table.locator('caption').textContent(), /Who is wasting/);
+  assert.deepEqual(await table.locator('thead th').allTextContents(),
+    ['#', 'Owner', 'Wasted cost', 'Idle-held', 'Hollow', 'GPU-hours', 'Cost', 'GPUs']);
+  const rows = await table.locator('tbody tr').evaluateAll((trs) => trs.map((tr) => ({
+    owner: tr.querySelector('th').textContent,
+    cells: [...tr.querySelectorAll('td')].map((td) => td.textContent),
+  })));
+  assert.ok(rows.length >= 1);
+  for (const r of rows) {
+    assert.match(r.owner, /^(alice|bob|carol|dave|\(unknown\))$/);
+    const [rank, wasted, idleHeld, hollow, hours, cost, gpus] = r.cells;
+    assert.match(rank, /^\d+$/);
+    assert.match(gpus, /^\d+$/);
+    for (const h of [hours, idleHeld, hollow]) assert.match(h, /^\d+(\.\d)?( h| min| s)$|^[\d,]+ h$/);
+    for (const m of [cost, wasted]) assert.match(m, /^\$[\d,.]+$/);
+  }
+  assert.ok(rows.some((r) => SIM_USER.test(r.owner)), `a simulated user wastes: ${JSON.stringify(rows)}`);
+  // Ranked by wasted cost, most first.
+  const wasted = rows.map((r) => parseFloat(r.cells[1].replace(/[$,]/g, '')));
+  assert.deepEqual(wasted, [...wasted].sort((a, b) => b - a));
+  assert.match(await section.textContent(), /ranked by wasted cost/);
+  await section.scrollIntoViewIfNeeded();
+  await page.waitForTimeout(300);
+  await shot('02b-fleet-who-is-wasting');
+
+  // Phone width: the table scrolls inside its card.
+  const phone = await context.newPage();
+  phone.on('pageerror', (err) => consoleErrors.push({ text: `uncaught: ${err.message}`, url: '' }));
+  await phone.setViewportSize({ width: 390, height: 844 });
+  await phone.goto(URL + '/');
+  await phone.locator('table.owner-table tbody tr').first().waitFor({ timeout: T });
+  const overflow = await phone.evaluate(() => document.documentElement.scrollWidth - window.innerWidth);
+  assert.ok(overflow <= 0, `no horizontal scroll (${overflow}px)`);
+  // The ranking column (wasted cost) is in view without scrolling the table.
+  const cell = await phone.locator('table.owner-table tbody td[data-col="wasted_cost"]').first().boundingBox();
+  assert.ok(cell.x + cell.width <= 390, `wasted cost in view at 390 px (${cell.x + cell.width})`);
+  await phone.locator('#owners-title').scrollIntoViewIfNeeded();
+  await phone.waitForTimeout(300);
+  await phone.screenshot({ path: path.join(SHOTS, '02c-fleet-who-is-wasting-phone.png'), fullPage: false });
+  await phone.close();
+
+  // No owners: says so.
+  await page.route('**/api/v1/fleet/summary*', async (route) => {
+    const res = await route.fetch();
+    const json = await res.json();
+    await route.fulfill({ json: { ...json, top_owners: [] } });
+  });
+  await page.reload();
+  await waitForText(section.locator('[data-testid="owners-empty"]'), /^No process owners reported\.$/);
+  assert.equal(await section.locator('table').count(), 0);
+  await page.unroute('**/api/v1/fleet/summary*');
+});
+
+test('reports: the billing report groups by process owner', async () => {
+  if (expectedFailures.has('/api/v1/reports/billing')) return;
+  await page.goto(URL + '/reports');
+  const select = page.getByLabel('Group by');
+  await select.locator('option').first().waitFor({ state: 'attached', timeout: T });
+  const values = await select.locator('option').evaluateAll((os) => os.map((o) => o.value));
+  for (const v of ['team', 'host', 'gpu', 'model', 'user', 'namespace', 'pod', 'job']) assert.ok(values.includes(v), `group by ${v}: ${values}`);
+  await select.selectOption('user');
+  const table = page.locator('section', { has: page.locator('#billing-title') }).locator('table.data');
+  await waitForText(table.locator('thead th').first(), /^User$/);
+  await waitForText(table.locator('tbody'), /alice|bob|carol|dave/);
+  assert.match(await page.locator('.report-note').textContent(), /raw samples' process lists/);
+  await select.selectOption('pod');
+  await waitForText(table.locator('thead th').first(), /^Pod$/);
+  await waitForText(table.locator('tbody'), /(ml|research)\/nb-/);
+  await shot('07b-reports-by-pod');
+  await select.selectOption('host');
+  await waitForText(table.locator('thead th').first(), /^Host$/);
 });
 
 test('alerts, reports and settings pages render', async () => {

@@ -1,7 +1,8 @@
 //! The fleet page: cost and wasted cost, "you could save $X/month", the utilization funnel with
-//! the dollars lost at each step, hours per workload state, and the GPUs wasting the most.
+//! the dollars lost at each step, hours per workload state, the GPUs wasting the most, and who is
+//! wasting: the owners of the processes ranked by wasted cost (docs/OWNERS.md).
 
-use fleetlens_api::{FleetSummary, GpuWaste};
+use fleetlens_api::{FleetSummary, GpuWaste, OwnerWaste};
 use leptos::prelude::*;
 
 use crate::api;
@@ -57,6 +58,9 @@ fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
     let wasted =
         Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.wasted_cost_by_state.clone()).unwrap_or_default()));
     let wasters = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.top_wasters.clone()).unwrap_or_default()));
+    let owners = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.top_owners.clone()).unwrap_or_default()));
+    let owners_span =
+        Signal::derive(move || data.with(|d| d.as_ref().and_then(|d| d.top_owners_from_ms.map(|f| (f, d.to_ms)))));
     let unpriced = move || {
         data.with(|d| {
             d.as_ref().filter(|d| !d.unpriced_models.is_empty()).map(|d| {
@@ -115,7 +119,92 @@ fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
                 <Wasters wasters currency/>
             </section>
         </div>
+
+        <section class="card" aria-labelledby="owners-title">
+            <div class="section-head">
+                <h2 id="owners-title">"Who is wasting"</h2>
+                <a href="/reports">"By user, namespace, pod or Slurm job: Reports"</a>
+            </div>
+            <Owners owners span=owners_span currency/>
+        </section>
         <p class="muted small">{d(|d| d.price_source.clone())}</p>
+    }
+}
+
+/// The owners wasting the most (the summary's `top_owners`), ranked by wasted cost.
+#[component]
+fn Owners(
+    owners: Signal<Vec<OwnerWaste>>,
+    span: Signal<Option<(i64, i64)>>,
+    currency: Signal<String>,
+) -> impl IntoView {
+    let covers = move || {
+        span.get().map(|(from, to)| {
+            format!(
+                "Process owners (Unix or Slurm user) over the last {} (raw samples), ranked by wasted cost. A GPU shared by several processes is split by their SM %, else evenly.",
+                format::duration_ms(to - from)
+            )
+        })
+    };
+    view! {
+        {move || covers().map(|t| view! { <p class="muted">{t}</p> })}
+        {move || {
+            let mut list = owners.get();
+            if list.is_empty() {
+                let why = if span.get().is_some() {
+                    "No GPU time with a known process owner was wasted in this period (owners are read from the agents' process lists; prices must be set for wasted cost)."
+                } else {
+                    "Owner accounts are off on this server (--summary-owners-span 0s), or the period is too short."
+                };
+                return view! {
+                    <p class="empty" data-testid="owners-empty">"No process owners reported."</p>
+                    <p class="muted small">{why}</p>
+                }
+                .into_any();
+            }
+            list.sort_by(|a, b| b.wasted_cost.unwrap_or(0.0).total_cmp(&a.wasted_cost.unwrap_or(0.0)));
+            let cur = currency.get();
+            let rows = list
+                .into_iter()
+                .enumerate()
+                .map(|(i, o)| {
+                    let unknown = o.owner.starts_with('(');
+                    view! {
+                        <tr data-owner=o.owner.clone()>
+                            <td class="num rank">{i + 1}</td>
+                            <th scope="row" class:muted=unknown>{o.owner.clone()}</th>
+                            <td class="num waste" data-col="wasted_cost">{format::opt_money(o.wasted_cost, &cur)}</td>
+                            <td class="num" data-col="idle_held">{format::hours(o.idle_held_hours)}</td>
+                            <td class="num" data-col="hollow">{format::hours(o.hollow_hours)}</td>
+                            <td class="num" data-col="gpu_hours">{format::hours(o.gpu_hours)}</td>
+                            <td class="num" data-col="cost">{format::opt_money(o.cost, &cur)}</td>
+                            <td class="num" data-col="gpus">{o.gpus}</td>
+                        </tr>
+                    }
+                })
+                .collect_view();
+            view! {
+                <div class="table-wrap">
+                    <table class="data owner-table">
+                        <caption class="sr-only">"Who is wasting: process owners ranked by wasted cost"</caption>
+                        <thead>
+                            <tr>
+                                <th scope="col" class="num"><abbr title="Rank">"#"</abbr></th>
+                                <th scope="col">"Owner"</th>
+                                <th scope="col" class="num">"Wasted cost"</th>
+                                <th scope="col" class="num" title="GPU memory held with no kernel running">"Idle-held"</th>
+                                <th scope="col" class="num" title="Kernels running with most SMs idle (busy but hollow)">"Hollow"</th>
+                                <th scope="col" class="num">"GPU-hours"</th>
+                                <th scope="col" class="num">"Cost"</th>
+                                <th scope="col" class="num">"GPUs"</th>
+                            </tr>
+                        </thead>
+                        <tbody>{rows}</tbody>
+                    </table>
+                </div>
+            }
+            .into_any()
+        }}
     }
 }
 

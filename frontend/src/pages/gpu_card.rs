@@ -9,8 +9,8 @@ use crate::components::meter::Meter;
 use crate::components::state_badge::StateBadge;
 use crate::ctx::{now_ms, use_app};
 use crate::format::{self, NA};
-use crate::states;
 use crate::wire::Prices;
+use crate::{owners, states};
 
 /// Efficiency score text: a number, "no kernel running", or n/a.
 pub fn efficiency_text(eff: Option<f64>, latest: Option<&Sample>) -> String {
@@ -82,6 +82,12 @@ pub fn GpuCard(
         })
     };
     let state = Signal::derive(move || gpu.with(|g| g.as_ref().and_then(|g| g.state.clone())));
+    // Whose processes are on it now (latest sample); nothing when unknown.
+    let owner = move || {
+        gpu.with(|g| {
+            g.as_ref().and_then(|g| g.latest.as_ref()).and_then(|s| s.processes.as_deref()).and_then(owners::summary)
+        })
+    };
     let eff =
         move || gpu.with(|g| g.as_ref().map(|g| efficiency_text(g.efficiency, g.latest.as_ref())).unwrap_or_default());
     let eff_num = move || gpu.with(|g| g.as_ref().and_then(|g| g.efficiency));
@@ -120,6 +126,17 @@ pub fn GpuCard(
                         <a href=href.clone()>{name}</a>
                     </h2>
                     <p class="gpu-place">{place}</p>
+                    {move || {
+                        owner()
+                            .map(|o| {
+                                view! {
+                                    <p class="gpu-owner" title=format!("Owner of the processes on this GPU: {o}")>
+                                        <span class="sr-only">"Owner: "</span>
+                                        {o.clone()}
+                                    </p>
+                                }
+                            })
+                    }}
                 </div>
                 <StateBadge state/>
             </header>

@@ -17,7 +17,7 @@ use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::ctx::{Range, latest_ok, now_ms, polled, use_app};
 use crate::format::{self, NA};
-use crate::states;
+use crate::{owners, states};
 
 /// Samples asked for per request (the API's default page).
 const LIMIT: u32 = 10_000;
@@ -450,6 +450,7 @@ fn StatesPanel(
 
 #[component]
 fn Processes(gpu: Memo<Option<GpuSummary>>) -> impl IntoView {
+    const DASH: &str = "—";
     move || {
         let procs = gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref()).map(|s| s.processes.clone()));
         match procs {
@@ -458,27 +459,56 @@ fn Processes(gpu: Memo<Option<GpuSummary>>) -> impl IntoView {
             Some(Some(p)) if p.is_empty() => view! { <p class="empty">"No process on this GPU in the latest sample."</p> }.into_any(),
             Some(Some(p)) => view! {
                 <div class="table-wrap">
-                    <table class="data">
+                    <table class="data proc-table">
+                        <caption class="sr-only">"Processes on this GPU in the latest sample, and their owners"</caption>
                         <thead>
                             <tr>
                                 <th scope="col" class="num">"PID"</th>
                                 <th scope="col">"User"</th>
-                                <th scope="col">"Command"</th>
+                                <th scope="col">"Pod"</th>
                                 <th scope="col">"Container"</th>
+                                <th scope="col">"Slurm job"</th>
+                                <th scope="col">"Command"</th>
                                 <th scope="col" class="num">"Memory"</th>
                                 <th scope="col" class="num">"SM %"</th>
                             </tr>
                         </thead>
                         <tbody>
-                            {p.into_iter().map(|p| view! {
-                                <tr>
-                                    <td class="num">{p.pid}</td>
-                                    <td>{p.user.unwrap_or_else(|| "—".into())}</td>
-                                    <td class="cmd">{p.command.unwrap_or_else(|| "—".into())}</td>
-                                    <td>{p.container_id.map(|c| c.chars().take(12).collect::<String>()).unwrap_or_else(|| "—".into())}</td>
-                                    <td class="num">{p.used_bytes.map(format::gib).unwrap_or_else(|| "n/a".into())}</td>
-                                    <td class="num">{p.sm_pct.map(format::pct).unwrap_or_else(|| "n/a".into())}</td>
-                                </tr>
+                            {p.into_iter().map(|p| {
+                                let user = owners::user(&p);
+                                let pod = owners::pod(&p);
+                                let pod_title = p.owner.as_ref().and_then(|o| o.pod_uid.clone()).map(|u| format!("pod UID {u}"));
+                                let container = owners::container_short(&p);
+                                let container_title = owners::container_full(&p);
+                                let job = owners::job(&p);
+                                let job_user = p.owner.as_ref().and_then(|o| o.job_user.clone()).filter(|j| Some(j) != user.as_ref());
+                                let labels = p
+                                    .owner
+                                    .as_ref()
+                                    .map(|o| o.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))
+                                    .filter(|l| !l.is_empty());
+                                let (no_user, no_pod, no_container, no_job) =
+                                    (user.is_none(), pod.is_none(), container.is_none(), job.is_none());
+                                view! {
+                                    <tr>
+                                        <td class="num">{p.pid}</td>
+                                        <td data-col="user" class:na=no_user>{user.unwrap_or_else(|| DASH.into())}</td>
+                                        <td data-col="pod" class:na=no_pod title=pod_title>{pod.unwrap_or_else(|| DASH.into())}</td>
+                                        <td data-col="container" class:mono=!no_container class:na=no_container title=container_title>
+                                            {container.unwrap_or_else(|| DASH.into())}
+                                        </td>
+                                        <td data-col="job" class:na=no_job>
+                                            {job.unwrap_or_else(|| DASH.into())}
+                                            {job_user.map(|u| view! { <span class="cell-note">{format!("as {u}")}</span> })}
+                                        </td>
+                                        <td class="cmd">
+                                            {p.command.unwrap_or_else(|| DASH.into())}
+                                            {labels.map(|l| view! { <span class="cell-note">{l}</span> })}
+                                        </td>
+                                        <td class="num">{p.used_bytes.map(format::gib).unwrap_or_else(|| "n/a".into())}</td>
+                                        <td class="num">{p.sm_pct.map(format::pct).unwrap_or_else(|| "n/a".into())}</td>
+                                    </tr>
+                                }
                             }).collect_view()}
                         </tbody>
                     </table>

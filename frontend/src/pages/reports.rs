@@ -1,5 +1,6 @@
 //! Reports: the billing report (`GET /api/v1/reports/billing`) over the chosen range, grouped
-//! by team, host, GPU or model, with a CSV download of the same report.
+//! by team, host, GPU or model, or by process owner (user, namespace, pod, Slurm job: from the raw
+//! samples, docs/OWNERS.md), with a CSV download of the same report.
 
 use fleetlens_api::{BillingReport, BillingRow};
 use leptos::prelude::*;
@@ -63,6 +64,12 @@ pub fn ReportsPage() -> impl IntoView {
                         <option value="host" selected=true>"Host"</option>
                         <option value="gpu">"GPU"</option>
                         <option value="model">"Model"</option>
+                        <optgroup label="Process owner (raw samples)">
+                            <option value="user">"User"</option>
+                            <option value="namespace">"Namespace"</option>
+                            <option value="pod">"Pod"</option>
+                            <option value="job">"Slurm job"</option>
+                        </optgroup>
                     </select>
                 </label>
                 <button type="button" class="btn" on:click=download>"Prepare CSV"</button>
@@ -229,6 +236,11 @@ fn BillingTable(report: Signal<Option<BillingReport>>) -> impl IntoView {
                                     "team" => "Team",
                                     "gpu" => "GPU",
                                     "model" => "Model",
+                                    "user" => "User",
+                                    "namespace" => "Namespace",
+                                    "pod" => "Pod",
+                                    "job" => "Slurm job",
+                                    g if g.starts_with("label:") => "Label",
                                     _ => "Host",
                                 }}
                             </th>
@@ -260,6 +272,7 @@ fn BillingTable(report: Signal<Option<BillingReport>>) -> impl IntoView {
                     </tfoot>
                 </table>
             </div>
+            {rep.note.clone().map(|n| view! { <p class="muted small report-note">{n}</p> })}
         }
         .into_any()
     }
