@@ -208,9 +208,9 @@ pub struct HourCreditSplit {
 }
 
 /// The SQL of [`Store::org_hour_credit_split`] with `?` placeholders: the summed whole hours
-/// (binds: see [`whole_credit_sql`]) and the partial hours (binds: org, hour of `from`, first whole hour;
+/// (two statements, see [`whole_credit_sql`]) and the partial hours (binds: org, hour of `from`, first whole hour;
 /// org, last whole hour start, end; then org, first whole hour, last whole hour start, twice).
-pub(crate) fn hour_credit_split_sql(first_whole_ms: i64, last_start_ms: i64) -> (String, String) {
+pub(crate) fn hour_credit_split_sql(first_whole_ms: i64, last_start_ms: i64) -> ((String, String), String) {
     const H: i64 = 3_600_000;
     let names = fleetlens_core::Credit::column_names();
     // The end of the minute of the GPU's newest sample: the hour credits' span ends there.
@@ -244,14 +244,14 @@ pub(crate) fn hour_credit_split_sql(first_whole_ms: i64, last_start_ms: i64) -> 
 /// `[first_whole_ms, last_start_ms + 1 h)`: the UTC days that lie wholly inside both these hours
 /// and the GPU's credited span `[first_seen_ms, credited_to)` come from `credits_1d` (one row per
 /// day, the sum of the day's hours), the GPU's other whole hours from `rollups_1h`, so the sums
-/// are the same as summing the hours. Binds: the org, three times (the days, the hours before
-/// the GPU's days, the hours after them); the times are integer literals.
+/// are the same as summing the hours. Two statements: the days (binds: the org) and the hours
+/// before and after the GPU's days (binds: the org, twice); the times are integer literals.
 ///
 /// Per GPU its days are `[u0, u1)`: `u0` = the later of the first day boundary of the period
 /// and the first at or after `first_seen_ms`, `u1` = the earlier of the last day boundary of
 /// the period and the last at or before `credited_to`; when `u0 >= u1` it has none and every
 /// whole hour is read from `rollups_1h`.
-pub(crate) fn whole_credit_sql(first_whole_ms: i64, last_start_ms: i64) -> String {
+pub(crate) fn whole_credit_sql(first_whole_ms: i64, last_start_ms: i64) -> (String, String) {
     const H: i64 = 3_600_000;
     const D: i64 = DAY_MS;
     let names = fleetlens_core::Credit::column_names();
@@ -288,10 +288,13 @@ pub(crate) fn whole_credit_sql(first_whole_ms: i64, last_start_ms: i64) -> Strin
             sums("r")
         )
     };
-    format!(
-        "{days} UNION ALL {} UNION ALL {}",
-        hours(&format!("r.bucket_ms >= {from} AND r.bucket_ms < {split_lo}")),
-        hours(&format!("r.bucket_ms >= {split_hi} AND r.bucket_ms < {last_whole}")),
+    (
+        days,
+        format!(
+            "{} UNION ALL {}",
+            hours(&format!("r.bucket_ms >= {from} AND r.bucket_ms < {split_lo}")),
+            hours(&format!("r.bucket_ms >= {split_hi} AND r.bucket_ms < {last_whole}")),
+        ),
     )
 }
 

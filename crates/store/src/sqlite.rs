@@ -687,6 +687,7 @@ impl Store for SqliteStore {
                 credit: columns::credit_from_row(r)?,
             })
         };
+        let whole = format!("{} UNION ALL {}", whole.0, whole.1);
         let whole = sqlx::query(&whole)
             .bind(org)
             .bind(org)
