@@ -8,8 +8,8 @@ use fleetlens_core::Sample;
 
 use crate::Result;
 
-/// GPUs per query (SQLite binds two values per GPU; its limit is 32,766).
-const CHUNK: usize = 500;
+/// GPUs per query (bounds the size of one statement's sort).
+const CHUNK: usize = 2_000;
 
 #[async_trait]
 pub trait SampleFeed: Send + Sync {
@@ -46,23 +46,22 @@ fn select(processes_expr: &str) -> String {
 #[async_trait]
 impl SampleFeed for crate::sqlite::SqliteStore {
     async fn samples_since(&self, positions: &[(i64, i64)], limit: u32) -> Result<Vec<(i64, Sample)>> {
+        // The positions go in as one JSON text: one SQL text whatever the number of GPUs, so
+        // the connection's statement cache holds one prepared statement, not one per count.
+        let sql = format!(
+            "WITH c(gpu_id, from_ms) AS (SELECT json_extract(value, '$[0]'), json_extract(value, '$[1]') \
+             FROM json_each(?)) {} FROM c JOIN samples s ON s.gpu_id = c.gpu_id AND s.ts_ms >= c.from_ms \
+             JOIN gpus g ON g.id = s.gpu_id ORDER BY s.gpu_id, s.ts_ms LIMIT ?",
+            select("s.processes")
+        );
         let mut out = Vec::new();
         for chunk in positions.chunks(CHUNK) {
             let left = i64::from(limit) - out.len() as i64;
             if left <= 0 {
                 break;
             }
-            let values = vec!["(?, ?)"; chunk.len()].join(", ");
-            let sql = format!(
-                "WITH c(gpu_id, from_ms) AS (VALUES {values}) {} FROM c JOIN samples s ON s.gpu_id = c.gpu_id \
-                 AND s.ts_ms >= c.from_ms JOIN gpus g ON g.id = s.gpu_id ORDER BY s.gpu_id, s.ts_ms LIMIT ?",
-                select("s.processes")
-            );
-            let mut q = sqlx::query_as::<_, FeedRow>(&sql);
-            for (gpu, from) in chunk {
-                q = q.bind(gpu).bind(from);
-            }
-            let rows = q.bind(left).fetch_all(self.pool()).await?;
+            let json = serde_json::to_string(chunk).expect("pairs of integers serialise");
+            let rows = sqlx::query_as::<_, FeedRow>(&sql).bind(json).bind(left).fetch_all(self.pool()).await?;
             out.extend(rows.into_iter().map(FeedRow::into_pair));
         }
         Ok(out)
