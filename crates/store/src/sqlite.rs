@@ -75,13 +75,22 @@ fn options(url: &str) -> Result<SqliteConnectOptions> {
         .synchronous(SqliteSynchronous::Normal)
         .busy_timeout(Duration::from_secs(30))
         .pragma("temp_store", "memory")
-        .pragma("cache_size", "-65536"))
+        .pragma("cache_size", WRITER_CACHE_KIB))
 }
+
+/// Page cache of the writer (in KiB, negative as SQLite wants it): rollup and credit rows of
+/// every GPU are read back on each commit.
+const WRITER_CACHE_KIB: &str = "-65536";
+/// Page cache of each pooled (reading) connection. Small: the OS page cache holds the file
+/// anyway, and eight connections with the writer's cache each would let the process grow by
+/// half a gigabyte as they warm up.
+const READER_CACHE_KIB: &str = "-8192";
 
 impl SqliteStore {
     pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
         let opts = options(url)?;
-        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(opts.clone()).await?;
+        let readers = opts.clone().pragma("cache_size", READER_CACHE_KIB);
+        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(readers).await?;
         sqlx::migrate!("../../migrations/sqlite").run(&pool).await?;
         let conn = SqliteConnection::connect_with(&opts).await?;
         let (tx, rx) = mpsc::channel(1024);
