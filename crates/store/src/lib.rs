@@ -12,6 +12,7 @@ mod credits;
 pub mod events;
 mod feed;
 pub mod leader;
+mod pg_copy;
 mod postgres;
 mod sqlite;
 

@@ -13,6 +13,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use crate::columns::{self, Cell, GpuRow, SampleRow};
 use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
+use crate::pg_copy;
 use crate::{
     ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
 };
@@ -48,67 +49,20 @@ impl PgStore {
         let mut order: Vec<&Sample> = samples.iter().collect();
         order.sort_by_key(|s| (ids[s.uuid.as_str()], s.ts_ms));
 
-        let n = order.len();
-        let mut gpu_col = Vec::with_capacity(n);
-        let mut ts_col = Vec::with_capacity(n);
-        let mut f_cols: Vec<Vec<Option<f64>>> = Vec::new();
-        let mut i_cols: Vec<Vec<Option<i64>>> = Vec::new();
-        let mut procs = Vec::with_capacity(n);
-        let kinds: Vec<bool> =
-            columns::sample_cells(&Sample::default()).iter().map(|c| matches!(c, Cell::F(_))).collect();
-        for &is_f in &kinds {
-            if is_f {
-                f_cols.push(Vec::with_capacity(n));
-            } else {
-                i_cols.push(Vec::with_capacity(n));
-            }
-        }
-        for s in &order {
-            gpu_col.push(ids[s.uuid.as_str()]);
-            ts_col.push(s.ts_ms);
-            let (mut fi, mut ii) = (0, 0);
-            for cell in columns::sample_cells(s) {
-                match cell {
-                    Cell::F(v) => {
-                        f_cols[fi].push(v);
-                        fi += 1;
-                    }
-                    Cell::I(v) => {
-                        i_cols[ii].push(v);
-                        ii += 1;
-                    }
-                }
-            }
-            procs.push(columns::processes_json(s));
-        }
-        let sql = sample_insert_sql(&kinds);
-        let mut q = sqlx::query(&sql).bind(&gpu_col).bind(&ts_col);
-        let (mut fi, mut ii) = (0, 0);
-        for &is_f in &kinds {
-            if is_f {
-                q = q.bind(&f_cols[fi]);
-                fi += 1;
-            } else {
-                q = q.bind(&i_cols[ii]);
-                ii += 1;
-            }
-        }
-        let rows = q.bind(&procs).fetch_all(&mut *tx).await?;
-        let mut inserted_keys: HashSet<(i64, i64)> = HashSet::with_capacity(rows.len());
-        for row in rows {
-            inserted_keys.insert((row.try_get(0)?, row.try_get(1)?));
+        let fresh = new_samples(&mut tx, &ids, &order).await?;
+        if !fresh.is_empty() {
+            let mut copy = tx.copy_in_raw(&pg_copy::samples_copy_sql()).await?;
+            copy.send(pg_copy::encode_samples(fresh.iter().map(|s| (ids[s.uuid.as_str()], *s)))).await?;
+            copy.finish().await?;
         }
         let mut minute = RollupAccumulator::new(Resolution::Minute);
         let mut hour = RollupAccumulator::new(Resolution::Hour);
-        let mut inserted = 0u64;
-        for s in &order {
-            let key = (ids[s.uuid.as_str()], s.ts_ms);
-            if inserted_keys.remove(&key) {
-                inserted += 1;
-                minute.add(key.0, s);
-                hour.add(key.0, s);
-            }
+        for s in &fresh {
+            let gpu_id = ids[s.uuid.as_str()];
+            minute.add(gpu_id, s);
+            hour.add(gpu_id, s);
         }
+        let inserted = fresh.len() as u64;
         let merged = merge_rollups(&mut tx, "rollups_1m", minute.into_buckets(), None).await?;
         let (updates, hour_credits) = credits::recredit(&merged, &meta, self.classifier.as_ref());
         update_minute_credits(&mut tx, &updates).await?;
@@ -121,21 +75,6 @@ impl PgStore {
 
 fn pg_type(is_f: bool) -> &'static str {
     if is_f { "float8[]" } else { "int8[]" }
-}
-
-fn sample_insert_sql(kinds: &[bool]) -> String {
-    let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
-    for (i, &is_f) in kinds.iter().enumerate() {
-        params.push(format!("${}::{}", i + 3, pg_type(is_f)));
-    }
-    params.push(format!("${}::text[]", kinds.len() + 3));
-    let cols = columns::SAMPLE_COLUMNS.join(", ");
-    format!(
-        "INSERT INTO samples (gpu_id, ts_ms, {cols}, processes) \
-         SELECT gpu_id, ts_ms, {cols}, processes FROM UNNEST({}) AS t(gpu_id, ts_ms, {cols}, processes) \
-         ON CONFLICT DO NOTHING RETURNING gpu_id, ts_ms",
-        params.join(", ")
-    )
 }
 
 async fn upsert_gpus(
@@ -345,10 +284,51 @@ async fn update_minute_credits(tx: &mut Transaction<'_, Postgres>, updates: &[Mi
     Ok(())
 }
 
-/// Deadlocks (40P01) and serialization failures (40001) are retryable by definition.
+/// Deadlocks (40P01) and serialization failures (40001) are retryable by definition; a unique
+/// violation (23505) means a concurrent batch stored some of the same samples after this one
+/// looked for them: the retry finds them stored and leaves them out.
 fn is_retryable(e: &StoreError) -> bool {
     matches!(e, StoreError::Database(sqlx::Error::Database(db))
-        if matches!(db.code().as_deref(), Some("40P01") | Some("40001")))
+        if matches!(db.code().as_deref(), Some("40P01") | Some("40001") | Some("23505")))
+}
+
+/// The samples of `order` (sorted by GPU and time) that are not stored yet, each key once (the
+/// first of the batch wins). One query reads the stored keys inside each GPU's time range.
+async fn new_samples<'a>(
+    tx: &mut Transaction<'_, Postgres>,
+    ids: &HashMap<String, i64>,
+    order: &[&'a Sample],
+) -> Result<Vec<&'a Sample>> {
+    let mut ranges: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
+    for s in order {
+        let r = ranges.entry(ids[s.uuid.as_str()]).or_insert((s.ts_ms, s.ts_ms));
+        r.0 = r.0.min(s.ts_ms);
+        r.1 = r.1.max(s.ts_ms);
+    }
+    let gpu_ids: Vec<i64> = ranges.keys().copied().collect();
+    let lo: Vec<i64> = ranges.values().map(|r| r.0).collect();
+    let hi: Vec<i64> = ranges.values().map(|r| r.1).collect();
+    let stored: HashSet<(i64, i64)> = sqlx::query_as(
+        "SELECT s.gpu_id, s.ts_ms FROM UNNEST($1::int8[], $2::int8[], $3::int8[]) AS t(gpu_id, lo, hi) \
+         JOIN samples s ON s.gpu_id = t.gpu_id AND s.ts_ms >= t.lo AND s.ts_ms <= t.hi",
+    )
+    .bind(&gpu_ids)
+    .bind(&lo)
+    .bind(&hi)
+    .fetch_all(&mut **tx)
+    .await?
+    .into_iter()
+    .collect();
+    let mut last: Option<(i64, i64)> = None;
+    let mut fresh = Vec::with_capacity(order.len());
+    for &s in order {
+        let key = (ids[s.uuid.as_str()], s.ts_ms);
+        if last != Some(key) && !stored.contains(&key) {
+            fresh.push(s);
+        }
+        last = Some(key);
+    }
+    Ok(fresh)
 }
 
 #[async_trait]
