@@ -248,11 +248,32 @@ where
     for<'a> &'a str: sqlx::ColumnIndex<R>,
     f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
 {
+    static NAMES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(fleetlens_core::Credit::column_names);
     let mut cells = [0.0; fleetlens_core::CREDIT_COLUMNS];
-    for (cell, name) in cells.iter_mut().zip(fleetlens_core::Credit::column_names()) {
+    for (cell, name) in cells.iter_mut().zip(NAMES.iter()) {
         *cell = row.try_get(name.as_str())?;
     }
     Ok(fleetlens_core::Credit::from_cells(&cells))
+}
+
+/// A [`crate::BucketCredit`] from a row of `gpu_id, bucket_ms` and then the credit columns in
+/// order, read by position: reports read hundreds of thousands of these rows.
+pub(crate) fn bucket_credit_from_row<R>(row: &R) -> Result<crate::BucketCredit, sqlx::Error>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+{
+    let mut cells = [0.0; fleetlens_core::CREDIT_COLUMNS];
+    for (i, cell) in cells.iter_mut().enumerate() {
+        *cell = row.try_get(2 + i)?;
+    }
+    Ok(crate::BucketCredit {
+        gpu_id: row.try_get(0)?,
+        bucket_ms: row.try_get(1)?,
+        credit: fleetlens_core::Credit::from_cells(&cells),
+    })
 }
 
 /// `SET` clause merging an incoming delta (`excluded`) into a stored rollup row. `least` and

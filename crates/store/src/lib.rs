@@ -209,9 +209,9 @@ pub struct HourCreditSplit {
 }
 
 /// The SQL of [`Store::org_hour_credit_split`] with `?` placeholders: the summed whole hours
-/// (two statements, see [`whole_credit_sql`]) and the partial hours (binds: org, hour of `from`, first whole hour;
+/// (three statements, see [`whole_credit_sql`]) and the partial hours (binds: org, hour of `from`, first whole hour;
 /// org, last whole hour start, end; then org, first whole hour, last whole hour start, twice).
-pub(crate) fn hour_credit_split_sql(first_whole_ms: i64, last_start_ms: i64) -> ((String, String), String) {
+pub(crate) fn hour_credit_split_sql(first_whole_ms: i64, last_start_ms: i64) -> (WholeCreditSql, String) {
     const H: i64 = 3_600_000;
     let names = fleetlens_core::Credit::column_names();
     // The end of the minute of the GPU's newest sample: the hour credits' span ends there.
@@ -245,14 +245,16 @@ pub(crate) fn hour_credit_split_sql(first_whole_ms: i64, last_start_ms: i64) -> 
 /// `[first_whole_ms, last_start_ms + 1 h)`: the UTC days that lie wholly inside both these hours
 /// and the GPU's credited span `[first_seen_ms, credited_to)` come from `credits_1d` (one row per
 /// day, the sum of the day's hours), the GPU's other whole hours from `rollups_1h`, so the sums
-/// are the same as summing the hours. Two statements: the days (binds: the org) and the hours
-/// before and after the GPU's days (binds: the org, twice); the times are integer literals.
+/// are the same as summing the hours. Three statements, each bound to the org only (the times are
+/// integer literals): the days, the hours before the GPU's days and the hours after them. They
+/// are independent, so the stores run them (and the partial hours) at once on separate
+/// connections: a fleet-month is ~0.5 M rows to sum, and each statement keeps one core busy.
 ///
 /// Per GPU its days are `[u0, u1)`: `u0` = the later of the first day boundary of the period
 /// and the first at or after `first_seen_ms`, `u1` = the earlier of the last day boundary of
 /// the period and the last at or before `credited_to`; when `u0 >= u1` it has none and every
 /// whole hour is read from `rollups_1h`.
-pub(crate) fn whole_credit_sql(first_whole_ms: i64, last_start_ms: i64) -> (String, String) {
+pub(crate) fn whole_credit_sql(first_whole_ms: i64, last_start_ms: i64) -> WholeCreditSql {
     const H: i64 = 3_600_000;
     const D: i64 = DAY_MS;
     let names = fleetlens_core::Credit::column_names();
@@ -289,14 +291,19 @@ pub(crate) fn whole_credit_sql(first_whole_ms: i64, last_start_ms: i64) -> (Stri
             sums("r")
         )
     };
-    (
+    WholeCreditSql {
         days,
-        format!(
-            "{} UNION ALL {}",
-            hours(&format!("r.bucket_ms >= {from} AND r.bucket_ms < {split_lo}")),
-            hours(&format!("r.bucket_ms >= {split_hi} AND r.bucket_ms < {last_whole}")),
-        ),
-    )
+        hours_before: hours(&format!("r.bucket_ms >= {from} AND r.bucket_ms < {split_lo}")),
+        hours_after: hours(&format!("r.bucket_ms >= {split_hi} AND r.bucket_ms < {last_whole}")),
+    }
+}
+
+/// The three statements of [`whole_credit_sql`]; each selects `gpu_id, bucket_ms` and then the
+/// credit columns in [`fleetlens_core::Credit::column_names`] order, one row per GPU.
+pub(crate) struct WholeCreditSql {
+    pub days: String,
+    pub hours_before: String,
+    pub hours_after: String,
 }
 
 /// One row per GPU from rows of [`whole_credit_sql`]: credits added, the earliest bucket.

@@ -522,15 +522,7 @@ impl Store for PgStore {
             crate::rollup_table(res)
         );
         let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(crate::BucketCredit {
-                    gpu_id: r.try_get("gpu_id")?,
-                    bucket_ms: r.try_get("bucket_ms")?,
-                    credit: columns::credit_from_row(r)?,
-                })
-            })
-            .collect()
+        Ok(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
     }
 
     async fn org_hour_credit_split(
@@ -550,47 +542,51 @@ impl Store for PgStore {
             return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
         }
         let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
-        let (days, hours) = (crate::accounts::numbered(&whole.0), crate::accounts::numbered(&whole.1));
         let partial = crate::accounts::numbered(&partial);
-        let to_credit = |r: &sqlx::postgres::PgRow| -> Result<crate::BucketCredit> {
-            Ok(crate::BucketCredit {
-                gpu_id: r.try_get("gpu_id")?,
-                bucket_ms: r.try_get("bucket_ms")?,
-                credit: columns::credit_from_row(r)?,
-            })
+        // Four independent statements at once, each on its own pooled connection (and so its
+        // own PostgreSQL backend process).
+        let whole_part = |sql: String, nested_loop: bool| async move {
+            let sql = crate::accounts::numbered(&sql);
+            let mut tx = self.pool.begin().await?;
+            // Statements this short gain nothing from JIT compilation (~0.5 s for these).
+            sqlx::query("SET LOCAL jit = off").execute(&mut *tx).await?;
+            if nested_loop {
+                // The hours before and after each GPU's days are ranges whose bounds depend on
+                // the GPU: the planner cannot estimate them and would hash-join the whole hour
+                // table, so it is told to look them up per GPU (a nested loop over the key).
+                for knob in ["SET LOCAL enable_hashjoin = off", "SET LOCAL enable_mergejoin = off"] {
+                    sqlx::query(knob).execute(&mut *tx).await?;
+                }
+            }
+            let rows = sqlx::query(&sql).bind(org).fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
         };
-        // Statements this short gain nothing from JIT compilation (~0.5 s for these).
-        let mut tx = self.pool.begin().await?;
-        sqlx::query("SET LOCAL jit = off").execute(&mut *tx).await?;
-        let mut whole = sqlx::query(&days).bind(org).fetch_all(&mut *tx).await?;
-        // The hours before and after each GPU's days are ranges whose bounds depend on the GPU:
-        // the planner cannot estimate them and would hash-join the whole hour table, so it is
-        // told to look them up per GPU (a nested loop over the primary key).
-        for knob in ["SET LOCAL enable_hashjoin = off", "SET LOCAL enable_mergejoin = off"] {
-            sqlx::query(knob).execute(&mut *tx).await?;
-        }
-        whole.extend(sqlx::query(&hours).bind(org).bind(org).fetch_all(&mut *tx).await?);
-        tx.commit().await?;
-        let whole = whole.iter().map(to_credit).collect::<Result<Vec<_>>>()?;
-        let whole = crate::sum_per_gpu(whole);
-        let partial = sqlx::query(&partial)
-            .bind(org)
-            .bind(floor_from)
-            .bind(first_whole_ms)
-            .bind(org)
-            .bind(last_start)
-            .bind(end_ms)
-            .bind(org)
-            .bind(first_whole_ms)
-            .bind(last_start)
-            .bind(org)
-            .bind(first_whole_ms)
-            .bind(last_start)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(to_credit)
-            .collect::<Result<Vec<_>>>()?;
+        let partial = async {
+            let rows = sqlx::query(&partial)
+                .bind(org)
+                .bind(floor_from)
+                .bind(first_whole_ms)
+                .bind(org)
+                .bind(last_start)
+                .bind(end_ms)
+                .bind(org)
+                .bind(first_whole_ms)
+                .bind(last_start)
+                .bind(org)
+                .bind(first_whole_ms)
+                .bind(last_start)
+                .fetch_all(&self.pool)
+                .await?;
+            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+        };
+        let (days, before, after, partial) = tokio::try_join!(
+            whole_part(whole.days, false),
+            whole_part(whole.hours_before, true),
+            whole_part(whole.hours_after, true),
+            partial
+        )?;
+        let whole = crate::sum_per_gpu(days.into_iter().chain(before).chain(after).collect());
         Ok(crate::HourCreditSplit { whole, partial })
     }
 

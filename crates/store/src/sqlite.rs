@@ -661,15 +661,7 @@ impl Store for SqliteStore {
             crate::rollup_table(res)
         );
         let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|r| {
-                Ok(crate::BucketCredit {
-                    gpu_id: r.try_get("gpu_id")?,
-                    bucket_ms: r.try_get("bucket_ms")?,
-                    credit: columns::credit_from_row(r)?,
-                })
-            })
-            .collect()
+        Ok(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
     }
 
     async fn org_hour_credit_split(
@@ -689,42 +681,37 @@ impl Store for SqliteStore {
             return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
         }
         let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
-        let to_credit = |r: &sqlx::sqlite::SqliteRow| -> Result<crate::BucketCredit> {
-            Ok(crate::BucketCredit {
-                gpu_id: r.try_get("gpu_id")?,
-                bucket_ms: r.try_get("bucket_ms")?,
-                credit: columns::credit_from_row(r)?,
-            })
+        // Four independent statements at once, each on its own pooled connection (and so its
+        // own SQLite thread): WAL readers do not block each other.
+        let whole_part = |sql: String| async move {
+            let rows = sqlx::query(&sql).bind(org).fetch_all(&self.pool).await?;
+            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
         };
-        let whole = format!("{} UNION ALL {}", whole.0, whole.1);
-        let whole = sqlx::query(&whole)
-            .bind(org)
-            .bind(org)
-            .bind(org)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(to_credit)
-            .collect::<Result<Vec<_>>>()?;
-        let whole = crate::sum_per_gpu(whole);
-        let partial = sqlx::query(&partial)
-            .bind(org)
-            .bind(floor_from)
-            .bind(first_whole_ms)
-            .bind(org)
-            .bind(last_start)
-            .bind(end_ms)
-            .bind(org)
-            .bind(first_whole_ms)
-            .bind(last_start)
-            .bind(org)
-            .bind(first_whole_ms)
-            .bind(last_start)
-            .fetch_all(&self.pool)
-            .await?
-            .iter()
-            .map(to_credit)
-            .collect::<Result<Vec<_>>>()?;
+        let partial = async {
+            let rows = sqlx::query(&partial)
+                .bind(org)
+                .bind(floor_from)
+                .bind(first_whole_ms)
+                .bind(org)
+                .bind(last_start)
+                .bind(end_ms)
+                .bind(org)
+                .bind(first_whole_ms)
+                .bind(last_start)
+                .bind(org)
+                .bind(first_whole_ms)
+                .bind(last_start)
+                .fetch_all(&self.pool)
+                .await?;
+            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+        };
+        let (days, before, after, partial) = tokio::try_join!(
+            whole_part(whole.days),
+            whole_part(whole.hours_before),
+            whole_part(whole.hours_after),
+            partial
+        )?;
+        let whole = crate::sum_per_gpu(days.into_iter().chain(before).chain(after).collect());
         Ok(crate::HourCreditSplit { whole, partial })
     }
 

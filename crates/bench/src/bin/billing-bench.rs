@@ -38,6 +38,9 @@ struct Args {
     server_bin: String,
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pg_admin: String,
+    /// Keep the filled database (SQLite: its directory; PostgreSQL: the database) for profiling.
+    #[arg(long)]
+    keep: bool,
 }
 
 const TOKEN: &str = "fl_bench_billing_token_0123456789";
@@ -196,6 +199,11 @@ async fn main() -> Result<()> {
         other => bail!("unknown backend {other}"),
     };
     let result = run(&args, &db_url).await;
+    if args.keep {
+        eprintln!("kept the database: {db_url}");
+        let _ = dir.keep();
+        return result;
+    }
     if let Some(name) = pg_name {
         let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
         sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut c).await?;
