@@ -70,7 +70,7 @@ run_one() {
     pids+=($!)
   done
   csv="$out/$backend-$stamp.csv"
-  echo "elapsed_s,rss_kib,server_cpu_s,samples,lag_oldest_ms,lag_newest_ms,spool_files,error_lines" >"$csv"
+  echo "elapsed_s,rss_kib,rss_anon_kib,rss_file_kib,rss_shmem_kib,server_cpu_s,samples,lag_oldest_ms,lag_newest_ms,spool_files,error_lines" >"$csv"
   local end clk
   end=$(python3 -c "import time,sys; print(int(time.time() + float(sys.argv[1]) * 60))" "$minutes")
   clk=$(getconf CLK_TCK)
@@ -78,7 +78,9 @@ run_one() {
     sleep 10
     local now rss cpu samples lags spool errs
     now=$(date +%s%3N)
-    rss=$(awk '/VmRSS/ {print $2}' "/proc/$server_pid/status")
+    # RSS and its parts: heap (anonymous), mapped files, shared memory (SQLite's -shm index).
+    rss=$(awk '/^VmRSS/ {r=$2} /^RssAnon/ {a=$2} /^RssFile/ {f=$2} /^RssShmem/ {s=$2} END {print r "," a "," f "," s}' \
+      "/proc/$server_pid/status")
     cpu=$(awk -v t="$clk" '{printf "%.1f", ($14 + $15) / t}' "/proc/$server_pid/stat")
     samples=$(sql "$db_url" "SELECT count(*) FROM samples")
     lags=$(sql "$db_url" "SELECT ($now - min(last_seen_ms)) || ',' || ($now - max(last_seen_ms)) FROM gpus WHERE host LIKE 'soak-%'")
@@ -126,6 +128,9 @@ rate = (int(rows[-1]["samples"]) - int(rows[0]["samples"])) / (int(rows[-1]["ela
 print(f"soak {backend}: {gpus} GPUs, {minutes} min, {n} probes ({path})")
 print(f"  samples stored {stored} on {gpus_seen} GPUs; steady ingest {rate:.0f} samples/s")
 print(f"  server RSS after warm-up {rss0/1024:.1f} MiB → end {rss1/1024:.1f} MiB: growth {growth:+.1f} % (goal < 5 %); peak {peak/1024:.1f} MiB")
+for part in ("anon", "file", "shmem"):
+    a, b = int(warm[f"rss_{part}_kib"]), int(last[f"rss_{part}_kib"])
+    print(f"    of it {part}: {a/1024:.1f} → {b/1024:.1f} MiB")
 print(f"  server CPU {cpu:.0f} % of one core on average")
 print(f"  ingest lag (now − oldest GPU's newest sample) p50 {statistics.median(lags)/1000:.2f} s, max {max(lags)/1000:.2f} s (goal < 2 s)")
 print(f"  error/warning log lines: {errs} (goal 0); max spool files {max(int(r['spool_files']) for r in rows)}")
