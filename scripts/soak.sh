@@ -5,7 +5,8 @@
 # lines in the logs, and the ingest lag (now − the oldest of the GPUs' newest stored sample).
 # At the end it stops the agents (SIGTERM: they spool and flush), checks the stored count
 # against the samples the agents produced, and prints a summary:
-#   RSS growth after warm-up (goal < 5 %), errors (goal 0), lag p50/max (goal < 2 s).
+#   RSS growth after warm-up (goal < 5 %; medians of a minute, see scripts/soak_summary.py),
+#   errors (goal 0), lag p50/max (goal < 2 s).
 #
 #   scripts/soak.sh [MINUTES (default 15)] [sqlite|postgres|both (default both)]
 #   SOAK_GPUS=2000 SOAK_AGENTS=4 SOAK_PROFILE=release scripts/soak.sh 15
@@ -109,38 +110,7 @@ run_one() {
   local rollups
   rollups=$(sql "$db_url" "SELECT (SELECT count(*) FROM rollups_1m) || ',' || (SELECT count(*) FROM rollups_1h)")
   kill -TERM "$server_pid"; wait "$server_pid" 2>/dev/null || true
-  python3 - "$csv" "$backend" "$minutes" "$gpus" "$stored" "$gpus_seen" "$bytes" "$rollups" <<'PY'
-import csv, statistics, sys
-path, backend, minutes, gpus, stored, gpus_seen, size, rollups = sys.argv[1:]
-rows = list(csv.DictReader(open(path)))
-if not rows:
-    sys.exit("no samples recorded")
-n = len(rows)
-warm = rows[max(1, n // 3) - 1]  # warm-up: the first third
-last = rows[-1]
-rss0, rss1 = int(warm["rss_kib"]), int(last["rss_kib"])
-growth = (rss1 - rss0) / rss0 * 100
-peak = max(int(r["rss_kib"]) for r in rows)
-lags = [int(r["lag_oldest_ms"]) for r in rows]
-errs = int(last["error_lines"])
-cpu = float(last["server_cpu_s"]) / float(last["elapsed_s"]) * 100
-rate = (int(rows[-1]["samples"]) - int(rows[0]["samples"])) / (int(rows[-1]["elapsed_s"]) - int(rows[0]["elapsed_s"]) or 1)
-print(f"soak {backend}: {gpus} GPUs, {minutes} min, {n} probes ({path})")
-print(f"  samples stored {stored} on {gpus_seen} GPUs; steady ingest {rate:.0f} samples/s")
-print(f"  server RSS after warm-up {rss0/1024:.1f} MiB → end {rss1/1024:.1f} MiB: growth {growth:+.1f} % (goal < 5 %); peak {peak/1024:.1f} MiB")
-for part in ("anon", "file", "shmem"):
-    a, b = int(warm[f"rss_{part}_kib"]), int(last[f"rss_{part}_kib"])
-    print(f"    of it {part}: {a/1024:.1f} → {b/1024:.1f} MiB")
-print(f"  server CPU {cpu:.0f} % of one core on average")
-print(f"  ingest lag (now − oldest GPU's newest sample) p50 {statistics.median(lags)/1000:.2f} s, max {max(lags)/1000:.2f} s (goal < 2 s)")
-print(f"  error/warning log lines: {errs} (goal 0); max spool files {max(int(r['spool_files']) for r in rows)}")
-sb, mb, hb = (int(x) for x in size.split(","))
-r1m, r1h = (int(x) for x in rollups.split(","))
-print(f"  on disk with indexes: samples {sb/2**20:.1f} MiB = {sb/int(stored):.0f} B/sample; "
-      f"rollups_1m {mb/2**20:.1f} MiB = {mb/max(r1m,1):.0f} B/row ({r1m} rows); rollups_1h {hb/2**20:.1f} MiB = {hb/max(r1h,1):.0f} B/row ({r1h} rows)")
-ok = growth < 5 and errs == 0 and max(lags) < 2000
-print(f"  verdict: {'PASS' if ok else 'FAIL'}")
-PY
+  python3 scripts/soak_summary.py "$csv" "$backend" "$minutes" "$gpus" "$stored" "$gpus_seen" "$bytes" "$rollups"
   if [ "$backend" = postgres ]; then
     psql -X -q "$pg_admin" -c "DROP DATABASE IF EXISTS fleetlens_soak_${stamp,,} WITH (FORCE)" >/dev/null || true
   fi

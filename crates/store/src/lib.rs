@@ -12,7 +12,7 @@ mod credits;
 pub mod events;
 mod feed;
 pub mod leader;
-mod pg_copy;
+mod pg_samples;
 mod postgres;
 mod sqlite;
 

@@ -2,7 +2,7 @@
 //! per table, whatever the batch size). Rows are written in a fixed key order so concurrent
 //! transactions cannot deadlock on each other's index entries.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -13,7 +13,7 @@ use sqlx::{PgPool, Postgres, Row, Transaction};
 
 use crate::columns::{self, Cell, GpuRow, SampleRow};
 use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
-use crate::pg_copy;
+use crate::pg_samples::{self, InsertMode};
 use crate::{
     ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
 };
@@ -50,19 +50,14 @@ impl PgStore {
         &self.pool
     }
 
-    async fn ingest_once(&self, org: OrgId, host: &str, samples: &[Sample]) -> Result<IngestOutcome> {
+    async fn ingest_once(&self, org: OrgId, host: &str, samples: &[Sample], mode: InsertMode) -> Result<IngestOutcome> {
         let mut tx = self.pool.begin().await?;
         let mut meta = HashMap::new();
         let ids = upsert_gpus(&mut tx, org, host, samples, &mut meta).await?;
         let mut order: Vec<&Sample> = samples.iter().collect();
         order.sort_by_key(|s| (ids[s.uuid.as_str()], s.ts_ms));
 
-        let fresh = new_samples(&mut tx, &ids, &order).await?;
-        if !fresh.is_empty() {
-            let mut copy = tx.copy_in_raw(&pg_copy::samples_copy_sql()).await?;
-            copy.send(pg_copy::encode_samples(fresh.iter().map(|s| (ids[s.uuid.as_str()], *s)))).await?;
-            copy.finish().await?;
-        }
+        let fresh = pg_samples::insert(&mut tx, &ids, &order, mode).await?;
         let mut minute = RollupAccumulator::new(Resolution::Minute);
         let mut hour = RollupAccumulator::new(Resolution::Hour);
         for s in &fresh {
@@ -292,51 +287,10 @@ async fn update_minute_credits(tx: &mut Transaction<'_, Postgres>, updates: &[Mi
     Ok(())
 }
 
-/// Deadlocks (40P01) and serialization failures (40001) are retryable by definition; a unique
-/// violation (23505) means a concurrent batch stored some of the same samples after this one
-/// looked for them: the retry finds them stored and leaves them out.
+/// Deadlocks (40P01) and serialization failures (40001) are retryable by definition.
 fn is_retryable(e: &StoreError) -> bool {
     matches!(e, StoreError::Database(sqlx::Error::Database(db))
-        if matches!(db.code().as_deref(), Some("40P01") | Some("40001") | Some("23505")))
-}
-
-/// The samples of `order` (sorted by GPU and time) that are not stored yet, each key once (the
-/// first of the batch wins). One query reads the stored keys inside each GPU's time range.
-async fn new_samples<'a>(
-    tx: &mut Transaction<'_, Postgres>,
-    ids: &HashMap<String, i64>,
-    order: &[&'a Sample],
-) -> Result<Vec<&'a Sample>> {
-    let mut ranges: BTreeMap<i64, (i64, i64)> = BTreeMap::new();
-    for s in order {
-        let r = ranges.entry(ids[s.uuid.as_str()]).or_insert((s.ts_ms, s.ts_ms));
-        r.0 = r.0.min(s.ts_ms);
-        r.1 = r.1.max(s.ts_ms);
-    }
-    let gpu_ids: Vec<i64> = ranges.keys().copied().collect();
-    let lo: Vec<i64> = ranges.values().map(|r| r.0).collect();
-    let hi: Vec<i64> = ranges.values().map(|r| r.1).collect();
-    let stored: HashSet<(i64, i64)> = sqlx::query_as(
-        "SELECT s.gpu_id, s.ts_ms FROM UNNEST($1::int8[], $2::int8[], $3::int8[]) AS t(gpu_id, lo, hi) \
-         JOIN samples s ON s.gpu_id = t.gpu_id AND s.ts_ms >= t.lo AND s.ts_ms <= t.hi",
-    )
-    .bind(&gpu_ids)
-    .bind(&lo)
-    .bind(&hi)
-    .fetch_all(&mut **tx)
-    .await?
-    .into_iter()
-    .collect();
-    let mut last: Option<(i64, i64)> = None;
-    let mut fresh = Vec::with_capacity(order.len());
-    for &s in order {
-        let key = (ids[s.uuid.as_str()], s.ts_ms);
-        if last != Some(key) && !stored.contains(&key) {
-            fresh.push(s);
-        }
-        last = Some(key);
-    }
-    Ok(fresh)
+        if matches!(db.code().as_deref(), Some("40P01") | Some("40001")))
 }
 
 #[async_trait]
@@ -407,8 +361,15 @@ impl Store for PgStore {
             return Ok(IngestOutcome::default());
         }
         let mut attempt = 1;
+        let mut mode = InsertMode::Copy;
         loop {
-            match self.ingest_once(org, host, &samples).await {
+            match self.ingest_once(org, host, &samples, mode).await {
+                // Some of the batch is stored already (or a concurrent batch stored it first):
+                // run it again skipping what is stored; no wait, nothing to back off from.
+                Err(e) if mode == InsertMode::Copy && pg_samples::is_unique_violation(&e) => {
+                    tracing::debug!("batch holds samples stored before; inserting it skipping those");
+                    mode = InsertMode::SkipStored;
+                }
                 Err(e) if attempt < MAX_ATTEMPTS && is_retryable(&e) => {
                     tracing::debug!(error = %e, attempt, "ingest transaction lost a race; retrying");
                     attempt += 1;

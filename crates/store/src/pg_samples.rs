@@ -1,0 +1,207 @@
+//! Sample rows into PostgreSQL, two ways.
+//!
+//! [`InsertMode::Copy`]: binary `COPY … FROM STDIN`, the cheapest way into a table: no SQL to plan
+//! per batch, no array parameters to unpack with `UNNEST`, no speculative insertion for
+//! `ON CONFLICT`, no keys sent back. It has no conflict handling: a sample stored before (an agent
+//! resending a batch whose answer it did not get) makes it fail with a unique violation, and the
+//! store runs the batch again with [`InsertMode::SkipStored`]: `INSERT … SELECT FROM UNNEST(…)
+//! ON CONFLICT DO NOTHING RETURNING` the keys it stored. New samples, the normal case, take the
+//! first path; only a resent batch pays for the second.
+//!
+//! Format (PostgreSQL docs, "COPY … Binary Format"): an 11-byte signature, a 32-bit flags field
+//! and a 32-bit header-extension length; then per tuple a 16-bit field count and per field a
+//! 32-bit byte length (-1 for NULL) followed by the value in network byte order; a 16-bit -1
+//! ends the data.
+
+use std::collections::{HashMap, HashSet};
+
+use fleetlens_core::Sample;
+use sqlx::{Postgres, Row, Transaction};
+
+use crate::columns::{self, Cell, SAMPLE_COLUMNS};
+use crate::{Result, StoreError};
+
+/// How [`insert`] writes the batch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum InsertMode {
+    Copy,
+    SkipStored,
+}
+
+/// Store the samples of `order` (sorted by GPU and time) and return those that were stored: each
+/// key once, the first of the batch; with [`InsertMode::SkipStored`] also none stored before.
+pub(crate) async fn insert<'a>(
+    tx: &mut Transaction<'_, Postgres>,
+    ids: &HashMap<String, i64>,
+    order: &[&'a Sample],
+    mode: InsertMode,
+) -> Result<Vec<&'a Sample>> {
+    let mut last = None;
+    let unique: Vec<&Sample> = order
+        .iter()
+        .copied()
+        .filter(|s| {
+            let key = Some((ids[s.uuid.as_str()], s.ts_ms));
+            std::mem::replace(&mut last, key) != key
+        })
+        .collect();
+    if unique.is_empty() {
+        return Ok(unique);
+    }
+    match mode {
+        InsertMode::Copy => {
+            let mut copy = tx.copy_in_raw(&samples_copy_sql()).await?;
+            copy.send(encode_samples(unique.iter().map(|s| (ids[s.uuid.as_str()], *s)))).await?;
+            copy.finish().await?;
+            Ok(unique)
+        }
+        InsertMode::SkipStored => {
+            let stored = insert_skipping_stored(tx, ids, &unique).await?;
+            Ok(unique.into_iter().filter(|s| stored.contains(&(ids[s.uuid.as_str()], s.ts_ms))).collect())
+        }
+    }
+}
+
+/// A unique violation (23505): some of the batch is stored already.
+pub(crate) fn is_unique_violation(e: &StoreError) -> bool {
+    matches!(e, StoreError::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505"))
+}
+
+/// `INSERT … ON CONFLICT DO NOTHING` of `unique` (distinct keys): the keys stored by it.
+async fn insert_skipping_stored(
+    tx: &mut Transaction<'_, Postgres>,
+    ids: &HashMap<String, i64>,
+    unique: &[&Sample],
+) -> Result<HashSet<(i64, i64)>> {
+    let n = unique.len();
+    let kinds: Vec<bool> = columns::sample_cells(&Sample::default()).iter().map(|c| matches!(c, Cell::F(_))).collect();
+    let mut f_cols: Vec<Vec<Option<f64>>> =
+        (0..kinds.iter().filter(|k| **k).count()).map(|_| Vec::with_capacity(n)).collect();
+    let mut i_cols: Vec<Vec<Option<i64>>> =
+        (0..kinds.iter().filter(|k| !**k).count()).map(|_| Vec::with_capacity(n)).collect();
+    let gpu_col: Vec<i64> = unique.iter().map(|s| ids[s.uuid.as_str()]).collect();
+    let ts_col: Vec<i64> = unique.iter().map(|s| s.ts_ms).collect();
+    let procs: Vec<Option<String>> = unique.iter().map(|s| columns::processes_json(s)).collect();
+    for s in unique {
+        let (mut fi, mut ii) = (0, 0);
+        for cell in columns::sample_cells(s) {
+            match cell {
+                Cell::F(v) => {
+                    f_cols[fi].push(v);
+                    fi += 1;
+                }
+                Cell::I(v) => {
+                    i_cols[ii].push(v);
+                    ii += 1;
+                }
+            }
+        }
+    }
+    let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
+    for (i, &is_f) in kinds.iter().enumerate() {
+        params.push(format!("${}::{}", i + 3, if is_f { "float8[]" } else { "int8[]" }));
+    }
+    params.push(format!("${}::text[]", kinds.len() + 3));
+    let cols = SAMPLE_COLUMNS.join(", ");
+    let sql = format!(
+        "INSERT INTO samples (gpu_id, ts_ms, {cols}, processes) \
+         SELECT gpu_id, ts_ms, {cols}, processes FROM UNNEST({}) AS t(gpu_id, ts_ms, {cols}, processes) \
+         ON CONFLICT DO NOTHING RETURNING gpu_id, ts_ms",
+        params.join(", ")
+    );
+    let mut q = sqlx::query(&sql).bind(&gpu_col).bind(&ts_col);
+    let (mut fi, mut ii) = (0, 0);
+    for &is_f in &kinds {
+        if is_f {
+            q = q.bind(&f_cols[fi]);
+            fi += 1;
+        } else {
+            q = q.bind(&i_cols[ii]);
+            ii += 1;
+        }
+    }
+    let rows = q.bind(&procs).fetch_all(&mut **tx).await?;
+    rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect()
+}
+
+const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
+
+/// `COPY` statement matching [`encode_samples`]' field order.
+fn samples_copy_sql() -> String {
+    format!("COPY samples (gpu_id, ts_ms, {}, processes) FROM STDIN (FORMAT binary)", SAMPLE_COLUMNS.join(", "))
+}
+
+/// Encode `(gpu_id, sample)` rows as one binary `COPY` stream.
+fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) -> Vec<u8> {
+    // 26 fields of at most 8 bytes plus their 4-byte lengths, and the process list.
+    let mut out = Vec::with_capacity(19 + rows.len() * 320 + 2);
+    out.extend_from_slice(SIGNATURE);
+    out.extend_from_slice(&0i32.to_be_bytes());
+    out.extend_from_slice(&0i32.to_be_bytes());
+    let fields = (2 + SAMPLE_COLUMNS.len() + 1) as i16;
+    for (gpu_id, s) in rows {
+        out.extend_from_slice(&fields.to_be_bytes());
+        put_i64(&mut out, Some(gpu_id));
+        put_i64(&mut out, Some(s.ts_ms));
+        for cell in columns::sample_cells(s) {
+            match cell {
+                Cell::F(v) => put_f64(&mut out, v),
+                Cell::I(v) => put_i64(&mut out, v),
+            }
+        }
+        match &s.processes {
+            Some(list) => {
+                let len_at = out.len();
+                out.extend_from_slice(&0i32.to_be_bytes());
+                serde_json::to_writer(&mut out, list).expect("a process list serializes");
+                let len = (out.len() - len_at - 4) as i32;
+                out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
+            }
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+    }
+    out.extend_from_slice(&(-1i16).to_be_bytes());
+    out
+}
+
+fn put_i64(out: &mut Vec<u8>, v: Option<i64>) {
+    match v {
+        Some(v) => {
+            out.extend_from_slice(&8i32.to_be_bytes());
+            out.extend_from_slice(&v.to_be_bytes());
+        }
+        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+    }
+}
+
+fn put_f64(out: &mut Vec<u8>, v: Option<f64>) {
+    match v {
+        Some(v) => {
+            out.extend_from_slice(&8i32.to_be_bytes());
+            out.extend_from_slice(&v.to_bits().to_be_bytes());
+        }
+        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_has_signature_one_tuple_per_row_and_trailer() {
+        let s = Sample { ts_ms: 7, gpu_util_pct: Some(50.0), ..Sample::default() };
+        let bytes = encode_samples([(3, &s)].into_iter());
+        assert_eq!(&bytes[..11], SIGNATURE);
+        assert_eq!(&bytes[11..19], &[0; 8]);
+        assert_eq!(i16::from_be_bytes([bytes[19], bytes[20]]), 26);
+        // gpu_id, then ts_ms, then gpu_util_pct as float8 bits.
+        assert_eq!(&bytes[21..25], &8i32.to_be_bytes());
+        assert_eq!(i64::from_be_bytes(bytes[25..33].try_into().unwrap()), 3);
+        assert_eq!(i64::from_be_bytes(bytes[37..45].try_into().unwrap()), 7);
+        assert_eq!(f64::from_bits(u64::from_be_bytes(bytes[49..57].try_into().unwrap())), 50.0);
+        // mem_util_pct is NULL.
+        assert_eq!(&bytes[57..61], &(-1i32).to_be_bytes());
+        assert_eq!(&bytes[bytes.len() - 2..], &(-1i16).to_be_bytes());
+    }
+}
