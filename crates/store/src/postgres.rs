@@ -20,8 +20,6 @@ use crate::{
 
 /// Transactions that lose a deadlock or serialization race are retried this many times.
 const MAX_ATTEMPTS: u32 = 5;
-/// Pooled connections of one server process.
-const PG_CONNECTIONS: u32 = 16;
 
 pub struct PgStore {
     pool: PgPool,
@@ -31,14 +29,8 @@ pub struct PgStore {
 impl PgStore {
     pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
         let opts: PgConnectOptions = url.parse()?;
-        // A fixed pool, opened at start and kept: connections opened on demand during a burst
-        // each grew their buffers to the largest batch they carried after the server had
-        // warmed up (memory that only grows); sixteen is what concurrent ingest and a report's
-        // four statements at once use.
         let pool = PgPoolOptions::new()
-            .max_connections(PG_CONNECTIONS)
-            .min_connections(PG_CONNECTIONS)
-            .idle_timeout(None)
+            .max_connections(16)
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(opts)
             .await?;

@@ -85,23 +85,12 @@ const WRITER_CACHE_KIB: &str = "-65536";
 /// anyway, and eight connections with the writer's cache each would let the process grow by
 /// half a gigabyte as they warm up.
 const READER_CACHE_KIB: &str = "-8192";
-/// Pooled reading connections: the memory they may hold is `READERS` × `READER_CACHE_KIB`.
-const READERS: u32 = 8;
 
 impl SqliteStore {
     pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
         let opts = options(url)?;
         let readers = opts.clone().pragma("cache_size", READER_CACHE_KIB);
-        // Every reader is opened at start and kept: a pool that opened readers on demand grew
-        // during a burst long after start, each new reader warming its own page cache (the
-        // soak saw the process grow that way); the idle queue is first-in first-out, so all
-        // eight warm up together.
-        let pool = SqlitePoolOptions::new()
-            .max_connections(READERS)
-            .min_connections(READERS)
-            .idle_timeout(None)
-            .connect_with(readers)
-            .await?;
+        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(readers).await?;
         sqlx::migrate!("../../migrations/sqlite").run(&pool).await?;
         let conn = SqliteConnection::connect_with(&opts).await?;
         let (tx, rx) = mpsc::channel(1024);
