@@ -73,35 +73,16 @@ async fn insert_skipping_stored(
     ids: &HashMap<String, i64>,
     unique: &[&Sample],
 ) -> Result<HashSet<(i64, i64)>> {
-    let n = unique.len();
-    let kinds: Vec<bool> = columns::sample_cells(&Sample::default()).iter().map(|c| matches!(c, Cell::F(_))).collect();
-    let mut f_cols: Vec<Vec<Option<f64>>> =
-        (0..kinds.iter().filter(|k| **k).count()).map(|_| Vec::with_capacity(n)).collect();
-    let mut i_cols: Vec<Vec<Option<i64>>> =
-        (0..kinds.iter().filter(|k| !**k).count()).map(|_| Vec::with_capacity(n)).collect();
+    let mut cells = CellColumns::new(&columns::sample_cells(&Sample::default()), unique.len());
+    for s in unique {
+        cells.push(columns::sample_cells(s));
+    }
     let gpu_col: Vec<i64> = unique.iter().map(|s| ids[s.uuid.as_str()]).collect();
     let ts_col: Vec<i64> = unique.iter().map(|s| s.ts_ms).collect();
     let procs: Vec<Option<String>> = unique.iter().map(|s| columns::processes_json(s)).collect();
-    for s in unique {
-        let (mut fi, mut ii) = (0, 0);
-        for cell in columns::sample_cells(s) {
-            match cell {
-                Cell::F(v) => {
-                    f_cols[fi].push(v);
-                    fi += 1;
-                }
-                Cell::I(v) => {
-                    i_cols[ii].push(v);
-                    ii += 1;
-                }
-            }
-        }
-    }
     let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
-    for (i, &is_f) in kinds.iter().enumerate() {
-        params.push(format!("${}::{}", i + 3, if is_f { "float8[]" } else { "int8[]" }));
-    }
-    params.push(format!("${}::text[]", kinds.len() + 3));
+    params.extend(cells.params(3));
+    params.push(format!("${}::text[]", cells.kinds.len() + 3));
     let cols = SAMPLE_COLUMNS.join(", ");
     let sql = format!(
         "INSERT INTO samples (gpu_id, ts_ms, {cols}, processes) \
@@ -109,22 +90,76 @@ async fn insert_skipping_stored(
          ON CONFLICT DO NOTHING RETURNING gpu_id, ts_ms",
         params.join(", ")
     );
-    let mut q = sqlx::query(&sql).bind(&gpu_col).bind(&ts_col);
-    let (mut fi, mut ii) = (0, 0);
-    for &is_f in &kinds {
-        if is_f {
-            q = q.bind(&f_cols[fi]);
-            fi += 1;
-        } else {
-            q = q.bind(&i_cols[ii]);
-            ii += 1;
-        }
-    }
+    let q = cells.bind(sqlx::query(&sql).bind(&gpu_col).bind(&ts_col));
     let rows = q.bind(&procs).fetch_all(&mut **tx).await?;
     rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect()
 }
 
 const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
+
+/// Nullable numeric cells of many rows, as one array per column for `UNNEST` parameters.
+pub(crate) struct CellColumns {
+    /// Per column: float (`true`) or integer.
+    pub kinds: Vec<bool>,
+    f: Vec<Vec<Option<f64>>>,
+    i: Vec<Vec<Option<i64>>>,
+}
+
+impl CellColumns {
+    /// Columns shaped like `template` (one row's cells), with room for `rows` rows.
+    pub fn new(template: &[Cell], rows: usize) -> Self {
+        let kinds: Vec<bool> = template.iter().map(|c| matches!(c, Cell::F(_))).collect();
+        let floats = kinds.iter().filter(|k| **k).count();
+        Self {
+            f: (0..floats).map(|_| Vec::with_capacity(rows)).collect(),
+            i: (0..kinds.len() - floats).map(|_| Vec::with_capacity(rows)).collect(),
+            kinds,
+        }
+    }
+
+    /// Append one row's cells, in the template's order.
+    pub fn push(&mut self, cells: impl IntoIterator<Item = Cell>) {
+        let (mut fi, mut ii) = (0, 0);
+        for cell in cells {
+            match cell {
+                Cell::F(v) => {
+                    self.f[fi].push(v);
+                    fi += 1;
+                }
+                Cell::I(v) => {
+                    self.i[ii].push(v);
+                    ii += 1;
+                }
+            }
+        }
+    }
+
+    /// The typed placeholders of the columns, numbered from `first`.
+    pub fn params(&self, first: usize) -> impl Iterator<Item = String> + '_ {
+        self.kinds
+            .iter()
+            .enumerate()
+            .map(move |(i, &is_f)| format!("${}::{}", first + i, if is_f { "float8[]" } else { "int8[]" }))
+    }
+
+    /// Bind the columns in order.
+    pub fn bind<'q>(
+        &'q self,
+        mut q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+    ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
+        let (mut fi, mut ii) = (0, 0);
+        for &is_f in &self.kinds {
+            if is_f {
+                q = q.bind(&self.f[fi]);
+                fi += 1;
+            } else {
+                q = q.bind(&self.i[ii]);
+                ii += 1;
+            }
+        }
+        q
+    }
+}
 
 /// `COPY` statement matching [`encode_samples`]' field order.
 fn samples_copy_sql() -> String {

@@ -11,9 +11,9 @@ use fleetlens_core::{CREDIT_COLUMNS, Credit, Resolution, RollupAccumulator, Roll
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{PgPool, Postgres, Row, Transaction};
 
-use crate::columns::{self, Cell, GpuRow, SampleRow};
+use crate::columns::{self, GpuRow, SampleRow};
 use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
-use crate::pg_samples::{self, InsertMode};
+use crate::pg_samples::{self, CellColumns, InsertMode};
 use crate::{
     ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
 };
@@ -66,10 +66,6 @@ impl PgStore {
         tx.commit().await?;
         Ok(IngestOutcome { inserted, duplicates: samples.len() as u64 - inserted })
     }
-}
-
-fn pg_type(is_f: bool) -> &'static str {
-    if is_f { "float8[]" } else { "int8[]" }
 }
 
 async fn upsert_gpus(
@@ -142,30 +138,13 @@ async fn merge_rollups(
         return Ok(Vec::new());
     }
     let mut cols = columns::rollup_columns();
-    let mut kinds: Vec<bool> = columns::rollup_cells(&buckets[0]).iter().map(|c| matches!(c, Cell::F(_))).collect();
-    let mut f_cols: Vec<Vec<Option<f64>>> =
-        (0..kinds.iter().filter(|k| **k).count()).map(|_| Vec::with_capacity(buckets.len())).collect();
-    let mut i_cols: Vec<Vec<Option<i64>>> =
-        (0..kinds.iter().filter(|k| !**k).count()).map(|_| Vec::with_capacity(buckets.len())).collect();
+    let mut cells = CellColumns::new(&columns::rollup_cells(&buckets[0]), buckets.len());
     for b in &buckets {
-        let (mut fi, mut ii) = (0, 0);
-        for cell in columns::rollup_cells(b) {
-            match cell {
-                Cell::F(v) => {
-                    f_cols[fi].push(v);
-                    fi += 1;
-                }
-                Cell::I(v) => {
-                    i_cols[ii].push(v);
-                    ii += 1;
-                }
-            }
-        }
+        cells.push(columns::rollup_cells(b));
     }
     let mut credit_cols: Vec<Vec<f64>> = Vec::new();
     if let Some(credits) = credits {
         cols.extend(Credit::column_names());
-        kinds.extend(std::iter::repeat_n(true, CREDIT_COLUMNS));
         credit_cols = (0..CREDIT_COLUMNS).map(|_| Vec::with_capacity(buckets.len())).collect();
         for b in &buckets {
             let c = credits.get(&(b.gpu_id, b.bucket_ms)).copied().unwrap_or_default();
@@ -177,9 +156,9 @@ async fn merge_rollups(
     let gpu_ids: Vec<i64> = buckets.iter().map(|b| b.gpu_id).collect();
     let bucket_ms: Vec<i64> = buckets.iter().map(|b| b.bucket_ms).collect();
     let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
-    for (i, &is_f) in kinds.iter().enumerate() {
-        params.push(format!("${}::{}", i + 3, pg_type(is_f)));
-    }
+    params.extend(cells.params(3));
+    let first_credit = cells.kinds.len() + 3;
+    params.extend((0..credit_cols.len()).map(|i| format!("${}::float8[]", first_credit + i)));
     let col_list = cols.join(", ");
     let mut set = columns::rollup_merge_set(table, least, greatest);
     if credits.is_some() {
@@ -192,17 +171,7 @@ async fn merge_rollups(
         params.join(", "),
         if credits.is_none() { " RETURNING *" } else { "" }
     );
-    let mut q = sqlx::query(&sql).bind(&gpu_ids).bind(&bucket_ms);
-    let (mut fi, mut ii) = (0, 0);
-    for &is_f in &kinds[..kinds.len() - credit_cols.len()] {
-        if is_f {
-            q = q.bind(&f_cols[fi]);
-            fi += 1;
-        } else {
-            q = q.bind(&i_cols[ii]);
-            ii += 1;
-        }
-    }
+    let mut q = cells.bind(sqlx::query(&sql).bind(&gpu_ids).bind(&bucket_ms));
     for col in &credit_cols {
         q = q.bind(col);
     }
