@@ -164,6 +164,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
     };
     alerts.spawn();
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));
+    tokio::spawn(crate::jobs::maintenance_loop(store.clone()));
     if !state.config.static_dir.join("index.html").exists() {
         tracing::warn!(dir = %state.config.static_dir.display(), "dashboard not built: run frontend/build.sh");
     }

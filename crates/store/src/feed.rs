@@ -77,10 +77,16 @@ impl SampleFeed for crate::postgres::PgStore {
             if left <= 0 {
                 break;
             }
+            // LATERAL makes each GPU's read an index range scan from its position. With a plain
+            // join the planner (generic plans count 10 rows for an UNNEST) chose a merge join
+            // on gpu_id alone, filtering ts_ms row by row: every cycle read the whole samples
+            // table, 1.5 s at 350k rows five minutes into a 2,000-GPU soak, and growing.
             let sql = format!(
-                "{} FROM UNNEST($1::bigint[], $2::bigint[]) AS c(gpu_id, from_ms) JOIN samples s \
-                 ON s.gpu_id = c.gpu_id AND s.ts_ms >= c.from_ms JOIN gpus g ON g.id = s.gpu_id \
-                 ORDER BY s.gpu_id, s.ts_ms LIMIT $3",
+                "{} FROM UNNEST($1::bigint[], $2::bigint[]) AS c(gpu_id, from_ms) \
+                 JOIN gpus g ON g.id = c.gpu_id \
+                 CROSS JOIN LATERAL (SELECT * FROM samples WHERE gpu_id = c.gpu_id AND ts_ms >= c.from_ms \
+                 ORDER BY ts_ms LIMIT $3) s \
+                 ORDER BY c.gpu_id, s.ts_ms LIMIT $3",
                 select("s.processes::text")
             );
             let (gpus, froms): (Vec<i64>, Vec<i64>) = chunk.iter().copied().unzip();

@@ -374,6 +374,15 @@ pub struct RetentionReport {
     pub rollups_1h: u64,
 }
 
+/// What one maintenance pass did (see [`Store::maintain`]).
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct MaintenanceReport {
+    /// The database's own autovacuum is on, so the pass left the tables to it.
+    pub autovacuum: bool,
+    /// Tables vacuumed and analysed by this pass.
+    pub vacuumed: Vec<String>,
+}
+
 #[async_trait]
 pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sync + 'static {
     /// `sqlite` or `postgres`.
@@ -444,6 +453,16 @@ pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sy
 
     /// Delete what is older than the policy allows, measured back from `now_ms`.
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport>;
+
+    /// Housekeeping between ingests. PostgreSQL with autovacuum off (some managed or CI
+    /// setups turn it off) never clears the dead row versions that every ingest leaves in the
+    /// rollup, credit and GPU rows it updates in place, nor refreshes the planner's statistics;
+    /// tables and queries then slow down by the minute. There the pass vacuums and analyses
+    /// the tables that autovacuum's own thresholds would pick. With autovacuum on, and on
+    /// SQLite (which reuses freed pages itself), there is nothing to do.
+    async fn maintain(&self) -> Result<MaintenanceReport> {
+        Ok(MaintenanceReport { autovacuum: true, vacuumed: Vec::new() })
+    }
 
     /// The leadership lock of background job `job` (see [`leader`]): a PostgreSQL advisory
     /// lock shared by every replica on the database; SQLite is one process and always leads.

@@ -632,6 +632,29 @@ impl Store for PgStore {
         Box::new(crate::leader::PgAdvisoryLock::new(self.pool.clone(), job))
     }
 
+    async fn maintain(&self) -> Result<crate::MaintenanceReport> {
+        let autovacuum: String =
+            sqlx::query_scalar("SELECT current_setting('autovacuum')").fetch_one(&self.pool).await?;
+        if autovacuum == "on" {
+            return Ok(crate::MaintenanceReport { autovacuum: true, vacuumed: Vec::new() });
+        }
+        // autovacuum's default thresholds (vacuum: dead > 50 + 20 %; analyze: changed > 50 +
+        // 10 %; insert-only: inserted > 1000 + 20 %), applied to this schema's tables.
+        let due: Vec<String> = sqlx::query_scalar(
+            "SELECT quote_ident(relname) FROM pg_stat_user_tables WHERE schemaname = current_schema() \
+             AND (n_dead_tup > 50 + 0.2 * n_live_tup OR n_mod_since_analyze > 50 + 0.1 * n_live_tup \
+             OR n_ins_since_vacuum > 1000 + 0.2 * n_live_tup) ORDER BY relname",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        // One table per statement: VACUUM holds no lock that blocks ingest (SHARE UPDATE
+        // EXCLUSIVE), and a failure leaves the others done.
+        for table in &due {
+            sqlx::query(&format!("VACUUM (ANALYZE) {table}")).execute(&self.pool).await?;
+        }
+        Ok(crate::MaintenanceReport { autovacuum: false, vacuumed: due })
+    }
+
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();

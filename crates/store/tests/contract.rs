@@ -19,6 +19,7 @@ fleetlens_tests::for_each_backend!(
     hour_credit_split_partitions_the_period,
     whole_days_give_the_sums_of_their_hours,
     the_feed_reads_many_gpus_at_once,
+    maintenance_clears_the_garbage_of_in_place_updates,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -437,4 +438,57 @@ async fn the_feed_reads_many_gpus_at_once(backend: Backend) {
     // More GPUs than one query takes.
     let many: Vec<(i64, i64)> = (0..4500).map(|i| (ids[i % 3], t0 + 9000)).collect();
     assert_eq!(store.samples_since(&many, 10_000).await.unwrap().len(), 4500);
+}
+
+async fn maintenance_clears_the_garbage_of_in_place_updates(backend: Backend) {
+    let (db, store) = open(backend).await;
+    // Ten batches into the same minutes: each merges into (updates) the same rollup rows.
+    let now = 1_700_000_040_000i64;
+    for gpu in 0..20 {
+        let samples = synthetic(&format!("GPU-m{gpu}"), now, 60, 1000);
+        for batch in samples.chunks(6) {
+            store.ingest(DEFAULT_ORG, "h", batch.to_vec()).await.unwrap();
+        }
+    }
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-m3").await.unwrap().unwrap();
+    let before = store.rollups(gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    let autovacuum_off = match backend {
+        Backend::Sqlite => false,
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            let setting: String =
+                sqlx::query_scalar("SELECT current_setting('autovacuum')").fetch_one(&pool).await.unwrap();
+            setting == "off"
+        }
+    };
+    if !autovacuum_off {
+        // SQLite, or PostgreSQL whose autovacuum does the work: nothing to do.
+        assert_eq!(
+            store.maintain().await.unwrap(),
+            fleetlens_store::MaintenanceReport { autovacuum: true, vacuumed: vec![] }
+        );
+        return;
+    }
+    // The ingest connections report their row counts to the statistics within a second or so.
+    let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+    let dead = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'rollups_1m'";
+    let mut report = None;
+    for _ in 0..50 {
+        if sqlx::query_scalar::<_, i64>(dead).fetch_one(&pool).await.unwrap() > 0 {
+            report = Some(store.maintain().await.unwrap());
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+    let report = report.expect("the updates left dead rollup rows");
+    assert!(!report.autovacuum);
+    assert!(report.vacuumed.iter().any(|t| t == "rollups_1m"), "rollups_1m vacuumed: {report:?}");
+    assert_eq!(sqlx::query_scalar::<_, i64>(dead).fetch_one(&pool).await.unwrap(), 0, "no dead rows left");
+    let analysed: bool =
+        sqlx::query_scalar("SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'rollups_1m'")
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+    assert!(analysed, "statistics refreshed");
+    assert_eq!(store.rollups(gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap(), before, "data unchanged");
 }
