@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
-# Builds the dashboard into frontend/dist, offline: cargo for wasm32, wasm-bindgen at the exact
+# Builds the dashboard into frontend/dist, offline: cargo for wasm32, wasm-split (the pages are
+# lazily loaded routes, each split off into its own wasm module), wasm-bindgen at the exact
 # Cargo.lock version, and wasm-opt from the npm package binaryen when available. Idempotent:
-# installs what it lacks (the wasm32 target, wasm-bindgen-cli, binaryen) on a fresh machine.
+# installs what it lacks (the wasm32 target, wasm-bindgen-cli, wasm-split, binaryen) on a fresh
+# machine.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -19,11 +21,23 @@ if [ ! -x "$bindgen" ] || [ "$("$bindgen" --version | awk '{print $2}')" != "$wa
   cargo install wasm-bindgen-cli --version "$want" --root "$tools"
 fi
 
+# wasm-split, the post-processing step of cargo-leptos' `--split`, as a pinned CLI: it cuts the
+# wasm at the `#[lazy_route]` split points (frontend/src/app.rs) into a main module and one
+# module per page (plus chunks of code that several pages share).
+split_version="0.2.4"
+splitter="$tools/bin/wasm-split-cli"
+if [ ! -x "$splitter" ] || [ "$(cat "$tools/wasm-split-cli.version" 2>/dev/null)" != "$split_version" ]; then
+  echo "==> installing wasm_split_cli_support $split_version (wasm-split-cli) into $tools"
+  cargo install wasm_split_cli_support --version "$split_version" --features build-binary --locked --root "$tools"
+  echo "$split_version" >"$tools/wasm-split-cli.version"
+fi
+
 # The default profile `wasm-release` is `release` tuned for download size (opt-level z, fat LTO,
 # one codegen unit); it is defined here so that the workspace profiles stay as they are.
 profile="${FRONTEND_PROFILE:-wasm-release}"
 # Leptos' type-erased components: less monomorphised view code (about 8 % off the wasm).
-export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS:---cfg erase_components}"
+# wasm-split needs the linker's relocations (`--emit-relocs`) to move code between modules.
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS:---cfg erase_components} -C link-arg=--emit-relocs"
 cargo build -p fleetlens-frontend --target wasm32-unknown-unknown --profile "$profile" \
   --config 'profile.wasm-release.inherits="release"' \
   --config 'profile.wasm-release.opt-level="z"' \
@@ -33,16 +47,28 @@ profile_dir="$profile"
 [ "$profile" = "dev" ] && profile_dir="debug"
 out="$here/dist"
 rm -rf "$out.tmp" && mkdir -p "$out.tmp"
-"$bindgen" --target web --no-typescript --out-dir "$out.tmp" --out-name fleetlens \
-  "$root/target/wasm32-unknown-unknown/$profile_dir/fleetlens-frontend.wasm"
+# Split first (wasm-bindgen would drop the relocations): the main module goes to wasm-bindgen, the
+# page modules and their loader `__wasm_split.js` (which imports `initSync` from ./fleetlens.js)
+# go to dist as they are.
+split="$root/target/frontend-split"
+rm -rf "$split" && mkdir -p "$split"
+"$splitter" --target web --out-name fleetlens \
+  "$root/target/wasm32-unknown-unknown/$profile_dir/fleetlens-frontend.wasm" "$split"
+mv "$split/fleetlens.wasm" "$split/main.wasm"
+cp "$split"/*.wasm "$split/__wasm_split.js" "$out.tmp/"
+rm "$out.tmp/main.wasm"
+# --keep-lld-exports: the page modules import the main module's functions through those exports.
+"$bindgen" --target web --no-typescript --keep-lld-exports --out-dir "$out.tmp" --out-name fleetlens \
+  "$split/main.wasm"
 
 # wasm-opt from npm's binaryen (Debian's binaryen 108 produces broken output).
 if [ "${FRONTEND_WASM_OPT:-1}" = "1" ] && command -v npm >/dev/null; then
   if [ ! -x "$tools/node_modules/.bin/wasm-opt" ]; then
     npm install --prefix "$tools" --no-audit --no-fund binaryen@132 >/dev/null
   fi
-  "$tools/node_modules/.bin/wasm-opt" -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
-    "$out.tmp/fleetlens_bg.wasm" -o "$out.tmp/fleetlens_bg.wasm"
+  for w in "$out.tmp"/*.wasm; do
+    "$tools/node_modules/.bin/wasm-opt" -Oz --enable-bulk-memory --enable-nontrapping-float-to-int "$w" -o "$w"
+  done
 fi
 
 cp "$here/index.html" "$out.tmp/index.html"
