@@ -98,7 +98,8 @@ pub async fn retention_loop(store: Arc<dyn Store>, config: Arc<Config>) {
 }
 
 /// Run [`Store::maintain`] every [`MAINTENANCE_INTERVAL`] on the one replica that holds the
-/// maintenance lock. It warns once when it finds the database's autovacuum off.
+/// maintenance lock. It says once (at info: the job makes up for it) when it finds the
+/// database's autovacuum off.
 pub async fn maintenance_loop(store: Arc<dyn Store>) {
     let mut lock = store.job_lock(MAINTENANCE);
     set_leader(MAINTENANCE, false);
@@ -115,7 +116,7 @@ pub async fn maintenance_loop(store: Arc<dyn Store>) {
                 count_run(MAINTENANCE);
                 if !report.autovacuum && !warned {
                     warned = true;
-                    tracing::warn!("PostgreSQL autovacuum is off: Fleetlens vacuums its own tables every minute");
+                    tracing::info!("PostgreSQL autovacuum is off: Fleetlens vacuums its own tables every minute");
                 }
                 if !report.vacuumed.is_empty() {
                     tracing::info!(tables = ?report.vacuumed, "maintenance: vacuumed and analysed");

@@ -9,7 +9,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use fleetlens_core::{CREDIT_COLUMNS, Credit, Resolution, RollupAccumulator, RollupBucket, Sample};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{PgPool, Postgres, Row, Transaction};
+use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Row, Transaction};
 
 use crate::columns::{self, GpuRow, SampleRow};
 use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
@@ -647,11 +647,15 @@ impl Store for PgStore {
         )
         .fetch_all(&self.pool)
         .await?;
-        // One table per statement: VACUUM holds no lock that blocks ingest (SHARE UPDATE
-        // EXCLUSIVE), and a failure leaves the others done.
+        // A connection of its own, without the slow-statement warning: a vacuum taking seconds
+        // is expected, not a symptom. One table per statement: VACUUM holds no lock that blocks
+        // ingest (SHARE UPDATE EXCLUSIVE), and a failure leaves the others done.
+        let opts = (*self.pool.connect_options()).clone().log_slow_statements(log::LevelFilter::Off, Duration::MAX);
+        let mut conn = sqlx::PgConnection::connect_with(&opts).await?;
         for table in &due {
-            sqlx::query(&format!("VACUUM (ANALYZE) {table}")).execute(&self.pool).await?;
+            sqlx::query(&format!("VACUUM (ANALYZE) {table}")).execute(&mut conn).await?;
         }
+        conn.close().await?;
         Ok(crate::MaintenanceReport { autovacuum: false, vacuumed: due })
     }
 
