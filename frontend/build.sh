@@ -67,7 +67,8 @@ if [ "${FRONTEND_WASM_OPT:-1}" = "1" ] && command -v npm >/dev/null; then
     npm install --prefix "$tools" --no-audit --no-fund binaryen@132 >/dev/null
   fi
   for w in "$out.tmp"/*.wasm; do
-    "$tools/node_modules/.bin/wasm-opt" -Oz --enable-bulk-memory --enable-nontrapping-float-to-int "$w" -o "$w"
+    "$tools/node_modules/.bin/wasm-opt" -Oz --strip-producers --strip-target-features \
+      --enable-bulk-memory --enable-nontrapping-float-to-int "$w" -o "$w"
   done
 fi
 

@@ -17,10 +17,31 @@ if [ ! -d tests/browser/node_modules/playwright-core ]; then
   (cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund >/dev/null)
 fi
 
-echo "==> download size (frontend/dist)"
-for f in frontend/dist/fleetlens_bg.wasm frontend/dist/fleetlens.js frontend/dist/*.css; do
-  printf '  %-36s %8d B raw  %8d B gzip -9\n' "$(basename "$f")" "$(stat -c %s "$f")" "$(gzip -9c "$f" | wc -c)"
-done
+echo "==> download size (frontend/dist; the pages are lazily loaded wasm modules)"
+# Per file, then per first page: what the browser fetches before that page can show (the main
+# module, its JS, the split loader, CSS, HTML, and the page's module with the chunks it shares
+# with other pages, as frontend/dist/__wasm_split.js lists them), and all wasm together.
+python3 - frontend/dist <<'PY'
+import os, re, subprocess, sys
+d = sys.argv[1]
+size = lambda f: os.path.getsize(os.path.join(d, f))
+gz = lambda f: len(subprocess.run(["gzip", "-9c", os.path.join(d, f)], capture_output=True, check=True).stdout)
+loader = open(os.path.join(d, "__wasm_split.js")).read()
+chunks = dict(re.findall(r'const (__chunk_\d+) = makeLoad\(\(\) => \{\s*const src = fetch\(new URL\("\./([^"]+)"', loader))
+pages = {}
+for name, body, deps in re.findall(r'export const __wasm_split_load_(\w+) = wrapAsyncCb\(makeLoad\((.*?)\n, \[([^\]]*)\]\)\);', loader, re.S):
+    own = re.findall(r'"\./([^"]+\.wasm)"', body)
+    pages[re.sub(r'^__(\w+?)_route_view_\d+$', r'\1', name)] = own + [chunks[c.strip()] for c in deps.split(",") if c.strip()]
+base = ["fleetlens_bg.wasm", "fleetlens.js", "__wasm_split.js", "fleetlens.css", "index.html"]
+for f in base:
+    print(f"  {f:36s} {size(f):9,d} B raw  {gz(f):9,d} B gzip -9")
+wasm = sorted(f for f in os.listdir(d) if f.endswith(".wasm"))
+print(f"  {'all wasm (%d modules)' % len(wasm):36s} {sum(map(size, wasm)):9,d} B raw  {sum(map(gz, wasm)):9,d} B gzip -9")
+for page, files in sorted(pages.items()):
+    w = ["fleetlens_bg.wasm"] + files
+    print(f"  first page {page:12s} wasm {sum(map(size, w)):9,d} B raw {sum(map(gz, w)):9,d} B gzip -9;"
+          f" all files ({len(w) + len(base) - 1}) {sum(map(gz, base + files)):9,d} B gzip -9")
+PY
 
 tmp="$(mktemp -d /tmp/fleetlens-bench-dash.XXXXXX)"
 pids=()
