@@ -652,6 +652,11 @@ impl Store for PgStore {
         // ingest (SHARE UPDATE EXCLUSIVE), and a failure leaves the others done.
         let opts = (*self.pool.connect_options()).clone().log_slow_statements(log::LevelFilter::Off, Duration::MAX);
         let mut conn = sqlx::PgConnection::connect_with(&opts).await?;
+        // Throttled as autovacuum is (a manual VACUUM or ANALYZE runs unthrottled by default):
+        // unthrottled, each minute's pass read the growing samples table at full speed and
+        // the ingest commits waiting behind that I/O showed as lag spikes.
+        sqlx::query("SET vacuum_cost_delay = '2ms'").execute(&mut conn).await?;
+        sqlx::query("SET vacuum_cost_limit = 200").execute(&mut conn).await?;
         for table in &due {
             sqlx::query(&format!("VACUUM (ANALYZE) {table}")).execute(&mut conn).await?;
         }

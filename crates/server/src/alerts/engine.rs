@@ -57,9 +57,11 @@ type Key = (i64, i64);
 /// Run the engine until the process ends.
 pub async fn run(ctx: Arc<AlertsCtx>) {
     let interval = ctx.cfg.alert_eval_interval.max(Duration::from_millis(50));
-    // Renewed every cycle; after a crash another replica (or the restarted server) takes over
-    // once it runs out.
+    // Renewed once half of it has passed (not every cycle: on SQLite each renewal is a write
+    // that queues behind the ingest writer, and cycles follow every ingest); after a crash
+    // another replica (or the restarted server) takes over once it runs out.
     let lease_ttl = (ms(interval) * 10).max(5_000);
+    let mut lease_until = i64::MIN;
     let mut engine: Option<Engine> = None;
     // Leadership across replicas (a PostgreSQL advisory lock; see crate::jobs): only the leader
     // goes on to the lease row, which stays as a fence against a leader that lost its lock
@@ -80,16 +82,18 @@ pub async fn run(ctx: Arc<AlertsCtx>) {
             continue;
         }
         let now = now_ms();
-        match ctx.store.try_job_lease(ALERT_ENGINE_JOB, &ctx.owner, now, lease_ttl).await {
-            Ok(true) => {}
-            Ok(false) => {
-                engine = None;
-                continue;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "alert engine: cannot take its lease");
-                engine = None;
-                continue;
+        if engine.is_none() || now >= lease_until.saturating_sub(lease_ttl / 2) {
+            match ctx.store.try_job_lease(ALERT_ENGINE_JOB, &ctx.owner, now, lease_ttl).await {
+                Ok(true) => lease_until = now + lease_ttl,
+                Ok(false) => {
+                    engine = None;
+                    continue;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "alert engine: cannot take its lease");
+                    engine = None;
+                    continue;
+                }
             }
         }
         if engine.is_none() {
