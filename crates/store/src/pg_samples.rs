@@ -13,7 +13,7 @@
 //! 32-bit byte length (-1 for NULL) followed by the value in network byte order; a 16-bit -1
 //! ends the data.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 
 use fleetlens_core::Sample;
 use sqlx::{Postgres, Row, Transaction};
@@ -28,20 +28,20 @@ pub(crate) enum InsertMode {
     SkipStored,
 }
 
-/// Store the samples of `order` (sorted by GPU and time) and return those that were stored: each
-/// key once, the first of the batch; with [`InsertMode::SkipStored`] also none stored before.
+/// Store the samples of `order` (`(gpu_id, sample)`, sorted by GPU and time) and return those
+/// that were stored: each key once, the first of the batch; with [`InsertMode::SkipStored`] also
+/// none stored before.
 pub(crate) async fn insert<'a>(
     tx: &mut Transaction<'_, Postgres>,
-    ids: &HashMap<String, i64>,
-    order: &[&'a Sample],
+    order: &[(i64, &'a Sample)],
     mode: InsertMode,
-) -> Result<Vec<&'a Sample>> {
+) -> Result<Vec<(i64, &'a Sample)>> {
     let mut last = None;
-    let unique: Vec<&Sample> = order
+    let unique: Vec<(i64, &Sample)> = order
         .iter()
         .copied()
-        .filter(|s| {
-            let key = Some((ids[s.uuid.as_str()], s.ts_ms));
+        .filter(|&(gpu_id, s)| {
+            let key = Some((gpu_id, s.ts_ms));
             std::mem::replace(&mut last, key) != key
         })
         .collect();
@@ -51,13 +51,13 @@ pub(crate) async fn insert<'a>(
     match mode {
         InsertMode::Copy => {
             let mut copy = tx.copy_in_raw(&samples_copy_sql()).await?;
-            copy.send(encode_samples(unique.iter().map(|s| (ids[s.uuid.as_str()], *s)))).await?;
+            copy.send(encode_samples(unique.iter().copied())).await?;
             copy.finish().await?;
             Ok(unique)
         }
         InsertMode::SkipStored => {
-            let stored = insert_skipping_stored(tx, ids, &unique).await?;
-            Ok(unique.into_iter().filter(|s| stored.contains(&(ids[s.uuid.as_str()], s.ts_ms))).collect())
+            let stored = insert_skipping_stored(tx, &unique).await?;
+            Ok(unique.into_iter().filter(|&(gpu_id, s)| stored.contains(&(gpu_id, s.ts_ms))).collect())
         }
     }
 }
@@ -70,16 +70,15 @@ pub(crate) fn is_unique_violation(e: &StoreError) -> bool {
 /// `INSERT … ON CONFLICT DO NOTHING` of `unique` (distinct keys): the keys stored by it.
 async fn insert_skipping_stored(
     tx: &mut Transaction<'_, Postgres>,
-    ids: &HashMap<String, i64>,
-    unique: &[&Sample],
+    unique: &[(i64, &Sample)],
 ) -> Result<HashSet<(i64, i64)>> {
     let mut cells = CellColumns::new(&columns::sample_cells(&Sample::default()), unique.len());
-    for s in unique {
+    for (_, s) in unique {
         cells.push(columns::sample_cells(s));
     }
-    let gpu_col: Vec<i64> = unique.iter().map(|s| ids[s.uuid.as_str()]).collect();
-    let ts_col: Vec<i64> = unique.iter().map(|s| s.ts_ms).collect();
-    let procs: Vec<Option<String>> = unique.iter().map(|s| columns::processes_json(s)).collect();
+    let gpu_col: Vec<i64> = unique.iter().map(|&(gpu_id, _)| gpu_id).collect();
+    let ts_col: Vec<i64> = unique.iter().map(|(_, s)| s.ts_ms).collect();
+    let procs: Vec<Option<String>> = unique.iter().map(|(_, s)| columns::processes_json(s)).collect();
     let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
     params.extend(cells.params(3));
     params.push(format!("${}::text[]", cells.kinds.len() + 3));
