@@ -19,6 +19,7 @@
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fleetlens_store::Store;
@@ -66,63 +67,80 @@ pub fn statuses() -> BTreeMap<&'static str, JobStatus> {
 /// replica that holds the retention lock.
 pub async fn retention_loop(store: Arc<dyn Store>, config: Arc<Config>) {
     let policy = config.retention_policy();
-    let mut lock = store.job_lock(RETENTION);
-    set_leader(RETENTION, false);
-    tokio::time::sleep(config.retention_interval.min(Duration::from_secs(10))).await;
-    loop {
-        let leader = lock.lead().await;
-        set_leader(RETENTION, leader);
-        if leader {
-            let now = now_ms();
-            // GPU events are kept as long as the hourly rollups they explain.
-            let applied = match store.apply_retention(policy, now).await {
-                Ok(r) => store.delete_gpu_events_before(now.saturating_sub(policy.rollup_1h_ms)).await.map(|e| (r, e)),
-                Err(e) => Err(e),
-            };
-            match applied {
-                Ok((r, events)) => {
-                    count_run(RETENTION);
-                    tracing::info!(
-                        samples = r.samples,
-                        rollups_1m = r.rollups_1m,
-                        rollups_1h = r.rollups_1h,
-                        gpu_events = events,
-                        "retention applied"
-                    )
-                }
-                Err(e) => tracing::warn!(error = %e, "retention failed; will retry next interval"),
+    let first = config.retention_interval.min(Duration::from_secs(10));
+    leader_loop(store.as_ref(), RETENTION, first, config.retention_interval, || async {
+        let now = now_ms();
+        // GPU events are kept as long as the hourly rollups they explain.
+        let applied = match store.apply_retention(policy, now).await {
+            Ok(r) => store.delete_gpu_events_before(now.saturating_sub(policy.rollup_1h_ms)).await.map(|e| (r, e)),
+            Err(e) => Err(e),
+        };
+        match applied {
+            Ok((r, events)) => {
+                tracing::info!(
+                    samples = r.samples,
+                    rollups_1m = r.rollups_1m,
+                    rollups_1h = r.rollups_1h,
+                    gpu_events = events,
+                    "retention applied"
+                );
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "retention failed; will retry next interval");
+                false
             }
         }
-        tokio::time::sleep(config.retention_interval).await;
-    }
+    })
+    .await
 }
 
 /// Run [`Store::maintain`] every [`MAINTENANCE_INTERVAL`] on the one replica that holds the
 /// maintenance lock. It says once (at info: the job makes up for it) when it finds the
 /// database's autovacuum off.
 pub async fn maintenance_loop(store: Arc<dyn Store>) {
-    let mut lock = store.job_lock(MAINTENANCE);
-    set_leader(MAINTENANCE, false);
-    let mut warned = false;
-    loop {
-        tokio::time::sleep(MAINTENANCE_INTERVAL).await;
-        let leader = lock.lead().await;
-        set_leader(MAINTENANCE, leader);
-        if !leader {
-            continue;
-        }
+    let warned = AtomicBool::new(false);
+    leader_loop(store.as_ref(), MAINTENANCE, MAINTENANCE_INTERVAL, MAINTENANCE_INTERVAL, || async {
         match store.maintain().await {
             Ok(report) => {
-                count_run(MAINTENANCE);
-                if !report.autovacuum && !warned {
-                    warned = true;
+                if !report.autovacuum && !warned.swap(true, Ordering::Relaxed) {
                     tracing::info!("PostgreSQL autovacuum is off: Fleetlens vacuums its own tables every minute");
                 }
                 if !report.vacuumed.is_empty() {
                     tracing::info!(tables = ?report.vacuumed, "maintenance: vacuumed and analysed");
                 }
+                true
             }
-            Err(e) => tracing::warn!(error = %e, "maintenance failed; will retry next interval"),
+            Err(e) => {
+                tracing::warn!(error = %e, "maintenance failed; will retry next interval");
+                false
+            }
         }
+    })
+    .await
+}
+
+/// After `first_delay`, then every `interval`: ask for `job`'s lock, record whether this
+/// process leads it, and if it does, do one `run` (counted when it returns `true`).
+async fn leader_loop<F, Fut>(
+    store: &dyn Store,
+    job: &'static str,
+    first_delay: Duration,
+    interval: Duration,
+    mut run: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let mut lock = store.job_lock(job);
+    set_leader(job, false);
+    tokio::time::sleep(first_delay).await;
+    loop {
+        let leader = lock.lead().await;
+        set_leader(job, leader);
+        if leader && run().await {
+            count_run(job);
+        }
+        tokio::time::sleep(interval).await;
     }
 }

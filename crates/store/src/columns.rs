@@ -317,12 +317,19 @@ where
         last_ts_ms: row.try_get("last_ts_ms")?,
         ..Default::default()
     };
-    for (stats, s) in b.signals.iter_mut().zip(ROLLUP_SIGNALS) {
+    // Column names built once: every ingest reads its merged rollup rows back.
+    static NAMES: std::sync::LazyLock<Vec<[String; 4]>> = std::sync::LazyLock::new(|| {
+        ROLLUP_SIGNALS
+            .iter()
+            .map(|s| [format!("{s}_count"), format!("{s}_sum"), format!("{s}_min"), format!("{s}_max")])
+            .collect()
+    });
+    for (stats, [count, sum, min, max]) in b.signals.iter_mut().zip(NAMES.iter()) {
         *stats = SignalStats {
-            count: row.try_get(format!("{s}_count").as_str())?,
-            sum: row.try_get(format!("{s}_sum").as_str())?,
-            min: row.try_get(format!("{s}_min").as_str())?,
-            max: row.try_get(format!("{s}_max").as_str())?,
+            count: row.try_get(count.as_str())?,
+            sum: row.try_get(sum.as_str())?,
+            min: row.try_get(min.as_str())?,
+            max: row.try_get(max.as_str())?,
         };
     }
     Ok(b)

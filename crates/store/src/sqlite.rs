@@ -1,7 +1,8 @@
 //! SQLite backend: WAL, `synchronous=NORMAL`, and one writer task that groups the batches of
 //! many concurrent requests into one transaction (group commit). Reads use a pool.
 
-use std::collections::{HashMap, HashSet};
+// foldhash, not SipHash, for the maps the writer consults once or more per sample.
+use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::str::FromStr;
 use std::time::Duration;
 
@@ -238,7 +239,7 @@ async fn write_jobs(
     let mut minute = RollupAccumulator::new(Resolution::Minute);
     let mut hour = RollupAccumulator::new(Resolution::Hour);
     let mut outcomes = Vec::with_capacity(jobs.len());
-    let mut meta: HashMap<i64, GpuMeta> = HashMap::new();
+    let mut meta: std::collections::HashMap<i64, GpuMeta> = std::collections::HashMap::new();
     for job in jobs {
         let ids = upsert_gpus(conn, job.org, &job.host, &job.samples, &mut meta).await?;
         // The writer is the only one writing, so "new" can be decided before inserting: probe
@@ -359,7 +360,7 @@ async fn upsert_gpus(
     org: OrgId,
     host: &str,
     samples: &[Sample],
-    meta: &mut HashMap<i64, GpuMeta>,
+    meta: &mut std::collections::HashMap<i64, GpuMeta>,
 ) -> Result<HashMap<String, i64>> {
     let gpus = columns::gpu_upserts(samples);
     let mut ids = HashMap::with_capacity(gpus.len());
