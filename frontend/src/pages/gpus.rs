@@ -115,7 +115,10 @@ pub fn GpusPage() -> impl IntoView {
     // How many of the visible cards are built so far; a new filter or sort starts from the top.
     let built = RwSignal::new(FIRST_CARDS);
     Effect::new(move |_| {
-        (state_f.track(), host_f.track(), model_f.track(), sort.track());
+        state_f.track();
+        host_f.track();
+        model_f.track();
+        sort.track();
         built.set(FIRST_CARDS);
     });
     Effect::new(move |_| {
