@@ -19,7 +19,8 @@ const browser = await chromium.launch({
   args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
     '--disable-component-update', '--disable-sync'],
 });
-const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+const VIEWPORT = { width: 1280, height: 900 };
+const context = await browser.newContext({ viewport: VIEWPORT });
 const page = await context.newPage();
 const errors = [];
 page.on('pageerror', (e) => errors.push(e.message));
@@ -77,7 +78,7 @@ const stats = (xs) => {
   return { p50: s[Math.floor(s.length / 2)], max: s[s.length - 1], runs: s.length };
 };
 console.log(JSON.stringify({
-  gpus: GPUS, cards, viewport: '1280x900',
+  gpus: GPUS, cards, viewport: `${VIEWPORT.width}x${VIEWPORT.height}`,
   usable_ms: { in_app_navigation: stats(inApp), full_load: stats(fullLoad) },
   all_cards_drawn_ms: { in_app_navigation: stats(inAppAll), full_load: stats(fullLoadAll) },
   errors,

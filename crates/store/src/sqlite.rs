@@ -91,7 +91,7 @@ impl SqliteStore {
     pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
         let opts = options(url)?;
         // Only the writer checkpoints the WAL. A pooled connection's small write (the alert
-        // engine renews its lease every cycle) would otherwise run the automatic checkpoint
+        // engine's lease renewal, say) would otherwise run the automatic checkpoint
         // whenever its commit crosses the 1,000-page mark, copying megabytes into the database
         // file inside that statement: the 2,000-GPU soak logged such lease upserts at 1.1-2.3 s.
         let readers = opts.clone().pragma("cache_size", READER_CACHE_KIB).pragma("wal_autocheckpoint", "0");
