@@ -12,6 +12,10 @@ cd "$root"
 if ! rustup target list --installed | grep -qx wasm32-unknown-unknown; then
   rustup target add wasm32-unknown-unknown
 fi
+# The standard library is rebuilt for the dashboard (below), from the toolchain's own sources.
+if ! rustup component list --installed | grep -q '^rust-src'; then
+  rustup component add rust-src
+fi
 
 want="$(awk '/^name = "wasm-bindgen"$/ {getline; gsub(/version = |"/, ""); print; exit}' Cargo.lock)"
 tools="$root/.tools"
@@ -37,8 +41,14 @@ fi
 profile="${FRONTEND_PROFILE:-wasm-release}"
 # Leptos' type-erased components: less monomorphised view code (about 8 % off the wasm).
 # wasm-split needs the linker's relocations (`--emit-relocs`) to move code between modules.
-export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS:---cfg erase_components} -C link-arg=--emit-relocs"
-cargo build -p fleetlens-frontend --target wasm32-unknown-unknown --profile "$profile" \
+# The standard library is rebuilt with `panic=immediate-abort` (a panic traps at once: no
+# message formatting, no locations) and size-optimised algorithms: 11 % off the main module
+# (docs/BENCHMARKS.md). Both are unstable flags of the pinned stable toolchain, enabled for this
+# one build with RUSTC_BOOTSTRAP, as the Linux kernel and Firefox build their Rust; a browser
+# that hits a panic shows it as a wasm `unreachable` trap in the console either way.
+export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS:---cfg erase_components} -C link-arg=--emit-relocs -Zunstable-options -Cpanic=immediate-abort"
+RUSTC_BOOTSTRAP=1 cargo build -p fleetlens-frontend --target wasm32-unknown-unknown --profile "$profile" \
+  -Zbuild-std=std,panic_abort -Zbuild-std-features=optimize_for_size \
   --config 'profile.wasm-release.inherits="release"' \
   --config 'profile.wasm-release.opt-level="z"' \
   --config 'profile.wasm-release.lto="fat"' \
@@ -74,5 +84,22 @@ fi
 
 cp "$here/index.html" "$out.tmp/index.html"
 if [ -d "$root/style" ]; then cp "$root"/style/*.css "$out.tmp/" 2>/dev/null || true; fi
+
+# Precompressed copies (`.gz`), served as they are (the server's ServeDir picks `x.gz` for a
+# client that accepts gzip): compressed once with zopfli, 4-5 % smaller than `gzip -9` and
+# 6-8 % smaller than what compressing on the fly would send. Without zopfli (and no apt to
+# install it), `gzip -9`.
+if ! command -v zopfli >/dev/null && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends zopfli >/dev/null 2>&1 \
+    || { apt-get update >/dev/null && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends zopfli >/dev/null; } \
+    || true
+fi
+if command -v zopfli >/dev/null; then
+  compress='zopfli --gzip -c "$1" >"$1.gz"'
+else
+  compress='gzip -9 -n -c "$1" >"$1.gz"'
+fi
+find "$out.tmp" -type f \( -name '*.wasm' -o -name '*.js' -o -name '*.css' -o -name '*.html' \) -print0 \
+  | xargs -0 -P "$(nproc)" -I{} sh -c "$compress" sh {}
 rm -rf "$out" && mv "$out.tmp" "$out"
 echo "==> dashboard built in $out ($(du -sh "$out" | cut -f1))"

@@ -13,8 +13,9 @@ use std::fmt;
 use fleetlens_api::{BillingReport, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
 use fleetlens_core::PriceTable;
 use gloo_net::http::{Request, RequestBuilder};
+use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_json::{Map, Value, json};
+use serde_json::{Map, Value};
 
 use crate::wire::{
     AlertList, Channel, ChannelList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule,
@@ -84,8 +85,12 @@ impl fmt::Display for ApiError {
             (429, _) => {
                 // The server's words ("too many attempts: retry in 900 s"), as a sentence.
                 let mut c = message.chars();
-                let first = c.next().map(|c| c.to_uppercase().collect::<String>()).unwrap_or_default();
-                write!(f, "{first}{}.", c.as_str())
+                // ASCII only: the server words its errors in English, and Unicode case tables
+                // would cost every page ~5 KB of wasm.
+                match c.next() {
+                    Some(first) => write!(f, "{}{}.", first.to_ascii_uppercase(), c.as_str()),
+                    None => write!(f, "."),
+                }
             }
             (400 | 413 | 415 | 422, _) => write!(f, "The server refused the request: {message}."),
             (s, _) if s >= 500 => {
@@ -188,6 +193,13 @@ async fn get_text(path: &str, query: &[(&str, String)]) -> ApiResult<String> {
     send(req, false, &url, None, None).await
 }
 
+/// A request body from a typed value: typed bodies keep `serde_json::Value` (and its map code) out
+/// of the pages that do not edit free-form JSON, the login page among them.
+fn to_body<T: Serialize>(value: &T) -> String {
+    // Structs of strings, numbers and options always serialise.
+    serde_json::to_string(value).unwrap_or_default()
+}
+
 /// Encodes one path segment (GPU and MIG UUIDs are safe today; this keeps them so).
 fn seg(s: &str) -> String {
     String::from(js_sys::encode_uri_component(s))
@@ -196,7 +208,12 @@ fn seg(s: &str) -> String {
 /// `POST /api/v1/auth/login`: starts a session (the cookie) and keeps its CSRF token.
 pub async fn login(email: &str, password: &str) -> ApiResult<Me> {
     let path = format!("{PREFIX}/auth/login");
-    let body = json!({ "email": email, "password": password }).to_string();
+    #[derive(Serialize)]
+    struct Credentials<'a> {
+        email: &'a str,
+        password: &'a str,
+    }
+    let body = to_body(&Credentials { email, password });
     // A stale API key must not stand in for the session being made.
     if let Some(s) = storage() {
         let _ = s.remove_item(KEY_STORAGE);
@@ -302,7 +319,11 @@ pub async fn rule_fields() -> ApiResult<RuleFields> {
 /// `POST /api/v1/alert-rules/check`: parses a condition without storing it.
 pub async fn check_condition(condition: &str) -> ApiResult<()> {
     let path = format!("{PREFIX}/alert-rules/check");
-    let body = json!({ "condition": condition }).to_string();
+    #[derive(Serialize)]
+    struct Check<'a> {
+        condition: &'a str,
+    }
+    let body = to_body(&Check { condition });
     send_json::<Value>(Request::post(&path), &path, body).await.map(|_| ())
 }
 
@@ -329,7 +350,14 @@ pub async fn delete_rule(id: i64) -> ApiResult<()> {
 /// `POST /api/v1/notification-channels`
 pub async fn create_channel(name: &str, kind: &str, url: &str, default: bool) -> ApiResult<Channel> {
     let path = format!("{PREFIX}/notification-channels");
-    let body = json!({ "name": name, "kind": kind, "url": url, "default": default }).to_string();
+    #[derive(Serialize)]
+    struct NewChannel<'a> {
+        name: &'a str,
+        kind: &'a str,
+        url: &'a str,
+        default: bool,
+    }
+    let body = to_body(&NewChannel { name, kind, url, default });
     send_json(Request::post(&path), &path, body).await
 }
 
@@ -388,7 +416,12 @@ pub async fn api_keys() -> ApiResult<Vec<KeyInfo>> {
 /// `POST /api/v1/api-keys`: the answer holds the secret, shown once.
 pub async fn create_api_key(name: &str, scopes: &[String]) -> ApiResult<CreatedKey> {
     let path = format!("{PREFIX}/api-keys");
-    send_json(Request::post(&path), &path, json!({ "name": name, "scopes": scopes }).to_string()).await
+    #[derive(Serialize)]
+    struct NewKey<'a> {
+        name: &'a str,
+        scopes: &'a [String],
+    }
+    send_json(Request::post(&path), &path, to_body(&NewKey { name, scopes })).await
 }
 
 /// `DELETE /api/v1/api-keys/{id}`: revokes the key.
@@ -428,7 +461,11 @@ pub async fn teams() -> ApiResult<Vec<Team>> {
 /// `POST /api/v1/teams`
 pub async fn create_team(name: &str) -> ApiResult<Team> {
     let path = format!("{PREFIX}/teams");
-    send_json(Request::post(&path), &path, json!({ "name": name }).to_string()).await
+    #[derive(Serialize)]
+    struct NewTeam<'a> {
+        name: &'a str,
+    }
+    send_json(Request::post(&path), &path, to_body(&NewTeam { name })).await
 }
 
 /// `DELETE /api/v1/teams/{id}`
@@ -445,7 +482,11 @@ pub async fn hosts() -> ApiResult<Vec<HostTeams>> {
 /// `PUT /api/v1/hosts/{host}/team`: the host's team (None: no assignment).
 pub async fn assign_host(host: &str, team_id: Option<i64>) -> ApiResult<HostTeams> {
     let path = format!("{PREFIX}/hosts/{}/team", seg(host));
-    send_json(Request::put(&path), &path, json!({ "team_id": team_id }).to_string()).await
+    #[derive(Serialize)]
+    struct Assignment {
+        team_id: Option<i64>,
+    }
+    send_json(Request::put(&path), &path, to_body(&Assignment { team_id })).await
 }
 
 /// `GET /api/v1/jobs?from=&to=`

@@ -1,12 +1,12 @@
-//! The app shell: router, header, and the login guard.
+//! The app shell: the pages by address, the header, and the login guard.
 
 use std::time::Duration;
 
+use leptos::either::EitherOf7;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use leptos_router::components::{Outlet, ParentRoute, Redirect, Route, Router, Routes};
-use leptos_router::hooks::use_location;
-use leptos_router::{Lazy, LazyRoute, lazy_route, path};
+use leptos_router::{LazyRoute, lazy_route};
+use send_wrapper::SendWrapper;
 
 use crate::components::header::Header;
 use crate::ctx::{AppCtx, use_app};
@@ -18,6 +18,7 @@ use crate::pages::login::Login;
 use crate::pages::not_found::NotFound;
 use crate::pages::reports::ReportsPage;
 use crate::pages::settings::SettingsPage;
+use crate::router::{Page, provide_location, use_location};
 
 /// A page whose code is split off into its own wasm module (built by `frontend/build.sh` with
 /// wasm-split), fetched the first time its route is shown: the first page downloads only the
@@ -60,34 +61,57 @@ async fn prefetch_pages() {
 #[component]
 pub fn App() -> impl IntoView {
     provide_context(AppCtx::new());
-    view! {
-        <Router>
-            <Routes fallback=NotFound>
-                <Route path=path!("/login") view={Lazy::<LoginRoute>::new()}/>
-                <ParentRoute path=path!("") view=Shell>
-                    <Route path=path!("") view={Lazy::<FleetRoute>::new()}/>
-                    <Route path=path!("gpus") view={Lazy::<GpusRoute>::new()}/>
-                    <Route path=path!("gpus/:uuid") view={Lazy::<GpuDetailRoute>::new()}/>
-                    <Route path=path!("alerts") view={Lazy::<AlertsRoute>::new()}/>
-                    <Route path=path!("reports") view={Lazy::<ReportsRoute>::new()}/>
-                    <Route path=path!("settings") view={Lazy::<SettingsRoute>::new()}/>
-                </ParentRoute>
-            </Routes>
-        </Router>
+    let location = provide_location();
+    let page = Memo::new(move |_| location.path.with(|p| Page::of(p)));
+    // The shell stays up while moving between logged-in pages; only the page inside changes.
+    let in_shell = Memo::new(move |_| page.with(Page::needs_login));
+    move || {
+        if in_shell.get() {
+            view! { <Shell page/> }.into_any()
+        } else if page.with(|p| *p == Page::Login) {
+            lazy::<LoginRoute>().into_any()
+        } else {
+            view! { <NotFound/> }.into_any()
+        }
+    }
+}
+
+/// A lazily loaded page: nothing until its module has arrived, then the page.
+fn lazy<R: LazyRoute>() -> impl IntoView {
+    // The browser runs one thread; `Suspend` asks for `Send` futures.
+    Suspend::new(async { SendWrapper::new(R::view(R::data())).await })
+}
+
+/// The page inside the shell. Each page is its own variant, so that a new page replaces the last
+/// at once (a blank main until its module is there) rather than the last page staying on screen
+/// under the new address while the module loads.
+fn page_view(page: &Page) -> impl IntoView + use<> {
+    match page {
+        Page::Fleet => EitherOf7::A(lazy::<FleetRoute>()),
+        Page::Gpus => EitherOf7::B(lazy::<GpusRoute>()),
+        Page::GpuDetail(_) => EitherOf7::C(lazy::<GpuDetailRoute>()),
+        Page::Alerts => EitherOf7::D(lazy::<AlertsRoute>()),
+        Page::Reports => EitherOf7::E(lazy::<ReportsRoute>()),
+        Page::Settings => EitherOf7::F(lazy::<SettingsRoute>()),
+        // Drawn outside the shell (`App`).
+        Page::Login | Page::NotFound => EitherOf7::G(()),
     }
 }
 
 /// Header + page, for a logged-in user; the login page otherwise (coming back here after).
 #[component]
-fn Shell() -> impl IntoView {
+fn Shell(page: Memo<Page>) -> impl IntoView {
     let ctx = use_app();
     let location = use_location();
-    let to_login = move || {
-        let here = location.pathname.get_untracked();
-        let next = String::from(js_sys::encode_uri_component(&here));
-        view! { <Redirect path=format!("/login?next={next}")/> }
-    };
     let logged_in = move || ctx.me.with(Option::is_some);
+    // Not logged in: off to the login page, which comes back here after.
+    Effect::new(move || {
+        if ctx.checked.get() && !logged_in() {
+            let here = location.path.get_untracked();
+            let next = String::from(js_sys::encode_uri_component(&here));
+            location.replace(&format!("/login?next={next}"));
+        }
+    });
     // Once a logged-in page is up, the other pages' modules are fetched in the background, so
     // that moving between pages does not wait for the network.
     Effect::new(move |prefetched: Option<bool>| {
@@ -99,15 +123,13 @@ fn Shell() -> impl IntoView {
     });
     view! {
         <Show
-            when=move || ctx.checked.get()
+            when=move || ctx.checked.get() && logged_in()
             fallback=|| view! { <main id="content" class="login"><p class="status" role="status">"Loading…"</p></main> }
         >
-            <Show when=logged_in fallback=to_login>
-                <Header/>
-                <main id="content" tabindex="-1">
-                    <Outlet/>
-                </main>
-            </Show>
+            <Header/>
+            <main id="content" tabindex="-1">
+                {move || page.with(page_view)}
+            </main>
         </Show>
     }
 }

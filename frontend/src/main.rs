@@ -8,6 +8,7 @@ mod ctx;
 mod format;
 mod owners;
 mod pages;
+mod router;
 mod states;
 mod wire;
 

@@ -530,6 +530,36 @@ test('alerts, reports and settings pages render', async () => {
   }
 });
 
+test('navigation: links stay in the app, Back and Forward show their pages, unknown addresses say so', async () => {
+  const h1 = page.locator('h1');
+  const current = page.locator('nav[aria-label="Main"] a[aria-current="page"]');
+  await page.locator('nav[aria-label="Main"] a[href="/alerts"]').click();
+  await waitForText(h1, /^Alerts$/);
+  // An in-app link does not reload the page: a marker set on window survives it.
+  await page.evaluate(() => { window.__stayed = true; });
+  await page.locator('nav[aria-label="Main"] a[href="/gpus"]').click();
+  await page.waitForURL(URL + '/gpus', { timeout: T });
+  await waitForText(h1, /^GPUs$/);
+  await page.locator('.gpu-card .gpu-name a').first().click();
+  await page.waitForURL(/\/gpus\/[^/]+$/, { timeout: T });
+  assert.equal(await current.textContent(), 'GPUs', 'a GPU page keeps GPUs marked in the navigation');
+  await page.goBack();
+  await page.waitForURL(URL + '/gpus', { timeout: T });
+  await waitForText(h1, /^GPUs$/);
+  await page.goBack();
+  await page.waitForURL(URL + '/alerts', { timeout: T });
+  await waitForText(h1, /^Alerts$/);
+  assert.equal(await current.textContent(), 'Alerts');
+  await page.goForward();
+  await waitForText(h1, /^GPUs$/);
+  assert.equal(await page.evaluate(() => window.__stayed), true, 'no full page load');
+  await page.goto(URL + '/no-such-page');
+  await waitForText(h1, /^Page not found$/);
+  await page.getByRole('link', { name: 'Go to the fleet overview' }).click();
+  await page.waitForURL(URL + '/', { timeout: T });
+  assert.equal(await current.textContent(), 'Fleet');
+});
+
 test('phone width: GPUs page stacks into one column', async () => {
   const phone = await context.newPage();
   phone.on('pageerror', (err) => consoleErrors.push({ text: `uncaught: ${err.message}`, url: '' }));

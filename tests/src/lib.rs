@@ -119,8 +119,11 @@ impl TestServer {
 
     pub fn spawn_on(db_url: &str, listen: &str, extra_args: &[&str]) -> TestServer {
         let mut cmd = Command::new(bin_path("fleetlens-server"));
-        cmd.args(["--listen", listen, "--database-url", db_url, "--static-dir", "/nonexistent-static"])
-            .args(extra_args)
+        cmd.args(["--listen", listen, "--database-url", db_url]);
+        if !extra_args.contains(&"--static-dir") {
+            cmd.args(["--static-dir", "/nonexistent-static"]);
+        }
+        cmd.args(extra_args)
             .env("FLEETLENS_ADMIN_TOKEN", ADMIN_TOKEN)
             // The recorded fixtures keep their timestamps: raw retention must not age them out
             // while the suite runs (a test of retention passes its own --raw-retention).

@@ -68,7 +68,10 @@ pub fn router(state: AppState) -> Router {
     // Unknown /api/… paths answer a JSON 404, not the dashboard.
     let api_fallback = || async { crate::error::ApiError::NotFound("no such API endpoint".into()) };
     let static_dir = &state.config.static_dir;
-    let dashboard = ServeDir::new(static_dir).fallback(ServeFile::new(static_dir.join("index.html")));
+    // frontend/build.sh writes a zopfli-compressed `.gz` beside each file: sent as it is to
+    // clients that accept gzip (the compression layer leaves encoded answers alone).
+    let index = ServeFile::new(static_dir.join("index.html")).precompressed_gzip();
+    let dashboard = ServeDir::new(static_dir).precompressed_gzip().fallback(index);
     routes
         .nest("/api", Router::new().fallback(api_fallback))
         .fallback_service(dashboard)

@@ -2,22 +2,20 @@
 
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use leptos_router::components::A;
-use leptos_router::hooks::use_navigate;
 
 use crate::components::range_picker::RangePicker;
 use crate::ctx::use_app;
 use crate::format;
+use crate::router::use_location;
 
 #[component]
 pub fn Header() -> impl IntoView {
     let ctx = use_app();
-    let navigate = use_navigate();
+    let location = use_location();
     let log_out = move |_| {
-        let navigate = navigate.clone();
         spawn_local(async move {
             ctx.log_out().await;
-            navigate("/login", Default::default());
+            location.navigate("/login");
         });
     };
     let who = move || ctx.me.with(|m| m.as_ref().map(|m| m.who()).unwrap_or_default());
@@ -42,21 +40,21 @@ pub fn Header() -> impl IntoView {
         <header class="app-header">
             <a class="skip-link" href="#content">"Skip to content"</a>
             <div class="brand">
-                <A href="/" exact=true attr:class="brand-link">
+                <a href="/" class="brand-link">
                     <svg class="logo" viewBox="0 0 24 24" aria-hidden="true">
                         <rect x="3" y="4" width="18" height="4" rx="1"></rect>
                         <rect x="3" y="10" width="12" height="4" rx="1"></rect>
                         <rect x="3" y="16" width="6" height="4" rx="1"></rect>
                     </svg>
                     <span>"Fleetlens"</span>
-                </A>
+                </a>
             </div>
             <nav class="main-nav" aria-label="Main">
-                <A href="/" exact=true>"Fleet"</A>
-                <A href="/gpus">"GPUs"</A>
-                <A href="/alerts">"Alerts"</A>
-                <A href="/reports">"Reports"</A>
-                <A href="/settings">"Settings"</A>
+                <NavLink href="/" label="Fleet"/>
+                <NavLink href="/gpus" label="GPUs"/>
+                <NavLink href="/alerts" label="Alerts"/>
+                <NavLink href="/reports" label="Reports"/>
+                <NavLink href="/settings" label="Settings"/>
             </nav>
             <div class="header-tools">
                 <RangePicker/>
@@ -81,4 +79,19 @@ pub fn Header() -> impl IntoView {
             </div>
         </header>
     }
+}
+
+/// A main-navigation link, marked `aria-current="page"` on its page and the pages under it
+/// (`/gpus` for `/gpus/{uuid}`).
+#[component]
+fn NavLink(href: &'static str, label: &'static str) -> impl IntoView {
+    let location = use_location();
+    let current = move || {
+        location.path.with(|p| {
+            let here = p.trim_end_matches('/');
+            let on = if href == "/" { here.is_empty() } else { here == href || here.starts_with(&format!("{href}/")) };
+            on.then_some("page")
+        })
+    };
+    view! { <a href=href aria-current=current>{label}</a> }
 }

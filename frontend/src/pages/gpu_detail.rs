@@ -6,7 +6,6 @@ use std::sync::Arc;
 
 use fleetlens_api::{GpuSummary, Sample, SeriesPoint, StateWindow};
 use leptos::prelude::*;
-use leptos_router::hooks::use_params_map;
 
 use super::gpu_card::{cost_text, efficiency_text, power_text, use_prices};
 use crate::api::{self, ApiError, ApiResult};
@@ -17,6 +16,7 @@ use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::ctx::{Range, latest_ok, now_ms, polled, use_app};
 use crate::format::{self, NA};
+use crate::router::{Page, use_location};
 use crate::{owners, states};
 
 /// Samples asked for per request (the API's default page).
@@ -135,8 +135,11 @@ fn window_s(span_ms: i64) -> u32 {
 #[component]
 pub fn GpuDetailPage() -> impl IntoView {
     let ctx = use_app();
-    let params = use_params_map();
-    let uuid = Memo::new(move |_| params.with(|p| p.get("uuid")).unwrap_or_default());
+    let location = use_location();
+    let uuid = Memo::new(move |_| match location.path.with(|p| Page::of(p)) {
+        Page::GpuDetail(uuid) => uuid,
+        _ => String::new(),
+    });
     let cache = StoredValue::new(Cache::default());
     let res = polled(move || load(uuid.get(), ctx.range.get(), cache));
     let detail = latest_ok(res);

@@ -6,12 +6,12 @@ use std::collections::{BTreeSet, HashMap};
 
 use fleetlens_api::GpuSummary;
 use leptos::prelude::*;
-use leptos_router::hooks::use_query_map;
 
 use super::gpu_card::{GpuCard, use_prices};
 use crate::api;
 use crate::components::status::PollStatus;
 use crate::ctx::{latest_ok, polled};
+use crate::router::use_location;
 use crate::states;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -88,8 +88,8 @@ pub fn GpusPage() -> impl IntoView {
     let has_data = Signal::derive(move || data.with(Option::is_some));
     let prices = use_prices();
 
-    let q = use_query_map();
-    let param = move |k: &str| q.with_untracked(|q| q.get(k)).unwrap_or_default();
+    let location = use_location();
+    let param = move |k: &str| location.query(k).unwrap_or_default();
     let state_f = RwSignal::new(param("state"));
     let host_f = RwSignal::new(param("host"));
     let model_f = RwSignal::new(param("model"));

@@ -4,18 +4,17 @@
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::api::{self, ApiResult};
 use crate::ctx::use_app;
+use crate::router::use_location;
 use crate::wire::Me;
 
 #[component]
 pub fn Login() -> impl IntoView {
     super::set_title("Log in");
     let ctx = use_app();
-    let navigate = use_navigate();
-    let query = use_query_map();
+    let location = use_location();
     let email = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
     let key = RwSignal::new(String::new());
@@ -24,20 +23,17 @@ pub fn Login() -> impl IntoView {
     let busy = RwSignal::new(false);
 
     let next = move || {
-        query
-            .with_untracked(|q| q.get("next"))
+        location
+            .query("next")
             .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/login"))
             .unwrap_or_else(|| "/".into())
     };
     // Already logged in (a session cookie from earlier): go on.
-    {
-        let navigate = navigate.clone();
-        Effect::new(move || {
-            if ctx.me.with(Option::is_some) {
-                navigate(&next(), Default::default());
-            }
-        });
-    }
+    Effect::new(move || {
+        if ctx.me.with(Option::is_some) {
+            location.navigate(&next());
+        }
+    });
     let finish = move |out: ApiResult<Me>, error: RwSignal<Option<String>>| {
         match out {
             Ok(me) => {

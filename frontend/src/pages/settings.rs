@@ -9,25 +9,24 @@ use fleetlens_core::{GpuModel, PriceTable, SPECS};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use leptos_router::hooks::use_navigate;
 use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, PollStatus};
 use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
+use crate::router::use_location;
 use crate::wire::Prices;
 
 #[component]
 pub fn SettingsPage() -> impl IntoView {
     super::set_title("Settings");
     let ctx = use_app();
-    let navigate = use_navigate();
+    let location = use_location();
     let log_out = move |_| {
-        let navigate = navigate.clone();
         spawn_local(async move {
             ctx.log_out().await;
-            navigate("/login", Default::default());
+            location.navigate("/login");
         });
     };
     let me = move || ctx.me.get().unwrap_or_default();
