@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use crate::api;
 use crate::components::meter::Meter;
 use crate::components::state_badge::StateBadge;
-use crate::ctx::{now_ms, use_app};
+use crate::ctx::{Fetched, now_ms, use_app};
 use crate::format::{self, NA};
 use crate::wire::Prices;
 use crate::{owners, states};
@@ -54,7 +54,7 @@ pub fn cost_text(name: Option<&str>, prices: Option<&Prices>) -> String {
 
 /// The organisation's prices, fetched once per page (cards fall back to list prices).
 pub fn use_prices() -> Signal<Option<Prices>> {
-    let res = LocalResource::new(api::prices);
+    let res = Fetched::new(api::prices);
     Signal::derive(move || res.with(|r| r.as_ref().and_then(|r| r.as_ref().ok().cloned())))
 }
 

@@ -14,7 +14,7 @@ use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
-use crate::ctx::{Range, latest_ok, now_ms, polled, use_app};
+use crate::ctx::{Fetched, Range, latest_ok, now_ms, polled, use_app};
 use crate::format::{self, NA};
 use crate::router::{Page, use_location};
 use crate::{owners, states};
@@ -158,7 +158,7 @@ pub fn GpuDetailPage() -> impl IntoView {
             })
         })
     });
-    let states_res = LocalResource::new(move || {
+    let states_res = Fetched::new(move || {
         let w = window.get();
         async move {
             match w {
@@ -272,7 +272,7 @@ fn fmt_w(v: f64) -> String {
 }
 
 #[component]
-fn DetailBody(detail: Memo<Option<Detail>>, states_res: LocalResource<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
+fn DetailBody(detail: Memo<Option<Detail>>, states_res: Fetched<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
     let ctx = use_app();
     let gpu = Memo::new(move |_| detail.with(|d| d.as_ref().map(|d| d.gpu.clone())));
     let g = move |f: fn(&GpuSummary) -> String| move || gpu.with(|g| g.as_ref().map(f).unwrap_or_default());
@@ -405,7 +405,7 @@ fn DetailBody(detail: Memo<Option<Detail>>, states_res: LocalResource<ApiResult<
 
 #[component]
 fn StatesPanel(
-    states_res: LocalResource<ApiResult<Vec<StateWindow>>>,
+    states_res: Fetched<ApiResult<Vec<StateWindow>>>,
     x_range: Signal<(i64, i64)>,
     state: Signal<Option<String>>,
 ) -> impl IntoView {

@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, PollStatus};
-use crate::ctx::{latest_ok, polled, use_app};
+use crate::ctx::{Fetched, latest_ok, polled, use_app};
 use crate::format;
 use crate::router::use_location;
 use crate::wire::Prices;
@@ -665,7 +665,7 @@ fn Thresholds() -> impl IntoView {
     let ctx = use_app();
     // Read once (and after each save), not on the poll tick: a poll must not undo typing.
     let version = RwSignal::new(0u32);
-    let res = LocalResource::new(move || {
+    let res = Fetched::new(move || {
         version.track();
         api::thresholds()
     });
