@@ -26,6 +26,8 @@ import os, re, subprocess, sys
 d = sys.argv[1]
 size = lambda f: os.path.getsize(os.path.join(d, f))
 gz = lambda f: len(subprocess.run(["gzip", "-9c", os.path.join(d, f)], capture_output=True, check=True).stdout)
+# What the server sends a browser: the precompressed file frontend/build.sh wrote (zopfli).
+sent = lambda f: os.path.getsize(os.path.join(d, f + ".gz")) if os.path.exists(os.path.join(d, f + ".gz")) else gz(f)
 loader = open(os.path.join(d, "__wasm_split.js")).read()
 chunks = dict(re.findall(r'const (__chunk_\d+) = makeLoad\(\(\) => \{\s*const src = fetch\(new URL\("\./([^"]+)"', loader))
 pages = {}
@@ -34,13 +36,13 @@ for name, body, deps in re.findall(r'export const __wasm_split_load_(\w+) = wrap
     pages[re.sub(r'^__(\w+?)_route_view_\d+$', r'\1', name)] = own + [chunks[c.strip()] for c in deps.split(",") if c.strip()]
 base = ["fleetlens_bg.wasm", "fleetlens.js", "__wasm_split.js", "fleetlens.css", "index.html"]
 for f in base:
-    print(f"  {f:36s} {size(f):9,d} B raw  {gz(f):9,d} B gzip -9")
+    print(f"  {f:36s} {size(f):9,d} B raw  {gz(f):9,d} B gzip -9  {sent(f):9,d} B sent")
 wasm = sorted(f for f in os.listdir(d) if f.endswith(".wasm"))
-print(f"  {'all wasm (%d modules)' % len(wasm):36s} {sum(map(size, wasm)):9,d} B raw  {sum(map(gz, wasm)):9,d} B gzip -9")
+print(f"  {'all wasm (%d modules)' % len(wasm):36s} {sum(map(size, wasm)):9,d} B raw  {sum(map(gz, wasm)):9,d} B gzip -9  {sum(map(sent, wasm)):9,d} B sent")
 for page, files in sorted(pages.items()):
     w = ["fleetlens_bg.wasm"] + files
-    print(f"  first page {page:12s} wasm {sum(map(size, w)):9,d} B raw {sum(map(gz, w)):9,d} B gzip -9;"
-          f" all files ({len(w) + len(base) - 1}) {sum(map(gz, base + files)):9,d} B gzip -9")
+    print(f"  first page {page:12s} wasm {sum(map(size, w)):9,d} B raw {sum(map(gz, w)):9,d} B gzip -9 {sum(map(sent, w)):9,d} B sent;"
+          f" all files ({len(w) + len(base) - 1}) {sum(map(gz, base + files)):9,d} B gzip -9 {sum(map(sent, base + files)):9,d} B sent")
 PY
 
 tmp="$(mktemp -d /tmp/fleetlens-bench-dash.XXXXXX)"
