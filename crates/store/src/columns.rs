@@ -241,21 +241,6 @@ pub(crate) fn credit_add_set(table: &str) -> String {
         .join(", ")
 }
 
-/// The credit stored in a rollup row.
-pub(crate) fn credit_from_row<R>(row: &R) -> Result<fleetlens_core::Credit, sqlx::Error>
-where
-    R: sqlx::Row,
-    for<'a> &'a str: sqlx::ColumnIndex<R>,
-    f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
-{
-    static NAMES: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(fleetlens_core::Credit::column_names);
-    let mut cells = [0.0; fleetlens_core::CREDIT_COLUMNS];
-    for (cell, name) in cells.iter_mut().zip(NAMES.iter()) {
-        *cell = row.try_get(name.as_str())?;
-    }
-    Ok(fleetlens_core::Credit::from_cells(&cells))
-}
-
 /// A [`crate::BucketCredit`] from a row of `gpu_id, bucket_ms` and then the credit columns in
 /// order, read by position: reports read hundreds of thousands of these rows.
 pub(crate) fn bucket_credit_from_row<R>(row: &R) -> Result<crate::BucketCredit, sqlx::Error>
@@ -297,6 +282,55 @@ pub(crate) fn rollup_merge_set(
         sets.push(format!("{s}_max = {}", greatest(&format!("{table}.{s}_max"), &format!("excluded.{s}_max"))));
     }
     sets.join(", ")
+}
+
+/// `RETURNING` list of a minute-rollup merge, read back by [`merged_from_row`]: the key, the
+/// merged rollup and the credit it had stored, in that order.
+pub(crate) fn merged_returning() -> &'static str {
+    static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+        let mut cols = vec!["gpu_id".to_string(), "bucket_ms".to_string()];
+        cols.extend(rollup_columns());
+        cols.extend(fleetlens_core::Credit::column_names());
+        cols.join(", ")
+    });
+    LIST.as_str()
+}
+
+/// A merged minute and its stored credit from a row of [`merged_returning`], read by position:
+/// every ingest reads its merged minutes back, and a lookup by name hashes the name per cell.
+pub(crate) fn merged_from_row<R>(row: &R) -> Result<(RollupBucket, fleetlens_core::Credit), sqlx::Error>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+{
+    let mut b = RollupBucket {
+        gpu_id: row.try_get(0)?,
+        bucket_ms: row.try_get(1)?,
+        sample_count: row.try_get(2)?,
+        allocated_count: row.try_get(3)?,
+        processes_read_count: row.try_get(4)?,
+        first_ts_ms: row.try_get(5)?,
+        last_ts_ms: row.try_get(6)?,
+        ..Default::default()
+    };
+    let mut at = 7;
+    for stats in b.signals.iter_mut() {
+        *stats = SignalStats {
+            count: row.try_get(at)?,
+            sum: row.try_get(at + 1)?,
+            min: row.try_get(at + 2)?,
+            max: row.try_get(at + 3)?,
+        };
+        at += 4;
+    }
+    let mut cells = [0.0; fleetlens_core::CREDIT_COLUMNS];
+    for cell in cells.iter_mut() {
+        *cell = row.try_get(at)?;
+        at += 1;
+    }
+    Ok((b, fleetlens_core::Credit::from_cells(&cells)))
 }
 
 /// Build a rollup from a selected row, read column by column.

@@ -15,7 +15,7 @@
 
 use std::collections::HashSet;
 
-use fleetlens_core::Sample;
+use fleetlens_core::{GpuProcess, Sample};
 use sqlx::{Postgres, Row, Transaction};
 
 use crate::columns::{self, Cell, SAMPLE_COLUMNS};
@@ -173,6 +173,9 @@ fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) ->
     out.extend_from_slice(&0i32.to_be_bytes());
     out.extend_from_slice(&0i32.to_be_bytes());
     let fields = (2 + SAMPLE_COLUMNS.len() + 1) as i16;
+    // A GPU's process list rarely changes from one second to the next: the last list written
+    // and where its JSON lies in `out`, so that an equal list is copied, not serialised again.
+    let mut last_list: Option<(&[GpuProcess], std::ops::Range<usize>)> = None;
     for (gpu_id, s) in rows {
         out.extend_from_slice(&fields.to_be_bytes());
         put_i64(&mut out, Some(gpu_id));
@@ -184,13 +187,21 @@ fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) ->
             }
         }
         match &s.processes {
-            Some(list) => {
-                let len_at = out.len();
-                out.extend_from_slice(&0i32.to_be_bytes());
-                serde_json::to_writer(&mut out, list).expect("a process list serializes");
-                let len = (out.len() - len_at - 4) as i32;
-                out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
-            }
+            Some(list) => match &last_list {
+                Some((prev, json)) if *prev == list.as_slice() => {
+                    let json = json.clone();
+                    out.extend_from_slice(&(json.len() as i32).to_be_bytes());
+                    out.extend_from_within(json);
+                }
+                _ => {
+                    let len_at = out.len();
+                    out.extend_from_slice(&0i32.to_be_bytes());
+                    serde_json::to_writer(&mut out, list).expect("a process list serializes");
+                    let len = (out.len() - len_at - 4) as i32;
+                    out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
+                    last_list = Some((list.as_slice(), len_at + 4..out.len()));
+                }
+            },
             None => out.extend_from_slice(&(-1i32).to_be_bytes()),
         }
     }
@@ -237,5 +248,28 @@ mod tests {
         // mem_util_pct is NULL.
         assert_eq!(&bytes[57..61], &(-1i32).to_be_bytes());
         assert_eq!(&bytes[bytes.len() - 2..], &(-1i16).to_be_bytes());
+    }
+
+    #[test]
+    fn a_repeated_process_list_encodes_as_if_serialised_again() {
+        let proc = |pid: u32, command: &str| GpuProcess { pid, command: Some(command.into()), ..GpuProcess::default() };
+        let a = vec![proc(1, "train.py"), proc(2, "eval \"quoted\"")];
+        let b = vec![proc(3, "serve")];
+        let rows: Vec<Sample> =
+            [Some(a.clone()), Some(a.clone()), Some(b), None, Some(a), Some(Vec::new()), Some(Vec::new())]
+                .into_iter()
+                .enumerate()
+                .map(|(i, processes)| Sample { ts_ms: i as i64, processes, ..Sample::default() })
+                .collect();
+        let together = encode_samples(rows.iter().map(|s| (9, s)));
+        // Each row alone (no earlier list to reuse): header, the row, trailer.
+        let mut apart = encode_samples(std::iter::empty());
+        apart.truncate(apart.len() - 2);
+        for s in &rows {
+            let one = encode_samples([(9, s)].into_iter());
+            apart.extend_from_slice(&one[19..one.len() - 2]);
+        }
+        apart.extend_from_slice(&(-1i16).to_be_bytes());
+        assert_eq!(together, apart);
     }
 }

@@ -170,19 +170,14 @@ async fn merge_rollups(
          SELECT * FROM UNNEST({}) AS t(gpu_id, bucket_ms, {col_list}) \
          ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET {set}{}",
         params.join(", "),
-        if credits.is_none() { " RETURNING *" } else { "" }
+        if credits.is_none() { format!(" RETURNING {}", columns::merged_returning()) } else { String::new() }
     );
     let mut q = cells.bind(sqlx::query(&sql).bind(&gpu_ids).bind(&bucket_ms));
     for col in &credit_cols {
         q = q.bind(col);
     }
     let rows = q.fetch_all(&mut **tx).await?;
-    rows.iter()
-        .map(|row| {
-            let gpu_id: i64 = row.try_get("gpu_id")?;
-            Ok((columns::rollup_from_row(row, gpu_id)?, columns::credit_from_row(row)?))
-        })
-        .collect()
+    Ok(rows.iter().map(columns::merged_from_row).collect::<Result<Vec<_>, _>>()?)
 }
 
 /// Add the hours' credit changes to their days (`credits_1d`), in one statement of the ingest

@@ -457,10 +457,9 @@ async fn merge_minutes(conn: &mut SqliteConnection, buckets: Vec<RollupBucket>) 
         });
         qb.push(" ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET ");
         qb.push(columns::rollup_merge_set("rollups_1m", least, greatest));
-        qb.push(" RETURNING *");
+        qb.push(" RETURNING ").push(columns::merged_returning());
         for row in qb.build().fetch_all(&mut *conn).await? {
-            let gpu_id: i64 = row.try_get("gpu_id")?;
-            merged.push((columns::rollup_from_row(&row, gpu_id)?, columns::credit_from_row(&row)?));
+            merged.push(columns::merged_from_row(&row)?);
         }
     }
     Ok(merged)
