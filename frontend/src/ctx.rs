@@ -1,9 +1,10 @@
 //! App-wide reactive state: who is logged in, the time range, and the 5-second poll tick that
 //! every page's resources track so that data refreshes without a reload.
 
-use std::cell::Cell;
 use std::future::Future;
-use std::rc::Rc;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::Poll;
 use std::time::Duration;
 
 use leptos::prelude::*;
@@ -150,7 +151,9 @@ pub fn local_set(key: &str, value: &str) {
 
 /// A value fetched from the API: fetched once created, again whenever `fetch` reads a signal that
 /// changes and on [`Fetched::refetch`]. The last answer stays while the next is in flight (pages
-/// do not blank on every poll), and an answer overtaken by a newer fetch is dropped.
+/// do not blank on every poll). A fetch that a newer one overtakes, or whose page is left, is
+/// dropped at its next step: its code after an `.await` (which may touch the page's signals,
+/// gone by then) never runs.
 ///
 /// Leptos' `LocalResource` does this on top of its async-derived and suspense machinery, which
 /// the dashboard does not otherwise use: this is about 15 KB (gzipped) less wasm per data page.
@@ -174,18 +177,29 @@ impl<T: 'static> Fetched<T> {
     {
         let value = RwSignal::new_local(None);
         let version = RwSignal::new(0u64);
-        let latest = Rc::new(Cell::new(0u64));
+        // The fetch that may still store its answer; u64::MAX once the owner is gone.
+        let current = Arc::new(AtomicU64::new(0));
+        on_cleanup({
+            let current = Arc::clone(&current);
+            move || current.store(u64::MAX, Ordering::Relaxed)
+        });
         Effect::new(move || {
             version.track();
-            let fut = fetch();
-            let this = latest.get() + 1;
-            latest.set(this);
-            let latest = Rc::clone(&latest);
+            let mut fut = Box::pin(fetch());
+            let this = current.load(Ordering::Relaxed).wrapping_add(1);
+            if this == u64::MAX {
+                return;
+            }
+            current.store(this, Ordering::Relaxed);
+            let current = Arc::clone(&current);
             spawn_local(async move {
-                let out = fut.await;
-                // `try_set`: the page may have been left while the request was out.
-                if latest.get() == this {
-                    let _ = value.try_set(Some(out));
+                let live = || current.load(Ordering::Relaxed) == this;
+                let out =
+                    std::future::poll_fn(|cx| if live() { fut.as_mut().poll(cx).map(Some) } else { Poll::Ready(None) });
+                if let Some(out) = out.await
+                    && live()
+                {
+                    value.set(Some(out));
                 }
             });
         });

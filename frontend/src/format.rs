@@ -6,9 +6,45 @@ pub const NA: &str = "n/a on this GPU";
 
 const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
+/// `v` with `decimals` digits after the point, for display: `fx(0.84, 1)` shows `0.8`.
+///
+/// Written with integer formatting: Rust's float formatting (Grisu and Dragon with their tables,
+/// about 6 KB of gzipped wasm shared by every page) then stays out of the dashboard. Rounds half
+/// away from zero on the scaled value, which can differ from `{:.1}` in the last digit for values
+/// that sit exactly between two (0.15); a dashboard figure does not care.
+pub fn fx(v: f64, decimals: u32) -> Fixed {
+    Fixed { v, decimals }
+}
+
+#[derive(Clone, Copy)]
+pub struct Fixed {
+    v: f64,
+    decimals: u32,
+}
+
+impl std::fmt::Display for Fixed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let Fixed { v, decimals } = *self;
+        if v.is_nan() {
+            return f.write_str("NaN");
+        }
+        let scale = 10u64.pow(decimals.min(9));
+        // Saturates past ~1.8e19 / scale: no dashboard figure comes near.
+        let n = (v.abs() * scale as f64).round() as u64;
+        if v < 0.0 && n != 0 {
+            f.write_str("-")?;
+        }
+        write!(f, "{}", n / scale)?;
+        if decimals > 0 {
+            write!(f, ".{:0width$}", n % scale, width = decimals.min(9) as usize)?;
+        }
+        Ok(())
+    }
+}
+
 /// `62%`, `0.8%` (one decimal below 10 so that "SM activity 0.8%" is not rounded to 1).
 pub fn pct(v: f64) -> String {
-    if v != 0.0 && v.abs() < 10.0 { format!("{v:.1}%") } else { format!("{v:.0}%") }
+    if v != 0.0 && v.abs() < 10.0 { format!("{}%", fx(v, 1)) } else { format!("{}%", fx(v, 0)) }
 }
 
 pub fn opt_pct(v: Option<f64>) -> String {
@@ -22,11 +58,11 @@ pub fn frac(v: f64) -> String {
 
 pub fn gib(bytes: i64) -> String {
     let g = bytes as f64 / GIB;
-    if g < 10.0 { format!("{g:.1} GiB") } else { format!("{g:.0} GiB") }
+    if g < 10.0 { format!("{} GiB", fx(g, 1)) } else { format!("{} GiB", fx(g, 0)) }
 }
 
-pub fn opt_num(v: Option<f64>, unit: &str, decimals: usize) -> String {
-    v.map(|v| format!("{v:.decimals$}{unit}")).unwrap_or_else(|| NA.into())
+pub fn opt_num(v: Option<f64>, unit: &str, decimals: u32) -> String {
+    v.map(|v| format!("{}{unit}", fx(v, decimals))).unwrap_or_else(|| NA.into())
 }
 
 /// Thousands separators for a non-negative integer part.
@@ -69,10 +105,10 @@ pub fn hours(h: f64) -> String {
     if h >= 100.0 {
         format!("{} h", group(h.round() as u64))
     } else if h >= 1.0 {
-        format!("{h:.1} h")
+        format!("{} h", fx(h, 1))
     } else {
         let m = h * 60.0;
-        if m >= 1.0 { format!("{m:.0} min") } else { format!("{:.0} s", m * 60.0) }
+        if m >= 1.0 { format!("{} min", fx(m, 0)) } else { format!("{} s", fx(m * 60.0, 0)) }
     }
 }
 
@@ -80,13 +116,13 @@ pub fn hours(h: f64) -> String {
 pub fn duration_ms(ms: i64) -> String {
     let s = ms.max(0) as f64 / 1000.0;
     if s < 90.0 {
-        format!("{s:.0} s")
+        format!("{} s", fx(s, 0))
     } else if s < 90.0 * 60.0 {
-        format!("{:.0} min", s / 60.0)
+        format!("{} min", fx(s / 60.0, 0))
     } else if s < 48.0 * 3600.0 {
-        format!("{:.1} h", s / 3600.0)
+        format!("{} h", fx(s / 3600.0, 1))
     } else {
-        format!("{:.0} d", s / 86400.0)
+        format!("{} d", fx(s / 86400.0, 0))
     }
 }
 
@@ -153,5 +189,11 @@ mod tests {
         assert_eq!(pct(0.0), "0%");
         assert_eq!(opt_pct(None), NA);
         assert_eq!(group(1234567), "1,234,567");
+        assert_eq!(fx(0.84, 1).to_string(), "0.8");
+        assert_eq!(fx(-2.5, 0).to_string(), "-3");
+        assert_eq!(fx(-0.04, 1).to_string(), "0.0");
+        assert_eq!(fx(12.0, 3).to_string(), "12.000");
+        assert_eq!(fx(99.96, 1).to_string(), "100.0");
+        assert_eq!(fx(f64::NAN, 1).to_string(), "NaN");
     }
 }

@@ -95,7 +95,11 @@ before(async () => {
     const expected = /Failed to load resource/.test(msg.text()) && isExpectedFailure(url);
     if (!expected) consoleErrors.push({ text: msg.text(), url });
   });
-  page.on('pageerror', (err) => consoleErrors.push({ text: `uncaught: ${err.message}`, url: '' }));
+  page.on('pageerror', (err) => {
+    // Where it happened, for whoever reads the log of a failing run.
+    console.error(`pageerror at ${page.url()}: ${err.stack}`);
+    consoleErrors.push({ text: `uncaught: ${err.message}`, url: page.url() });
+  });
 });
 
 after(async () => {
@@ -558,6 +562,29 @@ test('navigation: links stay in the app, Back and Forward show their pages, unkn
   await page.getByRole('link', { name: 'Go to the fleet overview' }).click();
   await page.waitForURL(URL + '/', { timeout: T });
   assert.equal(await current.textContent(), 'Fleet');
+
+  // A page left while its data is on the way: the late answer is dropped, not applied to the
+  // page that is gone (that used to trap in the wasm: "unreachable" in the console).
+  await page.locator('nav[aria-label="Main"] a[href="/gpus"]').click();
+  await waitForText(h1, /^GPUs$/);
+  const errorsBefore = consoleErrors.length;
+  let release;
+  const held = new Promise((r) => { release = r; });
+  let heldCount = 0;
+  const hold = async (route) => { heldCount += 1; await held; await route.continue(); };
+  await page.route((u) => new globalThis.URL(u).pathname === '/api/v1/gpus', hold);
+  await page.locator('.gpu-card .gpu-name a').first().click();
+  await page.waitForURL(/\/gpus\/[^/]+$/, { timeout: T });
+  const deadline = Date.now() + T;
+  while (heldCount === 0 && Date.now() < deadline) await new Promise((r) => setTimeout(r, 50));
+  assert.ok(heldCount > 0, 'the GPU page asked for /api/v1/gpus');
+  await page.locator('nav[aria-label="Main"] a[href="/alerts"]').click();
+  await waitForText(h1, /^Alerts$/);
+  release();
+  await page.unroute((u) => new globalThis.URL(u).pathname === '/api/v1/gpus', hold);
+  await page.waitForTimeout(500);
+  assert.deepEqual(consoleErrors.slice(errorsBefore), [], 'no error after the late answer');
+  assert.equal(await h1.textContent(), 'Alerts');
 });
 
 test('phone width: GPUs page stacks into one column', async () => {

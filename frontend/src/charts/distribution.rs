@@ -30,7 +30,7 @@ pub fn StateDistribution(
         v.into_iter()
             .map(|(s, h)| {
                 let w = if total > 0.0 { h / total * 100.0 } else { 0.0 };
-                view! { <div class=format!("band-seg band-{s}") style:width=format!("{w:.2}%") title=format!("{}: {}", states::label(&s), format::hours(h))></div> }
+                view! { <div class=format!("band-seg band-{s}") style:width=format!("{}%", format::fx(w, 2)) title=format!("{}: {}", states::label(&s), format::hours(h))></div> }
             })
             .collect_view()
     };

@@ -49,9 +49,9 @@ pub fn Funnel(#[prop(into)] levels: Signal<Vec<FunnelLevel>>, #[prop(into)] curr
                             <span class="funnel-hint">{hint}</span>
                         </div>
                         <div class="funnel-track" aria-hidden="true">
-                            <div class=format!("funnel-fill funnel-{}", l.level) style:width=format!("{width:.1}%")></div>
+                            <div class=format!("funnel-fill funnel-{}", l.level) style:width=format!("{}%", format::fx(width, 1))></div>
                             {lost.filter(|x| *x > 0.0).map(|x| view! {
-                                <div class="funnel-lost" style:left=format!("{width:.1}%") style:width=format!("{:.1}%", x * 100.0)></div>
+                                <div class="funnel-lost" style:left=format!("{}%", format::fx(width, 1)) style:width=format!("{}%", format::fx(x * 100.0, 1))></div>
                             })}
                         </div>
                         <div class="funnel-value">

@@ -67,7 +67,12 @@ fn line_path(points: &[(i64, Option<f64>)], s: &Scale) -> String {
         match v {
             Some(v) => {
                 let joined = prev.is_some_and(|p| t - p <= gap);
-                d.push_str(&format!("{}{:.1},{:.1}", if joined { 'L' } else { 'M' }, s.x(t), s.y(v)));
+                d.push_str(&format!(
+                    "{}{},{}",
+                    if joined { 'L' } else { 'M' },
+                    format::fx(s.x(t), 1),
+                    format::fx(s.y(v), 1)
+                ));
                 prev = Some(t);
             }
             None => prev = None,
@@ -88,10 +93,15 @@ fn gap_path(a: &[(i64, Option<f64>)], b: &[(i64, Option<f64>)], s: &Scale) -> St
     let flush = |run: &mut Vec<(i64, f64, f64)>, d: &mut String| {
         if run.len() >= 2 {
             for (i, (t, va, _)) in run.iter().enumerate() {
-                d.push_str(&format!("{}{:.1},{:.1}", if i == 0 { 'M' } else { 'L' }, s.x(*t), s.y(*va)));
+                d.push_str(&format!(
+                    "{}{},{}",
+                    if i == 0 { 'M' } else { 'L' },
+                    format::fx(s.x(*t), 1),
+                    format::fx(s.y(*va), 1)
+                ));
             }
             for (t, _, vb) in run.iter().rev() {
-                d.push_str(&format!("L{:.1},{:.1}", s.x(*t), s.y(*vb)));
+                d.push_str(&format!("L{},{}", format::fx(s.x(*t), 1), format::fx(s.y(*vb), 1)));
             }
             d.push('Z');
         }
@@ -226,8 +236,8 @@ fn chart_svg(
                 let v = s.y_max * f64::from(i) / 4.0;
                 let y = s.y(v);
                 view! {
-                    <line class="grid" x1=ML x2=w - MR y1=y y2=y></line>
-                    <text class="axis" x=ML - 6.0 y=y + 4.0 text-anchor="end">{fmt(v)}</text>
+                    <line class="grid" x1=px(ML) x2=px(w - MR) y1=px(y) y2=px(y)></line>
+                    <text class="axis" x=px(ML - 6.0) y=px(y + 4.0) text-anchor="end">{fmt(v)}</text>
                 }
             })
             .collect_view()
@@ -243,7 +253,7 @@ fn chart_svg(
                     4 => "end",
                     _ => "middle",
                 };
-                view! { <text class="axis" x=s.x(t) y=h - 6.0 text-anchor=anchor>{format::tick(t, span)}</text> }
+                view! { <text class="axis" x=px(s.x(t)) y=px(h - 6.0) text-anchor=anchor>{format::tick(t, span)}</text> }
             })
             .collect_view()
     };
@@ -263,8 +273,8 @@ fn chart_svg(
                 let s = scale();
                 let y = s.y(v);
                 view! {
-                    <line class="limit" x1=ML x2=w - MR y1=y y2=y></line>
-                    <text class="axis limit-label" x=w - MR - 4.0 y=y - 4.0 text-anchor="end">{format!("limit {}", fmt(v))}</text>
+                    <line class="limit" x1=px(ML) x2=px(w - MR) y1=px(y) y2=px(y)></line>
+                    <text class="axis limit-label" x=px(w - MR - 4.0) y=px(y - 4.0) text-anchor="end">{format!("limit {}", fmt(v))}</text>
                 }
             })
         }
@@ -285,7 +295,7 @@ fn chart_svg(
 
     view! {
         <div class="chart-scroll">
-        <svg class="chart-svg" viewBox=format!("0 0 {w} {h}") role="img" aria-label=summary>
+        <svg class="chart-svg" viewBox=format!("0 0 {} {}", px(w), px(h)) role="img" aria-label=summary>
             <g>{y_ticks}</g>
             <g>{x_ticks}</g>
             {gap_area}
@@ -337,4 +347,9 @@ fn DataTable(series: Signal<Vec<Series>>, x_range: Signal<(i64, i64)>, fmt: fn(f
             </div>
         </details>
     }
+}
+
+/// An SVG coordinate as attribute text (a tenth of a pixel is enough).
+fn px(v: f64) -> String {
+    format::fx(v, 1).to_string()
 }

@@ -55,8 +55,8 @@ pub fn StateTimeline(
                 view! {
                     <div
                         class=format!("band band-{}", r.state)
-                        style:left=format!("{left:.3}%")
-                        style:width=format!("{:.3}%", (right - left).max(0.15))
+                        style:left=format!("{}%", format::fx(left, 3))
+                        style:width=format!("{}%", format::fx((right - left).max(0.15), 3))
                         title=tip
                     ></div>
                 }

@@ -35,7 +35,7 @@ pub fn Meter(
                 </span>
             </div>
             <div class="meter-track" aria-hidden="true">
-                <div class="meter-fill" style:width=move || format!("{:.1}%", width())></div>
+                <div class="meter-fill" style:width=move || format!("{}%", format::fx(width(), 1))></div>
             </div>
         </div>
     }

@@ -97,7 +97,7 @@ fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
             </div>
             <div class="kpi">
                 <span class="kpi-label">"Energy"</span>
-                <span class="kpi-value">{d(|d| format!("{:.1} kWh", d.energy_kwh))}</span>
+                <span class="kpi-value">{d(|d| format!("{} kWh", format::fx(d.energy_kwh, 1)))}</span>
                 <span class="kpi-sub">"measured by the GPUs"</span>
             </div>
         </section>
@@ -246,7 +246,7 @@ fn Wasters(wasters: Signal<Vec<GpuWaste>>, currency: Signal<String>) -> impl Int
                                 </div>
                                 <p class="waster-numbers">
                                     <strong class="waste">{cost}</strong>
-                                    {format!(" wasted · {} of {} · efficiency {}", format::hours(w.wasted_hours), format::hours(w.paid_gpu_hours), w.efficiency.map(|e| format!("{e:.0}")).unwrap_or_else(|| "n/a".into()))}
+                                    {format!(" wasted · {} of {} · efficiency {}", format::hours(w.wasted_hours), format::hours(w.paid_gpu_hours), w.efficiency.map(|e| format::fx(e, 0).to_string()).unwrap_or_else(|| "n/a".into()))}
                                 </p>
                                 {(!w.advice.is_empty()).then(|| view! { <p class="advice">{w.advice.clone()}</p> })}
                                 {right.map(|r| view! { <p class="advice">{r}</p> })}

@@ -15,7 +15,7 @@ use crate::{owners, states};
 /// Efficiency score text: a number, "no kernel running", or n/a.
 pub fn efficiency_text(eff: Option<f64>, latest: Option<&Sample>) -> String {
     match (eff, latest) {
-        (Some(e), _) => format!("{e:.0}"),
+        (Some(e), _) => format::fx(e, 0).to_string(),
         (None, Some(s)) if s.sm_active_pct.is_none() => NA.into(),
         (None, Some(s)) if s.gpu_util_pct == Some(0.0) => "no kernel running".into(),
         _ => NA.into(),
@@ -25,8 +25,10 @@ pub fn efficiency_text(eff: Option<f64>, latest: Option<&Sample>) -> String {
 /// "312 W of 700 W (45%)".
 pub fn power_text(power: Option<f64>, limit: Option<f64>) -> String {
     match (power, limit) {
-        (Some(p), Some(l)) if l > 0.0 => format!("{p:.0} W of {l:.0} W ({})", format::pct(p / l * 100.0)),
-        (Some(p), _) => format!("{p:.0} W"),
+        (Some(p), Some(l)) if l > 0.0 => {
+            format!("{} W of {} W ({})", format::fx(p, 0), format::fx(l, 0), format::pct(p / l * 100.0))
+        }
+        (Some(p), _) => format!("{} W", format::fx(p, 0)),
         (None, _) => NA.into(),
     }
 }

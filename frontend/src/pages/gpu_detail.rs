@@ -265,10 +265,10 @@ fn fmt_pct(v: f64) -> String {
     format::pct(v)
 }
 fn fmt_gib(v: f64) -> String {
-    if v < 10.0 { format!("{v:.1} GiB") } else { format!("{v:.0} GiB") }
+    if v < 10.0 { format!("{} GiB", format::fx(v, 1)) } else { format!("{} GiB", format::fx(v, 0)) }
 }
 fn fmt_w(v: f64) -> String {
-    format!("{v:.0} W")
+    format!("{} W", format::fx(v, 0))
 }
 
 #[component]

@@ -106,7 +106,7 @@ fn flops(v: f64) -> String {
     } else {
         (1.0, "FLOP/s")
     };
-    format!("{:.1} {unit}", v / div)
+    format!("{} {unit}", format::fx(v / div, 1))
 }
 
 /// Jobs that reported their model throughput (`GET /api/v1/jobs`) and their MFU: achieved
@@ -216,8 +216,8 @@ fn BillingTable(report: Signal<Option<BillingReport>>) -> impl IntoView {
                         <td class="num">{format::hours(r.gpu_hours)}</td>
                         <td class="num">{opt_pct(r.mean_gpu_util_pct)}</td>
                         <td class="num">{opt_pct(r.mean_sm_active_pct)}</td>
-                        <td class="num">{r.efficiency_pct.map(|e| format!("{e:.0}")).unwrap_or_else(|| "n/a".into())}</td>
-                        <td class="num">{format!("{:.2}", r.energy_kwh)}</td>
+                        <td class="num">{r.efficiency_pct.map(|e| format::fx(e, 0).to_string()).unwrap_or_else(|| "n/a".into())}</td>
+                        <td class="num">{format::fx(r.energy_kwh, 2).to_string()}</td>
                         <td class="num">{money(r.cost)}</td>
                         <td class="num" class:waste=r.wasted_cost.is_some_and(|w| w > 0.0)>{money(r.wasted_cost)}</td>
                         <td>{wastes}</td>
