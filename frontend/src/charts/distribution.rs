@@ -1,23 +1,19 @@
 //! Where the GPU-hours went: a stacked bar of hours per workload state with a table.
 
-use std::collections::BTreeMap;
-
+use fleetlens_api::FleetSummary;
 use leptos::prelude::*;
 
 use crate::components::state_badge::StateBadge;
 use crate::format;
 use crate::states;
 
+/// Hours by state of the fleet summary `data` (read whole, as `Funnel` does).
 #[component]
-pub fn StateDistribution(
-    #[prop(into)] hours: Signal<BTreeMap<String, f64>>,
-    #[prop(into)] wasted: Signal<BTreeMap<String, f64>>,
-    #[prop(into)] currency: Signal<String>,
-    #[prop(into)] priced: Signal<bool>,
-) -> impl IntoView {
+pub fn StateDistribution(data: Memo<Option<FleetSummary>>) -> impl IntoView {
     // METRICS.md order, then anything unknown.
     let ordered = move || {
-        hours.with(|h| {
+        data.with(|d| {
+            let Some(h) = d.as_ref().map(|d| &d.hours_by_state) else { return (Vec::new(), 0.0) };
             let total: f64 = h.values().sum();
             let mut v: Vec<(String, f64)> =
                 states::all().filter_map(|s| h.get(s).map(|x| (s.to_string(), *x))).collect();
@@ -36,15 +32,16 @@ pub fn StateDistribution(
     };
     let rows = move || {
         let (v, total) = ordered();
-        let cur = currency.get();
+        let (cur, priced) =
+            data.with(|d| d.as_ref().map(|d| (d.currency.clone(), d.cost.is_some())).unwrap_or_default());
         v.into_iter()
             .map(|(s, h)| {
                 let share = if total > 0.0 { h / total } else { 0.0 };
-                let cost = wasted.with(|w| w.get(&s).copied());
+                let cost = data.with(|d| d.as_ref().and_then(|d| d.wasted_cost_by_state.get(&s).copied()));
                 let cost_text = match cost {
                     Some(c) if c > 0.0 => format::money(c, &cur),
                     _ if !states::is_waste(&s) => "—".into(),
-                    _ if !priced.get() => "no price set".into(),
+                    _ if !priced => "no price set".into(),
                     _ => format::money(0.0, &cur),
                 };
                 view! {

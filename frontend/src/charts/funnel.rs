@@ -1,7 +1,7 @@
 //! The fleet utilization funnel: paid → allocation → kernel → SM → tensor (→ MFU), one bar per
 //! level with the dollars lost between each step and the next.
 
-use fleetlens_api::FunnelLevel;
+use fleetlens_api::FleetSummary;
 use leptos::prelude::*;
 
 use crate::format;
@@ -17,14 +17,17 @@ pub fn level_name(level: &str) -> (&'static str, &'static str) {
     }
 }
 
+/// The funnel of the fleet summary `data`. It reads the summary itself (rather than a signal per
+/// field): every distinct signal type costs the page its own copy of the reactive machinery.
 #[component]
-pub fn Funnel(#[prop(into)] levels: Signal<Vec<FunnelLevel>>, #[prop(into)] currency: Signal<String>) -> impl IntoView {
+pub fn Funnel(data: Memo<Option<FleetSummary>>) -> impl IntoView {
     let rows = move || {
-        let cur = currency.get();
-        let levels = levels.get();
+        data.with(|d| {
+        let Some(d) = d else { return Vec::new() };
+        let cur = &d.currency;
         let mut prev: Option<f64> = Some(1.0);
-        levels
-            .into_iter()
+        d.funnel
+            .iter()
             .map(|l| {
                 let (name, hint) = level_name(&l.level);
                 let width = l.fraction.map(|f| (f * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
@@ -37,7 +40,7 @@ pub fn Funnel(#[prop(into)] levels: Signal<Vec<FunnelLevel>>, #[prop(into)] curr
                 }
                 let gap_text = match l.gap_cost {
                     Some(c) if c < 0.005 => "nothing lost".into(),
-                    Some(c) => format!("{} lost", format::money(c, &cur)),
+                    Some(c) => format!("{} lost", format::money(c, cur)),
                     None if l.fraction.is_none() => String::new(),
                     None => "no price set".into(),
                 };
@@ -63,6 +66,7 @@ pub fn Funnel(#[prop(into)] levels: Signal<Vec<FunnelLevel>>, #[prop(into)] curr
                 }
             })
             .collect_view()
+        })
     };
     view! {
         <ol class="funnel" aria-label="Utilization funnel: each level is a share of the GPU-time paid for">

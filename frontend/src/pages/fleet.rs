@@ -43,8 +43,6 @@ pub fn FleetPage() -> impl IntoView {
 #[component]
 fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
     let d = move |f: fn(&FleetSummary) -> String| move || data.with(|d| d.as_ref().map(f).unwrap_or_default());
-    let currency = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.currency.clone()).unwrap_or_default()));
-    let priced = Signal::derive(move || data.with(|d| d.as_ref().is_some_and(|d| d.cost.is_some())));
     let waste_share = move || {
         data.with(|d| {
             d.as_ref().and_then(|d| match (d.wasted_cost, d.cost) {
@@ -53,14 +51,8 @@ fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
             })
         })
     };
-    let funnel = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.funnel.clone()).unwrap_or_default()));
-    let hours = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.hours_by_state.clone()).unwrap_or_default()));
-    let wasted =
-        Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.wasted_cost_by_state.clone()).unwrap_or_default()));
-    let wasters = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.top_wasters.clone()).unwrap_or_default()));
-    let owners = Signal::derive(move || data.with(|d| d.as_ref().map(|d| d.top_owners.clone()).unwrap_or_default()));
-    let owners_span =
-        Signal::derive(move || data.with(|d| d.as_ref().and_then(|d| d.top_owners_from_ms.map(|f| (f, d.to_ms)))));
+    // The parts below read `data` themselves instead of a derived signal each: every distinct
+    // signal type adds its own copy of the reactive machinery to the page's wasm.
     let unpriced = move || {
         data.with(|d| {
             d.as_ref().filter(|d| !d.unpriced_models.is_empty()).map(|d| {
@@ -106,17 +98,17 @@ fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
         <section class="card" aria-labelledby="funnel-title">
             <h2 id="funnel-title">"Utilization funnel"</h2>
             <p class="muted">"Each level is a share of the GPU-time paid for. The gap between two levels is where the money goes."</p>
-            <Funnel levels=funnel currency/>
+            <Funnel data/>
         </section>
 
         <div class="two-col">
             <section class="card" aria-labelledby="states-title">
                 <h2 id="states-title">"Where the GPU-hours went"</h2>
-                <StateDistribution hours wasted currency priced/>
+                <StateDistribution data/>
             </section>
             <section class="card" aria-labelledby="wasters-title">
                 <h2 id="wasters-title">"Wasting the most"</h2>
-                <Wasters wasters currency/>
+                <Wasters data/>
             </section>
         </div>
 
@@ -125,7 +117,7 @@ fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
                 <h2 id="owners-title">"Who is wasting"</h2>
                 <a href="/reports">"By user, namespace, pod or Slurm job: Reports"</a>
             </div>
-            <Owners owners span=owners_span currency/>
+            <Owners data/>
         </section>
         <p class="muted small">{d(|d| d.price_source.clone())}</p>
     }
@@ -133,13 +125,10 @@ fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
 
 /// The owners wasting the most (the summary's `top_owners`), ranked by wasted cost.
 #[component]
-fn Owners(
-    owners: Signal<Vec<OwnerWaste>>,
-    span: Signal<Option<(i64, i64)>>,
-    currency: Signal<String>,
-) -> impl IntoView {
+fn Owners(data: Memo<Option<FleetSummary>>) -> impl IntoView {
+    let span = move || data.with(|d| d.as_ref().and_then(|d| d.top_owners_from_ms.map(|f| (f, d.to_ms))));
     let covers = move || {
-        span.get().map(|(from, to)| {
+        span().map(|(from, to)| {
             format!(
                 "Process owners (Unix or Slurm user) over the last {} (raw samples), ranked by wasted cost. A GPU shared by several processes is split by their SM %, else evenly.",
                 format::duration_ms(to - from)
@@ -148,10 +137,11 @@ fn Owners(
     };
     view! {
         {move || covers().map(|t| view! { <p class="muted">{t}</p> })}
-        {move || {
-            let mut list = owners.get();
+        {move || data.with(|d| {
+            let Some(d) = d else { return ().into_any() };
+            let mut list: Vec<&OwnerWaste> = d.top_owners.iter().collect();
             if list.is_empty() {
-                let why = if span.get().is_some() {
+                let why = if span().is_some() {
                     "No GPU time with a known process owner was wasted in this period (owners are read from the agents' process lists; prices must be set for wasted cost)."
                 } else {
                     "Owner accounts are off on this server (--summary-owners-span 0s), or the period is too short."
@@ -163,7 +153,7 @@ fn Owners(
                 .into_any();
             }
             list.sort_by(|a, b| b.wasted_cost.unwrap_or(0.0).total_cmp(&a.wasted_cost.unwrap_or(0.0)));
-            let cur = currency.get();
+            let cur = &d.currency;
             let rows = list
                 .into_iter()
                 .enumerate()
@@ -173,11 +163,11 @@ fn Owners(
                         <tr data-owner=o.owner.clone()>
                             <td class="num rank">{i + 1}</td>
                             <th scope="row" class:muted=unknown>{o.owner.clone()}</th>
-                            <td class="num waste" data-col="wasted_cost">{format::opt_money(o.wasted_cost, &cur)}</td>
+                            <td class="num waste" data-col="wasted_cost">{format::opt_money(o.wasted_cost, cur)}</td>
                             <td class="num" data-col="idle_held">{format::hours(o.idle_held_hours)}</td>
                             <td class="num" data-col="hollow">{format::hours(o.hollow_hours)}</td>
                             <td class="num" data-col="gpu_hours">{format::hours(o.gpu_hours)}</td>
-                            <td class="num" data-col="cost">{format::opt_money(o.cost, &cur)}</td>
+                            <td class="num" data-col="cost">{format::opt_money(o.cost, cur)}</td>
                             <td class="num" data-col="gpus">{o.gpus}</td>
                         </tr>
                     }
@@ -204,25 +194,27 @@ fn Owners(
                 </div>
             }
             .into_any()
-        }}
+        })}
     }
 }
 
 #[component]
-fn Wasters(wasters: Signal<Vec<GpuWaste>>, currency: Signal<String>) -> impl IntoView {
+fn Wasters(data: Memo<Option<FleetSummary>>) -> impl IntoView {
     move || {
-        let list = wasters.get();
+        data.with(|d| {
+        let Some(d) = d else { return ().into_any() };
+        let list: &[GpuWaste] = &d.top_wasters;
         if list.is_empty() {
             return view! { <p class="empty">"No GPU wasted time in this range."</p> }.into_any();
         }
-        let cur = currency.get();
+        let cur = &d.currency;
         view! {
             <ol class="wasters">
                 {list
-                    .into_iter()
+                    .iter()
                     .map(|w| {
                         let cost = match w.wasted_cost {
-                            Some(c) => format::money(c, &cur),
+                            Some(c) => format::money(c, cur),
                             None => "no price set".into(),
                         };
                         let right = w.right_size.as_ref().map(|r| {
@@ -233,7 +225,7 @@ fn Wasters(wasters: Signal<Vec<GpuWaste>>, currency: Signal<String>) -> impl Int
                                     .unwrap_or_else(|| r.suggested_model.clone()),
                                 format::pct(r.p95_sm_active_pct),
                                 format::gib(r.peak_mem_bytes),
-                                format::money(r.saving_per_month, &cur)
+                                format::money(r.saving_per_month, cur)
                             )
                         });
                         view! {
@@ -257,5 +249,6 @@ fn Wasters(wasters: Signal<Vec<GpuWaste>>, currency: Signal<String>) -> impl Int
             </ol>
         }
         .into_any()
+    })
     }
 }
