@@ -87,8 +87,12 @@ impl Location {
         };
         if done.is_ok() {
             self.sync();
-            // A new page starts at its top, as a page load would.
-            window().scroll_to_with_x_and_y(0.0, 0.0);
+            match to.split_once('#') {
+                // A section of the new page: shown once the page has drawn it.
+                Some((_, id)) if !id.is_empty() => scroll_to_section(id.to_string()),
+                // A new page starts at its top, as a page load would.
+                _ => window().scroll_to_with_x_and_y(0.0, 0.0),
+            }
         }
     }
 
@@ -99,9 +103,35 @@ impl Location {
     }
 }
 
+/// How long a link to a section of another page waits for that page to draw the section and the
+/// data above it (the page's module may still be on its way): 240 frames, about 4 s.
+const SECTION_WAIT_FRAMES: u32 = 240;
+
+/// Scrolls the element `id` into view once it is there and nothing above it is still loading
+/// (a "Loading…" line above would push it down when its data arrives); gives up after
+/// [`SECTION_WAIT_FRAMES`]. A full page load lands on the address's fragment the same way:
+/// the browser's own jump happens before the app has drawn anything.
+pub fn scroll_to_section(id: String) {
+    fn attempt(id: String, frames_left: u32) {
+        request_animation_frame(move || {
+            let doc = document();
+            let loading = doc.query_selector("main .status[role=status]").ok().flatten().is_some();
+            match doc.get_element_by_id(&id) {
+                Some(el) if !loading || frames_left == 0 => el.scroll_into_view(),
+                _ if frames_left > 0 => attempt(id, frames_left - 1),
+                _ => {}
+            }
+        });
+    }
+    attempt(id, SECTION_WAIT_FRAMES);
+}
+
 /// Starts the router: the location signals, Back/Forward, and link clicks. Once, in `App`.
 pub fn provide_location() -> Location {
     let l = window().location();
+    if let Some(id) = l.hash().ok().and_then(|h| h.strip_prefix('#').map(str::to_string)).filter(|h| !h.is_empty()) {
+        scroll_to_section(id);
+    }
     let location = Location {
         path: RwSignal::new(l.pathname().unwrap_or_default()),
         search: RwSignal::new(l.search().unwrap_or_default()),
@@ -112,7 +142,8 @@ pub fn provide_location() -> Location {
     let _ = window_event_listener(ev::click, move |ev| {
         if let Some(to) = in_app_link(&ev) {
             ev.prevent_default();
-            if to != current_url() {
+            // The same address (fragment included) again is no new history entry.
+            if to != format!("{}{}", current_url(), window().location().hash().unwrap_or_default()) {
                 location.navigate(&to);
             }
         }
@@ -125,14 +156,16 @@ pub fn use_location() -> Location {
     expect_context::<Location>()
 }
 
+/// The current path and query (no fragment).
 fn current_url() -> String {
     let l = window().location();
     format!("{}{}", l.pathname().unwrap_or_default(), l.search().unwrap_or_default())
 }
 
-/// The path (with query) a click should open inside the app, or None when the browser should
-/// handle it: modified or non-primary clicks, links to other origins, new windows, downloads,
-/// fragments on this page, and the server's own endpoints (`/api/…`).
+/// The path (with query and fragment) a click should open inside the app, or None when the
+/// browser should handle it: modified or non-primary clicks, links to other origins, new windows,
+/// downloads, fragments on this page (the browser scrolls to them), and the server's own
+/// endpoints (`/api/…`).
 fn in_app_link(ev: &ev::MouseEvent) -> Option<String> {
     if ev.default_prevented() || ev.button() != 0 || ev.meta_key() || ev.ctrl_key() || ev.shift_key() || ev.alt_key() {
         return None;
@@ -147,10 +180,13 @@ fn in_app_link(ev: &ev::MouseEvent) -> Option<String> {
     }
     let href = link.get_attribute("href")?;
     let internal = href.starts_with('/') && !href.starts_with("//");
-    if !internal || href == "/api" || href.starts_with("/api/") || href.contains('#') {
+    if !internal || href == "/api" || href.starts_with("/api/") {
         return None;
     }
-    Some(href)
+    match href.split_once('#') {
+        Some((page, _)) if page == current_url() => None,
+        _ => Some(href),
+    }
 }
 
 #[cfg(test)]

@@ -534,6 +534,27 @@ test('alerts, reports and settings pages render', async () => {
   }
 });
 
+test('settings link to the alert rules and channels, which the alerts page scrolls to', async () => {
+  const inView = (id) => page.waitForFunction((id) => {
+    const r = document.getElementById(id)?.getBoundingClientRect();
+    return !!r && r.top >= 0 && r.bottom <= window.innerHeight;
+  }, id, { timeout: T });
+  await page.goto(URL + '/settings');
+  const card = page.locator('section', { has: page.locator('#alerting-title') });
+  await card.waitFor({ timeout: T });
+  await page.evaluate(() => { window.__stayed = true; });
+  await card.getByRole('link', { name: 'Notification channels' }).click();
+  await page.waitForURL(URL + '/alerts#channels-title', { timeout: T });
+  await inView('channels-title');
+  assert.equal(await page.evaluate(() => window.__stayed), true, 'an in-app navigation, not a page load');
+  assert.ok(await page.evaluate(() => window.scrollY) > 0, 'scrolled down to the section');
+  // The same kind of address opened directly (a bookmark, a link in a message).
+  await page.goto(URL + '/alerts#rules-title');
+  await inView('rules-title');
+  assert.ok(await page.evaluate(() => window.scrollY) > 0);
+  await shot('08b-alerts-rules-linked');
+});
+
 test('navigation: links stay in the app, Back and Forward show their pages, unknown addresses say so', async () => {
   const h1 = page.locator('h1');
   const current = page.locator('nav[aria-label="Main"] a[aria-current="page"]');

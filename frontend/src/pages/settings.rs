@@ -59,6 +59,7 @@ pub fn SettingsPage() -> impl IntoView {
                 <button type="button" class="btn" on:click=log_out>"Log out"</button>
             </div>
         </section>
+        <Alerting/>
         <Thresholds/>
         <Prices/>
         <Teams/>
@@ -68,6 +69,31 @@ pub fn SettingsPage() -> impl IntoView {
         <Show when=move || ctx.is_admin() && ctx.me.with(|m| m.as_ref().is_some_and(|m| m.user.is_some()))>
             <Users/>
         </Show>
+    }
+}
+
+/// Where alert rules and notification channels are set: with the alerts they raise, on the
+/// Alerts page (one place for the rule, its alerts and its silences).
+#[component]
+fn Alerting() -> impl IntoView {
+    let ctx = use_app();
+    view! {
+        <section class="card" aria-labelledby="alerting-title">
+            <h2 id="alerting-title">"Alert rules and channels"</h2>
+            <p class="muted">"They are set on the Alerts page, next to the alerts they raise and their silences."</p>
+            <ul class="link-list">
+                <li>
+                    <a href="/alerts#rules-title">"Alert rules"</a>
+                    ": conditions over the GPU metrics (checked by the server before they are saved), for how long, severity, channels."
+                </li>
+                <Show when=move || ctx.is_admin()>
+                    <li>
+                        <a href="/alerts#channels-title">"Notification channels"</a>
+                        ": Slack, webhooks and Alertmanager, each with “send a test”."
+                    </li>
+                </Show>
+            </ul>
+        </section>
     }
 }
 
