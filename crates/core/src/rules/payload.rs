@@ -55,7 +55,9 @@ pub fn matched_values(fields: &[&str], obs: &Observation<'_>) -> Vec<MatchedValu
 }
 
 /// Replace `{field}` in `template` with the field's value in `obs` (`{{` and `}}` are literal
-/// braces; an unknown field stays as written).
+/// braces; an unknown field stays as written). A field in seconds written with its unit,
+/// `{duration_in_state_s} s`, reads as a duration: "3 d 22 h", "12 min 5 s", "0.68 s" (not
+/// "338787.17 s").
 pub fn render_template(template: &str, obs: &Observation<'_>) -> String {
     let mut out = String::with_capacity(template.len());
     let mut rest = template;
@@ -69,12 +71,15 @@ pub fn render_template(template: &str, obs: &Observation<'_>) -> String {
         }
         if let (true, Some(end)) = (tail.starts_with('{'), tail.find('}')) {
             let name = &tail[1..end];
-            if crate::rules::fields::field(name).is_some() {
-                out.push_str(&obs.value(name).display());
-            } else {
-                out.push_str(&tail[..=end]);
-            }
             rest = &tail[end + 1..];
+            match crate::rules::fields::field(name) {
+                Some(f) if f.unit == "s" && followed_by_unit(rest, " s") => {
+                    out.push_str(&duration_text(&obs.value(name)));
+                    rest = &rest[2..];
+                }
+                Some(_) => out.push_str(&obs.value(name).display()),
+                None => out.push_str(&tail[..=end]),
+            }
         } else {
             out.push_str(&tail[..1]);
             rest = &tail[1..];
@@ -82,6 +87,28 @@ pub fn render_template(template: &str, obs: &Observation<'_>) -> String {
     }
     out.push_str(rest);
     out
+}
+
+/// `rest` starts with `unit` as a word of its own (" s", not " sec").
+fn followed_by_unit(rest: &str, unit: &str) -> bool {
+    rest.strip_prefix(unit).is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric()))
+}
+
+/// A number of seconds as people read a duration: "0.68 s", "42 s", "12 min 5 s", "5 h 3 min",
+/// "3 d 22 h" (the two largest units, whole); anything else as `display` shows it.
+fn duration_text(value: &crate::rules::fields::Value<'_>) -> String {
+    let crate::rules::fields::Value::Num(secs) = value else { return value.display() };
+    if !secs.is_finite() || *secs < 60.0 {
+        return format!("{} s", value.display());
+    }
+    let whole = secs.floor() as u64;
+    let (d, h, m, s) = (whole / 86_400, whole % 86_400 / 3_600, whole % 3_600 / 60, whole % 60);
+    let (big, small) = match (d, h, m) {
+        (0, 0, _) => ((m, "min"), (s, "s")),
+        (0, _, _) => ((h, "h"), (m, "min")),
+        _ => ((d, "d"), (h, "h")),
+    };
+    if small.0 == 0 { format!("{} {}", big.0, big.1) } else { format!("{} {} {} {}", big.0, big.1, small.0, small.1) }
 }
 
 /// Everything a message about one alert transition says.
@@ -516,6 +543,22 @@ mod tests {
         assert_eq!(
             render_template("reads {gpu_util_pct} % busy, SMs {sm_active_pct} % ({state}) {{x}} {nope} {", &o),
             "reads 100 % busy, SMs 0.76 % (stalled) {x} {nope} {"
+        );
+        let offline = |secs: f64| Observation {
+            sample: None,
+            ..Observation::of_sample(&s, WorkloadState::Offline, secs, "h", None)
+        };
+        let text = "No sample for {duration_in_state_s} s: down.";
+        assert_eq!(render_template(text, &offline(338_787.17)), "No sample for 3 d 22 h: down.");
+        assert_eq!(render_template(text, &offline(0.68)), "No sample for 0.68 s: down.");
+        assert_eq!(render_template(text, &offline(60.0)), "No sample for 1 min: down.");
+        assert_eq!(render_template(text, &offline(725.0)), "No sample for 12 min 5 s: down.");
+        assert_eq!(render_template(text, &offline(18_180.0)), "No sample for 5 h 3 min: down.");
+        assert_eq!(render_template(text, &offline(172_800.0)), "No sample for 2 d: down.");
+        // Without its unit as a word of its own, the number stays a number.
+        assert_eq!(
+            render_template("{duration_in_state_s}s, {duration_in_state_s} sec", &offline(725.0)),
+            "725s, 725 sec"
         );
         assert!(
             valid_label_name("team_1")
