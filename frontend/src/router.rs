@@ -111,7 +111,7 @@ const SECTION_WAIT_FRAMES: u32 = 240;
 /// (a "Loading…" line above would push it down when its data arrives); gives up after
 /// [`SECTION_WAIT_FRAMES`]. A full page load lands on the address's fragment the same way:
 /// the browser's own jump happens before the app has drawn anything.
-pub fn scroll_to_section(id: String) {
+fn scroll_to_section(id: String) {
     fn attempt(id: String, frames_left: u32) {
         request_animation_frame(move || {
             let doc = document();
