@@ -23,49 +23,49 @@ pub fn level_name(level: &str) -> (&'static str, &'static str) {
 pub fn Funnel(data: Memo<Option<FleetSummary>>) -> impl IntoView {
     let rows = move || {
         data.with(|d| {
-        let Some(d) = d else { return Vec::new() };
-        let cur = &d.currency;
-        let mut prev: Option<f64> = Some(1.0);
-        d.funnel
-            .iter()
-            .map(|l| {
-                let (name, hint) = level_name(&l.level);
-                let width = l.fraction.map(|f| (f * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
-                let lost = match (prev, l.fraction) {
-                    (Some(p), Some(f)) => Some((p - f).max(0.0)),
-                    _ => None,
-                };
-                if l.fraction.is_some() {
-                    prev = l.fraction;
-                }
-                let gap_text = match l.gap_cost {
-                    Some(c) if c < 0.005 => "nothing lost".into(),
-                    Some(c) => format!("{} lost", format::money(c, cur)),
-                    None if l.fraction.is_none() => String::new(),
-                    None => "no price set".into(),
-                };
-                let coverage = l.coverage.filter(|c| *c < 0.995 && l.fraction.is_some());
-                view! {
-                    <li class="funnel-row" data-level=l.level.clone()>
-                        <div class="funnel-label">
-                            <span class="funnel-name" title=hint>{name}</span>
-                            <span class="funnel-hint">{hint}</span>
-                        </div>
-                        <div class="funnel-track" aria-hidden="true">
-                            <div class=format!("funnel-fill funnel-{}", l.level) style:width=format!("{}%", format::fx(width, 1))></div>
-                            {lost.filter(|x| *x > 0.0).map(|x| view! {
-                                <div class="funnel-lost" style:left=format!("{}%", format::fx(width, 1)) style:width=format!("{}%", format::fx(x * 100.0, 1))></div>
-                            })}
-                        </div>
-                        <div class="funnel-value">
-                            <strong>{l.fraction.map(format::frac).unwrap_or_else(|| "not measured".into())}</strong>
-                            {coverage.map(|c| view! { <span class="funnel-coverage">{format!("measured on {} of GPU-time", format::frac(c))}</span> })}
-                        </div>
-                        <div class="funnel-cost" class:waste=l.gap_cost.is_some_and(|c| c > 0.0)>{gap_text}</div>
-                    </li>
-                }
-            })
-            .collect_view()
+            let Some(d) = d else { return Vec::new() };
+            let cur = &d.currency;
+            let mut prev: Option<f64> = Some(1.0);
+            d.funnel
+                .iter()
+                .map(|l| {
+                    let (name, hint) = level_name(&l.level);
+                    let width = l.fraction.map(|f| (f * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
+                    let lost = match (prev, l.fraction) {
+                        (Some(p), Some(f)) => Some((p - f).max(0.0)),
+                        _ => None,
+                    };
+                    if l.fraction.is_some() {
+                        prev = l.fraction;
+                    }
+                    let gap_text = match l.gap_cost {
+                        Some(c) if c < 0.005 => "nothing lost".into(),
+                        Some(c) => format!("{} lost", format::money(c, cur)),
+                        None if l.fraction.is_none() => String::new(),
+                        None => "no price set".into(),
+                    };
+                    let coverage = l.coverage.filter(|c| *c < 0.995 && l.fraction.is_some());
+                    view! {
+                        <li class="funnel-row" data-level=l.level.clone()>
+                            <div class="funnel-label">
+                                <span class="funnel-name" title=hint>{name}</span>
+                                <span class="funnel-hint">{hint}</span>
+                            </div>
+                            <div class="funnel-track" aria-hidden="true">
+                                <div class=format!("funnel-fill funnel-{}", l.level) style:width=format!("{}%", format::fx(width, 1))></div>
+                                {lost.filter(|x| *x > 0.0).map(|x| view! {
+                                    <div class="funnel-lost" style:left=format!("{}%", format::fx(width, 1)) style:width=format!("{}%", format::fx(x * 100.0, 1))></div>
+                                })}
+                            </div>
+                            <div class="funnel-value">
+                                <strong>{l.fraction.map(format::frac).unwrap_or_else(|| "not measured".into())}</strong>
+                                {coverage.map(|c| view! { <span class="funnel-coverage">{format!("measured on {} of GPU-time", format::frac(c))}</span> })}
+                            </div>
+                            <div class="funnel-cost" class:waste=l.gap_cost.is_some_and(|c| c > 0.0)>{gap_text}</div>
+                        </li>
+                    }
+                })
+                .collect_view()
         })
     };
     view! {

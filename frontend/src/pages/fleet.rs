@@ -2,7 +2,7 @@
 //! the dollars lost at each step, hours per workload state, the GPUs wasting the most, and who is
 //! wasting: the owners of the processes ranked by wasted cost (docs/OWNERS.md).
 
-use fleetlens_api::{FleetSummary, GpuWaste, OwnerWaste};
+use fleetlens_api::{FleetSummary, GpuWaste};
 use leptos::prelude::*;
 
 use crate::api;
@@ -139,7 +139,8 @@ fn Owners(data: Memo<Option<FleetSummary>>) -> impl IntoView {
         {move || covers().map(|t| view! { <p class="muted">{t}</p> })}
         {move || data.with(|d| {
             let Some(d) = d else { return ().into_any() };
-            let mut list: Vec<&OwnerWaste> = d.top_owners.iter().collect();
+            // The API lists them most wasteful first (`FleetSummary::top_owners`).
+            let list = &d.top_owners;
             if list.is_empty() {
                 let why = if span().is_some() {
                     "No GPU time with a known process owner was wasted in this period (owners are read from the agents' process lists; prices must be set for wasted cost)."
@@ -152,10 +153,9 @@ fn Owners(data: Memo<Option<FleetSummary>>) -> impl IntoView {
                 }
                 .into_any();
             }
-            list.sort_by(|a, b| b.wasted_cost.unwrap_or(0.0).total_cmp(&a.wasted_cost.unwrap_or(0.0)));
             let cur = &d.currency;
             let rows = list
-                .into_iter()
+                .iter()
                 .enumerate()
                 .map(|(i, o)| {
                     let unknown = o.owner.starts_with('(');
@@ -202,53 +202,53 @@ fn Owners(data: Memo<Option<FleetSummary>>) -> impl IntoView {
 fn Wasters(data: Memo<Option<FleetSummary>>) -> impl IntoView {
     move || {
         data.with(|d| {
-        let Some(d) = d else { return ().into_any() };
-        let list: &[GpuWaste] = &d.top_wasters;
-        if list.is_empty() {
-            return view! { <p class="empty">"No GPU wasted time in this range."</p> }.into_any();
-        }
-        let cur = &d.currency;
-        view! {
-            <ol class="wasters">
-                {list
-                    .iter()
-                    .map(|w| {
-                        let cost = match w.wasted_cost {
-                            Some(c) => format::money(c, cur),
-                            None => "no price set".into(),
-                        };
-                        let right = w.right_size.as_ref().map(|r| {
-                            format!(
-                                "Right-size: a {} would do (p95 SM activity {}, peak memory {}), saving {}/month.",
-                                fleetlens_core::GpuModel::from_id(&r.suggested_model)
-                                    .map(|m| m.spec().display_name.to_string())
-                                    .unwrap_or_else(|| r.suggested_model.clone()),
-                                format::pct(r.p95_sm_active_pct),
-                                format::gib(r.peak_mem_bytes),
-                                format::money(r.saving_per_month, cur)
-                            )
-                        });
-                        view! {
-                            <li class="waster">
-                                <div class="waster-head">
-                                    <a href=format!("/gpus/{}", w.uuid)>
-                                        {w.name.clone().unwrap_or_else(|| "GPU".into())} " on " {w.host.clone()}
-                                    </a>
-                                    <StateBadge state=w.main_waste_state.clone()/>
-                                </div>
-                                <p class="waster-numbers">
-                                    <strong class="waste">{cost}</strong>
-                                    {format!(" wasted · {} of {} · efficiency {}", format::hours(w.wasted_hours), format::hours(w.paid_gpu_hours), w.efficiency.map(|e| format::fx(e, 0).to_string()).unwrap_or_else(|| "n/a".into()))}
-                                </p>
-                                {(!w.advice.is_empty()).then(|| view! { <p class="advice">{w.advice.clone()}</p> })}
-                                {right.map(|r| view! { <p class="advice">{r}</p> })}
-                            </li>
-                        }
-                    })
-                    .collect_view()}
-            </ol>
-        }
-        .into_any()
-    })
+            let Some(d) = d else { return ().into_any() };
+            let list: &[GpuWaste] = &d.top_wasters;
+            if list.is_empty() {
+                return view! { <p class="empty">"No GPU wasted time in this range."</p> }.into_any();
+            }
+            let cur = &d.currency;
+            view! {
+                <ol class="wasters">
+                    {list
+                        .iter()
+                        .map(|w| {
+                            let cost = match w.wasted_cost {
+                                Some(c) => format::money(c, cur),
+                                None => "no price set".into(),
+                            };
+                            let right = w.right_size.as_ref().map(|r| {
+                                format!(
+                                    "Right-size: a {} would do (p95 SM activity {}, peak memory {}), saving {}/month.",
+                                    fleetlens_core::GpuModel::from_id(&r.suggested_model)
+                                        .map(|m| m.spec().display_name.to_string())
+                                        .unwrap_or_else(|| r.suggested_model.clone()),
+                                    format::pct(r.p95_sm_active_pct),
+                                    format::gib(r.peak_mem_bytes),
+                                    format::money(r.saving_per_month, cur)
+                                )
+                            });
+                            view! {
+                                <li class="waster">
+                                    <div class="waster-head">
+                                        <a href=format!("/gpus/{}", w.uuid)>
+                                            {w.name.clone().unwrap_or_else(|| "GPU".into())} " on " {w.host.clone()}
+                                        </a>
+                                        <StateBadge state=w.main_waste_state.clone()/>
+                                    </div>
+                                    <p class="waster-numbers">
+                                        <strong class="waste">{cost}</strong>
+                                        {format!(" wasted · {} of {} · efficiency {}", format::hours(w.wasted_hours), format::hours(w.paid_gpu_hours), w.efficiency.map(|e| format::fx(e, 0).to_string()).unwrap_or_else(|| "n/a".into()))}
+                                    </p>
+                                    {(!w.advice.is_empty()).then(|| view! { <p class="advice">{w.advice.clone()}</p> })}
+                                    {right.map(|r| view! { <p class="advice">{r}</p> })}
+                                </li>
+                            }
+                        })
+                        .collect_view()}
+                </ol>
+            }
+            .into_any()
+        })
     }
 }
