@@ -164,7 +164,7 @@ async fn send(
     if resp.ok() {
         return Ok(text);
     }
-    Err(match serde_json::from_str::<ErrorAnswer>(&text) {
+    Err(match crate::json::from_str::<ErrorAnswer>(&text) {
         Ok(b) => {
             ApiError { status, code: b.error.code, message: b.error.message, path: path.into(), field: b.error.field }
         }
@@ -179,7 +179,7 @@ async fn send(
 }
 
 fn parse<T: DeserializeOwned>(text: &str, path: &str) -> ApiResult<T> {
-    serde_json::from_str(text).map_err(|e| ApiError::local("bad_response", path, e))
+    crate::json::from_str(text).map_err(|e| ApiError::local("bad_response", path, e))
 }
 
 async fn get<T: DeserializeOwned>(path: &str, query: &[(&str, String)]) -> ApiResult<T> {

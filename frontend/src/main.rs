@@ -6,6 +6,7 @@ mod charts;
 mod components;
 mod ctx;
 mod format;
+mod json;
 mod owners;
 mod pages;
 mod router;

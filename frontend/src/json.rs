@@ -1,0 +1,265 @@
+//! Reading API answers: serde_json parses the text into a `Value`, and the answer's type is read
+//! from that `Value` through [`ValueRef`], a `Deserializer` that only ever hands a struct a map.
+//!
+//! Why not `serde_json::from_str::<T>` directly: serde's derived code for a struct has two ways
+//! in, from a JSON object (`visit_map`) and from a JSON array (`visit_seq`), and serde_json's text
+//! deserializer can take either, so both are compiled for every answer type, each with the
+//! parser's whitespace and punctuation handling inlined. The API never sends a struct as an
+//! array: with this deserializer `visit_seq` of a struct is unreachable and the wasm optimiser
+//! drops it, and walking a parsed `Value` is a few instructions per field. The parser itself
+//! (one instantiation, for `Value`) is shared by all pages (docs/BENCHMARKS.md has the sizes).
+
+use serde::de::value::{MapAccessDeserializer, StrDeserializer};
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, MapAccess, SeqAccess, Unexpected, Visitor};
+use serde::forward_to_deserialize_any;
+use serde_json::{Error, Value};
+
+/// Parses `text` as JSON and reads a `T` from it.
+pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
+    let value: Value = serde_json::from_str(text)?;
+    T::deserialize(ValueRef(&value))
+}
+
+/// A borrowed JSON value as a `Deserializer` (strings are copied into the result).
+#[derive(Clone, Copy)]
+pub struct ValueRef<'a>(pub &'a Value);
+
+fn unexpected(v: &Value) -> Unexpected<'_> {
+    match v {
+        Value::Null => Unexpected::Unit,
+        Value::Bool(b) => Unexpected::Bool(*b),
+        Value::Number(_) => Unexpected::Other("number"),
+        Value::String(s) => Unexpected::Str(s),
+        Value::Array(_) => Unexpected::Seq,
+        Value::Object(_) => Unexpected::Map,
+    }
+}
+
+impl<'de> de::Deserializer<'de> for ValueRef<'_> {
+    type Error = Error;
+
+    fn deserialize_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Null => visitor.visit_unit(),
+            Value::Bool(b) => visitor.visit_bool(*b),
+            Value::Number(n) => match (n.as_u64(), n.as_i64()) {
+                (Some(u), _) => visitor.visit_u64(u),
+                (None, Some(i)) => visitor.visit_i64(i),
+                // Without serde_json's arbitrary_precision every number is one of the three.
+                (None, None) => visitor.visit_f64(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            Value::String(s) => visitor.visit_str(s),
+            Value::Array(items) => visitor.visit_seq(Elements(items.iter())),
+            Value::Object(map) => visitor.visit_map(Entries { entries: map.iter(), value: None }),
+        }
+    }
+
+    fn deserialize_option<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Null => visitor.visit_none(),
+            _ => visitor.visit_some(self),
+        }
+    }
+
+    /// Only from an object: the one line that keeps every struct's `visit_seq` out of the wasm.
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _fields: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::Object(map) => visitor.visit_map(Entries { entries: map.iter(), value: None }),
+            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
+        }
+    }
+
+    /// A unit variant as its name (`"firing"`), any other variant as `{"name": value}`.
+    fn deserialize_enum<V: Visitor<'de>>(
+        self,
+        _name: &'static str,
+        _variants: &'static [&'static str],
+        visitor: V,
+    ) -> Result<V::Value, Error> {
+        match self.0 {
+            Value::String(s) => visitor.visit_enum(IntoDeserializer::<Error>::into_deserializer(s.as_str())),
+            Value::Object(map) if map.len() == 1 => {
+                visitor.visit_enum(MapAccessDeserializer::new(Entries { entries: map.iter(), value: None }))
+            }
+            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
+        }
+    }
+
+    fn deserialize_newtype_struct<V: Visitor<'de>>(self, _name: &'static str, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_newtype_struct(self)
+    }
+
+    /// A field the dashboard does not read is skipped without walking it.
+    fn deserialize_ignored_any<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        visitor.visit_unit()
+    }
+
+    forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
+        bytes byte_buf unit unit_struct seq tuple tuple_struct map identifier
+    }
+}
+
+struct Elements<'a>(std::slice::Iter<'a, Value>);
+
+impl<'de> SeqAccess<'de> for Elements<'_> {
+    type Error = Error;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> Result<Option<T::Value>, Error> {
+        self.0.next().map(|v| seed.deserialize(ValueRef(v))).transpose()
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.0.len())
+    }
+}
+
+struct Entries<'a> {
+    entries: serde_json::map::Iter<'a>,
+    /// The value of the key just read.
+    value: Option<&'a Value>,
+}
+
+impl<'de> MapAccess<'de> for Entries<'_> {
+    type Error = Error;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> Result<Option<K::Value>, Error> {
+        let Some((key, value)) = self.entries.next() else { return Ok(None) };
+        self.value = Some(value);
+        let key: StrDeserializer<'_, Error> = key.as_str().into_deserializer();
+        seed.deserialize(key).map(Some)
+    }
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, Error> {
+        match self.value.take() {
+            Some(v) => seed.deserialize(ValueRef(v)),
+            None => Err(de::Error::custom("a map value was asked for before its key")),
+        }
+    }
+
+    fn size_hint(&self) -> Option<usize> {
+        Some(self.entries.len())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use fleetlens_api::{FleetSummary, GpuList};
+    use fleetlens_core::{GpuProcess, ProcessOwner, Sample};
+    use serde::{Deserialize, Serialize};
+
+    use super::from_str;
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    #[serde(rename_all = "snake_case")]
+    enum Kind {
+        Slack,
+        Webhook { url: String },
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Inner {
+        n: u32,
+        x: f64,
+        k: Kind,
+    }
+
+    #[derive(Debug, PartialEq, Serialize, Deserialize)]
+    struct Outer {
+        name: String,
+        id: i64,
+        ok: bool,
+        missing: Option<String>,
+        null: Option<i64>,
+        #[serde(default)]
+        defaulted: Vec<u8>,
+        items: Vec<Inner>,
+        labels: BTreeMap<String, String>,
+        #[serde(rename = "type")]
+        kind: Kind,
+    }
+
+    #[test]
+    fn reads_what_serde_json_reads() {
+        let text = r#"{"name":"a\"b\u00e9\ud83d\ude00","id":-7,"ok":true,"null":null,"unknown":{"deep":[1,{"x":2}]},
+            "items":[{"n":3,"x":2,"k":"slack"},{"n":0,"x":-0.5e1,"k":{"webhook":{"url":"http://h"}}}],
+            "labels":{"team":"ml"},"type":"slack"}"#;
+        let ours: Outer = from_str(text).unwrap();
+        let theirs: Outer = serde_json::from_str(text).unwrap();
+        assert_eq!(ours, theirs);
+        assert_eq!(ours.name, "a\"bé😀");
+        assert_eq!(ours.items[0].x, 2.0);
+        assert_eq!(ours.items[1].x, -5.0);
+        assert_eq!(ours.missing, None);
+        assert!(ours.defaulted.is_empty());
+    }
+
+    #[test]
+    fn refuses_what_the_type_does_not_allow() {
+        let cases = [
+            r#"{"n":-1,"x":0,"k":"slack"}"#,            // negative into u32
+            r#"{"n":4294967296,"x":0,"k":"slack"}"#,    // too large for u32
+            r#"{"n":1,"x":"0","k":"slack"}"#,           // string for a number
+            r#"{"n":1,"x":0,"k":"email"}"#,             // unknown variant
+            r#"{"n":1,"x":0}"#,                         // missing field
+            r#"[1,0,"slack"]"#,                         // a struct as an array
+            r#"{"n":1,"x":0,"k":"slack""#,              // truncated
+        ];
+        for text in cases {
+            assert!(from_str::<Inner>(text).is_err(), "accepted {text}");
+            if !text.starts_with('[') {
+                assert!(serde_json::from_str::<Inner>(text).is_err(), "serde_json accepted {text}");
+            }
+        }
+    }
+
+    /// The API's own answer types as the server writes them, read as serde_json reads them.
+    #[test]
+    fn reads_the_api_types_as_serde_json_does() {
+        let summary = r#"{"from_ms":1,"to_ms":3600001,"gpu_count":2,"paid_gpu_hours":2.0,"allocated_gpu_hours":1.5,
+            "funnel":[{"level":"allocation","fraction":0.75,"coverage":1.0,"gap_cost":0.5},{"level":"mfu","fraction":null,"coverage":null,"gap_cost":null}],
+            "hours_by_state":{"idle":0.5,"productive":1.5},"currency":"USD","price_source":"prices set in Settings",
+            "cost":4.0,"wasted_cost":1.25,"wasted_cost_by_state":{"idle":1.0},"projected_monthly_waste":900.0,
+            "unpriced_gpu_hours":0.0,"unpriced_models":[],"energy_kwh":1.2,"energy_kwh_by_state":{},
+            "top_wasters":[{"uuid":"GPU-1","host":"h1","name":"NVIDIA H200","main_waste_state":"idle","paid_gpu_hours":1.0,
+                "wasted_cost":1.0,"wasted_hours":0.5,"efficiency":null,"advice":"Release it.",
+                "right_size":{"suggested_model":"l4","p95_sm_active_pct":12.5,"peak_mem_bytes":1073741824,"saving_per_month":300.0}}],
+            "top_owners":[{"owner":"alice","gpus":1,"gpu_hours":1.0,"idle_held_hours":0.5,"hollow_hours":0.0,"cost":2.0,"wasted_cost":1.0}],
+            "top_owners_from_ms":1}"#;
+        let ours: FleetSummary = from_str(summary).unwrap();
+        assert_eq!(ours, serde_json::from_str::<FleetSummary>(summary).unwrap());
+        assert_eq!(ours.top_wasters[0].right_size.as_ref().unwrap().peak_mem_bytes, 1 << 30);
+
+        let process = GpuProcess {
+            pid: 4242,
+            used_bytes: Some(8 << 30),
+            sm_pct: Some(97.5),
+            command: Some("python train.py".into()),
+            owner: Some(ProcessOwner { user: Some("alice".into()), ..ProcessOwner::default() }),
+            ..GpuProcess::default()
+        };
+        let sample = Sample {
+            ts_ms: 1_700_000_000_000,
+            gpu_util_pct: Some(100.0),
+            sm_active_pct: Some(12.25),
+            mem_used_bytes: Some(-1),
+            processes: Some(vec![process]),
+            ..Sample::default()
+        };
+        let list = serde_json::json!({"gpus": [{
+            "uuid": "GPU-1", "host": "h1", "gpu_index": 0, "name": "NVIDIA H200", "mem_total_bytes": 150_000_000_000_i64,
+            "power_limit_w": 700.0, "first_seen_ms": 1, "last_seen_ms": 2, "latest": sample, "efficiency": 12.25, "state": "hollow"
+        }]})
+        .to_string();
+        let ours: GpuList = from_str(&list).unwrap();
+        assert_eq!(ours, serde_json::from_str::<GpuList>(&list).unwrap());
+        assert_eq!(ours.gpus[0].latest.as_ref().unwrap(), &sample);
+    }
+}
