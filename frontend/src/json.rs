@@ -204,13 +204,13 @@ mod tests {
     #[test]
     fn refuses_what_the_type_does_not_allow() {
         let cases = [
-            r#"{"n":-1,"x":0,"k":"slack"}"#,            // negative into u32
-            r#"{"n":4294967296,"x":0,"k":"slack"}"#,    // too large for u32
-            r#"{"n":1,"x":"0","k":"slack"}"#,           // string for a number
-            r#"{"n":1,"x":0,"k":"email"}"#,             // unknown variant
-            r#"{"n":1,"x":0}"#,                         // missing field
-            r#"[1,0,"slack"]"#,                         // a struct as an array
-            r#"{"n":1,"x":0,"k":"slack""#,              // truncated
+            r#"{"n":-1,"x":0,"k":"slack"}"#,         // negative into u32
+            r#"{"n":4294967296,"x":0,"k":"slack"}"#, // too large for u32
+            r#"{"n":1,"x":"0","k":"slack"}"#,        // string for a number
+            r#"{"n":1,"x":0,"k":"email"}"#,          // unknown variant
+            r#"{"n":1,"x":0}"#,                      // missing field
+            r#"[1,0,"slack"]"#,                      // a struct as an array
+            r#"{"n":1,"x":0,"k":"slack""#,           // truncated
         ];
         for text in cases {
             assert!(from_str::<Inner>(text).is_err(), "accepted {text}");
