@@ -64,4 +64,6 @@ SERVER_BIN=target/debug/fleetlens-server ./scripts/schemathesis.sh
 log "dashboard: wasm32 build, lints, and tests in real Chromium"
 ./frontend/build.sh
 cargo clippy -p fleetlens-frontend --target wasm32-unknown-unknown -- -D warnings
+# The dashboard's pure code (API answer reading, formatting, routes, series) is unit-tested natively.
+cargo nextest run -p fleetlens-frontend
 SKIP_BUILD=1 ./scripts/browser-test.sh
