@@ -1,7 +1,10 @@
 //! App-wide reactive state: who is logged in, the time range, and the 5-second poll tick that
 //! every page's resources track so that data refreshes without a reload.
 
+use std::any::Any;
 use std::future::Future;
+use std::marker::PhantomData;
+use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::Poll;
@@ -157,9 +160,13 @@ pub fn local_set(key: &str, value: &str) {
 ///
 /// Leptos' `LocalResource` does this on top of its async-derived and suspense machinery, which
 /// the dashboard does not otherwise use: this is about 15 KB (gzipped) less wasm per data page.
+/// The answer is kept type-erased (`Rc<dyn Any>`), so that the signal holding it is one type for
+/// every answer type: Leptos' signal code is generic over the value, and one signal type per
+/// answer type cost each page about 1 KB of wasm per type. `T` only types the accessors.
 pub struct Fetched<T: 'static> {
-    value: RwSignal<Option<T>, LocalStorage>,
+    value: RwSignal<Option<Rc<dyn Any>>, LocalStorage>,
     version: RwSignal<u64>,
+    ty: PhantomData<fn() -> T>,
 }
 
 impl<T> Clone for Fetched<T> {
@@ -199,11 +206,11 @@ impl<T: 'static> Fetched<T> {
                 if let Some(out) = out.await
                     && live()
                 {
-                    value.set(Some(out));
+                    value.set(Some(Rc::new(out) as Rc<dyn Any>));
                 }
             });
         });
-        Fetched { value, version }
+        Fetched { value, version, ty: PhantomData }
     }
 
     /// Fetches again now (after a change made through the API).
@@ -212,15 +219,15 @@ impl<T: 'static> Fetched<T> {
     }
 
     /// The last answer (None before the first), tracked.
-    pub fn with<R>(&self, f: impl FnOnce(&Option<T>) -> R) -> R {
-        self.value.with(f)
+    pub fn with<R>(&self, f: impl FnOnce(Option<&T>) -> R) -> R {
+        self.value.with(|v| f(v.as_deref().and_then(<dyn Any>::downcast_ref::<T>)))
     }
 
     pub fn get(&self) -> Option<T>
     where
         T: Clone,
     {
-        self.value.get()
+        self.with(|v| v.cloned())
     }
 }
 
@@ -248,16 +255,93 @@ where
     })
 }
 
+/// A value of any type behind one memo type (see [`Latest`]), compared by the value's own
+/// `PartialEq`, so that an answer equal to the last one changes nothing on the page.
+#[derive(Clone)]
+struct AnyValue {
+    /// An `Option<T>`, always `Some`: [`Latest::with`] lends it out as `&Option<T>`.
+    value: Arc<dyn Any + Send + Sync>,
+    same: fn(&dyn Any, &dyn Any) -> bool,
+}
+
+impl PartialEq for AnyValue {
+    fn eq(&self, other: &Self) -> bool {
+        (self.same)(&*self.value, &*other.value)
+    }
+}
+
+fn same_value<T: PartialEq + 'static>(a: &dyn Any, b: &dyn Any) -> bool {
+    a.downcast_ref::<Option<T>>() == b.downcast_ref::<Option<T>>()
+}
+
 /// The newest successful value of a polled resource: kept while a later poll fails or is in
 /// flight, so the page shows the last good data under an error banner instead of blanking.
-pub fn latest_ok<T>(res: Fetched<ApiResult<T>>) -> Memo<Option<T>>
+///
+/// A memo of one type for every `T` (the value is type-erased, as in [`Fetched`]): Leptos'
+/// memo code is generic over the value, and a memo type per answer type cost each page about
+/// 1 KB of wasm per type.
+pub struct Latest<T> {
+    memo: Memo<Option<AnyValue>>,
+    ty: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Latest<T> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<T> Copy for Latest<T> {}
+
+impl<T: 'static> Latest<T> {
+    /// The value (None before the first successful answer), tracked.
+    pub fn with<R>(&self, f: impl FnOnce(&Option<T>) -> R) -> R {
+        self.memo.with(|v| Self::lend(v, f))
+    }
+
+    pub fn with_untracked<R>(&self, f: impl FnOnce(&Option<T>) -> R) -> R {
+        self.memo.with_untracked(|v| Self::lend(v, f))
+    }
+
+    pub fn get(&self) -> Option<T>
+    where
+        T: Clone,
+    {
+        self.with(Clone::clone)
+    }
+
+    pub fn get_untracked(&self) -> Option<T>
+    where
+        T: Clone,
+    {
+        self.with_untracked(Clone::clone)
+    }
+
+    fn lend<R>(v: &Option<AnyValue>, f: impl FnOnce(&Option<T>) -> R) -> R {
+        match v.as_ref().and_then(|v| v.value.downcast_ref::<Option<T>>()) {
+            Some(v) => f(v),
+            None => f(&None),
+        }
+    }
+}
+
+impl<T: Clone + PartialEq + Send + Sync + 'static> Latest<T> {
+    /// A value computed from other signals: a memo of it, type-erased like the rest.
+    pub fn derive(f: impl Fn() -> Option<T> + Send + Sync + 'static) -> Self {
+        let memo = Memo::new(move |_| f().map(|v| AnyValue { value: Arc::new(Some(v)), same: same_value::<T> }));
+        Latest { memo, ty: PhantomData }
+    }
+}
+
+pub fn latest_ok<T>(res: Fetched<ApiResult<T>>) -> Latest<T>
 where
     T: Clone + PartialEq + Send + Sync + 'static,
 {
-    Memo::new(move |prev: Option<&Option<T>>| {
+    let memo = Memo::new(move |prev: Option<&Option<AnyValue>>| {
         res.with(|r| match r {
-            Some(Ok(v)) => Some(v.clone()),
+            Some(Ok(v)) => Some(AnyValue { value: Arc::new(Some(v.clone())), same: same_value::<T> }),
             _ => prev.cloned().flatten(),
         })
-    })
+    });
+    Latest { memo, ty: PhantomData }
 }

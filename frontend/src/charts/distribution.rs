@@ -4,12 +4,13 @@ use fleetlens_api::FleetSummary;
 use leptos::prelude::*;
 
 use crate::components::state_badge::StateBadge;
+use crate::ctx::Latest;
 use crate::format;
 use crate::states;
 
 /// Hours by state of the fleet summary `data` (read whole, as `Funnel` does).
 #[component]
-pub fn StateDistribution(data: Memo<Option<FleetSummary>>) -> impl IntoView {
+pub fn StateDistribution(data: Latest<FleetSummary>) -> impl IntoView {
     // METRICS.md order, then anything unknown.
     let ordered = move || {
         data.with(|d| {

@@ -4,6 +4,7 @@
 use fleetlens_api::FleetSummary;
 use leptos::prelude::*;
 
+use crate::ctx::Latest;
 use crate::format;
 
 pub fn level_name(level: &str) -> (&'static str, &'static str) {
@@ -20,7 +21,7 @@ pub fn level_name(level: &str) -> (&'static str, &'static str) {
 /// The funnel of the fleet summary `data`. It reads the summary itself (rather than a signal per
 /// field): every distinct signal type costs the page its own copy of the reactive machinery.
 #[component]
-pub fn Funnel(data: Memo<Option<FleetSummary>>) -> impl IntoView {
+pub fn Funnel(data: Latest<FleetSummary>) -> impl IntoView {
     let rows = move || {
         data.with(|d| {
             let Some(d) = d else { return Vec::new() };

@@ -17,7 +17,7 @@ pub fn PollStatus<T>(
 where
     T: 'static,
 {
-    move || match res.with(|r| r.as_ref().map(|r| r.as_ref().err().cloned())) {
+    move || match res.with(|r| r.map(|r| r.as_ref().err().cloned())) {
         None => Either::Left(view! { <p class="status" role="status">"Loading…"</p> }),
         Some(error) => Either::Right(error.map(|error| view! { <ErrorBanner error has_data/> })),
     }

@@ -10,7 +10,7 @@ use crate::charts::distribution::StateDistribution;
 use crate::charts::funnel::Funnel;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
-use crate::ctx::{latest_ok, polled, use_app};
+use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
 
 #[component]
@@ -41,7 +41,7 @@ pub fn FleetPage() -> impl IntoView {
 }
 
 #[component]
-fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
+fn FleetBody(data: Latest<FleetSummary>) -> impl IntoView {
     let d = move |f: fn(&FleetSummary) -> String| move || data.with(|d| d.as_ref().map(f).unwrap_or_default());
     let waste_share = move || {
         data.with(|d| {
@@ -125,7 +125,7 @@ fn FleetBody(data: Memo<Option<FleetSummary>>) -> impl IntoView {
 
 /// The owners wasting the most (the summary's `top_owners`), ranked by wasted cost.
 #[component]
-fn Owners(data: Memo<Option<FleetSummary>>) -> impl IntoView {
+fn Owners(data: Latest<FleetSummary>) -> impl IntoView {
     let span = move || data.with(|d| d.as_ref().and_then(|d| d.top_owners_from_ms.map(|f| (f, d.to_ms))));
     let covers = move || {
         span().map(|(from, to)| {
@@ -199,7 +199,7 @@ fn Owners(data: Memo<Option<FleetSummary>>) -> impl IntoView {
 }
 
 #[component]
-fn Wasters(data: Memo<Option<FleetSummary>>) -> impl IntoView {
+fn Wasters(data: Latest<FleetSummary>) -> impl IntoView {
     move || {
         data.with(|d| {
             let Some(d) = d else { return ().into_any() };

@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use crate::api;
 use crate::components::meter::Meter;
 use crate::components::state_badge::StateBadge;
-use crate::ctx::{Fetched, now_ms, use_app};
+use crate::ctx::{Fetched, Latest, latest_ok, now_ms, use_app};
 use crate::format::{self, NA};
 use crate::wire::Prices;
 use crate::{owners, states};
@@ -55,18 +55,17 @@ pub fn cost_text(name: Option<&str>, prices: Option<&Prices>) -> String {
 }
 
 /// The organisation's prices, fetched once per page (cards fall back to list prices).
-pub fn use_prices() -> Signal<Option<Prices>> {
-    let res = Fetched::new(api::prices);
-    Signal::derive(move || res.with(|r| r.as_ref().and_then(|r| r.as_ref().ok().cloned())))
+pub fn use_prices() -> Latest<Prices> {
+    latest_ok(Fetched::new(api::prices))
 }
 
 #[component]
 pub fn GpuCard(
-    #[prop(into)] gpu: Signal<Option<GpuSummary>>,
+    gpu: Latest<GpuSummary>,
     uuid: String,
     #[prop(into)] expanded: Signal<bool>,
     on_toggle: Callback<()>,
-    prices: Signal<Option<Prices>>,
+    prices: Latest<Prices>,
 ) -> impl IntoView {
     let ctx = use_app();
     let s = move |f: fn(&Sample) -> Option<f64>| {
@@ -191,7 +190,7 @@ pub fn GpuCard(
 }
 
 #[component]
-fn Advanced(gpu: Signal<Option<GpuSummary>>, id: String, prices: Signal<Option<Prices>>) -> impl IntoView {
+fn Advanced(gpu: Latest<GpuSummary>, id: String, prices: Latest<Prices>) -> impl IntoView {
     let s = move |f: fn(&Sample) -> Option<f64>| {
         move || gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref()).and_then(f))
     };

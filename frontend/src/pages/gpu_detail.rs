@@ -14,7 +14,7 @@ use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
-use crate::ctx::{Fetched, Range, latest_ok, now_ms, polled, use_app};
+use crate::ctx::{Fetched, Latest, Range, latest_ok, now_ms, polled, use_app};
 use crate::format::{self, NA};
 use crate::router::{Page, use_location};
 use crate::{owners, states};
@@ -272,9 +272,9 @@ fn fmt_w(v: f64) -> String {
 }
 
 #[component]
-fn DetailBody(detail: Memo<Option<Detail>>, states_res: Fetched<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
+fn DetailBody(detail: Latest<Detail>, states_res: Fetched<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
     let ctx = use_app();
-    let gpu = Memo::new(move |_| detail.with(|d| d.as_ref().map(|d| d.gpu.clone())));
+    let gpu = Latest::derive(move || detail.with(|d| d.as_ref().map(|d| d.gpu.clone())));
     let g = move |f: fn(&GpuSummary) -> String| move || gpu.with(|g| g.as_ref().map(f).unwrap_or_default());
     // From the first sample in the range (a GPU that joined late, or a short trace, fills the
     // width) to the end of the range.
@@ -452,7 +452,7 @@ fn StatesPanel(
 }
 
 #[component]
-fn Processes(gpu: Memo<Option<GpuSummary>>) -> impl IntoView {
+fn Processes(gpu: Latest<GpuSummary>) -> impl IntoView {
     const DASH: &str = "—";
     move || {
         let procs = gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref()).map(|s| s.processes.clone()));
@@ -523,7 +523,7 @@ fn Processes(gpu: Memo<Option<GpuSummary>>) -> impl IntoView {
 }
 
 #[component]
-fn LatestSample(gpu: Memo<Option<GpuSummary>>) -> impl IntoView {
+fn LatestSample(gpu: Latest<GpuSummary>) -> impl IntoView {
     let prices = use_prices();
     let row = move |label: &'static str, f: fn(&GpuSummary) -> String| {
         let text = move || gpu.with(|g| g.as_ref().map(f).unwrap_or_else(|| NA.into()));

@@ -10,7 +10,7 @@ use leptos::prelude::*;
 use super::gpu_card::{GpuCard, use_prices};
 use crate::api;
 use crate::components::status::PollStatus;
-use crate::ctx::{latest_ok, polled};
+use crate::ctx::{Latest, latest_ok, polled};
 use crate::router::use_location;
 use crate::states;
 
@@ -225,7 +225,7 @@ pub fn GpusPage() -> impl IntoView {
                 <For each=move || visible.with(|v| v[..built.get().min(v.len())].to_vec()) key=|u| u.clone() let:uuid>
                     {
                         let u = uuid.clone();
-                        let gpu = Memo::new(move |_| {
+                        let gpu = Latest::derive(move || {
                             let at = position.with(|p| p.get(&u).copied());
                             at.and_then(|i| gpus.with(|g| g.get(i).cloned()))
                         });

@@ -9,7 +9,7 @@ use leptos::task::spawn_local;
 use crate::api::{self, ApiError};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus};
-use crate::ctx::{latest_ok, polled, use_app};
+use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
 use crate::states;
 
@@ -88,7 +88,7 @@ pub fn ReportsPage() -> impl IntoView {
             <ActionError error=csv_error/>
             <PollStatus res=report has_data/>
             <Show when=move || has_data.get()>
-                <BillingTable report=Signal::derive(move || data.get())/>
+                <BillingTable report=data/>
             </Show>
         </section>
         <Jobs/>
@@ -184,7 +184,7 @@ fn waste_states(r: &BillingRow) -> Vec<(String, f64)> {
 }
 
 #[component]
-fn BillingTable(report: Signal<Option<BillingReport>>) -> impl IntoView {
+fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
     move || {
         let Some(rep) = report.get() else { return ().into_any() };
         if rep.rows.is_empty() {

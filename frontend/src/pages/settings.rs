@@ -13,7 +13,7 @@ use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, PollStatus};
-use crate::ctx::{Fetched, latest_ok, polled, use_app};
+use crate::ctx::{Fetched, Latest, latest_ok, polled, use_app};
 use crate::format;
 use crate::router::use_location;
 use crate::wire::Prices;
@@ -869,7 +869,7 @@ fn Prices() -> impl IntoView {
             <p class="muted">"Cost and wasted cost use your prices where set, else the shipped defaults."</p>
             <PollStatus res has_data/>
             <Show when=move || has_data.get()>
-                <PriceTableView prices=Signal::derive(move || data.get()) on_remove=Callback::new(move |k: String| save(k, None))/>
+                <PriceTableView prices=data on_remove=Callback::new(move |k: String| save(k, None))/>
             </Show>
             <Show when=move || use_app().is_admin()>
             <form class="form-grid" on:submit=submit aria-label="Set a price">
@@ -893,7 +893,7 @@ fn Prices() -> impl IntoView {
 }
 
 #[component]
-fn PriceTableView(prices: Signal<Option<Prices>>, on_remove: Callback<String>) -> impl IntoView {
+fn PriceTableView(prices: Latest<Prices>, on_remove: Callback<String>) -> impl IntoView {
     move || {
         let Some(p) = prices.get() else { return ().into_any() };
         let admin = use_app().is_admin();
