@@ -196,9 +196,94 @@ impl<'de> de::Deserializer<'de> for JsonRef<'_> {
         visitor.visit_unit()
     }
 
+    // The types the API's answers are made of, each from the one or two kinds of JSON value it
+    // can be read from: smaller per field type than `deserialize_any`'s dispatch to every
+    // `visit_*` (each of them compiled, if only to refuse).
+    fn deserialize_bool<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Json::Bool(b) => visitor.visit_bool(*b),
+            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
+        }
+    }
+
+    fn deserialize_i64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Json::U64(n) => visitor.visit_u64(*n),
+            Json::I64(n) => visitor.visit_i64(*n),
+            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
+        }
+    }
+
+    fn deserialize_f64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Json::F64(n) => visitor.visit_f64(*n),
+            Json::U64(n) => visitor.visit_u64(*n),
+            Json::I64(n) => visitor.visit_i64(*n),
+            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
+        }
+    }
+
+    fn deserialize_str<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Json::Str(s) => visitor.visit_str(s),
+            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
+        }
+    }
+
+    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_str(visitor)
+    }
+
+    fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Json::Array(items) => visitor.visit_seq(Elements(items.iter())),
+            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
+        }
+    }
+
+    fn deserialize_map<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        match self.0 {
+            Json::Object(entries) => visitor.visit_map(Entries { entries: entries.iter(), value: None }),
+            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
+        }
+    }
+
+    // Integers of every width are read as `deserialize_i64` reads them (the visitor checks the
+    // range, as serde_json's does).
+    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+
+    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+
+    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+
+    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+
+    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+
+    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+
+    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_i64(visitor)
+    }
+
+    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+        self.deserialize_f64(visitor)
+    }
+
     forward_to_deserialize_any! {
-        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string
-        bytes byte_buf unit unit_struct seq tuple tuple_struct map identifier
+        i128 u128 char bytes byte_buf unit unit_struct tuple tuple_struct identifier
     }
 }
 
@@ -304,6 +389,9 @@ mod tests {
             r#"{"n":-1,"x":0,"k":"slack"}"#,         // negative into u32
             r#"{"n":4294967296,"x":0,"k":"slack"}"#, // too large for u32
             r#"{"n":1,"x":"0","k":"slack"}"#,        // string for a number
+            r#"{"n":1.5,"x":0,"k":"slack"}"#,        // fraction for an integer
+            r#"{"n":true,"x":0,"k":"slack"}"#,       // boolean for a number
+            r#"{"n":1,"x":null,"k":"slack"}"#,       // null for a number
             r#"{"n":1,"x":0,"k":"email"}"#,          // unknown variant
             r#"{"n":1,"x":0}"#,                      // missing field
             r#"[1,0,"slack"]"#,                      // a struct as an array
