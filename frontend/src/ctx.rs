@@ -4,6 +4,7 @@
 use std::any::Any;
 use std::future::Future;
 use std::marker::PhantomData;
+use std::pin::Pin;
 use std::rc::Rc;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,7 +15,7 @@ use leptos::prelude::*;
 
 use leptos::task::spawn_local;
 
-use crate::api::{self, ApiResult};
+use crate::api::{self, ApiError, ApiResult};
 use crate::wire::Me;
 
 /// How often live data is fetched again.
@@ -164,7 +165,7 @@ pub fn local_set(key: &str, value: &str) {
 /// every answer type: Leptos' signal code is generic over the value, and one signal type per
 /// answer type cost each page about 1 KB of wasm per type. `T` only types the accessors.
 pub struct Fetched<T: 'static> {
-    value: RwSignal<Option<Rc<dyn Any>>, LocalStorage>,
+    value: AnswerSignal,
     version: RwSignal<u64>,
     ty: PhantomData<fn() -> T>,
 }
@@ -182,34 +183,11 @@ impl<T: 'static> Fetched<T> {
     where
         Fut: Future<Output = T> + 'static,
     {
-        let value = RwSignal::new_local(None);
-        let version = RwSignal::new(0u64);
-        // The fetch that may still store its answer; u64::MAX once the owner is gone.
-        let current = Arc::new(AtomicU64::new(0));
-        on_cleanup({
-            let current = Arc::clone(&current);
-            move || current.store(u64::MAX, Ordering::Relaxed)
-        });
-        Effect::new(move || {
-            version.track();
-            let mut fut = Box::pin(fetch());
-            let this = current.load(Ordering::Relaxed).wrapping_add(1);
-            if this == u64::MAX {
-                return;
-            }
-            current.store(this, Ordering::Relaxed);
-            let current = Arc::clone(&current);
-            spawn_local(async move {
-                let live = || current.load(Ordering::Relaxed) == this;
-                let out =
-                    std::future::poll_fn(|cx| if live() { fut.as_mut().poll(cx).map(Some) } else { Poll::Ready(None) });
-                if let Some(out) = out.await
-                    && live()
-                {
-                    value.set(Some(Rc::new(out) as Rc<dyn Any>));
-                }
-            });
-        });
+        // Only this boxing is compiled per answer type; the effect and the task are not.
+        let (value, version) = fetch_erased(Box::new(move || {
+            let fut = fetch();
+            Box::pin(async move { Rc::new(fut.await) as Rc<dyn Any> })
+        }));
         Fetched { value, version, ty: PhantomData }
     }
 
@@ -228,6 +206,68 @@ impl<T: 'static> Fetched<T> {
         T: Clone,
     {
         self.with(|v| v.cloned())
+    }
+}
+
+type ErasedFetch = Box<dyn Fn() -> Pin<Box<dyn Future<Output = Rc<dyn Any>>>>>;
+/// The last answer of a fetch, of whatever type.
+type AnswerSignal = RwSignal<Option<Rc<dyn Any>>, LocalStorage>;
+
+/// The machinery of [`Fetched::new`], for a fetch of any answer type.
+fn fetch_erased(fetch: ErasedFetch) -> (AnswerSignal, RwSignal<u64>) {
+    let value = RwSignal::new_local(None);
+    let version = RwSignal::new(0u64);
+    // The fetch that may still store its answer; u64::MAX once the owner is gone.
+    let current = Arc::new(AtomicU64::new(0));
+    on_cleanup({
+        let current = Arc::clone(&current);
+        move || current.store(u64::MAX, Ordering::Relaxed)
+    });
+    Effect::new(move || {
+        version.track();
+        let mut fut = fetch();
+        let this = current.load(Ordering::Relaxed).wrapping_add(1);
+        if this == u64::MAX {
+            return;
+        }
+        current.store(this, Ordering::Relaxed);
+        let current = Arc::clone(&current);
+        spawn_local(async move {
+            let live = || current.load(Ordering::Relaxed) == this;
+            let out =
+                std::future::poll_fn(|cx| if live() { fut.as_mut().poll(cx).map(Some) } else { Poll::Ready(None) });
+            if let Some(out) = out.await
+                && live()
+            {
+                value.set(Some(out));
+            }
+        });
+    });
+    (value, version)
+}
+
+/// Whether a fetch of an API value has answered, and how, whatever the value's type: what
+/// [`PollStatus`](crate::components::status::PollStatus) shows (one copy of it for all types).
+#[derive(Clone, Copy)]
+pub struct Outcome {
+    value: AnswerSignal,
+    error: fn(&dyn Any) -> Option<ApiError>,
+}
+
+impl Outcome {
+    /// None before the first answer, then the error of the last answer (None for a success).
+    /// Tracked.
+    pub fn get(&self) -> Option<Option<ApiError>> {
+        self.value.with(|v| v.as_deref().map(self.error))
+    }
+}
+
+impl<T: 'static> From<Fetched<ApiResult<T>>> for Outcome {
+    fn from(res: Fetched<ApiResult<T>>) -> Outcome {
+        Outcome {
+            value: res.value,
+            error: |v| v.downcast_ref::<ApiResult<T>>().and_then(|r| r.as_ref().err().cloned()),
+        }
     }
 }
 

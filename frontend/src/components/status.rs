@@ -4,20 +4,19 @@
 use leptos::either::Either;
 use leptos::prelude::*;
 
-use crate::api::{ApiError, ApiResult};
-use crate::ctx::Fetched;
+use crate::api::ApiError;
+use crate::ctx::Outcome;
 
 #[component]
-pub fn PollStatus<T>(
-    res: Fetched<ApiResult<T>>,
+pub fn PollStatus(
+    /// The fetch shown (a `Fetched<ApiResult<T>>` of any `T`).
+    #[prop(into)]
+    res: Outcome,
     /// True once the page has data to show; an error then reads as "showing earlier data".
     #[prop(into)]
     has_data: Signal<bool>,
-) -> impl IntoView
-where
-    T: 'static,
-{
-    move || match res.with(|r| r.map(|r| r.as_ref().err().cloned())) {
+) -> impl IntoView {
+    move || match res.get() {
         None => Either::Left(view! { <p class="status" role="status">"Loading…"</p> }),
         Some(error) => Either::Right(error.map(|error| view! { <ErrorBanner error has_data/> })),
     }
