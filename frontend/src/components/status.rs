@@ -43,3 +43,68 @@ fn ErrorBanner(error: ApiError, has_data: Signal<bool>) -> impl IntoView {
 pub fn ActionError(#[prop(into)] error: Signal<Option<ApiError>>) -> impl IntoView {
     move || error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })
 }
+
+/// A validation error about one form field, under its form: "Name: must not be empty". Shown
+/// while the server's `error.field` is `field`.
+#[component]
+pub fn FieldError(error: RwSignal<Option<ApiError>>, field: &'static str, label: &'static str) -> impl IntoView {
+    move || {
+        error.get().filter(|e| e.is_about(field)).map(|e| {
+            view! { <p class="field-error" role="alert" data-field=field>{format!("{label}: {}", e.message)}</p> }
+        })
+    }
+}
+
+/// The error as a banner, unless one of `fields` already shows it (a [`FieldError`]).
+#[component]
+pub fn FormError(
+    error: RwSignal<Option<ApiError>>,
+    #[prop(optional)] fields: &'static [&'static str],
+) -> impl IntoView {
+    let shown = Signal::derive(move || error.get().filter(|e| !fields.iter().any(|f| e.is_about(f))));
+    view! { <ActionError error=shown/> }
+}
+
+/// What an action has just done ("Team “ml” created.").
+#[component]
+pub fn Saved(saved: RwSignal<Option<String>>) -> impl IntoView {
+    move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })
+}
+
+/// The button of a destructive action on one row of a list, in two steps: pressing it puts
+/// "Confirm …" and "Keep" in its place, with keyboard focus on the confirmation. `asking` holds
+/// the row that asks, shared by the rows of a list so that one asks at a time.
+#[component]
+pub fn ConfirmButton(
+    asking: RwSignal<Option<i64>>,
+    id: i64,
+    /// "Delete", "Revoke".
+    label: &'static str,
+    /// "Confirm delete", "Confirm revoke".
+    confirm_label: &'static str,
+    /// The first button's accessible name, naming what it acts on.
+    #[prop(optional)]
+    aria_label: Option<String>,
+    /// The first button's class, when not "btn btn-danger".
+    #[prop(optional)]
+    class: Option<&'static str>,
+    on_confirm: Callback<()>,
+) -> impl IntoView {
+    let class = class.unwrap_or("btn btn-danger");
+    move || {
+        if asking.get() == Some(id) {
+            view! {
+                <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| on_confirm.run(())>{confirm_label}</button>
+                <button type="button" class="btn-quiet" on:click=move |_| asking.set(None)>"Keep"</button>
+            }
+            .into_any()
+        } else {
+            let ask = move |_| {
+                asking.set(Some(id));
+                super::focus_later("[data-confirm]");
+            };
+            view! { <button type="button" class=class aria-label=aria_label.clone() on:click=ask>{label}</button> }
+                .into_any()
+        }
+    }
+}

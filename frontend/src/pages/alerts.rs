@@ -11,7 +11,7 @@ use leptos::task::spawn_local;
 use serde_json::{Map, Value, json};
 
 use crate::api::{self, ApiError};
-use crate::components::status::{ActionError, PollStatus};
+use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved};
 use crate::ctx::{Fetched, latest_ok, now_ms, polled, use_app};
 use crate::format;
 use fleetlens_core::rules::{SilenceWindow, silenced_by};
@@ -52,13 +52,6 @@ const DURATIONS: [(&str, i64); 5] = [
 /// The message of a validation error about `field`, for showing next to that field.
 fn about(error: RwSignal<Option<ApiError>>, field: &'static str) -> impl Fn() -> Option<String> + Copy {
     move || error.get().filter(|e| e.is_about(field)).map(|e| e.message)
-}
-
-/// The error as a banner, unless one of `fields` already shows it inline.
-#[component]
-fn FormError(error: RwSignal<Option<ApiError>>, fields: &'static [&'static str]) -> impl IntoView {
-    let shown = Signal::derive(move || error.get().filter(|e| !fields.iter().any(|f| e.is_about(f))));
-    view! { <ActionError error=shown/> }
 }
 
 #[component]
@@ -412,7 +405,7 @@ fn Silences(
                 </form>
                 {move || matchers_error().map(|m| view! { <p class="field-error" role="alert" data-field="matchers">{m}</p> })}
                 <FormError error fields=&["matchers"]/>
-                {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+                <Saved saved/>
             </Show>
             <Show when=move || !ctx.is_admin()>
                 <ActionError error/>
@@ -559,7 +552,7 @@ fn Rules(res: Fetched<api::ApiResult<crate::wire::RuleList>>, refresh: Callback<
             <Show when=move || draft.with(Option::is_some)>
                 <RuleEditor draft error local_error saved refresh/>
             </Show>
-            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+            <Saved saved/>
             <Show when=move || draft.with(Option::is_none)>
                 <ActionError error/>
             </Show>
@@ -606,16 +599,14 @@ fn Rules(res: Fetched<api::ApiResult<crate::wire::RuleList>>, refresh: Callback<
                                                             <div class="actions">
                                                                 <button type="button" class="btn" aria-label=format!("Edit rule {}", r.name) on:click=move |_| edit.run(Some(r1.clone()))>"Edit"</button>
                                                                 <button type="button" class="btn" on:click=move |_| toggle.run(r2.clone())>{if r.enabled { "Disable" } else { "Enable" }}</button>
-                                                                {move || if confirm_delete.get() == Some(id) {
-                                                                    let r3 = r3.clone();
-                                                                    view! {
-                                                                        <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| delete.run(r3.clone())>"Confirm delete"</button>
-                                                                        <button type="button" class="btn-quiet" on:click=move |_| confirm_delete.set(None)>"Keep"</button>
-                                                                    }.into_any()
-                                                                } else {
-                                                                    let name = r4.name.clone();
-                                                                    view! { <button type="button" class="btn btn-danger" aria-label=format!("Delete rule {name}") on:click=move |_| { confirm_delete.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Delete"</button> }.into_any()
-                                                                }}
+                                                                <ConfirmButton
+                                                                    asking=confirm_delete
+                                                                    id
+                                                                    label="Delete"
+                                                                    confirm_label="Confirm delete"
+                                                                    aria_label=format!("Delete rule {}", r4.name)
+                                                                    on_confirm=Callback::new(move |()| delete.run(r3.clone()))
+                                                                />
                                                             </div>
                                                         </td>
                                                     })}
@@ -964,15 +955,14 @@ fn Channels() -> impl IntoView {
                                                     <div class="actions">
                                                         <button type="button" class="btn" aria-label=format!("Send a test message to {}", c.name) on:click=move |_| test(id)>"Send test"</button>
                                                         <button type="button" class="btn" on:click=move |_| set_default(c1.clone())>{if c.default { "Not default" } else { "Make default" }}</button>
-                                                        {move || if confirm_delete.get() == Some(id) {
-                                                            let c2 = c2.clone();
-                                                            view! {
-                                                                <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| delete(c2.clone())>"Confirm delete"</button>
-                                                                <button type="button" class="btn-quiet" on:click=move |_| confirm_delete.set(None)>"Keep"</button>
-                                                            }.into_any()
-                                                        } else {
-                                                            view! { <button type="button" class="btn btn-danger" aria-label=format!("Delete channel {name}") on:click=move |_| { confirm_delete.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Delete"</button> }.into_any()
-                                                        }}
+                                                        <ConfirmButton
+                                                            asking=confirm_delete
+                                                            id
+                                                            label="Delete"
+                                                            confirm_label="Confirm delete"
+                                                            aria_label=format!("Delete channel {name}")
+                                                            on_confirm=Callback::new(move |()| delete(c2.clone()))
+                                                        />
                                                     </div>
                                                     {test_outcome(id)}
                                                 </td>
@@ -1009,10 +999,10 @@ fn Channels() -> impl IntoView {
                 </label>
                 <button type="submit" class="btn-primary">"Add channel"</button>
             </form>
-            {move || name_error().map(|m| view! { <p class="field-error" role="alert" data-field="name">{format!("Name: {m}")}</p> })}
-            {move || url_error().map(|m| view! { <p class="field-error" role="alert" data-field="url">{format!("URL: {m}")}</p> })}
+            <FieldError error field="name" label="Name"/>
+            <FieldError error field="url" label="URL"/>
             <FormError error fields=&["url", "name"]/>
-            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+            <Saved saved/>
         </section>
     }
 }

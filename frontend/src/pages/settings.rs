@@ -12,7 +12,7 @@ use leptos::task::spawn_local;
 use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
-use crate::components::status::{ActionError, PollStatus};
+use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved};
 use crate::ctx::{Fetched, Latest, latest_ok, polled, use_app};
 use crate::format;
 use crate::router::use_location;
@@ -174,17 +174,13 @@ fn Teams() -> impl IntoView {
                                 <li data-team-id=t.id.to_string()>
                                     <strong>{t.name.clone()}</strong>
                                     <span class="muted small">{format!(" {} member(s)", t.members.len())}</span>
-                                    {admin.then(|| view! {
-                                        " "
-                                        {move || if confirm.get() == Some(id) {
-                                            let n = n.clone();
-                                            view! {
-                                                <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| delete(id, n.clone())>"Confirm delete"</button>
-                                                <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
-                                            }.into_any()
-                                        } else {
-                                            view! { <button type="button" class="btn-quiet btn-danger" aria-label=format!("Delete team {n}") on:click=move |_| { confirm.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Delete"</button> }.into_any()
-                                        }}
+                                    {admin.then(|| {
+                                        let aria_label = format!("Delete team {n}");
+                                        let on_confirm = Callback::new(move |()| delete(id, n.clone()));
+                                        view! {
+                                            " "
+                                            <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
+                                        }
                                     })}
                                 </li>
                             }
@@ -201,10 +197,10 @@ fn Teams() -> impl IntoView {
                     </label>
                     <button type="submit" class="btn-primary">"Create team"</button>
                 </form>
-                {move || name_error().map(|m| view! { <p class="field-error" role="alert" data-field="name">{format!("Team name: {m}")}</p> })}
+                <FieldError error field="name" label="Team name"/>
             </Show>
-            {move || error.get().filter(|e| !e.is_about("name")).map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })}
-            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+            <FormError error fields=&["name"]/>
+            <Saved saved/>
             <h3>"Hosts"</h3>
             <PollStatus res=hosts_res has_data=has_hosts/>
             {move || {
@@ -367,14 +363,14 @@ fn ApiKeys() -> impl IntoView {
                                                     } else {
                                                         view! {
                                                             <div class="actions">
-                                                                {move || if confirm.get() == Some(id) {
-                                                                    view! {
-                                                                        <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| revoke(id)>"Confirm revoke"</button>
-                                                                        <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
-                                                                    }.into_any()
-                                                                } else {
-                                                                    view! { <button type="button" class="btn btn-danger" aria-label=format!("Revoke key {name}") on:click=move |_| { confirm.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Revoke"</button> }.into_any()
-                                                                }}
+                                                                <ConfirmButton
+                                                                    asking=confirm
+                                                                    id
+                                                                    label="Revoke"
+                                                                    confirm_label="Confirm revoke"
+                                                                    aria_label=format!("Revoke key {name}")
+                                                                    on_confirm=Callback::new(move |()| revoke(id))
+                                                                />
                                                             </div>
                                                         }.into_any()
                                                     }}
@@ -421,9 +417,9 @@ fn ApiKeys() -> impl IntoView {
                 </fieldset>
                 <button type="submit" class="btn-primary">"Create key"</button>
             </form>
-            {move || field_error("name")().map(|m| view! { <p class="field-error" role="alert" data-field="name">{format!("Name: {m}")}</p> })}
-            {move || field_error("scopes")().map(|m| view! { <p class="field-error" role="alert" data-field="scopes">{format!("Scopes: {m}")}</p> })}
-            {move || error.get().filter(|e| !e.is_about("name") && !e.is_about("scopes")).map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })}
+            <FieldError error field="name" label="Name"/>
+            <FieldError error field="scopes" label="Scopes"/>
+            <FormError error fields=&["name", "scopes"]/>
             {move || created.get().map(|k| view! {
                 <div class="banner banner-ok new-key" role="status">
                     <p>{format!("Key “{}” created. Copy it now: it is not shown again.", k.info.name)}</p>
@@ -539,15 +535,13 @@ fn Users() -> impl IntoView {
                                                             <button type="button" class="btn" on:click=move |_| update(id, serde_json::json!({ "disabled": !disabled }), format!("{e2} is now {}.", if disabled { "enabled" } else { "disabled" }))>
                                                                 {if disabled { "Enable" } else { "Disable" }}
                                                             </button>
-                                                            {move || if confirm.get() == Some(id) {
-                                                                let e3 = e3.clone();
-                                                                view! {
-                                                                    <button type="button" class="btn btn-danger" data-confirm="" on:click=move |_| delete(id, e3.clone())>"Confirm delete"</button>
-                                                                    <button type="button" class="btn-quiet" on:click=move |_| confirm.set(None)>"Keep"</button>
-                                                                }.into_any()
-                                                            } else {
-                                                                view! { <button type="button" class="btn btn-danger" on:click=move |_| { confirm.set(Some(id)); crate::components::focus_later("[data-confirm]") }>"Delete"</button> }.into_any()
-                                                            }}
+                                                            <ConfirmButton
+                                                                asking=confirm
+                                                                id
+                                                                label="Delete"
+                                                                confirm_label="Confirm delete"
+                                                                on_confirm=Callback::new(move |()| delete(id, e3.clone()))
+                                                            />
                                                         </div>
                                                     })}
                                                 </td>
@@ -583,10 +577,10 @@ fn Users() -> impl IntoView {
                 </label>
                 <button type="submit" class="btn-primary">"Add user"</button>
             </form>
-            {move || field_error("email")().map(|m| view! { <p class="field-error" role="alert" data-field="email">{format!("Email: {m}")}</p> })}
-            {move || field_error("password")().map(|m| view! { <p class="field-error" role="alert" data-field="password">{format!("Password: {m}")}</p> })}
-            {move || error.get().filter(|e| !e.is_about("email") && !e.is_about("password")).map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })}
-            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+            <FieldError error field="email" label="Email"/>
+            <FieldError error field="password" label="Password"/>
+            <FormError error fields=&["email", "password"]/>
+            <Saved saved/>
         </section>
     }
 }
@@ -816,7 +810,7 @@ fn Thresholds() -> impl IntoView {
                 </form>
             </Show>
             <ActionError error/>
-            {move || saved.get().map(|s| view! { <p class="banner banner-ok" role="status">{s}</p> })}
+            <Saved saved/>
         </section>
     }
 }
