@@ -135,6 +135,17 @@ fn unexpected<'a>(v: &'a Json<'_>) -> Unexpected<'a> {
     }
 }
 
+/// `Deserializer` methods that read their type the way another method does.
+macro_rules! read_as {
+    ($($($method:ident)+ => $target:ident;)+) => {
+        $($(
+            fn $method<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
+                self.$target(visitor)
+            }
+        )+)+
+    };
+}
+
 impl<'de> de::Deserializer<'de> for JsonRef<'_> {
     type Error = Error;
 
@@ -158,17 +169,15 @@ impl<'de> de::Deserializer<'de> for JsonRef<'_> {
         }
     }
 
-    /// Only from an object: the one line that keeps every struct's `visit_seq` out of the wasm.
+    /// Only from an object, as a map: the one line that keeps every struct's `visit_seq` out of
+    /// the wasm.
     fn deserialize_struct<V: Visitor<'de>>(
         self,
         _name: &'static str,
         _fields: &'static [&'static str],
         visitor: V,
     ) -> Result<V::Value, Error> {
-        match self.0 {
-            Json::Object(entries) => visitor.visit_map(Entries { entries: entries.iter(), value: None }),
-            other => Err(de::Error::invalid_type(unexpected(other), &visitor)),
-        }
+        self.deserialize_map(visitor)
     }
 
     /// A unit variant as its name (`"firing"`), any other variant as `{"name": value}`.
@@ -230,10 +239,6 @@ impl<'de> de::Deserializer<'de> for JsonRef<'_> {
         }
     }
 
-    fn deserialize_string<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_str(visitor)
-    }
-
     fn deserialize_seq<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
         match self.0 {
             Json::Array(items) => visitor.visit_seq(Elements(items.iter())),
@@ -249,37 +254,12 @@ impl<'de> de::Deserializer<'de> for JsonRef<'_> {
     }
 
     // Integers of every width are read as `deserialize_i64` reads them (the visitor checks the
-    // range, as serde_json's does).
-    fn deserialize_i8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_i16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_i32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_u8<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_u16<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_u32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_u64<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_i64(visitor)
-    }
-
-    fn deserialize_f32<V: Visitor<'de>>(self, visitor: V) -> Result<V::Value, Error> {
-        self.deserialize_f64(visitor)
+    // range, as serde_json's does), `f32` as `f64`, an owned string as a borrowed one.
+    read_as! {
+        deserialize_i8 deserialize_i16 deserialize_i32 deserialize_u8 deserialize_u16 deserialize_u32
+        deserialize_u64 => deserialize_i64;
+        deserialize_f32 => deserialize_f64;
+        deserialize_string => deserialize_str;
     }
 
     forward_to_deserialize_any! {
