@@ -32,7 +32,7 @@ pub fn from_str<T: DeserializeOwned>(text: &str) -> Result<T, Error> {
 }
 
 /// A parsed JSON value whose strings borrow from the text where they can.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug)]
 pub enum Json<'a> {
     Null,
     Bool(bool),
@@ -120,7 +120,7 @@ impl<'de> Visitor<'de> for JsonVisitor {
 
 /// A borrowed [`Json`] value as a `Deserializer` (strings are copied into the result).
 #[derive(Clone, Copy)]
-pub struct JsonRef<'a>(pub &'a Json<'a>);
+struct JsonRef<'a>(&'a Json<'a>);
 
 fn unexpected<'a>(v: &'a Json<'_>) -> Unexpected<'a> {
     match v {

@@ -44,14 +44,18 @@ pub fn ActionError(#[prop(into)] error: Signal<Option<ApiError>>) -> impl IntoVi
     move || error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })
 }
 
-/// A validation error about one form field, under its form: "Name: must not be empty". Shown
-/// while the server's `error.field` is `field`.
+/// The message of a validation error about `field` (the server's `error.field`), for showing
+/// next to that field; tracked.
+pub fn about(error: RwSignal<Option<ApiError>>, field: &'static str) -> impl Fn() -> Option<String> + Copy {
+    move || error.get().filter(|e| e.is_about(field)).map(|e| e.message)
+}
+
+/// A validation error about one form field, under its form: "Name: must not be empty".
 #[component]
 pub fn FieldError(error: RwSignal<Option<ApiError>>, field: &'static str, label: &'static str) -> impl IntoView {
+    let message = about(error, field);
     move || {
-        error.get().filter(|e| e.is_about(field)).map(|e| {
-            view! { <p class="field-error" role="alert" data-field=field>{format!("{label}: {}", e.message)}</p> }
-        })
+        message().map(|m| view! { <p class="field-error" role="alert" data-field=field>{format!("{label}: {m}")}</p> })
     }
 }
 

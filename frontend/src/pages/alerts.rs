@@ -11,7 +11,7 @@ use leptos::task::spawn_local;
 use serde_json::{Map, Value, json};
 
 use crate::api::{self, ApiError};
-use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved};
+use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
 use crate::ctx::{Fetched, latest_ok, now_ms, polled, use_app};
 use crate::format;
 use fleetlens_core::rules::{SilenceWindow, silenced_by};
@@ -48,11 +48,6 @@ const DURATIONS: [(&str, i64); 5] = [
     ("3 days", 259_200_000),
     ("7 days", 604_800_000),
 ];
-
-/// The message of a validation error about `field`, for showing next to that field.
-fn about(error: RwSignal<Option<ApiError>>, field: &'static str) -> impl Fn() -> Option<String> + Copy {
-    move || error.get().filter(|e| e.is_about(field)).map(|e| e.message)
-}
 
 #[component]
 pub fn AlertsPage() -> impl IntoView {

@@ -12,7 +12,7 @@ use leptos::task::spawn_local;
 use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
-use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved};
+use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
 use crate::ctx::{Fetched, Latest, latest_ok, polled, use_app};
 use crate::format;
 use crate::router::use_location;
@@ -150,7 +150,7 @@ fn Teams() -> impl IntoView {
             done(api::assign_host(&host, team).await.map(|_| what));
         });
     };
-    let name_error = move || error.get().filter(|e| e.is_about("name")).map(|e| e.message);
+    let name_error = about(error, "name");
     view! {
         <section class="card" aria-labelledby="teams-title">
             <h2 id="teams-title">"Teams"</h2>
@@ -316,7 +316,6 @@ fn ApiKeys() -> impl IntoView {
             }
         });
     };
-    let field_error = move |f: &'static str| move || error.get().filter(|e| e.is_about(f)).map(|e| e.message);
     view! {
         <section class="card" aria-labelledby="keys-title">
             <h2 id="keys-title">"API keys"</h2>
@@ -388,7 +387,7 @@ fn ApiKeys() -> impl IntoView {
             <form class="form-grid" on:submit=submit novalidate aria-label="New API key">
                 <label for="key-name">
                     <span>"Name"</span>
-                    <input id="key-name" aria-invalid=move || field_error("name")().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
+                    <input id="key-name" aria-invalid=move || about(error, "name")().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
                 </label>
                 <fieldset class="checks">
                     <legend>"Scopes"</legend>
@@ -483,7 +482,6 @@ fn Users() -> impl IntoView {
         spawn_local(async move { done(api::delete_user(id).await.map(|()| format!("User {who} deleted."))) });
     };
     let me_id = move || ctx.me.with(|m| m.as_ref().and_then(|m| m.user.as_ref().map(|u| u.id)));
-    let field_error = move |f: &'static str| move || error.get().filter(|e| e.is_about(f)).map(|e| e.message);
     view! {
         <section class="card" aria-labelledby="users-title">
             <h2 id="users-title">"Users"</h2>
@@ -557,7 +555,7 @@ fn Users() -> impl IntoView {
             <form class="form-grid" on:submit=submit novalidate aria-label="Add a user">
                 <label for="user-email">
                     <span>"Email"</span>
-                    <input id="user-email" type="email" aria-invalid=move || field_error("email")().is_some().to_string() prop:value=move || email.get() on:input=move |ev| email.set(event_target_value(&ev))/>
+                    <input id="user-email" type="email" aria-invalid=move || about(error, "email")().is_some().to_string() prop:value=move || email.get() on:input=move |ev| email.set(event_target_value(&ev))/>
                 </label>
                 <label for="user-name">
                     <span>"Name"</span>
@@ -565,7 +563,7 @@ fn Users() -> impl IntoView {
                 </label>
                 <label for="user-password">
                     <span>"Password (8 characters or more)"</span>
-                    <input id="user-password" type="password" autocomplete="new-password" aria-invalid=move || field_error("password")().is_some().to_string() prop:value=move || password.get() on:input=move |ev| password.set(event_target_value(&ev))/>
+                    <input id="user-password" type="password" autocomplete="new-password" aria-invalid=move || about(error, "password")().is_some().to_string() prop:value=move || password.get() on:input=move |ev| password.set(event_target_value(&ev))/>
                 </label>
                 <label for="user-role">
                     <span>"Role"</span>
