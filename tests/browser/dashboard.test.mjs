@@ -638,6 +638,9 @@ test('dark theme (prefers-color-scheme: dark)', async () => {
 
 test('log out ends the session on the server and returns to the login page', async () => {
   await page.goto(URL + '/');
+  // The page's first answers in before logging out: a request still in flight when the session
+  // ends is answered 401, which the browser logs as an error (the app then shows the login).
+  await page.waitForLoadState('networkidle', { timeout: T });
   await page.getByRole('button', { name: 'Log out' }).first().click();
   await page.waitForURL(/\/login/, { timeout: T });
   assert.equal((await context.cookies()).filter((c) => /fleetlens_session$/.test(c.name)).length, 0, 'cookie cleared');
@@ -652,6 +655,7 @@ test('an API key is the secondary way in', async () => {
   await page.waitForURL(URL + '/gpus', { timeout: T });
   await waitForText(page.locator('[data-testid="whoami"]'), /admin key/);
   assert.equal(await page.evaluate(() => localStorage.getItem('fleetlens.api_key')), TOKEN);
+  await page.waitForLoadState('networkidle', { timeout: T });
   await page.getByRole('button', { name: 'Log out' }).first().click();
   await page.waitForURL(/\/login/, { timeout: T });
   assert.equal(await page.evaluate(() => localStorage.getItem('fleetlens.api_key')), null);

@@ -164,6 +164,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         classifier,
         summary_cache: Default::default(),
         alerts: alerts.clone(),
+        deliveries: Default::default(),
     };
     alerts.spawn();
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));

@@ -6,6 +6,7 @@ pub mod analytics;
 pub mod app;
 pub mod auth;
 pub mod config;
+pub mod delivery;
 pub mod error;
 pub mod jobs;
 pub mod metrics;

@@ -155,7 +155,8 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
                 }
             }
         }
-        let current = analytics::current_state_name(g, newest.get(&g.id), now, &th);
+        let allowance = state.deliveries.allowance_ms(caller.org, &g.host);
+        let current = analytics::current_state_name(g, newest.get(&g.id), now, &th, allowance);
         for s in WorkloadState::ALL {
             let l = StateLabels {
                 uuid: labels.uuid.clone(),

@@ -20,4 +20,7 @@ pub struct AppState {
     pub summary_cache: Arc<crate::routes::analytics::SummaryCache>,
     /// Alerting: ingest wakes the engine through it.
     pub alerts: crate::alerts::Alerts,
+    /// Each host's delivery cadence, learnt at ingest: the silence a GPU's current state allows
+    /// for before it reads offline.
+    pub deliveries: Arc<crate::delivery::HostDeliveries>,
 }

@@ -27,6 +27,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::delivery::{DEFAULT_DELIVERY_GAP_MS, Delivery};
 use fleetlens_core::rules::payload::{matched_values, render_template};
 use fleetlens_core::rules::{
     AlertSubject, Condition, DEFAULT_RULES, NotifyStatus, Observation, Phase, RuleSpec, Step, Timing, Truth,
@@ -932,36 +933,6 @@ fn phase_of(a: &AlertRecord) -> Phase {
 /// GPU events read from the store at a time.
 const EVENTS_PER_READ: i64 = 10_000;
 
-/// Assumed time between two deliveries of a GPU's samples until two have been seen (the
-/// agent's default `--flush-interval` is 5 s).
-const DEFAULT_DELIVERY_GAP_MS: i64 = 10_000;
-/// A longer gap between deliveries is an outage, not the GPU's cadence.
-const MAX_DELIVERY_GAP_MS: i64 = 60_000;
-
-/// When a GPU's samples last arrived and the usual time between arrivals.
-#[derive(Debug, Default, Clone, Copy)]
-struct Delivery {
-    arrived_ms: i64,
-    gap_ms: i64,
-}
-
-impl Delivery {
-    fn arrived(&mut self, now: i64) {
-        if self.arrived_ms > 0 {
-            let gap = now - self.arrived_ms;
-            if (1..=MAX_DELIVERY_GAP_MS).contains(&gap) {
-                self.gap_ms = if self.gap_ms == 0 { gap } else { (3 * self.gap_ms + gap) / 4 };
-            }
-        }
-        self.arrived_ms = now;
-    }
-
-    /// The silence a GPU's delivery cadence explains.
-    fn allowance_ms(&self) -> i64 {
-        if self.gap_ms > 0 { self.gap_ms.min(MAX_DELIVERY_GAP_MS) } else { DEFAULT_DELIVERY_GAP_MS }
-    }
-}
-
 /// No sample for this long means offline (METRICS.md: 3 intervals by default).
 fn offline_limit_ms(interval_ms: i64, th: &Thresholds) -> i64 {
     let interval = if interval_ms > 0 { interval_ms.max(DEFAULT_INTERVAL_MS) } else { DEFAULT_INTERVAL_MS };
@@ -981,21 +952,6 @@ fn summary(rule: &Rule, obs: &Observation<'_>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn delivery_allowance_follows_the_flush_cadence_and_ignores_outages() {
-        let mut d = Delivery::default();
-        assert_eq!(d.allowance_ms(), DEFAULT_DELIVERY_GAP_MS);
-        d.arrived(100_000);
-        assert_eq!(d.allowance_ms(), DEFAULT_DELIVERY_GAP_MS, "one arrival says nothing of the cadence");
-        for i in 1..=20 {
-            d.arrived(100_000 + i * 5_000);
-        }
-        assert_eq!(d.allowance_ms(), 5_000);
-        // A ten-minute outage is not the cadence.
-        d.arrived(100_000 + 20 * 5_000 + 600_000);
-        assert_eq!(d.allowance_ms(), 5_000);
-    }
 
     #[test]
     fn offline_limit_is_three_intervals_of_at_least_a_second() {

@@ -113,9 +113,11 @@ pub fn interval_of(count: i64, first_ms: i64, last_ms: i64) -> i64 {
     if count >= 2 && last_ms > first_ms { (last_ms - first_ms) / (count - 1) } else { DEFAULT_INTERVAL_MS }
 }
 
-/// True when the GPU has been silent for `offline_missing_intervals` intervals by the wall clock.
-fn is_silent(gpu: &GpuRecord, interval_ms: i64, now_ms: i64, th: &Thresholds) -> bool {
-    now_ms - gpu.last_seen_ms >= interval_ms.max(1) * i64::from(th.offline_missing_intervals)
+/// True when the GPU has been silent for `offline_missing_intervals` intervals by the wall clock,
+/// beyond the `delivery_allowance_ms` that its agent's batching explains (crate::delivery).
+fn is_silent(gpu: &GpuRecord, interval_ms: i64, now_ms: i64, th: &Thresholds, delivery_allowance_ms: i64) -> bool {
+    now_ms - gpu.last_seen_ms
+        >= interval_ms.max(1) * i64::from(th.offline_missing_intervals) + delivery_allowance_ms.max(0)
 }
 
 /// The GPU's state now from its newest minute's stored state (cheap, for lists).
@@ -124,9 +126,18 @@ pub fn current_state_name(
     newest: Option<&LatestMinute>,
     now_ms: i64,
     th: &Thresholds,
+    delivery_allowance_ms: i64,
 ) -> WorkloadState {
     match newest {
-        Some(m) if !is_silent(gpu, interval_of(m.sample_count, m.first_ts_ms, m.last_ts_ms), now_ms, th) => {
+        Some(m)
+            if !is_silent(
+                gpu,
+                interval_of(m.sample_count, m.first_ts_ms, m.last_ts_ms),
+                now_ms,
+                th,
+                delivery_allowance_ms,
+            ) =>
+        {
             m.state.as_deref().and_then(WorkloadState::parse).unwrap_or(WorkloadState::Offline)
         }
         _ => WorkloadState::Offline,
@@ -220,12 +231,18 @@ pub fn states_from_minutes(
 }
 
 /// The GPU's state now: its newest minute, or offline when it has been silent for
-/// `offline_missing_intervals` intervals by the wall clock.
-pub fn current_state(gpu: &GpuRecord, newest: Option<&RollupBucket>, now_ms: i64, th: &Thresholds) -> Classification {
+/// `offline_missing_intervals` intervals by the wall clock, beyond its delivery allowance.
+pub fn current_state(
+    gpu: &GpuRecord,
+    newest: Option<&RollupBucket>,
+    now_ms: i64,
+    th: &Thresholds,
+    delivery_allowance_ms: i64,
+) -> Classification {
     let interval = newest.map_or(DEFAULT_INTERVAL_MS, |b| interval_of(b.sample_count, b.first_ts_ms, b.last_ts_ms));
     let silent_ms = now_ms - gpu.last_seen_ms;
     match newest {
-        Some(b) if !is_silent(gpu, interval, now_ms, th) => {
+        Some(b) if !is_silent(gpu, interval, now_ms, th, delivery_allowance_ms) => {
             classify(&b.window_aggregate(gpu.power_limit_w, gpu.mem_total_bytes), th)
         }
         _ => offline(format!(

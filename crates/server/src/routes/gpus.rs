@@ -31,7 +31,8 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Js
     let gpus = gpus
         .into_iter()
         .map(|g| {
-            let state = analytics::current_state_name(&g, newest.get(&g.id), now, &th);
+            let allowance = state.deliveries.allowance_ms(caller.org, &g.host);
+            let state = analytics::current_state_name(&g, newest.get(&g.id), now, &th, allowance);
             summary(g, state.as_str())
         })
         .collect();
@@ -55,7 +56,8 @@ pub async fn detail(
     let bucket_ms = Resolution::Minute.bucket_start(gpu.last_seen_ms);
     let newest = store.rollups(gpu.id, Resolution::Minute, bucket_ms, bucket_ms + 1).await?;
     let now = now_ms();
-    let c = analytics::current_state(&gpu, newest.first(), now, &th);
+    let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
+    let c = analytics::current_state(&gpu, newest.first(), now, &th, allowance);
     let current = analytics::state_window(newest.first().map_or(gpu.last_seen_ms, |b| b.bucket_ms), now, &c);
     Ok(Json(GpuDetail { gpu: summary(gpu, c.state.as_str()), current }))
 }

@@ -34,7 +34,9 @@ pub async fn ingest(
     let outcome = if batch.samples.is_empty() {
         fleetlens_store::IngestOutcome::default()
     } else {
-        state.store.ingest(caller.org, host, batch.samples).await?
+        let outcome = state.store.ingest(caller.org, host, batch.samples).await?;
+        state.deliveries.arrived(caller.org, host, now_ms());
+        outcome
     };
     // After the samples: a failure here is a 5xx, the agent sends the batch again, and both
     // the samples and the events are stored once.

@@ -1,0 +1,94 @@
+//! How samples arrive. Agents read every second but send in batches (`--flush-interval`, 5 s by
+//! default), so between two deliveries a healthy GPU's newest stored sample ages by the agent's
+//! flush interval. The offline rule ("no sample for 3 intervals", METRICS.md) counts that
+//! silence only beyond the delivery cadence: the GPU list, the GPU detail, `/metrics` and the
+//! alert engine all allow for it, learnt per host (or per GPU) from the arrivals they see.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use fleetlens_store::OrgId;
+
+/// Assumed time between two deliveries until two have been seen (the agent's default
+/// `--flush-interval` is 5 s).
+pub const DEFAULT_DELIVERY_GAP_MS: i64 = 10_000;
+/// A longer gap between deliveries is an outage, not the cadence.
+pub const MAX_DELIVERY_GAP_MS: i64 = 60_000;
+
+/// When samples last arrived and the usual time between arrivals.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Delivery {
+    arrived_ms: i64,
+    gap_ms: i64,
+}
+
+impl Delivery {
+    pub fn arrived(&mut self, now: i64) {
+        if self.arrived_ms > 0 {
+            let gap = now - self.arrived_ms;
+            if (1..=MAX_DELIVERY_GAP_MS).contains(&gap) {
+                self.gap_ms = if self.gap_ms == 0 { gap } else { (3 * self.gap_ms + gap) / 4 };
+            }
+        }
+        self.arrived_ms = now;
+    }
+
+    /// The silence the delivery cadence explains.
+    pub fn allowance_ms(&self) -> i64 {
+        if self.gap_ms > 0 { self.gap_ms.min(MAX_DELIVERY_GAP_MS) } else { DEFAULT_DELIVERY_GAP_MS }
+    }
+}
+
+/// The delivery cadence of each host, as this process has received its batches (in memory: after
+/// a restart, or on a replica a host does not send to, the default applies).
+#[derive(Debug, Default)]
+pub struct HostDeliveries {
+    hosts: Mutex<HashMap<(OrgId, String), Delivery>>,
+}
+
+impl HostDeliveries {
+    /// A batch of `host` was stored at `now`.
+    pub fn arrived(&self, org: OrgId, host: &str, now: i64) {
+        let mut hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        hosts.entry((org, host.to_string())).or_default().arrived(now);
+    }
+
+    /// The silence `host`'s delivery cadence explains.
+    pub fn allowance_ms(&self, org: OrgId, host: &str) -> i64 {
+        let hosts = self.hosts.lock().unwrap_or_else(|e| e.into_inner());
+        hosts.get(&(org, host.to_string())).map_or(DEFAULT_DELIVERY_GAP_MS, Delivery::allowance_ms)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn delivery_allowance_follows_the_flush_cadence_and_ignores_outages() {
+        let mut d = Delivery::default();
+        assert_eq!(d.allowance_ms(), DEFAULT_DELIVERY_GAP_MS);
+        d.arrived(100_000);
+        assert_eq!(d.allowance_ms(), DEFAULT_DELIVERY_GAP_MS, "one arrival says nothing of the cadence");
+        for i in 1..=20 {
+            d.arrived(100_000 + i * 5_000);
+        }
+        assert_eq!(d.allowance_ms(), 5_000);
+        // A ten-minute outage is not the cadence.
+        d.arrived(100_000 + 20 * 5_000 + 600_000);
+        assert_eq!(d.allowance_ms(), 5_000);
+    }
+
+    #[test]
+    fn hosts_have_their_own_cadence_per_organisation() {
+        let d = HostDeliveries::default();
+        for i in 0..10 {
+            d.arrived(1, "slow", 1_000_000 + i * 30_000);
+            d.arrived(1, "fast", 1_000_000 + i * 2_000);
+        }
+        assert_eq!(d.allowance_ms(1, "slow"), 30_000);
+        assert_eq!(d.allowance_ms(1, "fast"), 2_000);
+        assert_eq!(d.allowance_ms(2, "fast"), DEFAULT_DELIVERY_GAP_MS, "another organisation's host");
+        assert_eq!(d.allowance_ms(1, "new"), DEFAULT_DELIVERY_GAP_MS);
+    }
+}

@@ -1,0 +1,75 @@
+//! Black box: a GPU's state *now* (the GPU list, the GPU detail and `/metrics`) against the wall
+//! clock. Agents sample every second but send every few seconds (`--flush-interval`, 5 s by
+//! default), so the newest stored sample of a healthy GPU is up to a flush interval old: that is
+//! not "no sample for 3 intervals", and the GPU must not read `offline` between two deliveries.
+
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines};
+use serde_json::{Value, json};
+
+fleetlens_tests::for_each_backend!(a_gpu_between_two_deliveries_is_not_offline);
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
+}
+
+/// The recorded trace's last `n` samples (1 s apart), as sent by `host` for a GPU of its own,
+/// the newest `age_ms` old.
+fn recent(host: &str, n: usize, age_ms: i64) -> Vec<Value> {
+    let all = fixture_lines();
+    let mut lines = all[all.len() - n..].to_vec();
+    let shift = now_ms() - age_ms - lines.last().unwrap()["ts_ms"].as_i64().unwrap();
+    for l in &mut lines {
+        l["ts_ms"] = json!(l["ts_ms"].as_i64().unwrap() + shift);
+        l["host"] = json!(host);
+        l["uuid"] = json!(format!("GPU-{host}"));
+    }
+    lines
+}
+
+async fn a_gpu_between_two_deliveries_is_not_offline(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let server = TestServer::spawn(&db.url, &[]);
+    let client = reqwest::Client::new();
+    // `live`: an agent at the default cadence, its last batch (5 samples) sent 5 s ago, the next
+    // one due now. `gone`: an agent whose last batch is 60 s old, far beyond any cadence.
+    for (host, age_ms) in [("live", 5_000), ("gone", 60_000)] {
+        let resp = client
+            .post(server.url("/api/v1/ingest"))
+            .bearer_auth(ADMIN_TOKEN)
+            .json(&json!({"host": host, "samples": recent(host, 5, age_ms)}))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status().as_u16(), 200, "{host}");
+    }
+    let get = |path: &str| {
+        let req = client.get(server.url(path)).bearer_auth(ADMIN_TOKEN);
+        async move { req.send().await.unwrap().json::<Value>().await.unwrap() }
+    };
+
+    let list = get("/api/v1/gpus").await;
+    let state_of = |uuid: &str| {
+        let gpu = list["gpus"].as_array().unwrap().iter().find(|g| g["uuid"] == uuid).unwrap();
+        gpu["state"].as_str().unwrap().to_string()
+    };
+    // The trace ends idle (no process, util 0).
+    assert_eq!(state_of("GPU-live"), "idle", "{list}");
+    assert_eq!(state_of("GPU-gone"), "offline", "{list}");
+
+    let live = get("/api/v1/gpus/GPU-live").await;
+    assert_eq!(live["state"], "idle", "{live}");
+    assert_eq!(live["current"]["state"], "idle", "{live}");
+    let gone = get("/api/v1/gpus/GPU-gone").await;
+    assert_eq!(gone["current"]["state"], "offline", "{gone}");
+    assert!(gone["current"]["reason"].as_str().unwrap().starts_with("no sample for"), "{gone}");
+
+    let text = client.get(server.url("/metrics")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().text().await.unwrap();
+    let state_line = |uuid: &str| {
+        text.lines()
+            .find(|l| l.starts_with("fleetlens_gpu_state{") && l.contains(uuid) && l.ends_with(" 1.0"))
+            .map(str::to_string)
+            .unwrap_or_default()
+    };
+    assert!(state_line("GPU-live").contains("state=\"idle\""), "{}", state_line("GPU-live"));
+    assert!(state_line("GPU-gone").contains("state=\"offline\""), "{}", state_line("GPU-gone"));
+}
