@@ -101,8 +101,10 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         keep_firing_for_s: 0,
         repeat_interval_s: DEFAULT_REPEAT_S,
         severity: "critical",
-        description: "No sample from this GPU for {duration_in_state_s} s: the agent or the host is down \
-                      (and the GPU is still paid for).",
+        // The offline time counts from when the silence outgrew the GPU's sampling and delivery
+        // cadence, not from its last sample.
+        description: "Offline for {duration_in_state_s} s: no sample from this GPU, the agent or the host is \
+                      down (and the GPU is still paid for).",
         advice: Advice::Of(WorkloadState::Offline),
     },
     DefaultRule {
