@@ -1,5 +1,5 @@
-//! Black box: a GPU's state *now* (the GPU list, the GPU detail and `/metrics`) against the wall
-//! clock. Agents sample every second but send every few seconds (`--flush-interval`, 5 s by
+//! Black box: a GPU's state *now* (the GPU list, the GPU detail, its state timeline and
+//! `/metrics`) against the wall clock. Agents sample every second but send every few seconds (`--flush-interval`, 5 s by
 //! default), so the newest stored sample of a healthy GPU is up to a flush interval old: that is
 //! not "no sample for 3 intervals", and the GPU must not read `offline` between two deliveries.
 
@@ -62,6 +62,23 @@ async fn a_gpu_between_two_deliveries_is_not_offline(backend: Backend) {
     let gone = get("/api/v1/gpus/GPU-gone").await;
     assert_eq!(gone["current"]["state"], "offline", "{gone}");
     assert!(gone["current"]["reason"].as_str().unwrap().starts_with("no sample for"), "{gone}");
+
+    // The state timeline ends at the newest sample while the GPU reports (the time since is not
+    // known yet), and runs on to now once it has gone silent; from raw samples (2-s windows) and
+    // from minute rollups (60-s windows) alike.
+    for window_s in [2, 60] {
+        let live = get(&format!("/api/v1/gpus/GPU-live/states?window_s={window_s}")).await;
+        let windows = live.as_array().unwrap();
+        assert!(!windows.is_empty(), "{live}");
+        assert!(windows.iter().all(|w| w["state"] != "offline"), "window_s={window_s}: {live}");
+        let last = windows.last().unwrap();
+        assert_eq!(last["state"], "idle", "window_s={window_s}: {live}");
+        assert!(last["to_ms"].as_i64().unwrap() < now_ms() - 4_000, "ends at the newest sample: {last}");
+        let gone = get(&format!("/api/v1/gpus/GPU-gone/states?window_s={window_s}")).await;
+        let last = gone.as_array().unwrap().last().unwrap().clone();
+        assert_eq!(last["state"], "offline", "window_s={window_s}: {gone}");
+        assert!(last["to_ms"].as_i64().unwrap() > now_ms() - 5_000, "runs on to now: {last}");
+    }
 
     let text = client.get(server.url("/metrics")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().text().await.unwrap();
     let state_line = |uuid: &str| {

@@ -120,6 +120,19 @@ fn is_silent(gpu: &GpuRecord, interval_ms: i64, now_ms: i64, th: &Thresholds, de
         >= interval_ms.max(1) * i64::from(th.offline_missing_intervals) + delivery_allowance_ms.max(0)
 }
 
+/// Whether the GPU still reports: its newest sample is younger than `offline_missing_intervals`
+/// sampling intervals (measured on its newest minute, `newest`) plus its delivery allowance.
+pub fn is_reporting(
+    gpu: &GpuRecord,
+    newest: Option<&RollupBucket>,
+    now_ms: i64,
+    th: &Thresholds,
+    delivery_allowance_ms: i64,
+) -> bool {
+    let interval = newest.map_or(DEFAULT_INTERVAL_MS, |b| interval_of(b.sample_count, b.first_ts_ms, b.last_ts_ms));
+    !is_silent(gpu, interval, now_ms, th, delivery_allowance_ms)
+}
+
 /// The GPU's state now from its newest minute's stored state (cheap, for lists).
 pub fn current_state_name(
     gpu: &GpuRecord,
@@ -242,7 +255,7 @@ pub fn current_state(
     let interval = newest.map_or(DEFAULT_INTERVAL_MS, |b| interval_of(b.sample_count, b.first_ts_ms, b.last_ts_ms));
     let silent_ms = now_ms - gpu.last_seen_ms;
     match newest {
-        Some(b) if !is_silent(gpu, interval, now_ms, th, delivery_allowance_ms) => {
+        Some(b) if is_reporting(gpu, Some(b), now_ms, th, delivery_allowance_ms) => {
             classify(&b.window_aggregate(gpu.power_limit_w, gpu.mem_total_bytes), th)
         }
         _ => offline(format!(
