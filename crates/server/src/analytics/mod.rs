@@ -9,8 +9,8 @@ pub mod summary;
 
 use fleetlens_api::StateWindow;
 use fleetlens_core::{
-    Classification, Credit, KeyValues, PriceTable, RollupBucket, Sample, Thresholds, WorkloadState, classify,
-    classify_window,
+    Classification, Credit, KeyValues, PriceTable, Resolution, RollupBucket, Sample, Thresholds, WorkloadState,
+    classify, classify_window,
 };
 use std::collections::HashMap;
 use std::sync::RwLock;
@@ -70,6 +70,12 @@ impl MinuteClassifier for OrgClassifier {
 }
 
 /// An organisation's classifier thresholds (defaults unless overridden).
+/// The GPU's newest 1-minute rollup (the minute of its newest sample), if stored.
+pub async fn newest_minute(store: &dyn Store, gpu: &GpuRecord) -> ApiResult<Option<RollupBucket>> {
+    let bucket_ms = Resolution::Minute.bucket_start(gpu.last_seen_ms);
+    Ok(store.rollups(gpu.id, Resolution::Minute, bucket_ms, bucket_ms + 1).await?.into_iter().next())
+}
+
 pub async fn thresholds(store: &dyn Store, org: OrgId) -> ApiResult<Thresholds> {
     match store.setting(org, THRESHOLDS_KEY).await? {
         Some(json) => serde_json::from_str(&json)
@@ -255,7 +261,7 @@ pub fn current_state(
     let interval = newest.map_or(DEFAULT_INTERVAL_MS, |b| interval_of(b.sample_count, b.first_ts_ms, b.last_ts_ms));
     let silent_ms = now_ms - gpu.last_seen_ms;
     match newest {
-        Some(b) if is_reporting(gpu, Some(b), now_ms, th, delivery_allowance_ms) => {
+        Some(b) if !is_silent(gpu, interval, now_ms, th, delivery_allowance_ms) => {
             classify(&b.window_aggregate(gpu.power_limit_w, gpu.mem_total_bytes), th)
         }
         _ => offline(format!(

@@ -64,11 +64,10 @@ pub async fn states(
     // sample: the time since is not known yet (the agent's next batch is due within its
     // delivery cadence), and read as a gap it would end every timeline in a false outage.
     let now = now_ms();
-    let newest_minute = Resolution::Minute.bucket_start(gpu.last_seen_ms);
-    let newest = state.store.rollups(gpu.id, Resolution::Minute, newest_minute, newest_minute + 1).await?;
+    let newest = analytics::newest_minute(state.store.as_ref(), &gpu).await?;
     let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
     let known_until =
-        if analytics::is_reporting(&gpu, newest.first(), now, &th, allowance) { gpu.last_seen_ms + 1 } else { now };
+        if analytics::is_reporting(&gpu, newest.as_ref(), now, &th, allowance) { gpu.last_seen_ms + 1 } else { now };
     let from_ms = from_ms.max(gpu.first_seen_ms);
     let to_ms = to_ms.min(known_until);
     if from_ms >= to_ms {

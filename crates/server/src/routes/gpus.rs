@@ -53,12 +53,11 @@ pub async fn detail(
         .gpu(caller.org, &uuid)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
-    let bucket_ms = Resolution::Minute.bucket_start(gpu.last_seen_ms);
-    let newest = store.rollups(gpu.id, Resolution::Minute, bucket_ms, bucket_ms + 1).await?;
+    let newest = analytics::newest_minute(store, &gpu).await?;
     let now = now_ms();
     let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
-    let c = analytics::current_state(&gpu, newest.first(), now, &th, allowance);
-    let current = analytics::state_window(newest.first().map_or(gpu.last_seen_ms, |b| b.bucket_ms), now, &c);
+    let c = analytics::current_state(&gpu, newest.as_ref(), now, &th, allowance);
+    let current = analytics::state_window(newest.as_ref().map_or(gpu.last_seen_ms, |b| b.bucket_ms), now, &c);
     Ok(Json(GpuDetail { gpu: summary(gpu, c.state.as_str()), current }))
 }
 
