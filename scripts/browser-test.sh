@@ -38,7 +38,7 @@ trap cleanup EXIT
 
 # The replayed trace keeps its recorded timestamps: raw retention must not age it out.
 FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_ADMIN_PASSWORD="$admin_password" \
-  target/debug/fleetlens-server --listen 127.0.0.1:0 \
+  target/debug/fleetlens-server --listen 127.0.0.1:0 --webhook-allow-cidrs 127.0.0.0/8 \
   --database-url "sqlite://$tmp/db" --static-dir frontend/dist --raw-retention 36500d >"$tmp/server.out" 2>"$tmp/server.err" &
 pids+=($!)
 url=""

@@ -6,6 +6,8 @@
 #   FLEETLENS_DATA_DIR       (default ./data)
 #   FLEETLENS_ADMIN_EMAIL    (default admin@example.com)
 #   FLEETLENS_ADMIN_PASSWORD (default: generated once, kept in $FLEETLENS_DATA_DIR/admin-password)
+#   FLEETLENS_WEBHOOK_ALLOW_CIDRS (default 127.0.0.0/8: notification channels may point at
+#                            receivers on this machine; docs/SECURITY.md)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -41,6 +43,7 @@ trap cleanup EXIT INT TERM
 
 FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_ADMIN_PASSWORD="$admin_password" \
   ./target/release/fleetlens-server --cookie-secure "$cookie_secure" \
+  --webhook-allow-cidrs "${FLEETLENS_WEBHOOK_ALLOW_CIDRS:-127.0.0.0/8}" \
   --listen "$listen" --database-url "sqlite://$data_dir/fleetlens.db" --static-dir frontend/dist \
   >"$data_dir/server.out" 2>"$data_dir/server.log" &
 server_pid=$!

@@ -31,7 +31,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-FLEETLENS_ADMIN_TOKEN=$TOKEN RUST_LOG=${RUST_LOG:-warn} "$SERVER_BIN" --listen 127.0.0.1:0 \
+FLEETLENS_ADMIN_TOKEN=$TOKEN RUST_LOG=${RUST_LOG:-warn} "$SERVER_BIN" --listen 127.0.0.1:0 --webhook-allow-cidrs 127.0.0.0/8 \
   --database-url "sqlite://$work/fleetlens.db" --static-dir "$work/no-dashboard" \
   >"$work/stdout" 2>"$work/server.log" &
 server_pid=$!

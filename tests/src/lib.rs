@@ -118,7 +118,23 @@ impl TestServer {
     }
 
     pub fn spawn_on(db_url: &str, listen: &str, extra_args: &[&str]) -> TestServer {
+        Self::spawn_with(db_url, listen, extra_args, true)
+    }
+
+    /// Like [`TestServer::spawn`], without the allowance of 127.0.0.0/8 for notifications: the
+    /// server refuses internal addresses as a production install does by default.
+    pub fn spawn_without_webhook_allowance(db_url: &str, extra_args: &[&str]) -> TestServer {
+        Self::spawn_with(db_url, "127.0.0.1:0", extra_args, false)
+    }
+
+    fn spawn_with(db_url: &str, listen: &str, extra_args: &[&str], allow_local_webhooks: bool) -> TestServer {
         let mut cmd = Command::new(bin_path("fleetlens-server"));
+        // Test receivers listen on 127.0.0.1, which a server refuses to notify unless allowed
+        // (a `--webhook-allow-cidrs` in `extra_args` takes precedence over this variable).
+        cmd.env_remove("FLEETLENS_WEBHOOK_ALLOW_CIDRS");
+        if allow_local_webhooks {
+            cmd.env("FLEETLENS_WEBHOOK_ALLOW_CIDRS", "127.0.0.0/8");
+        }
         cmd.args(["--listen", listen, "--database-url", db_url]);
         if !extra_args.contains(&"--static-dir") {
             cmd.args(["--static-dir", "/nonexistent-static"]);
@@ -261,4 +277,42 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     e.write_all(bytes).expect("gzip");
     e.finish().expect("gzip")
+}
+
+/// Check Slack messages with the official SDK's Block Kit models (PyPI `slack_sdk`): every
+/// block parses, round-trips and passes the SDK's limit checks.
+pub fn validate_slack_messages(messages: &[serde_json::Value]) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("messages.jsonl");
+    std::fs::write(&path, messages.iter().map(|m| m.to_string() + "\n").collect::<String>()).unwrap();
+    let script = r#"
+import json, sys
+from slack_sdk.models.blocks import Block
+n = 0
+for line in open(sys.argv[1]):
+    msg = json.loads(line)
+    assert isinstance(msg.get("text"), str) and msg["text"], "text fallback"
+    assert len(msg["text"]) <= 3000
+    raw = msg["blocks"]
+    assert 0 < len(raw) <= 50, "block count"
+    blocks = Block.parse_all(raw)
+    for b, r in zip(blocks, raw):
+        assert b is not None, f"unknown block {r}"
+        b.validate_json()
+        assert b.to_dict() == r, f"round trip: {b.to_dict()} != {r}"
+    n += 1
+print(f"slack_sdk: {n} messages valid")
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&path)
+        .output()
+        .expect("python3 (with `pip install slack_sdk`) is needed for the Slack payload check");
+    assert!(
+        out.status.success(),
+        "slack_sdk validation failed (is slack_sdk installed? scripts/test.sh installs it):\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }

@@ -10,7 +10,9 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture, fixture_lines};
+use fleetlens_tests::{
+    ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture, fixture_lines, validate_slack_messages,
+};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(
@@ -209,44 +211,6 @@ fn hollow_then_healthy(uuid: &str, n: i64, hollow: i64) -> Vec<Value> {
         .collect()
 }
 
-/// Check Slack messages with the official SDK's Block Kit models (PyPI `slack_sdk`): every
-/// block parses, round-trips and passes the SDK's limit checks.
-fn validate_with_slack_sdk(messages: &[Value]) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("messages.jsonl");
-    std::fs::write(&path, messages.iter().map(|m| m.to_string() + "\n").collect::<String>()).unwrap();
-    let script = r#"
-import json, sys
-from slack_sdk.models.blocks import Block
-n = 0
-for line in open(sys.argv[1]):
-    msg = json.loads(line)
-    assert isinstance(msg.get("text"), str) and msg["text"], "text fallback"
-    assert len(msg["text"]) <= 3000
-    raw = msg["blocks"]
-    assert 0 < len(raw) <= 50, "block count"
-    blocks = Block.parse_all(raw)
-    for b, r in zip(blocks, raw):
-        assert b is not None, f"unknown block {r}"
-        b.validate_json()
-        assert b.to_dict() == r, f"round trip: {b.to_dict()} != {r}"
-    n += 1
-print(f"slack_sdk: {n} messages valid")
-"#;
-    let out = std::process::Command::new("python3")
-        .arg("-c")
-        .arg(script)
-        .arg(&path)
-        .output()
-        .expect("python3 (with `pip install slack_sdk`) is needed for the Slack payload check");
-    assert!(
-        out.status.success(),
-        "slack_sdk validation failed (is slack_sdk installed? scripts/test.sh installs it):\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
-
 /// The phases of the fixture with their timestamps, in order.
 fn phases() -> Vec<(String, Vec<i64>)> {
     let mut phases: Vec<(String, Vec<i64>)> = Vec::new();
@@ -385,7 +349,7 @@ async fn fixture_replay_fires_hollow_for_one_block_only(backend: Backend) {
     assert!(firing["text"].as_str().unwrap().starts_with("[FIRING] Busy but hollow"));
     // Slack's pace: at most one message per second per webhook.
     assert!(msgs[1].at.duration_since(msgs[0].at) >= Duration::from_millis(900), "rate limit");
-    validate_with_slack_sdk(&msgs.iter().map(|m| m.body.clone()).collect::<Vec<_>>());
+    validate_slack_messages(&msgs.iter().map(|m| m.body.clone()).collect::<Vec<_>>());
 
     // The generic webhook: Alertmanager v4 bodies, firing then resolved, one fingerprint each.
     let hooks = wait_for("webhook messages", Duration::from_secs(20), || async {
@@ -707,7 +671,7 @@ async fn test_message_and_latency_from_for_duration_to_receiver() {
     let (status, t) = api.post(&format!("/api/v1/notification-channels/{ch}/test"), json!({})).await;
     assert_eq!((status, t["delivered"].as_bool()), (200, Some(true)), "{t}");
     assert!(rx.accepted()[0].body["text"].as_str().unwrap().contains("test message"));
-    validate_with_slack_sdk(&[rx.accepted()[0].body.clone()]);
+    validate_slack_messages(&[rx.accepted()[0].body.clone()]);
     let down = api.channel("down", "webhook", "http://127.0.0.1:9/nothing").await;
     let (status, t) = api.post(&format!("/api/v1/notification-channels/{down}/test"), json!({})).await;
     assert_eq!((status, t["delivered"].as_bool()), (202, Some(false)), "{t}");

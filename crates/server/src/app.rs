@@ -155,7 +155,8 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         .await
         .map_err(|source| StartupError::Listen { addr: config.listen, source })?;
     let addr = listener.local_addr().map_err(StartupError::Serve)?;
-    let alerts = crate::alerts::Alerts::new(store.clone(), config.alerts.clone(), addr);
+    let egress = crate::egress::EgressPolicy::new(config.webhook_allow_cidrs.clone());
+    let alerts = crate::alerts::Alerts::new(store.clone(), config.alerts.clone(), addr, egress);
     let state = AppState {
         store: store.clone(),
         key_cache: Arc::new(KeyCache::default()),

@@ -69,6 +69,13 @@ pub struct Config {
 
     #[command(flatten)]
     pub accounts: crate::accounts::AccountsConfig,
+
+    /// Internal address ranges notifications (webhook, Slack, Alertmanager) may reach,
+    /// comma-separated CIDRs (e.g. the in-cluster Alertmanager's `10.96.0.0/12`). Loopback,
+    /// private, link-local (cloud metadata), unique-local and CGNAT addresses are refused
+    /// unless listed here (docs/SECURITY.md).
+    #[arg(long, env = "FLEETLENS_WEBHOOK_ALLOW_CIDRS", value_name = "CIDR,...", value_delimiter = ',', value_parser = crate::egress::parse_cidr)]
+    pub webhook_allow_cidrs: Vec<ipnet::IpNet>,
 }
 
 impl Config {

@@ -7,6 +7,7 @@ pub mod app;
 pub mod auth;
 pub mod config;
 pub mod delivery;
+pub mod egress;
 pub mod error;
 pub mod jobs;
 pub mod metrics;

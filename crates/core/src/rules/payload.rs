@@ -210,9 +210,61 @@ impl Notification {
     }
 }
 
-/// Escape text for Slack mrkdwn (`&`, `<`, `>`).
+/// Escape text for Slack mrkdwn (`&`, `<`, `>`): what Slack's rules ask of every text, and
+/// enough for text that stays inside a code span.
 pub fn slack_escape(s: &str) -> String {
     s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;")
+}
+
+/// Text for a Slack mrkdwn field that may carry what agents report (a host name, a GPU model,
+/// owners, labels, or a summary with those filled in): [`slack_escape`]d, so `<!channel>` and
+/// `<http://evil|click>` show as written instead of pinging or linking; mrkdwn's formatting
+/// characters that could open or close formatting (`*`, `_`, `~` not between two letters or
+/// digits, and every `` ` ``) replaced by lookalikes (`∗`, `ˍ`, `∼`, `ˋ`: Slack has no escape for
+/// them), and `@here`/`@channel`/`@everyone` broken by an invisible word joiner. A name
+/// stays readable (`gpu_node_01` and `svc_ml` are unchanged).
+pub fn slack_text(s: &str) -> String {
+    let chars: Vec<char> = s.chars().collect();
+    let mut out = String::with_capacity(s.len());
+    for (i, &c) in chars.iter().enumerate() {
+        let between_words = || {
+            let word = |j: Option<usize>| j.and_then(|j| chars.get(j)).is_some_and(|c| c.is_alphanumeric());
+            word(i.checked_sub(1)) && word(Some(i + 1))
+        };
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '`' => out.push('\u{02CB}'),
+            '*' if !between_words() => out.push('\u{2217}'),
+            '_' if !between_words() => out.push('\u{02CD}'),
+            '~' if !between_words() => out.push('\u{223C}'),
+            '@' => {
+                out.push('@');
+                let rest: String = chars[i + 1..].iter().take(8).collect::<String>().to_lowercase();
+                if ["here", "channel", "everyone"].iter().any(|m| rest.starts_with(m)) {
+                    out.push('\u{2060}');
+                }
+            }
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// [`slack_text`] for a name on one line: control characters (newlines, tabs) become spaces, so
+/// a name cannot start lines of its own, and bidirectional overrides and isolates become `�`,
+/// so a name cannot make the text around it read backwards.
+pub fn slack_name(s: &str) -> String {
+    let one_line: String = s
+        .chars()
+        .map(|c| match c {
+            c if c.is_control() => ' ',
+            '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' => '\u{FFFD}',
+            c => c,
+        })
+        .collect();
+    slack_text(&one_line)
 }
 
 /// At most `max` characters, with `…` at the end when cut.
@@ -234,7 +286,9 @@ fn mrkdwn(text: String, max: usize) -> Json {
 /// button to the GPU page, and a context line; `text` is the plain fallback. Every text is
 /// cut to Slack's limits.
 pub fn slack_message(n: &Notification) -> Json {
-    let e = slack_escape;
+    // Agent-supplied names and the texts they are filled into are neutralised; the rule's
+    // condition (written by an admin, shown as code) is only escaped.
+    let (e, name) = (slack_text, slack_name);
     let held = format_duration_ms(n.held_ms());
     let since = format_rfc3339_ms(n.active_since_ms);
     let when = match (n.status, n.resolved_at_ms) {
@@ -244,20 +298,24 @@ pub fn slack_message(n: &Notification) -> Json {
     let values = if n.values.is_empty() {
         "—".to_string()
     } else {
-        n.values.iter().map(|v| format!("`{}` = {}", e(&v.field), e(&v.value))).collect::<Vec<_>>().join("\n")
+        n.values
+            .iter()
+            .map(|v| format!("`{}` = {}", slack_escape(&v.field), name(&v.value)))
+            .collect::<Vec<_>>()
+            .join("\n")
     };
     let mut fields = vec![
-        mrkdwn(format!("*GPU*\n{}", e(&n.gpu_words())), SLACK_MAX_FIELD_CHARS),
-        mrkdwn(format!("*Host*\n{}", e(&n.host)), SLACK_MAX_FIELD_CHARS),
-        mrkdwn(format!("*Team*\n{}", e(n.team.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
-        mrkdwn(format!("*Owner*\n{}", e(&n.owner_words().unwrap_or_else(|| "—".into()))), SLACK_MAX_FIELD_CHARS),
-        mrkdwn(format!("*Severity*\n{}", e(&n.severity)), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*GPU*\n{}", name(&n.gpu_words())), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Host*\n{}", name(&n.host)), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Team*\n{}", name(n.team.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Owner*\n{}", name(&n.owner_words().unwrap_or_else(|| "—".into()))), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Severity*\n{}", name(&n.severity)), SLACK_MAX_FIELD_CHARS),
         mrkdwn(
             format!("*{}*\n{}", if n.status == NotifyStatus::Resolved { "Lasted" } else { "For" }, e(&when)),
             SLACK_MAX_FIELD_CHARS,
         ),
-        mrkdwn(format!("*State*\n{}", e(n.state.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
-        mrkdwn(format!("*Condition*\n`{}`", e(&n.condition)), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*State*\n{}", name(n.state.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Condition*\n`{}`", slack_escape(&n.condition)), SLACK_MAX_FIELD_CHARS),
         mrkdwn(format!("*Values when it fired*\n{values}"), SLACK_MAX_FIELD_CHARS),
     ];
     fields.truncate(SLACK_MAX_FIELDS);
@@ -292,8 +350,15 @@ pub fn slack_message(n: &Notification) -> Json {
         (NotifyStatus::Firing, true) => "STILL FIRING",
         (NotifyStatus::Firing, false) => "FIRING",
     };
-    let text = format!("[{status}] {} ({}) on {} {}: {}", n.rule_name, n.severity, n.host, n.gpu_words(), n.summary);
-    json!({"text": truncate_chars(&e(&text), SLACK_MAX_TEXT_CHARS), "blocks": blocks})
+    let text = format!(
+        "[{status}] {} ({}) on {} {}: {}",
+        e(&n.rule_name),
+        name(&n.severity),
+        name(&n.host),
+        name(&n.gpu_words()),
+        e(&n.summary)
+    );
+    json!({"text": truncate_chars(&text, SLACK_MAX_TEXT_CHARS), "blocks": blocks})
 }
 
 /// One alert as Alertmanager's webhook (v4) and API describe it.
@@ -509,6 +574,46 @@ mod tests {
         let r = slack_message(&notification(NotifyStatus::Resolved));
         assert!(r["blocks"][0]["text"]["text"].as_str().unwrap().starts_with("✅ Resolved"));
         assert!(r["text"].as_str().unwrap().starts_with("[RESOLVED]"));
+    }
+
+    #[test]
+    fn slack_text_neutralises_what_agents_could_inject() {
+        assert_eq!(
+            slack_text("<!channel> *x* <http://evil|click>"),
+            "&lt;!channel&gt; \u{2217}x\u{2217} &lt;http://evil|click&gt;"
+        );
+        assert_eq!(slack_text("_it_ ~s~ `c` a&b"), "\u{02CD}it\u{02CD} \u{223C}s\u{223C} \u{02CB}c\u{02CB} a&amp;b");
+        assert_eq!(slack_text("gpu_node_01 svc_ml 2*3 a~b"), "gpu_node_01 svc_ml 2*3 a~b", "inside words: unchanged");
+        assert_eq!(
+            slack_text("ping @here @Channel bob@example.com"),
+            "ping @\u{2060}here @\u{2060}Channel bob@example.com"
+        );
+        assert_eq!(slack_name("n1\n*Owner*\nroot"), "n1 \u{2217}Owner\u{2217} root");
+        assert_eq!(slack_name("abc\u{202E}fed"), "abc\u{FFFD}fed");
+
+        let mut n = notification(NotifyStatus::Firing);
+        let hostile = "<!channel> *x* <http://evil|click>";
+        n.host = hostile.into();
+        n.gpu_name = Some("_H100_".into());
+        n.team = Some("~ml~".into());
+        n.labels.insert("owner_user".into(), "`root`".into());
+        n.values = vec![MatchedValue { field: "host".into(), value: hostile.into() }];
+        n.summary = format!("GPU on {hostile} is hollow");
+        let m = slack_message(&n).to_string();
+        for raw in ["<!channel>", "*x*", "<http", "_H100_", "~ml~", "`root`", "= <!"] {
+            assert!(!m.contains(raw), "{raw:?} reaches Slack raw: {m}");
+        }
+        assert!(m.contains("*Host*\\n&lt;!channel&gt; \u{2217}x\u{2217} &lt;http://evil|click&gt;"), "{m}");
+        assert!(
+            m.contains(
+                "`gpu_util_pct >= 80 && sm_active_pct < 30`"
+                    .replace('&', "&amp;")
+                    .replace('<', "&lt;")
+                    .replace('>', "&gt;")
+                    .as_str()
+            ),
+            "the condition is code, only escaped: {m}"
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ use std::time::Duration;
 use fleetlens_store::{OrgId, Store};
 use tokio::sync::Notify;
 
+use crate::egress::EgressPolicy;
 use crate::time::now_ms;
 
 /// The labels last stored per (organisation, host), to skip unchanged writes.
@@ -91,7 +92,10 @@ pub struct AlertsCtx {
     pub outbox_wake: Notify,
     /// This process, as lease owner.
     pub owner: String,
+    /// The notification client: no redirects, every address checked at connect time.
     pub http: reqwest::Client,
+    /// Which addresses notifications may reach (literal IPs in URLs are checked with it).
+    pub egress: Arc<EgressPolicy>,
 }
 
 /// The handle in `AppState`.
@@ -104,17 +108,22 @@ pub struct Alerts {
 
 impl Alerts {
     /// Build the handle; nothing runs until [`Alerts::spawn`].
-    pub fn new(store: Arc<dyn Store>, cfg: AlertsConfig, listen: std::net::SocketAddr) -> Self {
+    pub fn new(store: Arc<dyn Store>, cfg: AlertsConfig, listen: std::net::SocketAddr, egress: EgressPolicy) -> Self {
         let public_url =
             cfg.public_url.clone().unwrap_or_else(|| format!("http://{listen}")).trim_end_matches('/').to_string();
-        let http = reqwest::Client::builder()
-            .timeout(cfg.alert_http_timeout)
-            .user_agent(concat!("fleetlens/", env!("CARGO_PKG_VERSION")))
-            .build()
-            .unwrap_or_default();
+        let egress = Arc::new(egress);
+        let http = crate::egress::client(egress.clone(), cfg.alert_http_timeout);
         let owner = format!("{}-{}-{}", host_name(), std::process::id(), now_ms());
-        let ctx =
-            AlertsCtx { store, cfg, public_url, engine_wake: Notify::new(), outbox_wake: Notify::new(), owner, http };
+        let ctx = AlertsCtx {
+            store,
+            cfg,
+            public_url,
+            engine_wake: Notify::new(),
+            outbox_wake: Notify::new(),
+            owner,
+            http,
+            egress,
+        };
         Alerts { ctx: Arc::new(ctx), labels_seen: Arc::default(), seeded: Arc::default() }
     }
 

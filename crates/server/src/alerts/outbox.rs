@@ -1,18 +1,21 @@
 //! The outbox sender (every replica runs one): claim due messages with a lease, POST them,
 //! record the outcome. Retries back off exponentially (with a little jitter); a 429 pauses the
-//! channel for its `Retry-After`; a 4xx other than 408/425/429 is permanent; a message not
-//! delivered within the give-up time is marked failed. Each channel gets at most one message
-//! per its `min_interval_ms` (Slack: 1 s), in order.
+//! channel for its `Retry-After`; a 4xx other than 408/425/429 is permanent, and so are a 3xx
+//! (redirects are not followed) and an address the egress policy refuses ([`crate::egress`]);
+//! a message not delivered within the give-up time is marked failed. Each channel gets at most
+//! one message per its `min_interval_ms` (Slack: 1 s), in order.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use fleetlens_store::alerts::{ClaimedMessage, DeliveryOutcome, DeliveryResult};
+use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
 use tokio::task::JoinSet;
 
 use super::AlertsCtx;
 use super::render;
+use crate::egress::{MAX_ANSWER_BYTES, error_text, is_refusal};
 use crate::time::now_ms;
 
 /// How often the sender looks for due messages when nothing wakes it.
@@ -50,31 +53,12 @@ pub async fn run(ctx: Arc<AlertsCtx>) {
 
 /// Send one claimed message and record what happened.
 async fn deliver(ctx: &AlertsCtx, m: ClaimedMessage) {
-    let url = render::target_url(&m.channel);
     let started = Instant::now();
-    let sent = ctx
-        .http
-        .post(&url)
-        .header(CONTENT_TYPE, "application/json")
-        .header("X-Fleetlens-Message-Id", m.message.id.to_string())
-        .header("Idempotency-Key", format!("fleetlens-{}-{}", m.message.org_id, m.message.id))
-        .body(m.message.payload.clone())
-        .send()
-        .await;
-    let now = now_ms();
+    let result = attempt(ctx, &m).await;
     let duration_ms = i64::try_from(started.elapsed().as_millis()).unwrap_or(i64::MAX);
-    let retry = |at_ms: i64| retry_or_give_up(ctx, &m, now, at_ms);
-    let backoff_at = now + backoff_ms(ctx, m.message.id, m.message.attempts);
-    let result = match sent {
-        Ok(resp) => {
-            let status = resp.status();
-            let retry_after = resp
-                .headers()
-                .get(RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<u64>().ok())
-                .map(|s| now + i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX / 2));
-            let body: String = resp.text().await.unwrap_or_default().chars().take(300).collect();
+    let now = now_ms();
+    let result = match result {
+        Attempt::Answered { status, retry_after_s } => {
             let code = Some(i64::from(status.as_u16()));
             if status.is_success() {
                 DeliveryResult {
@@ -85,18 +69,36 @@ async fn deliver(ctx: &AlertsCtx, m: ClaimedMessage) {
                     channel_pause_until_ms: None,
                 }
             } else {
-                let error = Some(format!("HTTP {}: {}", status.as_u16(), body.trim()));
+                let retry_after =
+                    retry_after_s.map(|s| now + i64::try_from(s.saturating_mul(1000)).unwrap_or(i64::MAX / 2));
+                // The answer's body is never recorded: it may be anything the URL reaches.
+                let error = Some(if status.is_redirection() {
+                    format!("HTTP {status}: redirects are not followed (point the channel at the final URL)")
+                } else {
+                    format!("HTTP {status}")
+                });
                 let transient = status.is_server_error() || matches!(status.as_u16(), 408 | 425 | 429);
                 let pause = (status.as_u16() == 429).then(|| retry_after.unwrap_or(now + 1000));
-                let outcome =
-                    if transient { retry(backoff_at.max(pause.unwrap_or(0))) } else { DeliveryOutcome::Failed };
+                let outcome = if transient {
+                    retry_or_give_up(ctx, &m, now, backoff_at(ctx, &m, now).max(pause.unwrap_or(0)))
+                } else {
+                    DeliveryOutcome::Failed
+                };
                 DeliveryResult { outcome, status_code: code, error, duration_ms, channel_pause_until_ms: pause }
             }
         }
-        Err(e) => DeliveryResult {
-            outcome: retry(backoff_at),
+        Attempt::Refused(error) => DeliveryResult {
+            // The address is not allowed: retrying cannot help.
+            outcome: DeliveryOutcome::Failed,
             status_code: None,
-            error: Some(error_chain(&e)),
+            error: Some(error),
+            duration_ms,
+            channel_pause_until_ms: None,
+        },
+        Attempt::Failed(error) => DeliveryResult {
+            outcome: retry_or_give_up(ctx, &m, now, backoff_at(ctx, &m, now)),
+            status_code: None,
+            error: Some(error),
             duration_ms,
             channel_pause_until_ms: None,
         },
@@ -119,6 +121,63 @@ async fn deliver(ctx: &AlertsCtx, m: ClaimedMessage) {
     }
 }
 
+/// What one POST came to. Errors are texts without the channel's URL (a secret).
+enum Attempt {
+    Answered {
+        status: StatusCode,
+        retry_after_s: Option<u64>,
+    },
+    /// The egress policy refused the address.
+    Refused(String),
+    /// No answer (connection, TLS, timeout, …).
+    Failed(String),
+}
+
+async fn attempt(ctx: &AlertsCtx, m: &ClaimedMessage) -> Attempt {
+    let Ok(url) = reqwest::Url::parse(&render::target_url(&m.channel)) else {
+        return Attempt::Refused("the channel's URL does not parse".into());
+    };
+    // reqwest connects to a literal IP without asking the (guarded) resolver: check it here.
+    if let Err(e) = ctx.egress.check_url(&url) {
+        return Attempt::Refused(e.to_string());
+    }
+    let sent = ctx
+        .http
+        .post(url.clone())
+        .header(CONTENT_TYPE, "application/json")
+        .header("X-Fleetlens-Message-Id", m.message.id.to_string())
+        .header("Idempotency-Key", format!("fleetlens-{}-{}", m.message.org_id, m.message.id))
+        .body(m.message.payload.clone())
+        .send()
+        .await;
+    match sent {
+        Ok(mut resp) => {
+            let status = resp.status();
+            let retry_after_s = resp
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok());
+            // Read a little of the answer (so a short one completes and the connection can be
+            // reused), never all of it: its size is the receiver's choice.
+            let mut read = 0;
+            while read < MAX_ANSWER_BYTES {
+                match resp.chunk().await {
+                    Ok(Some(chunk)) => read += chunk.len(),
+                    _ => break,
+                }
+            }
+            Attempt::Answered { status, retry_after_s }
+        }
+        Err(e) if is_refusal(&e) => Attempt::Refused(error_text(e, &url)),
+        Err(e) => Attempt::Failed(error_text(e, &url)),
+    }
+}
+
+fn backoff_at(ctx: &AlertsCtx, m: &ClaimedMessage, now: i64) -> i64 {
+    now + backoff_ms(ctx, m.message.id, m.message.attempts)
+}
+
 fn retry_or_give_up(ctx: &AlertsCtx, m: &ClaimedMessage, now: i64, at_ms: i64) -> DeliveryOutcome {
     if at_ms - m.message.created_ms > ctx.cfg.give_up_ms() || now - m.message.created_ms > ctx.cfg.give_up_ms() {
         DeliveryOutcome::Failed
@@ -134,15 +193,4 @@ pub fn backoff_ms(ctx: &AlertsCtx, id: i64, attempt: i64) -> i64 {
     let raw = base.saturating_mul(1i64 << exp).min(ctx.cfg.retry_max_ms());
     let mix = (id.wrapping_mul(0x9E37_79B9) ^ attempt.wrapping_mul(0x85EB_CA6B)).rem_euclid(21) - 10;
     (raw + raw * mix / 100).max(1)
-}
-
-fn error_chain(e: &reqwest::Error) -> String {
-    let mut out = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        out.push_str(": ");
-        out.push_str(&s.to_string());
-        source = s.source();
-    }
-    out
 }

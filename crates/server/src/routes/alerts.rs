@@ -790,6 +790,7 @@ pub struct SilenceView {
     pub starts_at: String,
     pub ends_at: String,
     pub comment: String,
+    /// Who made it, from the caller: the user's email, or `key:` and the API key's name.
     pub created_by: String,
     pub active: bool,
     pub created_ms: i64,
@@ -821,8 +822,6 @@ pub struct SilenceBody {
     pub ends_at: Value,
     #[serde(default)]
     pub comment: String,
-    #[serde(default)]
-    pub created_by: Option<String>,
 }
 
 fn time_value(name: &str, v: &Value) -> Res<i64> {
@@ -840,6 +839,14 @@ pub async fn create_silence(
     body: Bytes,
 ) -> Res<(StatusCode, Json<SilenceView>)> {
     caller.require(Scope::Admin)?;
+    // Who made a silence is who called, never what the body claims: a `created_by` in the body
+    // is refused rather than ignored, so a client that sets it learns that it does not count.
+    if serde_json::from_slice::<Value>(&body).is_ok_and(|v| v.get("created_by").is_some()) {
+        return Err(invalid(
+            "created_by",
+            "set by the server from the caller (the user's email, or `key:` and the API key's name); leave it out",
+        ));
+    }
     let b: SilenceBody = parse_body(&body)?;
     if b.matchers.is_empty() {
         return Err(invalid(
@@ -860,7 +867,10 @@ pub async fn create_silence(
     if b.comment.chars().count() > 2000 {
         return Err(invalid("comment", "at most 2000 characters"));
     }
-    let created_by = b.created_by.unwrap_or_else(|| caller.key.name.clone());
+    let created_by = match caller.user() {
+        Some(user) => user.email.clone(),
+        None => format!("key:{}", caller.key.name),
+    };
     let s = NewSilence { matchers: b.matchers, starts_at_ms: starts, ends_at_ms: ends, comment: b.comment, created_by };
     let stored = state.store.insert_silence(caller.org, &s, now).await?;
     state.alerts.wake_engine();
