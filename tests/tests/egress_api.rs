@@ -25,6 +25,7 @@ fleetlens_tests::for_each_backend!(
     webhook_urls_never_appear_in_errors,
     slack_messages_neutralise_what_agents_report,
     a_silence_is_made_by_its_caller,
+    errors_stored_before_the_upgrade_lose_urls_and_answers,
 );
 
 /// Fast retries and evaluation, so the tests do not wait for production timings.
@@ -372,12 +373,19 @@ async fn slack_messages_neutralise_what_agents_report(backend: Backend) {
         .await;
     assert_eq!(status, 201, "{r}");
     let host = "<!channel> *x* <http://evil|click>";
-    let batch = json!({
-        "host": host,
-        "labels": {"team": "_ml_ <!here>"},
-        "samples": hollow_samples("GPU-esc", 6, "`H100` ~fast~", "*root* @everyone"),
-    });
-    let (status, v, _) = api.post("/api/v1/ingest", batch).await;
+    let labels = json!({"team": "_ml_ <!here>"});
+    let mut samples = hollow_samples("GPU-esc", 6, "`H100` ~fast~", "*root* @everyone");
+    // The host's labels are stored beside the batch, not in it: a first, healthy sample brings
+    // them, and the engine reads the team from them when the hollow ones come.
+    let mut healthy = samples[0].clone();
+    healthy["ts_ms"] = json!(healthy["ts_ms"].as_i64().unwrap() - 1000);
+    healthy["sm_active_pct"] = json!(95.0);
+    let (status, v, _) =
+        api.post("/api/v1/ingest", json!({"host": host, "labels": labels, "samples": [healthy]})).await;
+    assert_eq!(status, 200, "{v}");
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    samples.iter_mut().for_each(|s| s["ts_ms"] = json!(s["ts_ms"].as_i64().unwrap() + 1000));
+    let (status, v, _) = api.post("/api/v1/ingest", json!({"host": host, "labels": labels, "samples": samples})).await;
     assert_eq!(status, 200, "{v}");
     let got = wait_for("the Slack message", Duration::from_secs(30), || async {
         rx.requests().into_iter().find(|(path, _)| path == "/services/T0/B0/x")
@@ -457,6 +465,56 @@ async fn a_silence_is_made_by_its_caller(backend: Backend) {
         list["silences"].as_array().unwrap().iter().map(|s| s["created_by"].as_str().unwrap()).collect();
     by.sort();
     assert_eq!(by, [by_key, email]);
+}
+
+/// Item 4, for data written by earlier versions: their errors named the URL and echoed answers;
+/// migration 0013 cleans them (run again here on rows written the old way).
+async fn errors_stored_before_the_upgrade_lose_urls_and_answers(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let token = "OLD-T0K3N-5e6f";
+    let rx = Receiver::start(Answer::Status(405, "nope".into())).await;
+    let server = TestServer::spawn(&db.url, FAST);
+    let api = Api::new(&server);
+    let id = api.channel("old", "webhook", &format!("{}/hooks/{token}", rx.url)).await;
+    let (status, t, _) = api.test_channel(id).await;
+    assert_eq!((status, t["status"].as_str()), (202, Some("failed")), "{t}");
+    drop(server);
+    // What the previous version wrote.
+    let old_connect = format!("error sending request for url ({}/hooks/{token}): client error (Connect)", rx.url);
+    let old_answer = format!("HTTP 405: {{\"error\": \"{token}\"}}");
+    sql(&db.url, &format!("UPDATE alert_outbox SET last_error = '{old_connect}'")).await;
+    sql(&db.url, &format!("UPDATE alert_deliveries SET error = '{old_answer}'")).await;
+    sql(&db.url, "DELETE FROM _sqlx_migrations WHERE version = 13").await;
+
+    let server = TestServer::spawn(&db.url, FAST);
+    let api = Api::new(&server);
+    let (log, text) = api.get(&format!("/api/v1/notification-channels/{id}/deliveries")).await;
+    assert_eq!(log["deliveries"][0]["error"], "HTTP 405", "{log}");
+    assert!(!text.contains(token), "{text}");
+    let outbox = sql_text(&db.url, "SELECT last_error FROM alert_outbox").await;
+    assert_eq!(outbox, "error sending request (text removed: it named the channel's URL)");
+}
+
+async fn sql(db_url: &str, statement: &str) {
+    use sqlx::Connection;
+    if db_url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(db_url).await.unwrap();
+        sqlx::query(statement).execute(&mut c).await.unwrap();
+    } else {
+        let mut c = sqlx::PgConnection::connect(db_url).await.unwrap();
+        sqlx::query(statement).execute(&mut c).await.unwrap();
+    }
+}
+
+async fn sql_text(db_url: &str, query: &str) -> String {
+    use sqlx::Connection;
+    if db_url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(db_url).await.unwrap();
+        sqlx::query_scalar(query).fetch_one(&mut c).await.unwrap()
+    } else {
+        let mut c = sqlx::PgConnection::connect(db_url).await.unwrap();
+        sqlx::query_scalar(query).fetch_one(&mut c).await.unwrap()
+    }
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -155,7 +155,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         .await
         .map_err(|source| StartupError::Listen { addr: config.listen, source })?;
     let addr = listener.local_addr().map_err(StartupError::Serve)?;
-    let egress = crate::egress::EgressPolicy::new(config.webhook_allow_cidrs.clone());
+    let egress = crate::egress::EgressPolicy::new(config.webhook_allow_cidrs.clone().unwrap_or_default().0);
     let alerts = crate::alerts::Alerts::new(store.clone(), config.alerts.clone(), addr, egress);
     let state = AppState {
         store: store.clone(),

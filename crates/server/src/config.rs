@@ -74,8 +74,8 @@ pub struct Config {
     /// comma-separated CIDRs (e.g. the in-cluster Alertmanager's `10.96.0.0/12`). Loopback,
     /// private, link-local (cloud metadata), unique-local and CGNAT addresses are refused
     /// unless listed here (docs/SECURITY.md).
-    #[arg(long, env = "FLEETLENS_WEBHOOK_ALLOW_CIDRS", value_name = "CIDR,...", value_delimiter = ',', value_parser = crate::egress::parse_cidr)]
-    pub webhook_allow_cidrs: Vec<ipnet::IpNet>,
+    #[arg(long, env = "FLEETLENS_WEBHOOK_ALLOW_CIDRS", value_name = "CIDR,...", value_parser = crate::egress::parse_cidrs)]
+    pub webhook_allow_cidrs: Option<crate::egress::AllowCidrs>,
 }
 
 impl Config {

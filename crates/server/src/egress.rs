@@ -247,13 +247,20 @@ pub fn redact_url(text: &str, url: &reqwest::Url) -> String {
     out
 }
 
-/// Parse one `--webhook-allow-cidrs` entry: a CIDR (`10.0.0.0/8`, `fd00::/8`) or a single
-/// address.
+/// Parse `--webhook-allow-cidrs`: comma-separated entries, each a CIDR (`10.0.0.0/8`,
+/// `fd00::/8`) or a single address; blanks around and between entries are ignored (an empty
+/// variable allows nothing).
+pub fn parse_cidrs(s: &str) -> Result<AllowCidrs, String> {
+    s.split(',').map(str::trim).filter(|e| !e.is_empty()).map(parse_cidr).collect::<Result<_, _>>().map(AllowCidrs)
+}
+
+/// The ranges of `--webhook-allow-cidrs` (one flag value holds them all).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AllowCidrs(pub Vec<IpNet>);
+
+/// One `--webhook-allow-cidrs` entry.
 pub fn parse_cidr(s: &str) -> Result<IpNet, String> {
     let s = s.trim();
-    if s.is_empty() {
-        return Err("an empty entry (write CIDRs like 10.0.0.0/8, comma-separated)".into());
-    }
     if let Ok(net) = s.parse::<IpNet>() {
         return Ok(net.trunc());
     }
@@ -360,7 +367,11 @@ mod tests {
         assert_eq!(parse_cidr("fd00::/8").unwrap().to_string(), "fd00::/8");
         assert!(parse_cidr("10.0.0.0/33").unwrap_err().contains("not a CIDR"));
         assert!(parse_cidr("localhost").is_err());
-        assert!(parse_cidr("").is_err());
+        assert_eq!(parse_cidrs("").unwrap(), AllowCidrs(vec![]), "an empty variable allows nothing");
+        let list = parse_cidrs(" 127.0.0.0/8, ,fd00::/8,").unwrap().0;
+        assert_eq!(list.iter().map(ToString::to_string).collect::<Vec<_>>(), ["127.0.0.0/8", "fd00::/8"]);
+        let e = parse_cidrs("10.0.0.0/8,intranet").unwrap_err();
+        assert!(e.contains("\"intranet\" is not a CIDR"), "{e}");
     }
 
     #[test]
