@@ -118,6 +118,12 @@ impl TestServer {
     }
 
     pub fn spawn_on(db_url: &str, listen: &str, extra_args: &[&str]) -> TestServer {
+        Self::spawn_env(db_url, listen, extra_args, &[])
+    }
+
+    /// [`TestServer::spawn_on`] with environment changes: `(name, Some(value))` sets a
+    /// variable, `(name, None)` removes it (e.g. `FLEETLENS_ADMIN_TOKEN`).
+    pub fn spawn_env(db_url: &str, listen: &str, extra_args: &[&str], env: &[(&str, Option<&str>)]) -> TestServer {
         let mut cmd = Command::new(bin_path("fleetlens-server"));
         cmd.args(["--listen", listen, "--database-url", db_url]);
         if !extra_args.contains(&"--static-dir") {
@@ -131,6 +137,12 @@ impl TestServer {
             .env("RUST_LOG", std::env::var("TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(if std::env::var_os("TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() });
+        for (name, value) in env {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
         let mut child = cmd.spawn().expect("spawn fleetlens-server");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();
