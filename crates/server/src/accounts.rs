@@ -523,7 +523,7 @@ pub async fn bootstrap(store: &dyn Store, config: &AccountsConfig) -> Result<(),
     match store.user_for_login(&email).await? {
         None => {
             let hash = hash_password(password)?;
-            store
+            let created = store
                 .create_user(NewUser {
                     org_id: DEFAULT_ORG,
                     email: &email,
@@ -532,8 +532,13 @@ pub async fn bootstrap(store: &dyn Store, config: &AccountsConfig) -> Result<(),
                     role: Role::Admin,
                     now_ms: now,
                 })
-                .await?;
-            tracing::info!(%email, "admin user from FLEETLENS_ADMIN_EMAIL created");
+                .await;
+            match created {
+                Ok(_) => tracing::info!(%email, "admin user from FLEETLENS_ADMIN_EMAIL created"),
+                // Another replica starting at the same time created it.
+                Err(e) if fleetlens_store::accounts::is_conflict(&e) => {}
+                Err(e) => return Err(e),
+            }
         }
         Some((user, _)) if user.org_id != DEFAULT_ORG => {
             return Err(StoreError::Invalid(format!(

@@ -913,8 +913,9 @@ macro_rules! impl_account_store {
                         Some((_, revoked_ms)) => current_revoked = revoked_ms.is_some(),
                         None => {
                             sqlx::query(&q(
+                                // Another replica starting with the same value may insert it first.
                                 "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms, bootstrap) \
-                                 VALUES (?, ?, ?, ?, ?, ?, 1)",
+                                 VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (key_hash) DO NOTHING",
                             ))
                             .bind(k.org_id)
                             .bind(k.name)
