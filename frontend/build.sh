@@ -87,7 +87,7 @@ if [ "${FRONTEND_WASM_OPT:-1}" = "1" ] && command -v npm >/dev/null; then
   done
 fi
 
-cp "$here/index.html" "$out.tmp/index.html"
+cp "$here/index.html" "$here/boot.js" "$out.tmp/"
 if [ -d "$root/style" ]; then cp "$root"/style/*.css "$out.tmp/" 2>/dev/null || true; fi
 
 # Precompressed copies (`.gz`), served as they are (the server's ServeDir picks `x.gz` for a

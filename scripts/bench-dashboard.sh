@@ -49,7 +49,7 @@ tmp="$(mktemp -d /tmp/fleetlens-bench-dash.XXXXXX)"
 pids=()
 cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true; rm -rf "$tmp"; }
 trap cleanup EXIT
-token="fl-bench-$(od -An -N8 -tx1 /dev/urandom | tr -d ' \n')"
+token="fl-bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 email=admin@example.com
 password="bench-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$email" FLEETLENS_ADMIN_PASSWORD="$password" \

@@ -56,7 +56,18 @@ for _ in $(seq 1 100); do
 done
 [ -n "$url" ] || { echo "server did not start; see $data_dir/server.log"; exit 1; }
 
-./target/release/fleetlens-agent --server "${url%/}" --api-key "$token" --source simulate:16 \
+# The agents get an `ingest` key of their own, minted through the API, not the admin token.
+# No secret goes on a command line (visible in `ps`): curl reads its header from stdin, the
+# agent its key from FLEETLENS_API_KEY.
+api() { printf 'header = "Authorization: Bearer %s"\n' "$1" | curl -sS --config - "${@:2}"; }
+agent_key_file="$data_dir/agent-key"
+if [ ! -s "$agent_key_file" ] || [ "$(api "$(cat "$agent_key_file")" -o /dev/null -w '%{http_code}' "${url}api/v1/auth/me")" != 200 ]; then
+  api "$token" -H 'content-type: application/json' -d '{"name":"demo agents","scopes":["ingest"]}' \
+    "${url}api/v1/api-keys" | sed -n 's/.*"key":"\([^"]*\)".*/\1/p' >"$agent_key_file"
+  chmod 600 "$agent_key_file"
+  [ -s "$agent_key_file" ] || { echo "could not mint the agents' ingest key; see $data_dir/server.log"; exit 1; }
+fi
+FLEETLENS_API_KEY="$(cat "$agent_key_file")" ./target/release/fleetlens-agent --server "${url%/}" --source simulate:16 \
   --spool-dir "$data_dir/spool" 2>"$data_dir/agent.log" &
 agent_pid=$!
 
@@ -66,9 +77,10 @@ cat <<MSG
 
   Dashboard:  $url
   Log in as:  $admin_email
-  Password:   $admin_password   (also in $password_file unless set by FLEETLENS_ADMIN_PASSWORD)
-  API key:    $token   (admin, for scripts; also in $token_file)
-  Try:        curl -s -H "Authorization: Bearer $token" ${url}api/v1/gpus
+  Password:   $admin_password   (also in $password_file unless set by FLEETLENS_ADMIN_PASSWORD;
+              a password changed in the dashboard is kept across restarts)
+  API key:    in $token_file   (admin, for scripts; the agents use an ingest key, $agent_key_file)
+  Try:        curl -s -H "Authorization: Bearer \$(cat $token_file)" ${url}api/v1/gpus
   Logs:       $data_dir/server.log, $data_dir/agent.log
 
   Ctrl-C stops both.

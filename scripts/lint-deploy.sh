@@ -31,6 +31,12 @@ k = yaml.safe_load(open("deploy/k8s/kustomization.yaml"))
 have = {os.path.basename(p) for p in glob.glob("deploy/k8s/*.yaml")} - {"kustomization.yaml"}
 assert set(k["resources"]) == have, (sorted(k["resources"]), sorted(have))
 PY
+step "server-secret.yaml ships no usable admin credential" python3 - <<'PY'
+import yaml
+data = yaml.safe_load(open("deploy/k8s/server-secret.yaml"))["stringData"]
+for key in ("FLEETLENS_ADMIN_PASSWORD", "FLEETLENS_ADMIN_TOKEN"):
+    assert not data.get(key), f"{key} must be empty in the example Secret (the server refuses placeholders anyway)"
+PY
 
 if command -v systemd-analyze >/dev/null; then
   tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT

@@ -118,16 +118,28 @@ impl TestServer {
     }
 
     pub fn spawn_on(db_url: &str, listen: &str, extra_args: &[&str]) -> TestServer {
-        Self::spawn_with(db_url, listen, extra_args, true)
+        Self::spawn_with(db_url, listen, extra_args, true, &[])
     }
 
     /// Like [`TestServer::spawn`], without the allowance of 127.0.0.0/8 for notifications: the
     /// server refuses internal addresses as a production install does by default.
     pub fn spawn_without_webhook_allowance(db_url: &str, extra_args: &[&str]) -> TestServer {
-        Self::spawn_with(db_url, "127.0.0.1:0", extra_args, false)
+        Self::spawn_with(db_url, "127.0.0.1:0", extra_args, false, &[])
     }
 
-    fn spawn_with(db_url: &str, listen: &str, extra_args: &[&str], allow_local_webhooks: bool) -> TestServer {
+    /// [`TestServer::spawn_on`] with environment changes: `(name, Some(value))` sets a
+    /// variable, `(name, None)` removes it (e.g. `FLEETLENS_ADMIN_TOKEN`).
+    pub fn spawn_env(db_url: &str, listen: &str, extra_args: &[&str], env: &[(&str, Option<&str>)]) -> TestServer {
+        Self::spawn_with(db_url, listen, extra_args, true, env)
+    }
+
+    fn spawn_with(
+        db_url: &str,
+        listen: &str,
+        extra_args: &[&str],
+        allow_local_webhooks: bool,
+        env: &[(&str, Option<&str>)],
+    ) -> TestServer {
         let mut cmd = Command::new(bin_path("fleetlens-server"));
         // Test receivers listen on 127.0.0.1, which a server refuses to notify unless allowed
         // (a `--webhook-allow-cidrs` in `extra_args` takes precedence over this variable).
@@ -147,6 +159,12 @@ impl TestServer {
             .env("RUST_LOG", std::env::var("TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(if std::env::var_os("TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() });
+        for (name, value) in env {
+            match value {
+                Some(v) => cmd.env(name, v),
+                None => cmd.env_remove(name),
+            };
+        }
         let mut child = cmd.spawn().expect("spawn fleetlens-server");
         let stdout = child.stdout.take().expect("stdout");
         let (tx, rx) = std::sync::mpsc::channel();

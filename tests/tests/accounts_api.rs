@@ -205,11 +205,21 @@ async fn login_sets_a_session_cookie_and_logout_ends_it(backend: Backend) {
     assert_eq!((after.status, after.body["error"]["code"].as_str()), (401, Some("unauthenticated")));
     assert!(db_texts(&db.url, "SELECT token_hash FROM sessions").await.is_empty());
 
-    // A restart with another bootstrap password resets the admin's password.
+    // A restart with another bootstrap password and --reset-admin-password resets the admin's
+    // password (without the flag it is left alone: accounts_security.rs).
     server.kill();
     let server = TestServer::spawn(
         &db.url,
-        &["--admin-email", ADMIN_EMAIL, "--admin-password", "another-password-2", "--cookie-secure", "false"],
+        &[
+            "--admin-email",
+            ADMIN_EMAIL,
+            "--admin-password",
+            "another-password-2",
+            "--reset-admin-password",
+            "true",
+            "--cookie-secure",
+            "false",
+        ],
     );
     assert_eq!(try_login(&server, ADMIN_EMAIL, ADMIN_PASSWORD).await.status, 401);
     let r = try_login(&server, ADMIN_EMAIL, "another-password-2").await;

@@ -92,7 +92,7 @@ pub async fn run(db: Db, settings: &Settings, bodies: &[Body]) -> Result<Measure
 }
 
 async fn run_on(db: Db, bench_db: &BenchDb, settings: &Settings, bodies: &[Body]) -> Result<Measured> {
-    let token = format!("fl_bench_{:016x}", (u64::from(std::process::id()) * 0x9e37_79b9) ^ 0x5eed_f00d);
+    let token = format!("fl_bench_admin_token_{:016x}", (u64::from(std::process::id()) * 0x9e37_79b9) ^ 0x5eed_f00d);
     let static_dir = Path::new("/nonexistent-fleetlens-bench-static");
     let mut cmd = Command::new(&settings.server_bin);
     cmd.arg("--listen")

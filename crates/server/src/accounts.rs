@@ -20,7 +20,8 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use argon2::Argon2;
@@ -29,6 +30,7 @@ use axum::extract::ConnectInfo;
 use axum::http::{Extensions, HeaderMap};
 use fleetlens_store::accounts::{NewUser, Role, TeamId, UserUpdate};
 use fleetlens_store::{DEFAULT_ORG, OrgId, Store, StoreError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -69,11 +71,41 @@ pub struct AccountsConfig {
     /// (behind a reverse proxy that sets it).
     #[arg(long, env = "FLEETLENS_TRUST_FORWARDED_FOR", default_value_t = false, action = clap::ArgAction::Set)]
     pub trust_forwarded_for: bool,
+
+    /// Set the existing bootstrap admin's password to FLEETLENS_ADMIN_PASSWORD at this start
+    /// (and enable it and make it an admin again). Without it, an existing admin is left as
+    /// it is: a password changed in the dashboard survives restarts.
+    #[arg(long, env = "FLEETLENS_RESET_ADMIN_PASSWORD", default_value_t = false, action = clap::ArgAction::Set)]
+    pub reset_admin_password: bool,
+
+    /// A session unused for this long ends (its last use is recorded at most once a minute).
+    #[arg(long, env = "FLEETLENS_SESSION_IDLE_TIMEOUT", default_value = "12h", value_parser = humantime::parse_duration)]
+    pub session_idle_timeout: Duration,
+
+    /// Login attempts allowed per account within --login-window, from all addresses together
+    /// (a success gives one back).
+    #[arg(long, env = "FLEETLENS_LOGIN_ACCOUNT_ATTEMPTS", default_value_t = 20)]
+    pub login_account_attempts: u32,
+
+    /// Password hashes (argon2id, 19 MiB each) computed at once; as many more may wait, the
+    /// rest are answered 503 with Retry-After. 0: the number of CPUs.
+    #[arg(long, env = "FLEETLENS_PASSWORD_HASH_CONCURRENCY", default_value_t = 0)]
+    pub password_hash_concurrency: usize,
 }
 
 impl AccountsConfig {
     pub fn session_cookie_name(&self) -> &'static str {
         if self.cookie_secure { "__Host-fleetlens_session" } else { "fleetlens_session" }
+    }
+
+    pub fn session_idle_ms(&self) -> i64 {
+        i64::try_from(self.session_idle_timeout.as_millis()).unwrap_or(i64::MAX).max(1000)
+    }
+
+    /// How stale a session's recorded last use may grow before it is written again: a minute,
+    /// or a quarter of a shorter idle timeout (so that activity keeps a session alive).
+    pub fn session_touch_ms(&self) -> i64 {
+        (self.session_idle_ms() / 4).clamp(250, 60_000)
     }
 
     pub fn session_ttl_ms(&self) -> i64 {
@@ -110,13 +142,50 @@ const TOUCH_EVERY: Duration = Duration::from_secs(60);
 const TEAM_RECHECK: Duration = Duration::from_secs(60);
 const MAP_MAX: usize = 100_000;
 
-/// Per-process account state: the login limiter and the caches that keep account work off
-/// the ingest path.
-#[derive(Default)]
+/// Per-process account state: the login limiter, the password-hashing gate and the caches
+/// that keep account work off the ingest path.
 pub struct Accounts {
     limiter: Mutex<HashMap<String, Bucket>>,
     touched: Mutex<HashMap<i64, Instant>>,
     teams_seen: Mutex<HashMap<(OrgId, String), TeamCheck>>,
+    /// Permits to run one argon2 hash: a burst of logins cannot take every core and
+    /// 19 MiB per attempt.
+    hashing: Arc<Semaphore>,
+    /// Requests waiting for a permit, and how many may wait.
+    hash_waiting: AtomicUsize,
+    hash_waiting_max: usize,
+}
+
+impl Accounts {
+    pub fn new(config: &AccountsConfig) -> Accounts {
+        let permits = match config.password_hash_concurrency {
+            0 => std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            n => n,
+        };
+        Accounts {
+            limiter: Default::default(),
+            touched: Default::default(),
+            teams_seen: Default::default(),
+            hashing: Arc::new(Semaphore::new(permits)),
+            hash_waiting: AtomicUsize::new(0),
+            hash_waiting_max: permits,
+        }
+    }
+
+    /// A permit to hash a password: at once, after waiting behind at most as many requests as
+    /// there are permits, or 503 `busy` (with Retry-After) when more already wait.
+    pub async fn hash_permit(&self) -> Result<OwnedSemaphorePermit, ApiError> {
+        if let Ok(permit) = self.hashing.clone().try_acquire_owned() {
+            return Ok(permit);
+        }
+        if self.hash_waiting.fetch_add(1, Ordering::AcqRel) >= self.hash_waiting_max {
+            self.hash_waiting.fetch_sub(1, Ordering::AcqRel);
+            return Err(ApiError::Busy { retry_after_s: 1 });
+        }
+        let permit = self.hashing.clone().acquire_owned().await;
+        self.hash_waiting.fetch_sub(1, Ordering::AcqRel);
+        permit.map_err(|_| ApiError::Busy { retry_after_s: 1 })
+    }
 }
 
 /// The inputs of a host's last team assignment, and when it was applied.
@@ -134,22 +203,49 @@ struct Bucket {
 }
 
 impl Accounts {
-    /// Take one login attempt for `(ip, email)` and for `ip`; on refusal, how long to wait.
+    /// Take one login attempt for `(ip, email)`, for `ip` and for the account `email`; on
+    /// refusal, how long to wait. `ip` is [`client_ip`]'s key (an IPv6 client is its /64).
+    /// Also spent by a password change's check of the current password.
     pub fn take_login_attempt(&self, config: &AccountsConfig, ip: &str, email: &str) -> Result<(), Duration> {
         let burst = f64::from(config.login_attempts.max(1));
+        let account_burst = f64::from(config.login_account_attempts.max(1));
         let window = config.login_window.as_secs_f64().max(1.0);
         let mut buckets = self.limiter.lock().expect("limiter lock");
         if buckets.len() > MAP_MAX {
             let now = Instant::now();
             buckets.retain(|_, b| now.duration_since(b.at).as_secs_f64() < window);
         }
-        take(&mut buckets, format!("{ip}\n{email}"), burst, burst / window)?;
-        take(&mut buckets, ip.to_string(), burst * 10.0, burst * 10.0 / window)
+        // Each bucket is checked before any is spent, so a refusal by one does not drain the
+        // others.
+        let pair = format!("{ip}\n{email}");
+        let account = format!("account\n{email}");
+        let limits = [(pair, burst), (ip.to_string(), burst * 10.0), (account, account_burst)];
+        for (key, burst) in &limits {
+            peek(&buckets, key, *burst, burst / window)?;
+        }
+        for (key, burst) in limits {
+            take(&mut buckets, key, burst, burst / window)?;
+        }
+        Ok(())
     }
 
-    /// A successful login gives the (ip, email) pair its attempts back.
+    /// One refused user creation with a taken email, for the organisation: at most
+    /// --login-attempts per --login-window (each answer tells whether an address is taken
+    /// somewhere in the install).
+    pub fn take_email_probe(&self, config: &AccountsConfig, org: OrgId) -> Result<(), Duration> {
+        let burst = f64::from(config.login_attempts.max(1));
+        let window = config.login_window.as_secs_f64().max(1.0);
+        take(&mut self.limiter.lock().expect("limiter lock"), format!("email-probe\n{org}"), burst, burst / window)
+    }
+
+    /// A successful login gives the (ip, email) pair its attempts back, and the account the
+    /// one it spent (not all: a success does not reopen the account to a guesser).
     pub fn login_succeeded(&self, ip: &str, email: &str) {
-        self.limiter.lock().expect("limiter lock").remove(&format!("{ip}\n{email}"));
+        let mut buckets = self.limiter.lock().expect("limiter lock");
+        buckets.remove(&format!("{ip}\n{email}"));
+        if let Some(b) = buckets.get_mut(&format!("account\n{email}")) {
+            b.tokens += 1.0;
+        }
     }
 
     /// Whether the key's last-used time is due to be written now.
@@ -193,6 +289,13 @@ impl Accounts {
     }
 }
 
+/// Whether the bucket has an attempt left (refilled to now), without spending it.
+fn peek(buckets: &HashMap<String, Bucket>, key: &str, burst: f64, per_s: f64) -> Result<(), Duration> {
+    let Some(b) = buckets.get(key) else { return Ok(()) };
+    let tokens = (b.tokens + b.at.elapsed().as_secs_f64() * per_s).min(burst);
+    if tokens >= 1.0 { Ok(()) } else { Err(Duration::from_secs_f64(((1.0 - tokens) / per_s).max(1.0))) }
+}
+
 fn take(buckets: &mut HashMap<String, Bucket>, key: String, burst: f64, per_s: f64) -> Result<(), Duration> {
     let now = Instant::now();
     let b = buckets.entry(key).or_insert(Bucket { tokens: burst, at: now });
@@ -206,8 +309,24 @@ fn take(buckets: &mut HashMap<String, Bucket>, key: String, burst: f64, per_s: f
     }
 }
 
-/// The client's address for rate limiting.
+/// The client's address for rate limiting: an IPv4 address, or an IPv6 client's /64 (one
+/// host is usually given a whole /64, so its single addresses would be free attempts).
 pub fn client_ip(config: &AccountsConfig, headers: &HeaderMap, extensions: &Extensions) -> String {
+    client_addr(config, headers, extensions).map(limit_key).unwrap_or_else(|| "unknown".into())
+}
+
+/// The rate-limiting key of an address: IPv4 (also when IPv4-mapped) as it is, IPv6 as its /64.
+pub fn limit_key(ip: IpAddr) -> String {
+    match ip.to_canonical() {
+        IpAddr::V4(v4) => v4.to_string(),
+        IpAddr::V6(v6) => {
+            let network = u128::from(v6) & !((1u128 << 64) - 1);
+            format!("{}/64", std::net::Ipv6Addr::from(network))
+        }
+    }
+}
+
+fn client_addr(config: &AccountsConfig, headers: &HeaderMap, extensions: &Extensions) -> Option<IpAddr> {
     if config.trust_forwarded_for {
         let forwarded = headers
             .get_all("x-forwarded-for")
@@ -216,11 +335,11 @@ pub fn client_ip(config: &AccountsConfig, headers: &HeaderMap, extensions: &Exte
             .flat_map(|v| v.split(','))
             .filter_map(|s| s.trim().parse::<IpAddr>().ok())
             .next_back();
-        if let Some(ip) = forwarded {
-            return ip.to_string();
+        if forwarded.is_some() {
+            return forwarded;
         }
     }
-    extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip().to_string()).unwrap_or_else(|| "unknown".into())
+    extensions.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip())
 }
 
 /// 256 random bits, hex.
@@ -260,15 +379,28 @@ pub fn dummy_hash() -> &'static str {
     DUMMY.get_or_init(|| hash_password(&random_token()).unwrap_or_default())
 }
 
-pub async fn hash_password_blocking(password: String) -> Result<String, ApiError> {
-    tokio::task::spawn_blocking(move || hash_password(&password))
-        .await
-        .map_err(|e| ApiError::Store(StoreError::Invalid(format!("hashing task: {e}"))))?
-        .map_err(ApiError::Store)
+/// [`hash_password`] off the async threads, within the hashing gate ([`Accounts::hash_permit`]).
+pub async fn hash_password_blocking(accounts: &Accounts, password: String) -> Result<String, ApiError> {
+    let permit = accounts.hash_permit().await?;
+    tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        hash_password(&password)
+    })
+    .await
+    .map_err(|e| ApiError::Store(StoreError::Invalid(format!("hashing task: {e}"))))?
+    .map_err(ApiError::Store)
 }
 
-pub async fn verify_password_blocking(password: String, hash: String) -> bool {
-    tokio::task::spawn_blocking(move || verify_password(&password, &hash)).await.unwrap_or(false)
+/// [`verify_password`] off the async threads, within the hashing gate; Err only when the
+/// gate is full.
+pub async fn verify_password_blocking(accounts: &Accounts, password: String, hash: String) -> Result<bool, ApiError> {
+    let permit = accounts.hash_permit().await?;
+    Ok(tokio::task::spawn_blocking(move || {
+        let _permit = permit;
+        verify_password(&password, &hash)
+    })
+    .await
+    .unwrap_or(false))
 }
 
 /// Lower-cased, trimmed email, if it looks like one.
@@ -303,9 +435,78 @@ pub fn clean_name(name: &str, max: usize) -> Option<String> {
     (!name.is_empty() && name.chars().count() <= max && !name.chars().any(char::is_control)).then(|| name.to_string())
 }
 
+/// Shortest password accepted for the bootstrap admin (FLEETLENS_ADMIN_PASSWORD): it is set
+/// by an operator in a file or a secret, where a long random value costs nothing.
+pub const MIN_BOOTSTRAP_PASSWORD: usize = 12;
+/// Shortest FLEETLENS_ADMIN_TOKEN accepted (an `admin` key: 32 characters, e.g.
+/// `openssl rand -hex 32` gives 64).
+pub const MIN_ADMIN_TOKEN: usize = 32;
+
+/// Why `value` is a placeholder or a well-known weak value, if it is one: "CHANGE-ME" and
+/// its spellings, and the handful of words people leave in example files.
+pub fn placeholder(value: &str) -> Option<&'static str> {
+    let letters: String = value.chars().filter(|c| c.is_alphanumeric()).flat_map(char::to_lowercase).collect();
+    const WORDS: [&str; 12] = [
+        "password",
+        "password1",
+        "admin",
+        "administrator",
+        "secret",
+        "fleetlens",
+        "example",
+        "letmein",
+        "changeit",
+        "12345678",
+        "123456789",
+        "1234567890",
+    ];
+    if letters.contains("changeme") || letters.contains("replaceme") || letters.contains("yourpassword") {
+        Some("is the placeholder of an example file")
+    } else if WORDS.contains(&letters.as_str()) {
+        Some("is a well-known default")
+    } else {
+        None
+    }
+}
+
+/// The bootstrap settings, checked before anything starts: a placeholder or short admin
+/// password or token is refused with a message that says what to do.
+pub fn check_bootstrap_config(config: &AccountsConfig, admin_token: Option<&str>) -> Result<(), String> {
+    if let Some(token) = admin_token.map(str::trim).filter(|t| !t.is_empty()) {
+        if let Some(why) = placeholder(token) {
+            return Err(format!("FLEETLENS_ADMIN_TOKEN {why}: set a random value (openssl rand -hex 32)"));
+        }
+        if token.chars().count() < MIN_ADMIN_TOKEN {
+            return Err(format!(
+                "FLEETLENS_ADMIN_TOKEN is {} characters, fewer than {MIN_ADMIN_TOKEN}: set a random value (openssl rand -hex 32)",
+                token.chars().count()
+            ));
+        }
+    }
+    if let Some(password) = config.admin_password.as_deref().filter(|p| !p.is_empty()) {
+        if let Some(why) = placeholder(password) {
+            return Err(format!(
+                "FLEETLENS_ADMIN_PASSWORD {why}: set a password of your own (e.g. openssl rand -base64 18)"
+            ));
+        }
+        if password.chars().count() < MIN_BOOTSTRAP_PASSWORD {
+            return Err(format!(
+                "FLEETLENS_ADMIN_PASSWORD is shorter than {MIN_BOOTSTRAP_PASSWORD} characters: set a longer one (e.g. openssl rand -base64 18)"
+            ));
+        }
+        check_password_policy(password).map_err(|m| format!("FLEETLENS_ADMIN_PASSWORD: {m}"))?;
+    }
+    if let Some(email) = config.admin_email.as_deref().filter(|e| !e.trim().is_empty()) {
+        normalize_email(email).ok_or_else(|| format!("FLEETLENS_ADMIN_EMAIL {email:?} is not an email address"))?;
+    }
+    Ok(())
+}
+
 /// Ensure the bootstrap admin user of `FLEETLENS_ADMIN_EMAIL` / `FLEETLENS_ADMIN_PASSWORD`:
-/// created if missing; if it exists in the default organisation, made an enabled admin with
-/// this password.
+/// created if missing. An existing user is left as it is (its password may have been changed
+/// in the dashboard since), unless `--reset-admin-password`: then it is made an enabled admin
+/// with this password, and its sessions end. Check the values with [`check_bootstrap_config`]
+/// first.
 pub async fn bootstrap(store: &dyn Store, config: &AccountsConfig) -> Result<(), StoreError> {
     let (email, password) = match (config.admin_email.as_deref(), config.admin_password.as_deref()) {
         (Some(e), Some(p)) if !e.trim().is_empty() && !p.is_empty() => (e, p),
@@ -322,7 +523,7 @@ pub async fn bootstrap(store: &dyn Store, config: &AccountsConfig) -> Result<(),
     match store.user_for_login(&email).await? {
         None => {
             let hash = hash_password(password)?;
-            store
+            let created = store
                 .create_user(NewUser {
                     org_id: DEFAULT_ORG,
                     email: &email,
@@ -331,14 +532,25 @@ pub async fn bootstrap(store: &dyn Store, config: &AccountsConfig) -> Result<(),
                     role: Role::Admin,
                     now_ms: now,
                 })
-                .await?;
-            tracing::info!(%email, "admin user from FLEETLENS_ADMIN_EMAIL created");
+                .await;
+            match created {
+                Ok(_) => tracing::info!(%email, "admin user from FLEETLENS_ADMIN_EMAIL created"),
+                // Another replica starting at the same time created it.
+                Err(e) if fleetlens_store::accounts::is_conflict(&e) => {}
+                Err(e) => return Err(e),
+            }
         }
         Some((user, _)) if user.org_id != DEFAULT_ORG => {
             return Err(StoreError::Invalid(format!(
                 "FLEETLENS_ADMIN_EMAIL {email} belongs to a user of organisation {}, not the default one",
                 user.org_id
             )));
+        }
+        Some(_) if !config.reset_admin_password => {
+            tracing::info!(
+                %email,
+                "admin user exists: left as it is (FLEETLENS_ADMIN_PASSWORD is applied only with --reset-admin-password)"
+            );
         }
         Some((user, hash)) => {
             let mut update = UserUpdate::default();
@@ -356,7 +568,7 @@ pub async fn bootstrap(store: &dyn Store, config: &AccountsConfig) -> Result<(),
                 if update.password_hash.is_some() {
                     store.delete_sessions_of(user.id, None).await?;
                 }
-                tracing::warn!(%email, "admin user reset to the credentials of FLEETLENS_ADMIN_EMAIL/PASSWORD");
+                tracing::warn!(%email, "admin user reset to FLEETLENS_ADMIN_PASSWORD (--reset-admin-password)");
             }
         }
     }
@@ -406,7 +618,6 @@ mod tests {
 
     #[test]
     fn the_limiter_refuses_past_the_burst_and_refills() {
-        let accounts = Accounts::default();
         let config = AccountsConfig {
             admin_email: None,
             admin_password: None,
@@ -415,7 +626,12 @@ mod tests {
             login_attempts: 3,
             login_window: Duration::from_secs(3),
             trust_forwarded_for: false,
+            reset_admin_password: false,
+            session_idle_timeout: Duration::from_secs(3600),
+            login_account_attempts: 20,
+            password_hash_concurrency: 0,
         };
+        let accounts = Accounts::new(&config);
         for _ in 0..3 {
             accounts.take_login_attempt(&config, "1.2.3.4", "a@x").unwrap();
         }
@@ -428,6 +644,26 @@ mod tests {
     }
 
     #[test]
+    fn ipv6_clients_are_limited_by_their_64() {
+        let key = |s: &str| limit_key(s.parse().unwrap());
+        assert_eq!(key("2001:db8:1:2::1"), key("2001:db8:1:2:ffff::9"));
+        assert_eq!(key("2001:db8:1:2::1"), "2001:db8:1:2::/64");
+        assert_ne!(key("2001:db8:1:2::1"), key("2001:db8:1:3::1"));
+        assert_eq!(key("::ffff:10.1.2.3"), "10.1.2.3");
+        assert_eq!(key("10.1.2.3"), "10.1.2.3");
+    }
+
+    #[test]
+    fn placeholders_are_recognised() {
+        for bad in ["CHANGE-ME", "change_me", "changeme", "Password", "admin", "<replace-me>", "CHANGE-ME-please-123"] {
+            assert!(placeholder(bad).is_some(), "{bad}");
+        }
+        for good in ["a-admin-password-1", "f3b1c0e9a7d2", "correct horse battery staple"] {
+            assert!(placeholder(good).is_none(), "{good}");
+        }
+    }
+
+    #[test]
     fn cookies_carry_the_attributes() {
         let mut config = AccountsConfig {
             admin_email: None,
@@ -437,6 +673,10 @@ mod tests {
             login_attempts: 5,
             login_window: Duration::from_secs(900),
             trust_forwarded_for: false,
+            reset_admin_password: false,
+            session_idle_timeout: Duration::from_secs(3600),
+            login_account_attempts: 20,
+            password_hash_concurrency: 0,
         };
         assert_eq!(
             config.session_cookie("abc"),

@@ -9,6 +9,7 @@ use fleetlens_store::{DEFAULT_ORG, NewApiKey, Scope, Store, StoreError, hash_api
 use tokio::net::TcpListener;
 use tower_http::compression::CompressionLayer;
 use tower_http::services::{ServeDir, ServeFile};
+use tower_http::set_header::SetResponseHeaderLayer;
 use tower_http::trace::TraceLayer;
 use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
@@ -22,6 +23,8 @@ use crate::time::now_ms;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartupError {
+    #[error("invalid configuration: {0}")]
+    Config(String),
     #[error("cannot open the database: {0}")]
     Store(#[from] StoreError),
     #[error("cannot listen on {addr}: {source}")]
@@ -72,14 +75,41 @@ pub fn router(state: AppState) -> Router {
     // clients that accept gzip (the compression layer leaves encoded answers alone).
     let index = ServeFile::new(static_dir.join("index.html")).precompressed_gzip();
     let dashboard = ServeDir::new(static_dir).precompressed_gzip().fallback(index);
-    routes
+    let hsts = state.config.accounts.cookie_secure;
+    let app = routes
         .nest("/api", Router::new().fallback(api_fallback))
         .fallback_service(dashboard)
         .layer(axum::middleware::map_response(crate::error::json_client_errors))
         .layer(DefaultBodyLimit::max(state.config.max_body_bytes))
         .layer(CompressionLayer::new().gzip(true))
-        .layer(TraceLayer::new_for_http())
-        .with_state(state)
+        .layer(TraceLayer::new_for_http());
+    with_security_headers(app, hsts).with_state(state)
+}
+
+/// The Content-Security-Policy of every answer. The dashboard is a wasm module loaded by
+/// same-origin scripts (`/boot.js`, `/fleetlens.js`): `'wasm-unsafe-eval'` lets them compile
+/// it, and nothing else runs (no inline script, no eval). Styles come only from
+/// `/fleetlens.css`: the views set widths through the CSSOM (`style:width`), which
+/// `style-src` does not govern, so no `'unsafe-inline'`.
+pub const CONTENT_SECURITY_POLICY: &str = "default-src 'self'; script-src 'self' 'wasm-unsafe-eval'; \
+     style-src 'self'; img-src 'self' data:; connect-src 'self'; object-src 'none'; base-uri 'none'; \
+     frame-ancestors 'none'; form-action 'self'";
+
+/// Security headers on every answer (dashboard, API, errors), unless a handler set its own.
+/// `Strict-Transport-Security` is sent with `--cookie-secure true` (the default), which says
+/// the server is reached over https, directly or through a TLS proxy; browsers ignore it on
+/// plain http, so a plain-http run on localhost is not harmed.
+fn with_security_headers<S: Clone + Send + Sync + 'static>(router: Router<S>, hsts: bool) -> Router<S> {
+    use axum::http::{HeaderName, HeaderValue, header};
+    let set = |name: HeaderName, value: &'static str| {
+        SetResponseHeaderLayer::if_not_present(name, HeaderValue::from_static(value))
+    };
+    let router = router
+        .layer(set(header::CONTENT_SECURITY_POLICY, CONTENT_SECURITY_POLICY))
+        .layer(set(header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .layer(set(header::X_FRAME_OPTIONS, "DENY"))
+        .layer(set(header::REFERRER_POLICY, "no-referrer"));
+    if hsts { router.layer(set(header::STRICT_TRANSPORT_SECURITY, "max-age=31536000")) } else { router }
 }
 
 /// Alerting: rules, channels, alerts, silences, the delivery log.
@@ -122,21 +152,31 @@ fn accounts_routes() -> OpenApiRouter<AppState> {
         .routes(routes!(a::assign_gpu))
 }
 
-/// Ensure the bootstrap admin key, if configured.
+/// The bootstrap admin key: `FLEETLENS_ADMIN_TOKEN`, if set, is a valid `admin` key of the
+/// default organisation, and any key an earlier value made is revoked (also when the variable
+/// is unset now): the variable is the only thing that keeps such a key alive.
 async fn bootstrap(store: &dyn Store, config: &Config) -> Result<(), StoreError> {
-    if let Some(token) = config.admin_token.as_deref().map(str::trim).filter(|t| !t.is_empty()) {
-        let hash = hash_api_key(token);
-        let prefix: String = token.chars().take(7).collect();
-        store
-            .ensure_api_key(NewApiKey {
-                org_id: DEFAULT_ORG,
-                name: "bootstrap admin (FLEETLENS_ADMIN_TOKEN)",
-                prefix: &prefix,
-                key_hash: &hash,
-                scopes: &[Scope::Admin, Scope::Read, Scope::Ingest],
-                created_ms: now_ms(),
-            })
-            .await?;
+    let token = config.admin_token.as_deref().map(str::trim).filter(|t| !t.is_empty());
+    let hash = token.map(hash_api_key);
+    let prefix: String = token.map(|t| t.chars().take(7).collect()).unwrap_or_default();
+    let key = hash.as_deref().map(|key_hash| NewApiKey {
+        org_id: DEFAULT_ORG,
+        name: "bootstrap admin (FLEETLENS_ADMIN_TOKEN)",
+        prefix: &prefix,
+        key_hash,
+        scopes: &[Scope::Admin, Scope::Read, Scope::Ingest],
+        created_ms: now_ms(),
+    });
+    let synced = store.sync_bootstrap_key(key, now_ms()).await?;
+    if synced.revoked > 0 {
+        tracing::warn!(
+            revoked = synced.revoked,
+            "earlier FLEETLENS_ADMIN_TOKEN keys revoked (the variable changed or was removed)"
+        );
+    }
+    if synced.current_revoked {
+        tracing::error!("FLEETLENS_ADMIN_TOKEN was revoked through the API: it stays revoked; set a new value");
+    } else if token.is_some() {
         tracing::info!("admin API key from FLEETLENS_ADMIN_TOKEN is ready");
     }
     Ok(())
@@ -144,6 +184,13 @@ async fn bootstrap(store: &dyn Store, config: &Config) -> Result<(), StoreError>
 
 /// Open storage, bind, print the URL on stdout, and serve until ctrl-c / SIGTERM.
 pub async fn serve(config: Config) -> Result<(), StartupError> {
+    crate::accounts::check_bootstrap_config(&config.accounts, config.admin_token.as_deref())
+        .map_err(StartupError::Config)?;
+    if config.database_url.to_ascii_uppercase().contains("CHANGE-ME") {
+        return Err(StartupError::Config(
+            "FLEETLENS_DATABASE_URL still holds the CHANGE-ME placeholder of the example secret".into(),
+        ));
+    }
     // The classifier's thresholds live in the database it classifies for: open once to read
     // them, then hand the classifier to the store that ingest writes through.
     let classifier =
@@ -160,7 +207,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
     let state = AppState {
         store: store.clone(),
         key_cache: Arc::new(KeyCache::default()),
-        accounts: Default::default(),
+        accounts: Arc::new(crate::accounts::Accounts::new(&config.accounts)),
         config: Arc::new(config),
         classifier,
         summary_cache: Default::default(),

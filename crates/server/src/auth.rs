@@ -182,11 +182,25 @@ pub fn check_csrf(method: &Method, headers: &HeaderMap, session_token: &str) -> 
     Ok(())
 }
 
-/// The live session of the request's cookie, and its token hash.
+/// The live session of the request's cookie, and its token hash. A session unused for
+/// `--session-idle-timeout` is ended here; a used one has its last use recorded when the
+/// record is older than [`crate::accounts::AccountsConfig::session_touch_ms`] (not a write
+/// per request).
 pub async fn session_of(state: &AppState, headers: &HeaderMap) -> Result<Option<(SessionRecord, String)>, ApiError> {
-    let Some(token) = cookie(headers, state.config.accounts.session_cookie_name()) else { return Ok(None) };
+    let config = &state.config.accounts;
+    let Some(token) = cookie(headers, config.session_cookie_name()) else { return Ok(None) };
     let hash = hash_api_key(token);
-    Ok(state.store.session(&hash, now_ms()).await?.map(|s| (s, hash)))
+    let now = now_ms();
+    let Some(session) = state.store.session(&hash, now).await? else { return Ok(None) };
+    let idle = now.saturating_sub(session.last_seen_ms);
+    if idle > config.session_idle_ms() {
+        state.store.delete_session(&hash).await?;
+        return Ok(None);
+    }
+    if idle >= config.session_touch_ms() {
+        state.store.touch_session(&hash, now).await?;
+    }
+    Ok(Some((session, hash)))
 }
 
 impl FromRequestParts<AppState> for Caller {

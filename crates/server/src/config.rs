@@ -27,7 +27,9 @@ pub struct Config {
     #[arg(long, env = "FLEETLENS_STATIC_DIR", default_value = "frontend/dist")]
     pub static_dir: PathBuf,
 
-    /// When set, this string is ensured to be a valid `admin` API key of the default organisation.
+    /// When set, this string (at least 32 characters) is ensured to be a valid `admin` API key
+    /// of the default organisation; a key of an earlier value is revoked at start, also when
+    /// the variable is unset.
     #[arg(long, env = "FLEETLENS_ADMIN_TOKEN", hide_env_values = true)]
     pub admin_token: Option<String>,
 

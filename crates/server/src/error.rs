@@ -39,6 +39,9 @@ pub enum ApiError {
     Csrf(String),
     #[error("too many attempts: retry in {retry_after_s} s")]
     RateLimited { retry_after_s: u64 },
+    /// A bounded resource (password hashing) is saturated: retry shortly.
+    #[error("the server is busy checking passwords: retry in {retry_after_s} s")]
+    Busy { retry_after_s: u64 },
     #[error("{0}")]
     Conflict(String),
     #[error("{0}")]
@@ -68,6 +71,7 @@ impl ApiError {
             }
             ApiError::Csrf(_) => (StatusCode::FORBIDDEN, "csrf_failed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
+            ApiError::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
             ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
@@ -82,7 +86,7 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let (status, code) = self.status_and_code();
-        if status.is_server_error() {
+        if status.is_server_error() && !matches!(self, ApiError::Busy { .. }) {
             tracing::error!(error = ?self, "request failed");
         }
         let (sample_index, field) = match &self {
@@ -94,7 +98,7 @@ impl IntoResponse for ApiError {
         let body =
             ErrorBody { error: ErrorDetail { code: code.to_string(), message: self.to_string(), sample_index, field } };
         let mut response = (status, Json(body)).into_response();
-        if let ApiError::RateLimited { retry_after_s } = self {
+        if let ApiError::RateLimited { retry_after_s } | ApiError::Busy { retry_after_s } = self {
             response.headers_mut().insert(axum::http::header::RETRY_AFTER, retry_after_s.into());
         }
         response

@@ -103,7 +103,9 @@ fn describe(status: u16) -> &'static str {
         415 => "Content-Type is not application/json (or an unsupported Content-Encoding)",
         422 => "A value is out of range or invalid (`validation_failed`, with `field`)",
         429 => "Too many attempts (`rate_limited`, with Retry-After)",
-        503 => "The database is unavailable (`storage_unavailable`)",
+        503 => {
+            "The database is unavailable (`storage_unavailable`), or password checks are saturated (`busy`, with Retry-After)"
+        }
         _ => "Error",
     }
 }
@@ -135,4 +137,6 @@ error_set! {
     ItemBodyErrors: 400, 401, 403, 404, 409, 413, 415, 422, 503;
     /// Errors of the login.
     LoginErrors: 400, 401, 403, 413, 415, 422, 429, 503;
+    /// Errors of a password change (its check of the current password is rate-limited).
+    PasswordErrors: 400, 401, 403, 409, 413, 415, 422, 429, 503;
 }

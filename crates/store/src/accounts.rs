@@ -165,6 +165,17 @@ pub struct SessionRecord {
     pub csrf_token: String,
     pub created_ms: i64,
     pub expires_ms: i64,
+    /// When the session was last used, as last written ([`AccountStore::touch_session`]).
+    pub last_seen_ms: i64,
+}
+
+/// What [`AccountStore::sync_bootstrap_key`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct BootstrapKeySync {
+    /// Earlier bootstrap keys revoked now (the variable changed or was removed).
+    pub revoked: u64,
+    /// The key of the current value was revoked before (by an admin): it stays revoked.
+    pub current_revoked: bool,
 }
 
 /// An API key with who made it, its team and when it was last used.
@@ -277,6 +288,8 @@ pub trait AccountStore: Send + Sync {
     async fn delete_session(&self, token_hash: &str) -> Result<()>;
     /// Ends every session of the user but `keep` (a token hash).
     async fn delete_sessions_of(&self, user: UserId, keep: Option<&str>) -> Result<u64>;
+    /// Record that the session was used at `now_ms`.
+    async fn touch_session(&self, token_hash: &str, now_ms: i64) -> Result<()>;
 
     /// Store a new key with its owner and team (both of `key.org_id`, checked by the caller).
     async fn create_api_key(
@@ -294,6 +307,12 @@ pub trait AccountStore: Send + Sync {
     async fn api_key_auth(&self, key_hash: &str) -> Result<Option<KeyAuth>>;
     /// Record a use at `now_ms` unless a later use is recorded.
     async fn touch_api_key(&self, id: i64, now_ms: i64) -> Result<()>;
+    /// Revokes every key the user made; returns how many were live.
+    async fn revoke_api_keys_of(&self, org: OrgId, user: UserId, now_ms: i64) -> Result<u64>;
+    /// The bootstrap key (`FLEETLENS_ADMIN_TOKEN`) at start: `key` (if set) is stored, marked
+    /// as the bootstrap key, unless it exists; every other bootstrap key is revoked. A key of
+    /// this hash that is not a bootstrap key is an error (the value is some other key's secret).
+    async fn sync_bootstrap_key(&self, key: Option<NewApiKey<'_>>, now_ms: i64) -> Result<BootstrapKeySync>;
 
     async fn gpu_teams(&self, org: OrgId) -> Result<Vec<GpuTeam>>;
     async fn hosts(&self, org: OrgId) -> Result<Vec<HostRecord>>;
@@ -348,8 +367,8 @@ macro_rules! impl_account_store {
     ($store:ty, $db:ty) => {
         type Row = <$db as sqlx::Database>::Row;
         use $crate::accounts::{
-            ApiKeyInfo, Assigned, GpuTeam, HostRecord, KeyAuth, NewSession, NewUser, OrgRecord, SessionRecord,
-            TeamId, TeamRecord, TeamSource, UserId, UserRecord, UserUpdate,
+            ApiKeyInfo, Assigned, BootstrapKeySync, GpuTeam, HostRecord, KeyAuth, NewSession, NewUser, OrgRecord,
+            SessionRecord, TeamId, TeamRecord, TeamSource, UserId, UserRecord, UserUpdate,
         };
         use $crate::{NewApiKey, OrgId};
 
@@ -695,8 +714,8 @@ macro_rules! impl_account_store {
                     .execute(&mut *tx)
                     .await?;
                 sqlx::query(&q(
-                    "INSERT INTO sessions (token_hash, user_id, org_id, csrf_token, created_ms, expires_ms) \
-                     VALUES (?, ?, ?, ?, ?, ?)",
+                    "INSERT INTO sessions (token_hash, user_id, org_id, csrf_token, created_ms, expires_ms, last_seen_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?)",
                 ))
                 .bind(s.token_hash)
                 .bind(s.user_id)
@@ -704,6 +723,7 @@ macro_rules! impl_account_store {
                 .bind(s.csrf_token)
                 .bind(s.created_ms)
                 .bind(s.expires_ms)
+                .bind(s.created_ms)
                 .execute(&mut *tx)
                 .await?;
                 sqlx::query(&q("UPDATE users SET last_login_ms = ? WHERE id = ?"))
@@ -718,7 +738,7 @@ macro_rules! impl_account_store {
             async fn session(&self, token_hash: &str, now_ms: i64) -> $crate::Result<Option<SessionRecord>> {
                 use sqlx::Row as _;
                 let sql = format!(
-                    "SELECT {}, s.csrf_token, s.created_ms AS session_created_ms, s.expires_ms \
+                    "SELECT {}, s.csrf_token, s.created_ms AS session_created_ms, s.expires_ms, s.last_seen_ms \
                      FROM sessions s JOIN users u ON u.id = s.user_id AND u.org_id = s.org_id \
                      WHERE s.token_hash = ? AND s.expires_ms > ? AND u.disabled_ms IS NULL",
                     $crate::accounts::USER_COLS
@@ -730,6 +750,7 @@ macro_rules! impl_account_store {
                         csrf_token: r.try_get("csrf_token")?,
                         created_ms: r.try_get("session_created_ms")?,
                         expires_ms: r.try_get("expires_ms")?,
+                        last_seen_ms: r.try_get("last_seen_ms")?,
                     })),
                     None => Ok(None),
                 }
@@ -750,6 +771,16 @@ macro_rules! impl_account_store {
                     .execute(self.pool())
                     .await?
                     .rows_affected())
+            }
+
+            async fn touch_session(&self, token_hash: &str, now_ms: i64) -> $crate::Result<()> {
+                sqlx::query(&q("UPDATE sessions SET last_seen_ms = ? WHERE token_hash = ? AND last_seen_ms < ?"))
+                    .bind(now_ms)
+                    .bind(token_hash)
+                    .bind(now_ms)
+                    .execute(self.pool())
+                    .await?;
+                Ok(())
             }
 
             async fn create_api_key(
@@ -837,6 +868,68 @@ macro_rules! impl_account_store {
                 .execute(self.pool())
                 .await?;
                 Ok(())
+            }
+
+            async fn revoke_api_keys_of(&self, org: OrgId, user: UserId, now_ms: i64) -> $crate::Result<u64> {
+                Ok(sqlx::query(&q(
+                    "UPDATE api_keys SET revoked_ms = ? WHERE org_id = ? AND user_id = ? AND revoked_ms IS NULL",
+                ))
+                .bind(now_ms)
+                .bind(org)
+                .bind(user)
+                .execute(self.pool())
+                .await?
+                .rows_affected())
+            }
+
+            async fn sync_bootstrap_key(
+                &self,
+                key: Option<NewApiKey<'_>>,
+                now_ms: i64,
+            ) -> $crate::Result<BootstrapKeySync> {
+                let mut tx = begin(self.pool()).await?;
+                let keep = key.as_ref().map(|k| k.key_hash).unwrap_or("");
+                let revoked = sqlx::query(&q(
+                    "UPDATE api_keys SET revoked_ms = ? WHERE bootstrap = 1 AND revoked_ms IS NULL AND key_hash <> ?",
+                ))
+                .bind(now_ms)
+                .bind(keep)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                let mut current_revoked = false;
+                if let Some(k) = key {
+                    let found: Option<(i64, Option<i64>)> =
+                        sqlx::query_as(&q("SELECT bootstrap, revoked_ms FROM api_keys WHERE key_hash = ?"))
+                            .bind(k.key_hash)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                    match found {
+                        Some((0, _)) => {
+                            return Err($crate::StoreError::Invalid(
+                                "FLEETLENS_ADMIN_TOKEN is the secret of an ordinary API key: choose a new value".into(),
+                            ));
+                        }
+                        Some((_, revoked_ms)) => current_revoked = revoked_ms.is_some(),
+                        None => {
+                            sqlx::query(&q(
+                                // Another replica starting with the same value may insert it first.
+                                "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms, bootstrap) \
+                                 VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (key_hash) DO NOTHING",
+                            ))
+                            .bind(k.org_id)
+                            .bind(k.name)
+                            .bind(k.prefix)
+                            .bind(k.key_hash)
+                            .bind($crate::scopes_to_text(k.scopes))
+                            .bind(k.created_ms)
+                            .execute(&mut *tx)
+                            .await?;
+                        }
+                    }
+                }
+                tx.commit().await?;
+                Ok(BootstrapKeySync { revoked, current_revoked })
             }
 
             async fn gpu_teams(&self, org: OrgId) -> $crate::Result<Vec<GpuTeam>> {

@@ -17,6 +17,8 @@ fleetlens_tests::for_each_backend!(
     key_scopes_never_exceed_the_owner_role,
     team_assignment_follows_its_precedence,
     deleting_a_team_or_user_cleans_up,
+    the_bootstrap_key_follows_the_variable,
+    session_use_and_key_revocation_by_user,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -354,4 +356,65 @@ async fn deleting_a_team_or_user_cleans_up(backend: Backend) {
     assert!(store.session("sess", T0).await.unwrap().is_none());
     assert_eq!(store.api_key(DEFAULT_ORG, k.key.id).await.unwrap().unwrap().key.revoked_ms, Some(T0 + 7));
     assert!(store.user_for_login("gone@a.example").await.unwrap().is_none());
+}
+
+async fn the_bootstrap_key_follows_the_variable(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let (h1, h2) = (hash_api_key("bootstrap-1"), hash_api_key("bootstrap-2"));
+    let ordinary = hash_api_key("ordinary");
+    store.create_api_key(key(DEFAULT_ORG, &ordinary, &[Scope::Admin]), None, None).await.unwrap();
+    let live = |hash: String| {
+        let store = store.clone();
+        async move { store.api_key_auth(&hash).await.unwrap().is_some_and(|k| k.info.key.revoked_ms.is_none()) }
+    };
+
+    let synced = store.sync_bootstrap_key(Some(key(DEFAULT_ORG, &h1, &[Scope::Admin])), T0).await.unwrap();
+    assert_eq!((synced.revoked, synced.current_revoked), (0, false));
+    let again = store.sync_bootstrap_key(Some(key(DEFAULT_ORG, &h1, &[Scope::Admin])), T0 + 1).await.unwrap();
+    assert_eq!((again.revoked, again.current_revoked), (0, false), "idempotent");
+    assert!(live(h1.clone()).await);
+
+    let changed = store.sync_bootstrap_key(Some(key(DEFAULT_ORG, &h2, &[Scope::Admin])), T0 + 2).await.unwrap();
+    assert_eq!(changed.revoked, 1);
+    assert!(!live(h1.clone()).await && live(h2.clone()).await);
+    let removed = store.sync_bootstrap_key(None, T0 + 3).await.unwrap();
+    assert_eq!(removed.revoked, 1);
+    assert!(!live(h2.clone()).await);
+    assert!(live(ordinary.clone()).await, "ordinary keys are never touched");
+    // A revoked value stays revoked; an ordinary key's secret is refused.
+    let back = store.sync_bootstrap_key(Some(key(DEFAULT_ORG, &h2, &[Scope::Admin])), T0 + 4).await.unwrap();
+    assert!(back.current_revoked && !live(h2).await);
+    assert!(store.sync_bootstrap_key(Some(key(DEFAULT_ORG, &ordinary, &[Scope::Admin])), T0 + 5).await.is_err());
+}
+
+async fn session_use_and_key_revocation_by_user(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let u = store.create_user(user(DEFAULT_ORG, "u@x", Role::Member)).await.unwrap();
+    let other = store.create_user(user(DEFAULT_ORG, "o@x", Role::Member)).await.unwrap();
+    let session = NewSession {
+        token_hash: "s1",
+        user_id: u.id,
+        org_id: DEFAULT_ORG,
+        csrf_token: "c",
+        created_ms: T0,
+        expires_ms: T0 + 1_000_000,
+    };
+    store.create_session(session).await.unwrap();
+    assert_eq!(store.session("s1", T0).await.unwrap().unwrap().last_seen_ms, T0, "a new session was just used");
+    store.touch_session("s1", T0 + 500).await.unwrap();
+    store.touch_session("s1", T0 + 100).await.unwrap();
+    assert_eq!(store.session("s1", T0 + 600).await.unwrap().unwrap().last_seen_ms, T0 + 500, "never moves back");
+
+    let (k1, k2, k3) = (hash_api_key("k1"), hash_api_key("k2"), hash_api_key("k3"));
+    store.create_api_key(key(DEFAULT_ORG, &k1, &[Scope::Read]), Some(u.id), None).await.unwrap();
+    store.create_api_key(key(DEFAULT_ORG, &k2, &[Scope::Ingest]), Some(u.id), None).await.unwrap();
+    store.create_api_key(key(DEFAULT_ORG, &k3, &[Scope::Read]), Some(other.id), None).await.unwrap();
+    let b = store.create_org("b", T0).await.unwrap();
+    assert_eq!(store.revoke_api_keys_of(b, u.id, T0).await.unwrap(), 0, "another organisation revokes nothing");
+    assert_eq!(store.revoke_api_keys_of(DEFAULT_ORG, u.id, T0).await.unwrap(), 2);
+    assert_eq!(store.revoke_api_keys_of(DEFAULT_ORG, u.id, T0 + 1).await.unwrap(), 0);
+    let keys = store.api_keys(DEFAULT_ORG, None).await.unwrap();
+    let revoked: Vec<bool> = keys.iter().map(|k| k.key.revoked_ms.is_some()).collect();
+    assert_eq!(revoked, vec![true, true, false]);
+    assert_eq!(keys[0].key.revoked_ms, Some(T0), "the first revocation time is kept");
 }

@@ -207,6 +207,9 @@ fn conflict_or(e: StoreError, message: &str) -> ApiError {
     if is_conflict(&e) { ApiError::Conflict(message.into()) } else { ApiError::Store(e) }
 }
 
+/// The one answer to a new user's email that is taken, wherever it is taken.
+const EMAIL_UNAVAILABLE: &str = "this email address cannot be used for a new user";
+
 fn email_field(email: &str) -> ApiResult<String> {
     normalize_email(email).ok_or_else(|| invalid("email", "not an email address"))
 }
@@ -223,11 +226,19 @@ fn team_name_field(name: &str) -> ApiResult<String> {
     clean_name(name, 100).ok_or_else(|| invalid("name", "1–100 characters, no control characters"))
 }
 
-async fn team_in_org(state: &AppState, caller: &Caller, team: Option<i64>) -> ApiResult<()> {
-    if let Some(id) = team {
-        state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team"))?;
+/// The team a new key's hosts join: any team of the organisation for an admin; for anyone
+/// else only a team they are a member of (a key's team decides whose bill and dashboards the
+/// hosts land in).
+async fn key_team_allowed(state: &AppState, caller: &Caller, team: Option<i64>) -> ApiResult<()> {
+    let Some(id) = team else { return Ok(()) };
+    let team = state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team"))?;
+    if caller.has(Scope::Admin) {
+        return Ok(());
     }
-    Ok(())
+    match caller.user_id() {
+        Some(user) if team.members.contains(&user) => Ok(()),
+        _ => Err(ApiError::Denied("you can attach keys only to teams you are a member of".into())),
+    }
 }
 
 // ---- sessions ----
@@ -272,13 +283,11 @@ pub async fn login(
         .map_err(|wait| ApiError::RateLimited { retry_after_s: wait.as_secs().max(1) })?;
     let found = if b.password.len() > MAX_PASSWORD * 4 { None } else { state.store.user_for_login(&email).await? };
     let user = match found {
-        Some((user, hash)) => verify_password_blocking(b.password, hash).await.then_some(user),
+        Some((user, hash)) => verify_password_blocking(&state.accounts, b.password, hash).await?.then_some(user),
         None => {
             // As slow as a real check, so the answer does not tell which emails exist.
-            let _ = tokio::task::spawn_blocking(move || {
-                crate::accounts::verify_password(&b.password, crate::accounts::dummy_hash())
-            })
-            .await;
+            let dummy = crate::accounts::dummy_hash().to_string();
+            verify_password_blocking(&state.accounts, b.password, dummy).await?;
             None
         }
     };
@@ -384,15 +393,20 @@ pub async fn me(State(state): State<AppState>, caller: Caller) -> ApiResult<Json
 pub struct PasswordBody {
     pub current_password: String,
     pub new_password: String,
+    /// Also revoke every API key this user made (after a suspected compromise).
+    #[serde(default)]
+    pub revoke_api_keys: bool,
 }
 
-/// `PUT /api/v1/auth/password` `{"current_password", "new_password"}` (a session): ends the
-/// user's other sessions.
-#[utoipa::path(put, path = "/auth/password", tag = "accounts", security(("session" = [])), request_body = PasswordBody, responses((status = 204, description = "Changed; the user's other sessions are ended"), crate::openapi::BodyErrors))]
+/// `PUT /api/v1/auth/password` `{"current_password", "new_password", "revoke_api_keys"?}`
+/// (a session): ends the user's other sessions, and with `revoke_api_keys` revokes the keys
+/// the user made. Checks of the current password spend login attempts (429 when spent).
+#[utoipa::path(put, path = "/auth/password", tag = "accounts", security(("session" = [])), request_body = PasswordBody, responses((status = 204, description = "Changed; the user's other sessions are ended"), crate::openapi::PasswordErrors))]
 pub async fn change_password(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
+    ext: Extensions,
     body: Bytes,
 ) -> ApiResult<StatusCode> {
     let Principal::Session { user, token_hash, .. } = &caller.principal else {
@@ -400,14 +414,29 @@ pub async fn change_password(
     };
     let b: PasswordBody = parse(&headers, &body)?;
     password_field("new_password", &b.new_password)?;
+    // A stolen session must not become an unlimited password oracle: the check of the
+    // current password spends the same attempts as a login.
+    let config = &state.config.accounts;
+    let ip = client_ip(config, &headers, &ext);
+    state
+        .accounts
+        .take_login_attempt(config, &ip, &user.email)
+        .map_err(|wait| ApiError::RateLimited { retry_after_s: wait.as_secs().max(1) })?;
     let (_, hash) = state.store.user_for_login(&user.email).await?.ok_or(ApiError::BadSession)?;
-    if !verify_password_blocking(b.current_password, hash).await {
+    if !verify_password_blocking(&state.accounts, b.current_password, hash).await? {
         return Err(invalid("current_password", "wrong password"));
     }
-    let update =
-        UserUpdate { password_hash: Some(hash_password_blocking(b.new_password).await?), ..Default::default() };
-    state.store.update_user(caller.org, user.id, &update, now_ms()).await?;
+    state.accounts.login_succeeded(&ip, &user.email);
+    let new_hash = hash_password_blocking(&state.accounts, b.new_password).await?;
+    let update = UserUpdate { password_hash: Some(new_hash), ..Default::default() };
+    let now = now_ms();
+    state.store.update_user(caller.org, user.id, &update, now).await?;
     state.store.delete_sessions_of(user.id, Some(token_hash)).await?;
+    if b.revoke_api_keys {
+        let revoked = state.store.revoke_api_keys_of(caller.org, user.id, now).await?;
+        state.key_cache.clear();
+        tracing::info!(user = user.id, revoked, "API keys revoked with a password change");
+    }
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -461,9 +490,9 @@ pub async fn create_org(
     let admin_name = clean_name(b.admin_name.as_deref().unwrap_or("Administrator"), 200)
         .ok_or_else(|| invalid("admin_name", "1–200 characters"))?;
     if state.store.user_for_login(&email).await?.is_some() {
-        return Err(ApiError::Conflict(format!("a user with email {email} exists")));
+        return Err(ApiError::Conflict(EMAIL_UNAVAILABLE.into()));
     }
-    let hash = hash_password_blocking(b.admin_password).await?;
+    let hash = hash_password_blocking(&state.accounts, b.admin_password).await?;
     let now = now_ms();
     let org =
         state.store.create_org(&name, now).await.map_err(|e| conflict_or(e, "an organisation of that name exists"))?;
@@ -478,7 +507,7 @@ pub async fn create_org(
             now_ms: now,
         })
         .await
-        .map_err(|e| conflict_or(e, "a user with that email exists"))?;
+        .map_err(|e| conflict_or(e, EMAIL_UNAVAILABLE))?;
     let org = state.store.org(org).await?.ok_or_else(|| not_found("organisation"))?;
     Ok((StatusCode::CREATED, Json(CreatedOrgView { org: org.into(), admin: admin.into() })))
 }
@@ -532,8 +561,8 @@ pub async fn create_user(
         Some(n) => clean_name(n, 200).ok_or_else(|| invalid("name", "1–200 characters"))?,
         None => email.split('@').next().unwrap_or_default().to_string(),
     };
-    let hash = hash_password_blocking(b.password).await?;
-    let user = state
+    let hash = hash_password_blocking(&state.accounts, b.password).await?;
+    let created = state
         .store
         .create_user(NewUser {
             org_id: caller.org,
@@ -543,9 +572,22 @@ pub async fn create_user(
             role,
             now_ms: now_ms(),
         })
-        .await
-        .map_err(|e| conflict_or(e, "a user with that email exists"))?;
-    Ok((StatusCode::CREATED, Json(user.into())))
+        .await;
+    match created {
+        Ok(user) => Ok((StatusCode::CREATED, Json(user.into()))),
+        Err(e) if is_conflict(&e) => {
+            // Emails are unique across the install (login needs only the email), so a taken
+            // address cannot be given out twice. The answer never says where it is taken, and
+            // these refusals are rate-limited per organisation, so an org admin cannot sweep
+            // the install for other organisations' users.
+            state
+                .accounts
+                .take_email_probe(&state.config.accounts, caller.org)
+                .map_err(|wait| ApiError::RateLimited { retry_after_s: wait.as_secs().max(1) })?;
+            Err(ApiError::Conflict(EMAIL_UNAVAILABLE.into()))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// `GET /api/v1/users/{id}` (admin, or the user themself).
@@ -588,7 +630,7 @@ pub async fn update_user(
     }
     if let Some(password) = b.password {
         password_field("password", &password)?;
-        update.password_hash = Some(hash_password_blocking(password).await?);
+        update.password_hash = Some(hash_password_blocking(&state.accounts, password).await?);
     }
     let demoted = update.role.is_some_and(|r| r != Role::Admin) || update.disabled == Some(true);
     if demoted {
@@ -784,7 +826,7 @@ pub async fn create_key(
             scopes.push(scope);
         }
     }
-    team_in_org(&state, &caller, b.team_id).await?;
+    key_team_allowed(&state, &caller, b.team_id).await?;
     let secret = new_api_key();
     let prefix: String = secret.chars().take(12).collect();
     let key_hash = hash_api_key(&secret);
