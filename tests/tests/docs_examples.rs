@@ -102,7 +102,8 @@ fn examples(file: &Path) -> Vec<Example> {
         let info = line.trim_start().strip_prefix("```").map(str::trim);
         let Some(info) = info.filter(|i| i.starts_with("http test")) else { continue };
         let retry = info.split_whitespace().any(|w| w == "retry");
-        let block: Vec<&str> = lines.by_ref().map(|(_, l)| l).take_while(|l| !l.trim_start().starts_with("```")).collect();
+        let block: Vec<&str> =
+            lines.by_ref().map(|(_, l)| l).take_while(|l| !l.trim_start().starts_with("```")).collect();
         out.push(parse_example(format!("{name}:{}", n + 1), retry, &block));
     }
     out
@@ -298,8 +299,7 @@ fn quote_bare_variables(text: &str) -> String {
 
 fn capture_name(s: &str) -> Option<&str> {
     let name = s.strip_prefix('$')?;
-    (!name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_'))
-        .then_some(name)
+    (!name.is_empty() && name.chars().all(|c| c.is_ascii_uppercase() || c.is_ascii_digit() || c == '_')).then_some(name)
 }
 
 fn text_of(v: &Value) -> String {
@@ -385,8 +385,8 @@ fn glob(pattern: &str, text: &str, vars: &mut HashMap<String, String>) -> bool {
 #[test]
 fn the_matcher_is_strict_where_the_docs_are_specific() {
     let mut vars = HashMap::new();
-    let want: Value = serde_json::from_str(&quote_bare_variables(r#"{"id": $ID, "rows": [{"n": 2}], "s": "a…z"}"#))
-        .unwrap();
+    let want: Value =
+        serde_json::from_str(&quote_bare_variables(r#"{"id": $ID, "rows": [{"n": 2}], "s": "a…z"}"#)).unwrap();
     let got: Value = serde_json::json!({"id": 7, "rows": [{"n": 1}, {"n": 2, "x": 0}], "s": "abcz", "extra": 1});
     assert_eq!(matches(&want, &got, "", &mut vars), Ok(()));
     assert_eq!(vars["ID"], "7");

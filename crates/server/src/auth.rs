@@ -97,10 +97,9 @@ impl Caller {
             Principal::Session { user, .. } => {
                 ApiError::RoleForbidden { role: user.role.as_str(), needs: scope.as_str() }
             }
-            Principal::ApiKey { limiting_role: Some(role), .. } => ApiError::KeyOwnerRoleForbidden {
-                role: role.as_str(),
-                needs: scope.as_str(),
-            },
+            Principal::ApiKey { limiting_role: Some(role), .. } => {
+                ApiError::KeyOwnerRoleForbidden { role: role.as_str(), needs: scope.as_str() }
+            }
             Principal::ApiKey { .. } => ApiError::Forbidden(scope.as_str()),
         })
     }

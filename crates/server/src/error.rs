@@ -75,9 +75,7 @@ impl ApiError {
             ApiError::Forbidden(_)
             | ApiError::RoleForbidden { .. }
             | ApiError::KeyOwnerRoleForbidden { .. }
-            | ApiError::Denied(_) => {
-                (StatusCode::FORBIDDEN, "forbidden")
-            }
+            | ApiError::Denied(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::Csrf(_) => (StatusCode::FORBIDDEN, "csrf_failed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),

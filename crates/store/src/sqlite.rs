@@ -611,21 +611,34 @@ impl Store for SqliteStore {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms)| {
-                GpuRecord {
+            .map(
+                |(
                     id,
                     uuid,
                     host,
-                    gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
+                    gpu_index,
                     name,
                     mem_total_bytes,
                     power_limit_w,
                     first_seen_ms,
                     last_seen_ms,
                     last_live_ms,
-                    latest: None,
-                }
-            })
+                )| {
+                    GpuRecord {
+                        id,
+                        uuid,
+                        host,
+                        gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
+                        name,
+                        mem_total_bytes,
+                        power_limit_w,
+                        first_seen_ms,
+                        last_seen_ms,
+                        last_live_ms,
+                        latest: None,
+                    }
+                },
+            )
             .collect())
     }
 

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 
 use axum::Json;
-use axum::http::StatusCode;
 use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use fleetlens_api::{Job, JobReport};
 use fleetlens_core::{GpuModel, Precision};
 use fleetlens_store::{GpuRecord, JobRecord, Scope};
