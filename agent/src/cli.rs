@@ -1,5 +1,5 @@
 //! Command line of `fleetlens-agent`. The flag names are part of the public surface
-//! (`shared/INTERFACE.md`); keep them stable.
+//! (docs/AGENT.md); keep them stable.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -28,7 +28,9 @@ pub struct Cli {
     pub api_key: Option<String>,
 
     /// Where samples come from: `nvml`, `dcgm:URL` (a dcgm-exporter /metrics), `replay:PATH`
-    /// (a JSONL trace) or `simulate:N` (N synthetic GPUs).
+    /// (a JSONL trace) or `simulate:N` (N synthetic GPUs). Replay keeps the recorded timestamps:
+    /// the server takes an old trace as back-fill (paid only over the span it covers, never
+    /// "offline"); add `--rebase-ts` to replay it as live data, stamped from now on.
     #[arg(long, env = "FLEETLENS_SOURCE", default_value = "nvml")]
     pub source: SourceSpec,
 
@@ -58,12 +60,12 @@ pub struct Cli {
 
     /// Collect once (a live source: one interval; replay: the whole trace), then exit with
     /// status 0 once the server has acknowledged every sample.
-    #[arg(long)]
+    #[arg(long, env = "FLEETLENS_ONCE")]
     pub once: bool,
 
     /// Replay pacing: recorded gaps divided by X. Without it, replay paces at 1x, or sends as
     /// fast as possible with `--once`.
-    #[arg(long, value_parser = parse_speed)]
+    #[arg(long, env = "FLEETLENS_SPEED", value_parser = parse_speed)]
     pub speed: Option<f64>,
 
     /// Host name to report (replay: instead of the trace's `host`; simulate: instead of
@@ -72,7 +74,7 @@ pub struct Cli {
     pub host: Option<String>,
 
     /// Seed of the simulator, so a run can be reproduced.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, env = "FLEETLENS_SEED", default_value_t = 1)]
     pub seed: u64,
 
     /// Most samples in one ingest request.
@@ -81,19 +83,20 @@ pub struct Cli {
 
     /// Replay only: shift the trace's timestamps so that its first sample is stamped now
     /// (a live demo instead of a back-fill).
-    #[arg(long)]
+    #[arg(long, env = "FLEETLENS_REBASE_TS")]
     pub rebase_ts: bool,
 
-    /// Label attached to every batch, `KEY=VALUE` (repeatable), e.g. `--label team=ml`.
-    #[arg(long = "label", value_parser = parse_label)]
+    /// Label attached to every batch, `KEY=VALUE` (repeatable), e.g. `--label team=ml`. In the
+    /// environment: one label.
+    #[arg(long = "label", env = "FLEETLENS_LABEL", value_parser = parse_label)]
     pub labels: Vec<(String, String)>,
 
     /// Timeout of one ingest request.
-    #[arg(long, default_value = "30s", value_parser = parse_positive_duration)]
+    #[arg(long, env = "FLEETLENS_REQUEST_TIMEOUT", default_value = "30s", value_parser = parse_positive_duration)]
     pub request_timeout: Duration,
 
     /// Longest wait between two retries of a failed send.
-    #[arg(long, default_value = "60s", value_parser = parse_positive_duration)]
+    #[arg(long, env = "FLEETLENS_RETRY_MAX_DELAY", default_value = "60s", value_parser = parse_positive_duration)]
     pub retry_max_delay: Duration,
 
     /// NVML: read per-process SM utilization every N polls (a costly call: about 1.4 ms of CPU
@@ -213,6 +216,20 @@ pub fn parse_size(s: &str) -> Result<u64, String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// docs/AGENT.md promises a `FLEETLENS_*` variable for every flag (systemd units and
+    /// containers configure the agent through the environment).
+    #[test]
+    fn every_flag_has_an_environment_variable() {
+        use clap::CommandFactory;
+        let missing: Vec<String> = Cli::command()
+            .get_arguments()
+            .filter(|a| !matches!(a.get_id().as_str(), "help" | "version"))
+            .filter(|a| a.get_env().is_none_or(|e| !e.to_string_lossy().starts_with("FLEETLENS_")))
+            .map(|a| a.get_id().to_string())
+            .collect();
+        assert!(missing.is_empty(), "flags without a FLEETLENS_* variable: {missing:?}");
+    }
 
     #[test]
     fn defaults() {

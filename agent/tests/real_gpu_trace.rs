@@ -1,7 +1,7 @@
 //! The agent's own output on a real NVIDIA H100 (`--source nvml --interval 1s`, driver
 //! 580.159.04), recorded next to `tests/device/workload.py` and to nvidia-smi
 //! (`tests/fixtures/README.md` says how). These tests check that what the agent read is what the
-//! hardware did: per phase against shared/fixtures/README.md, and sample by sample against
+//! hardware did: per phase against tests/fixtures/README.md, and sample by sample against
 //! nvidia-smi's independent reading.
 
 use std::collections::BTreeMap;
@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use fleetlens_agent::source::replay::parse_trace;
 use fleetlens_core::{Sample, Thresholds, WorkloadState, classify_window, validate_sample};
 
-/// The first samples of a phase straddle the change (shared/fixtures/README.md).
+/// The first samples of a phase straddle the change (tests/fixtures/README.md).
 const SKIP: usize = 2;
 
 fn fixture(name: &str) -> PathBuf {

@@ -681,7 +681,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
     );
     let now = now_ms();
     let job = json!({"name": "a-job-kappa", "gpus": [a_uuid], "from": now - 60_000, "to": now, "precision": "bf16", "achieved_flops_per_s": 1.0e14});
-    assert_eq!(post(&server, "/api/v1/jobs", &a, job).await.status, 200);
+    assert_eq!(post(&server, "/api/v1/jobs", &a, job).await.status, 201);
     let ch = post(
         &server,
         "/api/v1/notification-channels",

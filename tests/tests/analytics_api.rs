@@ -12,7 +12,7 @@ fleetlens_tests::for_each_backend!(
     live_gpus_are_never_credited_beyond_their_paid_time,
 );
 
-/// The state each phase must give (shared/fixtures/README.md).
+/// The state each phase must give (tests/fixtures/README.md).
 fn expected(phase: &str) -> &'static [&'static str] {
     match phase {
         "idle" | "done" => &["idle"],
@@ -256,7 +256,7 @@ async fn four_gpus_for_one_hour_with_mfu_and_energy(backend: Backend) {
                "tokens_per_s": 4000.0, "flops_per_token": 1.0e11}),
     )
     .await;
-    assert_eq!(status, 200, "{job}");
+    assert_eq!(status, 201, "{job}");
     let mfu = job["mfu"].as_f64().expect("H100 has a bf16 dense peak");
     assert!(mfu > 0.3 && mfu < 0.5, "400 TFLOP/s of a ~989 TFLOP/s dense peak: {mfu}");
     let (status, err) = post(&server, "/api/v1/jobs", json!({"name": "x", "gpus": ["GPU-nope"], "from": start, "to": end, "precision": "bf16", "achieved_flops_per_s": 1.0})).await;

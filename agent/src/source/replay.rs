@@ -1,4 +1,4 @@
-//! `replay:PATH`: a recorded JSONL trace (`shared/fixtures/README.md`), one sample per line.
+//! `replay:PATH`: a recorded JSONL trace (`tests/fixtures/README.md`), one sample per line.
 //!
 //! The whole trace is read and checked when the source opens, so a malformed line stops the
 //! agent before anything is sent instead of half-way through a back-fill.

@@ -1,4 +1,4 @@
-//! Wire types of `/api/v1`. Field names follow `shared/METRICS.md`; absent values are `null`.
+//! Wire types of `/api/v1`. Field names follow `docs/METRICS.md`; absent values are `null`.
 
 use std::collections::BTreeMap;
 
@@ -12,7 +12,9 @@ pub const INGEST_PATH: &str = "/api/v1/ingest";
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, Default)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IngestBatch {
-    /// Host name the samples come from.
+    /// Host name the samples come from. Required: a batch without one parses (as "") and is
+    /// refused by validation, a 422 on `host` like an empty one.
+    #[serde(default)]
     pub host: String,
     /// Version of the agent that sent the batch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -20,6 +22,8 @@ pub struct IngestBatch {
     /// Free-form host labels (team, rack, cluster …).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub labels: BTreeMap<String, String>,
+    /// May be left out in a batch of events only.
+    #[serde(default)]
     pub samples: Vec<Sample>,
     /// What happened to the host's GPUs since its previous batch (XID errors, a GPU lost or
     /// back). A batch may carry events and no samples (every GPU of the host lost).
@@ -322,7 +326,13 @@ pub struct BillingRow {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct BillingReport {
-    /// RFC 3339, UTC.
+    /// The period, Unix milliseconds like every time in a response (`[from_ms, to_ms)`).
+    #[serde(default)]
+    pub from_ms: i64,
+    #[serde(default)]
+    pub to_ms: i64,
+    /// The same period in RFC 3339, UTC, as the CSV's `period_from` / `period_to` columns
+    /// write it (for people and spreadsheets).
     pub from: String,
     pub to: String,
     pub group_by: String,

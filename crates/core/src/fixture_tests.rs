@@ -1,5 +1,5 @@
 //! Tests on the real H200 trace (`tests/fixtures/nvml-h200-phases.jsonl`): every phase must
-//! come out as the state `shared/fixtures/README.md` names, with METRICS.md's default
+//! come out as the state `tests/fixtures/README.md` names, with METRICS.md's default
 //! thresholds and 2-s windows.
 
 use std::collections::BTreeMap;

@@ -1,5 +1,5 @@
 //! Fleetlens domain logic. Everything here is pure: no IO, no clocks, no async.
-//! The vocabulary follows `shared/METRICS.md`; a value the GPU did not report is `None`.
+//! The vocabulary follows `docs/METRICS.md`; a value the GPU did not report is `None`.
 
 pub mod advice;
 pub mod classify;

@@ -49,9 +49,10 @@ pub struct PriceTable {
 
 /// A price that cannot be right.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
-#[error("prices.{key}: {message}")]
+#[error("{field}: {message}")]
 pub struct PriceError {
-    pub key: String,
+    /// The field at fault as the API names it: `currency`, or `per_gpu_hour.<key>`.
+    pub field: String,
     pub message: String,
 }
 
@@ -77,7 +78,14 @@ impl PriceTable {
     }
 
     /// This table with another's entries on top (a team's prices over the organisation's).
+    ///
+    /// Amounts of two currencies are never mixed: overrides in another currency than this
+    /// table's replace it whole (a model they do not price has no price), so every figure
+    /// computed from the result is in the result's `currency`.
     pub fn with_overrides(&self, overrides: &PriceTable) -> PriceTable {
+        if !overrides.currency.eq_ignore_ascii_case(&self.currency) {
+            return overrides.clone();
+        }
         let mut out = self.clone();
         out.per_gpu_hour.extend(overrides.per_gpu_hour.iter().map(|(k, v)| (k.clone(), *v)));
         if !overrides.per_gpu_hour.is_empty() {
@@ -106,9 +114,17 @@ impl PriceTable {
 
     /// Reject negative, non-finite and unnamed prices. (0 is allowed: hardware that is
     /// written off can be declared free on purpose.)
+    /// The currency must be an ISO 4217 code (three capital letters, `EUR`).
     pub fn validate(&self) -> Result<(), PriceError> {
+        let c = &self.currency;
+        if c.len() != 3 || !c.bytes().all(|b| b.is_ascii_uppercase()) {
+            return Err(PriceError {
+                field: "currency".into(),
+                message: format!("must be an ISO 4217 code of three capital letters, like USD or EUR, not {c:?}"),
+            });
+        }
         for (key, p) in &self.per_gpu_hour {
-            let e = |m: &str| PriceError { key: key.clone(), message: m.into() };
+            let e = |m: &str| PriceError { field: format!("per_gpu_hour.{key}"), message: m.into() };
             if key.trim().is_empty() {
                 return Err(e("a price needs a model id or NVML name"));
             }
@@ -165,9 +181,21 @@ mod tests {
     fn bad_prices_are_rejected() {
         let mut t = PriceTable::empty("USD", "x");
         t.set("h200", -1.0);
-        assert_eq!(t.validate().unwrap_err().key, "h200");
+        assert_eq!(t.validate().unwrap_err().field, "per_gpu_hour.h200");
         let mut t = PriceTable::empty("USD", "x");
         t.set("h200", f64::NAN);
         assert!(t.validate().is_err());
+        assert_eq!(PriceTable::empty("euro", "x").validate().unwrap_err().field, "currency");
+    }
+
+    #[test]
+    fn overrides_in_another_currency_replace_the_defaults() {
+        let mut eur = PriceTable::empty("EUR", "our contract");
+        eur.set("h200", 2.5);
+        let t = PriceTable::default().with_overrides(&eur);
+        assert_eq!(t.currency, "EUR");
+        assert_eq!(t.price_for("NVIDIA H200"), Some(2.5));
+        // The USD list price of an H100 must not be shown as euros.
+        assert_eq!(t.price_for("NVIDIA H100 80GB HBM3"), None);
     }
 }

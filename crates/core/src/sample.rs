@@ -1,5 +1,5 @@
 //! One GPU reading at one instant: the fields of the trace format in
-//! `shared/fixtures/README.md` plus the process list.
+//! `tests/fixtures/README.md` plus the process list.
 
 use serde::{Deserialize, Serialize};
 

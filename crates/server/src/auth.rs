@@ -65,6 +65,9 @@ pub enum Principal {
         owner: Option<UserId>,
         /// The team of the hosts that report with this key.
         team: Option<TeamId>,
+        /// The role of the key's user when it grants less than the key was made with (a
+        /// demoted user): a refusal then names the role, not the key, as its cause.
+        limiting_role: Option<Role>,
     },
     Session {
         user: UserRecord,
@@ -93,6 +96,9 @@ impl Caller {
         Err(match &self.principal {
             Principal::Session { user, .. } => {
                 ApiError::RoleForbidden { role: user.role.as_str(), needs: scope.as_str() }
+            }
+            Principal::ApiKey { limiting_role: Some(role), .. } => {
+                ApiError::KeyOwnerRoleForbidden { role: role.as_str(), needs: scope.as_str() }
             }
             Principal::ApiKey { .. } => ApiError::Forbidden(scope.as_str()),
         })
@@ -269,9 +275,12 @@ async fn key_caller(state: &AppState, token: &str) -> Result<Caller, ApiError> {
     }
     let mut key = auth.info.key.clone();
     key.scopes = auth.effective_scopes();
+    let limiting_role = auth
+        .owner_role
+        .filter(|_| fleetlens_store::accounts::expand_scopes(&auth.info.key.scopes).len() > key.scopes.len());
     Ok(Caller {
         org: key.org_id,
         key,
-        principal: Principal::ApiKey { owner: auth.info.user_id, team: auth.info.team_id },
+        principal: Principal::ApiKey { owner: auth.info.user_id, team: auth.info.team_id, limiting_role },
     })
 }

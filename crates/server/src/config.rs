@@ -1,4 +1,4 @@
-//! Server configuration: flags with environment fallbacks (names in shared/INTERFACE.md).
+//! Server configuration: flags with environment fallbacks (names in README.md and docs/).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;

@@ -15,6 +15,9 @@ pub enum ApiError {
     /// A body that does not parse; `path` locates the offending value (`samples[3].power_w`).
     #[error("invalid JSON{}: {message}", path.as_ref().map(|p| format!(" at {p}")).unwrap_or_default())]
     InvalidJson { path: Option<String>, message: String },
+    /// A query parameter that cannot be read as its type (`?limit=abc`): 400, with `field`.
+    #[error("{field}: {message}")]
+    BadParam { field: String, message: String },
     #[error("{0}")]
     Validation(ValidationError),
     #[error("{field}: {message}")]
@@ -27,6 +30,11 @@ pub enum ApiError {
     Forbidden(&'static str),
     #[error("your role `{role}` does not allow this (it needs `{needs}`)")]
     RoleForbidden { role: &'static str, needs: &'static str },
+    /// The key was made with the scope, but its user's role no longer allows it.
+    #[error(
+        "this API key's user now has the role `{role}`, which does not allow `{needs}` (the key grants at most its user's current role)"
+    )]
+    KeyOwnerRoleForbidden { role: &'static str, needs: &'static str },
     /// Authenticated, but not allowed (not a scope or role question).
     #[error("{0}")]
     Denied(String),
@@ -59,6 +67,7 @@ impl ApiError {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::InvalidJson { .. } => (StatusCode::BAD_REQUEST, "invalid_json"),
+            ApiError::BadParam { .. } => (StatusCode::BAD_REQUEST, "bad_request"),
             ApiError::Validation(_) | ApiError::Unprocessable { .. } => {
                 (StatusCode::UNPROCESSABLE_ENTITY, "validation_failed")
             }
@@ -66,9 +75,10 @@ impl ApiError {
                 (StatusCode::UNAUTHORIZED, "unauthenticated")
             }
             ApiError::BadCredentials => (StatusCode::UNAUTHORIZED, "invalid_credentials"),
-            ApiError::Forbidden(_) | ApiError::RoleForbidden { .. } | ApiError::Denied(_) => {
-                (StatusCode::FORBIDDEN, "forbidden")
-            }
+            ApiError::Forbidden(_)
+            | ApiError::RoleForbidden { .. }
+            | ApiError::KeyOwnerRoleForbidden { .. }
+            | ApiError::Denied(_) => (StatusCode::FORBIDDEN, "forbidden"),
             ApiError::Csrf(_) => (StatusCode::FORBIDDEN, "csrf_failed"),
             ApiError::RateLimited { .. } => (StatusCode::TOO_MANY_REQUESTS, "rate_limited"),
             ApiError::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
@@ -91,7 +101,7 @@ impl IntoResponse for ApiError {
         }
         let (sample_index, field) = match &self {
             ApiError::Validation(v) => (Some(v.index), Some(v.field.clone())),
-            ApiError::Unprocessable { field, .. } => (None, Some(field.clone())),
+            ApiError::Unprocessable { field, .. } | ApiError::BadParam { field, .. } => (None, Some(field.clone())),
             ApiError::InvalidJson { path: Some(path), .. } => split_sample_path(path),
             _ => (None, None),
         };
@@ -106,6 +116,51 @@ impl IntoResponse for ApiError {
 }
 
 pub type ApiResult<T> = Result<T, ApiError>;
+
+/// A body that does not parse as `T` (bad syntax, a wrong type, a missing required field): 400
+/// `invalid_json`, with the path of the offending value as `field` where it is known. (A value
+/// that parses but is not acceptable is a 422 `validation_failed`, from the handler.)
+pub fn json_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
+    let path = e.path().to_string();
+    let message = e.into_inner().to_string();
+    // serde_path_to_error writes `?` for a position it could not name (a syntax error before
+    // the first key of an object): not a field anyone could look up.
+    let path = path.trim_end_matches("?").trim_end_matches('.');
+    let known = !(path.is_empty() || path == "." || path.contains('?'));
+    ApiError::InvalidJson { path: known.then(|| path.to_string()), message }
+}
+
+/// Parse a JSON body with [`json_error`]'s errors.
+pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
+    let de = &mut serde_json::Deserializer::from_slice(body);
+    let value = serde_path_to_error::deserialize(&mut *de).map_err(json_error)?;
+    de.end().map_err(|e| ApiError::InvalidJson { path: None, message: e.to_string() })?;
+    Ok(value)
+}
+
+/// A JSON request body (`Content-Type: application/json`), parsed with the same errors as
+/// every other body of the API (axum's own `Json` answers a wrong type with a 422 and serde's
+/// text, without the field).
+pub struct JsonBody<T>(pub T);
+
+impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<S> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
+        let is_json = req
+            .headers()
+            .get(axum::http::header::CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("application/json"));
+        if !is_json {
+            return Err(ApiError::UnsupportedMedia("send Content-Type: application/json".into()));
+        }
+        let bytes = axum::body::Bytes::from_request(req, state)
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("cannot read the body: {e}")))?;
+        parse_json(&bytes).map(JsonBody)
+    }
+}
 
 /// Middleware: every 4xx/5xx leaves as `{"error": {"code", "message"}}`, also those made
 /// outside the handlers (axum's extractor rejections: a path id that is not a number, a query
@@ -136,7 +191,14 @@ pub async fn json_client_errors(response: Response) -> Response {
         s if s.is_server_error() => "internal",
         _ => "error",
     };
-    let body = ErrorBody { error: ErrorDetail { code: code.into(), message, sample_index: None, field: None } };
+    // axum's query rejection reads "Failed to deserialize query string: limit: invalid digit
+    // found in string": the parameter at fault becomes `field`, as in the handlers' own errors.
+    let field = message
+        .strip_prefix("Failed to deserialize query string: ")
+        .and_then(|rest| rest.split_once(": "))
+        .map(|(name, _)| name.to_string())
+        .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
+    let body = ErrorBody { error: ErrorDetail { code: code.into(), message, sample_index: None, field } };
     parts.headers.remove(axum::http::header::CONTENT_LENGTH);
     parts.headers.remove(axum::http::header::CONTENT_TYPE);
     let json = Json(body).into_response();
@@ -159,7 +221,25 @@ fn split_sample_path(path: &str) -> (Option<usize>, Option<String>) {
 
 #[cfg(test)]
 mod tests {
-    use super::split_sample_path;
+    use super::{ApiError, parse_json, split_sample_path};
+
+    #[test]
+    fn unparseable_bodies_name_a_real_field_or_none() {
+        #[derive(Debug, serde::Deserialize)]
+        #[allow(dead_code)]
+        struct Body {
+            host: String,
+            n: Option<u32>,
+        }
+        let field = |json: &str| match parse_json::<Body>(json.as_bytes()) {
+            Err(ApiError::InvalidJson { path, .. }) => path,
+            other => panic!("{json}: {other:?}"),
+        };
+        assert_eq!(field(r#"{"host": "a", "n": "x"}"#), Some("n".into()));
+        assert_eq!(field(r#"{"#), None);
+        assert_eq!(field(r#"{"host": "a",}"#), None);
+        assert_eq!(field(r#"{"host": "a"} x"#), None);
+    }
 
     #[test]
     fn sample_paths_split_into_index_and_field() {

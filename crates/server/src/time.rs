@@ -16,6 +16,15 @@ pub fn parse_query_time(name: &str, value: &str) -> Result<i64, ApiError> {
     })
 }
 
+/// A time in a query string: one that cannot be read as a time at all is a 400 (unparseable
+/// input, like `?limit=abc`), naming the parameter.
+pub fn parse_time_param(name: &str, value: &str) -> Result<i64, ApiError> {
+    parse_query_time(name, value).map_err(|e| match e {
+        ApiError::Unprocessable { field, message } => ApiError::BadParam { field, message },
+        other => other,
+    })
+}
+
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }

@@ -251,6 +251,8 @@ pub struct GpuBrief {
     pub name: Option<String>,
     pub gpu_index: Option<i64>,
     pub last_seen_ms: i64,
+    /// See [`crate::GpuRecord::last_live_ms`]: 0 for a GPU that only ever sent back-fill.
+    pub last_live_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -1036,7 +1038,7 @@ macro_rules! impl_alert_store {
             async fn alert_gpus(&self) -> $crate::Result<Vec<$crate::alerts::GpuBrief>> {
                 use sqlx::Row as _;
                 let rows = sqlx::query(&q(
-                    "SELECT id, org_id, uuid, host, name, gpu_index, last_seen_ms FROM gpus ORDER BY id",
+                    "SELECT id, org_id, uuid, host, name, gpu_index, last_seen_ms, last_live_ms FROM gpus ORDER BY id",
                 ))
                 .fetch_all(self.pool())
                 .await?;
@@ -1050,6 +1052,7 @@ macro_rules! impl_alert_store {
                             name: r.try_get("name")?,
                             gpu_index: r.try_get("gpu_index")?,
                             last_seen_ms: r.try_get("last_seen_ms")?,
+                            last_live_ms: r.try_get("last_live_ms")?,
                         })
                     })
                     .collect()

@@ -167,6 +167,7 @@ pub(crate) struct GpuRow {
     pub g_power_limit_w: Option<f64>,
     pub first_seen_ms: i64,
     pub last_seen_ms: i64,
+    pub last_live_ms: i64,
     pub latest_ts_ms: Option<i64>,
     #[sqlx(flatten)]
     pub values: SampleValues,
@@ -187,6 +188,7 @@ impl GpuRow {
             power_limit_w: self.g_power_limit_w,
             first_seen_ms: self.first_seen_ms,
             last_seen_ms: self.last_seen_ms,
+            last_live_ms: self.last_live_ms,
             latest,
         }
     }
@@ -196,7 +198,7 @@ impl GpuRow {
 pub(crate) fn gpu_select(processes_expr: &str) -> String {
     format!(
         "SELECT g.id, g.uuid, g.host, g.gpu_index, g.name, g.mem_total_bytes AS g_mem_total_bytes, \
-         g.power_limit_w AS g_power_limit_w, g.first_seen_ms, g.last_seen_ms, s.ts_ms AS latest_ts_ms, {} \
+         g.power_limit_w AS g_power_limit_w, g.first_seen_ms, g.last_seen_ms, g.last_live_ms, s.ts_ms AS latest_ts_ms, {} \
          FROM gpus g LEFT JOIN samples s ON s.gpu_id = g.id AND s.ts_ms = g.last_seen_ms",
         sample_select_list("s", processes_expr)
     )
@@ -378,6 +380,9 @@ pub(crate) struct GpuUpsert<'a> {
     pub power_limit_w: Option<f64>,
     pub first_ms: i64,
     pub last_ms: i64,
+    /// `last_ms` when the batch's newest sample of the GPU arrived live (see
+    /// [`crate::live_since`]), else 0: a back-fill.
+    pub live_ms: i64,
 }
 
 /// One entry per distinct uuid, sorted by uuid (a fixed lock order across transactions).
@@ -392,6 +397,7 @@ pub(crate) fn gpu_upserts(samples: &[Sample]) -> Vec<GpuUpsert<'_>> {
             power_limit_w: None,
             first_ms: s.ts_ms,
             last_ms: s.ts_ms,
+            live_ms: 0,
         });
         e.first_ms = e.first_ms.min(s.ts_ms);
         if s.ts_ms >= e.last_ms {
@@ -405,5 +411,9 @@ pub(crate) fn gpu_upserts(samples: &[Sample]) -> Vec<GpuUpsert<'_>> {
             e.power_limit_w = s.power_limit_w.or(e.power_limit_w);
         }
     }
-    by_uuid.into_values().collect()
+    let live_from = crate::live_since(std::time::SystemTime::now());
+    by_uuid
+        .into_values()
+        .map(|g| GpuUpsert { live_ms: if g.last_ms >= live_from { g.last_ms } else { 0 }, ..g })
+        .collect()
 }

@@ -125,7 +125,21 @@ pub struct GpuRecord {
     pub power_limit_w: Option<f64>,
     pub first_seen_ms: i64,
     pub last_seen_ms: i64,
+    /// The newest sample that arrived live (at most [`LIVE_MS`] old when it was received); 0
+    /// when every sample of the GPU was back-filled (a replayed trace, an import).
+    pub last_live_ms: i64,
     pub latest: Option<Sample>,
+}
+
+/// A sample that reaches the server at most this long after its timestamp arrived *live*;
+/// older ones are back-fill (a replayed trace, a spool drained long after). A GPU that only
+/// ever sent back-fill is paid only over the span it reported and is never "offline".
+pub const LIVE_MS: i64 = 3_600_000;
+
+/// The oldest timestamp that still counts as live at `now`.
+pub fn live_since(now: std::time::SystemTime) -> i64 {
+    let now_ms = now.duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    now_ms - LIVE_MS
 }
 
 /// One chart point as stored: sums and counts, so means stay "over what was measured".

@@ -84,10 +84,11 @@ async fn upsert_gpus(
     let power: Vec<Option<f64>> = gpus.iter().map(|g| g.power_limit_w).collect();
     let first: Vec<i64> = gpus.iter().map(|g| g.first_ms).collect();
     let last: Vec<i64> = gpus.iter().map(|g| g.last_ms).collect();
+    let live: Vec<i64> = gpus.iter().map(|g| g.live_ms).collect();
     let rows = sqlx::query(
-        "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms) \
-         SELECT $1, u, $2, i, n, m, p, f, l FROM UNNEST($3::text[], $4::int8[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::int8[]) \
-         AS t(u, i, n, m, p, f, l) \
+        "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms) \
+         SELECT $1, u, $2, i, n, m, p, f, l, v FROM UNNEST($3::text[], $4::int8[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::int8[], $10::int8[]) \
+         AS t(u, i, n, m, p, f, l, v) \
          ON CONFLICT (org_id, uuid) DO UPDATE SET \
          host = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN excluded.host ELSE gpus.host END, \
          gpu_index = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.gpu_index, gpus.gpu_index) ELSE gpus.gpu_index END, \
@@ -95,7 +96,8 @@ async fn upsert_gpus(
          mem_total_bytes = coalesce(excluded.mem_total_bytes, gpus.mem_total_bytes), \
          power_limit_w = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.power_limit_w, gpus.power_limit_w) ELSE gpus.power_limit_w END, \
          first_seen_ms = LEAST(gpus.first_seen_ms, excluded.first_seen_ms), \
-         last_seen_ms = GREATEST(gpus.last_seen_ms, excluded.last_seen_ms) \
+         last_seen_ms = GREATEST(gpus.last_seen_ms, excluded.last_seen_ms), \
+         last_live_ms = GREATEST(gpus.last_live_ms, excluded.last_live_ms) \
          RETURNING id, uuid, power_limit_w, mem_total_bytes",
     )
     .bind(org)
@@ -107,6 +109,7 @@ async fn upsert_gpus(
     .bind(&power)
     .bind(&first)
     .bind(&last)
+    .bind(&live)
     .fetch_all(&mut **tx)
     .await?;
     let mut ids = HashMap::with_capacity(rows.len());
@@ -338,9 +341,10 @@ impl Store for PgStore {
     }
 
     async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
-        let rows: Vec<(i64, String, String, Option<i64>, Option<String>, Option<i64>, Option<f64>, i64, i64)> =
+        #[allow(clippy::type_complexity)]
+        let rows: Vec<(i64, String, String, Option<i64>, Option<String>, Option<i64>, Option<f64>, i64, i64, i64)> =
             sqlx::query_as(
-                "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms \
+                "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms \
              FROM gpus WHERE org_id = $1 ORDER BY host, gpu_index, uuid",
             )
             .bind(org)
@@ -348,20 +352,34 @@ impl Store for PgStore {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms)| {
-                GpuRecord {
+            .map(
+                |(
                     id,
                     uuid,
                     host,
-                    gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
+                    gpu_index,
                     name,
                     mem_total_bytes,
                     power_limit_w,
                     first_seen_ms,
                     last_seen_ms,
-                    latest: None,
-                }
-            })
+                    last_live_ms,
+                )| {
+                    GpuRecord {
+                        id,
+                        uuid,
+                        host,
+                        gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
+                        name,
+                        mem_total_bytes,
+                        power_limit_w,
+                        first_seen_ms,
+                        last_seen_ms,
+                        last_live_ms,
+                        latest: None,
+                    }
+                },
+            )
             .collect())
     }
 

@@ -96,7 +96,18 @@ impl SqliteStore {
         // file inside that statement: the 2,000-GPU soak logged such lease upserts at 1.1-2.3 s.
         let readers = opts.clone().pragma("cache_size", READER_CACHE_KIB).pragma("wal_autocheckpoint", "0");
         let pool = SqlitePoolOptions::new().max_connections(8).connect_with(readers).await?;
-        sqlx::migrate!("../../migrations/sqlite").run(&pool).await?;
+        // Migrations run on their own connection with foreign keys off, as SQLite's procedure
+        // for rebuilding a table asks (migration 0009): sqlx runs each migration in a
+        // transaction, where the pragma cannot be changed, and with the keys on, dropping the
+        // old `teams` would run its children's ON DELETE actions. Checked afterwards.
+        let mut migrating = SqliteConnection::connect_with(&opts.clone().foreign_keys(false)).await?;
+        sqlx::migrate!("../../migrations/sqlite").run(&mut migrating).await?;
+        let broken: Vec<(String,)> =
+            sqlx::query_as("SELECT DISTINCT \"table\" FROM pragma_foreign_key_check").fetch_all(&mut migrating).await?;
+        if !broken.is_empty() {
+            return Err(StoreError::Invalid(format!("rows of {broken:?} point at rows that do not exist")));
+        }
+        migrating.close().await?;
         let conn = SqliteConnection::connect_with(&opts).await?;
         let (tx, rx) = mpsc::channel(1024);
         tokio::spawn(writer_loop(Writer { conn, classifier }, rx));
@@ -366,7 +377,7 @@ async fn upsert_gpus(
     let mut ids = HashMap::with_capacity(gpus.len());
     for chunk in bounded_chunks(&gpus, 1000) {
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
-            "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms) ",
+            "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms) ",
         );
         qb.push_values(chunk, |mut b, g| {
             b.push_bind(org)
@@ -377,7 +388,8 @@ async fn upsert_gpus(
                 .push_bind(g.mem_total_bytes)
                 .push_bind(g.power_limit_w)
                 .push_bind(g.first_ms)
-                .push_bind(g.last_ms);
+                .push_bind(g.last_ms)
+                .push_bind(g.live_ms);
         });
         qb.push(GPU_UPSERT_TAIL);
         for row in qb.build().fetch_all(&mut *conn).await? {
@@ -397,7 +409,8 @@ const GPU_UPSERT_TAIL: &str = " ON CONFLICT (org_id, uuid) DO UPDATE SET \
     mem_total_bytes = coalesce(excluded.mem_total_bytes, gpus.mem_total_bytes), \
     power_limit_w = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.power_limit_w, gpus.power_limit_w) ELSE gpus.power_limit_w END, \
     first_seen_ms = min(gpus.first_seen_ms, excluded.first_seen_ms), \
-    last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms) \
+    last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms), \
+    last_live_ms = max(gpus.last_live_ms, excluded.last_live_ms) \
     RETURNING id, uuid, power_limit_w, mem_total_bytes";
 
 /// SQLite's two-argument min/max return NULL if either side is NULL; these ignore NULLs.
@@ -587,9 +600,10 @@ impl Store for SqliteStore {
     }
 
     async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
-        let rows: Vec<(i64, String, String, Option<i64>, Option<String>, Option<i64>, Option<f64>, i64, i64)> =
+        #[allow(clippy::type_complexity)]
+        let rows: Vec<(i64, String, String, Option<i64>, Option<String>, Option<i64>, Option<f64>, i64, i64, i64)> =
             sqlx::query_as(
-                "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms \
+                "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms \
              FROM gpus WHERE org_id = ? ORDER BY host, gpu_index, uuid",
             )
             .bind(org)
@@ -597,20 +611,34 @@ impl Store for SqliteStore {
             .await?;
         Ok(rows
             .into_iter()
-            .map(|(id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms)| {
-                GpuRecord {
+            .map(
+                |(
                     id,
                     uuid,
                     host,
-                    gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
+                    gpu_index,
                     name,
                     mem_total_bytes,
                     power_limit_w,
                     first_seen_ms,
                     last_seen_ms,
-                    latest: None,
-                }
-            })
+                    last_live_ms,
+                )| {
+                    GpuRecord {
+                        id,
+                        uuid,
+                        host,
+                        gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
+                        name,
+                        mem_total_bytes,
+                        power_limit_w,
+                        first_seen_ms,
+                        last_seen_ms,
+                        last_live_ms,
+                        latest: None,
+                    }
+                },
+            )
             .collect())
     }
 

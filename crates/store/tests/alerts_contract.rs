@@ -20,6 +20,7 @@ fleetlens_tests::for_each_backend!(
     claims_respect_leases_rate_limits_and_order,
     concurrent_senders_claim_each_message_once,
     cursors_leases_and_host_labels,
+    ids_of_deleted_rows_are_never_reused,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -417,4 +418,40 @@ async fn cursors_leases_and_host_labels(backend: Backend) {
     let g = gpu(&store, "GPU-z").await;
     let gpus = store.alert_gpus().await.unwrap();
     assert_eq!((gpus.len(), gpus[0].id, gpus[0].host.as_str(), gpus[0].last_seen_ms), (1, g, "node-1", 1_000));
+}
+
+/// Deleting the newest rule, channel or team must not hand its id to the next one: alerts,
+/// silences (`rule = <id>`) and delivery logs of the deleted row would attach to the newcomer.
+/// (SQLite reused max(id) until migration 0009 rebuilt the tables with AUTOINCREMENT.)
+async fn ids_of_deleted_rows_are_never_reused(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let r1 = store.insert_alert_rule(DEFAULT_ORG, &rule("first"), 1).await.unwrap().unwrap();
+    let gpu_id = gpu(&store, "GPU-ids").await;
+    let open = EvalWrite {
+        now_ms: 2,
+        changes: vec![AlertChange {
+            write: AlertWrite::Open(alert(r1.id, gpu_id, AlertStatus::Firing)),
+            notify: vec![],
+            suppressed: vec![],
+        }],
+        cursors: vec![],
+    };
+    assert!(store.apply_alert_changes(&open).await.unwrap().alert_ids[0].is_some());
+    assert!(store.delete_alert_rule(DEFAULT_ORG, r1.id).await.unwrap());
+    let r2 = store.insert_alert_rule(DEFAULT_ORG, &rule("second"), 3).await.unwrap().unwrap();
+    assert!(r2.id > r1.id, "rule id {} reused after deleting rule {}", r2.id, r1.id);
+    let filter = AlertFilter { rule_id: Some(r2.id), limit: 100, ..Default::default() };
+    assert!(store.alerts(DEFAULT_ORG, &filter).await.unwrap().is_empty(), "the new rule has no alerts of the old one");
+    let kept = AlertFilter { rule_id: Some(r1.id), limit: 100, ..Default::default() };
+    assert_eq!(store.alerts(DEFAULT_ORG, &kept).await.unwrap().len(), 1, "the deleted rule's alert is kept");
+
+    let c1 = store.insert_notification_channel(DEFAULT_ORG, &channel("c1", 0), 1).await.unwrap().unwrap();
+    assert!(store.delete_notification_channel(DEFAULT_ORG, c1.id, 2).await.unwrap());
+    let c2 = store.insert_notification_channel(DEFAULT_ORG, &channel("c2", 0), 3).await.unwrap().unwrap();
+    assert!(c2.id > c1.id, "channel id {} reused after deleting channel {}", c2.id, c1.id);
+
+    let t1 = store.create_team(DEFAULT_ORG, "t1", 1).await.unwrap();
+    assert!(store.delete_team(DEFAULT_ORG, t1.id).await.unwrap());
+    let t2 = store.create_team(DEFAULT_ORG, "t2", 2).await.unwrap();
+    assert!(t2.id > t1.id, "team id {} reused after deleting team {}", t2.id, t1.id);
 }

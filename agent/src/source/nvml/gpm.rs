@@ -1,7 +1,7 @@
 //! GPM (GPU Performance Monitoring, Hopper and newer): which metrics are read and where each one
 //! lands in a [`Sample`]. Pure mapping, tested without a GPU.
 //!
-//! Measured on an H200 (shared/fixtures/README.md): `SM_UTIL` is SM activity (DCGM's SMACT);
+//! Measured on an H200 (tests/fixtures/README.md): `SM_UTIL` is SM activity (DCGM's SMACT);
 //! `GRAPHICS_UTIL` is "the graphics/compute engine had work" (DCGM's GRACT) — a single spinning
 //! block reads 100 % there and 0.8 % in `SM_UTIL` — whatever nvml-wrapper's doc comment says.
 

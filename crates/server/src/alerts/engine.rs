@@ -331,15 +331,20 @@ impl Engine {
         }
         let data = self.read_cycle_data(ctx, &orgs, now).await?;
         let mut report = Report::default();
-        self.read_events(store, &gpus, now - ms(ctx.cfg.alert_lookback)).await?;
+        // Back-filled GPUs are judged on their own last lookback (below): their events too.
+        let oldest_data = gpus.iter().map(|g| g.last_seen_ms.min(now)).min().unwrap_or(now);
+        self.read_events(store, &gpus, oldest_data - ms(ctx.cfg.alert_lookback)).await?;
 
         // 1. New samples, per GPU, on event time: every GPU with news in one read.
         let positions: Vec<(i64, i64)> = gpus
             .iter()
             .filter_map(|g| {
+                // A GPU seen for the first time is judged on the last `--alert-lookback` of its
+                // own data, not of the wall clock: back-filled data (a replayed trace recorded
+                // days ago) alerts like live data did.
                 let from = match self.cursors.get(&g.id) {
                     Some(c) => c.last_ts_ms + 1,
-                    None => now - ms(ctx.cfg.alert_lookback),
+                    None => g.last_seen_ms.min(now) - ms(ctx.cfg.alert_lookback),
                 };
                 (g.last_seen_ms >= from).then_some((g.id, from))
             })
@@ -539,6 +544,11 @@ impl Engine {
         let silent = now - g.last_seen_ms;
         if silent > ms(ctx.cfg.alert_offline_horizon) {
             return; // retired: leave its alerts as they are
+        }
+        if g.last_live_ms == 0 {
+            // Only back-filled data so far (a replayed old trace): it never reported live, so
+            // its silence since is not an outage.
+            return;
         }
         let team = data.team(g);
         if silent >= limit {

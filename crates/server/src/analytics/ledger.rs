@@ -19,10 +19,14 @@ pub struct GpuLedger {
 }
 
 /// The GPU's paid span inside `[from_ms, to_ms)`: from its first sample (registration) until
-/// `now_ms`. `None` when it was not yet registered.
+/// `now_ms`, so that a GPU that stops reporting is paid, and offline, until it is retired.
+/// A GPU that never reported live (only back-filled: a replayed trace) is paid only over the
+/// span it reported, to the end of its newest sample's minute. `None` when it was not yet
+/// registered.
 pub fn paid_span(gpu: &GpuRecord, from_ms: i64, to_ms: i64, now_ms: i64) -> Option<(i64, i64)> {
     let start = from_ms.max(gpu.first_seen_ms);
-    let end = to_ms.min(now_ms);
+    let reported_to = if gpu.last_live_ms > 0 { now_ms } else { (gpu.last_seen_ms.div_euclid(60_000) + 1) * 60_000 };
+    let end = to_ms.min(now_ms).min(reported_to);
     (end > start).then_some((start, end))
 }
 

@@ -60,7 +60,11 @@ pub fn owner_credits(
             shares.push((OwnerGroup::Unknown, 1.0));
         }
         for (group, share) in shares {
-            out.entry(group).or_default().entry(m.gpu_id).or_default().add_scaled(&m.credit, weight * share);
+            // The minute's allocated time is its owners': time with no process on the GPU is
+            // not allocated (the minute's own figure mixes both when a process came or went).
+            let mut credit = m.credit;
+            credit.allocated_s = if group == OwnerGroup::NoProcess { 0.0 } else { credit.allocation_covered_s };
+            out.entry(group).or_default().entry(m.gpu_id).or_default().add_scaled(&credit, weight * share);
         }
     }
     out
@@ -184,7 +188,7 @@ pub async fn report(
                      (FLEETLENS_RAW_RETENTION): {field} must be at or after {}; use team, host, gpu or model \
                      for older periods",
                     key.as_string(),
-                    humantime::format_duration(retention),
+                    retention_text(retention),
                     chrono::DateTime::<chrono::Utc>::from_timestamp_millis(oldest)
                         .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
                         .unwrap_or_else(|| oldest.to_string()),
@@ -206,6 +210,18 @@ pub async fn report(
     })
 }
 
+/// A retention period as a person writes it: `7 days`, `36 h`, else humantime's form.
+/// (humantime alone prints `7days`.)
+fn retention_text(d: std::time::Duration) -> String {
+    let s = d.as_secs();
+    match s {
+        86_400 => "1 day".into(),
+        s if s > 0 && s % 86_400 == 0 => format!("{} days", s / 86_400),
+        s if s > 0 && s % 3_600 == 0 => format!("{} h", s / 3_600),
+        _ => humantime::format_duration(d).to_string(),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -221,6 +237,7 @@ mod tests {
             mem_total_bytes: None,
             power_limit_w: None,
             first_seen_ms: 0,
+            last_live_ms: 10 * 3_600_000,
             last_seen_ms: 10 * 3_600_000,
             latest: None,
         }
@@ -255,6 +272,32 @@ mod tests {
                     .collect(),
             ),
         }
+    }
+
+    #[test]
+    fn time_with_no_process_is_not_allocated() {
+        let gpus = [gpu(1, "NVIDIA H100 80GB HBM3")];
+        // One minute, alice on the GPU in 3 of its 6 samples: allocated 30 of 60 s.
+        let mut m = minute(1, 0, WorkloadState::IdleHeld, 0.0);
+        m.credit.allocated_s = 30.0;
+        m.credit.allocation_covered_s = 60.0;
+        let lists = vec![
+            procs(1, 0, 3, &[("alice", Some(0.0))]),
+            ProcessList { gpu_id: 1, minute_ms: 0, processes: Some(vec![]), samples: 3 },
+        ];
+        let credits = owner_credits(&gpus, &[m], &lists, &OwnerKey::User, 0, 60_000);
+        let rows = owner_rows(&gpus, &credits, &PriceTable::default());
+        let row = |n: &str| rows.iter().find(|r| r.group == n).unwrap_or_else(|| panic!("{n}: {rows:?}"));
+        assert_eq!(row("(no process)").allocated_hours, 0.0);
+        assert!((row("alice").allocated_hours - 30.0 / 3600.0).abs() < 1e-12, "{rows:?}");
+    }
+
+    #[test]
+    fn retention_reads_as_written() {
+        use std::time::Duration;
+        assert_eq!(retention_text(Duration::from_secs(7 * 86_400)), "7 days");
+        assert_eq!(retention_text(Duration::from_secs(86_400)), "1 day");
+        assert_eq!(retention_text(Duration::from_secs(36 * 3_600)), "36 h");
     }
 
     #[test]

@@ -187,12 +187,7 @@ fn parse<T: DeserializeOwned>(headers: &HeaderMap, body: &[u8]) -> ApiResult<T> 
     if !ct.trim_start().to_ascii_lowercase().starts_with("application/json") {
         return Err(ApiError::UnsupportedMedia("send Content-Type: application/json".into()));
     }
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        ApiError::InvalidJson { path: (path != "." && !path.is_empty()).then_some(path), message }
-    })
+    crate::error::parse_json(body)
 }
 
 fn invalid(field: &str, message: impl Into<String>) -> ApiError {

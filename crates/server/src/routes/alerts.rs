@@ -83,12 +83,7 @@ fn not_found(what: &str) -> AlertsError {
 
 /// A JSON body, with the path of a bad value in the error.
 fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
-    let de = &mut serde_json::Deserializer::from_slice(body);
-    serde_path_to_error::deserialize(de).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        AlertsError::Api(ApiError::InvalidJson { path: (path != "." && !path.is_empty()).then_some(path), message })
-    })
+    crate::error::parse_json(body).map_err(AlertsError::Api)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -525,7 +520,11 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct AlertView {
     pub id: i64,
+    /// Ids are never reused, so this is always the rule that raised the alert, even after it
+    /// was deleted (then `rule_deleted` is true and `rule_name` is its name at the time).
     pub rule_id: i64,
+    /// The rule has been deleted since.
+    pub rule_deleted: bool,
     pub rule_name: String,
     pub severity: String,
     /// `pending`, `firing` or `resolved`.
@@ -561,6 +560,7 @@ impl From<AlertRecord> for AlertView {
         AlertView {
             id: a.id,
             rule_id: a.rule_id,
+            rule_deleted: false,
             rule_name: a.rule_name,
             severity: a.severity,
             status: a.status.as_str().to_string(),
@@ -629,9 +629,32 @@ pub async fn list_alerts(
         return Err(invalid("limit", "1–1000"));
     }
     let filter = AlertFilter { statuses, rule_id: q.rule_id, gpu_uuid: q.gpu, before_id: q.before, limit };
-    let alerts: Vec<AlertView> =
-        state.store.alerts(caller.org, &filter).await?.into_iter().map(AlertView::from).collect();
+    let rules = rule_ids(&state, caller.org).await?;
+    let alerts: Vec<AlertView> = state
+        .store
+        .alerts(caller.org, &filter)
+        .await?
+        .into_iter()
+        .map(|a| AlertView::from(a).marking_deleted(&rules))
+        .collect();
     Ok(Json(AlertList { alerts }))
+}
+
+/// The ids of the organisation's rules that still exist.
+async fn rule_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<i64>> {
+    Ok(state.store.alert_rules(org).await?.into_iter().map(|r| r.id).collect())
+}
+
+/// The ids of the organisation's channels that still exist.
+async fn channel_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<i64>> {
+    Ok(state.store.notification_channels(org).await?.into_iter().map(|c| c.id).collect())
+}
+
+impl AlertView {
+    fn marking_deleted(mut self, rules: &std::collections::HashSet<i64>) -> Self {
+        self.rule_deleted = !rules.contains(&self.rule_id);
+        self
+    }
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -672,7 +695,10 @@ pub struct DeliveryView {
     pub id: i64,
     pub message_id: Option<i64>,
     pub alert_id: Option<i64>,
+    /// Never reused: the channel the attempt went to, even after it was deleted.
     pub channel_id: i64,
+    /// The channel has been deleted since.
+    pub channel_deleted: bool,
     pub kind: String,
     pub attempt: i64,
     pub at_ms: i64,
@@ -683,6 +709,13 @@ pub struct DeliveryView {
     pub duration_ms: Option<i64>,
 }
 
+impl DeliveryView {
+    fn marking_deleted(mut self, channels: &std::collections::HashSet<i64>) -> Self {
+        self.channel_deleted = !channels.contains(&self.channel_id);
+        self
+    }
+}
+
 impl From<DeliveryRecord> for DeliveryView {
     fn from(d: DeliveryRecord) -> Self {
         DeliveryView {
@@ -690,6 +723,7 @@ impl From<DeliveryRecord> for DeliveryView {
             message_id: d.outbox_id,
             alert_id: d.alert_id,
             channel_id: d.channel_id,
+            channel_deleted: false,
             kind: d.kind,
             attempt: d.attempt,
             at_ms: d.at_ms,
@@ -717,9 +751,16 @@ pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): 
     let messages: Vec<OutboxView> =
         state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(OutboxView::from).collect();
     let filter = DeliveryFilter { alert_id: Some(id), limit: 200, ..Default::default() };
-    let deliveries: Vec<DeliveryView> =
-        state.store.deliveries(caller.org, &filter).await?.into_iter().map(DeliveryView::from).collect();
-    Ok(Json(AlertDetail { alert: AlertView::from(a), messages, deliveries }))
+    let channels = channel_ids(&state, caller.org).await?;
+    let deliveries: Vec<DeliveryView> = state
+        .store
+        .deliveries(caller.org, &filter)
+        .await?
+        .into_iter()
+        .map(|d| DeliveryView::from(d).marking_deleted(&channels))
+        .collect();
+    let alert = AlertView::from(a).marking_deleted(&rule_ids(&state, caller.org).await?);
+    Ok(Json(AlertDetail { alert, messages, deliveries }))
 }
 
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
@@ -773,8 +814,14 @@ async fn deliveries(
         return Err(invalid("limit", "1–1000"));
     }
     let filter = DeliveryFilter { channel_id, alert_id, limit };
-    let list: Vec<DeliveryView> =
-        state.store.deliveries(org, &filter).await?.into_iter().map(DeliveryView::from).collect();
+    let channels = channel_ids(state, org).await?;
+    let list: Vec<DeliveryView> = state
+        .store
+        .deliveries(org, &filter)
+        .await?
+        .into_iter()
+        .map(|d| DeliveryView::from(d).marking_deleted(&channels))
+        .collect();
     Ok(Json(DeliveryList { deliveries: list }))
 }
 

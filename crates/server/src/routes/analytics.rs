@@ -14,7 +14,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::analytics::{self, MINUTE_MS, summary};
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, JsonBody};
 use crate::routes::gpus::{RangeQuery, range};
 use crate::state::AppState;
 use crate::time::now_ms;
@@ -166,6 +166,9 @@ pub async fn fleet_summary(
     let overrides = analytics::price_overrides(store, caller.org).await?;
     let prices = overrides.as_ref().map_or_else(PriceTable::default, |o| PriceTable::default().with_overrides(o));
     let price_source = match &overrides {
+        Some(o) if o.currency != PriceTable::default().currency => {
+            format!("organisation prices in {} (the USD list prices do not apply)", o.currency)
+        }
         Some(_) => format!("organisation prices over defaults ({})", PriceTable::default().source),
         None => PriceTable::default().source,
     };
@@ -276,6 +279,8 @@ async fn read_credits(
 /// `GET /api/v1/prices`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct PricesView {
+    /// The currency every cost of the organisation is computed in: the overrides' when set
+    /// (overrides in another currency than the defaults' replace the defaults whole).
     pub currency: String,
     /// The shipped defaults: public on-demand list prices, labelled as such.
     pub defaults: PriceTable,
@@ -288,7 +293,8 @@ pub async fn get_prices(State(state): State<AppState>, caller: Caller) -> ApiRes
     caller.require(Scope::Read)?;
     let defaults = PriceTable::default();
     let overrides = analytics::price_overrides(state.store.as_ref(), caller.org).await?;
-    Ok(Json(PricesView { currency: defaults.currency.clone(), defaults, overrides }))
+    let currency = overrides.as_ref().map_or_else(|| defaults.currency.clone(), |o| o.currency.clone());
+    Ok(Json(PricesView { currency, defaults, overrides }))
 }
 
 /// `PUT /api/v1/prices`: the organisation's prices, per GPU model (NVML name or model id).
@@ -296,12 +302,10 @@ pub async fn get_prices(State(state): State<AppState>, caller: Caller) -> ApiRes
 pub async fn put_prices(
     State(state): State<AppState>,
     caller: Caller,
-    Json(table): Json<PriceTable>,
+    JsonBody(table): JsonBody<PriceTable>,
 ) -> ApiResult<Json<PricesView>> {
     caller.require(Scope::Admin)?;
-    table
-        .validate()
-        .map_err(|e| ApiError::Unprocessable { field: format!("per_gpu_hour.{}", e.key), message: e.message })?;
+    table.validate().map_err(|e| ApiError::Unprocessable { field: e.field, message: e.message })?;
     let json = serde_json::to_string(&table).expect("prices serialize");
     state.store.put_setting(caller.org, analytics::PRICES_KEY, &json, now_ms()).await?;
     state.summary_cache.invalidate(caller.org);
@@ -320,7 +324,7 @@ pub async fn get_thresholds(State(state): State<AppState>, caller: Caller) -> Ap
 pub async fn put_thresholds(
     State(state): State<AppState>,
     caller: Caller,
-    Json(th): Json<Thresholds>,
+    JsonBody(th): JsonBody<Thresholds>,
 ) -> ApiResult<Json<Thresholds>> {
     caller.require(Scope::Admin)?;
     th.validate().map_err(|e| ApiError::Unprocessable { field: e.field.to_string(), message: e.message })?;

@@ -80,7 +80,7 @@ pub async fn list(
     caller.require(Scope::Read)?;
     // A day by default: events are rare, and an incident is usually looked at the day after.
     let from = q.from.clone().or_else(|| {
-        let to = q.to.as_deref().map_or(Ok(crate::time::now_ms() + 1), |t| crate::time::parse_query_time("to", t));
+        let to = q.to.as_deref().map_or(Ok(crate::time::now_ms() + 1), |t| crate::time::parse_time_param("to", t));
         to.ok().map(|t| (t - DAY_MS).to_string())
     });
     let (from_ms, to_ms) = range(&RangeQuery { from, to: q.to.clone(), limit: None })?;
@@ -98,9 +98,18 @@ pub async fn list(
     };
     let limit = match q.limit.as_deref() {
         None => 500,
-        Some(l) => l.trim().parse::<i64>().ok().filter(|l| (1..=10_000).contains(l)).ok_or_else(|| {
-            ApiError::Unprocessable { field: "limit".into(), message: "a whole number from 1 to 10000".into() }
-        })?,
+        Some(l) => match l.trim().parse::<i64>() {
+            Err(_) => {
+                return Err(ApiError::BadParam {
+                    field: "limit".into(),
+                    message: format!("{l:?} is not a number: give a whole number from 1 to 10000"),
+                });
+            }
+            Ok(n) => Some(n).filter(|l| (1..=10_000).contains(l)).ok_or_else(|| ApiError::Unprocessable {
+                field: "limit".into(),
+                message: "a whole number from 1 to 10000".into(),
+            })?,
+        },
     };
     let filter = EventFilter {
         gpu_uuid: q.gpu.as_deref().map(str::trim).filter(|g| !g.is_empty()).map(str::to_string),

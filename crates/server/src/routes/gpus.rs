@@ -13,7 +13,7 @@ use crate::analytics;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::time::{now_ms, parse_query_time};
+use crate::time::{now_ms, parse_time_param};
 
 const DEFAULT_SAMPLE_LIMIT: u32 = 10_000;
 const MAX_SAMPLE_LIMIT: u32 = 100_000;
@@ -102,11 +102,11 @@ pub struct RangeQuery {
 /// A half-open time range from the query: defaults to the last hour.
 pub fn range(q: &RangeQuery) -> ApiResult<(i64, i64)> {
     let to = match &q.to {
-        Some(t) => parse_query_time("to", t)?,
+        Some(t) => parse_time_param("to", t)?,
         None => now_ms() + 1,
     };
     let from = match &q.from {
-        Some(f) => parse_query_time("from", f)?,
+        Some(f) => parse_time_param("from", f)?,
         None => to - HOUR_MS,
     };
     if from >= to {
@@ -126,9 +126,18 @@ pub async fn samples(
     let (from_ms, to_ms) = range(&q)?;
     let limit = match &q.limit {
         None => DEFAULT_SAMPLE_LIMIT,
-        Some(l) => l.parse::<u32>().ok().filter(|l| (1..=MAX_SAMPLE_LIMIT).contains(l)).ok_or_else(|| {
-            ApiError::Unprocessable { field: "limit".into(), message: format!("must be 1–{MAX_SAMPLE_LIMIT}") }
-        })?,
+        // Not a number: unparseable, 400; a number out of range: 422 (the API's one rule).
+        Some(l) => match l.trim().parse::<i64>() {
+            Err(_) => {
+                return Err(ApiError::BadParam {
+                    field: "limit".into(),
+                    message: format!("{l:?} is not a number: give 1–{MAX_SAMPLE_LIMIT}"),
+                });
+            }
+            Ok(n) => u32::try_from(n).ok().filter(|n| (1..=MAX_SAMPLE_LIMIT).contains(n)).ok_or_else(|| {
+                ApiError::Unprocessable { field: "limit".into(), message: format!("must be 1–{MAX_SAMPLE_LIMIT}") }
+            })?,
+        },
     };
     let gpu = state
         .store

@@ -73,11 +73,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8], max_decoded: usize) -> ApiResult
         return Ok(batch);
     }
     let de = &mut serde_json::Deserializer::from_slice(json);
-    let batch: IngestBatch = serde_path_to_error::deserialize(&mut *de).map_err(|e| {
-        let path = e.path().to_string();
-        let message = e.into_inner().to_string();
-        ApiError::InvalidJson { path: (path != "." && !path.is_empty()).then_some(path), message }
-    })?;
+    let batch: IngestBatch = serde_path_to_error::deserialize(&mut *de).map_err(crate::error::json_error)?;
     // What made the fast path fail may come after the document (`{…}}`, `{…} x`).
     de.end().map_err(|e| ApiError::InvalidJson { path: None, message: e.to_string() })?;
     Ok(batch)
@@ -102,6 +98,12 @@ pub fn check(batch: &IngestBatch) -> ApiResult<()> {
         return Err(ApiError::Unprocessable {
             field: "host".into(),
             message: "required: 1–255 printable characters".into(),
+        });
+    }
+    if batch.samples.is_empty() && batch.events.is_empty() {
+        return Err(ApiError::Unprocessable {
+            field: "samples".into(),
+            message: "the batch holds neither samples nor events: send at least one".into(),
         });
     }
     let printable = |t: &str| !t.chars().any(char::is_control);

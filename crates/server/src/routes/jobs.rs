@@ -5,12 +5,13 @@ use std::collections::HashMap;
 
 use axum::Json;
 use axum::extract::{Query, State};
+use axum::http::StatusCode;
 use fleetlens_api::{Job, JobReport};
 use fleetlens_core::{GpuModel, Precision};
 use fleetlens_store::{GpuRecord, JobRecord, Scope};
 
 use crate::auth::Caller;
-use crate::error::{ApiError, ApiResult};
+use crate::error::{ApiError, ApiResult, JsonBody};
 use crate::routes::gpus::{RangeQuery, range};
 use crate::state::AppState;
 use crate::time::{now_ms, parse_query_time};
@@ -59,8 +60,12 @@ fn view(job: JobRecord, gpus: &HashMap<&str, &GpuRecord>) -> Job {
     }
 }
 
-#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = JobReport, responses((status = 200, body = Job), crate::openapi::BodyErrors))]
-pub async fn report(State(state): State<AppState>, caller: Caller, Json(r): Json<JobReport>) -> ApiResult<Json<Job>> {
+#[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = JobReport, responses((status = 201, body = Job), crate::openapi::BodyErrors))]
+pub async fn report(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(r): JsonBody<JobReport>,
+) -> ApiResult<(StatusCode, Json<Job>)> {
     caller.require(Scope::Ingest)?;
     let name = r.name.trim();
     if name.is_empty() || name.len() > 200 {
@@ -105,7 +110,7 @@ pub async fn report(State(state): State<AppState>, caller: Caller, Json(r): Json
         created_ms: now_ms(),
     };
     job.id = state.store.insert_job(caller.org, &job).await?;
-    Ok(Json(view(job, &by_uuid)))
+    Ok((StatusCode::CREATED, Json(view(job, &by_uuid))))
 }
 
 #[utoipa::path(get, path = "/jobs", tag = "jobs", params(RangeQuery), responses((status = 200, body = Vec<Job>), crate::openapi::QueryErrors))]

@@ -85,6 +85,8 @@ pub async fn billing(
                 .into_response());
         }
         return Ok(Json(BillingReport {
+            from_ms: report.from_ms,
+            to_ms,
             from,
             to,
             group_by: key.as_string(),
@@ -116,6 +118,8 @@ pub async fn billing(
             .into_response());
     }
     Ok(Json(BillingReport {
+        from_ms,
+        to_ms,
         from,
         to,
         group_by: group_name.into(),
