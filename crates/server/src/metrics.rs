@@ -11,8 +11,8 @@ use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use fleetlens_core::{Resolution, WorkloadState};
 use fleetlens_store::{LatestMinute, Scope};
-use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::encoding::text::encode;
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -49,21 +49,49 @@ pub fn record_rejected() {
     INGEST.requests_rejected.fetch_add(1, Ordering::Relaxed);
 }
 
+/// A label value from outside the server (an agent's host, GPU uuid and model name, a team
+/// name), written escaped as both exposition formats require: `\` as `\\`, `"` as `\"`, a line
+/// feed as `\n`. prometheus-client 0.23 writes `String` label values raw, so one host named
+/// `n1",team="x` made the whole exposition unparsable and Prometheus dropped every series.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+struct AgentText(String);
+
+impl EncodeLabelValue for AgentText {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> std::fmt::Result {
+        write_escaped_label_value(encoder, &self.0)
+    }
+}
+
+/// `value` escaped per the text exposition format (0.0.4 and OpenMetrics 1.0 alike).
+fn write_escaped_label_value(out: &mut impl std::fmt::Write, value: &str) -> std::fmt::Result {
+    let mut rest = value;
+    while let Some(at) = rest.find(['\\', '"', '\n']) {
+        out.write_str(&rest[..at])?;
+        out.write_str(match rest.as_bytes()[at] {
+            b'\\' => "\\\\",
+            b'"' => "\\\"",
+            _ => "\\n",
+        })?;
+        rest = &rest[at + 1..];
+    }
+    out.write_str(rest)
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct GpuLabels {
-    uuid: String,
-    host: String,
+    uuid: AgentText,
+    host: AgentText,
     /// The GPU's team (empty, i.e. no label in PromQL, when it has none).
-    team: String,
-    model: String,
+    team: AgentText,
+    model: AgentText,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct StateLabels {
-    uuid: String,
-    host: String,
-    team: String,
-    model: String,
+    uuid: AgentText,
+    host: AgentText,
+    team: AgentText,
+    model: AgentText,
     state: String,
 }
 
@@ -143,10 +171,10 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     registry.register("gpu_state", "Current workload state (METRICS.md), one-hot", state_family.clone());
     for g in &gpus {
         let labels = GpuLabels {
-            uuid: g.uuid.clone(),
-            host: g.host.clone(),
-            team: teams.get(&g.id).cloned().unwrap_or_default(),
-            model: g.name.clone().unwrap_or_default(),
+            uuid: AgentText(g.uuid.clone()),
+            host: AgentText(g.host.clone()),
+            team: AgentText(teams.get(&g.id).cloned().unwrap_or_default()),
+            model: AgentText(g.name.clone().unwrap_or_default()),
         };
         if let Some(latest) = &g.latest {
             for ((_, _, get), family) in signals.iter().zip(&families) {
@@ -227,4 +255,24 @@ async fn last_hour_funnel(
     }
     let credits = analytics::summary::Credits::new(hours, minutes, plan);
     Ok(analytics::summary::funnel_only(gpus, &credits))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn escaped(value: &str) -> String {
+        let mut out = String::new();
+        write_escaped_label_value(&mut out, value).unwrap();
+        out
+    }
+
+    #[test]
+    fn label_values_are_escaped_per_the_exposition_format() {
+        assert_eq!(escaped("gpu-node-01"), "gpu-node-01");
+        assert_eq!(escaped(r#"n1",team="x"#), r#"n1\",team=\"x"#);
+        assert_eq!(escaped("a\\b\nc\""), "a\\\\b\\nc\\\"");
+        assert_eq!(escaped("\u{202e}émoji 🚀"), "\u{202e}émoji 🚀", "other characters pass as they are");
+        assert_eq!(escaped(""), "");
+    }
 }

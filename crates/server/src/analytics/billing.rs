@@ -118,10 +118,22 @@ pub fn billing_rows(
     groups.into_iter().map(|(group, a)| a.into_row(group)).collect()
 }
 
-/// The rows as CSV with a header row (RFC 4180 quoting; opens cleanly in a spreadsheet).
+/// A text cell that a spreadsheet will show as text: one starting with `=`, `+`, `-`, `@`, a
+/// tab, a carriage return or a line feed is a formula to Excel, LibreOffice and Google Sheets
+/// (`=HYPERLINK(…)`, `=cmd|' /C calc'!A0`), so it gets a leading `'` (OWASP's rule for CSV
+/// injection). For cells of agent- or user-supplied text (group names, the grouping, the
+/// currency); the numbers the report computes are written as numbers, as they are.
+pub fn spreadsheet_text(text: &str) -> String {
+    if text.starts_with(['=', '+', '-', '@', '\t', '\r', '\n']) { format!("'{text}") } else { text.to_string() }
+}
+
+/// The rows as CSV with a header row (RFC 4180 quoting; opens cleanly in a spreadsheet). Text
+/// cells go through [`spreadsheet_text`]: a host or process owner named like a formula reads as
+/// text, not as a formula.
 pub fn to_csv(from: &str, to: &str, group_by: &str, currency: &str, rows: &[BillingRow]) -> String {
     let mut w = csv::Writer::from_writer(Vec::new());
-    let mut header: Vec<String> = ["period_from", "period_to", group_by, "gpus", "gpu_hours", "allocated_hours"]
+    let group_by = spreadsheet_text(group_by);
+    let mut header: Vec<String> = ["period_from", "period_to", &group_by, "gpus", "gpu_hours", "allocated_hours"]
         .iter()
         .map(|s| s.to_string())
         .collect();
@@ -149,7 +161,7 @@ pub fn to_csv(from: &str, to: &str, group_by: &str, currency: &str, rows: &[Bill
         let mut rec = vec![
             from.to_string(),
             to.to_string(),
-            r.group.clone(),
+            spreadsheet_text(&r.group),
             r.gpus.to_string(),
             num(r.gpu_hours),
             num(r.allocated_hours),
@@ -160,7 +172,7 @@ pub fn to_csv(from: &str, to: &str, group_by: &str, currency: &str, rows: &[Bill
             opt(r.mean_sm_active_pct),
             opt(r.mean_tensor_active_pct),
             num(r.energy_kwh),
-            currency.to_string(),
+            spreadsheet_text(currency),
             opt(r.price_per_gpu_hour),
             opt(r.cost),
             opt(r.wasted_cost),
@@ -170,4 +182,48 @@ pub fn to_csv(from: &str, to: &str, group_by: &str, currency: &str, rows: &[Bill
         w.write_record(&rec).expect("csv to memory");
     }
     String::from_utf8(w.into_inner().expect("csv flush")).expect("csv is utf-8")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formula_prefixes_get_a_quote_and_other_text_is_kept() {
+        for hostile in ["=HYPERLINK(\"http://evil\",\"x\")", "+1", "-2+3", "@SUM(A1)", "\tx", "\rx", "\nx"] {
+            assert_eq!(spreadsheet_text(hostile), format!("'{hostile}"));
+        }
+        for plain in ["gpu-node-01", "alice", "(no process)", " =not a formula", "'quoted", ""] {
+            assert_eq!(spreadsheet_text(plain), plain);
+        }
+    }
+
+    #[test]
+    fn csv_neutralises_text_cells_and_keeps_numbers() {
+        let row = BillingRow {
+            group: "=cmd|' /C calc'!A0".into(),
+            gpus: 1,
+            gpu_hours: 1.5,
+            allocated_hours: 1.0,
+            hours_by_state: BTreeMap::new(),
+            mean_gpu_util_pct: None,
+            mean_sm_active_pct: None,
+            mean_tensor_active_pct: None,
+            energy_kwh: 0.0,
+            price_per_gpu_hour: Some(-1.0),
+            cost: None,
+            wasted_cost: None,
+            unpriced_gpu_hours: 0.0,
+            efficiency_pct: None,
+        };
+        let csv = to_csv("2026-01-01T00:00:00Z", "2026-01-02T00:00:00Z", "@grouping", "@USD", &[row]);
+        let mut reader = csv::Reader::from_reader(csv.as_bytes());
+        let header = reader.headers().unwrap().clone();
+        assert_eq!(&header[2], "'@grouping");
+        let rec = reader.records().next().unwrap().unwrap();
+        let cell = |name: &str| rec[header.iter().position(|h| h == name).unwrap()].to_string();
+        assert_eq!(cell("'@grouping"), "'=cmd|' /C calc'!A0");
+        assert_eq!(cell("currency"), "'@USD");
+        assert_eq!(cell("price_per_gpu_hour"), "-1.000000", "a number stays a number");
+    }
 }

@@ -873,7 +873,10 @@ pub struct SilenceBody {
 
 fn time_value(name: &str, v: &Value) -> Res<i64> {
     match v {
-        Value::Number(n) => n.as_i64().ok_or_else(|| invalid(name, "must be whole Unix milliseconds")),
+        Value::Number(n) => {
+            let ms = n.as_i64().ok_or_else(|| invalid(name, "must be whole Unix milliseconds"))?;
+            Ok(crate::time::check_time_ms(name, ms)?)
+        }
         Value::String(s) => Ok(parse_query_time(name, s)?),
         _ => Err(invalid(name, "must be RFC 3339 text or Unix milliseconds")),
     }

@@ -74,7 +74,7 @@ pub async fn states(
         return Ok(Json(Vec::new()));
     }
     // Counted over the GPU's own time: a short trace asked for with a wide range is fine.
-    if (to_ms - from_ms) / window_ms > MAX_WINDOWS {
+    if to_ms.saturating_sub(from_ms) / window_ms > MAX_WINDOWS {
         return Err(ApiError::Unprocessable {
             field: "window_s".into(),
             message: format!("more than {MAX_WINDOWS} windows: widen window_s or narrow from/to"),
@@ -85,14 +85,17 @@ pub async fn states(
         let buckets = state.store.rollups(gpu.id, Resolution::Minute, start, to_ms).await?;
         analytics::states_from_minutes(&buckets, &gpu, from_ms, to_ms, window_ms, &th)
     } else {
-        if to_ms - from_ms > DAY_MS {
+        if to_ms.saturating_sub(from_ms) > DAY_MS {
             return Err(ApiError::Unprocessable {
                 field: "window_s".into(),
                 message: "windows that are not whole minutes read raw samples: ask for at most one day".into(),
             });
         }
         // One interval's margin on each side, so the first and last windows know their neighbours.
-        let samples = state.store.samples(gpu.id, from_ms - 10_000, to_ms + 10_000, MAX_RAW_SAMPLES).await?;
+        let samples = state
+            .store
+            .samples(gpu.id, from_ms.saturating_sub(10_000), to_ms.saturating_add(10_000), MAX_RAW_SAMPLES)
+            .await?;
         analytics::states_from_samples(&samples, from_ms, to_ms, window_ms, &th)
     };
     Ok(Json(windows))

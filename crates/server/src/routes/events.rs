@@ -81,7 +81,7 @@ pub async fn list(
     // A day by default: events are rare, and an incident is usually looked at the day after.
     let from = q.from.clone().or_else(|| {
         let to = q.to.as_deref().map_or(Ok(crate::time::now_ms() + 1), |t| crate::time::parse_time_param("to", t));
-        to.ok().map(|t| (t - DAY_MS).to_string())
+        to.ok().map(|t| t.saturating_sub(DAY_MS).max(crate::time::MIN_TIME_MS).to_string())
     });
     let (from_ms, to_ms) = range(&RangeQuery { from, to: q.to.clone(), limit: None })?;
     let kind = match q.kind.as_deref().map(str::trim) {

@@ -13,7 +13,7 @@ use crate::analytics;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::time::{now_ms, parse_time_param};
+use crate::time::{MIN_TIME_MS, now_ms, parse_time_param};
 
 const DEFAULT_SAMPLE_LIMIT: u32 = 10_000;
 const MAX_SAMPLE_LIMIT: u32 = 100_000;
@@ -99,7 +99,9 @@ pub struct RangeQuery {
     pub limit: Option<String>,
 }
 
-/// A half-open time range from the query: defaults to the last hour.
+/// A half-open time range from the query: defaults to the last hour. Both ends lie within
+/// [`crate::time::MIN_TIME_MS`]..=[`crate::time::MAX_TIME_MS`] (else 422 naming the parameter),
+/// so `to - from` and the like cannot overflow.
 pub fn range(q: &RangeQuery) -> ApiResult<(i64, i64)> {
     let to = match &q.to {
         Some(t) => parse_time_param("to", t)?,
@@ -107,7 +109,7 @@ pub fn range(q: &RangeQuery) -> ApiResult<(i64, i64)> {
     };
     let from = match &q.from {
         Some(f) => parse_time_param("from", f)?,
-        None => to - HOUR_MS,
+        None => to.saturating_sub(HOUR_MS).max(MIN_TIME_MS),
     };
     if from >= to {
         return Err(ApiError::Unprocessable { field: "from".into(), message: "must be before `to`".into() });
@@ -179,7 +181,7 @@ pub async fn series(
     let res = match q.resolution.as_deref().unwrap_or("auto") {
         "1m" => Resolution::Minute,
         "1h" => Resolution::Hour,
-        "auto" if to_ms - from_ms <= 36 * HOUR_MS => Resolution::Minute,
+        "auto" if to_ms.saturating_sub(from_ms) <= 36 * HOUR_MS => Resolution::Minute,
         "auto" => Resolution::Hour,
         other => {
             return Err(ApiError::Unprocessable {
@@ -188,7 +190,7 @@ pub async fn series(
             });
         }
     };
-    if (to_ms - from_ms) / res.bucket_ms() > MAX_SERIES_POINTS {
+    if to_ms.saturating_sub(from_ms) / res.bucket_ms() > MAX_SERIES_POINTS {
         return Err(ApiError::Unprocessable {
             field: "resolution".into(),
             message: format!("more than {MAX_SERIES_POINTS} points: use 1h or a shorter range"),

@@ -28,7 +28,10 @@ pub fn parse_precision(p: &str) -> Option<Precision> {
 
 fn time_field(name: &str, v: &serde_json::Value) -> ApiResult<i64> {
     match v {
-        serde_json::Value::Number(n) => n.as_i64().ok_or_else(|| invalid(name, "must be whole Unix milliseconds")),
+        serde_json::Value::Number(n) => {
+            let ms = n.as_i64().ok_or_else(|| invalid(name, "must be whole Unix milliseconds"))?;
+            crate::time::check_time_ms(name, ms)
+        }
         serde_json::Value::String(s) => parse_query_time(name, s),
         _ => Err(invalid(name, "must be RFC 3339 text or Unix milliseconds")),
     }

@@ -55,7 +55,8 @@ pub async fn billing(
     let from_default = q.from.clone().unwrap_or_else(|| "0".into());
     let (from_ms, to_ms) = range(&RangeQuery { from: Some(from_default), to: Some(to), limit: None })?;
     // Default period: the last 30 days.
-    let from_ms = if q.from.is_none() { to_ms - 30 * DAY_MS } else { from_ms };
+    let from_ms =
+        if q.from.is_none() { to_ms.saturating_sub(30 * DAY_MS).max(crate::time::MIN_TIME_MS) } else { from_ms };
     let group_name = q.group_by.as_deref().unwrap_or("gpu");
     let unprocessable = |message: String| ApiError::Unprocessable { field: "group_by".into(), message };
     let owner_key = match GroupBy::parse(group_name) {
