@@ -7,6 +7,7 @@ pub mod defaults;
 pub mod expr;
 pub mod fields;
 pub mod group;
+pub mod group_payload;
 pub mod inhibit;
 pub mod machine;
 pub mod payload;
