@@ -533,8 +533,7 @@ pub trait AlertStore: Send + Sync {
 
 pub(crate) const RULE_COLS: &str = "id, org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, severity, \
      labels, description, advice, channels, enabled, builtin, created_ms, updated_ms, inhibits, inhibit_scope";
-pub(crate) const CHANNEL_COLS: &str =
-    "id, org_id, name, kind, url, is_default, min_interval_ms, next_send_ms, created_ms, updated_ms, group_by, \
+pub(crate) const CHANNEL_COLS: &str = "id, org_id, name, kind, url, is_default, min_interval_ms, next_send_ms, created_ms, updated_ms, group_by, \
      group_wait_s, group_interval_s, digest, digest_at_min, digest_last_ms";
 pub(crate) const SILENCE_COLS: &str = "id, org_id, matchers, starts_at_ms, ends_at_ms, comment, created_by, created_ms";
 pub(crate) const ALERT_COLS: &str = "a.id, a.org_id, a.rule_id, a.gpu_id, coalesce(g.uuid, '') AS gpu_uuid, \

@@ -118,7 +118,10 @@ async fn rules_round_trip_and_names_are_unique(backend: Backend) {
     let a = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap().unwrap();
     assert_eq!((a.name.as_str(), a.for_s, a.channels.clone(), a.enabled), ("hollow", 300, vec![3, 1], true));
     assert_eq!(a.labels["page"], "no");
-    assert_eq!((a.inhibits.clone(), a.inhibit_scope.as_str()), (vec!["busy_but_hollow".to_string(), "*".into()], "host"));
+    assert_eq!(
+        (a.inhibits.clone(), a.inhibit_scope.as_str()),
+        (vec!["busy_but_hollow".to_string(), "*".into()], "host")
+    );
     assert!(store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 6).await.unwrap().is_none(), "name taken");
     let b = store.insert_alert_rule(DEFAULT_ORG, &rule("other"), 6).await.unwrap().unwrap();
     let mut edit = rule("hollow2");
@@ -472,7 +475,10 @@ async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
     assert_eq!(store.apply_group_changes(&[firing], 41).await.unwrap(), vec![None]);
     assert_eq!(store.outbox_for_alert(DEFAULT_ORG, alert_id).await.unwrap().len(), 1);
     let open_groups = store.open_alert_groups().await.unwrap();
-    assert_eq!((open_groups.len(), open_groups[0].state.clone(), open_groups[0].version), (1, serde_json::json!({"n": 1}), 0));
+    assert_eq!(
+        (open_groups.len(), open_groups[0].state.clone(), open_groups[0].version),
+        (1, serde_json::json!({"n": 1}), 0)
+    );
     // Updates are compare-and-set on the version: a stale writer loses.
     let resolve = |version: i64| GroupChange {
         write: GroupWrite::Update(rec(serde_json::json!({"n": 2}), version, gid, false)),

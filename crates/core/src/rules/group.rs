@@ -182,7 +182,8 @@ mod tests {
 
     #[test]
     fn first_message_waits_for_the_group() {
-        let mut g = GroupProgress { opened_ms: 0, present: 1, active: vec![1], ever_active: true, ..Default::default() };
+        let mut g =
+            GroupProgress { opened_ms: 0, present: 1, active: vec![1], ever_active: true, ..Default::default() };
         assert_eq!(group_action(&g, 1999, T), GroupAction::Wait);
         assert_eq!(group_action(&g, 2000, T), GroupAction::Firing);
         // Every member held back: nothing.

@@ -141,7 +141,8 @@ pub fn slack_group_message(g: &GroupMessage) -> Json {
             if blocks.len() + 1 >= room {
                 break;
             }
-            blocks.push(json!({"type": "section", "text": mrkdwn(std::mem::take(&mut chunk), SLACK_MAX_SECTION_CHARS)}));
+            blocks
+                .push(json!({"type": "section", "text": mrkdwn(std::mem::take(&mut chunk), SLACK_MAX_SECTION_CHARS)}));
         }
         if !chunk.is_empty() {
             chunk.push('\n');
@@ -152,7 +153,11 @@ pub fn slack_group_message(g: &GroupMessage) -> Json {
     if !chunk.is_empty() && blocks.len() < room {
         blocks.push(json!({"type": "section", "text": mrkdwn(chunk, SLACK_MAX_SECTION_CHARS)}));
     }
-    let more = if listed < g.members.len() { format!(" · {} more not listed", g.members.len() - listed) } else { String::new() };
+    let more = if listed < g.members.len() {
+        format!(" · {} more not listed", g.members.len() - listed)
+    } else {
+        String::new()
+    };
     blocks.push(json!({"type": "context", "elements": [mrkdwn(
         format!("Fleetlens · rule #{} · {} · group {}{more}", first.rule_id, g.kind.as_str(), e(&g.key)),
         SLACK_MAX_SECTION_CHARS,
@@ -164,7 +169,8 @@ pub fn slack_group_message(g: &GroupMessage) -> Json {
         GroupMessageKind::Repeat => "STILL FIRING",
         GroupMessageKind::Resolved => "RESOLVED",
     };
-    let text = format!("[{status}] {} ({}): {} · {}", first.rule_name, first.severity, g.scope_words(), g.money_words());
+    let text =
+        format!("[{status}] {} ({}): {} · {}", first.rule_name, first.severity, g.scope_words(), g.money_words());
     json!({"text": truncate_chars(&e(&text), SLACK_MAX_TEXT_CHARS), "blocks": blocks})
 }
 

@@ -175,7 +175,9 @@ impl OpenAlert<'_> {
 /// Does `src` inhibit `dst` (rules and place, not yet the tie between mutual inhibitors)?
 fn reaches(rules: &Inhibitions, src: &OpenAlert<'_>, dst: &OpenAlert<'_>) -> bool {
     src.id != dst.id
-        && rules.get(&src.rule_id).is_some_and(|(scope, targets)| targets.contains(&dst.rule_id) && src.same_place(dst, *scope))
+        && rules
+            .get(&src.rule_id)
+            .is_some_and(|(scope, targets)| targets.contains(&dst.rule_id) && src.same_place(dst, *scope))
 }
 
 /// For each inhibited alert, the alert that inhibits it (a firing one before a pending one,
@@ -215,7 +217,8 @@ pub fn inhibited_by(alerts: &[OpenAlert<'_>], rules: &Inhibitions) -> HashMap<i6
                 if reaches(rules, dst, src) && (dst.active_since_ms, dst.id) < (src.active_since_ms, src.id) {
                     continue;
                 }
-                let better = best.is_none_or(|b| (!src.firing, src.active_since_ms, src.id) < (!b.firing, b.active_since_ms, b.id));
+                let better = best
+                    .is_none_or(|b| (!src.firing, src.active_since_ms, src.id) < (!b.firing, b.active_since_ms, b.id));
                 if better {
                     best = Some(src);
                 }

@@ -100,13 +100,12 @@ async fn build(
     let idle_held: Vec<AlertRecord> = fired.iter().filter(|a| idle_rules.contains(&a.rule_id)).cloned().collect();
     let gpus = store.gpu_identities(org).await?;
     let prices = crate::analytics::prices(store, org).await.unwrap_or_default();
-    let credits =
-        crate::analytics::owners::read_owner_credits(store, org, &gpus, &OwnerKey::User, from, to.min(now))
-            .await
-            .unwrap_or_else(|e| {
-                tracing::warn!(error = %e, "digest: cannot read the owners' credits");
-                Default::default()
-            });
+    let credits = crate::analytics::owners::read_owner_credits(store, org, &gpus, &OwnerKey::User, from, to.min(now))
+        .await
+        .unwrap_or_else(|e| {
+            tracing::warn!(error = %e, "digest: cannot read the owners' credits");
+            Default::default()
+        });
     let top = crate::analytics::owners::top_owners(&gpus, &credits, &prices, TOP_OWNERS);
     if fired.is_empty() && top.is_empty() {
         return Ok(None);
@@ -114,7 +113,9 @@ async fn build(
     let every = match every {
         DigestEvery::Daily => "daily".to_string(),
         DigestEvery::Weekly => "weekly".to_string(),
-        DigestEvery::Period(p) => format!("every {}", humantime::format_duration(std::time::Duration::from_millis(p as u64))),
+        DigestEvery::Period(p) => {
+            format!("every {}", humantime::format_duration(std::time::Duration::from_millis(p as u64)))
+        }
     };
     let d = Digest { every, from_ms: from, to_ms: to, currency: prices.currency.clone(), top, idle_held, fired };
     Ok(Some(match c.kind.as_str() {

@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::delivery::{DEFAULT_DELIVERY_GAP_MS, Delivery};
+use fleetlens_core::rules::inhibit::{self, InhibitScope, Inhibitions, OpenAlert, RuleRef, Target};
 use fleetlens_core::rules::payload::{matched_values, render_template};
 use fleetlens_core::rules::{
     AlertSubject, Condition, DEFAULT_RULES, NotifyStatus, Observation, Phase, RuleSpec, Step, Timing, Truth,
@@ -35,7 +36,6 @@ use fleetlens_core::rules::{
 };
 use fleetlens_core::rules::{DefaultRule, SilenceWindow};
 use fleetlens_core::{Sample, Thresholds, WindowAggregate, WorkloadState, classify};
-use fleetlens_core::rules::inhibit::{self, InhibitScope, Inhibitions, OpenAlert, RuleRef, Target};
 use fleetlens_store::alerts::{
     ALERT_ENGINE_JOB, AlertChange, AlertRecord, AlertRuleRecord, AlertStatus, AlertWrite, ChannelRecord, EvalWrite,
     GpuBrief, GpuCursor, NewAlertRule, NewNotification, NewSuppressed,

@@ -22,9 +22,7 @@ use fleetlens_core::rules::group::{
 };
 use fleetlens_core::rules::group_payload::{GroupMessage, GroupMessageKind, slack_group_message, webhook_v4_group};
 use fleetlens_core::rules::{Notification, NotifyStatus};
-use fleetlens_store::alerts::{
-    AlertGroupRecord, AlertStatus, ChannelRecord, GroupChange, GroupWrite, NewNotification,
-};
+use fleetlens_store::alerts::{AlertGroupRecord, AlertStatus, ChannelRecord, GroupChange, GroupWrite, NewNotification};
 use fleetlens_store::{OrgId, Store, StoreError};
 use serde::{Deserialize, Serialize};
 
@@ -128,14 +126,7 @@ struct Planned {
 }
 
 fn new_entry(org: OrgId, channel: i64, key: String, now: i64) -> GroupEntry {
-    GroupEntry {
-        rec: None,
-        org,
-        channel,
-        key,
-        state: GroupState { opened_ms: now, ..Default::default() },
-        dirty: true,
-    }
+    GroupEntry { rec: None, org, channel, key, state: GroupState { opened_ms: now, ..Default::default() }, dirty: true }
 }
 
 fn resolve_member(m: &mut GroupMember, at: i64) {
@@ -163,9 +154,7 @@ fn send(state: &mut GroupState, kind: GroupMessageKind, now: i64) -> (Vec<i64>, 
             (active.clone(), joined)
         }
         GroupMessageKind::Repeat => (active.clone(), 0),
-        GroupMessageKind::Resolved => {
-            (state.members.iter().filter(|m| m.ever_active).map(|m| m.alert_id).collect(), 0)
-        }
+        GroupMessageKind::Resolved => (state.members.iter().filter(|m| m.ever_active).map(|m| m.alert_id).collect(), 0),
     };
     let seq = match kind {
         GroupMessageKind::Update | GroupMessageKind::Repeat => {
@@ -321,7 +310,10 @@ impl Engine {
                 let held = a.silenced_by.is_some() || a.inhibited_by.is_some();
                 for c in data.group_channels_for(&rule.rec) {
                     let key = group_key(&group_by(c), &a.labels);
-                    let g = self.groups.entry((c.id, key.clone())).or_insert_with(|| new_entry(a.org_id, c.id, key.clone(), now));
+                    let g = self
+                        .groups
+                        .entry((c.id, key.clone()))
+                        .or_insert_with(|| new_entry(a.org_id, c.id, key.clone(), now));
                     let mut n = render::notification(&a, NotifyStatus::Resolved, false, &data.public_url);
                     n.resolved_at_ms = Some(at);
                     g.state.add(GroupMember { alert_id: a.id, firing: false, held, ever_active: !held, n });
@@ -475,10 +467,8 @@ fn message(
             n
         })
         .collect();
-    let gpu_hours = members
-        .iter()
-        .map(|n| (n.resolved_at_ms.unwrap_or(now) - n.active_since_ms).max(0) as f64 / 3_600_000.0)
-        .sum();
+    let gpu_hours =
+        members.iter().map(|n| (n.resolved_at_ms.unwrap_or(now) - n.active_since_ms).max(0) as f64 / 3_600_000.0).sum();
     let costs: Vec<f64> = members
         .iter()
         .filter(|n| n.resolved_at_ms.is_none())

@@ -501,7 +501,8 @@ fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChann
     }
     let digest_at_min = match b.digest_at.as_deref() {
         Some(t) => {
-            let parsed = t.trim().split_once(':').and_then(|(h, m)| Some((h.parse::<i64>().ok()?, m.parse::<i64>().ok()?)));
+            let parsed =
+                t.trim().split_once(':').and_then(|(h, m)| Some((h.parse::<i64>().ok()?, m.parse::<i64>().ok()?)));
             match parsed {
                 Some((h, m)) if (0..24).contains(&h) && (0..60).contains(&m) => h * 60 + m,
                 _ => return Err(invalid("digest_at", "HH:MM (UTC), e.g. 09:00")),
