@@ -175,7 +175,7 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
                             {group_alerts(list)
                                 .into_iter()
                                 .map(|(key, members)| {
-                                    let head = (members.len() > 1).then(|| group_row(&key, &members, expanded, now, admin));
+                                    let head = if members.len() > 1 { Some(group_row(&key, &members, expanded, now, admin)) } else { None };
                                     let grouped = members.len() > 1;
                                     let rows = members.into_iter().map(|a| {
                                     let member_key = key.clone();
@@ -267,7 +267,7 @@ fn group_row(
     expanded: RwSignal<std::collections::HashSet<String>>,
     now: i64,
     admin: bool,
-) -> impl IntoView {
+) -> impl IntoView + use<> {
     let first = &members[0];
     let firing = members.iter().filter(|a| a.status == "firing").count();
     let held = members.iter().filter(|a| a.inhibited || a.silenced).count();
@@ -287,9 +287,10 @@ fn group_row(
     let label = format!("{} GPUs", members.len());
     let key = key.to_string();
     let key2 = key.clone();
-    let open = move || expanded.with(|e| e.contains(&key2));
+    let data_key = key.clone();
+    let open = Signal::derive(move || expanded.with(|e| e.contains(&key2)));
     view! {
-        <tr class="group-row" data-group=key.clone()>
+        <tr class="group-row" data-group=data_key>
             <td>
                 <span class=class>{status}</span>
                 {(held > 0).then(|| view! { " " <span class="pill pill-muted">{format!("{held} held back")}</span> })}
@@ -300,10 +301,10 @@ fn group_row(
                 <button
                     type="button"
                     class="btn btn-link"
-                    aria-expanded=move || open().to_string()
+                    aria-expanded=move || open.get().to_string()
                     on:click=move |_| expanded.update(|e| if !e.remove(&key) { e.insert(key.clone()); })
                 >
-                    {move || if open() { "▾ " } else { "▸ " }}{label.clone()}
+                    {move || if open.get() { "▾ " } else { "▸ " }}{label.clone()}
                 </button>
                 <span class="cell-note">{format!("{where_} · {owner}")}</span>
             </td>

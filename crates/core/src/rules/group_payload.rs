@@ -227,3 +227,73 @@ pub fn webhook_v4_group(g: &GroupMessage, receiver: &str) -> Json {
         },
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rules::payload::tests::notification;
+
+    fn group(kind: GroupMessageKind, n: usize) -> GroupMessage {
+        let members = (0..n)
+            .map(|i| {
+                let mut m = notification(NotifyStatus::Firing);
+                m.gpu_uuid = format!("GPU-{i}");
+                m.labels.insert("gpu".into(), m.gpu_uuid.clone());
+                m.labels.insert("owner_job".into(), "4242".into());
+                m
+            })
+            .collect();
+        GroupMessage {
+            kind,
+            key: "rule=1, owner=job 4242, host=node-1".into(),
+            members,
+            new_members: 0,
+            gpu_hours: 1.31,
+            cost_per_hour: Some(3.8 * n as f64),
+            currency: "USD".into(),
+        }
+    }
+
+    #[test]
+    fn one_member_is_the_one_alert_message() {
+        let g = group(GroupMessageKind::Firing, 1);
+        assert_eq!(slack_group_message(&g), slack_message(&g.members[0]));
+        assert_eq!(webhook_v4_group(&g, "r"), webhook_v4(&g.members[0], "r"));
+        let g = group(GroupMessageKind::Repeat, 1);
+        assert!(slack_group_message(&g)["text"].as_str().unwrap().starts_with("[STILL FIRING]"));
+    }
+
+    #[test]
+    fn a_group_lists_its_gpus_with_owner_hours_and_cost() {
+        let g = group(GroupMessageKind::Firing, 16);
+        let m = slack_group_message(&g);
+        let text = m.to_string();
+        assert!(m["blocks"][0]["text"]["text"].as_str().unwrap().contains("Busy but hollow (warning) · 16 GPUs"));
+        for i in 0..16 {
+            assert!(text.contains(&format!("(GPU-{i})")), "GPU-{i}");
+        }
+        assert!(text.contains("16 GPUs on node-1 · job 4242"), "{text}");
+        assert!(text.contains("1.3 GPU-hours at stake · 60.80 USD/hour"), "{text}");
+        assert!(m["text"].as_str().unwrap().starts_with("[FIRING] Busy but hollow"));
+        let w = webhook_v4_group(&g, "team");
+        assert_eq!(w["alerts"].as_array().unwrap().len(), 16);
+        assert_eq!(w["commonLabels"]["owner_job"], "4242");
+        assert!(w["commonLabels"].get("gpu").is_none(), "not common");
+        assert_eq!((w["status"].as_str(), w["fleetlens"]["gpus"].as_u64()), (Some("firing"), Some(16)));
+    }
+
+    #[test]
+    fn slack_limits_hold_for_a_huge_group() {
+        let g = group(GroupMessageKind::Update, 5000);
+        let m = slack_group_message(&g);
+        let blocks = m["blocks"].as_array().unwrap();
+        assert!(blocks.len() <= SLACK_MAX_BLOCKS);
+        for b in blocks {
+            if let Some(t) = b["text"]["text"].as_str() {
+                assert!(t.chars().count() <= SLACK_MAX_SECTION_CHARS);
+            }
+        }
+        let last = blocks.last().unwrap()["elements"][0]["text"].as_str().unwrap();
+        assert!(last.contains("more not listed"), "{last}");
+    }
+}

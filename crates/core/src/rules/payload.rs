@@ -409,7 +409,7 @@ pub fn format_rfc3339_ms(ms: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sample::Sample;
     use crate::state::WorkloadState;

@@ -187,9 +187,8 @@ impl Engine {
         // Prices for the cost per hour, once per organisation that sends.
         let mut prices: HashMap<OrgId, PriceTable> = HashMap::new();
         for p in planned.iter().filter(|p| !p.messages.is_empty()) {
-            if !prices.contains_key(&p.entry.org) {
-                let table = crate::analytics::prices(store, p.entry.org).await.unwrap_or_default();
-                prices.insert(p.entry.org, table);
+            if let std::collections::hash_map::Entry::Vacant(e) = prices.entry(p.entry.org) {
+                e.insert(crate::analytics::prices(store, p.entry.org).await.unwrap_or_default());
             }
         }
         let mut changes = Vec::new();
