@@ -38,6 +38,14 @@ pub struct Alert {
     /// `alertname`, `rule_id`, `severity`, `host`, `gpu`, `team`, and the rule's own: what
     /// silences match.
     pub labels: BTreeMap<String, String>,
+    /// Held back by another open alert of the same problem (inhibition), and which.
+    #[serde(default)]
+    pub inhibited: bool,
+    #[serde(default)]
+    pub inhibited_by: Option<i64>,
+    /// Its notification group (rule, job or owner, host).
+    #[serde(default)]
+    pub group: String,
 }
 
 /// `GET /api/v1/alert-rules`: `{"rules": [...]}`.

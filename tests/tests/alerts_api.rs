@@ -20,6 +20,8 @@ fleetlens_tests::for_each_backend!(
     a_failing_receiver_gets_one_message_per_transition,
     a_restart_before_delivery_delivers_exactly_once,
     silences_hold_back_notifications_but_alerts_are_recorded,
+    an_eight_gpu_hang_sends_one_grouped_message_per_channel,
+    a_digest_channel_gets_one_digest_at_its_time_and_nothing_between,
 );
 
 /// Fast retries so the tests do not wait for the production backoff.
@@ -262,6 +264,14 @@ async fn fixture_replay_fires_hollow_for_one_block_only(backend: Backend) {
         )
         .await;
     assert_eq!(status, 200);
+    // one_block reads as stalled, whose pending alert would hold hollow back (inhibition,
+    // tested with the 8-GPU hang below), and the old trace is offline by the wall clock, which
+    // holds back everything else: here the rules are judged on their own.
+    for key in ["stalled", "agent_offline"] {
+        let id = api.builtin(key).await;
+        let (status, r) = api.put(&format!("/api/v1/alert-rules/{id}"), json!({"inhibits": []})).await;
+        assert_eq!(status, 200, "{r}");
+    }
 
     let spool = tempfile::tempdir().unwrap();
     let trace = fixture("nvml-h200-phases.jsonl");
@@ -624,6 +634,38 @@ async fn rule_validation_errors_point_at_the_condition() {
     assert_eq!((status, e["error"]["field"].as_str()), (422, Some("channels")));
     let (status, e) = api.post("/api/v1/alert-rules", json!({"name": "x", "condition": "true", "bogus": 1})).await;
     assert_eq!(status, 400, "{e}");
+    let (status, e) =
+        api.post("/api/v1/alert-rules", json!({"name": "x", "condition": "true", "inhibits": ["no such rule"]})).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("inhibits")), "{e}");
+    let (status, e) =
+        api.post("/api/v1/alert-rules", json!({"name": "x", "condition": "true", "inhibits": ["state:busy"]})).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("inhibits")), "{e}");
+    let (status, e) = api
+        .post(
+            "/api/v1/alert-rules",
+            json!({"name": "x", "condition": "true", "inhibits": ["*"], "inhibit_scope": "rack"}),
+        )
+        .await;
+    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("inhibit_scope")), "{e}");
+    let (status, r) = api
+        .post(
+            "/api/v1/alert-rules",
+            json!({"name": "node down", "condition": "true", "inhibits": ["stalled", "state:idle"], "inhibit_scope": "host"}),
+        )
+        .await;
+    assert_eq!(
+        (status, r["inhibits"].clone(), r["inhibit_scope"].clone()),
+        (201, json!(["stalled", "state:idle"]), json!("host"))
+    );
+    let (status, _) = api.call(reqwest::Method::DELETE, &format!("/api/v1/alert-rules/{}", r["id"]), None).await;
+    assert_eq!(status, 204);
+    let (status, e) = api
+        .post(
+            "/api/v1/notification-channels",
+            json!({"name": "g", "kind": "slack", "url": "http://x", "group_by": ["a-b"]}),
+        )
+        .await;
+    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("group_by")), "{e}");
     let (status, _) = api.post("/api/v1/alert-rules", json!({"name": "Busy but hollow", "condition": "true"})).await;
     assert_eq!(status, 409, "the shipped rule has that name");
     let (status, e) =
@@ -705,9 +747,13 @@ async fn test_message_and_latency_from_for_duration_to_receiver() {
         let got = rx.accepted()[before].at;
         let crossed = crossed.expect("the for-duration elapsed");
         latencies.push(got.saturating_duration_since(crossed).as_millis());
-        // Healthy again, so the next round starts clean.
+        // Healthy again, so the next round starts clean (its resolved message is in before the
+        // next round counts, however busy the machine is).
         api.ingest("node-live", vec![sample(&uuid, now_ms(), 100.0, 95.0)]).await;
-        tokio::time::sleep(Duration::from_millis(1100)).await;
+        wait_for("the resolved message", Duration::from_secs(15), || async {
+            (rx.accepted().len() >= before + 2).then_some(())
+        })
+        .await;
     }
     eprintln!("alert latency, for-duration elapsed → receiver POST: {latencies:?} ms");
     assert!(latencies.iter().all(|l| *l <= 2000), "goal ≤ 2 s: {latencies:?}");
@@ -851,4 +897,267 @@ async fn a_real_alertmanager_receives_the_alert() {
     // The test message reaches Alertmanager too.
     let (status, t) = api.post(&format!("/api/v1/notification-channels/{ch}/test"), json!({})).await;
     assert_eq!((status, t["delivered"].as_bool()), (200, Some(true)), "{t}");
+}
+
+// ---------------------------------------------------------------------------------------------
+// Inhibition, grouping and digests (issue 27).
+
+/// A JSONL trace for the agent's `replay:` source: the fixture's samples of `phase` (without the
+/// two that straddle the change), cycled over `seconds` 1-Hz samples of 8 GPUs of one host,
+/// from `start_ms`; every GPU runs one process of user alice in Slurm job 4242.
+fn eight_gpu_trace(phase: &str, start_ms: i64, seconds: i64) -> String {
+    let lines: Vec<Value> = fixture_lines().into_iter().filter(|l| l["phase"] == phase).skip(2).collect();
+    assert!(!lines.is_empty(), "phase {phase} in the fixture");
+    let mut out = String::new();
+    for t in 0..seconds {
+        for g in 0..8 {
+            let mut l = lines[(t as usize) % lines.len()].clone();
+            l["ts_ms"] = json!(start_ms + t * 1000);
+            l["host"] = json!("node-hang");
+            l["gpu_index"] = json!(g);
+            l["uuid"] = json!(format!("GPU-hang-{g}"));
+            l["processes"] = json!([{"pid": 1000 + g, "used_bytes": 8i64 << 30, "user": "alice",
+                "owner": {"user": "alice", "job_id": "4242", "job_user": "alice"}}]);
+            out.push_str(&l.to_string());
+            out.push('\n');
+        }
+    }
+    out
+}
+
+async fn replay(server: &TestServer, trace: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("trace.jsonl");
+    std::fs::write(&path, trace).unwrap();
+    let spool = tempfile::tempdir().unwrap();
+    let status = agent_command(server, &format!("replay:{}", path.display()), spool.path())
+        .arg("--once")
+        .status()
+        .expect("run agent");
+    assert!(status.success());
+}
+
+async fn an_eight_gpu_hang_sends_one_grouped_message_per_channel(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let server = TestServer::spawn(&db.url, FAST);
+    let api = Api::new(&server);
+    let slack = Receiver::start(0).await;
+    let hook = Receiver::start(0).await;
+    // Grouped channels wait 2 s for the rest of a group before its first message.
+    let mut channels = vec![];
+    for (name, kind, url) in
+        [("team-slack", "slack", format!("{}/services/T/B/x", slack.url)), ("team-hook", "webhook", hook.url.clone())]
+    {
+        let (status, c) = api
+            .post("/api/v1/notification-channels", json!({"name": name, "kind": kind, "url": url, "group_wait_s": 2}))
+            .await;
+        assert_eq!(status, 201, "{c}");
+        assert_eq!(c["group_by"], json!(["rule", "owner", "host"]), "the default key");
+        channels.push(c["id"].as_i64().unwrap());
+    }
+    // The shipped rules with short for-durations; the shipped inhibitions unchanged.
+    let mut ids = std::collections::HashMap::new();
+    for (key, for_s) in [("stalled", 6), ("busy_but_hollow", 3), ("inefficient", 3)] {
+        let id = api.builtin(key).await;
+        let (status, r) = api
+            .put(
+                &format!("/api/v1/alert-rules/{id}"),
+                json!({"for_s": for_s, "keep_firing_for_s": 0, "channels": channels}),
+            )
+            .await;
+        assert_eq!(status, 200, "{r}");
+        ids.insert(key, id);
+    }
+    let stalled_rule = api.get(&format!("/api/v1/alert-rules/{}", ids["stalled"])).await;
+    assert_eq!(stalled_rule["inhibits"], json!(["busy_but_hollow", "inefficient"]));
+    assert_eq!(stalled_rule["inhibit_scope"], "gpu");
+
+    // 8 GPUs of one job spin one block each for 20 s (a hung collective), and stay hung.
+    let start = now_ms() - 21_000;
+    replay(&server, &eight_gpu_trace("one_block", start, 20)).await;
+    let stalled = wait_for("8 stalled alerts firing", Duration::from_secs(30), || async {
+        let l = api.alerts(&format!("rule_id={}&status=firing", ids["stalled"])).await;
+        (l.len() == 8).then_some(l)
+    })
+    .await;
+    wait_for("a message on each channel", Duration::from_secs(20), || async {
+        (!slack.accepted().is_empty() && !hook.accepted().is_empty()).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(3000)).await;
+    let (s_msgs, h_msgs) = (slack.accepted(), hook.accepted());
+    assert_eq!(s_msgs.len(), 1, "one Slack message for the 8 GPUs: {s_msgs:?}");
+    assert_eq!(h_msgs.len(), 1, "one webhook message for the 8 GPUs: {h_msgs:?}");
+
+    // The Slack message: the rule, 8 GPUs, the owner, GPU-hours and cost per hour.
+    let body = &s_msgs[0].body;
+    let text = body.to_string();
+    let header = body["blocks"][0]["text"]["text"].as_str().unwrap();
+    assert!(header.contains("Stalled GPU") && header.contains("8 GPUs"), "{header}");
+    for g in 0..8 {
+        assert!(text.contains(&format!("GPU-hang-{g}")), "GPU-hang-{g} listed: {text}");
+    }
+    assert!(text.contains("8 GPUs on node-hang"), "{text}");
+    assert!(text.contains("job 4242"), "owner: {text}");
+    assert!(text.contains("GPU-hours at stake") && text.contains("USD/hour"), "{text}");
+    assert!(text.contains("30.40 USD/hour"), "8 H200 at 3.80 USD/hour: {text}");
+    assert!(!text.contains("Busy but hollow") && !text.contains("Inefficient"), "{text}");
+    validate_with_slack_sdk(std::slice::from_ref(body));
+
+    // The webhook: Alertmanager's v4 body with the 8 alerts of the group.
+    let w = &h_msgs[0].body;
+    assert_eq!((w["version"].as_str(), w["status"].as_str()), (Some("4"), Some("firing")));
+    assert_eq!(w["alerts"].as_array().unwrap().len(), 8, "{w}");
+    assert_eq!(w["commonLabels"]["alertname"], "Stalled GPU (possible hung collective)");
+    assert_eq!(w["commonLabels"]["owner_job"], "4242");
+    assert_eq!(w["fleetlens"]["gpus"], 8);
+
+    // Hollow and inefficient fired too, on every GPU, and are held back by the stalled alert.
+    for key in ["busy_but_hollow", "inefficient"] {
+        let list = api.alerts(&format!("rule_id={}&status=firing", ids[key])).await;
+        assert_eq!(list.len(), 8, "{key}: {list:?}");
+        for a in &list {
+            let by = stalled.iter().find(|s| s["gpu"] == a["gpu"]).unwrap();
+            assert_eq!((a["inhibited"].as_bool(), &a["inhibited_by"]), (Some(true), &by["id"]), "{a}");
+            assert_eq!(a["notified"], false);
+        }
+    }
+    let stalled = api.alerts(&format!("rule_id={}&status=firing", ids["stalled"])).await;
+    assert!(stalled.iter().all(|a| a["notified"] == true && a["inhibited"] == false), "{stalled:?}");
+    assert!(stalled.iter().all(|a| a["group"] == stalled[0]["group"]));
+
+    // The job recovers: one resolved message per channel.
+    replay(&server, &eight_gpu_trace("matmul_bf16", start + 20_000, 4)).await;
+    wait_for("the resolved messages", Duration::from_secs(20), || async {
+        (slack.accepted().len() >= 2 && hook.accepted().len() >= 2).then_some(())
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    let (s_msgs, h_msgs) = (slack.accepted(), hook.accepted());
+    assert_eq!((s_msgs.len(), h_msgs.len()), (2, 2), "{s_msgs:?} {h_msgs:?}");
+    let header = s_msgs[1].body["blocks"][0]["text"]["text"].as_str().unwrap();
+    assert!(header.starts_with("✅ Resolved") && header.contains("8 GPUs"), "{header}");
+    assert_eq!(h_msgs[1].body["status"], "resolved");
+    assert_eq!(h_msgs[1].body["alerts"].as_array().unwrap().len(), 8);
+    assert!(h_msgs[1].body["alerts"].as_array().unwrap().iter().all(|a| a["status"] == "resolved"));
+    for id in ids.values() {
+        assert!(api.alerts(&format!("rule_id={id}&status=open")).await.is_empty(), "all resolved");
+    }
+}
+
+/// A live hollow sample of `uuid` owned by alice.
+fn owned_sample(uuid: &str, ts: i64, util: f64, smact: f64) -> Value {
+    let mut s = sample(uuid, ts, util, smact);
+    s["processes"] = json!([{"pid": 7, "used_bytes": 8i64 << 30, "user": "alice", "owner": {"user": "alice"}}]);
+    s
+}
+
+async fn a_digest_channel_gets_one_digest_at_its_time_and_nothing_between(backend: Backend) {
+    const PERIOD: i64 = 8_000;
+    let db = TestDatabase::new(backend).await;
+    let args = [FAST, &["--alert-digest-period", "8s"]].concat();
+    let server = TestServer::spawn(&db.url, &args);
+    let api = Api::new(&server);
+    let rx = Receiver::start(0).await;
+    let (status, c) = api
+        .post(
+            "/api/v1/notification-channels",
+            json!({"name": "weekly", "kind": "webhook", "url": format!("{}/digest", rx.url), "digest": "weekly"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    assert_eq!((c["digest"].as_str(), c["digest_at"].as_str()), (Some("weekly"), Some("09:00")));
+    let ch = c["id"].as_i64().unwrap();
+    let (status, e) = api
+        .post(
+            "/api/v1/notification-channels",
+            json!({"name": "x", "kind": "alertmanager", "url": "http://a", "digest": "daily"}),
+        )
+        .await;
+    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("digest")));
+    let (status, e) = api.put(&format!("/api/v1/notification-channels/{ch}"), json!({"digest_at": "25:00"})).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("digest_at")));
+    let rule = api
+        .rule(json!({"name": "hollow 2s", "condition": "gpu_util_pct >= 80 && sm_active_pct < 30", "for_s": 2, "channels": [ch]}))
+        .await;
+
+    // Start right after a digest time, so the alert falls in one period.
+    tokio::time::sleep(Duration::from_millis(1000)).await;
+    let next = (now_ms() / PERIOD + 1) * PERIOD;
+    tokio::time::sleep(Duration::from_millis((next - now_ms() + 150) as u64)).await;
+    let due = next + PERIOD;
+    for _ in 0..12 {
+        api.ingest("node-d", vec![owned_sample("GPU-d", now_ms(), 100.0, 2.0)]).await;
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    api.ingest("node-d", vec![owned_sample("GPU-d", now_ms(), 100.0, 95.0)]).await;
+    let fired = wait_for("the alert fired and resolved", Duration::from_secs(5), || async {
+        api.alerts(&format!("rule_id={rule}&status=resolved")).await.into_iter().next()
+    })
+    .await;
+    assert!(fired["fired_at_ms"].as_i64().unwrap() >= next);
+    // Nothing in real time, nothing before the digest time.
+    tokio::time::sleep(Duration::from_millis((due - now_ms() - 400).max(0) as u64)).await;
+    assert!(rx.all().is_empty(), "nothing before the digest time: {:?}", rx.all());
+    let got = wait_for("the digest", Duration::from_secs(10), || async {
+        let a = rx.accepted();
+        (!a.is_empty()).then_some(a)
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    assert_eq!(rx.all().len(), 1, "one digest: {:?}", rx.all());
+    let d = &got[0].body;
+    assert_eq!(d["kind"], "digest");
+    assert_eq!((d["from_ms"].as_i64(), d["to_ms"].as_i64()), (Some(next), Some(due)));
+    let alerts = d["alerts_fired"].as_array().unwrap();
+    assert_eq!(alerts.len(), 1, "{d}");
+    assert_eq!((alerts[0]["rule"].as_str(), alerts[0]["gpu"].as_str()), (Some("hollow 2s"), Some("GPU-d")));
+    let top = d["top_waste_by_owner"].as_array().unwrap();
+    assert_eq!(top[0]["owner"], "alice", "{d}");
+    assert!(top[0]["wasted_cost"].as_f64().unwrap() > 0.0, "{d}");
+}
+
+/// Two servers on one PostgreSQL database: 8 GPUs of one host hang (hollow), ingested through
+/// both replicas; the group's firing and resolved messages reach the receiver once each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_replicas_send_one_grouped_message_once() {
+    let db = TestDatabase::new(Backend::Postgres).await;
+    let a = TestServer::spawn(&db.url, FAST);
+    let b = TestServer::spawn(&db.url, FAST);
+    let (api_a, api_b) = (Api::new(&a), Api::new(&b));
+    let rx = Receiver::start(0).await;
+    let (status, c) = api_a
+        .post(
+            "/api/v1/notification-channels",
+            json!({"name": "shared", "kind": "webhook", "url": format!("{}/hook", rx.url), "group_wait_s": 2}),
+        )
+        .await;
+    assert_eq!(status, 201, "{c}");
+    let ch = c["id"].as_i64().unwrap();
+    api_b
+        .rule(json!({"name": "hollow 2s", "condition": "gpu_util_pct >= 80 && sm_active_pct < 30", "for_s": 2, "channels": [ch]}))
+        .await;
+    let start = now_ms() - 10_000;
+    for g in 0..8 {
+        let api = if g % 2 == 0 { &api_a } else { &api_b };
+        let uuid = format!("GPU-rg-{g}");
+        api.ingest("node-g", (0..5).map(|i| owned_sample(&uuid, start + i * 1000, 100.0, 2.0)).collect()).await;
+    }
+    wait_for("the group message", Duration::from_secs(30), || async { (!rx.accepted().is_empty()).then_some(()) })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(rx.accepted().len(), 1, "{:?}", rx.all());
+    assert_eq!(rx.accepted()[0].body["alerts"].as_array().unwrap().len(), 8);
+    for g in 0..8 {
+        let api = if g % 2 == 0 { &api_b } else { &api_a };
+        api.ingest("node-g", vec![owned_sample(&format!("GPU-rg-{g}"), start + 6000, 100.0, 95.0)]).await;
+    }
+    wait_for("the resolved message", Duration::from_secs(30), || async { (rx.accepted().len() >= 2).then_some(()) })
+        .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let got = rx.accepted();
+    assert_eq!(got.len(), 2, "firing and resolved, once each: {got:?}");
+    assert_eq!((got[0].body["status"].as_str(), got[1].body["status"].as_str()), (Some("firing"), Some("resolved")));
+    let ids: std::collections::HashSet<_> = got.iter().map(|m| m.message_id.clone()).collect();
+    assert_eq!(ids.len(), 2);
 }

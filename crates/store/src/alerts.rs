@@ -47,6 +47,10 @@ pub struct AlertRuleRecord {
     pub enabled: bool,
     /// Key of the shipped rule this one started as.
     pub builtin: Option<String>,
+    /// Rules whose alerts this rule's open alerts hold back (keys, names, `*`, `state:<s>`).
+    pub inhibits: Vec<String>,
+    /// Where: `gpu`, `host` or `job`.
+    pub inhibit_scope: String,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -65,6 +69,8 @@ pub struct NewAlertRule {
     pub advice: String,
     pub channels: Vec<i64>,
     pub enabled: bool,
+    pub inhibits: Vec<String>,
+    pub inhibit_scope: String,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -82,6 +88,18 @@ pub struct ChannelRecord {
     pub next_send_ms: i64,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// What a notification group's key is made of (`rule`, `owner`, label names).
+    pub group_by: Vec<String>,
+    /// A new group's first message waits this long for more members.
+    pub group_wait_s: i64,
+    /// At most one follow-up per group this often.
+    pub group_interval_s: i64,
+    /// `""` (real-time messages), `daily` or `weekly` (a digest instead).
+    pub digest: String,
+    /// When the digest goes out: minutes after midnight UTC.
+    pub digest_at_min: i64,
+    /// End of the period the last digest covered (0: not started).
+    pub digest_last_ms: i64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -91,6 +109,11 @@ pub struct NewChannel {
     pub url: String,
     pub is_default: bool,
     pub min_interval_ms: i64,
+    pub group_by: Vec<String>,
+    pub group_wait_s: i64,
+    pub group_interval_s: i64,
+    pub digest: String,
+    pub digest_at_min: i64,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -164,6 +187,8 @@ pub struct AlertRecord {
     /// Values that matched, condition, state, advice, the channels notified, …
     pub details: Json,
     pub silenced_by: Option<i64>,
+    /// The open alert that holds this one's notifications back (inhibition).
+    pub inhibited_by: Option<i64>,
     /// The firing notification went out to at least one channel (so resolved goes too).
     pub notified_firing: bool,
     pub last_notified_ms: Option<i64>,
@@ -239,6 +264,40 @@ pub struct EvalOutcome {
     pub alert_ids: Vec<Option<i64>>,
     /// Outbox rows newly inserted.
     pub enqueued: u64,
+}
+
+/// A notification group of a channel (its state is the engine's JSON).
+#[derive(Debug, Clone, PartialEq)]
+pub struct AlertGroupRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub channel_id: i64,
+    pub group_key: String,
+    pub is_open: bool,
+    pub state: Json,
+    /// Bumped by every write (compare-and-set).
+    pub version: i64,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// What the engine writes about one group.
+#[derive(Debug, Clone, PartialEq)]
+pub enum GroupWrite {
+    /// A new open group (`id` and `version` are ignored); nothing if the channel already has
+    /// an open group of that key.
+    Insert(AlertGroupRecord),
+    /// Write state and openness if the stored version is still `group.version`.
+    Update(AlertGroupRecord),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct GroupChange {
+    pub write: GroupWrite,
+    /// Messages to enqueue if the write took effect: (the alert they are logged under, message).
+    pub notify: Vec<(i64, NewNotification)>,
+    /// Alerts whose firing notification went out with this change.
+    pub mark_notified: Vec<i64>,
 }
 
 /// A GPU as the engine needs it.
@@ -426,6 +485,22 @@ pub trait AlertStore: Send + Sync {
     /// Apply one evaluation's alert writes, their outbox rows and the cursors in one
     /// transaction.
     async fn apply_alert_changes(&self, write: &EvalWrite) -> Result<EvalOutcome>;
+    /// Open notification groups of every organisation.
+    async fn open_alert_groups(&self) -> Result<Vec<AlertGroupRecord>>;
+    /// Apply group writes with their messages in one transaction; per change the group's id,
+    /// or `None` when it lost a race (then nothing of it was written).
+    async fn apply_group_changes(&self, changes: &[GroupChange], now_ms: i64) -> Result<Vec<Option<i64>>>;
+    /// Move a digest channel's `digest_last_ms` from `from_ms` to `to_ms` and enqueue `message`
+    /// (if any) in one transaction; false (nothing written) when it was not at `from_ms`.
+    async fn advance_digest(
+        &self,
+        org: OrgId,
+        channel_id: i64,
+        from_ms: i64,
+        to_ms: i64,
+        message: Option<&NewNotification>,
+        now_ms: i64,
+    ) -> Result<bool>;
 
     // Outbox ----------------------------------------------------------------------------------
     /// Enqueue a message outside an alert transition (test messages: `alert_id` None).
@@ -459,14 +534,14 @@ pub trait AlertStore: Send + Sync {
 }
 
 pub(crate) const RULE_COLS: &str = "id, org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, severity, \
-     labels, description, advice, channels, enabled, builtin, created_ms, updated_ms";
-pub(crate) const CHANNEL_COLS: &str =
-    "id, org_id, name, kind, url, is_default, min_interval_ms, next_send_ms, created_ms, updated_ms";
+     labels, description, advice, channels, enabled, builtin, created_ms, updated_ms, inhibits, inhibit_scope";
+pub(crate) const CHANNEL_COLS: &str = "id, org_id, name, kind, url, is_default, min_interval_ms, next_send_ms, created_ms, updated_ms, group_by, \
+     group_wait_s, group_interval_s, digest, digest_at_min, digest_last_ms";
 pub(crate) const SILENCE_COLS: &str = "id, org_id, matchers, starts_at_ms, ends_at_ms, comment, created_by, created_ms";
 pub(crate) const ALERT_COLS: &str = "a.id, a.org_id, a.rule_id, a.gpu_id, coalesce(g.uuid, '') AS gpu_uuid, \
      coalesce(g.host, '') AS host, a.status, a.active_since_ms, a.fired_at_ms, a.resolved_at_ms, a.last_match_ms, \
      a.last_eval_ms, a.rule_name, a.severity, a.labels, a.fingerprint, a.summary, a.details, a.silenced_by, \
-     a.notified_firing, a.last_notified_ms, a.repeat_seq, a.updated_ms";
+     a.notified_firing, a.last_notified_ms, a.repeat_seq, a.updated_ms, a.inhibited_by";
 pub(crate) const OUTBOX_COLS: &str = "id, org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
      next_attempt_ms, last_error, last_status_code, created_ms, delivered_ms";
 pub(crate) const DELIVERY_COLS: &str =
@@ -522,6 +597,8 @@ macro_rules! impl_alert_store {
                 builtin: r.try_get("builtin")?,
                 created_ms: r.try_get("created_ms")?,
                 updated_ms: r.try_get("updated_ms")?,
+                inhibits: $crate::alerts::from_json(&r.try_get::<String, _>("inhibits")?),
+                inhibit_scope: r.try_get("inhibit_scope")?,
             })
         }
 
@@ -538,6 +615,12 @@ macro_rules! impl_alert_store {
                 next_send_ms: r.try_get("next_send_ms")?,
                 created_ms: r.try_get("created_ms")?,
                 updated_ms: r.try_get("updated_ms")?,
+                group_by: $crate::alerts::from_json(&r.try_get::<String, _>("group_by")?),
+                group_wait_s: r.try_get("group_wait_s")?,
+                group_interval_s: r.try_get("group_interval_s")?,
+                digest: r.try_get("digest")?,
+                digest_at_min: r.try_get("digest_at_min")?,
+                digest_last_ms: r.try_get("digest_last_ms")?,
             })
         }
 
@@ -579,6 +662,7 @@ macro_rules! impl_alert_store {
                 summary: r.try_get("summary")?,
                 details: serde_json::from_str(&r.try_get::<String, _>("details")?).unwrap_or(serde_json::Value::Null),
                 silenced_by: r.try_get("silenced_by")?,
+                inhibited_by: r.try_get("inhibited_by")?,
                 notified_firing: r.try_get("notified_firing")?,
                 last_notified_ms: r.try_get("last_notified_ms")?,
                 repeat_seq: r.try_get("repeat_seq")?,
@@ -672,8 +756,8 @@ macro_rules! impl_alert_store {
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
                 let sql = format!(
                     "INSERT INTO alert_rules (org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, \
-                     severity, labels, description, advice, channels, enabled, created_ms, updated_ms) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING {}",
+                     severity, labels, description, advice, channels, enabled, created_ms, updated_ms, inhibits, inhibit_scope) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING {}",
                     $crate::alerts::RULE_COLS
                 );
                 let row = sqlx::query(&q(&sql))
@@ -691,6 +775,8 @@ macro_rules! impl_alert_store {
                     .bind(rule.enabled)
                     .bind(now_ms)
                     .bind(now_ms)
+                    .bind($crate::alerts::to_json(&rule.inhibits))
+                    .bind(&rule.inhibit_scope)
                     .fetch_optional(self.pool())
                     .await?;
                 row.as_ref().map(rule_from_row).transpose()
@@ -706,7 +792,7 @@ macro_rules! impl_alert_store {
                 let sql = format!(
                     "UPDATE alert_rules SET name = ?, condition = ?, for_s = ?, keep_firing_for_s = ?, \
                      repeat_interval_s = ?, severity = ?, labels = ?, description = ?, advice = ?, channels = ?, \
-                     enabled = ?, updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
+                     enabled = ?, updated_ms = ?, inhibits = ?, inhibit_scope = ? WHERE org_id = ? AND id = ? RETURNING {}",
                     $crate::alerts::RULE_COLS
                 );
                 let result = sqlx::query(&q(&sql))
@@ -722,6 +808,8 @@ macro_rules! impl_alert_store {
                     .bind($crate::alerts::to_json(&rule.channels))
                     .bind(rule.enabled)
                     .bind(now_ms)
+                    .bind($crate::alerts::to_json(&rule.inhibits))
+                    .bind(&rule.inhibit_scope)
                     .bind(org)
                     .bind(id)
                     .fetch_optional(self.pool())
@@ -767,8 +855,9 @@ macro_rules! impl_alert_store {
                     }
                     inserted += sqlx::query(&q(
                         "INSERT INTO alert_rules (org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, \
-                         severity, labels, description, advice, channels, enabled, builtin, created_ms, updated_ms) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                         severity, labels, description, advice, channels, enabled, builtin, created_ms, updated_ms, \
+                         inhibits, inhibit_scope) \
+                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                     ))
                     .bind(org)
                     .bind(&rule.name)
@@ -785,6 +874,8 @@ macro_rules! impl_alert_store {
                     .bind(key)
                     .bind(now_ms)
                     .bind(now_ms)
+                    .bind($crate::alerts::to_json(&rule.inhibits))
+                    .bind(&rule.inhibit_scope)
                     .execute(&mut *tx)
                     .await?
                     .rows_affected();
@@ -826,7 +917,8 @@ macro_rules! impl_alert_store {
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
                 let sql = format!(
                     "INSERT INTO notification_channels (org_id, name, kind, url, is_default, min_interval_ms, \
-                     next_send_ms, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?) \
+                     next_send_ms, created_ms, updated_ms, group_by, group_wait_s, group_interval_s, digest, \
+                     digest_at_min) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?) \
                      ON CONFLICT DO NOTHING RETURNING {}",
                     $crate::alerts::CHANNEL_COLS
                 );
@@ -839,6 +931,11 @@ macro_rules! impl_alert_store {
                     .bind(ch.min_interval_ms)
                     .bind(now_ms)
                     .bind(now_ms)
+                    .bind($crate::alerts::to_json(&ch.group_by))
+                    .bind(ch.group_wait_s)
+                    .bind(ch.group_interval_s)
+                    .bind(&ch.digest)
+                    .bind(ch.digest_at_min)
                     .fetch_optional(self.pool())
                     .await?;
                 row.as_ref().map(channel_from_row).transpose()
@@ -853,7 +950,9 @@ macro_rules! impl_alert_store {
             ) -> $crate::Result<$crate::alerts::Written<$crate::alerts::ChannelRecord>> {
                 let sql = format!(
                     "UPDATE notification_channels SET name = ?, kind = ?, url = ?, is_default = ?, min_interval_ms = ?, \
-                     updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
+                     updated_ms = ?, group_by = ?, group_wait_s = ?, group_interval_s = ?, \
+                     digest_last_ms = CASE WHEN digest = ? AND digest_at_min = ? THEN digest_last_ms ELSE 0 END, \
+                     digest = ?, digest_at_min = ? WHERE org_id = ? AND id = ? RETURNING {}",
                     $crate::alerts::CHANNEL_COLS
                 );
                 let result = sqlx::query(&q(&sql))
@@ -863,6 +962,13 @@ macro_rules! impl_alert_store {
                     .bind(ch.is_default)
                     .bind(ch.min_interval_ms)
                     .bind(now_ms)
+                    .bind($crate::alerts::to_json(&ch.group_by))
+                    .bind(ch.group_wait_s)
+                    .bind(ch.group_interval_s)
+                    .bind(&ch.digest)
+                    .bind(ch.digest_at_min)
+                    .bind(&ch.digest)
+                    .bind(ch.digest_at_min)
                     .bind(org)
                     .bind(id)
                     .fetch_optional(self.pool())
@@ -1130,8 +1236,9 @@ macro_rules! impl_alert_store {
                             let id: Option<i64> = sqlx::query_scalar(&q(
                                 "INSERT INTO alerts (org_id, rule_id, gpu_id, status, active_since_ms, fired_at_ms, \
                                  resolved_at_ms, last_match_ms, last_eval_ms, rule_name, severity, labels, fingerprint, \
-                                 summary, details, silenced_by, notified_firing, last_notified_ms, repeat_seq, updated_ms) \
-                                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                                 summary, details, silenced_by, notified_firing, last_notified_ms, repeat_seq, updated_ms, \
+                                 inhibited_by) \
+                                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                                  ON CONFLICT DO NOTHING RETURNING id",
                             ))
                             .bind(a.org_id)
@@ -1154,6 +1261,7 @@ macro_rules! impl_alert_store {
                             .bind(a.last_notified_ms)
                             .bind(a.repeat_seq)
                             .bind(w.now_ms)
+                            .bind(a.inhibited_by)
                             .fetch_optional(&mut *tx)
                             .await?;
                             (id, a.org_id)
@@ -1162,8 +1270,8 @@ macro_rules! impl_alert_store {
                             let done = sqlx::query(&q(
                                 "UPDATE alerts SET status = ?, active_since_ms = ?, fired_at_ms = ?, resolved_at_ms = ?, \
                                  last_match_ms = ?, last_eval_ms = ?, summary = ?, details = ?, silenced_by = ?, \
-                                 notified_firing = ?, last_notified_ms = ?, repeat_seq = ?, updated_ms = ? \
-                                 WHERE id = ? AND status = ?",
+                                 notified_firing = ?, last_notified_ms = ?, repeat_seq = ?, updated_ms = ?, \
+                                 inhibited_by = ? WHERE id = ? AND status = ?",
                             ))
                             .bind(a.status.as_str())
                             .bind(a.active_since_ms)
@@ -1178,6 +1286,7 @@ macro_rules! impl_alert_store {
                             .bind(a.last_notified_ms)
                             .bind(a.repeat_seq)
                             .bind(w.now_ms)
+                            .bind(a.inhibited_by)
                             .bind(a.id)
                             .bind(from.as_str())
                             .execute(&mut *tx)
@@ -1221,6 +1330,127 @@ macro_rules! impl_alert_store {
                 }
                 tx.commit().await?;
                 Ok(out)
+            }
+
+            async fn open_alert_groups(&self) -> $crate::Result<Vec<$crate::alerts::AlertGroupRecord>> {
+                use sqlx::Row as _;
+                let rows = sqlx::query(&q(
+                    "SELECT id, org_id, channel_id, group_key, is_open, state, version, created_ms, updated_ms \
+                     FROM alert_groups WHERE is_open ORDER BY id",
+                ))
+                .fetch_all(self.pool())
+                .await?;
+                rows.iter()
+                    .map(|r| {
+                        Ok($crate::alerts::AlertGroupRecord {
+                            id: r.try_get("id")?,
+                            org_id: r.try_get("org_id")?,
+                            channel_id: r.try_get("channel_id")?,
+                            group_key: r.try_get("group_key")?,
+                            is_open: r.try_get("is_open")?,
+                            state: serde_json::from_str(&r.try_get::<String, _>("state")?)
+                                .unwrap_or(serde_json::Value::Null),
+                            version: r.try_get("version")?,
+                            created_ms: r.try_get("created_ms")?,
+                            updated_ms: r.try_get("updated_ms")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn apply_group_changes(
+                &self,
+                changes: &[$crate::alerts::GroupChange],
+                now_ms: i64,
+            ) -> $crate::Result<Vec<Option<i64>>> {
+                use $crate::alerts::GroupWrite;
+                let mut tx = begin(self.pool()).await?;
+                let mut out = Vec::with_capacity(changes.len());
+                for change in changes {
+                    let (id, org) = match &change.write {
+                        GroupWrite::Insert(g) => {
+                            let id: Option<i64> = sqlx::query_scalar(&q(
+                                "INSERT INTO alert_groups (org_id, channel_id, group_key, is_open, state, version, \
+                                 created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
+                            ))
+                            .bind(g.org_id)
+                            .bind(g.channel_id)
+                            .bind(&g.group_key)
+                            .bind(g.is_open)
+                            .bind(g.state.to_string())
+                            .bind(now_ms)
+                            .bind(now_ms)
+                            .fetch_optional(&mut *tx)
+                            .await?;
+                            (id, g.org_id)
+                        }
+                        GroupWrite::Update(g) => {
+                            let done = sqlx::query(&q(
+                                "UPDATE alert_groups SET is_open = ?, state = ?, version = version + 1, updated_ms = ? \
+                                 WHERE id = ? AND version = ?",
+                            ))
+                            .bind(g.is_open)
+                            .bind(g.state.to_string())
+                            .bind(now_ms)
+                            .bind(g.id)
+                            .bind(g.version)
+                            .execute(&mut *tx)
+                            .await?
+                            .rows_affected();
+                            ((done > 0).then_some(g.id), g.org_id)
+                        }
+                    };
+                    out.push(id);
+                    if id.is_none() {
+                        continue;
+                    }
+                    for (alert_id, n) in &change.notify {
+                        insert_outbox(&mut tx, org, Some(*alert_id), n, now_ms).await?;
+                    }
+                    for alert_id in &change.mark_notified {
+                        sqlx::query(&q("UPDATE alerts SET notified_firing = TRUE WHERE id = ?"))
+                            .bind(*alert_id)
+                            .execute(&mut *tx)
+                            .await?;
+                    }
+                }
+                if out.iter().any(Option::is_none) {
+                    // All or nothing: the engine reloads and decides again.
+                    tx.rollback().await?;
+                    return Ok(out);
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn advance_digest(
+                &self,
+                org: $crate::OrgId,
+                channel_id: i64,
+                from_ms: i64,
+                to_ms: i64,
+                message: Option<&$crate::alerts::NewNotification>,
+                now_ms: i64,
+            ) -> $crate::Result<bool> {
+                let mut tx = begin(self.pool()).await?;
+                let done = sqlx::query(&q(
+                    "UPDATE notification_channels SET digest_last_ms = ? WHERE org_id = ? AND id = ? AND digest_last_ms = ?",
+                ))
+                .bind(to_ms)
+                .bind(org)
+                .bind(channel_id)
+                .bind(from_ms)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if done == 0 {
+                    return Ok(false);
+                }
+                if let Some(n) = message {
+                    insert_outbox(&mut tx, org, None, n, now_ms).await?;
+                }
+                tx.commit().await?;
+                Ok(true)
             }
 
             async fn enqueue_notification(

@@ -21,6 +21,8 @@ fleetlens_tests::for_each_backend!(
     concurrent_senders_claim_each_message_once,
     cursors_leases_and_host_labels,
     ids_of_deleted_rows_are_never_reused,
+    groups_are_compare_and_set_with_their_messages,
+    digests_advance_once_per_period,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -42,6 +44,8 @@ fn rule(name: &str) -> NewAlertRule {
         advice: "a".into(),
         channels: vec![3, 1],
         enabled: true,
+        inhibits: vec!["busy_but_hollow".into(), "*".into()],
+        inhibit_scope: "host".into(),
     }
 }
 
@@ -52,6 +56,11 @@ fn channel(name: &str, min_interval_ms: i64) -> NewChannel {
         url: "http://127.0.0.1:9/hook".into(),
         is_default: false,
         min_interval_ms,
+        group_by: vec!["rule".into(), "owner".into(), "host".into()],
+        group_wait_s: 0,
+        group_interval_s: 300,
+        digest: String::new(),
+        digest_at_min: 540,
     }
 }
 
@@ -83,6 +92,7 @@ fn alert(rule_id: i64, gpu_id: i64, status: AlertStatus) -> AlertRecord {
         summary: "s".into(),
         details: serde_json::json!({"values": [{"field": "gpu_util_pct", "value": "100"}]}),
         silenced_by: None,
+        inhibited_by: None,
         notified_firing: false,
         last_notified_ms: None,
         repeat_seq: 0,
@@ -109,6 +119,10 @@ async fn rules_round_trip_and_names_are_unique(backend: Backend) {
     let a = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap().unwrap();
     assert_eq!((a.name.as_str(), a.for_s, a.channels.clone(), a.enabled), ("hollow", 300, vec![3, 1], true));
     assert_eq!(a.labels["page"], "no");
+    assert_eq!(
+        (a.inhibits.clone(), a.inhibit_scope.as_str()),
+        (vec!["busy_but_hollow".to_string(), "*".into()], "host")
+    );
     assert!(store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 6).await.unwrap().is_none(), "name taken");
     let b = store.insert_alert_rule(DEFAULT_ORG, &rule("other"), 6).await.unwrap().unwrap();
     let mut edit = rule("hollow2");
@@ -454,4 +468,95 @@ async fn ids_of_deleted_rows_are_never_reused(backend: Backend) {
     assert!(store.delete_team(DEFAULT_ORG, t1.id).await.unwrap());
     let t2 = store.create_team(DEFAULT_ORG, "t2", 2).await.unwrap();
     assert!(t2.id > t1.id, "team id {} reused after deleting team {}", t2.id, t1.id);
+}
+
+async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
+    use fleetlens_store::alerts::{AlertGroupRecord, GroupChange, GroupWrite};
+    let (_db, store) = open(backend).await;
+    let r = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 1).await.unwrap().unwrap();
+    let ch = store.insert_notification_channel(DEFAULT_ORG, &channel("c", 0), 1).await.unwrap().unwrap();
+    assert_eq!((ch.group_by.len(), ch.group_interval_s, ch.digest.as_str(), ch.digest_last_ms), (3, 300, "", 0));
+    let g = gpu(&store, "GPU-g").await;
+    // One firing alert, inhibited by nothing yet.
+    let mut a = alert(r.id, g, AlertStatus::Firing);
+    a.inhibited_by = Some(77);
+    let w = EvalWrite {
+        now_ms: 30,
+        changes: vec![AlertChange { write: AlertWrite::Open(a), notify: vec![], suppressed: vec![] }],
+        cursors: vec![],
+    };
+    let alert_id = store.apply_alert_changes(&w).await.unwrap().alert_ids[0].unwrap();
+    assert_eq!(store.alert(DEFAULT_ORG, alert_id).await.unwrap().unwrap().inhibited_by, Some(77));
+
+    let rec = |state: serde_json::Value, version: i64, id: i64, open: bool| AlertGroupRecord {
+        id,
+        org_id: DEFAULT_ORG,
+        channel_id: ch.id,
+        group_key: "rule=1".into(),
+        is_open: open,
+        state,
+        version,
+        created_ms: 0,
+        updated_ms: 0,
+    };
+    let firing = GroupChange {
+        write: GroupWrite::Insert(rec(serde_json::json!({"n": 1}), 0, 0, true)),
+        notify: vec![(alert_id, note(ch.id, "firing"))],
+        mark_notified: vec![alert_id],
+    };
+    let ids = store.apply_group_changes(std::slice::from_ref(&firing), 40).await.unwrap();
+    let gid = ids[0].expect("inserted");
+    assert!(store.alert(DEFAULT_ORG, alert_id).await.unwrap().unwrap().notified_firing);
+    assert_eq!(store.outbox_for_alert(DEFAULT_ORG, alert_id).await.unwrap().len(), 1);
+    // A second open group of the same key is refused, and nothing of it is written.
+    assert_eq!(store.apply_group_changes(&[firing], 41).await.unwrap(), vec![None]);
+    assert_eq!(store.outbox_for_alert(DEFAULT_ORG, alert_id).await.unwrap().len(), 1);
+    let open_groups = store.open_alert_groups().await.unwrap();
+    assert_eq!(
+        (open_groups.len(), open_groups[0].state.clone(), open_groups[0].version),
+        (1, serde_json::json!({"n": 1}), 0)
+    );
+    // Updates are compare-and-set on the version: a stale writer loses.
+    let resolve = |version: i64| GroupChange {
+        write: GroupWrite::Update(rec(serde_json::json!({"n": 2}), version, gid, false)),
+        notify: vec![(alert_id, note(ch.id, "resolved"))],
+        mark_notified: vec![],
+    };
+    assert_eq!(store.apply_group_changes(&[resolve(0)], 50).await.unwrap(), vec![Some(gid)]);
+    assert_eq!(store.apply_group_changes(&[resolve(0)], 51).await.unwrap(), vec![None], "stale version");
+    assert!(store.open_alert_groups().await.unwrap().is_empty(), "closed");
+    let kinds: Vec<String> =
+        store.outbox_for_alert(DEFAULT_ORG, alert_id).await.unwrap().into_iter().map(|m| m.kind).collect();
+    assert_eq!(kinds, ["firing", "resolved"]);
+    // A new group of the same key can open once the old one closed.
+    let again = GroupChange {
+        write: GroupWrite::Insert(rec(serde_json::json!({}), 0, 0, true)),
+        notify: vec![],
+        mark_notified: vec![],
+    };
+    assert!(store.apply_group_changes(&[again], 60).await.unwrap()[0].is_some());
+}
+
+async fn digests_advance_once_per_period(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let mut spec = channel("digest", 0);
+    spec.digest = "daily".into();
+    let ch = store.insert_notification_channel(DEFAULT_ORG, &spec, 1).await.unwrap().unwrap();
+    assert_eq!((ch.digest.as_str(), ch.digest_at_min, ch.digest_last_ms), ("daily", 540, 0));
+    assert!(store.advance_digest(DEFAULT_ORG, ch.id, 0, 1000, None, 5).await.unwrap());
+    let msg = NewNotification { channel_id: ch.id, kind: "digest".into(), seq: 2000, payload: "{}".into() };
+    assert!(store.advance_digest(DEFAULT_ORG, ch.id, 1000, 2000, Some(&msg), 6).await.unwrap());
+    assert!(!store.advance_digest(DEFAULT_ORG, ch.id, 1000, 2000, Some(&msg), 7).await.unwrap(), "sent already");
+    assert_eq!(store.outbox_backlog().await.unwrap(), 1, "one digest");
+    assert_eq!(store.notification_channel(DEFAULT_ORG, ch.id).await.unwrap().unwrap().digest_last_ms, 2000);
+    // Changing the schedule restarts the clock; other edits keep it.
+    let Written::Done(c) = store.update_notification_channel(DEFAULT_ORG, ch.id, &spec, 8).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!(c.digest_last_ms, 2000);
+    spec.digest = "weekly".into();
+    let Written::Done(c) = store.update_notification_channel(DEFAULT_ORG, ch.id, &spec, 9).await.unwrap() else {
+        panic!()
+    };
+    assert_eq!((c.digest.as_str(), c.digest_last_ms), ("weekly", 0));
 }

@@ -127,6 +127,8 @@ pub fn AlertsPage() -> impl IntoView {
 fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, refresh: Callback<()>) -> impl IntoView {
     let ctx = use_app();
     let error = RwSignal::new(None::<ApiError>);
+    // Groups shown with their GPUs (the rest show one summary row each).
+    let expanded = RwSignal::new(std::collections::HashSet::<String>::new());
     let silence = move |a: Alert, ms: i64| {
         let body = json!({
             "matchers": { "rule": a.rule_name, "gpu": a.gpu },
@@ -170,9 +172,14 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
                             </tr>
                         </thead>
                         <tbody>
-                            {list
+                            {group_alerts(list)
                                 .into_iter()
-                                .map(|a| {
+                                .map(|(key, members)| {
+                                    let head = if members.len() > 1 { Some(group_row(&key, &members, expanded, now, admin)) } else { None };
+                                    let grouped = members.len() > 1;
+                                    let rows = members.into_iter().map(|a| {
+                                    let member_key = key.clone();
+                                    let hidden = move || grouped && !expanded.with(|e| e.contains(&member_key));
                                     let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
                                     let when = match a.resolved_at_ms {
                                         Some(r) => format!("{} – {}", format::date_time(since), format::date_time(r)),
@@ -185,14 +192,19 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
                                     let can_silence = admin && !silenced && a.status != "resolved";
                                     let a2 = a.clone();
                                     let choice = RwSignal::new(DURATIONS[0].1);
+                                    let inhibited = (a.inhibited && a.status != "resolved").then(|| {
+                                        let title = a.inhibited_by.map(|id| format!("held back by alert {id} (the same problem)")).unwrap_or_default();
+                                        view! { " " <span class="pill pill-muted" title=title>"inhibited"</span> }
+                                    });
                                     view! {
-                                        <tr data-alert-id=a.id.to_string()>
+                                        <tr data-alert-id=a.id.to_string() class:group-member=grouped hidden=hidden>
                                             <td>
                                                 <span class=status_class(&a, silenced)>{a.status.clone()}</span>
                                                 {silenced.then(|| {
                                                     let title = by.map(|id| format!("by silence {id}")).unwrap_or_default();
                                                     view! { " " <span class="pill pill-muted" title=title>"silenced"</span> }
                                                 })}
+                                                {inhibited}
                                             </td>
                                             <td>{a.severity.clone()}</td>
                                             <td>{a.rule_name.clone()}</td>
@@ -219,6 +231,8 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
                                             })}
                                         </tr>
                                     }
+                                    }).collect_view();
+                                    view! { {head} {rows} }
                                 })
                                 .collect_view()}
                         </tbody>
@@ -227,6 +241,77 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
             }
             .into_any()
         }}
+    }
+}
+
+/// Alerts by notification group (the server's default key: rule, job or owner, host), in the
+/// order of each group's newest alert.
+fn group_alerts(list: Vec<Alert>) -> Vec<(String, Vec<Alert>)> {
+    let mut out: Vec<(String, Vec<Alert>)> = Vec::new();
+    for a in list {
+        // Resolved alerts of one key are separate episodes: only open ones are grouped.
+        let key = if a.group.is_empty() || a.status == "resolved" { format!("#{}", a.id) } else { a.group.clone() };
+        match out.iter_mut().find(|(k, _)| *k == key) {
+            Some((_, members)) => members.push(a),
+            None => out.push((key, vec![a])),
+        }
+    }
+    out
+}
+
+/// The summary row of a group: its rule, how many GPUs where, the worst status; a button shows
+/// its GPUs.
+fn group_row(
+    key: &str,
+    members: &[Alert],
+    expanded: RwSignal<std::collections::HashSet<String>>,
+    now: i64,
+    admin: bool,
+) -> impl IntoView + use<> {
+    let first = &members[0];
+    let firing = members.iter().filter(|a| a.status == "firing").count();
+    let held = members.iter().filter(|a| a.inhibited || a.silenced).count();
+    let status = if firing > 0 { "firing" } else { "pending" };
+    let class = if firing > 0 { "pill pill-bad" } else { "pill pill-warn" };
+    let hosts: std::collections::BTreeSet<&str> = members.iter().map(|a| a.host.as_str()).collect();
+    let owner = ["owner_job", "owner_user", "owner_namespace"]
+        .iter()
+        .find_map(|l| first.labels.get(*l).map(|v| format!("{} {v}", l.trim_start_matches("owner_"))))
+        .unwrap_or_else(|| "owner unknown".into());
+    let since = members.iter().map(|a| a.fired_at_ms.unwrap_or(a.active_since_ms)).min().unwrap_or(now);
+    let where_ = if hosts.len() == 1 {
+        hosts.iter().next().copied().unwrap_or_default().to_string()
+    } else {
+        format!("{} hosts", hosts.len())
+    };
+    let label = format!("{} GPUs", members.len());
+    let key = key.to_string();
+    let key2 = key.clone();
+    let data_key = key.clone();
+    let open = Signal::derive(move || expanded.with(|e| e.contains(&key2)));
+    view! {
+        <tr class="group-row" data-group=data_key>
+            <td>
+                <span class=class>{status}</span>
+                {(held > 0).then(|| view! { " " <span class="pill pill-muted">{format!("{held} held back")}</span> })}
+            </td>
+            <td>{first.severity.clone()}</td>
+            <td>{first.rule_name.clone()}</td>
+            <td>
+                <button
+                    type="button"
+                    class="btn btn-link"
+                    aria-expanded=move || open.get().to_string()
+                    on:click=move |_| expanded.update(|e| if !e.remove(&key) { e.insert(key.clone()); })
+                >
+                    {move || if open.get() { "▾ " } else { "▸ " }}{label.clone()}
+                </button>
+                <span class="cell-note">{format!("{where_} · {owner}")}</span>
+            </td>
+            <td>{first.summary.clone()}</td>
+            <td>{format!("{} ({})", format::date_time(since), format::ago(since, now))}</td>
+            {admin.then(|| view! { <td></td> })}
+        </tr>
     }
 }
 

@@ -178,6 +178,38 @@ pub fn GpuDetailPage() -> impl IntoView {
     }
 }
 
+/// For each open alert held back by another, the chain to the alert that speaks for them all:
+/// `Busy but hollow ← Stalled GPU (possible hung collective) ← Agent offline`.
+fn inhibition_chains(list: &[crate::wire::Alert]) -> Vec<String> {
+    let by_id: std::collections::HashMap<i64, &crate::wire::Alert> = list.iter().map(|a| (a.id, a)).collect();
+    // Only the ends of chains: alerts no other open alert is held back by.
+    let sources: std::collections::HashSet<i64> =
+        list.iter().filter(|a| a.status != "resolved").filter_map(|a| a.inhibited_by).collect();
+    list.iter()
+        .filter(|a| a.status != "resolved" && a.inhibited_by.is_some() && !sources.contains(&a.id))
+        .map(|a| {
+            let mut names = vec![a.rule_name.clone()];
+            let mut next = a.inhibited_by;
+            while let Some(id) = next {
+                if names.len() > 8 {
+                    break;
+                }
+                match by_id.get(&id) {
+                    Some(src) => {
+                        names.push(format!("{} ({})", src.rule_name, src.status));
+                        next = src.inhibited_by;
+                    }
+                    None => {
+                        names.push(format!("alert {id} (another GPU)"));
+                        next = None;
+                    }
+                }
+            }
+            names.join(" ← ")
+        })
+        .collect()
+}
+
 /// The GPU's newest alerts, open or resolved.
 #[component]
 fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
@@ -199,7 +231,14 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                 if list.is_empty() {
                     return view! { <p class="empty">"No alert on this GPU."</p> }.into_any();
                 }
+                let chains = inhibition_chains(&list);
                 view! {
+                    {(!chains.is_empty()).then(|| view! {
+                        <div class="inhibition-chains">
+                            <p class="muted">"Held back (inhibited): these alerts send nothing while the alert after them is open."</p>
+                            <ul>{chains.into_iter().map(|c| view! { <li class="inhibition-chain">{c}</li> }).collect_view()}</ul>
+                        </div>
+                    })}
                     <div class="table-wrap">
                         <table class="data gpu-alert-table">
                             <caption class="sr-only">"Alerts on this GPU"</caption>
@@ -224,9 +263,13 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                                         Some(r) => format!("{} – {}", crate::format::date_time(since), crate::format::date_time(r)),
                                         None => crate::format::date_time(since),
                                     };
+                                    let held = (a.inhibited && a.status != "resolved").then(|| {
+                                        let title = a.inhibited_by.map(|id| format!("held back by alert {id}")).unwrap_or_default();
+                                        view! { " " <span class="pill pill-muted" title=title>"inhibited"</span> }
+                                    });
                                     view! {
                                         <tr>
-                                            <td><span class=class>{a.status.clone()}</span></td>
+                                            <td><span class=class>{a.status.clone()}</span>{held}</td>
                                             <td>{a.rule_name.clone()}</td>
                                             <td>{a.severity.clone()}</td>
                                             <td>

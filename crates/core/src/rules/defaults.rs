@@ -17,6 +17,8 @@ pub struct DefaultRule {
     /// Summary template: `{field}` is replaced by the field's value when the alert fires.
     pub description: &'static str,
     pub advice: Advice,
+    /// Rules this one's open alerts hold back ([`super::inhibit`]), on the same GPU.
+    pub inhibits: &'static [&'static str],
 }
 
 /// Where a shipped rule's advice comes from.
@@ -56,6 +58,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
                       the utilization number hides an almost empty GPU (tiny kernels, batch 1, launch \
                       overhead, or waiting on communication; a single spinning kernel is often a hung collective).",
         advice: Advice::Of(WorkloadState::Hollow),
+        inhibits: &[],
     },
     DefaultRule {
         key: "inefficient",
@@ -68,6 +71,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         description: "Kernel utilization {gpu_util_pct} % but SM activity {sm_active_pct} % \
                       (efficiency {efficiency} %): most of the busy time leaves the SMs idle.",
         advice: Advice::Of(WorkloadState::Hollow),
+        inhibits: &[],
     },
     DefaultRule {
         key: "stalled",
@@ -80,6 +84,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         description: "A kernel spins on a few SMs: {gpu_util_pct} % busy, SMs {sm_active_pct} % active, \
                       power {power_pct_of_limit} % of the limit. Often a hung collective (NCCL) or a deadlock.",
         advice: Advice::Of(WorkloadState::Stalled),
+        inhibits: &["busy_but_hollow", "inefficient"],
     },
     DefaultRule {
         key: "idle_held",
@@ -92,6 +97,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         description: "A process holds {mem_used_pct} % of this GPU's memory but runs nothing \
                       (kernel utilization {gpu_util_pct} %, SM activity {sm_active_pct} %): allocated and wasted.",
         advice: Advice::Of(WorkloadState::IdleHeld),
+        inhibits: &["state:idle"],
     },
     DefaultRule {
         key: "agent_offline",
@@ -106,6 +112,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         description: "Offline for {duration_in_state_s} s: no sample from this GPU, the agent or the host is \
                       down (and the GPU is still paid for).",
         advice: Advice::Of(WorkloadState::Offline),
+        inhibits: &["*"],
     },
     DefaultRule {
         key: "throttling",
@@ -120,6 +127,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         advice: Advice::Text(
             "check cooling and airflow, the power supply and the power limit; drain the node if it persists",
         ),
+        inhibits: &[],
     },
     DefaultRule {
         key: "xid_errors",
@@ -133,6 +141,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         advice: Advice::Text(
             "check the kernel log (dmesg) for the XID code; drain the node and reset the GPU if they repeat",
         ),
+        inhibits: &[],
     },
 ];
 
@@ -148,6 +157,12 @@ mod tests {
             assert_eq!(DEFAULT_RULES.iter().filter(|o| o.key == r.key || o.name == r.name).count(), 1);
             assert!(["info", "warning", "critical"].contains(&r.severity));
             assert!(!r.advice.text().is_empty());
+            for t in r.inhibits {
+                let target = crate::rules::inhibit::Target::parse(t).unwrap();
+                if let crate::rules::inhibit::Target::Rule(k) = target {
+                    assert!(DEFAULT_RULES.iter().any(|o| o.key == k), "{}: {k}", r.key);
+                }
+            }
         }
     }
 }

@@ -1,10 +1,14 @@
 //! Alerting, the pure part: the condition language ([`expr`]), what a condition can read
 //! ([`fields`]), the pending → firing → resolved machine on event time ([`machine`]),
-//! silences ([`silence`]), the shipped rules ([`defaults`]) and the messages ([`payload`]).
+//! silences ([`silence`]), inhibition ([`inhibit`]), notification groups and digests
+//! ([`group`]), the shipped rules ([`defaults`]) and the messages ([`payload`]).
 
 pub mod defaults;
 pub mod expr;
 pub mod fields;
+pub mod group;
+pub mod group_payload;
+pub mod inhibit;
 pub mod machine;
 pub mod payload;
 pub mod silence;

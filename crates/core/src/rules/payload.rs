@@ -186,7 +186,7 @@ impl Notification {
         }
     }
 
-    fn annotations(&self) -> BTreeMap<String, String> {
+    pub(crate) fn annotations(&self) -> BTreeMap<String, String> {
         let mut a = BTreeMap::new();
         a.insert("summary".to_string(), self.summary.clone());
         if !self.advice.is_empty() {
@@ -277,7 +277,7 @@ pub fn truncate_chars(s: &str, max: usize) -> String {
     out
 }
 
-fn mrkdwn(text: String, max: usize) -> Json {
+pub(crate) fn mrkdwn(text: String, max: usize) -> Json {
     json!({"type": "mrkdwn", "text": truncate_chars(&text, max)})
 }
 
@@ -362,7 +362,7 @@ pub fn slack_message(n: &Notification) -> Json {
 }
 
 /// One alert as Alertmanager's webhook (v4) and API describe it.
-fn am_alert(n: &Notification, ends_at: &str) -> Json {
+pub(crate) fn am_alert(n: &Notification, ends_at: &str) -> Json {
     json!({
         "status": n.status.as_str(),
         "labels": n.labels,
@@ -474,7 +474,7 @@ pub fn format_rfc3339_ms(ms: i64) -> String {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::sample::Sample;
     use crate::state::WorkloadState;

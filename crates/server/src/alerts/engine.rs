@@ -28,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::delivery::{DEFAULT_DELIVERY_GAP_MS, Delivery};
+use fleetlens_core::rules::inhibit::{self, InhibitScope, Inhibitions, OpenAlert, RuleRef, Target};
 use fleetlens_core::rules::payload::{matched_values, render_template};
 use fleetlens_core::rules::{
     AlertSubject, Condition, DEFAULT_RULES, NotifyStatus, Observation, Phase, RuleSpec, Step, Timing, Truth,
@@ -53,7 +54,7 @@ const CURSOR_FLUSH_MS: i64 = 10_000;
 /// Thresholds are re-read this often.
 const THRESHOLDS_TTL_MS: i64 = 15_000;
 
-type Key = (i64, i64);
+pub(super) type Key = (i64, i64);
 
 /// Run the engine until the process ends.
 pub async fn run(ctx: Arc<AlertsCtx>) {
@@ -140,13 +141,15 @@ pub struct Report {
 }
 
 /// A rule ready to evaluate.
-struct Rule {
-    rec: AlertRuleRecord,
+pub(super) struct Rule {
+    pub(super) rec: AlertRuleRecord,
     spec: RuleSpec,
     cond: Condition,
     timing: Timing,
     /// True on an observation with no data: evaluated on the wall clock.
     no_data: bool,
+    /// States in which the condition holds on the state alone (for `state:<s>` inhibition).
+    holds_in: Vec<WorkloadState>,
 }
 
 impl Rule {
@@ -183,7 +186,8 @@ impl Rule {
         };
         let no_data = cond.eval(&probe) == Truth::True;
         let timing = Timing::from_secs(rec.for_s, rec.keep_firing_for_s);
-        Some(Rule { rec, spec, cond, timing, no_data })
+        let holds_in = inhibit::holds_in(&cond);
+        Some(Rule { rec, spec, cond, timing, no_data, holds_in })
     }
 }
 
@@ -191,7 +195,11 @@ impl Rule {
 pub fn default_rules() -> Vec<(String, NewAlertRule)> {
     DEFAULT_RULES
         .iter()
-        .map(|d: &DefaultRule| (d.key.to_string(), new_rule(&RuleSpec::from(d), vec![], true)))
+        .map(|d: &DefaultRule| {
+            let mut rule = new_rule(&RuleSpec::from(d), vec![], true);
+            rule.inhibits = d.inhibits.iter().map(|t| t.to_string()).collect();
+            (d.key.to_string(), rule)
+        })
         .collect()
 }
 
@@ -208,17 +216,21 @@ pub fn new_rule(spec: &RuleSpec, channels: Vec<i64>, enabled: bool) -> NewAlertR
         advice: spec.advice.clone(),
         channels,
         enabled,
+        inhibits: vec![],
+        inhibit_scope: InhibitScope::Gpu.as_str().to_string(),
     }
 }
 
 /// What one cycle reads once.
-struct CycleData {
+pub(super) struct CycleData {
     rules: HashMap<OrgId, Vec<Rule>>,
     enabled_rules: HashSet<i64>,
-    channels: HashMap<OrgId, Vec<ChannelRecord>>,
+    pub(super) channels: HashMap<OrgId, Vec<ChannelRecord>>,
     silences: HashMap<OrgId, Vec<SilenceWindow>>,
     teams: HashMap<(OrgId, String), String>,
-    public_url: String,
+    pub(super) public_url: String,
+    /// Which rules hold back which, per organisation.
+    inhibitions: HashMap<OrgId, Inhibitions>,
 }
 
 impl CycleData {
@@ -234,6 +246,20 @@ impl CycleData {
         } else {
             all.iter().filter(|c| rule.channels.contains(&c.id)).collect()
         }
+    }
+
+    /// The channels that get one message per alert (Alertmanager, which groups by itself).
+    fn alert_channels_for(&self, rule: &AlertRuleRecord) -> Vec<&ChannelRecord> {
+        self.channels_for(rule).into_iter().filter(|c| per_alert(c)).collect()
+    }
+
+    /// The channels that get grouped real-time messages.
+    pub(super) fn group_channels_for(&self, rule: &AlertRuleRecord) -> Vec<&ChannelRecord> {
+        self.channels_for(rule).into_iter().filter(|c| !per_alert(c) && c.digest.is_empty()).collect()
+    }
+
+    pub(super) fn rule(&self, org: OrgId, id: i64) -> Option<&Rule> {
+        self.rules.get(&org).and_then(|rs| rs.iter().find(|r| r.rec.id == id))
     }
 
     fn channels_by_id(&self, org: OrgId, ids: &[i64]) -> Vec<&ChannelRecord> {
@@ -272,9 +298,9 @@ impl Changes {
     }
 }
 
-struct Engine {
+pub(super) struct Engine {
     cursors: HashMap<i64, GpuCursor>,
-    open: HashMap<Key, AlertRecord>,
+    pub(super) open: HashMap<Key, AlertRecord>,
     /// Each GPU's newest evaluated sample (for no-data rules while it reports).
     last_sample: HashMap<i64, Sample>,
     dirty_cursors: HashSet<i64>,
@@ -287,13 +313,23 @@ struct Engine {
     last_cursor_flush: i64,
     thresholds: HashMap<OrgId, (Thresholds, i64)>,
     seeded: HashSet<OrgId>,
+    /// Open notification groups per (channel, key).
+    pub(super) groups: HashMap<(i64, String), super::groups::GroupEntry>,
+    /// Alerts resolved in this cycle, for their groups (in time order there).
+    pub(super) resolved_events: Vec<AlertRecord>,
+    /// Ids of alerts inserted already resolved (rule, GPU, active since → id).
+    pub(super) resolved_ids: HashMap<(i64, i64, i64), i64>,
 }
 
 impl Engine {
     async fn load(store: &dyn Store) -> Result<Engine, StoreError> {
         let cursors = store.alert_cursors().await?.into_iter().map(|c| (c.gpu_id, c)).collect();
         let open = store.open_alerts().await?.into_iter().map(|a| ((a.rule_id, a.gpu_id), a)).collect();
+        let groups = super::groups::load(store).await?;
         Ok(Engine {
+            groups,
+            resolved_events: Vec::new(),
+            resolved_ids: HashMap::new(),
             cursors,
             open,
             last_sample: HashMap::new(),
@@ -395,7 +431,14 @@ impl Engine {
             }
         }
 
-        // 3. Cursors of GPUs without transitions, now and then.
+        // 3. Notification groups and digests.
+        self.group_pass(store, &data, now, &mut report).await?;
+        if report.reload {
+            return Ok(report);
+        }
+        super::digest::run(ctx, &data.channels, now, &mut report).await?;
+
+        // 4. Cursors of GPUs without transitions, now and then.
         if !self.dirty_cursors.is_empty() && (now - self.last_cursor_flush >= CURSOR_FLUSH_MS || report.more) {
             let list: Vec<GpuCursor> =
                 self.dirty_cursors.iter().filter_map(|id| self.cursors.get(id).cloned()).collect();
@@ -443,7 +486,35 @@ impl Engine {
             .into_iter()
             .filter_map(|(org, host, labels)| labels.get("team").cloned().map(|t| ((org, host), t)))
             .collect();
-        Ok(CycleData { rules, enabled_rules, channels, silences, teams, public_url: ctx.public_url.clone() })
+        let inhibitions = rules
+            .iter()
+            .map(|(org, list)| {
+                let refs: Vec<(RuleRef<'_>, InhibitScope, Vec<Target>)> = list
+                    .iter()
+                    .map(|r| {
+                        let targets = r.rec.inhibits.iter().filter_map(|t| Target::parse(t).ok()).collect();
+                        let scope = InhibitScope::parse(&r.rec.inhibit_scope).unwrap_or_default();
+                        let rule = RuleRef {
+                            id: r.rec.id,
+                            key: r.rec.builtin.as_deref(),
+                            name: &r.rec.name,
+                            holds_in: &r.holds_in,
+                        };
+                        (rule, scope, targets)
+                    })
+                    .collect();
+                (*org, inhibit::resolve(&refs))
+            })
+            .collect();
+        Ok(CycleData {
+            rules,
+            enabled_rules,
+            channels,
+            silences,
+            teams,
+            public_url: ctx.public_url.clone(),
+            inhibitions,
+        })
     }
 
     /// New XID events, kept per GPU until the GPU's sample at or after them is evaluated.
@@ -591,6 +662,7 @@ impl Engine {
 
     /// Reminders, ended silences, and alerts whose rule is gone or disabled.
     fn wall_clock(&mut self, data: &CycleData, now: i64, changes: &mut Changes) {
+        let inhibitors = self.current_inhibitors(data);
         let keys: Vec<Key> = self.open.keys().copied().collect();
         for key in keys {
             let Some(a) = self.open.get(&key) else { continue };
@@ -598,7 +670,16 @@ impl Engine {
                 self.close_orphan(key, now, data, changes);
                 continue;
             }
+            let inhibited = inhibitors.get(&key).copied();
             if a.status != AlertStatus::Firing {
+                if inhibited != a.inhibited_by {
+                    // A pending alert shows what holds it back too.
+                    let mut a = a.clone();
+                    changes.origin.entry(key).or_insert(a.status);
+                    a.inhibited_by = inhibited;
+                    changes.touch(key);
+                    self.open.insert(key, a);
+                }
                 continue;
             }
             let Some(rule) = data.rules.get(&a.org_id).and_then(|rs| rs.iter().find(|r| r.rec.id == a.rule_id)) else {
@@ -606,30 +687,40 @@ impl Engine {
             };
             let silenced = data.silence(a.org_id, &a.labels, now);
             if !a.notified_firing {
-                // Silenced when it fired; the silence has ended: notify now.
-                if silenced.is_none() && a.silenced_by.is_some() {
+                // Silenced or inhibited when it fired; that has ended: notify now.
+                let was_held = a.silenced_by.is_some() || a.inhibited_by.is_some();
+                if silenced.is_none() && inhibited.is_none() && was_held {
                     let mut a = a.clone();
                     changes.origin.entry(key).or_insert(a.status);
                     a.silenced_by = None;
+                    a.inhibited_by = None;
                     let notes = self.firing_notes(rule, &mut a, data, now);
                     push_notes(changes, key, notes);
+                    changes.touch(key);
+                    self.open.insert(key, a);
+                } else if was_held && (silenced != a.silenced_by || inhibited != a.inhibited_by) {
+                    let mut a = a.clone();
+                    changes.origin.entry(key).or_insert(a.status);
+                    a.silenced_by = silenced;
+                    a.inhibited_by = inhibited;
                     changes.touch(key);
                     self.open.insert(key, a);
                 }
                 continue;
             }
-            if silenced != a.silenced_by {
-                // Notified already: the flag says whether its reminders are held back now.
+            if silenced != a.silenced_by || inhibited != a.inhibited_by {
+                // Notified already: the flags say whether its reminders are held back now.
                 let mut a = a.clone();
                 changes.origin.entry(key).or_insert(a.status);
                 a.silenced_by = silenced;
+                a.inhibited_by = inhibited;
                 changes.touch(key);
                 self.open.insert(key, a);
             }
             let Some(a) = self.open.get(&key) else { continue };
             let repeat_ms = rule.rec.repeat_interval_s.saturating_mul(1000);
             let last = a.last_notified_ms.or(a.fired_at_ms).unwrap_or(now);
-            if silenced.is_some() || !repeat_due(last, repeat_ms, now) {
+            if silenced.is_some() || inhibited.is_some() || !repeat_due(last, repeat_ms, now) {
                 continue;
             }
             let mut a = a.clone();
@@ -688,6 +779,7 @@ impl Engine {
                 });
             }
         }
+        self.resolved_events.push(a.clone());
         let write = if a.id == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
         changes.list.push(AlertChange { write, notify, suppressed });
     }
@@ -791,6 +883,7 @@ impl Engine {
                         suppressed.push(NewSuppressed { channel_id: c.id, kind: "resolved".into(), silence_id: sid });
                     }
                 }
+                self.resolved_events.push(a.clone());
                 let write = if a.id == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
                 changes.list.push(AlertChange { write, notify, suppressed });
             }
@@ -840,6 +933,7 @@ impl Engine {
             summary: summary(rule, obs),
             details: details.to_json(),
             silenced_by: None,
+            inhibited_by: None,
             notified_firing: false,
             last_notified_ms: None,
             repeat_seq: 0,
@@ -858,6 +952,7 @@ impl Engine {
     ) -> (Vec<NewNotification>, Vec<NewSuppressed>) {
         let channels = data.channels_for(&rule.rec);
         let mut d = AlertDetails::of(a);
+        a.inhibited_by = self.inhibitor_of(data, a);
         if let Some(sid) = data.silence(a.org_id, &a.labels, now) {
             a.silenced_by = Some(sid);
             a.notified_firing = false;
@@ -868,6 +963,15 @@ impl Engine {
             return (vec![], suppressed);
         }
         a.silenced_by = None;
+        if a.inhibited_by.is_some() {
+            // Another alert of the same problem speaks for it: nothing is sent (the wall clock
+            // notifies it if the other one ends first).
+            a.notified_firing = false;
+            return (vec![], vec![]);
+        }
+        // Slack and webhook channels get grouped messages (the group pass); Alertmanager one
+        // message per alert.
+        let channels = data.alert_channels_for(&rule.rec);
         a.notified_firing = !channels.is_empty();
         a.last_notified_ms = Some(now);
         d.notified_channels = channels.iter().map(|c| c.id).collect();
@@ -906,12 +1010,28 @@ impl Engine {
             };
             changes.list.push(AlertChange { write, notify, suppressed });
         }
+        let inserted_resolved: Vec<(usize, (i64, i64, i64))> = changes
+            .list
+            .iter()
+            .enumerate()
+            .filter_map(|(i, c)| match &c.write {
+                AlertWrite::Open(a) if a.status == AlertStatus::Resolved => {
+                    Some((i, (a.rule_id, a.gpu_id, a.active_since_ms)))
+                }
+                _ => None,
+            })
+            .collect();
         let write = EvalWrite { now_ms: now, changes: changes.list, cursors };
         let outcome = store.apply_alert_changes(&write).await?;
         report.enqueued += outcome.enqueued;
         if outcome.alert_ids.iter().any(Option::is_none) {
             report.reload = true;
             return Ok(());
+        }
+        for (index, key) in inserted_resolved {
+            if let Some(Some(id)) = outcome.alert_ids.get(index) {
+                self.resolved_ids.insert(key, *id);
+            }
         }
         for (index, key) in changes.opened {
             if let (Some(a), Some(Some(id))) = (self.open.get_mut(&key), outcome.alert_ids.get(index)) {
@@ -920,6 +1040,62 @@ impl Engine {
         }
         Ok(())
     }
+}
+
+impl Engine {
+    /// The open alert that holds `a` back now (inhibition), by id (0 for one not stored yet:
+    /// the wall clock puts its id in before long).
+    fn inhibitor_of(&self, data: &CycleData, a: &AlertRecord) -> Option<i64> {
+        let rules = data.inhibitions.get(&a.org_id).filter(|r| !r.is_empty())?;
+        let others: Vec<&AlertRecord> = self
+            .open
+            .values()
+            .filter(|o| o.org_id == a.org_id && rules.contains_key(&o.rule_id))
+            .filter(|o| (o.rule_id, o.gpu_id) != (a.rule_id, a.gpu_id))
+            .collect();
+        let mut list: Vec<OpenAlert<'_>> = others.iter().enumerate().map(|(i, o)| open_ref(o, i as i64 + 1)).collect();
+        list.push(open_ref(a, 0));
+        let got = inhibit::inhibited_by(&list, rules);
+        got.get(&0).and_then(|src| usize::try_from(*src - 1).ok()).and_then(|i| others.get(i)).map(|o| o.id)
+    }
+
+    /// For every open alert held back by another, the other's id.
+    fn current_inhibitors(&self, data: &CycleData) -> HashMap<Key, i64> {
+        let mut by_org: HashMap<OrgId, Vec<(&Key, &AlertRecord)>> = HashMap::new();
+        for (k, a) in &self.open {
+            if data.inhibitions.get(&a.org_id).is_some_and(|r| !r.is_empty()) {
+                by_org.entry(a.org_id).or_default().push((k, a));
+            }
+        }
+        let mut out = HashMap::new();
+        for (org, list) in by_org {
+            let Some(rules) = data.inhibitions.get(&org) else { continue };
+            let refs: Vec<OpenAlert<'_>> = list.iter().enumerate().map(|(i, (_, a))| open_ref(a, i as i64)).collect();
+            for (dst, src) in inhibit::inhibited_by(&refs, rules) {
+                let (Ok(dst), Ok(src)) = (usize::try_from(dst), usize::try_from(src)) else { continue };
+                out.insert(*list[dst].0, list[src].1.id);
+            }
+        }
+        out
+    }
+}
+
+fn open_ref(a: &AlertRecord, id: i64) -> OpenAlert<'_> {
+    OpenAlert {
+        id,
+        rule_id: a.rule_id,
+        gpu: &a.gpu_uuid,
+        host: &a.host,
+        job: a.labels.get("owner_job").map(String::as_str),
+        firing: a.status == AlertStatus::Firing,
+        active_since_ms: a.active_since_ms,
+    }
+}
+
+/// Alertmanager channels get one message per alert (Alertmanager groups and inhibits by
+/// itself); the others get grouped messages or digests.
+pub(super) fn per_alert(c: &ChannelRecord) -> bool {
+    c.kind == "alertmanager"
 }
 
 fn push_notes(changes: &mut Changes, key: Key, (notify, suppressed): (Vec<NewNotification>, Vec<NewSuppressed>)) {

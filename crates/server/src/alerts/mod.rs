@@ -7,7 +7,9 @@
 //! new samples back from the database, so whichever replica received them, the one replica
 //! that holds the engine's lease evaluates every GPU in time order.
 
+pub mod digest;
 pub mod engine;
+pub mod groups;
 pub mod outbox;
 pub mod render;
 
@@ -60,6 +62,11 @@ pub struct AlertsConfig {
     /// GPUs silent for longer than this are retired: no "offline" alert is raised for them.
     #[arg(long, env = "FLEETLENS_ALERT_OFFLINE_HORIZON", default_value = "7d", value_parser = humantime::parse_duration)]
     pub alert_offline_horizon: Duration,
+
+    /// Digest channels get a digest every this often (from the Unix epoch) instead of daily or
+    /// weekly at their time: for tests and demos.
+    #[arg(long, env = "FLEETLENS_ALERT_DIGEST_PERIOD", value_parser = humantime::parse_duration)]
+    pub alert_digest_period: Option<Duration>,
 }
 
 impl AlertsConfig {

@@ -107,6 +107,11 @@ pub struct RuleView {
     pub builtin: Option<String>,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// Rules whose alerts this rule's open alerts hold back: shipped rule keys or rule names,
+    /// `*` (every other rule), `state:<state>` (rules that hold in that workload state).
+    pub inhibits: Vec<String>,
+    /// Where: `gpu` (the same GPU), `host` or `job` (the same `owner_job`).
+    pub inhibit_scope: String,
 }
 
 impl From<AlertRuleRecord> for RuleView {
@@ -127,6 +132,8 @@ impl From<AlertRuleRecord> for RuleView {
             builtin: r.builtin,
             created_ms: r.created_ms,
             updated_ms: r.updated_ms,
+            inhibits: r.inhibits,
+            inhibit_scope: r.inhibit_scope,
         }
     }
 }
@@ -146,6 +153,32 @@ pub struct RuleBody {
     pub advice: Option<String>,
     pub channels: Option<Vec<i64>>,
     pub enabled: Option<bool>,
+    pub inhibits: Option<Vec<String>>,
+    pub inhibit_scope: Option<String>,
+}
+
+/// Check `inhibits` (every rule it names exists) and the scope.
+async fn check_inhibits(store: &dyn Store, org: OrgId, inhibits: &[String], scope: &str) -> Res<()> {
+    use fleetlens_core::rules::inhibit::{InhibitScope, SCOPES, Target};
+    if InhibitScope::parse(scope).is_none() {
+        return Err(invalid("inhibit_scope", format!("one of {}", SCOPES.join(", "))));
+    }
+    if inhibits.len() > 100 {
+        return Err(invalid("inhibits", "at most 100 entries"));
+    }
+    let rules = store.alert_rules(org).await?;
+    for t in inhibits {
+        match Target::parse(t).map_err(|e| invalid("inhibits", e))? {
+            Target::Rule(k) if !rules.iter().any(|r| r.builtin.as_deref() == Some(k.as_str()) || r.name == k) => {
+                return Err(invalid(
+                    "inhibits",
+                    format!("{k:?} is neither a shipped rule's key nor a rule's name (or `*`, `state:<state>`)"),
+                ));
+            }
+            _ => {}
+        }
+    }
+    Ok(())
 }
 
 async fn seed(state: &AppState, org: OrgId) -> Res<()> {
@@ -198,6 +231,8 @@ pub async fn create_rule(
 ) -> Res<(StatusCode, Json<RuleView>)> {
     caller.require(Scope::Admin)?;
     let b: RuleBody = parse_body(&body)?;
+    let inhibits = b.inhibits.clone().unwrap_or_default();
+    let inhibit_scope = b.inhibit_scope.clone().unwrap_or_else(|| "gpu".into());
     if b.name.is_none() {
         return Err(invalid("name", "required"));
     }
@@ -219,8 +254,11 @@ pub async fn create_rule(
     spec.validate().map_err(AlertsError::Rule)?;
     let channels = channels.unwrap_or_default();
     check_channels(state.store.as_ref(), caller.org, &channels).await?;
-    let rule = new_rule(&spec, channels, enabled.unwrap_or(true));
     seed(&state, caller.org).await?;
+    check_inhibits(state.store.as_ref(), caller.org, &inhibits, &inhibit_scope).await?;
+    let mut rule = new_rule(&spec, channels, enabled.unwrap_or(true));
+    rule.inhibits = inhibits;
+    rule.inhibit_scope = inhibit_scope;
     let stored = state
         .store
         .insert_alert_rule(caller.org, &rule, now_ms())
@@ -247,6 +285,9 @@ pub async fn put_rule(
     caller.require(Scope::Admin)?;
     let b: RuleBody = parse_body(&body)?;
     let current = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
+    let inhibits = b.inhibits.clone().unwrap_or_else(|| current.inhibits.clone());
+    let inhibit_scope = b.inhibit_scope.clone().unwrap_or_else(|| current.inhibit_scope.clone());
+    check_inhibits(state.store.as_ref(), caller.org, &inhibits, &inhibit_scope).await?;
     let base = RuleSpec {
         name: current.name.clone(),
         condition: current.condition.clone(),
@@ -262,7 +303,9 @@ pub async fn put_rule(
     spec.validate().map_err(AlertsError::Rule)?;
     let channels = channels.unwrap_or(current.channels);
     check_channels(state.store.as_ref(), caller.org, &channels).await?;
-    let rule = new_rule(&spec, channels, enabled.unwrap_or(current.enabled));
+    let mut rule = new_rule(&spec, channels, enabled.unwrap_or(current.enabled));
+    rule.inhibits = inhibits;
+    rule.inhibit_scope = inhibit_scope;
     let out = match state.store.update_alert_rule(caller.org, id, &rule, now_ms()).await? {
         Written::Done(r) => r,
         Written::NotFound => return Err(not_found("alert rule")),
@@ -346,10 +389,22 @@ pub struct ChannelView {
     pub min_interval_ms: i64,
     pub created_ms: i64,
     pub updated_ms: i64,
+    /// What a notification group's key is made of: `rule`, `owner` (job, else user, else
+    /// namespace), or alert label names (`host`, `team`, `gpu`, …).
+    pub group_by: Vec<String>,
+    /// A new group's first message waits this long for more GPUs.
+    pub group_wait_s: i64,
+    /// At most one follow-up per group this often (when GPUs joined).
+    pub group_interval_s: i64,
+    /// `off` (real-time messages), `daily` or `weekly` (a digest instead).
+    pub digest: String,
+    /// When the digest goes out, `HH:MM` UTC (weekly: on Mondays).
+    pub digest_at: String,
 }
 
 impl From<ChannelRecord> for ChannelView {
     fn from(c: ChannelRecord) -> Self {
+        let group_by = crate::alerts::groups::group_by(&c);
         ChannelView {
             id: c.id,
             name: c.name,
@@ -359,6 +414,11 @@ impl From<ChannelRecord> for ChannelView {
             min_interval_ms: c.min_interval_ms,
             created_ms: c.created_ms,
             updated_ms: c.updated_ms,
+            group_by,
+            group_wait_s: c.group_wait_s,
+            group_interval_s: c.group_interval_s,
+            digest: if c.digest.is_empty() { "off".into() } else { c.digest.clone() },
+            digest_at: format!("{:02}:{:02}", c.digest_at_min / 60, c.digest_at_min % 60),
         }
     }
 }
@@ -371,6 +431,13 @@ pub struct ChannelBody {
     pub url: Option<String>,
     pub default: Option<bool>,
     pub min_interval_ms: Option<i64>,
+    pub group_by: Option<Vec<String>>,
+    pub group_wait_s: Option<i64>,
+    pub group_interval_s: Option<i64>,
+    /// `off`, `daily` or `weekly`.
+    pub digest: Option<String>,
+    /// `HH:MM` UTC.
+    pub digest_at: Option<String>,
 }
 
 fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChannel> {
@@ -397,7 +464,59 @@ fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChann
         return Err(invalid("min_interval_ms", "0–3600000"));
     }
     let is_default = b.default.or_else(|| current.map(|c| c.is_default)).unwrap_or(false);
-    Ok(NewChannel { name, kind, url: url.trim().to_string(), is_default, min_interval_ms })
+    let group_by = match b.group_by {
+        Some(parts) => {
+            if parts.is_empty() || parts.len() > 10 {
+                return Err(invalid("group_by", "1–10 parts: rule, owner, or alert label names (host, team, gpu, …)"));
+            }
+            if let Some(bad) = parts.iter().find(|p| !fleetlens_core::rules::group::valid_part(p)) {
+                return Err(invalid("group_by", format!("{bad:?} is not rule, owner or a label name")));
+            }
+            parts
+        }
+        None => current.map(crate::alerts::groups::group_by).unwrap_or_default(),
+    };
+    let seconds = |field: &str, v: Option<i64>, current: Option<i64>, default: i64| -> Res<i64> {
+        let v = v.or(current).unwrap_or(default);
+        if !(0..=86_400).contains(&v) {
+            return Err(invalid(field, "0–86400 seconds"));
+        }
+        Ok(v)
+    };
+    let group_wait_s = seconds("group_wait_s", b.group_wait_s, current.map(|c| c.group_wait_s), 0)?;
+    let group_interval_s = seconds("group_interval_s", b.group_interval_s, current.map(|c| c.group_interval_s), 300)?;
+    let digest = match b.digest.as_deref().map(str::trim) {
+        Some("off") | Some("") => String::new(),
+        Some(d @ ("daily" | "weekly")) => d.to_string(),
+        Some(_) => return Err(invalid("digest", "off, daily or weekly")),
+        None => current.map(|c| c.digest.clone()).unwrap_or_default(),
+    };
+    if !digest.is_empty() && kind == "alertmanager" {
+        return Err(invalid("digest", "an Alertmanager channel takes alerts, not digests"));
+    }
+    let digest_at_min = match b.digest_at.as_deref() {
+        Some(t) => {
+            let parsed =
+                t.trim().split_once(':').and_then(|(h, m)| Some((h.parse::<i64>().ok()?, m.parse::<i64>().ok()?)));
+            match parsed {
+                Some((h, m)) if (0..24).contains(&h) && (0..60).contains(&m) => h * 60 + m,
+                _ => return Err(invalid("digest_at", "HH:MM (UTC), e.g. 09:00")),
+            }
+        }
+        None => current.map_or(540, |c| c.digest_at_min),
+    };
+    Ok(NewChannel {
+        name,
+        kind,
+        url: url.trim().to_string(),
+        is_default,
+        min_interval_ms,
+        group_by,
+        group_wait_s,
+        group_interval_s,
+        digest,
+        digest_at_min,
+    })
 }
 
 /// `{"channels": [...]}`.
@@ -532,6 +651,12 @@ pub struct AlertView {
     /// Notifications were held back by a silence.
     pub silenced: bool,
     pub silenced_by: Option<i64>,
+    /// Held back by another open alert of the same problem (inhibition): it sends nothing.
+    pub inhibited: bool,
+    /// That alert's id.
+    pub inhibited_by: Option<i64>,
+    /// Its notification group under the default key (rule, job or owner, host).
+    pub group: String,
     pub gpu: String,
     pub host: String,
     pub team: Option<String>,
@@ -566,6 +691,9 @@ impl From<AlertRecord> for AlertView {
             status: a.status.as_str().to_string(),
             silenced: a.silenced_by.is_some(),
             silenced_by: a.silenced_by,
+            inhibited: a.inhibited_by.is_some(),
+            inhibited_by: a.inhibited_by,
+            group: fleetlens_core::rules::group::group_key(&fleetlens_core::rules::group::DEFAULT_GROUP_BY, &a.labels),
             gpu: a.labels.get("gpu").cloned().unwrap_or(a.gpu_uuid),
             host: a.labels.get("host").cloned().unwrap_or(a.host),
             team: d.team,
