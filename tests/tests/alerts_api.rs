@@ -1002,7 +1002,7 @@ async fn an_eight_gpu_hang_sends_one_grouped_message_per_channel(backend: Backen
     assert!(text.contains("GPU-hours at stake") && text.contains("USD/hour"), "{text}");
     assert!(text.contains("30.40 USD/hour"), "8 H200 at 3.80 USD/hour: {text}");
     assert!(!text.contains("Busy but hollow") && !text.contains("Inefficient"), "{text}");
-    validate_with_slack_sdk(std::slice::from_ref(body));
+    validate_slack_messages(std::slice::from_ref(body));
 
     // The webhook: Alertmanager's v4 body with the 8 alerts of the group.
     let w = &h_msgs[0].body;
