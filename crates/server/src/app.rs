@@ -53,6 +53,7 @@ fn api_v1() -> OpenApiRouter<AppState> {
         .routes(routes!(gpus::samples))
         .routes(routes!(analytics::states))
         .routes(routes!(gpus::series))
+        .routes(routes!(gpus::move_gpu))
         .routes(routes!(analytics::fleet_summary))
         .routes(routes!(jobs::list, jobs::report))
         .routes(routes!(events::list))
@@ -156,6 +157,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         .map_err(|source| StartupError::Listen { addr: config.listen, source })?;
     let addr = listener.local_addr().map_err(StartupError::Serve)?;
     let alerts = crate::alerts::Alerts::new(store.clone(), config.alerts.clone(), addr);
+    let ingest_gate = Arc::new(crate::ingest_gate::IngestGate::new(config.max_concurrent_ingest_per_key as usize));
     let state = AppState {
         store: store.clone(),
         key_cache: Arc::new(KeyCache::default()),
@@ -165,6 +167,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         summary_cache: Default::default(),
         alerts: alerts.clone(),
         deliveries: Default::default(),
+        ingest_gate,
     };
     alerts.spawn();
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));

@@ -8,6 +8,7 @@ pub mod auth;
 pub mod config;
 pub mod delivery;
 pub mod error;
+pub mod ingest_gate;
 pub mod jobs;
 pub mod metrics;
 pub mod openapi;
