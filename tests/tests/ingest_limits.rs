@@ -157,6 +157,15 @@ async fn batches_past_the_sample_cap_are_refused_whole(backend: Backend) {
     assert_eq!(ingest(&server, "n1", many[..100].to_vec()).await.status, 200);
 }
 
+/// What the server answered on `s` within `wait`, if anything.
+fn answer_within(s: &TcpStream, wait: Duration) -> Option<String> {
+    let mut s = s.try_clone().unwrap();
+    s.set_read_timeout(Some(wait)).unwrap();
+    let mut buf = vec![0; 4096];
+    let n = s.read(&mut buf).ok()?;
+    (n > 0).then(|| String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
 /// A request whose headers are sent and whose body is not: the server has taken its permit.
 fn stalled_request(server: &TestServer, token: &str) -> TcpStream {
     let host = server.base_url.trim_start_matches("http://");
@@ -186,17 +195,21 @@ async fn requests_in_flight_are_bounded_per_key(backend: Backend) {
     let ts = now_ms() - 60_000;
     let body = |uuid: &str| serde_json::to_vec(&json!({"host": "n1", "samples": [sample(uuid, ts)]})).unwrap();
 
-    let stalled = [stalled_request(&server, ADMIN_TOKEN), stalled_request(&server, ADMIN_TOKEN)];
-    // The two stalled requests hold the key's two permits as soon as the server has read
-    // their headers.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let refused = loop {
-        let a = send(&server, ADMIN_TOKEN, body("GPU-third"), false).await;
-        if a.status == 429 || Instant::now() > deadline {
-            break a;
+    // Requests whose body never comes hold the key's two permits. Stalled requests are opened
+    // until one is refused at once: then two others hold the permits, and keep them.
+    let mut stalled = Vec::new();
+    let first_refusal = loop {
+        assert!(stalled.len() < 20, "no stalled request was ever refused");
+        let s = stalled_request(&server, ADMIN_TOKEN);
+        let answer = answer_within(&s, Duration::from_secs(2));
+        stalled.push(s);
+        if let Some(answer) = answer {
+            break answer;
         }
-        tokio::time::sleep(Duration::from_millis(50)).await;
     };
+    assert!(first_refusal.starts_with("HTTP/1.1 429"), "{first_refusal}");
+    assert!(first_refusal.contains("retry-after: 1"), "{first_refusal}");
+    let refused = send(&server, ADMIN_TOKEN, body("GPU-third"), false).await;
     assert_eq!(refused.status, 429, "a third request of the key: {}", refused.body);
     assert_eq!(refused.body["error"]["code"], "too_many_requests");
     assert!(refused.body["error"]["message"].as_str().unwrap().contains("--max-concurrent-ingest-per-key"));

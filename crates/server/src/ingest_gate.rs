@@ -89,7 +89,7 @@ mod tests {
         let _b = gate.enter_as(Who::Key(2)).expect("another key");
         let _u = gate.enter_as(Who::User(1)).expect("a user is not the key with the same id");
         drop(a1);
-        gate.enter_as(Who::Key(1)).expect("a permit came back");
+        let _again = gate.enter_as(Who::Key(1)).expect("a permit came back");
     }
 
     #[test]
