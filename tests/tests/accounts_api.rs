@@ -898,6 +898,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
             Some(json!({"team_id": b_team})),
             true,
         ),
+        probe("PUT", "/gpus/{uuid}/host", format!("/api/v1/gpus/{a_uuid}/host"), Some(json!({"host": "b-host"})), true),
         probe(
             "PUT",
             "/hosts/{host}/team",

@@ -76,8 +76,52 @@ pub struct Sample {
 
     /// Compute processes on the GPU at sample time. `None`: the list could not be read;
     /// `Some(vec![])`: read, and nobody is on the GPU.
-    #[serde(default)]
+    #[serde(default, deserialize_with = "bounded_processes")]
     pub processes: Option<Vec<GpuProcess>>,
+}
+
+/// Most processes one sample may list. Decoding stops at the next one, so a hostile batch
+/// cannot make its reader allocate millions of them (each ~330 bytes in memory, from ~10 bytes
+/// of JSON) before validation; validation refuses the same.
+pub const MAX_PROCESSES_PER_SAMPLE: usize = 4096;
+
+/// `processes`, null or a list of at most [`MAX_PROCESSES_PER_SAMPLE`].
+fn bounded_processes<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Vec<GpuProcess>>, D::Error> {
+    use serde::de::{Error, SeqAccess, Visitor};
+    struct List;
+    impl<'de> Visitor<'de> for List {
+        type Value = Vec<GpuProcess>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "a list of at most {MAX_PROCESSES_PER_SAMPLE} processes")
+        }
+        fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Self::Value, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+            while let Some(p) = seq.next_element()? {
+                if out.len() == MAX_PROCESSES_PER_SAMPLE {
+                    return Err(A::Error::custom(format!("more than {MAX_PROCESSES_PER_SAMPLE} processes on one GPU")));
+                }
+                out.push(p);
+            }
+            Ok(out)
+        }
+    }
+    struct Nullable;
+    impl<'de> Visitor<'de> for Nullable {
+        type Value = Option<Vec<GpuProcess>>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            write!(f, "null or a list of at most {MAX_PROCESSES_PER_SAMPLE} processes")
+        }
+        fn visit_none<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_unit<E: Error>(self) -> Result<Self::Value, E> {
+            Ok(None)
+        }
+        fn visit_some<D2: serde::Deserializer<'de>>(self, d: D2) -> Result<Self::Value, D2::Error> {
+            d.deserialize_seq(List).map(Some)
+        }
+    }
+    d.deserialize_option(Nullable)
 }
 
 /// A process holding the GPU.

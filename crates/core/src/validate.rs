@@ -89,7 +89,7 @@ pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), Vali
         }
     }
     if let Some(procs) = &s.processes {
-        if procs.len() > 4096 {
+        if procs.len() > crate::sample::MAX_PROCESSES_PER_SAMPLE {
             return Err(err(index, "processes", "more than 4096 processes on one GPU"));
         }
         for (p, proc_) in procs.iter().enumerate() {

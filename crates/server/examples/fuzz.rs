@@ -31,7 +31,7 @@ use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use fleetlens_core::rules::{Condition, DEFAULT_RULES, Observation};
 use fleetlens_core::{Sample, WorkloadState};
-use fleetlens_server::routes::ingest::{check, decode};
+use fleetlens_server::routes::ingest::{DecodeLimits, check, decode};
 
 /// xorshift64*: deterministic per seed, no dependency.
 struct Rng(u64);
@@ -316,7 +316,8 @@ fn ingest_one(input: &[u8], gz: bool) -> Result<Class, String> {
     if gz {
         headers.insert(CONTENT_ENCODING, "gzip".parse().unwrap());
     }
-    match decode(&headers, input, 8 << 20).and_then(|b| check(&b).map(|()| b)) {
+    let limits = DecodeLimits { max_decoded_bytes: 8 << 20, max_samples: 10_000 };
+    match decode(&headers, input, limits).and_then(|b| check(&b).map(|()| b)) {
         Err(e) => {
             let msg = e.to_string();
             let status = e.into_response().status();
@@ -328,7 +329,8 @@ fn ingest_one(input: &[u8], gz: bool) -> Result<Class, String> {
         Ok(batch) => {
             let again = serde_json::to_vec(&batch).map_err(|e| format!("accepted batch does not re-encode: {e}"))?;
             let plain = HeaderMap::new();
-            let back = decode(&plain, &again, usize::MAX)
+            let unlimited = DecodeLimits { max_decoded_bytes: usize::MAX, max_samples: usize::MAX };
+            let back = decode(&plain, &again, unlimited)
                 .and_then(|b| check(&b).map(|()| b))
                 .map_err(|e| format!("accepted batch, re-encoded, is rejected: {e}"))?;
             if back.samples.len() != batch.samples.len() || back.host != batch.host {

@@ -279,6 +279,13 @@ impl Accounts {
         true
     }
 
+    /// Whether `host`'s last batch named this team label (so its team exists, or was refused).
+    fn team_label_applied(&self, org: OrgId, host: &str, label: &str) -> bool {
+        let seen = self.teams_seen.lock().expect("teams lock");
+        seen.get(&(org, host.to_string()))
+            .is_some_and(|c| c.label.as_deref() == Some(label) && c.at.elapsed() < TEAM_RECHECK)
+    }
+
     fn forget_team_check(&self, org: OrgId, host: &str) {
         self.teams_seen.lock().expect("teams lock").remove(&(org, host.to_string()));
     }
@@ -592,6 +599,41 @@ pub async fn after_ingest(state: &AppState, caller: &Caller, host: &str, labels:
         tracing::warn!(error = %e, host, "could not assign the host's GPUs to a team");
         state.accounts.forget_team_check(caller.org, host);
     }
+}
+
+/// Before a batch is stored: refuse it (429, `quota_exceeded`) when its `team` label would
+/// create a team past `--max-teams-per-org`. The label makes a team only for a host without an
+/// assigned team that reports with a key without one ([`after_ingest`]); teams an admin creates
+/// are not limited, but count towards the quota.
+pub async fn check_team_quota(
+    state: &AppState,
+    caller: &Caller,
+    host: &str,
+    labels: &BTreeMap<String, String>,
+) -> Result<(), ApiError> {
+    let Some(label) = labels.get("team").and_then(|t| clean_name(t, MAX_TEAM_NAME)) else {
+        return Ok(());
+    };
+    if caller.key_team().is_some() || state.accounts.team_label_applied(caller.org, host, &label) {
+        return Ok(());
+    }
+    let teams = state.store.teams(caller.org).await?;
+    let max = state.config.max_teams_per_org;
+    if (teams.len() as u64) < max || teams.iter().any(|t| t.name == label) {
+        return Ok(());
+    }
+    // At the quota: a host an admin assigned to a team creates none (rare, so read here only).
+    let hosts = state.store.hosts(caller.org).await?;
+    if hosts.iter().any(|h| h.host == host && h.assigned_team_id.is_some()) {
+        return Ok(());
+    }
+    Err(ApiError::Quota {
+        quota: "teams".into(),
+        message: format!(
+            "the organisation's quota of {max} teams is reached: the batch's team label {label:?} would create one \
+             more (nothing was stored; an operator can raise --max-teams-per-org, an admin can delete teams)"
+        ),
+    })
 }
 
 #[cfg(test)]

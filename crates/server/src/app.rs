@@ -56,6 +56,7 @@ fn api_v1() -> OpenApiRouter<AppState> {
         .routes(routes!(gpus::samples))
         .routes(routes!(analytics::states))
         .routes(routes!(gpus::series))
+        .routes(routes!(gpus::move_gpu))
         .routes(routes!(analytics::fleet_summary))
         .routes(routes!(jobs::list, jobs::report))
         .routes(routes!(events::list))
@@ -204,6 +205,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
     let addr = listener.local_addr().map_err(StartupError::Serve)?;
     let egress = crate::egress::EgressPolicy::new(config.webhook_allow_cidrs.clone().unwrap_or_default().0);
     let alerts = crate::alerts::Alerts::new(store.clone(), config.alerts.clone(), addr, egress);
+    let ingest_gate = Arc::new(crate::ingest_gate::IngestGate::new(config.max_concurrent_ingest_per_key as usize));
     let state = AppState {
         store: store.clone(),
         key_cache: Arc::new(KeyCache::default()),
@@ -213,6 +215,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         summary_cache: Default::default(),
         alerts: alerts.clone(),
         deliveries: Default::default(),
+        ingest_gate,
     };
     alerts.spawn();
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));

@@ -58,8 +58,10 @@ pub struct Config {
     #[arg(long, env = "FLEETLENS_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,
 
-    /// Largest accepted ingest body after gzip decompression, in bytes.
-    #[arg(long, env = "FLEETLENS_MAX_DECODED_BYTES", default_value_t = 128 * 1024 * 1024)]
+    /// Largest accepted ingest body once decoded (after gzip; plain JSON bodies too), in bytes:
+    /// larger ones get 413 as soon as the limit is read. An 8-GPU host's minute of samples is
+    /// ~0.42 MB (docs/SECURITY.md).
+    #[arg(long, env = "FLEETLENS_MAX_DECODED_BYTES", default_value_t = DEFAULT_MAX_DECODED_BYTES)]
     pub max_decoded_bytes: usize,
 
     /// Log format on stderr.
@@ -78,7 +80,44 @@ pub struct Config {
     /// unless listed here (docs/SECURITY.md).
     #[arg(long, env = "FLEETLENS_WEBHOOK_ALLOW_CIDRS", value_name = "CIDR,...", value_parser = crate::egress::parse_cidrs)]
     pub webhook_allow_cidrs: Option<crate::egress::AllowCidrs>,
+
+    /// Most samples in one ingest batch: a longer `samples` list gets 413 while it is decoded.
+    /// Keep the agents' `--batch-max` (5,000 by default) at or below it.
+    #[arg(long, env = "FLEETLENS_MAX_SAMPLES_PER_BATCH", default_value_t = 10_000, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_samples_per_batch: u32,
+
+    /// Ingest requests one API key (or one dashboard user) may have in flight; more get 429
+    /// with Retry-After (agents retry).
+    #[arg(long, env = "FLEETLENS_MAX_CONCURRENT_INGEST_PER_KEY", default_value_t = 32, value_parser = clap::value_parser!(u32).range(1..))]
+    pub max_concurrent_ingest_per_key: u32,
+
+    /// Most GPUs one organisation may register: a batch that would add more gets 429
+    /// (`quota_exceeded`) and nothing of it is stored.
+    #[arg(long, env = "FLEETLENS_MAX_GPUS_PER_ORG", default_value_t = 100_000)]
+    pub max_gpus_per_org: u64,
+
+    /// Most hosts one organisation's GPUs may be on (a batch from one more: 429).
+    #[arg(long, env = "FLEETLENS_MAX_HOSTS_PER_ORG", default_value_t = 10_000)]
+    pub max_hosts_per_org: u64,
+
+    /// Most teams one organisation may have for a batch's `team` label to create one more
+    /// (429 otherwise; teams an admin creates are not counted against it).
+    #[arg(long, env = "FLEETLENS_MAX_TEAMS_PER_ORG", default_value_t = 1_000)]
+    pub max_teams_per_org: u64,
+
+    /// A GPU stays with the host it is registered on: a batch of another host that names it gets
+    /// 409 until an admin moves it (`PUT /api/v1/gpus/{uuid}/host`). With this set, another
+    /// host may also take it once its old host has sent nothing of it for this long (GPUs that
+    /// are physically moved, hosts renamed), e.g. `24h`. Unset: only admins move GPUs.
+    #[arg(long, env = "FLEETLENS_GPU_MOVE_AFTER", value_parser = humantime::parse_duration)]
+    pub gpu_move_after: Option<Duration>,
 }
+
+/// `--max-decoded-bytes` by default: 8 MiB. An 8-GPU host's minute of samples decodes to
+/// 0.42 MB (4 × that with 8 processes per GPU), the agent's default flush of 5 s to 35 kB, its
+/// largest default batch (`--batch-max 5000`) to 4.4 MB (`cargo run -p fleetlens-agent
+/// --example batch-size`; docs/SECURITY.md).
+pub const DEFAULT_MAX_DECODED_BYTES: usize = 8 * 1024 * 1024;
 
 impl Config {
     pub fn retention_policy(&self) -> fleetlens_store::RetentionPolicy {

@@ -39,29 +39,71 @@ impl Delivery {
     }
 }
 
+/// Hosts whose cadence is remembered at most, over all organisations. Past it, the tenth that
+/// delivered longest ago is forgotten (they fall back to the default allowance), so hostile or
+/// short-lived host names cannot grow the map without bound.
+pub const MAX_TRACKED_HOSTS: usize = 100_000;
+
 /// The delivery cadence of each host, as this process has received its batches (in memory: after
 /// a restart, or on a replica a host does not send to, the default applies).
 #[derive(Debug, Default)]
 pub struct HostDeliveries {
-    orgs: Mutex<HashMap<OrgId, HashMap<String, Delivery>>>,
+    orgs: Mutex<Tracked>,
+}
+
+#[derive(Debug, Default)]
+struct Tracked {
+    hosts: HashMap<OrgId, HashMap<String, Delivery>>,
+    len: usize,
+}
+
+impl Tracked {
+    /// Forget the tenth of the hosts that delivered longest ago.
+    fn evict_oldest(&mut self) {
+        let mut times: Vec<i64> = self.hosts.values().flat_map(|h| h.values().map(|d| d.arrived_ms)).collect();
+        if times.is_empty() {
+            return;
+        }
+        let nth = times.len() / 10;
+        let (_, cutoff, _) = times.select_nth_unstable(nth);
+        let cutoff = *cutoff;
+        for hosts in self.hosts.values_mut() {
+            hosts.retain(|_, d| d.arrived_ms > cutoff);
+        }
+        self.hosts.retain(|_, h| !h.is_empty());
+        self.len = self.hosts.values().map(HashMap::len).sum();
+    }
 }
 
 impl HostDeliveries {
     /// A batch of `host` was stored at `now`.
     pub fn arrived(&self, org: OrgId, host: &str, now: i64) {
-        let mut orgs = self.orgs.lock().unwrap_or_else(|e| e.into_inner());
-        let hosts = orgs.entry(org).or_default();
-        match hosts.get_mut(host) {
-            Some(d) => d.arrived(now),
-            None => hosts.entry(host.to_string()).or_default().arrived(now),
+        let mut tracked = self.orgs.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(d) = tracked.hosts.get_mut(&org).and_then(|hosts| hosts.get_mut(host)) {
+            d.arrived(now);
+            return;
         }
+        if tracked.len >= MAX_TRACKED_HOSTS {
+            tracked.evict_oldest();
+        }
+        tracked.hosts.entry(org).or_default().entry(host.to_string()).or_default().arrived(now);
+        tracked.len += 1;
     }
 
     /// The silence `host`'s delivery cadence explains.
     pub fn allowance_ms(&self, org: OrgId, host: &str) -> i64 {
         // Read for every GPU of a list: a lookup by `&str`, no allocation.
-        let orgs = self.orgs.lock().unwrap_or_else(|e| e.into_inner());
-        orgs.get(&org).and_then(|hosts| hosts.get(host)).map_or(DEFAULT_DELIVERY_GAP_MS, Delivery::allowance_ms)
+        let tracked = self.orgs.lock().unwrap_or_else(|e| e.into_inner());
+        tracked
+            .hosts
+            .get(&org)
+            .and_then(|hosts| hosts.get(host))
+            .map_or(DEFAULT_DELIVERY_GAP_MS, Delivery::allowance_ms)
+    }
+
+    /// Hosts remembered now.
+    pub fn tracked(&self) -> usize {
+        self.orgs.lock().unwrap_or_else(|e| e.into_inner()).len
     }
 }
 
@@ -95,5 +137,23 @@ mod tests {
         assert_eq!(d.allowance_ms(1, "fast"), 2_000);
         assert_eq!(d.allowance_ms(2, "fast"), DEFAULT_DELIVERY_GAP_MS, "another organisation's host");
         assert_eq!(d.allowance_ms(1, "new"), DEFAULT_DELIVERY_GAP_MS);
+    }
+
+    #[test]
+    fn the_map_is_bounded_and_forgets_the_longest_silent_hosts() {
+        let d = HostDeliveries::default();
+        for _ in 0..3 {
+            d.arrived(1, "steady", 1_000_000);
+        }
+        for i in 0..MAX_TRACKED_HOSTS as i64 + 50 {
+            d.arrived(2, &format!("h{i}"), 2_000_000 + i);
+            if i % 1000 == 0 {
+                d.arrived(1, "steady", 2_000_000 + i);
+            }
+        }
+        assert!(d.tracked() <= MAX_TRACKED_HOSTS, "{}", d.tracked());
+        assert!(d.tracked() >= MAX_TRACKED_HOSTS * 8 / 10);
+        assert_ne!(d.allowance_ms(1, "steady"), DEFAULT_DELIVERY_GAP_MS, "a host that keeps delivering stays");
+        assert_eq!(d.allowance_ms(2, "h0"), DEFAULT_DELIVERY_GAP_MS, "the oldest went");
     }
 }

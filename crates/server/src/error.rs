@@ -56,6 +56,15 @@ pub enum ApiError {
     NotFound(String),
     #[error("request body larger than {0} bytes")]
     TooLarge(usize),
+    /// An ingest batch past a decoding limit (bytes once decoded, samples, processes …).
+    #[error("{0}")]
+    BatchTooLarge(String),
+    /// A batch that would take the organisation past a quota (`quota`: `gpus`, `hosts`, `teams`).
+    #[error("{message}")]
+    Quota { quota: String, message: String },
+    /// The caller already has as many requests of this kind in flight as it may.
+    #[error("{message}")]
+    InFlight { message: String, retry_after_s: u64 },
     #[error("{0}")]
     UnsupportedMedia(String),
     #[error("storage unavailable")]
@@ -84,7 +93,9 @@ impl ApiError {
             ApiError::Busy { .. } => (StatusCode::SERVICE_UNAVAILABLE, "busy"),
             ApiError::Conflict(_) => (StatusCode::CONFLICT, "conflict"),
             ApiError::NotFound(_) => (StatusCode::NOT_FOUND, "not_found"),
-            ApiError::TooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::TooLarge(_) | ApiError::BatchTooLarge(_) => (StatusCode::PAYLOAD_TOO_LARGE, "payload_too_large"),
+            ApiError::Quota { .. } => (StatusCode::TOO_MANY_REQUESTS, "quota_exceeded"),
+            ApiError::InFlight { .. } => (StatusCode::TOO_MANY_REQUESTS, "too_many_requests"),
             ApiError::UnsupportedMedia(_) => (StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type"),
             ApiError::Store(StoreError::Invalid(_)) | ApiError::Store(_) => {
                 (StatusCode::SERVICE_UNAVAILABLE, "storage_unavailable")
@@ -102,14 +113,22 @@ impl IntoResponse for ApiError {
         let (sample_index, field) = match &self {
             ApiError::Validation(v) => (Some(v.index), Some(v.field.clone())),
             ApiError::Unprocessable { field, .. } | ApiError::BadParam { field, .. } => (None, Some(field.clone())),
+            ApiError::Quota { quota, .. } => (None, Some(quota.clone())),
             ApiError::InvalidJson { path: Some(path), .. } => split_sample_path(path),
             _ => (None, None),
         };
         let body =
             ErrorBody { error: ErrorDetail { code: code.to_string(), message: self.to_string(), sample_index, field } };
         let mut response = (status, Json(body)).into_response();
-        if let ApiError::RateLimited { retry_after_s } | ApiError::Busy { retry_after_s } = self {
-            response.headers_mut().insert(axum::http::header::RETRY_AFTER, retry_after_s.into());
+        let retry_after_s = match self {
+            ApiError::RateLimited { retry_after_s } | ApiError::Busy { retry_after_s }
+            | ApiError::InFlight { retry_after_s, .. } => Some(retry_after_s),
+            // A quota does not lift by itself: agents back off for minutes, not seconds.
+            ApiError::Quota { .. } => Some(QUOTA_RETRY_AFTER_S),
+            _ => None,
+        };
+        if let Some(s) = retry_after_s {
+            response.headers_mut().insert(axum::http::header::RETRY_AFTER, s.into());
         }
         response
     }
@@ -122,7 +141,11 @@ pub type ApiResult<T> = Result<T, ApiError>;
 /// that parses but is not acceptable is a 422 `validation_failed`, from the handler.)
 pub fn json_error(e: serde_path_to_error::Error<serde_json::Error>) -> ApiError {
     let path = e.path().to_string();
-    let message = e.into_inner().to_string();
+    json_error_at(&path, e.into_inner().to_string())
+}
+
+/// [`json_error`] from a path tracked by hand (`serde_path_to_error::Track`) and its message.
+pub fn json_error_at(path: &str, message: String) -> ApiError {
     // serde_path_to_error writes `?` for a position it could not name (a syntax error before
     // the first key of an object): not a field anyone could look up.
     let path = path.trim_end_matches("?").trim_end_matches('.');
@@ -161,6 +184,9 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<
         parse_json(&bytes).map(JsonBody)
     }
 }
+
+/// `Retry-After` of a refused quota, seconds.
+pub const QUOTA_RETRY_AFTER_S: u64 = 300;
 
 /// Middleware: every 4xx/5xx leaves as `{"error": {"code", "message"}}`, also those made
 /// outside the handlers (axum's extractor rejections: a path id that is not a number, a query

@@ -9,6 +9,7 @@ pub mod config;
 pub mod delivery;
 pub mod egress;
 pub mod error;
+pub mod ingest_gate;
 pub mod jobs;
 pub mod metrics;
 pub mod openapi;

@@ -98,11 +98,17 @@ fn describe(status: u16) -> &'static str {
         401 => "No or invalid API key or session (`unauthenticated`, `invalid_credentials`)",
         403 => "The key's scope or the user's role does not allow this, or the CSRF check failed",
         404 => "No such object in the caller's organisation",
-        409 => "Conflicts with an existing object (e.g. a name already taken)",
-        413 => "Request body too large",
+        409 => {
+            "Conflicts with an existing object (e.g. a name already taken; at ingest, a GPU registered on another host)"
+        }
+        413 => {
+            "Request body too large (at ingest also: decoded JSON, samples, processes, events or labels past their limits)"
+        }
         415 => "Content-Type is not application/json (or an unsupported Content-Encoding)",
         422 => "A value is out of range or invalid (`validation_failed`, with `field`)",
-        429 => "Too many attempts (`rate_limited`, with Retry-After)",
+        429 => {
+            "Too many attempts (`rate_limited`), requests in flight (`too_many_requests`) or an organisation quota reached (`quota_exceeded`, with the quota in `field`); with Retry-After"
+        }
         503 => {
             "The database is unavailable (`storage_unavailable`), or password checks are saturated (`busy`, with Retry-After)"
         }
@@ -135,6 +141,8 @@ error_set! {
     BodyErrors: 400, 401, 403, 409, 413, 415, 422, 503;
     /// Errors of a request with a JSON body on one object named in the path.
     ItemBodyErrors: 400, 401, 403, 404, 409, 413, 415, 422, 503;
+    /// Errors of ingest: those of a JSON body, per-key concurrency and quotas.
+    IngestErrors: 400, 401, 403, 409, 413, 415, 422, 429, 503;
     /// Errors of the login.
     LoginErrors: 400, 401, 403, 413, 415, 422, 429, 503;
     /// Errors of a password change (its check of the current password is rate-limited).

@@ -23,4 +23,6 @@ pub struct AppState {
     /// Each host's delivery cadence, learnt at ingest: the silence a GPU's current state allows
     /// for before it reads offline.
     pub deliveries: Arc<crate::delivery::HostDeliveries>,
+    /// Ingest requests in flight per API key (`--max-concurrent-ingest-per-key`).
+    pub ingest_gate: Arc<crate::ingest_gate::IngestGate>,
 }

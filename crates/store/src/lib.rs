@@ -11,6 +11,7 @@ mod columns;
 mod credits;
 pub mod events;
 mod feed;
+mod ingest_rules;
 pub mod leader;
 mod pg_samples;
 mod postgres;
@@ -26,6 +27,7 @@ pub use crate::alerts::AlertStore;
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
 pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
 pub use crate::feed::SampleFeed;
+pub use crate::ingest_rules::IngestRules;
 pub use crate::postgres::PgStore;
 pub use crate::sqlite::SqliteStore;
 
@@ -45,6 +47,18 @@ pub enum StoreError {
     Invalid(String),
     #[error("the storage writer has stopped")]
     WriterGone,
+    /// The batch would take the organisation past one of its [`IngestRules`] quotas; nothing
+    /// of it was stored.
+    #[error(
+        "the organisation's quota of {limit} {quota} is reached: this batch would make it {would_be} (nothing was stored; an operator can raise the quota)"
+    )]
+    QuotaExceeded { quota: &'static str, limit: u64, would_be: u64 },
+    /// The batch names a GPU registered on another host of the organisation; nothing of it was
+    /// stored (see [`IngestRules::move_after_ms`]).
+    #[error(
+        "GPU {uuid} belongs to host {owner:?}, not {host:?}: a GPU stays with its host unless an admin moves it (PUT /api/v1/gpus/{{uuid}}/host); nothing was stored"
+    )]
+    GpuOnOtherHost { uuid: String, owner: String, host: String },
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -412,8 +426,26 @@ pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sy
 
     /// Store a validated batch from one host, idempotent per (GPU uuid, ts_ms); updates the
     /// GPU registry and merges the new samples into the 1-minute and 1-hour rollups in the
-    /// same transaction. Returns once the batch is durably committed.
-    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome>;
+    /// same transaction. Returns once the batch is durably committed. No quota and no host
+    /// rule apply (tools and tests): the server ingests with [`Store::ingest_with`].
+    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
+        self.ingest_with(org, host, samples, None).await
+    }
+
+    /// [`Store::ingest`], checked against `rules` (when given) in the batch's own transaction:
+    /// a batch that would pass a quota ([`StoreError::QuotaExceeded`]) or that names a GPU of
+    /// another host ([`StoreError::GpuOnOtherHost`]) is refused whole, nothing stored.
+    async fn ingest_with(
+        &self,
+        org: OrgId,
+        host: &str,
+        samples: Vec<Sample>,
+        rules: Option<IngestRules>,
+    ) -> Result<IngestOutcome>;
+
+    /// An admin moves a GPU to `host` (a GPU physically moved, a host renamed); false when the
+    /// organisation has no GPU `uuid`. Batches of the GPU from its old host are refused after.
+    async fn move_gpu(&self, org: OrgId, uuid: &str, host: &str) -> Result<bool>;
 
     async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
     /// Like [`Store::gpus`] without the newest sample (cheaper, for reports).

@@ -13,6 +13,7 @@ use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Row, Transaction};
 
 use crate::columns::{self, GpuRow, SampleRow};
 use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
+use crate::ingest_rules::{self, IngestRules, KnownGpu};
 use crate::pg_samples::{self, CellColumns, InsertMode};
 use crate::{
     ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
@@ -42,8 +43,18 @@ impl PgStore {
         &self.pool
     }
 
-    async fn ingest_once(&self, org: OrgId, host: &str, samples: &[Sample], mode: InsertMode) -> Result<IngestOutcome> {
+    async fn ingest_once(
+        &self,
+        org: OrgId,
+        host: &str,
+        samples: &[Sample],
+        mode: InsertMode,
+        rules: Option<&IngestRules>,
+    ) -> Result<IngestOutcome> {
         let mut tx = self.pool.begin().await?;
+        if let Some(rules) = rules {
+            check_rules(&mut tx, org, host, samples, rules).await?;
+        }
         let mut meta = HashMap::new();
         let ids = upsert_gpus(&mut tx, org, host, samples, &mut meta).await?;
         // Each sample's GPU id looked up once (not once per comparison of the sort, and again
@@ -67,6 +78,55 @@ impl PgStore {
         tx.commit().await?;
         Ok(IngestOutcome { inserted, duplicates: samples.len() as u64 - inserted })
     }
+}
+
+/// Key of the advisory lock that serialises, per organisation, the batches that add GPUs or
+/// hosts, so two of them cannot both pass a quota that only one fits under.
+const QUOTA_LOCK: i32 = 0x464c_5130; // "FLQ0"
+
+/// The batch against the organisation's quotas and the GPU-host rule ([`IngestRules`]).
+async fn check_rules(
+    tx: &mut Transaction<'_, Postgres>,
+    org: OrgId,
+    host: &str,
+    samples: &[Sample],
+    rules: &IngestRules,
+) -> Result<()> {
+    let uuids = ingest_rules::batch_uuids(samples);
+    let known: Vec<KnownGpu> =
+        sqlx::query_as("SELECT uuid, host, last_seen_ms FROM gpus WHERE org_id = $1 AND uuid = ANY($2)")
+            .bind(org)
+            .bind(&uuids)
+            .fetch_all(&mut **tx)
+            .await?;
+    rules.check_hosts(host, &known)?;
+    let adding = (uuids.len() - known.len()) as u64;
+    let moving = known.iter().any(|g| g.host != host);
+    if adding == 0 && !moving {
+        return Ok(());
+    }
+    // Held until the transaction ends; the counts below then include every committed batch.
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2::int4)")
+        .bind(QUOTA_LOCK)
+        .bind(i32::try_from(org).unwrap_or(i32::MAX))
+        .execute(&mut **tx)
+        .await?;
+    let gpus: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM gpus WHERE org_id = $1").bind(org).fetch_one(&mut **tx).await?;
+    ingest_rules::check_quota("GPUs", gpus as u64, adding, rules.max_gpus)?;
+    let host_known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM gpus WHERE org_id = $1 AND host = $2 LIMIT 1")
+        .bind(org)
+        .bind(host)
+        .fetch_optional(&mut **tx)
+        .await?;
+    if host_known.is_none() {
+        let hosts: i64 = sqlx::query_scalar("SELECT count(DISTINCT host) FROM gpus WHERE org_id = $1")
+            .bind(org)
+            .fetch_one(&mut **tx)
+            .await?;
+        ingest_rules::check_quota("hosts", hosts as u64, 1, rules.max_hosts)?;
+    }
+    Ok(())
 }
 
 async fn upsert_gpus(
@@ -316,14 +376,20 @@ impl Store for PgStore {
         row.map(|r| crate::api_key_from_row(&r)).transpose()
     }
 
-    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
+    async fn ingest_with(
+        &self,
+        org: OrgId,
+        host: &str,
+        samples: Vec<Sample>,
+        rules: Option<IngestRules>,
+    ) -> Result<IngestOutcome> {
         if samples.is_empty() {
             return Ok(IngestOutcome::default());
         }
         let mut attempt = 1;
         let mut mode = InsertMode::Copy;
         loop {
-            match self.ingest_once(org, host, &samples, mode).await {
+            match self.ingest_once(org, host, &samples, mode, rules.as_ref()).await {
                 // Some of the batch is stored already (or a concurrent batch stored it first):
                 // run it again skipping what is stored; no wait, nothing to back off from.
                 Err(e) if mode == InsertMode::Copy && pg_samples::is_unique_violation(&e) => {
@@ -338,6 +404,17 @@ impl Store for PgStore {
                 other => return other,
             }
         }
+    }
+
+    async fn move_gpu(&self, org: OrgId, uuid: &str, host: &str) -> Result<bool> {
+        let done = sqlx::query("UPDATE gpus SET host = $1 WHERE org_id = $2 AND uuid = $3")
+            .bind(host)
+            .bind(org)
+            .bind(uuid)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(done > 0)
     }
 
     async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>> {

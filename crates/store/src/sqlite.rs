@@ -16,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use crate::columns::{self, Cell, GpuRow, SampleRow};
 use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
+use crate::ingest_rules::{self, IngestRules, KnownGpu};
 use crate::{
     ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
 };
@@ -32,6 +33,7 @@ struct IngestJob {
     org: OrgId,
     host: String,
     samples: Vec<Sample>,
+    rules: Option<IngestRules>,
     reply: oneshot::Sender<Result<IngestOutcome>>,
 }
 
@@ -168,9 +170,10 @@ async fn writer_loop(mut w: Writer, mut rx: mpsc::Receiver<WriteJob>) {
                     let _ = job.reply.send(result);
                 }
             }
+            // The group was this one job: its error as it is (a refused quota stays that).
             Err(e) => {
-                for job in jobs {
-                    let _ = job.reply.send(Err(StoreError::Invalid(e.to_string())));
+                if let Some(job) = jobs.into_iter().next() {
+                    let _ = job.reply.send(Err(e));
                 }
             }
         }
@@ -252,6 +255,9 @@ async fn write_jobs(
     let mut outcomes = Vec::with_capacity(jobs.len());
     let mut meta: std::collections::HashMap<i64, GpuMeta> = std::collections::HashMap::new();
     for job in jobs {
+        if let Some(rules) = &job.rules {
+            check_rules(conn, job.org, &job.host, &job.samples, rules).await?;
+        }
         let ids = upsert_gpus(conn, job.org, &job.host, &job.samples, &mut meta).await?;
         // The writer is the only one writing, so "new" can be decided before inserting: probe
         // each GPU's time span once (a cheap index range, usually empty), insert only the rest.
@@ -364,6 +370,52 @@ fn accumulate_new(
         }
     }
     inserted
+}
+
+/// The batch against the organisation's quotas and the GPU-host rule ([`IngestRules`]). The
+/// writer is the only one writing, so what it reads here holds until the batch commits.
+async fn check_rules(
+    conn: &mut SqliteConnection,
+    org: OrgId,
+    host: &str,
+    samples: &[Sample],
+    rules: &IngestRules,
+) -> Result<()> {
+    let uuids = ingest_rules::batch_uuids(samples);
+    let mut known: Vec<KnownGpu> = Vec::new();
+    for chunk in uuids.chunks(500) {
+        let mut qb: QueryBuilder<Sqlite> =
+            QueryBuilder::new("SELECT uuid, host, last_seen_ms FROM gpus WHERE org_id = ");
+        qb.push_bind(org).push(" AND uuid IN (");
+        let mut list = qb.separated(", ");
+        for uuid in chunk {
+            list.push_bind(*uuid);
+        }
+        qb.push(")");
+        known.extend(qb.build_query_as::<KnownGpu>().fetch_all(&mut *conn).await?);
+    }
+    rules.check_hosts(host, &known)?;
+    let adding = (uuids.len() - known.len()) as u64;
+    let moving = known.iter().any(|g| g.host != host);
+    if adding == 0 && !moving {
+        return Ok(());
+    }
+    let gpus: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM gpus WHERE org_id = ?").bind(org).fetch_one(&mut *conn).await?;
+    ingest_rules::check_quota("GPUs", gpus as u64, adding, rules.max_gpus)?;
+    let host_known: Option<i64> = sqlx::query_scalar("SELECT 1 FROM gpus WHERE org_id = ? AND host = ? LIMIT 1")
+        .bind(org)
+        .bind(host)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if host_known.is_none() {
+        let hosts: i64 = sqlx::query_scalar("SELECT count(DISTINCT host) FROM gpus WHERE org_id = ?")
+            .bind(org)
+            .fetch_one(&mut *conn)
+            .await?;
+        ingest_rules::check_quota("hosts", hosts as u64, 1, rules.max_hosts)?;
+    }
+    Ok(())
 }
 
 async fn upsert_gpus(
@@ -589,14 +641,31 @@ impl Store for SqliteStore {
         row.map(|r| crate::api_key_from_row(&r)).transpose()
     }
 
-    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
+    async fn ingest_with(
+        &self,
+        org: OrgId,
+        host: &str,
+        samples: Vec<Sample>,
+        rules: Option<IngestRules>,
+    ) -> Result<IngestOutcome> {
         if samples.is_empty() {
             return Ok(IngestOutcome::default());
         }
         let (reply, rx) = oneshot::channel();
-        let job = IngestJob { org, host: host.to_string(), samples, reply };
+        let job = IngestJob { org, host: host.to_string(), samples, rules, reply };
         self.writer.send(WriteJob::Ingest(job)).await.map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+
+    async fn move_gpu(&self, org: OrgId, uuid: &str, host: &str) -> Result<bool> {
+        let done = sqlx::query("UPDATE gpus SET host = ? WHERE org_id = ? AND uuid = ?")
+            .bind(host)
+            .bind(org)
+            .bind(uuid)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        Ok(done > 0)
     }
 
     async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>> {

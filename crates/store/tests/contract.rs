@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use fleetlens_core::{Credit, GpuProcess, Resolution, RollupAccumulator, Sample, Thresholds};
-use fleetlens_store::{DEFAULT_ORG, NewApiKey, RetentionPolicy, Scope, Store, hash_api_key};
+use fleetlens_store::{DEFAULT_ORG, IngestRules, NewApiKey, RetentionPolicy, Scope, Store, StoreError, hash_api_key};
 use fleetlens_tests::{Backend, TestDatabase, fixture};
 
 fleetlens_tests::for_each_backend!(
@@ -20,6 +20,7 @@ fleetlens_tests::for_each_backend!(
     whole_days_give_the_sums_of_their_hours,
     the_feed_reads_many_gpus_at_once,
     maintenance_clears_the_garbage_of_in_place_updates,
+    ingest_rules_refuse_whole_batches_and_admins_move_gpus,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -491,4 +492,59 @@ async fn maintenance_clears_the_garbage_of_in_place_updates(backend: Backend) {
             .unwrap();
     assert!(analysed, "statistics refreshed");
     assert_eq!(store.rollups(gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap(), before, "data unchanged");
+}
+
+/// Quotas and the GPU-host rule of `ingest_with`: a refused batch stores nothing (not even the
+/// samples of GPUs that fit); GPUs of an organisation over its quota keep reporting; a GPU moves
+/// only by `move_gpu` or, with `move_after_ms`, once its old host has been silent that long.
+async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let now = 1_800_000_000_000;
+    let rules = IngestRules { max_gpus: 3, max_hosts: 2, move_after_ms: None, now_ms: now };
+    let batch =
+        |uuids: &[&str], ts: i64| -> Vec<Sample> { uuids.iter().flat_map(|u| synthetic(u, ts, 5, 1000)).collect() };
+    let t = now - 600_000;
+    store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t), Some(rules)).await.unwrap();
+    let count = store.sample_count().await.unwrap();
+
+    let err = store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G3", "G4"], t + 10_000), Some(rules)).await;
+    assert!(matches!(err, Err(StoreError::QuotaExceeded { quota: "GPUs", limit: 3, would_be: 4 })), "{err:?}");
+    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G3"], t), Some(rules)).await.unwrap();
+    let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G1"], t + 10_000), Some(rules)).await;
+    assert!(matches!(err, Err(StoreError::GpuOnOtherHost { .. })), "a GPU of n1: {err:?}");
+    let roomy = IngestRules { max_gpus: 10, ..rules };
+    let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G5"], t), Some(roomy)).await;
+    assert!(matches!(err, Err(StoreError::QuotaExceeded { quota: "hosts", limit: 2, would_be: 3 })), "{err:?}");
+    assert_eq!(store.sample_count().await.unwrap(), count + 5, "only the batch of n2 was stored");
+    assert_eq!(store.gpus(DEFAULT_ORG).await.unwrap().len(), 3);
+    // At the quota, known GPUs keep reporting.
+    store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t + 10_000), Some(rules)).await.unwrap();
+
+    // Another host, newer samples: refused, the GPU's host unchanged.
+    let err = store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Some(rules)).await;
+    match err {
+        Err(StoreError::GpuOnOtherHost { uuid, owner, host }) => {
+            assert_eq!((uuid, owner, host), ("G1".into(), "n1".into(), "n2".into()))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().host, "n1");
+    // The admin's move.
+    assert!(store.move_gpu(DEFAULT_ORG, "G1", "n2").await.unwrap());
+    assert!(!store.move_gpu(DEFAULT_ORG, "G-none", "n2").await.unwrap());
+    assert!(!store.move_gpu(DEFAULT_ORG + 1, "G1", "n1").await.unwrap(), "another organisation's GPU");
+    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Some(rules)).await.unwrap();
+    assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().host, "n2");
+    assert!(store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1"], t + 30_000), Some(rules)).await.is_err());
+
+    // The silence rule: G2's newest sample is 9 minutes old at `now`.
+    let moving = IngestRules { move_after_ms: Some(300_000), ..rules };
+    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G2"], now - 1000), Some(moving)).await.unwrap();
+    assert_eq!(store.gpu(DEFAULT_ORG, "G2").await.unwrap().unwrap().host, "n2");
+    let err = store.ingest_with(DEFAULT_ORG, "n1", batch(&["G2"], now), Some(moving)).await;
+    assert!(matches!(err, Err(StoreError::GpuOnOtherHost { .. })), "G2 is live on n2: {err:?}");
+
+    // Without rules (tools, tests), nothing is checked.
+    store.ingest(DEFAULT_ORG, "n9", batch(&["G7", "G8"], t)).await.unwrap();
+    assert_eq!(store.gpus(DEFAULT_ORG).await.unwrap().len(), 5);
 }

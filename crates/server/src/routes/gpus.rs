@@ -227,3 +227,46 @@ pub async fn series(
     };
     Ok(Json(Series { uuid: gpu.uuid, resolution: resolution.into(), from_ms, to_ms, points }))
 }
+
+/// `PUT /api/v1/gpus/{uuid}/host`: the host a GPU now belongs to.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoveGpuBody {
+    /// The GPU's new host, as its agent reports it (`host` of its batches).
+    pub host: String,
+}
+
+/// `PUT /api/v1/gpus/{uuid}/host` `{"host": "…"}` (admin): move a GPU to another host (it was
+/// physically moved, or its host renamed). A GPU stays with the host it is registered on: a
+/// batch of another host that names it is refused (409) until an admin moves it here; from
+/// then on its old host's batches are refused instead. Answers the GPU as `GET /gpus/{uuid}`.
+#[utoipa::path(put, path = "/gpus/{uuid}/host", tag = "gpus", params(("uuid" = String, Path, description = "GPU UUID")), request_body = MoveGpuBody, responses((status = 200, body = GpuDetail), crate::openapi::ItemBodyErrors))]
+pub async fn move_gpu(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(uuid): Path<String>,
+    headers: axum::http::HeaderMap,
+    body: axum::body::Bytes,
+) -> ApiResult<Json<GpuDetail>> {
+    caller.require(Scope::Admin)?;
+    let ct = headers.get(axum::http::header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).unwrap_or("");
+    if !ct.trim_start().to_ascii_lowercase().starts_with("application/json") {
+        return Err(ApiError::UnsupportedMedia("send Content-Type: application/json".into()));
+    }
+    let b: MoveGpuBody =
+        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson { path: None, message: e.to_string() })?;
+    let host = b.host.trim();
+    if host.is_empty() || host.len() > 255 || host.chars().any(char::is_control) {
+        return Err(ApiError::Unprocessable {
+            field: "host".into(),
+            message: "required: 1–255 printable characters".into(),
+        });
+    }
+    if !state.store.move_gpu(caller.org, &uuid, host).await? {
+        return Err(ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")));
+    }
+    tracing::info!(uuid, host, by = %caller.key.name, "GPU moved to another host");
+    // The GPU's team follows its new host from the host's next batch on.
+    state.accounts.assignments_changed();
+    detail(State(state), caller, Path(uuid)).await
+}

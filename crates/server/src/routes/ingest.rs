@@ -1,40 +1,72 @@
 //! `POST /api/v1/ingest`: authenticate, decode (gzip or plain JSON), validate the whole batch,
 //! then store it. A batch is accepted whole or rejected whole: nothing is written before every
 //! sample has passed validation.
+//!
+//! What one request may cost is bounded before validation (docs/SECURITY.md, "Ingest limits and
+//! tenant quotas"): at most `--max-concurrent-ingest-per-key` requests of one API key at a time
+//! (429), at most `--max-decoded-bytes` of JSON (the gzip stream is read through a limit, 413),
+//! and while the JSON is parsed at most `--max-samples-per-batch` samples, [`MAX_PROCESSES_PER_BATCH`]
+//! processes, [`MAX_EVENTS`] events and [`MAX_LABELS`] labels (413): a hostile body cannot
+//! make the server allocate more than a small multiple of the decoded limit. Decoding and
+//! validation run on the blocking pool, off the async workers that serve every other request.
 
+use std::cell::Cell;
+use std::fmt;
 use std::io::Read;
 
 use axum::Json;
-use axum::body::Bytes;
+use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use fleetlens_api::{IngestBatch, IngestResponse};
-use fleetlens_core::{validate_event, validate_sample};
-use fleetlens_store::Scope;
+use fleetlens_core::{GpuEvent, Sample, validate_event, validate_sample};
+use fleetlens_store::{IngestRules, Scope, StoreError};
+use serde::Deserialize;
+use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::time::now_ms;
 
-#[utoipa::path(post, path = "/ingest", tag = "ingest", request_body(content = IngestBatch, description = "JSON, optionally `Content-Encoding: gzip`"), responses((status = 200, body = IngestResponse, description = "Every sample is durably committed"), crate::openapi::BodyErrors))]
+#[utoipa::path(post, path = "/ingest", tag = "ingest", request_body(content = IngestBatch, description = "JSON, optionally `Content-Encoding: gzip`"), responses((status = 200, body = IngestResponse, description = "Every sample is durably committed"), crate::openapi::IngestErrors))]
 pub async fn ingest(
     State(state): State<AppState>,
     caller: Caller,
     headers: HeaderMap,
-    body: Bytes,
+    body: Body,
 ) -> ApiResult<Json<IngestResponse>> {
     caller.require(Scope::Ingest)?;
-    let batch = decode(&headers, &body, state.config.max_decoded_bytes)
-        .and_then(|b| check(&b).map(|()| b))
-        .inspect_err(|_| crate::metrics::record_rejected())?;
+    // Taken before the body is read and held until the batch is stored: bounds the bodies,
+    // decoded batches and database work one key can have going at once.
+    let _permit = state.ingest_gate.enter(&caller).inspect_err(|_| crate::metrics::record_rejected())?;
+    let body = read_body(body, state.config.max_body_bytes).await?;
+    let limits = DecodeLimits::of(&state.config);
+    let batch =
+        tokio::task::spawn_blocking(move || decode(&headers, &body, limits).and_then(|b| check(&b).map(|()| b)))
+            .await
+            .map_err(|e| ApiError::BadRequest(format!("the batch could not be decoded: {e}")))?
+            .inspect_err(|_| crate::metrics::record_rejected())?;
     let received = batch.samples.len() as u64;
     let host = batch.host.trim();
+    // A team named by the batch's `team` label is created at ingest: refused before anything is
+    // stored when the organisation has no room for it.
+    crate::accounts::check_team_quota(&state, &caller, host, &batch.labels)
+        .await
+        .inspect_err(|_| crate::metrics::record_rejected())?;
     let outcome = if batch.samples.is_empty() {
         fleetlens_store::IngestOutcome::default()
     } else {
-        let outcome = state.store.ingest(caller.org, host, batch.samples).await?;
+        let rules = ingest_rules(&state.config);
+        let outcome =
+            state.store.ingest_with(caller.org, host, batch.samples, Some(rules)).await.map_err(refused).inspect_err(
+                |e| {
+                    if matches!(e, ApiError::Quota { .. } | ApiError::Conflict(_)) {
+                        crate::metrics::record_rejected();
+                    }
+                },
+            )?;
         state.deliveries.arrived(caller.org, host, now_ms());
         outcome
     };
@@ -47,48 +79,328 @@ pub async fn ingest(
     Ok(Json(IngestResponse { received, inserted: outcome.inserted, duplicates: outcome.duplicates }))
 }
 
+/// The request body, at most `max` bytes (`--max-body-bytes`) as sent.
+async fn read_body(body: Body, max: usize) -> ApiResult<Bytes> {
+    axum::body::to_bytes(body, max).await.map_err(|e| {
+        let source = std::error::Error::source(&e);
+        if source.is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {
+            ApiError::TooLarge(max)
+        } else {
+            ApiError::BadRequest(format!("the request body could not be read: {e}"))
+        }
+    })
+}
+
+/// The organisation's quotas and the GPU-host rule, from the server's flags.
+fn ingest_rules(config: &crate::config::Config) -> IngestRules {
+    IngestRules {
+        max_gpus: config.max_gpus_per_org,
+        max_hosts: config.max_hosts_per_org,
+        move_after_ms: config.gpu_move_after.map(|d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX)),
+        now_ms: now_ms(),
+    }
+}
+
+/// A batch the store refused by the organisation's rules: 429 for a quota (it may pass later,
+/// once an operator raises the quota), 409 for a GPU of another host.
+fn refused(e: StoreError) -> ApiError {
+    match e {
+        StoreError::QuotaExceeded { quota, .. } => {
+            ApiError::Quota { quota: quota.to_ascii_lowercase(), message: e.to_string() }
+        }
+        StoreError::GpuOnOtherHost { .. } => ApiError::Conflict(e.to_string()),
+        other => ApiError::Store(other),
+    }
+}
+
+/// Most processes, over all samples, in one batch (docs/SECURITY.md): a crowded 8-GPU host
+/// (8 processes per GPU) fills a 5,000-sample batch with 40,000. Each takes ~330 bytes once
+/// decoded, so a batch's processes take at most ~16 MB.
+pub const MAX_PROCESSES_PER_BATCH: usize = 50_000;
+
+/// What one batch may hold, checked while it is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeLimits {
+    /// JSON bytes, after gzip.
+    pub max_decoded_bytes: usize,
+    pub max_samples: usize,
+}
+
+impl DecodeLimits {
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self { max_decoded_bytes: config.max_decoded_bytes, max_samples: config.max_samples_per_batch as usize }
+    }
+}
+
 /// Decode the body to a batch; JSON errors name the path of the offending value.
-pub fn decode(headers: &HeaderMap, body: &[u8], max_decoded: usize) -> ApiResult<IngestBatch> {
+pub fn decode(headers: &HeaderMap, body: &[u8], limits: DecodeLimits) -> ApiResult<IngestBatch> {
     if let Some(ct) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
         && !ct.starts_with("application/json")
     {
         return Err(ApiError::UnsupportedMedia(format!("content-type {ct:?}: send application/json")));
     }
     let encoding = headers.get(CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity");
+    let max = limits.max_decoded_bytes;
     let decoded;
     let json: &[u8] = match encoding.trim().to_ascii_lowercase().as_str() {
+        "identity" | "" if body.len() > max => return Err(too_large_decoded(max)),
         "identity" | "" => body,
         "gzip" | "x-gzip" => {
-            decoded = gunzip(body, max_decoded)?;
+            decoded = gunzip(body, max)?;
             &decoded
         }
         other => {
             return Err(ApiError::UnsupportedMedia(format!("content-encoding {other:?}: send gzip or identity")));
         }
     };
+    let over = Cell::new(None);
+    let seed = BatchSeed { limits, over: &over, processes: Cell::new(0) };
     // Fast path: plain serde, on text checked for UTF-8 once as a whole (`from_slice` checks
     // every string and key on its own: ~8 % of the server's ingest CPU). Only a body that fails
     // is parsed again with path tracking, so the error can name the offending field and sample.
-    if let Ok(Ok(batch)) = std::str::from_utf8(json).map(serde_json::from_str::<IngestBatch>) {
-        return Ok(batch);
+    if let Ok(text) = std::str::from_utf8(json) {
+        let de = &mut serde_json::Deserializer::from_str(text);
+        if let Ok(batch) = seed.deserialize(&mut *de).and_then(|b| de.end().map(|()| b)) {
+            return Ok(batch);
+        }
+        if let Some(limit) = over.take() {
+            return Err(limit.into());
+        }
     }
+    let seed = BatchSeed { limits, over: &over, processes: Cell::new(0) };
     let de = &mut serde_json::Deserializer::from_slice(json);
-    let batch: IngestBatch = serde_path_to_error::deserialize(&mut *de).map_err(crate::error::json_error)?;
+    let mut track = serde_path_to_error::Track::new();
+    let result = seed.deserialize(serde_path_to_error::Deserializer::new(&mut *de, &mut track));
+    let batch = result.map_err(|e| match over.take() {
+        Some(limit) => limit.into(),
+        None => crate::error::json_error_at(&track.path().to_string(), e.to_string()),
+    })?;
     // What made the fast path fail may come after the document (`{…}}`, `{…} x`).
     de.end().map_err(|e| ApiError::InvalidJson { path: None, message: e.to_string() })?;
     Ok(batch)
 }
 
-/// Decompress with a ceiling on the output, so a small "zip bomb" cannot exhaust memory.
+fn too_large_decoded(max: usize) -> ApiError {
+    ApiError::BatchTooLarge(format!(
+        "the request body is larger than {max} bytes of JSON once decoded (--max-decoded-bytes): send smaller batches"
+    ))
+}
+
+/// Decompress, reading the gzip stream in chunks and stopping at the first byte past the
+/// ceiling, so a small "zip bomb" costs at most `max` bytes of memory (the buffer never grows
+/// past it: `read_to_end` would double it to twice the limit to find the one byte too many)
+/// and the time to inflate them.
 fn gunzip(body: &[u8], max: usize) -> ApiResult<Vec<u8>> {
-    // Agents' batches inflate ~11×: room for that up front instead of a regrowth that copies.
+    // Agents' batches inflate ~7-16× (docs/SECURITY.md): room for that up front.
     let mut out = Vec::with_capacity(body.len().saturating_mul(12).min(max));
-    let mut reader = flate2::read::GzDecoder::new(body).take(max as u64 + 1);
-    reader.read_to_end(&mut out).map_err(|e| ApiError::BadRequest(format!("invalid gzip body: {e}")))?;
-    if out.len() > max {
-        return Err(ApiError::TooLarge(max));
+    let mut decoder = flate2::read::GzDecoder::new(body);
+    let mut chunk = vec![0u8; 64 * 1024];
+    loop {
+        let n = decoder.read(&mut chunk).map_err(|e| ApiError::BadRequest(format!("invalid gzip body: {e}")))?;
+        if n == 0 {
+            return Ok(out);
+        }
+        if out.len() + n > max {
+            return Err(too_large_decoded(max));
+        }
+        if out.capacity() - out.len() < n {
+            // Doubling, but never past the ceiling.
+            out.reserve_exact(out.capacity().max(n).min(max - out.len()));
+        }
+        out.extend_from_slice(&chunk[..n]);
     }
-    Ok(out)
+}
+
+/// A count limit the decoder hit (the error that serde carries out is only text).
+#[derive(Debug, Clone, Copy)]
+struct LimitHit {
+    what: &'static str,
+    limit: usize,
+    flag: &'static str,
+}
+
+impl From<LimitHit> for ApiError {
+    fn from(l: LimitHit) -> Self {
+        ApiError::BatchTooLarge(format!(
+            "more than {} {} in one batch{}: send smaller batches (nothing was stored)",
+            l.limit, l.what, l.flag
+        ))
+    }
+}
+
+impl fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "more than {} {} in one batch", self.limit, self.what)
+    }
+}
+
+/// Decodes an [`IngestBatch`] like its derived `Deserialize`, stopping at the first element
+/// past a count limit (which it records in `over`).
+struct BatchSeed<'a> {
+    limits: DecodeLimits,
+    over: &'a Cell<Option<LimitHit>>,
+    /// Processes of the samples decoded so far.
+    processes: Cell<usize>,
+}
+
+impl BatchSeed<'_> {
+    fn hit<E: de::Error>(&self, hit: LimitHit) -> E {
+        self.over.set(Some(hit));
+        E::custom(hit)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum Field {
+    Host,
+    AgentVersion,
+    Labels,
+    Samples,
+    Events,
+    #[serde(other)]
+    Other,
+}
+
+const FIELDS: &[&str] = &["host", "agent_version", "labels", "samples", "events"];
+
+impl<'de> DeserializeSeed<'de> for BatchSeed<'_> {
+    type Value = IngestBatch;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<IngestBatch, D::Error> {
+        d.deserialize_struct("IngestBatch", FIELDS, self)
+    }
+}
+
+impl<'de> Visitor<'de> for BatchSeed<'_> {
+    type Value = IngestBatch;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.write_str("an ingest batch: {\"host\", \"samples\": [...]}")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<IngestBatch, A::Error> {
+        let (mut host, mut agent_version, mut labels, mut samples, mut events) = (None, None, None, None, None);
+        fn once<T, E: de::Error>(slot: &mut Option<T>, name: &'static str, value: T) -> Result<(), E> {
+            if slot.replace(value).is_some() {
+                return Err(E::duplicate_field(name));
+            }
+            Ok(())
+        }
+        while let Some(key) = map.next_key::<Field>()? {
+            match key {
+                Field::Host => once(&mut host, "host", map.next_value::<String>()?)?,
+                Field::AgentVersion => once(&mut agent_version, "agent_version", map.next_value::<Option<String>>()?)?,
+                Field::Labels => once(&mut labels, "labels", map.next_value_seed(LabelsSeed(&self))?)?,
+                Field::Samples => once(&mut samples, "samples", map.next_value_seed(SamplesSeed(&self))?)?,
+                Field::Events => once(&mut events, "events", map.next_value_seed(EventsSeed(&self))?)?,
+                Field::Other => drop(map.next_value::<IgnoredAny>()?),
+            }
+        }
+        Ok(IngestBatch {
+            host: host.ok_or_else(|| de::Error::missing_field("host"))?,
+            agent_version: agent_version.flatten(),
+            labels: labels.unwrap_or_default(),
+            samples: samples.ok_or_else(|| de::Error::missing_field("samples"))?,
+            events: events.unwrap_or_default(),
+        })
+    }
+}
+
+/// `samples`: at most `max_samples`, and at most [`MAX_PROCESSES_PER_BATCH`] processes in all.
+struct SamplesSeed<'s, 'a>(&'s BatchSeed<'a>);
+
+impl<'de> DeserializeSeed<'de> for SamplesSeed<'_, '_> {
+    type Value = Vec<Sample>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Vec<Sample>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for SamplesSeed<'_, '_> {
+    type Value = Vec<Sample>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a list of at most {} samples", self.0.limits.max_samples)
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<Sample>, A::Error> {
+        let max = self.0.limits.max_samples;
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(max).min(1024));
+        while let Some(sample) = seq.next_element::<Sample>()? {
+            if out.len() == max {
+                return Err(self.0.hit(LimitHit { what: "samples", limit: max, flag: " (--max-samples-per-batch)" }));
+            }
+            let processes = self.0.processes.get() + sample.processes.as_ref().map_or(0, Vec::len);
+            if processes > MAX_PROCESSES_PER_BATCH {
+                return Err(self.0.hit(LimitHit { what: "processes", limit: MAX_PROCESSES_PER_BATCH, flag: "" }));
+            }
+            self.0.processes.set(processes);
+            out.push(sample);
+        }
+        Ok(out)
+    }
+}
+
+/// `events`: at most [`MAX_EVENTS`].
+struct EventsSeed<'s, 'a>(&'s BatchSeed<'a>);
+
+impl<'de> DeserializeSeed<'de> for EventsSeed<'_, '_> {
+    type Value = Vec<GpuEvent>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Vec<GpuEvent>, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> Visitor<'de> for EventsSeed<'_, '_> {
+    type Value = Vec<GpuEvent>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "a list of at most {MAX_EVENTS} events")
+    }
+
+    fn visit_seq<A: SeqAccess<'de>>(self, mut seq: A) -> Result<Vec<GpuEvent>, A::Error> {
+        let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0).min(64));
+        while let Some(event) = seq.next_element::<GpuEvent>()? {
+            if out.len() == MAX_EVENTS {
+                return Err(self.0.hit(LimitHit { what: "events", limit: MAX_EVENTS, flag: "" }));
+            }
+            out.push(event);
+        }
+        Ok(out)
+    }
+}
+
+/// `labels`: at most [`MAX_LABELS`].
+struct LabelsSeed<'s, 'a>(&'s BatchSeed<'a>);
+
+impl<'de> DeserializeSeed<'de> for LabelsSeed<'_, '_> {
+    type Value = std::collections::BTreeMap<String, String>;
+
+    fn deserialize<D: de::Deserializer<'de>>(self, d: D) -> Result<Self::Value, D::Error> {
+        d.deserialize_map(self)
+    }
+}
+
+impl<'de> Visitor<'de> for LabelsSeed<'_, '_> {
+    type Value = std::collections::BTreeMap<String, String>;
+
+    fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "an object of at most {MAX_LABELS} string labels")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+        let mut out = std::collections::BTreeMap::new();
+        while let Some((k, v)) = map.next_entry::<String, String>()? {
+            if out.len() == MAX_LABELS {
+                return Err(self.0.hit(LimitHit { what: "labels", limit: MAX_LABELS, flag: "" }));
+            }
+            out.insert(k, v);
+        }
+        Ok(out)
+    }
 }
 
 /// Validate every sample (first error wins; it names the sample index and field).
