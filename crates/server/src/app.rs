@@ -165,6 +165,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         summary_cache: Default::default(),
         alerts: alerts.clone(),
         deliveries: Default::default(),
+        quality: Default::default(),
     };
     alerts.spawn();
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));

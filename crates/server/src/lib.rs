@@ -11,6 +11,7 @@ pub mod error;
 pub mod jobs;
 pub mod metrics;
 pub mod openapi;
+pub mod quality;
 pub mod routes;
 pub mod state;
 pub mod time;

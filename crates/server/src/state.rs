@@ -23,4 +23,6 @@ pub struct AppState {
     /// Each host's delivery cadence, learnt at ingest: the silence a GPU's current state allows
     /// for before it reads offline.
     pub deliveries: Arc<crate::delivery::HostDeliveries>,
+    /// Data-quality trackers of the GPUs this process has received samples from.
+    pub quality: Arc<crate::quality::QualityTrackers>,
 }

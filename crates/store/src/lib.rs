@@ -399,7 +399,20 @@ pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sy
     /// Store a validated batch from one host, idempotent per (GPU uuid, ts_ms); updates the
     /// GPU registry and merges the new samples into the 1-minute and 1-hour rollups in the
     /// same transaction. Returns once the batch is durably committed.
-    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome>;
+    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
+        self.ingest_flagged(org, host, samples, Vec::new()).await
+    }
+
+    /// [`Store::ingest`] of samples already checked for data quality: `flags[i]` are the
+    /// flags of `samples[i]` (whose flagged fields the caller dropped), counted per flag in
+    /// the rollups (`RollupBucket::quality`). Empty `flags`: none.
+    async fn ingest_flagged(
+        &self,
+        org: OrgId,
+        host: &str,
+        samples: Vec<Sample>,
+        flags: Vec<fleetlens_core::QualityFlags>,
+    ) -> Result<IngestOutcome>;
 
     async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
     /// Like [`Store::gpus`] without the newest sample (cheaper, for reports).

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fleetlens_core::{Credit, GpuProcess, Resolution, RollupAccumulator, Sample, Thresholds};
+use fleetlens_core::{Credit, GpuProcess, QualityFlags, Resolution, RollupAccumulator, Sample, Thresholds};
 use fleetlens_store::{DEFAULT_ORG, NewApiKey, RetentionPolicy, Scope, Store, hash_api_key};
 use fleetlens_tests::{Backend, TestDatabase, fixture};
 
@@ -103,7 +103,8 @@ async fn rollups_match_a_recomputation_from_raw(backend: Backend) {
     let gpu = store.gpu(DEFAULT_ORG, "GPU-roll").await.unwrap().unwrap();
     for res in Resolution::ALL {
         let mut expected = RollupAccumulator::new(res);
-        all.iter().for_each(|s| expected.add(gpu.id, s));
+        // 1-s samples: each is 1 s of sampled time, in whatever order the batches came.
+        all.iter().for_each(|s| expected.add(gpu.id, s, 1000, QualityFlags::NONE));
         let expected = expected.into_buckets();
         let stored = store.rollups(gpu.id, res, 0, i64::MAX).await.unwrap();
         assert_eq!(stored.len(), expected.len(), "{res:?} bucket count");
@@ -113,6 +114,7 @@ async fn rollups_match_a_recomputation_from_raw(backend: Backend) {
                 (e.bucket_ms, e.sample_count, e.allocated_count)
             );
             assert_eq!((s.first_ts_ms, s.last_ts_ms), (e.first_ts_ms, e.last_ts_ms));
+            assert_eq!((s.sampled_ms, s.quality), (e.sampled_ms, e.quality), "{res:?} sampled time and flags");
             for (a, b) in s.signals.iter().zip(&e.signals) {
                 assert_eq!((a.count, a.min, a.max), (b.count, b.min, b.max));
                 assert!((a.sum - b.sum).abs() < 1e-6 * b.sum.abs().max(1.0), "{res:?} sum {} vs {}", a.sum, b.sum);
@@ -259,7 +261,7 @@ async fn credits_follow_the_minutes_as_samples_arrive(backend: Backend) {
     }
     let gpu = store.gpu(DEFAULT_ORG, "GPU-credit").await.unwrap().unwrap();
     let mut expected = RollupAccumulator::new(Resolution::Minute);
-    all.iter().for_each(|s| expected.add(gpu.id, s));
+    all.iter().for_each(|s| expected.add(gpu.id, s, 1000, QualityFlags::NONE));
     let minutes = store.org_credits(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
     let th = Thresholds::default();
     let mut hours: std::collections::BTreeMap<i64, Credit> = Default::default();

@@ -26,7 +26,7 @@ pub async fn ingest(
     body: Bytes,
 ) -> ApiResult<Json<IngestResponse>> {
     caller.require(Scope::Ingest)?;
-    let batch = decode(&headers, &body, state.config.max_decoded_bytes)
+    let mut batch = decode(&headers, &body, state.config.max_decoded_bytes)
         .and_then(|b| check(&b).map(|()| b))
         .inspect_err(|_| crate::metrics::record_rejected())?;
     let received = batch.samples.len() as u64;
@@ -34,7 +34,9 @@ pub async fn ingest(
     let outcome = if batch.samples.is_empty() {
         fleetlens_store::IngestOutcome::default()
     } else {
-        let outcome = state.store.ingest(caller.org, host, batch.samples).await?;
+        // Readings that cannot be true are dropped here, before anything averages them.
+        let flags = state.quality.check_batch(caller.org, &mut batch.samples);
+        let outcome = state.store.ingest_flagged(caller.org, host, batch.samples, flags).await?;
         state.deliveries.arrived(caller.org, host, now_ms());
         outcome
     };
