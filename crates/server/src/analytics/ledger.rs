@@ -33,14 +33,23 @@ pub fn overlap_ms(bucket_ms: i64, len_ms: i64, start_ms: i64, end_ms: i64) -> i6
 
 /// The share of a bucket's credit that falls in `[from_ms, end_ms)`.
 ///
-/// A bucket's credit is the sampled time of its samples (`RollupBucket::sampled_ms`), taken as
-/// spread evenly over the part of the bucket between the GPU's first and newest samples: a
-/// bucket inside the period weighs 1 whatever its sampled time, and one that the period's edge
-/// cuts weighs the share of that part inside the period. Time before the GPU's first sample
-/// and after its newest is never credited, so a period reaching past them adds offline time,
-/// not state time.
-pub fn credit_share(gpu: &GpuRecord, bucket_ms: i64, len_ms: i64, from_ms: i64, end_ms: i64) -> f64 {
-    let (credited_from, credited_to) = (gpu.first_seen_ms, gpu.last_seen_ms + 1);
+/// A bucket's credit is the sampled time of its samples (`RollupBucket::sampled_ms`,
+/// `sampled_s` here), taken as spread evenly over the part of the bucket between the GPU's
+/// first sample and its newest sample's own interval (the sampled time the bucket holds beyond
+/// the time between its samples, for the bucket of the newest sample): a bucket inside the
+/// period weighs 1 whatever its sampled time, and one that the period's edge cuts weighs the
+/// share of that part inside the period. Time before the GPU's first sample and after its
+/// newest sample's interval is never credited, so a period reaching past them adds offline
+/// time, not state time.
+pub fn credit_share(gpu: &GpuRecord, bucket_ms: i64, len_ms: i64, from_ms: i64, end_ms: i64, sampled_s: f64) -> f64 {
+    let between = overlap_ms(bucket_ms, len_ms, gpu.first_seen_ms, gpu.last_seen_ms + 1);
+    let holds_newest = (bucket_ms..bucket_ms + len_ms).contains(&gpu.last_seen_ms);
+    let tail_ms = if holds_newest {
+        ((sampled_s * 1000.0).round() as i64 - between).clamp(0, bucket_ms + len_ms - gpu.last_seen_ms - 1)
+    } else {
+        0
+    };
+    let (credited_from, credited_to) = (gpu.first_seen_ms, gpu.last_seen_ms + 1 + tail_ms);
     let credited = overlap_ms(bucket_ms, len_ms, credited_from, credited_to);
     if credited == 0 {
         return 0.0;
@@ -133,14 +142,17 @@ mod tests {
             latest: None,
         };
         // The first and last minutes, partly sampled, weigh 1 in any period holding the samples.
-        assert_eq!(credit_share(&gpu, 0, 60_000, 0, 10_000_000), 1.0);
-        assert_eq!(credit_share(&gpu, 120_000, 60_000, 0, 10_000_000), 1.0);
-        // A period ending 1 s after the newest sample: still all of it.
-        assert_eq!(credit_share(&gpu, 120_000, 60_000, 0, 128_185), 1.0);
-        // A period from 30 s: half of the first minute's sampled part (43.641 s → 60 s).
-        let w = credit_share(&gpu, 0, 60_000, 51_820, 10_000_000);
+        assert_eq!(credit_share(&gpu, 0, 60_000, 0, 10_000_000, 17.4), 1.0);
+        assert_eq!(credit_share(&gpu, 120_000, 60_000, 0, 10_000_000, 8.2), 1.0);
+        // A period ending past the newest sample's interval: all of it; that interval (the 1 s the
+        // minute holds beyond its samples' span) is where a period can still cut it.
+        assert_eq!(credit_share(&gpu, 120_000, 60_000, 0, 128_200, 8.186), 1.0);
+        let w = credit_share(&gpu, 120_000, 60_000, 0, 127_686, 8.186);
+        assert!((w - 7_686.0 / 8_186.0).abs() < 1e-12, "{w}");
+        // A period from 51.82 s: half of the first minute's sampled part (43.641 s → 60 s).
+        let w = credit_share(&gpu, 0, 60_000, 51_820, 10_000_000, 17.4);
         assert!((w - (60_000.0 - 51_820.0) / (60_000.0 - 43_641.0)).abs() < 1e-12);
-        assert_eq!(credit_share(&gpu, 180_000, 60_000, 0, 10_000_000), 0.0);
+        assert_eq!(credit_share(&gpu, 180_000, 60_000, 0, 10_000_000, 0.0), 0.0);
     }
 
     #[test]

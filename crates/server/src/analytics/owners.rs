@@ -45,7 +45,7 @@ pub fn owner_credits(
         let Some(gpu) = by_id.get(&m.gpu_id) else { continue };
         // A minute credit is its samples' sampled time; count its share in the period (as
         // the summary does).
-        let weight = credit_share(gpu, m.bucket_ms, MINUTE_MS, from_ms, end_ms);
+        let weight = credit_share(gpu, m.bucket_ms, MINUTE_MS, from_ms, end_ms, m.credit.covered_s());
         if weight <= 0.0 || m.credit.is_zero() {
             continue;
         }

@@ -126,8 +126,8 @@ impl EdgePlan {
 
     /// The share of a bucket's credit (its samples' sampled time) that falls in the period:
     /// see [`credit_share`].
-    fn weight(&self, gpu: &GpuRecord, bucket_ms: i64, len_ms: i64) -> f64 {
-        credit_share(gpu, bucket_ms, len_ms, self.from_ms, self.end_ms)
+    fn weight(&self, gpu: &GpuRecord, bucket_ms: i64, len_ms: i64, credit: &Credit) -> f64 {
+        credit_share(gpu, bucket_ms, len_ms, self.from_ms, self.end_ms, credit.covered_s())
     }
 }
 
@@ -141,14 +141,14 @@ fn weighted<'a>(c: &'a Credits, gpu: &GpuRecord) -> Vec<(&'a Credit, f64)> {
     }
     for (hour_ms, credit) in c.hours.get(&gpu.id).into_iter().flatten() {
         if p.is_whole_hour(*hour_ms) || !p.exact {
-            out.push((credit, p.weight(gpu, *hour_ms, HOUR_MS)));
+            out.push((credit, p.weight(gpu, *hour_ms, HOUR_MS, credit)));
         }
     }
     if p.exact {
         for (minute_ms, credit) in c.edge_minutes.get(&gpu.id).into_iter().flatten() {
             let hour = minute_ms.div_euclid(HOUR_MS) * HOUR_MS;
             if !p.is_whole_hour(hour) {
-                out.push((credit, p.weight(gpu, *minute_ms, MINUTE_MS)));
+                out.push((credit, p.weight(gpu, *minute_ms, MINUTE_MS, credit)));
             }
         }
     }
