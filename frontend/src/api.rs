@@ -258,6 +258,28 @@ pub async fn gpus() -> ApiResult<GpuList> {
     get("/gpus", &[]).await
 }
 
+/// One data-quality flag of `GET /api/v1/gpus/{uuid}` (`data_quality`): readings that could
+/// not be true, dropped at ingest.
+#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
+pub struct DataQualityFlag {
+    pub flag: String,
+    pub rule: String,
+    pub samples: i64,
+    pub last_minute_ms: i64,
+}
+
+#[derive(Debug, Clone, serde::Deserialize)]
+struct GpuDetailQuality {
+    #[serde(default)]
+    data_quality: Vec<DataQualityFlag>,
+}
+
+/// The data-quality flags of a GPU's last 24 hours (`GET /api/v1/gpus/{uuid}`).
+pub async fn gpu_data_quality(uuid: &str) -> ApiResult<Vec<DataQualityFlag>> {
+    let d: GpuDetailQuality = get(&format!("/gpus/{}", seg(uuid)), &[]).await?;
+    Ok(d.data_quality)
+}
+
 /// `GET /api/v1/gpus/{uuid}/samples?from=&to=&limit=`
 pub async fn samples(uuid: &str, from_ms: i64, to_ms: i64, limit: u32) -> ApiResult<SampleList> {
     let q = [("from", from_ms.to_string()), ("to", to_ms.to_string()), ("limit", limit.to_string())];

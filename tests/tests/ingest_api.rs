@@ -87,7 +87,10 @@ async fn invalid_batches_are_rejected_whole_and_store_nothing(backend: Backend) 
             Some(10),
             Some("gpu_util_pct"),
         ),
-        ("percentage over 100", with_bad("sm_active_pct", json!(100.5)), 422, Some(10), Some("sm_active_pct")),
+        ("percentage over 100", with_bad("gpu_util_pct", json!(100.5)), 422, Some(10), Some("gpu_util_pct")),
+        // Profiling-counter activity above 100 is a reading (flagged, crates/core/src/quality.rs)
+        // up to a ceiling; beyond it, bad input.
+        ("activity over its ceiling", with_bad("sm_active_pct", json!(1000.5)), 422, Some(10), Some("sm_active_pct")),
         ("negative percentage", with_bad("dram_active_pct", json!(-1)), 422, Some(10), Some("dram_active_pct")),
         ("negative bytes", with_bad("mem_used_bytes", json!(-4096)), 422, Some(10), Some("mem_used_bytes")),
         ("timestamp in the future", with_bad("ts_ms", json!(future)), 422, Some(10), Some("ts_ms")),

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::classify::{Classification, classify};
 use crate::funnel::GpuUsage;
-use crate::rollup::{Resolution, RollupBucket};
+use crate::rollup::RollupBucket;
 use crate::state::WorkloadState;
 use crate::thresholds::Thresholds;
 
@@ -55,14 +55,17 @@ pub fn bucket_energy_j(b: &RollupBucket, dur_s: f64) -> f64 {
 }
 
 impl Credit {
-    /// The credit of one 1-minute rollup (a full minute), and its classification.
+    /// The credit of one 1-minute rollup, and its classification. The minute counts for its
+    /// sampled time (`RollupBucket::sampled_ms`), not for 60 s: time no sample covered is
+    /// offline, whatever report it ends up in. The whole minute goes to the one state that its
+    /// means classify as (docs/METRICS.md, "Sampled time and billing").
     pub fn of_minute(
         b: &RollupBucket,
         power_limit_w: Option<f64>,
         mem_total_bytes: Option<i64>,
         th: &Thresholds,
     ) -> (Credit, Classification) {
-        let dur_s = Resolution::Minute.bucket_ms() as f64 / 1000.0;
+        let dur_s = b.sampled_ms.max(0) as f64 / 1000.0;
         let agg = b.window_aggregate(power_limit_w, mem_total_bytes);
         let c = classify(&agg, th);
         let mut credit = Credit::default();
@@ -195,7 +198,8 @@ impl Credit {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::rollup::RollupAccumulator;
+    use crate::quality::QualityFlags;
+    use crate::rollup::{Resolution, RollupAccumulator};
     use crate::sample::{GpuProcess, Sample};
 
     fn minute(util: f64, smact: f64) -> RollupBucket {
@@ -216,6 +220,8 @@ mod tests {
                     processes: Some(vec![GpuProcess { pid: 1, ..Default::default() }]),
                     ..Default::default()
                 },
+                1000,
+                QualityFlags::NONE,
             );
         }
         acc.into_buckets().remove(0)
@@ -230,6 +236,16 @@ mod tests {
         assert!((c.energy(WorkloadState::Hollow) - 12_000.0).abs() < 1e-9);
         assert_eq!((c.allocated_s, c.util_pct_s, c.sm_pct_s), (60.0, 6000.0, 1200.0));
         assert_eq!(c.covered_s(), 60.0);
+    }
+
+    #[test]
+    fn a_partly_sampled_minute_credits_its_sampled_seconds_only() {
+        let mut b = minute(100.0, 20.0);
+        b.sampled_ms = 16_359;
+        let (c, _) = Credit::of_minute(&b, Some(700.0), None, &Thresholds::default());
+        assert!((c.covered_s() - 16.359).abs() < 1e-9);
+        assert!((c.util_covered_s - 16.359).abs() < 1e-9);
+        assert!((c.energy(WorkloadState::Hollow) - 200.0 * 16.359).abs() < 1e-6);
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod event;
 pub mod funnel;
 pub mod owners;
 pub mod prices;
+pub mod quality;
 pub mod rollup;
 pub mod rules;
 pub mod sample;
@@ -38,9 +39,10 @@ pub use energy::{EnergyTotals, energy, energy_by_state};
 pub use event::{EventError, GpuEvent, GpuEventKind, validate_event};
 pub use funnel::{Funnel, GpuUsage, Level};
 pub use prices::{DEFAULT_PRICE_SOURCE, PriceError, PriceTable};
+pub use quality::{QualityFlag, QualityFlags, QualityTracker};
 pub use state::WorkloadState;
 pub use thresholds::{GIB, ThresholdError, Thresholds};
-pub use window::{SignalCounts, WindowAggregate, sample_durations_ms, samples_in};
+pub use window::{SignalCounts, WindowAggregate, sample_durations_ms, sampled_ms_since_previous, samples_in};
 
 /// Efficiency score (METRICS.md): SMACT / kernel utilization × 100, capped at 100.
 /// Undefined (None) when kernel utilization is 0 or either signal is absent.

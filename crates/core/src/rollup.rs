@@ -6,8 +6,12 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::quality::{QualityFlag, QualityFlags};
 use crate::sample::Sample;
 use crate::window::{SignalCounts, WindowAggregate};
+
+/// Number of data-quality flag kinds counted per bucket.
+pub const QUALITY_COUNTS: usize = QualityFlag::ALL.len();
 
 /// Rollup bucket widths.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -121,12 +125,21 @@ pub struct RollupBucket {
     pub processes_read_count: i64,
     pub first_ts_ms: i64,
     pub last_ts_ms: i64,
+    /// Sampled time of the bucket's samples, ms: each counts the time since its GPU's previous
+    /// sample, up to the offline rule (`crate::window::sampled_ms_since_previous`).
+    pub sampled_ms: i64,
+    /// Samples with each data-quality flag, indexed like [`QualityFlag::ALL`].
+    pub quality: [i64; QUALITY_COUNTS],
     /// Stats per signal, in `ROLLUP_SIGNALS` order.
     pub signals: [SignalStats; 12],
 }
 
 impl RollupBucket {
-    fn add(&mut self, s: &Sample) {
+    fn add(&mut self, s: &Sample, sampled_ms: i64, flags: QualityFlags) {
+        self.sampled_ms += sampled_ms;
+        for f in flags.iter() {
+            self.quality[f.index()] += 1;
+        }
         if self.sample_count == 0 {
             self.first_ts_ms = s.ts_ms;
             self.last_ts_ms = s.ts_ms;
@@ -151,6 +164,10 @@ impl RollupBucket {
             self.last_ts_ms = o.last_ts_ms;
         }
         self.sample_count += o.sample_count;
+        self.sampled_ms += o.sampled_ms;
+        for (a, b) in self.quality.iter_mut().zip(o.quality) {
+            *a += b;
+        }
         self.allocated_count += o.allocated_count;
         self.processes_read_count += o.processes_read_count;
         self.first_ts_ms = self.first_ts_ms.min(o.first_ts_ms);
@@ -223,12 +240,15 @@ impl RollupAccumulator {
         Self { buckets: BTreeMap::new(), resolution }
     }
 
-    pub fn add(&mut self, gpu_id: i64, s: &Sample) {
+    /// Adds a sample that stands for `sampled_ms` of sampled time (see
+    /// [`RollupBucket::sampled_ms`]) and had the data-quality `flags` (its flagged fields
+    /// already dropped).
+    pub fn add(&mut self, gpu_id: i64, s: &Sample, sampled_ms: i64, flags: QualityFlags) {
         let bucket_ms = self.resolution.bucket_start(s.ts_ms);
         self.buckets
             .entry((gpu_id, bucket_ms))
             .or_insert_with(|| RollupBucket { gpu_id, bucket_ms, ..Default::default() })
-            .add(s);
+            .add(s, sampled_ms, flags);
     }
 
     pub fn is_empty(&self) -> bool {
@@ -258,8 +278,8 @@ mod tests {
     #[test]
     fn absent_values_are_not_counted_as_zero() {
         let mut acc = RollupAccumulator::new(Resolution::Minute);
-        acc.add(1, &sample(1_000, Some(100.0), None));
-        acc.add(1, &sample(2_000, Some(50.0), Some(10.0)));
+        acc.add(1, &sample(1_000, Some(100.0), None), 1000, QualityFlags::NONE);
+        acc.add(1, &sample(2_000, Some(50.0), Some(10.0)), 1000, QualityFlags::NONE);
         let b = &acc.into_buckets()[0];
         assert_eq!(b.sample_count, 2);
         assert_eq!(b.signal("gpu_util_pct").unwrap().mean(), Some(75.0));
@@ -283,7 +303,7 @@ mod tests {
             })
             .collect();
         let mut acc = RollupAccumulator::new(Resolution::Minute);
-        samples.iter().for_each(|s| acc.add(1, s));
+        samples.iter().for_each(|s| acc.add(1, s, 1000, QualityFlags::NONE));
         let from_bucket = acc.into_buckets()[0].window_aggregate(None, None);
         let from_samples = WindowAggregate::from_samples(&samples);
         let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -301,14 +321,23 @@ mod tests {
 
     #[test]
     fn merging_deltas_equals_one_pass() {
+        let flags = |s: &Sample| {
+            let mut f = QualityFlags::NONE;
+            if s.ts_ms % 3000 == 0 {
+                f.insert(QualityFlag::EnergyCounterBackwards);
+            }
+            f
+        };
         let samples: Vec<Sample> = (0..10).map(|i| sample(i * 1000, Some(i as f64 * 10.0), Some(i as f64))).collect();
         let mut whole = RollupAccumulator::new(Resolution::Minute);
-        samples.iter().for_each(|s| whole.add(7, s));
+        samples.iter().for_each(|s| whole.add(7, s, 1000, flags(s)));
         let (mut a, mut b) = (RollupAccumulator::new(Resolution::Minute), RollupAccumulator::new(Resolution::Minute));
-        samples[..4].iter().for_each(|s| a.add(7, s));
-        samples[4..].iter().for_each(|s| b.add(7, s));
+        samples[..4].iter().for_each(|s| a.add(7, s, 1000, flags(s)));
+        samples[4..].iter().for_each(|s| b.add(7, s, 1000, flags(s)));
         let mut merged = b.into_buckets().remove(0);
         merged.merge(&a.into_buckets()[0]);
-        assert_eq!(merged, whole.into_buckets().remove(0));
+        let whole = whole.into_buckets().remove(0);
+        assert_eq!((whole.sampled_ms, whole.quality[QualityFlag::EnergyCounterBackwards.index()]), (10_000, 4));
+        assert_eq!(merged, whole);
     }
 }

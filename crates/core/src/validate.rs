@@ -1,6 +1,7 @@
 //! Validation of incoming samples. A batch is accepted whole or not at all, so the first
 //! error found names the sample index and the field.
 
+use crate::quality::{ACTIVITY_FIELDS, MAX_ACTIVITY_PCT};
 use crate::sample::{NON_NEGATIVE_FIELDS, PERCENT_FIELDS, Sample};
 
 /// How far into the future a sample may be stamped (clock skew allowance).
@@ -57,8 +58,11 @@ pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), Vali
             if !v.is_finite() {
                 return Err(err(index, field, "must be a finite number"));
             }
-            if !(0.0..=PERCENT_MAX).contains(&v) {
-                return Err(err(index, field, format!("{v} is outside 0–100")));
+            // Profiling-counter activities above 100 % come from real drivers (some MIG
+            // setups): accepted up to a ceiling, then flagged and dropped (crate::quality).
+            let max = if ACTIVITY_FIELDS.contains(&field) { MAX_ACTIVITY_PCT } else { PERCENT_MAX };
+            if !(0.0..=max).contains(&v) {
+                return Err(err(index, field, format!("{v} is outside 0–{max}")));
             }
         }
     }
@@ -148,10 +152,19 @@ mod tests {
 
     #[test]
     fn names_field_and_index() {
-        let s = Sample { sm_active_pct: Some(101.0), ..ok_sample() };
+        let s = Sample { gpu_util_pct: Some(101.0), ..ok_sample() };
         let e = validate_sample(7, &s, NOW).unwrap_err();
-        assert_eq!((e.index, e.field.as_str()), (7, "sm_active_pct"));
-        assert!(e.to_string().starts_with("samples[7].sm_active_pct"));
+        assert_eq!((e.index, e.field.as_str()), (7, "gpu_util_pct"));
+        assert!(e.to_string().starts_with("samples[7].gpu_util_pct"));
+    }
+
+    #[test]
+    fn activity_over_100_is_a_reading_up_to_the_ceiling() {
+        // Accepted, then flagged by crate::quality; kernel utilization over 100 stays an error.
+        let mig = Sample { sm_active_pct: Some(130.0), ..ok_sample() };
+        assert_eq!(validate_sample(0, &mig, NOW), Ok(()));
+        let junk = Sample { sm_active_pct: Some(MAX_ACTIVITY_PCT + 1.0), ..ok_sample() };
+        assert_eq!(validate_sample(0, &junk, NOW).unwrap_err().field, "sm_active_pct");
     }
 
     #[test]

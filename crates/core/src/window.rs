@@ -189,6 +189,42 @@ pub fn sample_durations_ms(ts_ms: &[i64], expected_interval_ms: i64, th: &Thresh
         .collect()
 }
 
+/// Sampling interval assumed when the timestamps cannot tell (the agent's default).
+pub const DEFAULT_SAMPLE_INTERVAL_MS: i64 = 1_000;
+
+/// The sampled time that each new sample of one GPU adds, ms (docs/METRICS.md, "Sampled
+/// time"): the time since the GPU's previous sample (the interval its readings average over),
+/// unless that gap reaches the offline rule (`offline_missing_intervals` intervals) or there is
+/// no previous sample; then one interval. `before` holds the GPU's stored timestamps just before
+/// the batch, ascending (a few are enough); `batch` the batch's distinct timestamps, ascending.
+/// The interval is the median gap of them all ([`DEFAULT_SAMPLE_INTERVAL_MS`] without one).
+///
+/// Over a run of samples this adds up to what [`sample_durations_ms`] gives (each sample
+/// standing for the time to the next, the last for one interval): the same gaps, the one
+/// interval booked at the run's first sample instead of its last.
+pub fn sampled_ms_since_previous(before: &[i64], batch: &[i64], offline_missing_intervals: u32) -> Vec<i64> {
+    let all: Vec<i64> = before.iter().chain(batch).copied().collect();
+    let mut gaps: Vec<i64> = all.windows(2).map(|w| w[1] - w[0]).filter(|g| *g > 0).collect();
+    let interval = if gaps.is_empty() {
+        DEFAULT_SAMPLE_INTERVAL_MS
+    } else {
+        let mid = gaps.len() / 2;
+        *gaps.select_nth_unstable(mid).1
+    };
+    let offline_gap = interval.saturating_mul(i64::from(offline_missing_intervals.max(1)));
+    batch
+        .iter()
+        .enumerate()
+        .map(|(i, &t)| {
+            let prev = if i == 0 { before.last().copied() } else { Some(batch[i - 1]) };
+            match prev {
+                Some(p) if t > p && t - p < offline_gap => t - p,
+                _ => interval,
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -264,5 +300,22 @@ mod tests {
         let d = sample_durations_ms(&[0, 1000, 3500, 6500, 7500], 1000, &th);
         assert_eq!(d, vec![1000, 2500, 1000, 1000, 1000]);
         assert!(sample_durations_ms(&[], 1000, &th).is_empty());
+    }
+
+    #[test]
+    fn sampled_time_is_the_time_since_the_previous_sample_up_to_the_offline_rule() {
+        // A GPU's first batch: the first sample one interval, then the gaps.
+        assert_eq!(sampled_ms_since_previous(&[], &[0, 1000, 2010, 3000], 3), vec![1000, 1000, 1010, 990]);
+        // The next batch continues from the stored samples; a 2.5 s gap is a missed sample,
+        // a 5 s gap is offline after one interval.
+        assert_eq!(sampled_ms_since_previous(&[1000, 2000, 3000], &[5500, 10_500, 11_500], 3), vec![2500, 1000, 1000]);
+        // One sample after an outage: the interval comes from the stored neighbours.
+        assert_eq!(sampled_ms_since_previous(&[0, 1000, 2000, 3000], &[600_000], 3), vec![1000]);
+        assert_eq!(sampled_ms_since_previous(&[], &[42], 3), vec![DEFAULT_SAMPLE_INTERVAL_MS]);
+        // Summed over a run it equals the forward durations of sample_durations_ms.
+        let ts = [0, 1000, 2000, 9000, 10_000, 11_500];
+        let forward: i64 = sample_durations_ms(&ts, 1000, &Thresholds::default()).iter().sum();
+        let backward: i64 = sampled_ms_since_previous(&[], &ts, 3).iter().sum();
+        assert_eq!(forward, backward);
     }
 }

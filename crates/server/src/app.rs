@@ -216,6 +216,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         alerts: alerts.clone(),
         deliveries: Default::default(),
         ingest_gate,
+        quality: Default::default(),
     };
     alerts.spawn();
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));

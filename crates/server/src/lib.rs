@@ -13,6 +13,7 @@ pub mod ingest_gate;
 pub mod jobs;
 pub mod metrics;
 pub mod openapi;
+pub mod quality;
 pub mod routes;
 pub mod state;
 pub mod time;

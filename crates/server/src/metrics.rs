@@ -101,6 +101,11 @@ struct JobLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FlagLabels {
+    flag: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct LevelLabels {
     level: String,
 }
@@ -218,6 +223,15 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
         ("ingest_samples_inserted", "Samples newly stored (duplicates excluded)", &c.samples_inserted),
     ] {
         registry.register(name, help, ConstCounter::new(v.load(Ordering::Relaxed)));
+    }
+    let flagged = Family::<FlagLabels, prometheus_client::metrics::counter::Counter>::default();
+    registry.register(
+        "data_quality_flagged_samples",
+        "Samples with readings that cannot be true, by data-quality flag (docs/METRICS.md); the flagged fields were dropped",
+        flagged.clone(),
+    );
+    for (flag, n) in crate::quality::flagged_counts() {
+        flagged.get_or_create(&FlagLabels { flag: flag.as_str().to_string() }).inc_by(n);
     }
     let leader = Family::<JobLabels, GaugeF>::default();
     registry.register("job_leader", "1 while this replica leads the background job (advisory lock)", leader.clone());

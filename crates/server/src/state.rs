@@ -25,4 +25,6 @@ pub struct AppState {
     pub deliveries: Arc<crate::delivery::HostDeliveries>,
     /// Ingest requests in flight per API key (`--max-concurrent-ingest-per-key`).
     pub ingest_gate: Arc<crate::ingest_gate::IngestGate>,
+    /// Data-quality trackers of the GPUs this process has received samples from.
+    pub quality: Arc<crate::quality::QualityTrackers>,
 }

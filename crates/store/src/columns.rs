@@ -207,10 +207,11 @@ pub(crate) fn gpu_select(processes_expr: &str) -> String {
 /// Column names of a rollup table after (gpu_id, bucket_ms), in [`rollup_cells`] order.
 pub(crate) fn rollup_columns() -> Vec<String> {
     let mut cols: Vec<String> =
-        ["sample_count", "allocated_count", "processes_read_count", "first_ts_ms", "last_ts_ms"]
+        ["sample_count", "allocated_count", "processes_read_count", "first_ts_ms", "last_ts_ms", "sampled_ms"]
             .iter()
             .map(|c| c.to_string())
             .collect();
+    cols.extend(quality_columns());
     for s in ROLLUP_SIGNALS {
         for part in ["count", "sum", "min", "max"] {
             cols.push(format!("{s}_{part}"));
@@ -227,11 +228,19 @@ pub(crate) fn rollup_cells(b: &RollupBucket) -> Vec<Cell> {
         Cell::I(Some(b.processes_read_count)),
         Cell::I(Some(b.first_ts_ms)),
         Cell::I(Some(b.last_ts_ms)),
+        Cell::I(Some(b.sampled_ms)),
     ];
+    cells.extend(b.quality.iter().map(|n| Cell::I(Some(*n))));
     for st in &b.signals {
         cells.extend([Cell::I(Some(st.count)), Cell::F(Some(st.sum)), Cell::F(st.min), Cell::F(st.max)]);
     }
     cells
+}
+
+/// The rollup columns counting samples per data-quality flag (`q_<flag>`), in
+/// [`fleetlens_core::QualityFlag::ALL`] order.
+pub(crate) fn quality_columns() -> Vec<String> {
+    fleetlens_core::QualityFlag::ALL.iter().map(|f| format!("q_{}", f.as_str())).collect()
 }
 
 /// `SET` clause adding incoming credit deltas (`excluded`) to a stored hour row.
@@ -276,7 +285,9 @@ pub(crate) fn rollup_merge_set(
         format!("processes_read_count = {table}.processes_read_count + excluded.processes_read_count"),
         format!("first_ts_ms = {}", least(&format!("{table}.first_ts_ms"), "excluded.first_ts_ms")),
         format!("last_ts_ms = {}", greatest(&format!("{table}.last_ts_ms"), "excluded.last_ts_ms")),
+        format!("sampled_ms = {table}.sampled_ms + excluded.sampled_ms"),
     ];
+    sets.extend(quality_columns().iter().map(|c| format!("{c} = {table}.{c} + excluded.{c}")));
     for s in ROLLUP_SIGNALS {
         sets.push(format!("{s}_count = {table}.{s}_count + excluded.{s}_count"));
         sets.push(format!("{s}_sum = {table}.{s}_sum + excluded.{s}_sum"));
@@ -315,9 +326,14 @@ where
         processes_read_count: row.try_get(4)?,
         first_ts_ms: row.try_get(5)?,
         last_ts_ms: row.try_get(6)?,
+        sampled_ms: row.try_get(7)?,
         ..Default::default()
     };
-    let mut at = 7;
+    let mut at = 8;
+    for n in b.quality.iter_mut() {
+        *n = row.try_get(at)?;
+        at += 1;
+    }
     for stats in b.signals.iter_mut() {
         *stats = SignalStats {
             count: row.try_get(at)?,
@@ -351,8 +367,13 @@ where
         processes_read_count: row.try_get("processes_read_count")?,
         first_ts_ms: row.try_get("first_ts_ms")?,
         last_ts_ms: row.try_get("last_ts_ms")?,
+        sampled_ms: row.try_get("sampled_ms")?,
         ..Default::default()
     };
+    static QUALITY: std::sync::LazyLock<Vec<String>> = std::sync::LazyLock::new(quality_columns);
+    for (n, col) in b.quality.iter_mut().zip(QUALITY.iter()) {
+        *n = row.try_get(col.as_str())?;
+    }
     // Column names built once: every ingest reads its merged rollup rows back.
     static NAMES: std::sync::LazyLock<Vec<[String; 4]>> = std::sync::LazyLock::new(|| {
         ROLLUP_SIGNALS

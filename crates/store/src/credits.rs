@@ -83,3 +83,34 @@ pub(crate) fn day_credits(hours: &BTreeMap<(i64, i64), Credit>) -> BTreeMap<(i64
     }
     days
 }
+
+/// How many of a GPU's stored timestamps before a batch are read to continue its sampled time
+/// (`fleetlens_core::sampled_ms_since_previous`): the previous sample, and enough neighbours
+/// that one sample arriving after an outage still finds the GPU's interval.
+pub(crate) const PREVIOUS_TIMESTAMPS: i64 = 4;
+
+/// The sampled time of each `(gpu_id, ts_ms)` of a batch (`keys`, any order, repeats allowed),
+/// given each GPU's stored timestamps just before the batch (`before`, ascending). With the
+/// default offline rule: the store does not know an organisation's thresholds.
+pub(crate) fn sampled_ms_by_key(
+    keys: impl IntoIterator<Item = (i64, i64)>,
+    before: &HashMap<i64, Vec<i64>>,
+) -> HashMap<(i64, i64), i64> {
+    let mut by_gpu: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
+    for (gpu_id, ts) in keys {
+        by_gpu.entry(gpu_id).or_default().push(ts);
+    }
+    let missing = Thresholds::default().offline_missing_intervals;
+    let mut out = HashMap::new();
+    for (gpu_id, mut ts) in by_gpu {
+        ts.sort_unstable();
+        ts.dedup();
+        let prior: &[i64] = before.get(&gpu_id).map(Vec::as_slice).unwrap_or_default();
+        // Stored samples at or after the batch's first (a back-fill into known time) do not
+        // precede it.
+        let cut = prior.partition_point(|t| *t < ts[0]);
+        let ms = fleetlens_core::sampled_ms_since_previous(&prior[..cut], &ts, missing);
+        out.extend(ts.into_iter().zip(ms).map(|(t, d)| ((gpu_id, t), d)));
+    }
+    out
+}

@@ -429,17 +429,21 @@ pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sy
     /// same transaction. Returns once the batch is durably committed. No quota and no host
     /// rule apply (tools and tests): the server ingests with [`Store::ingest_with`].
     async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
-        self.ingest_with(org, host, samples, None).await
+        self.ingest_with(org, host, samples, Vec::new(), None).await
     }
 
-    /// [`Store::ingest`], checked against `rules` (when given) in the batch's own transaction:
-    /// a batch that would pass a quota ([`StoreError::QuotaExceeded`]) or that names a GPU of
-    /// another host ([`StoreError::GpuOnOtherHost`]) is refused whole, nothing stored.
+    /// [`Store::ingest`] of samples already checked for data quality, checked against `rules`
+    /// (when given) in the batch's own transaction. `flags[i]` are the flags of `samples[i]`
+    /// (whose flagged fields the caller dropped), counted per flag in the rollups
+    /// (`RollupBucket::quality`); empty `flags`: none. A batch that would pass a quota
+    /// ([`StoreError::QuotaExceeded`]) or that names a GPU of another host
+    /// ([`StoreError::GpuOnOtherHost`]) is refused whole, nothing stored.
     async fn ingest_with(
         &self,
         org: OrgId,
         host: &str,
         samples: Vec<Sample>,
+        flags: Vec<fleetlens_core::QualityFlags>,
         rules: Option<IngestRules>,
     ) -> Result<IngestOutcome>;
 

@@ -48,6 +48,7 @@ impl PgStore {
         org: OrgId,
         host: &str,
         samples: &[Sample],
+        flags: &[fleetlens_core::QualityFlags],
         mode: InsertMode,
         rules: Option<&IngestRules>,
     ) -> Result<IngestOutcome> {
@@ -57,17 +58,24 @@ impl PgStore {
         }
         let mut meta = HashMap::new();
         let ids = upsert_gpus(&mut tx, org, host, samples, &mut meta).await?;
+        // Flags by sample (its address is its identity here: `order` holds references).
+        let flag_of: HashMap<usize, fleetlens_core::QualityFlags> =
+            samples.iter().zip(flags).map(|(s, f)| (s as *const Sample as usize, *f)).collect();
         // Each sample's GPU id looked up once (not once per comparison of the sort, and again
         // for the COPY and the rollups: that hashing was ~10 % of the server's ingest CPU).
         let mut order: Vec<(i64, &Sample)> = samples.iter().map(|s| (ids[s.uuid.as_str()], s)).collect();
         order.sort_by_key(|&(gpu_id, s)| (gpu_id, s.ts_ms));
 
+        let before = previous_timestamps(&mut tx, &order).await?;
+        let sampled = credits::sampled_ms_by_key(order.iter().map(|&(gpu_id, s)| (gpu_id, s.ts_ms)), &before);
         let fresh = pg_samples::insert(&mut tx, &order, mode).await?;
         let mut minute = RollupAccumulator::new(Resolution::Minute);
         let mut hour = RollupAccumulator::new(Resolution::Hour);
         for &(gpu_id, s) in &fresh {
-            minute.add(gpu_id, s);
-            hour.add(gpu_id, s);
+            let ms = sampled.get(&(gpu_id, s.ts_ms)).copied().unwrap_or_default();
+            let f = flag_of.get(&(s as *const Sample as usize)).copied().unwrap_or_default();
+            minute.add(gpu_id, s, ms, f);
+            hour.add(gpu_id, s, ms, f);
         }
         let inserted = fresh.len() as u64;
         let merged = merge_rollups(&mut tx, "rollups_1m", minute.into_buckets(), None).await?;
@@ -127,6 +135,40 @@ async fn check_rules(
         ingest_rules::check_quota("hosts", hosts as u64, 1, rules.max_hosts)?;
     }
     Ok(())
+}
+
+/// Each GPU's newest stored timestamps before its first sample in `order` (sorted by GPU and
+/// time), ascending: one statement for the batch.
+async fn previous_timestamps(
+    tx: &mut Transaction<'_, Postgres>,
+    order: &[(i64, &Sample)],
+) -> Result<HashMap<i64, Vec<i64>>> {
+    let mut gpu_ids: Vec<i64> = Vec::new();
+    let mut firsts: Vec<i64> = Vec::new();
+    for &(gpu_id, s) in order {
+        if gpu_ids.last() != Some(&gpu_id) {
+            gpu_ids.push(gpu_id);
+            firsts.push(s.ts_ms);
+        }
+    }
+    let rows: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT t.g, p.ts_ms FROM UNNEST($1::int8[], $2::int8[]) AS t(g, lo) \
+         CROSS JOIN LATERAL (SELECT ts_ms FROM samples WHERE gpu_id = t.g AND ts_ms < t.lo \
+         ORDER BY ts_ms DESC LIMIT $3) p",
+    )
+    .bind(&gpu_ids)
+    .bind(&firsts)
+    .bind(credits::PREVIOUS_TIMESTAMPS)
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut out: HashMap<i64, Vec<i64>> = HashMap::new();
+    for (g, ts) in rows {
+        out.entry(g).or_default().push(ts);
+    }
+    for v in out.values_mut() {
+        v.sort_unstable();
+    }
+    Ok(out)
 }
 
 async fn upsert_gpus(
@@ -381,6 +423,7 @@ impl Store for PgStore {
         org: OrgId,
         host: &str,
         samples: Vec<Sample>,
+        flags: Vec<fleetlens_core::QualityFlags>,
         rules: Option<IngestRules>,
     ) -> Result<IngestOutcome> {
         if samples.is_empty() {
@@ -389,7 +432,7 @@ impl Store for PgStore {
         let mut attempt = 1;
         let mut mode = InsertMode::Copy;
         loop {
-            match self.ingest_once(org, host, &samples, mode, rules.as_ref()).await {
+            match self.ingest_once(org, host, &samples, &flags, mode, rules.as_ref()).await {
                 // Some of the batch is stored already (or a concurrent batch stored it first):
                 // run it again skipping what is stored; no wait, nothing to back off from.
                 Err(e) if mode == InsertMode::Copy && pg_samples::is_unique_violation(&e) => {

@@ -34,6 +34,8 @@ struct IngestJob {
     host: String,
     samples: Vec<Sample>,
     rules: Option<IngestRules>,
+    /// Data-quality flags per sample (empty: none).
+    flags: Vec<fleetlens_core::QualityFlags>,
     reply: oneshot::Sender<Result<IngestOutcome>>,
 }
 
@@ -261,7 +263,7 @@ async fn write_jobs(
         let ids = upsert_gpus(conn, job.org, &job.host, &job.samples, &mut meta).await?;
         // The writer is the only one writing, so "new" can be decided before inserting: probe
         // each GPU's time span once (a cheap index range, usually empty), insert only the rest.
-        let existing = existing_keys(conn, &job.samples, &ids).await?;
+        let (existing, before) = existing_keys(conn, &job.samples, &ids).await?;
         let mut seen: HashSet<(i64, i64)> = HashSet::with_capacity(job.samples.len());
         let fresh: Vec<&Sample> = job
             .samples
@@ -290,7 +292,8 @@ async fn write_jobs(
             }
         }
         let inserted_keys: HashSet<(i64, i64)> = seen;
-        let inserted = accumulate_new(&job.samples, &ids, inserted_keys, &mut minute, &mut hour);
+        let sampled = credits::sampled_ms_by_key(job.samples.iter().map(|s| (ids[s.uuid.as_str()], s.ts_ms)), &before);
+        let inserted = accumulate_new(job, &ids, inserted_keys, &sampled, &mut minute, &mut hour);
         outcomes.push(IngestOutcome { inserted, duplicates: job.samples.len() as u64 - inserted });
     }
     let merged = merge_minutes(conn, minute.into_buckets()).await?;
@@ -324,12 +327,13 @@ async fn update_minute_credits(conn: &mut SqliteConnection, updates: &[MinuteUpd
     }
     Ok(())
 }
-/// Keys of `samples` already stored: one index range probe per GPU of the batch.
+/// Keys of `samples` already stored, and each GPU's newest stored timestamps before the batch
+/// (ascending, for its sampled time): two index range probes per GPU of the batch.
 async fn existing_keys(
     conn: &mut SqliteConnection,
     samples: &[Sample],
     ids: &HashMap<String, i64>,
-) -> Result<HashSet<(i64, i64)>> {
+) -> Result<(HashSet<(i64, i64)>, std::collections::HashMap<i64, Vec<i64>>)> {
     let mut spans: HashMap<i64, (i64, i64)> = HashMap::new();
     for s in samples {
         let id = ids[s.uuid.as_str()];
@@ -337,6 +341,7 @@ async fn existing_keys(
         *span = (span.0.min(s.ts_ms), span.1.max(s.ts_ms));
     }
     let mut existing = HashSet::new();
+    let mut before = std::collections::HashMap::new();
     for (id, (lo, hi)) in spans {
         let found: Vec<i64> =
             sqlx::query_scalar("SELECT ts_ms FROM samples WHERE gpu_id = ? AND ts_ms BETWEEN ? AND ?")
@@ -346,27 +351,39 @@ async fn existing_keys(
                 .fetch_all(&mut *conn)
                 .await?;
         existing.extend(found.into_iter().map(|ts| (id, ts)));
+        let mut prior: Vec<i64> =
+            sqlx::query_scalar("SELECT ts_ms FROM samples WHERE gpu_id = ? AND ts_ms < ? ORDER BY ts_ms DESC LIMIT ?")
+                .bind(id)
+                .bind(lo)
+                .bind(credits::PREVIOUS_TIMESTAMPS)
+                .fetch_all(&mut *conn)
+                .await?;
+        prior.reverse();
+        before.insert(id, prior);
     }
-    Ok(existing)
+    Ok((existing, before))
 }
 
 /// Feed the samples that this transaction newly stored into the rollup deltas; returns how
 /// many there were. Only new samples count, so a resent batch changes no rollup.
 fn accumulate_new(
-    samples: &[Sample],
+    job: &IngestJob,
     ids: &HashMap<String, i64>,
     mut inserted_keys: HashSet<(i64, i64)>,
+    sampled: &std::collections::HashMap<(i64, i64), i64>,
     minute: &mut RollupAccumulator,
     hour: &mut RollupAccumulator,
 ) -> u64 {
     let mut inserted = 0;
-    for s in samples {
+    for (i, s) in job.samples.iter().enumerate() {
         let key = (ids[s.uuid.as_str()], s.ts_ms);
         // remove(): a sample repeated inside one batch counts once.
         if inserted_keys.remove(&key) {
             inserted += 1;
-            minute.add(key.0, s);
-            hour.add(key.0, s);
+            let flags = job.flags.get(i).copied().unwrap_or_default();
+            let ms = sampled.get(&key).copied().unwrap_or_default();
+            minute.add(key.0, s, ms, flags);
+            hour.add(key.0, s, ms, flags);
         }
     }
     inserted
@@ -646,13 +663,14 @@ impl Store for SqliteStore {
         org: OrgId,
         host: &str,
         samples: Vec<Sample>,
+        flags: Vec<fleetlens_core::QualityFlags>,
         rules: Option<IngestRules>,
     ) -> Result<IngestOutcome> {
         if samples.is_empty() {
             return Ok(IngestOutcome::default());
         }
         let (reply, rx) = oneshot::channel();
-        let job = IngestJob { org, host: host.to_string(), samples, rules, reply };
+        let job = IngestJob { org, host: host.to_string(), samples, rules, flags, reply };
         self.writer.send(WriteJob::Ingest(job)).await.map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
     }

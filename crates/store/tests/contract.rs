@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fleetlens_core::{Credit, GpuProcess, Resolution, RollupAccumulator, Sample, Thresholds};
+use fleetlens_core::{Credit, GpuProcess, QualityFlags, Resolution, RollupAccumulator, Sample, Thresholds};
 use fleetlens_store::{DEFAULT_ORG, IngestRules, NewApiKey, RetentionPolicy, Scope, Store, StoreError, hash_api_key};
 use fleetlens_tests::{Backend, TestDatabase, fixture};
 
@@ -104,7 +104,8 @@ async fn rollups_match_a_recomputation_from_raw(backend: Backend) {
     let gpu = store.gpu(DEFAULT_ORG, "GPU-roll").await.unwrap().unwrap();
     for res in Resolution::ALL {
         let mut expected = RollupAccumulator::new(res);
-        all.iter().for_each(|s| expected.add(gpu.id, s));
+        // 1-s samples: each is 1 s of sampled time, in whatever order the batches came.
+        all.iter().for_each(|s| expected.add(gpu.id, s, 1000, QualityFlags::NONE));
         let expected = expected.into_buckets();
         let stored = store.rollups(gpu.id, res, 0, i64::MAX).await.unwrap();
         assert_eq!(stored.len(), expected.len(), "{res:?} bucket count");
@@ -114,6 +115,7 @@ async fn rollups_match_a_recomputation_from_raw(backend: Backend) {
                 (e.bucket_ms, e.sample_count, e.allocated_count)
             );
             assert_eq!((s.first_ts_ms, s.last_ts_ms), (e.first_ts_ms, e.last_ts_ms));
+            assert_eq!((s.sampled_ms, s.quality), (e.sampled_ms, e.quality), "{res:?} sampled time and flags");
             for (a, b) in s.signals.iter().zip(&e.signals) {
                 assert_eq!((a.count, a.min, a.max), (b.count, b.min, b.max));
                 assert!((a.sum - b.sum).abs() < 1e-6 * b.sum.abs().max(1.0), "{res:?} sum {} vs {}", a.sum, b.sum);
@@ -260,7 +262,7 @@ async fn credits_follow_the_minutes_as_samples_arrive(backend: Backend) {
     }
     let gpu = store.gpu(DEFAULT_ORG, "GPU-credit").await.unwrap().unwrap();
     let mut expected = RollupAccumulator::new(Resolution::Minute);
-    all.iter().for_each(|s| expected.add(gpu.id, s));
+    all.iter().for_each(|s| expected.add(gpu.id, s, 1000, QualityFlags::NONE));
     let minutes = store.org_credits(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
     let th = Thresholds::default();
     let mut hours: std::collections::BTreeMap<i64, Credit> = Default::default();
@@ -504,24 +506,24 @@ async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend
     let batch =
         |uuids: &[&str], ts: i64| -> Vec<Sample> { uuids.iter().flat_map(|u| synthetic(u, ts, 5, 1000)).collect() };
     let t = now - 600_000;
-    store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t), Some(rules)).await.unwrap();
+    store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t), Vec::new(), Some(rules)).await.unwrap();
     let count = store.sample_count().await.unwrap();
 
-    let err = store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G3", "G4"], t + 10_000), Some(rules)).await;
+    let err = store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G3", "G4"], t + 10_000), Vec::new(), Some(rules)).await;
     assert!(matches!(err, Err(StoreError::QuotaExceeded { quota: "GPUs", limit: 3, would_be: 4 })), "{err:?}");
-    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G3"], t), Some(rules)).await.unwrap();
-    let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G1"], t + 10_000), Some(rules)).await;
+    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G3"], t), Vec::new(), Some(rules)).await.unwrap();
+    let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G1"], t + 10_000), Vec::new(), Some(rules)).await;
     assert!(matches!(err, Err(StoreError::GpuOnOtherHost { .. })), "a GPU of n1: {err:?}");
     let roomy = IngestRules { max_gpus: 10, ..rules };
-    let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G5"], t), Some(roomy)).await;
+    let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G5"], t), Vec::new(), Some(roomy)).await;
     assert!(matches!(err, Err(StoreError::QuotaExceeded { quota: "hosts", limit: 2, would_be: 3 })), "{err:?}");
     assert_eq!(store.sample_count().await.unwrap(), count + 5, "only the batch of n2 was stored");
     assert_eq!(store.gpus(DEFAULT_ORG).await.unwrap().len(), 3);
     // At the quota, known GPUs keep reporting.
-    store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t + 10_000), Some(rules)).await.unwrap();
+    store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t + 10_000), Vec::new(), Some(rules)).await.unwrap();
 
     // Another host, newer samples: refused, the GPU's host unchanged.
-    let err = store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Some(rules)).await;
+    let err = store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Vec::new(), Some(rules)).await;
     match err {
         Err(StoreError::GpuOnOtherHost { uuid, owner, host }) => {
             assert_eq!((uuid, owner, host), ("G1".into(), "n1".into(), "n2".into()))
@@ -533,15 +535,15 @@ async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend
     assert!(store.move_gpu(DEFAULT_ORG, "G1", "n2").await.unwrap());
     assert!(!store.move_gpu(DEFAULT_ORG, "G-none", "n2").await.unwrap());
     assert!(!store.move_gpu(DEFAULT_ORG + 1, "G1", "n1").await.unwrap(), "another organisation's GPU");
-    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Some(rules)).await.unwrap();
+    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Vec::new(), Some(rules)).await.unwrap();
     assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().host, "n2");
-    assert!(store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1"], t + 30_000), Some(rules)).await.is_err());
+    assert!(store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1"], t + 30_000), Vec::new(), Some(rules)).await.is_err());
 
     // The silence rule: G2's newest sample is 9 minutes old at `now`.
     let moving = IngestRules { move_after_ms: Some(300_000), ..rules };
-    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G2"], now - 1000), Some(moving)).await.unwrap();
+    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G2"], now - 1000), Vec::new(), Some(moving)).await.unwrap();
     assert_eq!(store.gpu(DEFAULT_ORG, "G2").await.unwrap().unwrap().host, "n2");
-    let err = store.ingest_with(DEFAULT_ORG, "n1", batch(&["G2"], now), Some(moving)).await;
+    let err = store.ingest_with(DEFAULT_ORG, "n1", batch(&["G2"], now), Vec::new(), Some(moving)).await;
     assert!(matches!(err, Err(StoreError::GpuOnOtherHost { .. })), "G2 is live on n2: {err:?}");
 
     // Without rules (tools, tests), nothing is checked.

@@ -34,6 +34,8 @@ struct Detail {
     note: Option<String>,
     /// `samples` are rollup means, not raw samples.
     rollup: bool,
+    /// Readings of the last 24 hours that could not be true (dropped from every average).
+    data_quality: Vec<api::DataQualityFlag>,
 }
 
 /// A rollup bucket as a sample of its means (what the charts draw).
@@ -69,6 +71,8 @@ async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResul
         path: "/api/v1/gpus".into(),
         field: None,
     })?;
+    // A server without the field (or a failed request) just shows no notice.
+    let data_quality = api::gpu_data_quality(&uuid).await.unwrap_or_default();
     let now = now_ms();
     let anchored = gpu.last_seen_ms < now - range.ms();
     let to = if anchored { gpu.last_seen_ms + 1 } else { now + 1 };
@@ -86,7 +90,16 @@ async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResul
                 let samples = series.points.iter().map(point_sample).collect();
                 let label = if res == "1m" { "one-minute" } else { "one-hour" };
                 let note = Some(format!("Charts show {label} averages from the rollups."));
-                return Ok(Detail { gpu, from, to, anchored, samples: Arc::new(samples), note, rollup: true });
+                return Ok(Detail {
+                    gpu,
+                    from,
+                    to,
+                    anchored,
+                    samples: Arc::new(samples),
+                    note,
+                    rollup: true,
+                    data_quality,
+                });
             }
             Err(e) if e.is_missing_endpoint() => {}
             Err(e) => return Err(e),
@@ -122,7 +135,7 @@ async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResul
         samples.drain(..excess);
     }
     cache.set_value(Cache { key: Some(key), samples: samples.clone(), note: note.clone() });
-    Ok(Detail { gpu, from, to, anchored, samples: Arc::new(samples), note, rollup: false })
+    Ok(Detail { gpu, from, to, anchored, samples: Arc::new(samples), note, rollup: false, data_quality })
 }
 
 /// A state window length giving about 120 windows over the data, from a list of round values.
@@ -376,6 +389,27 @@ fn DetailBody(detail: Latest<Detail>, states_res: Fetched<ApiResult<Vec<StateWin
         })
     };
     let note = move || detail.with(|d| d.as_ref().and_then(|d| d.note.clone()));
+    // One line per data-quality flag: what was wrong, how often, and that it was left out.
+    let quality_notes = move || {
+        detail.with(|d| {
+            d.as_ref()
+                .map(|d| {
+                    d.data_quality
+                        .iter()
+                        .map(|f| {
+                            format!(
+                                "Data quality: {} reading{} in the last 24 h with {} (last at {}); left out of every average and state.",
+                                f.samples,
+                                if f.samples == 1 { "" } else { "s" },
+                                f.rule,
+                                format::date_time(f.last_minute_ms)
+                            )
+                        })
+                        .collect::<Vec<_>>()
+                })
+                .unwrap_or_default()
+        })
+    };
     let sample_count = move || {
         detail.with(|d| match d {
             Some(d) if d.rollup => format!("{} rollup points", d.samples.len()),
@@ -405,6 +439,7 @@ fn DetailBody(detail: Latest<Detail>, states_res: Fetched<ApiResult<Vec<StateWin
         </div>
         {move || anchored_note().map(|t| view! { <p class="banner banner-info">{t}</p> })}
         {move || note().map(|t| view! { <p class="banner banner-info">{t}</p> })}
+        {move || quality_notes().into_iter().map(|t| view! { <p class="banner banner-info" data-testid="data-quality">{t}</p> }).collect_view()}
 
         <section class="card" aria-labelledby="story-title">
             <h2 id="story-title" class="sr-only">"Kernel utilization and SM activity"</h2>

@@ -14,14 +14,9 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 
 use super::billing::Acc;
-use super::ledger::ledger;
+use super::ledger::{credit_share, ledger};
 
 const MINUTE_MS: i64 = 60_000;
-
-/// Milliseconds of `[bucket_ms, bucket_ms + len_ms)` inside `[start_ms, end_ms)`.
-fn overlap_ms(bucket_ms: i64, len_ms: i64, start_ms: i64, end_ms: i64) -> i64 {
-    ((bucket_ms + len_ms).min(end_ms) - bucket_ms.max(start_ms)).max(0)
-}
 
 /// One distinct process list of a minute and its sample count.
 type MinuteList<'a> = (Option<&'a [GpuProcess]>, u32);
@@ -44,13 +39,13 @@ pub fn owner_credits(
         let minute = l.minute_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
         by_minute.entry((l.gpu_id, minute)).or_default().push((l.processes.as_deref(), l.samples));
     }
-    let first_seen: HashMap<i64, i64> = gpus.iter().map(|g| (g.id, g.first_seen_ms)).collect();
+    let by_id: HashMap<i64, &GpuRecord> = gpus.iter().map(|g| (g.id, g)).collect();
     let mut out = OwnerCredits::new();
     for m in minutes {
-        let Some(seen) = first_seen.get(&m.gpu_id) else { continue };
-        // A minute credit stands for the whole minute; count the part in the period and after
-        // the GPU's first sample (as the summary does).
-        let weight = overlap_ms(m.bucket_ms, MINUTE_MS, from_ms.max(*seen), end_ms) as f64 / MINUTE_MS as f64;
+        let Some(gpu) = by_id.get(&m.gpu_id) else { continue };
+        // A minute credit is its samples' sampled time; count its share in the period (as
+        // the summary does).
+        let weight = credit_share(gpu, m.bucket_ms, MINUTE_MS, from_ms, end_ms, m.credit.covered_s());
         if weight <= 0.0 || m.credit.is_zero() {
             continue;
         }

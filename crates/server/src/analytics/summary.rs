@@ -12,7 +12,7 @@ use fleetlens_core::{
 };
 use fleetlens_store::{BucketCredit, GpuRecord, JobRecord};
 
-use super::ledger::{GpuLedger, ledger, overlap_ms, paid_span};
+use super::ledger::{GpuLedger, credit_share, ledger, paid_span};
 
 const TOP_WASTERS: usize = 10;
 pub const WEEK_MS: i64 = 7 * 86_400_000;
@@ -124,23 +124,10 @@ impl EdgePlan {
         vec![(floor_from, self.first_whole_ms), (self.last_whole_ms, self.end_ms)]
     }
 
-    /// The share of a bucket's credit that falls in the GPU's paid time inside the period.
-    ///
-    /// A minute's credit stands for its whole minute, an hour's (the sum of its minutes) for
-    /// the minutes of the hour in which the GPU reported, `[floor(first_seen), ceil(last_seen))`.
-    /// The paid part is that time cut to the period and to the GPU's first sample, so the
-    /// minute a GPU appeared in and the minute still filling count only for the seconds that
-    /// were paid: credits never add up to more than the paid span.
-    fn weight(&self, gpu: &GpuRecord, bucket_ms: i64, len_ms: i64) -> f64 {
-        let credited_from = gpu.first_seen_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-        let credited_to = (gpu.last_seen_ms.div_euclid(MINUTE_MS) + 1) * MINUTE_MS;
-        let credited = overlap_ms(bucket_ms, len_ms, credited_from, credited_to);
-        if credited == 0 {
-            return 0.0;
-        }
-        let paid_from = self.from_ms.max(gpu.first_seen_ms);
-        let paid_to = self.end_ms.min(credited_to);
-        (overlap_ms(bucket_ms, len_ms, paid_from, paid_to) as f64 / credited as f64).min(1.0)
+    /// The share of a bucket's credit (its samples' sampled time) that falls in the period:
+    /// see [`credit_share`].
+    fn weight(&self, gpu: &GpuRecord, bucket_ms: i64, len_ms: i64, credit: &Credit) -> f64 {
+        credit_share(gpu, bucket_ms, len_ms, self.from_ms, self.end_ms, credit.covered_s())
     }
 }
 
@@ -154,14 +141,14 @@ fn weighted<'a>(c: &'a Credits, gpu: &GpuRecord) -> Vec<(&'a Credit, f64)> {
     }
     for (hour_ms, credit) in c.hours.get(&gpu.id).into_iter().flatten() {
         if p.is_whole_hour(*hour_ms) || !p.exact {
-            out.push((credit, p.weight(gpu, *hour_ms, HOUR_MS)));
+            out.push((credit, p.weight(gpu, *hour_ms, HOUR_MS, credit)));
         }
     }
     if p.exact {
         for (minute_ms, credit) in c.edge_minutes.get(&gpu.id).into_iter().flatten() {
             let hour = minute_ms.div_euclid(HOUR_MS) * HOUR_MS;
             if !p.is_whole_hour(hour) {
-                out.push((credit, p.weight(gpu, *minute_ms, MINUTE_MS)));
+                out.push((credit, p.weight(gpu, *minute_ms, MINUTE_MS, credit)));
             }
         }
     }

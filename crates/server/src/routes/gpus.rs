@@ -58,7 +58,55 @@ pub async fn detail(
     let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
     let c = analytics::current_state(&gpu, newest.as_ref(), now, &th, allowance);
     let current = analytics::state_window(newest.as_ref().map_or(gpu.last_seen_ms, |b| b.bucket_ms), now, &c);
-    Ok(Json(GpuDetail { gpu: summary(gpu, c.state.as_str()), current }))
+    let quality_from = Resolution::Minute.bucket_start(now - DATA_QUALITY_SPAN_MS);
+    let minutes = store.rollups(gpu.id, Resolution::Minute, quality_from, now + 1).await?;
+    let data_quality = data_quality(&minutes);
+    Ok(Json(GpuDetail {
+        gpu: summary(gpu, c.state.as_str()),
+        current,
+        data_quality,
+        data_quality_from_ms: quality_from,
+    }))
+}
+
+/// How far back the GPU detail counts data-quality flags.
+const DATA_QUALITY_SPAN_MS: i64 = 24 * HOUR_MS;
+
+/// The flags counted in `minutes`, in `QualityFlag::ALL` order; flags with no sample are left out.
+fn data_quality(minutes: &[fleetlens_core::RollupBucket]) -> Vec<DataQualityFlag> {
+    fleetlens_core::QualityFlag::ALL
+        .into_iter()
+        .filter_map(|f| {
+            let with = minutes.iter().filter(|m| m.quality[f.index()] > 0);
+            let samples: i64 = with.clone().map(|m| m.quality[f.index()]).sum();
+            let last_minute_ms = with.map(|m| m.bucket_ms).max()?;
+            let rule = f.rule();
+            Some(DataQualityFlag {
+                flag: rule.name.to_string(),
+                rule: rule.when.to_string(),
+                dropped: rule.drops.iter().map(|d| d.to_string()).collect(),
+                samples,
+                last_minute_ms,
+            })
+        })
+        .collect()
+}
+
+/// Readings of one kind that could not be true (docs/METRICS.md, "Data quality"): they were
+/// dropped at ingest (stored as absent) and are in no mean, rollup or state.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct DataQualityFlag {
+    /// `activity_over_100`, `util_without_gr_engine`, `energy_counter_backwards` or
+    /// `clock_zero_while_busy`.
+    pub flag: String,
+    /// When a reading gets this flag.
+    pub rule: String,
+    /// The fields dropped from a flagged sample.
+    pub dropped: Vec<String>,
+    /// Samples flagged since `data_quality_from_ms`.
+    pub samples: i64,
+    /// Start of the newest minute with a flagged sample.
+    pub last_minute_ms: i64,
 }
 
 /// `GET /api/v1/gpus/{uuid}`.
@@ -68,6 +116,10 @@ pub struct GpuDetail {
     pub gpu: GpuSummary,
     /// The current window: state, the rule that matched, advice.
     pub current: fleetlens_api::StateWindow,
+    /// Data-quality flags of the last 24 hours (empty: every reading was plausible).
+    pub data_quality: Vec<DataQualityFlag>,
+    /// Start of the span `data_quality` counts (the minute 24 hours ago).
+    pub data_quality_from_ms: i64,
 }
 
 fn summary(g: GpuRecord, state: &str) -> GpuSummary {

@@ -43,7 +43,7 @@ pub async fn ingest(
     let _permit = state.ingest_gate.enter(&caller).inspect_err(|_| crate::metrics::record_rejected())?;
     let body = read_body(body, state.config.max_body_bytes).await?;
     let limits = DecodeLimits::of(&state.config);
-    let batch =
+    let mut batch =
         tokio::task::spawn_blocking(move || decode(&headers, &body, limits).and_then(|b| check(&b).map(|()| b)))
             .await
             .map_err(|e| ApiError::BadRequest(format!("the batch could not be decoded: {e}")))?
@@ -58,15 +58,19 @@ pub async fn ingest(
     let outcome = if batch.samples.is_empty() {
         fleetlens_store::IngestOutcome::default()
     } else {
+        // Readings that cannot be true are dropped here, before anything averages them.
+        let flags = state.quality.check_batch(caller.org, &mut batch.samples);
         let rules = ingest_rules(&state.config);
-        let outcome =
-            state.store.ingest_with(caller.org, host, batch.samples, Some(rules)).await.map_err(refused).inspect_err(
-                |e| {
-                    if matches!(e, ApiError::Quota { .. } | ApiError::Conflict(_)) {
-                        crate::metrics::record_rejected();
-                    }
-                },
-            )?;
+        let outcome = state
+            .store
+            .ingest_with(caller.org, host, batch.samples, flags, Some(rules))
+            .await
+            .map_err(refused)
+            .inspect_err(|e| {
+                if matches!(e, ApiError::Quota { .. } | ApiError::Conflict(_)) {
+                    crate::metrics::record_rejected();
+                }
+            })?;
         state.deliveries.arrived(caller.org, host, now_ms());
         outcome
     };
