@@ -143,6 +143,7 @@ mod tests {
             power_limit_w: None,
             first_seen_ms: 43_641,
             last_seen_ms: 127_185,
+            last_live_ms: 127_185,
             latest: None,
         };
         // The first and last minutes, partly sampled, weigh 1 in any period holding the samples.
