@@ -119,6 +119,17 @@ pub struct Cli {
         default_value_t = crate::source::nvml::DEFAULT_GRACT_EVERY)]
     pub nvml_gract_every: u32,
 
+    /// NVML: where utilization comes from. `both`: kernel and memory utilization are the means
+    /// over the whole poll interval, from NVML's utilization sample buffers (one 200-ms period
+    /// per entry on an H100); `kernel`: kernel utilization so, memory utilization the
+    /// instantaneous rate; `off`: both instantaneous — the busy share of the driver's newest
+    /// 200-ms period alone, which aliases on periodic workloads. Each buffer costs about 1.5 ms of
+    /// CPU per GPU per poll (H100, driver 580: 2.26 ms per poll with `off`, 3.76 with `kernel`,
+    /// 5.26 with `both`). The labels `gpu.<uuid>.util_method` / `mem_util_method` say which.
+    #[arg(long, env = "FLEETLENS_NVML_UTIL_WINDOW", value_enum,
+        default_value_t = crate::source::UtilWindowMode::Kernel)]
+    pub nvml_util_window: crate::source::UtilWindowMode,
+
     /// NVML: the library to load instead of `libnvidia-ml.so.1` from the loader's path.
     #[arg(long, env = "FLEETLENS_NVML_LIB", value_name = "PATH")]
     pub nvml_lib: Option<PathBuf>,
