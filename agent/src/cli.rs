@@ -226,6 +226,19 @@ mod tests {
     use super::*;
 
     #[test]
+    fn util_window_modes() {
+        use crate::source::UtilWindowMode;
+        for (arg, want) in
+            [("both", UtilWindowMode::Both), ("kernel", UtilWindowMode::Kernel), ("off", UtilWindowMode::Off)]
+        {
+            let cli = Cli::try_parse_from(["fleetlens-agent", "--nvml-util-window", arg]).unwrap();
+            assert_eq!(cli.nvml_util_window, want);
+        }
+        let err = Cli::try_parse_from(["fleetlens-agent", "--nvml-util-window", "mean"]).unwrap_err().to_string();
+        assert!(err.contains("both") && err.contains("kernel") && err.contains("off"), "{err}");
+    }
+
+    #[test]
     fn defaults() {
         let cli = Cli::try_parse_from(["fleetlens-agent"]).unwrap();
         assert_eq!(cli.server, "http://127.0.0.1:8080");
@@ -233,6 +246,7 @@ mod tests {
         assert_eq!(cli.interval, Duration::from_secs(1));
         assert_eq!(cli.flush_interval, Duration::from_secs(5));
         assert_eq!(cli.batch_max, 5000);
+        assert_eq!(cli.nvml_util_window, crate::source::UtilWindowMode::Kernel);
         assert_eq!(cli.spool_max_bytes, 1 << 30);
         assert!(!cli.once);
         assert_eq!(cli.speed, None);
