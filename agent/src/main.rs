@@ -50,6 +50,7 @@ async fn agent_main() -> ExitCode {
         process_util_every: cli.nvml_process_util_every,
         energy_every: cli.nvml_energy_every,
         gract_every: cli.nvml_gract_every,
+        util_window: cli.nvml_util_window,
         nvml_lib: cli.nvml_lib.clone(),
         proc_root: cli.proc_root.clone(),
         label_from_env: cli.label_from_env.clone(),

@@ -125,6 +125,18 @@ impl fmt::Display for SourceSpec {
     }
 }
 
+/// `--nvml-util-window`: which utilizations are the mean over the poll interval (NVML's sample
+/// buffers) rather than the driver's newest short period.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UtilWindowMode {
+    /// Kernel and memory utilization over the interval.
+    Both,
+    /// Kernel utilization over the interval; memory utilization instantaneous.
+    Kernel,
+    /// Both instantaneous.
+    Off,
+}
+
 /// What the sources need from the command line.
 #[derive(Debug, Clone)]
 pub struct SourceOptions {
@@ -142,6 +154,8 @@ pub struct SourceOptions {
     /// NVML: read GPM's GRACT (`GraphicsUtil`, most of the GPM call's cost) every N polls, as the
     /// mean over those polls; 0 = never.
     pub gract_every: u32,
+    /// NVML: which utilizations are interval means from the sample buffers.
+    pub util_window: UtilWindowMode,
     /// NVML: library to load instead of `libnvidia-ml.so.1`.
     pub nvml_lib: Option<PathBuf>,
     /// Where the process table is (`/proc`, or the host's /proc mounted into a container).
@@ -162,6 +176,7 @@ impl Default for SourceOptions {
             process_util_every: nvml::DEFAULT_PROCESS_UTIL_EVERY,
             energy_every: nvml::DEFAULT_ENERGY_EVERY,
             gract_every: nvml::DEFAULT_GRACT_EVERY,
+            util_window: UtilWindowMode::Kernel,
             nvml_lib: None,
             proc_root: PathBuf::from("/proc"),
             label_from_env: Vec::new(),

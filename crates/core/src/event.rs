@@ -17,14 +17,24 @@ pub enum GpuEventKind {
     GpuLost,
     /// A GPU that had stopped answering answers again.
     GpuRecovered,
+    /// The GPU's GPM counters (SM activity & co.) cannot be read for now — another profiler
+    /// (Nsight Compute, DCGM's profiling module) holds them, or GPM answered with errors or with
+    /// frozen values: those fields are absent (never 0) until `gpm_available`. `message` says why.
+    GpmUnavailable,
+    /// GPM counters count again after a `gpm_unavailable`.
+    GpmAvailable,
 }
 
 impl GpuEventKind {
+    pub const ALL: [Self; 5] = [Self::Xid, Self::GpuLost, Self::GpuRecovered, Self::GpmUnavailable, Self::GpmAvailable];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Xid => "xid",
             Self::GpuLost => "gpu_lost",
             Self::GpuRecovered => "gpu_recovered",
+            Self::GpmUnavailable => "gpm_unavailable",
+            Self::GpmAvailable => "gpm_available",
         }
     }
 
@@ -33,6 +43,8 @@ impl GpuEventKind {
             "xid" => Some(Self::Xid),
             "gpu_lost" => Some(Self::GpuLost),
             "gpu_recovered" => Some(Self::GpuRecovered),
+            "gpm_unavailable" => Some(Self::GpmUnavailable),
+            "gpm_available" => Some(Self::GpmAvailable),
             _ => None,
         }
     }
@@ -119,7 +131,7 @@ mod tests {
 
     #[test]
     fn kinds_round_trip_through_their_names() {
-        for k in [GpuEventKind::Xid, GpuEventKind::GpuLost, GpuEventKind::GpuRecovered] {
+        for k in GpuEventKind::ALL {
             assert_eq!(GpuEventKind::parse(k.as_str()), Some(k));
             assert_eq!(serde_json::to_value(k).unwrap(), k.as_str());
         }

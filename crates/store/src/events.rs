@@ -14,7 +14,7 @@ pub struct GpuEventRecord {
     pub gpu_uuid: String,
     pub host: String,
     pub ts_ms: i64,
-    /// `xid`, `gpu_lost` or `gpu_recovered`.
+    /// `xid`, `gpu_lost`, `gpu_recovered`, `gpm_unavailable` or `gpm_available`.
     pub kind: String,
     pub xid: Option<i64>,
     pub message: Option<String>,

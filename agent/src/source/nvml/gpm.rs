@@ -22,6 +22,11 @@ pub struct GpmField {
 }
 
 impl GpmField {
+    /// A utilisation in percent (not a throughput).
+    pub fn is_percent(&self) -> bool {
+        self.percent
+    }
+
     /// Stores a metric value (`None`: the metric could not be read) in its field.
     pub fn apply(&self, s: &mut Sample, value: Option<f64>) {
         let v = value.and_then(|v| if self.percent { pct(v) } else { non_negative(v) });

@@ -2,10 +2,13 @@
 //! time by nvml-wrapper, so the agent builds and starts on hosts without a GPU and says clearly
 //! why it cannot read one).
 //!
-//! Every poll reads, per GPU: utilization, memory, power, power limit, temperature, SM clock,
-//! throttle reasons (cheap, ≤ 0.1 ms together), the running compute processes, and — on Hopper
-//! and newer — the GPM counters between the previous poll's GPM sample and this one. The costly
-//! calls (energy counter, per-process utilization samples) run every N polls.
+//! Every poll reads, per GPU: kernel and memory utilization as the mean over the interval since
+//! the previous poll (NVML's sample buffer, [`util_window`]; where the driver has no buffer, the
+//! instantaneous reading, and the GPU's label `util_method` says which), memory, power, power
+//! limit, temperature, SM clock, throttle reasons (cheap, ≤ 0.1 ms together), the running
+//! compute processes, and — on Hopper and newer — the GPM counters between the previous poll's
+//! GPM sample and this one, unless another profiler holds them ([`counters`]). The costly calls
+//! (energy counter, per-process utilization samples) run every N polls.
 //!
 //! What a GPU or driver cannot give is absent (`None`) and logged once per GPU with the reason;
 //! a GPU that errors or falls off the bus is logged and skipped while the others keep reporting.
@@ -19,8 +22,8 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use nvml_wrapper::bitmasks::event::EventTypes;
-use nvml_wrapper::enum_wrappers::device::{Clock, TemperatureSensor};
-use nvml_wrapper::enums::device::UsedGpuMemory;
+use nvml_wrapper::enum_wrappers::device::{Clock, Sampling, TemperatureSensor};
+use nvml_wrapper::enums::device::{SampleValue, UsedGpuMemory};
 use nvml_wrapper::enums::event::XidError;
 use nvml_wrapper::error::NvmlError;
 use nvml_wrapper::gpm::{GpmSample, gpm_metrics_get};
@@ -30,9 +33,14 @@ use super::notes::{Notes, REPEAT_AFTER};
 use super::procinfo::ProcTable;
 use super::{GpuSource, HostSamples, SourceError, SourceOptions, Ticker, local_host_name, now_ms};
 
+pub mod counters;
 pub mod gpm;
 pub mod inventory;
 pub mod timing;
+pub mod util_window;
+
+use counters::{Change, CounterWatch, GpmPoll};
+use util_window::{UtilPoint, UtilWindow};
 
 use inventory::{Inventory, cuda_version, sm_count};
 use timing::{Group, PollTiming, Totals};
@@ -191,7 +199,29 @@ struct Gpm {
     gract_base: Option<GpmSample<'static>>,
     /// Units NVML reports for each metric, logged once.
     units_logged: bool,
+    /// Whether the counters count (another profiler may hold them).
+    watch: CounterWatch,
+    /// A change of `watch` to announce with this poll's events.
+    change: Option<Change>,
 }
+
+impl Gpm {
+    fn new(enabled: bool, gract_every: u32) -> Self {
+        Gpm {
+            enabled,
+            prev: None,
+            gract_every,
+            gract_base: None,
+            units_logged: false,
+            watch: CounterWatch::new(),
+            change: None,
+        }
+    }
+}
+
+/// How a GPU's utilization is read: the label `gpu.<uuid>.util_method`.
+const UTIL_INTERVAL_MEAN: &str = "interval_mean";
+const UTIL_INSTANTANEOUS: &str = "instantaneous";
 
 struct Gpu {
     device: Device<'static>,
@@ -201,6 +231,11 @@ struct Gpu {
     gpm: Gpm,
     /// Newest per-process utilization timestamp seen (µs), the start of the next window.
     putil_seen_us: Option<u64>,
+    /// Kernel and memory utilization sample buffers: where the last poll stopped.
+    util_win: UtilWindow,
+    mem_win: UtilWindow,
+    /// The `util_method` and `mem_util_method` labels last handed out.
+    util_method: Option<(&'static str, &'static str)>,
     lost: bool,
 }
 
@@ -220,6 +255,7 @@ struct Reader {
     process_util_every: u32,
     energy_every: u32,
     gract_every: u32,
+    util_window: super::UtilWindowMode,
     interval: Duration,
     poll: u64,
     totals: Totals,
@@ -269,6 +305,7 @@ impl Reader {
             process_util_every: opts.process_util_every,
             energy_every: opts.energy_every,
             gract_every: opts.gract_every,
+            util_window: opts.util_window,
             interval: opts.interval,
             poll: 0,
             totals: Totals::default(),
@@ -371,14 +408,11 @@ impl Reader {
             kind: Kind::Physical,
             inv,
             health,
-            gpm: Gpm {
-                enabled: gpm_enabled,
-                prev: None,
-                gract_every: self.gract_every,
-                gract_base: None,
-                units_logged: false,
-            },
+            gpm: Gpm::new(gpm_enabled, self.gract_every),
             putil_seen_us: None,
+            util_win: UtilWindow::new(),
+            mem_win: UtilWindow::new(),
+            util_method: None,
             lost: false,
         };
         prime_gpm(&mut gpu, &mut self.notes);
@@ -438,14 +472,11 @@ impl Reader {
                 kind: Kind::Mig,
                 inv,
                 health,
-                gpm: Gpm {
-                    enabled: parent_gpm,
-                    prev: None,
-                    gract_every: self.gract_every,
-                    gract_base: None,
-                    units_logged: false,
-                },
+                gpm: Gpm::new(parent_gpm, self.gract_every),
                 putil_seen_us: None,
+                util_win: UtilWindow::new(),
+                mem_win: UtilWindow::new(),
+                util_method: None,
                 lost: false,
             };
             prime_gpm(&mut gpu, &mut self.notes);
@@ -512,12 +543,30 @@ impl Reader {
             process_util: due(self.poll, self.process_util_every),
             gract: due(self.poll, self.gract_every),
             window: self.interval * self.process_util_every.max(1),
+            interval_us: self.interval.as_micros() as u64,
+            util_window: self.util_window,
         };
         let mut samples = Vec::with_capacity(self.gpus.len());
         let mut alive = HashSet::new();
         for gpu in &mut self.gpus {
             match read_gpu(gpu, self.nvml, &flags, &mut self.notes, &mut self.procs, &mut t) {
                 Ok(s) => {
+                    let no_buffer = gpu.health.unsupported.contains(UTIL_SAMPLES);
+                    let method = |on: bool| if on && !no_buffer { UTIL_INTERVAL_MEAN } else { UTIL_INSTANTANEOUS };
+                    let methods = (
+                        method(flags.util_window != super::UtilWindowMode::Off),
+                        method(flags.util_window == super::UtilWindowMode::Both),
+                    );
+                    if gpu.util_method != Some(methods) {
+                        gpu.util_method = Some(methods);
+                        let uuid = &gpu.inv.uuid;
+                        self.labels.insert(format!("gpu.{uuid}.util_method"), methods.0.to_string());
+                        self.labels.insert(format!("gpu.{uuid}.mem_util_method"), methods.1.to_string());
+                        self.labels_changed = true;
+                    }
+                    if let Some(change) = gpu.gpm.change.take() {
+                        events.push(gpm_event(&gpu.inv.uuid, flags.ts_ms, change));
+                    }
                     if gpu.lost {
                         gpu.lost = false;
                         self.notes.clear(&gpu.inv.uuid, "gone");
@@ -547,6 +596,8 @@ impl Reader {
                     }
                     gpu.lost = true;
                     gpu.gpm.prev = None;
+                    gpu.util_win = UtilWindow::new();
+                    gpu.mem_win = UtilWindow::new();
                     gpu.gpm.gract_base = None;
                     if self.notes.every(&gpu.inv.uuid, "gone", REPEAT_AFTER) {
                         tracing::error!(gpu = %gpu.inv.uuid, index = ?gpu.inv.index, error = %e,
@@ -609,6 +660,64 @@ struct Flags {
     gract: bool,
     /// Span of the per-process utilization window (for the first read).
     window: Duration,
+    /// The poll interval, µs (the utilization window of the first poll).
+    interval_us: u64,
+    util_window: super::UtilWindowMode,
+}
+
+/// The `health` key of the utilization sample buffer: once NVML says the GPU has none, the
+/// instantaneous reading is used for good.
+const UTIL_SAMPLES: &str = "util_samples";
+
+/// The event for a change of a GPU's GPM counters, logged as well.
+fn gpm_event(uuid: &str, ts_ms: i64, change: Change) -> GpuEvent {
+    let (kind, message) = match change {
+        Change::Unavailable(reason) => {
+            tracing::warn!(gpu = %uuid, reason = %reason,
+                "GPM counters unavailable: SM activity, occupancy, tensor, DRAM, pipe and PCIe/NVLink fields are \
+                 absent (null, never 0) until they count again");
+            (GpuEventKind::GpmUnavailable, reason)
+        }
+        Change::Returned { after_ms } => {
+            let text = format!("GPM counters count again after {:.0} s", after_ms as f64 / 1000.0);
+            tracing::info!(gpu = %uuid, "{text}");
+            (GpuEventKind::GpmAvailable, text)
+        }
+    };
+    GpuEvent { ts_ms, uuid: uuid.to_string(), kind, xid: None, message: Some(message) }
+}
+
+/// Utilization of one sample buffer over the interval since the last poll; `None` where the
+/// buffer had nothing new (the caller falls back to the instantaneous reading) or the GPU has
+/// no buffer (said once, and not asked again).
+fn util_interval_mean(
+    h: &mut Health,
+    notes: &mut Notes,
+    dev: &Device<'static>,
+    kind: Sampling,
+    win: &mut UtilWindow,
+    interval_us: u64,
+) -> Result<Option<f64>, Gone> {
+    let since = win.since();
+    let got = h.read(notes, UTIL_SAMPLES, || match dev.samples(kind, since) {
+        // Nothing newer than `since` in the buffer.
+        Err(NvmlError::NotFound) => Ok(Vec::new()),
+        other => other,
+    })?;
+    let Some(entries) = got else { return Ok(None) };
+    let points: Vec<UtilPoint> = entries
+        .iter()
+        .map(|e| {
+            let pct = match e.value {
+                SampleValue::U32(v) => f64::from(v),
+                SampleValue::U64(v) => v as f64,
+                SampleValue::I64(v) => v as f64,
+                SampleValue::F64(v) => v,
+            };
+            UtilPoint { ts_us: e.timestamp, pct }
+        })
+        .collect();
+    Ok(win.take(&points, interval_us).map(|m| m.mean_pct))
 }
 
 /// Takes the first GPM sample, so the first poll already has an interval to report on.
@@ -661,9 +770,32 @@ fn read_gpu(
             s.mem_used_bytes = i64::try_from(mem.used).ok();
             s.mem_total_bytes = i64::try_from(mem.total).ok();
         }
-        if let Some(u) = h.read(notes, "gpu_util_pct", || dev.utilization_rates())? {
-            s.gpu_util_pct = super::pct(f64::from(u.gpu));
-            s.mem_util_pct = super::pct(f64::from(u.memory));
+        Ok(())
+    })?;
+    // Utilization: the mean over the interval from the sample buffers; the instantaneous
+    // reading (the driver's newest short period alone) where a buffer gave nothing.
+    let (util_win, mem_win) = (&mut gpu.util_win, &mut gpu.mem_win);
+    let (util, mem_util) = match f.util_window {
+        super::UtilWindowMode::Off => (None, None),
+        mode => t.time(Group::UtilSamples, || -> Result<_, Gone> {
+            let util = util_interval_mean(h, notes, dev, Sampling::GpuUtilization, util_win, f.interval_us)?;
+            let mem = match mode {
+                super::UtilWindowMode::Both => {
+                    util_interval_mean(h, notes, dev, Sampling::MemoryUtilization, mem_win, f.interval_us)?
+                }
+                _ => None,
+            };
+            Ok((util, mem))
+        })?,
+    };
+    s.gpu_util_pct = util.and_then(super::pct);
+    s.mem_util_pct = mem_util.and_then(super::pct);
+    t.time(Group::Basic, || -> Result<(), Gone> {
+        if (s.gpu_util_pct.is_none() || s.mem_util_pct.is_none())
+            && let Some(u) = h.read(notes, "gpu_util_pct", || dev.utilization_rates())?
+        {
+            s.gpu_util_pct = s.gpu_util_pct.or(super::pct(f64::from(u.gpu)));
+            s.mem_util_pct = s.mem_util_pct.or(super::pct(f64::from(u.memory)));
         }
         if physical {
             s.power_w = h.read(notes, "power_w", || dev.power_usage())?.map(|mw| f64::from(mw) / 1000.0);
@@ -682,7 +814,7 @@ fn read_gpu(
             .map(|mj| mj as f64 / 1000.0);
     }
     if gpu.gpm.enabled {
-        read_gpm(&mut s, dev, h, &mut gpu.gpm, nvml, f.gract, notes, t)?;
+        read_gpm(&mut s, dev, h, &mut gpu.gpm, nvml, f, notes, t)?;
     }
     // Processes: who holds the GPU, and (every N polls) how much SM time each used.
     let list = t.time(Group::Processes, || h.read(notes, "processes", || dev.running_compute_processes()))?;
@@ -733,6 +865,11 @@ fn read_gpu(
     Ok(s)
 }
 
+type MetricResults = Result<Vec<Result<nvml_wrapper::struct_wrappers::gpm::GpmMetricResult, NvmlError>>, NvmlError>;
+
+/// GPM between the previous poll's sample and this one. Every failure but a lost GPU leaves the
+/// fields absent and goes to the counter watch, which also catches values that cannot be true
+/// (another profiler holding the counters): see [`counters`].
 #[allow(clippy::too_many_arguments)]
 fn read_gpm(
     s: &mut Sample,
@@ -740,48 +877,84 @@ fn read_gpm(
     h: &mut Health,
     g: &mut Gpm,
     nvml: &'static Nvml,
-    gract_due: bool,
+    f: &Flags,
     notes: &mut Notes,
     t: &mut PollTiming,
 ) -> Result<(), Gone> {
-    let Some(now) = t.time(Group::GpmSample, || h.read(notes, "gpm", || dev.gpm_sample()))? else {
-        if h.unsupported.contains("gpm") {
-            g.enabled = false;
+    let now = match t.time(Group::GpmSample, || dev.gpm_sample()) {
+        Ok(now) => Some(now),
+        Err(e) if is_gone(&e) => return Err(Gone(e)),
+        Err(e) => {
+            if notes.every(&h.uuid, "gpm_sample", REPEAT_AFTER) {
+                tracing::warn!(gpu = %h.uuid, error = %e, "GPM sample failed; GPM fields absent in this sample");
+            }
+            g.watch_poll(GpmPoll::Failed(format!("GPM sample: {e}")), s, f.ts_ms);
+            g.prev = None;
+            g.gract_base = None;
+            return Ok(());
         }
-        return Ok(());
     };
-    let prev = g.prev.replace(now);
+    let prev = std::mem::replace(&mut g.prev, now);
     let now = g.prev.as_ref().expect("just stored");
     // Every poll: the metrics between the previous poll's sample and this one.
+    let mut got: Vec<(gpm::GpmField, Option<f64>)> = Vec::new();
+    let mut failed: Option<String> = None;
     if let Some(prev) = prev {
         let fields = if g.gract_every == 1 { &gpm::GPM_FIELDS[..] } else { gpm::WITHOUT_GRACT };
         let ids: Vec<_> = fields.iter().map(|f| f.id).collect();
         let results = t.time(Group::GpmMetrics, || gpm_metrics_get(nvml, &prev, now, &ids));
-        apply_gpm(s, h, notes, fields, results, !g.units_logged)?;
+        match collect_gpm(h, notes, fields, results, !g.units_logged)? {
+            Ok(values) => got.extend(values),
+            Err(e) => failed = Some(e),
+        }
         g.units_logged = true;
     }
     // Every N polls: GRACT over the N polls since the window's first sample; the next window
     // starts with a sample of its own (the poll's sample is kept for the next poll).
-    if g.gract_every > 1 && gract_due {
+    if g.gract_every > 1 && f.gract {
         if let Some(base) = g.gract_base.take() {
             let results = t.time(Group::GpmMetrics, || gpm_metrics_get(nvml, &base, now, &[gpm::GRACT[0].id]));
-            apply_gpm(s, h, notes, gpm::GRACT, results, false)?;
+            if let Ok(values) = collect_gpm(h, notes, gpm::GRACT, results, false)? {
+                got.extend(values);
+            }
         }
-        g.gract_base = t.time(Group::GpmSample, || h.read(notes, "gpm", || dev.gpm_sample()))?;
+        g.gract_base = t.time(Group::GpmSample, || dev.gpm_sample()).ok();
+    }
+    if let Some(e) = failed {
+        g.watch_poll(GpmPoll::Failed(e), s, f.ts_ms);
+    } else if !got.is_empty() {
+        let percents = got.iter().filter(|(field, _)| field.is_percent()).map(|(_, v)| *v).collect();
+        if g.watch_poll(GpmPoll::Read(percents), s, f.ts_ms) {
+            for (field, v) in got {
+                field.apply(s, v);
+            }
+        }
     }
     Ok(())
 }
 
-/// Stores the results of one `gpm_metrics_get` in their fields; a metric that could not be had
-/// is absent (said once per GPU), a GPU that stopped answering is `Gone`.
-fn apply_gpm(
-    s: &mut Sample,
+impl Gpm {
+    /// Steps the counter watch with this poll's reading; true when its values may be reported.
+    /// A change is kept for the poll's events.
+    fn watch_poll(&mut self, poll: GpmPoll, s: &Sample, ts_ms: i64) -> bool {
+        let (report, change) = self.watch.observe(&poll, s.gpu_util_pct, ts_ms);
+        if change.is_some() {
+            self.change = change;
+        }
+        report
+    }
+}
+
+/// The values of one `gpm_metrics_get`, or why the whole call failed; a metric that could not
+/// be had alone is absent (said once per GPU); a GPU that stopped answering is `Gone`.
+#[allow(clippy::type_complexity)]
+fn collect_gpm(
     h: &Health,
     notes: &mut Notes,
     fields: &[gpm::GpmField],
-    results: Result<Vec<Result<nvml_wrapper::struct_wrappers::gpm::GpmMetricResult, NvmlError>>, NvmlError>,
+    results: MetricResults,
     log_units: bool,
-) -> Result<(), Gone> {
+) -> Result<Result<Vec<(gpm::GpmField, Option<f64>)>, String>, Gone> {
     let results = match results {
         Ok(r) => r,
         Err(e) if is_gone(&e) => return Err(Gone(e)),
@@ -789,28 +962,29 @@ fn apply_gpm(
             if notes.every(&h.uuid, "gpm_metrics", REPEAT_AFTER) {
                 tracing::warn!(gpu = %h.uuid, error = %e, "GPM metrics could not be computed; absent in this sample");
             }
-            return Ok(());
+            return Ok(Err(format!("GPM metrics: {e}")));
         }
     };
+    let mut out = Vec::with_capacity(fields.len());
     for (field, r) in fields.iter().zip(results) {
         match r {
             Ok(m) => {
-                field.apply(s, Some(m.value));
                 if log_units {
                     tracing::debug!(gpu = %h.uuid, metric = ?m.metric_id, field = field.field,
                         unit = %m.metric_info.unit, name = %m.metric_info.long_name, "GPM metric");
                 }
+                out.push((*field, Some(m.value)));
             }
             Err(e) => {
-                field.apply(s, None);
                 if notes.first(&h.uuid, field.field) {
                     tracing::warn!(gpu = %h.uuid, metric = ?field.id, field = field.field, reason = %explain(&e),
                         "GPM metric not available on this GPU; reported as absent (null), never 0");
                 }
+                out.push((*field, None));
             }
         }
     }
-    Ok(())
+    Ok(Ok(out))
 }
 
 /// Mean SM % per PID over the samples newer than `since` (µs), and the newest timestamp seen

@@ -20,9 +20,11 @@ pub enum Group {
     Procfs,
     /// XID event queue.
     Events,
+    /// NVML's utilization sample buffer (kernel and memory utilization over the interval).
+    UtilSamples,
 }
 
-pub const GROUPS: [Group; 8] = [
+pub const GROUPS: [Group; 9] = [
     Group::Basic,
     Group::Energy,
     Group::GpmSample,
@@ -31,6 +33,7 @@ pub const GROUPS: [Group; 8] = [
     Group::ProcessUtil,
     Group::Procfs,
     Group::Events,
+    Group::UtilSamples,
 ];
 
 impl Group {
@@ -44,6 +47,7 @@ impl Group {
             Group::ProcessUtil => "process_util",
             Group::Procfs => "procfs",
             Group::Events => "events",
+            Group::UtilSamples => "util_samples",
         }
     }
 }
@@ -75,8 +79,8 @@ pub fn parse_schedstat(text: &str) -> Option<Duration> {
 /// Per-poll accounting: wall time and calls per group.
 #[derive(Debug, Default, Clone)]
 pub struct PollTiming {
-    pub wall: [Duration; 8],
-    pub calls: [u32; 8],
+    pub wall: [Duration; GROUPS.len()],
+    pub calls: [u32; GROUPS.len()],
 }
 
 impl PollTiming {
@@ -98,8 +102,8 @@ pub struct Totals {
     pub wall: Duration,
     pub cpu: Duration,
     pub cpu_known: bool,
-    pub groups: [Duration; 8],
-    pub group_calls: [u64; 8],
+    pub groups: [Duration; GROUPS.len()],
+    pub group_calls: [u64; GROUPS.len()],
 }
 
 impl Totals {

@@ -22,8 +22,8 @@ pub struct EventQuery {
     pub to: Option<String>,
     /// Only this GPU (UUID).
     pub gpu: Option<String>,
-    /// `xid`, `gpu_lost` or `gpu_recovered`.
-    #[param(pattern = "^(xid|gpu_lost|gpu_recovered)$")]
+    /// `xid`, `gpu_lost`, `gpu_recovered`, `gpm_unavailable` or `gpm_available`.
+    #[param(pattern = "^(xid|gpu_lost|gpu_recovered|gpm_unavailable|gpm_available)$")]
     pub kind: Option<String>,
     /// Only events with an id below this (paging: the last id of the previous page).
     pub before_id: Option<i64>,
@@ -40,7 +40,7 @@ pub struct EventView {
     pub time: String,
     pub gpu: String,
     pub host: String,
-    /// `xid`, `gpu_lost` or `gpu_recovered`.
+    /// `xid`, `gpu_lost`, `gpu_recovered`, `gpm_unavailable` or `gpm_available`.
     pub kind: String,
     /// The XID number, for `xid` events where the driver gave it.
     pub xid: Option<i64>,
@@ -90,7 +90,7 @@ pub async fn list(
             GpuEventKind::parse(k)
                 .ok_or_else(|| ApiError::Unprocessable {
                     field: "kind".into(),
-                    message: "one of xid, gpu_lost, gpu_recovered".into(),
+                    message: "one of xid, gpu_lost, gpu_recovered, gpm_unavailable, gpm_available".into(),
                 })?
                 .as_str()
                 .to_string(),

@@ -1,0 +1,120 @@
+#!/usr/bin/env bash
+# GPM while another profiler holds the performance counters, and what the agent's change costs.
+# Run from the repository root on a machine with an NVIDIA Hopper GPU and Nsight Compute:
+#   bash agent/tests/device/counters.sh SERVER_BIN AGENT_BIN OUTDIR
+# 1. The server (SQLite) and the agent at its defaults; a 2048² SGEMM loop runs 10 s alone, then
+#    ~40 s under `ncu --set full` (every section: many counter passes), then ~40 s under
+#    `ncu --metrics sm__cycles_active.avg`, then 10 s alone again. gpm_probe.py reads GPM through
+#    NVML's Python binding once a second alongside (what GPM itself returns: errors, zeros, stale
+#    values). Afterwards the API is read back: events, and per second whether SM activity & co.
+#    were reported (counters.json, probe.jsonl, agent.log, ncu-*.out).
+# 2. Unless COST=0: the agent's CPU per poll with --nvml-util-window off (the instantaneous
+#    reading, as before), kernel and both, each alone next to a small GPU process, alternated
+#    twice (cost.jsonl; COST_SECS per window, default 40).
+set -u
+server_bin=$1 agent_bin=$2 out=$3
+D=$(dirname "$0")
+export TZ=UTC PYTHONUNBUFFERED=1
+mkdir -p "$out"
+tmp=$(mktemp -d)
+port=18490
+token="fl_counters_$(date +%s)_0123456789abcdef0123"
+chmod +x "$server_bin" "$agent_bin"
+FLEETLENS_ADMIN_TOKEN=$token "$server_bin" --listen 127.0.0.1:$port --database-url "sqlite://$tmp/db" \
+  --static-dir /nonexistent >"$tmp/server.out" 2>"$tmp/server.log" &
+server=$!
+trap 'kill $server ${agent:-} ${probe:-} ${loop:-} 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:$port/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+RUST_LOG=info "$agent_bin" --server http://127.0.0.1:$port --api-key "$token" --spool-dir "$tmp/spool" \
+  2>"$out/agent.log" &
+agent=$!
+cat >"$tmp/loop.py" <<'PY'
+import sys, time, torch
+x = torch.randn(2048, 2048, device="cuda")
+end = time.time() + float(sys.argv[1])
+n = 0
+while time.time() < end:
+    y = x @ x
+    n += 1
+    if n % 50 == 0:
+        torch.cuda.synchronize()
+torch.cuda.synchronize()
+print("kernels", n)
+PY
+python3 "$D/gpm_probe.py" "$out/probe.jsonl" 200 & probe=$!
+marks="$out/marks.txt"
+stamp() { echo "$(date +%s%3N) $1" >>"$marks"; }
+sleep 2
+stamp alone
+python3 "$tmp/loop.py" 10
+stamp ncu_full
+timeout 60 ncu --set full python3 "$tmp/loop.py" 40 >"$out/ncu-full.out" 2>&1
+echo "ncu --set full rc=$?" >>"$marks"
+stamp ncu_sm_cycles
+timeout 60 ncu --metrics sm__cycles_active.avg python3 "$tmp/loop.py" 40 >"$out/ncu-metric.out" 2>&1
+echo "ncu --metrics rc=$?" >>"$marks"
+stamp alone_again
+python3 "$tmp/loop.py" 10
+stamp end
+sleep 7
+kill $probe 2>/dev/null
+python3 - "$out" "http://127.0.0.1:$port" "$token" <<'PY'
+import json, sys, urllib.request
+out, url, token = sys.argv[1:]
+def api(p):
+    r = urllib.request.Request(url + p, headers={"Authorization": f"Bearer {token}"})
+    return json.load(urllib.request.urlopen(r))
+marks = [l.split(None, 1) for l in open(f"{out}/marks.txt") if l[0].isdigit()]
+marks = [(int(t), n.strip()) for t, n in marks]
+gpus = api("/api/v1/gpus"); gpus = gpus["gpus"] if isinstance(gpus, dict) else gpus
+uuid = gpus[0]["uuid"]
+t0, t1 = marks[0][0] - 3000, marks[-1][0] + 3000
+samples = api(f"/api/v1/gpus/{uuid}/samples?from={t0}&to={t1}&limit=10000")
+samples = samples["samples"] if isinstance(samples, dict) else samples
+events = api(f"/api/v1/events?from={t0}&to={t1 + 60000}")["events"]
+def seg(ts):
+    name = "before"
+    for t, n in marks:
+        if ts >= t: name = n
+    return name
+rows = [{"ts_ms": s["ts_ms"], "seg": seg(s["ts_ms"]), "util": s.get("gpu_util_pct"), "smact": s.get("sm_active_pct"),
+         "gract": s.get("gr_engine_active_pct"), "dram": s.get("dram_active_pct")} for s in samples]
+states = {}
+for (a, n), (b, _) in zip(marks, marks[1:]):
+    w = max(1, (b - a - 4000) // 1000)
+    st = api(f"/api/v1/gpus/{uuid}/states?from={a + 4000}&to={a + 4000 + w * 1000}&window_s={w}")
+    states[n] = [(x["state"], x.get("note"), x.get("reason")) for x in st]
+json.dump({"marks": marks, "samples": rows, "events": events, "states": states}, open(f"{out}/counters.json", "w"), indent=1)
+print("events:", [(e["kind"], e["time"], e.get("message")) for e in events])
+by = {}
+for r in rows:
+    d = by.setdefault(r["seg"], {"n": 0, "smact_null": 0, "util": []})
+    d["n"] += 1; d["smact_null"] += r["smact"] is None; d["util"].append(r["util"])
+for k, d in by.items():
+    u = [x for x in d["util"] if x is not None]
+    print(f"{k}: {d['n']} samples, SM activity absent in {d['smact_null']}, util mean {sum(u)/max(1,len(u)):.1f}, states {states.get(k)}")
+PY
+kill -TERM $agent; wait $agent
+kill $server
+grep -E "GPM|gpm" "$out/agent.log" | tail -20
+
+if [ "${COST:-1}" = 1 ]; then
+  # Each utilization mode alone (off = the instantaneous reading, as before the interval mean),
+  # next to a small GPU process, alternated twice.
+  python3 "$D/receiver.py" 18491 "$tmp/batches.jsonl" & recv=$!
+  python3 "$D/holder.py" & holder=$!
+  sleep 6
+  for round in 1 2; do
+    for mode in off kernel both; do
+      RUST_LOG=info "$agent_bin" --server http://127.0.0.1:18491 --api-key x --host "cost-$mode" \
+        --nvml-util-window $mode --spool-dir "$tmp/spool-$mode-$round" 2>>"$out/cost-agents.log" & a=$!
+      sleep 5
+      s0=$(python3 "$D/overhead.py" stat $a)
+      sleep "${COST_SECS:-40}"
+      s1=$(python3 "$D/overhead.py" stat $a)
+      python3 "$D/overhead.py" diff "util-window-$mode-round$round" 1 "$s0" "$s1" | tee -a "$out/cost.jsonl"
+      kill -TERM $a; wait $a
+    done
+  done
+  kill $holder $recv
+fi
