@@ -121,7 +121,8 @@ impl IntoResponse for ApiError {
             ErrorBody { error: ErrorDetail { code: code.to_string(), message: self.to_string(), sample_index, field } };
         let mut response = (status, Json(body)).into_response();
         let retry_after_s = match self {
-            ApiError::RateLimited { retry_after_s } | ApiError::Busy { retry_after_s }
+            ApiError::RateLimited { retry_after_s }
+            | ApiError::Busy { retry_after_s }
             | ApiError::InFlight { retry_after_s, .. } => Some(retry_after_s),
             // A quota does not lift by itself: agents back off for minutes, not seconds.
             ApiError::Quota { .. } => Some(QUOTA_RETRY_AFTER_S),

@@ -509,7 +509,8 @@ async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend
     store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t), Vec::new(), Some(rules)).await.unwrap();
     let count = store.sample_count().await.unwrap();
 
-    let err = store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G3", "G4"], t + 10_000), Vec::new(), Some(rules)).await;
+    let err =
+        store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G3", "G4"], t + 10_000), Vec::new(), Some(rules)).await;
     assert!(matches!(err, Err(StoreError::QuotaExceeded { quota: "GPUs", limit: 3, would_be: 4 })), "{err:?}");
     store.ingest_with(DEFAULT_ORG, "n2", batch(&["G3"], t), Vec::new(), Some(rules)).await.unwrap();
     let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G1"], t + 10_000), Vec::new(), Some(rules)).await;
