@@ -66,4 +66,4 @@ echo "==> browser tests (screenshots in $shots)"
 cd tests/browser
 FLEETLENS_URL="$url" FLEETLENS_TOKEN="$token" SCREENSHOT_DIR="$shots" \
   FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_ADMIN_PASSWORD="$admin_password" \
-  timeout 300 node --test --test-concurrency=1 --test-reporter=spec ./*.test.mjs
+  timeout 600 node --test --test-concurrency=1 --test-reporter=spec ./*.test.mjs

@@ -10,7 +10,7 @@ use fleetlens_core::{GpuEvent, Sample};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::pusher::encode_batch;
+use crate::pusher::{MAX_BATCH_JSON_BYTES, encode_batches};
 use crate::source::{GpuSource, HostSamples, SourceError};
 use crate::spool::{SharedSpool, SpoolError};
 
@@ -92,9 +92,10 @@ impl Batcher {
             let rest = events.split_off(MAX_EVENTS_PER_BATCH);
             self.pending_events.insert(host.to_string(), rest);
         }
-        let body = encode_batch(host, &self.labels(host), samples, events);
-        self.spool.push(body, n).await?;
-        self.sum.batches += 1;
+        for (body, part) in encode_batches(host, &self.labels(host), samples, events, MAX_BATCH_JSON_BYTES) {
+            self.spool.push(body, part).await?;
+            self.sum.batches += 1;
+        }
         self.sum.samples += n as u64;
         self.wake.notify_one();
         Ok(())

@@ -22,6 +22,49 @@ use crate::spool::{SharedSpool, SpoolError};
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// Most JSON bytes the agent puts in one request: half the server's default
+/// `--max-decoded-bytes` (8 MiB), so that a batch of crowded GPUs (many processes with long
+/// command lines) is never refused as too large and lost; larger batches are split.
+pub const MAX_BATCH_JSON_BYTES: usize = 4 * 1024 * 1024;
+
+/// [`encode_batch`], split into as many request bodies as keep each one's JSON within
+/// `max_json_bytes` (halving the samples until they fit; a single sample is sent as it is).
+/// The events ride with the first body. Returns each body with its sample count.
+pub fn encode_batches(
+    host: &str,
+    labels: &BTreeMap<String, String>,
+    samples: Vec<Sample>,
+    events: Vec<GpuEvent>,
+    max_json_bytes: usize,
+) -> Vec<(Vec<u8>, usize)> {
+    let n = samples.len();
+    let batch = IngestBatch {
+        host: host.to_string(),
+        agent_version: Some(AGENT_VERSION.to_string()),
+        labels: labels.clone(),
+        samples,
+        events,
+    };
+    let json = serde_json::to_vec(&batch).expect("IngestBatch serialises");
+    if json.len() <= max_json_bytes || n <= 1 {
+        return vec![(gzip(&json), n)];
+    }
+    drop(json);
+    let IngestBatch { mut samples, events, .. } = batch;
+    let second = samples.split_off(n / 2);
+    let mut out = encode_batches(host, labels, samples, events, max_json_bytes);
+    out.extend(encode_batches(host, labels, second, Vec::new(), max_json_bytes));
+    out
+}
+
+fn gzip(json: &[u8]) -> Vec<u8> {
+    // Level 1: samples repeat the same keys, so the fastest level already shrinks a batch
+    // several times over; higher levels gain little on such small bodies, at more CPU.
+    let mut gz = GzEncoder::new(Vec::with_capacity(json.len() / 4), Compression::fast());
+    gz.write_all(json).expect("writing to a Vec");
+    gz.finish().expect("writing to a Vec")
+}
+
 /// Serialises and gzips one host's samples and events into an ingest request body.
 pub fn encode_batch(
     host: &str,
@@ -36,13 +79,8 @@ pub fn encode_batch(
         samples,
         events,
     };
-    // Level 1: samples repeat the same keys, so the fastest level already shrinks a batch
-    // several times over; higher levels gain little on such small bodies, at more CPU.
     // Serialising plain data into a Vec cannot fail, nor can writing into one.
-    let json = serde_json::to_vec(&batch).expect("IngestBatch serialises");
-    let mut gz = GzEncoder::new(Vec::with_capacity(json.len() / 4), Compression::fast());
-    gz.write_all(&json).expect("writing to a Vec");
-    gz.finish().expect("writing to a Vec")
+    gzip(&serde_json::to_vec(&batch).expect("IngestBatch serialises"))
 }
 
 /// Exponential backoff with jitter between retries.
@@ -332,5 +370,28 @@ mod tests {
         assert_eq!(error_message(br#"{"error":{"code":"invalid","message":"bad ts"}}"#), "invalid: bad ts");
         assert_eq!(error_message(b"  "), "(empty body)");
         assert_eq!(error_message(b"<html>oops</html>"), "<html>oops</html>");
+    }
+
+    #[test]
+    fn batches_past_the_json_limit_are_split_and_lose_nothing() {
+        let labels = BTreeMap::new();
+        let samples: Vec<Sample> = (0..100)
+            .map(|i| Sample { ts_ms: 1_000 + i, uuid: "GPU-1".into(), ..Default::default() })
+            .collect();
+        let whole = encode_batches("h", &labels, samples.clone(), vec![], usize::MAX);
+        assert_eq!(whole.len(), 1);
+        let limit = 2_000;
+        let parts = encode_batches("h", &labels, samples, vec![], limit);
+        assert!(parts.len() > 1);
+        let mut seen = Vec::new();
+        for (body, n) in &parts {
+            let mut json = Vec::new();
+            flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut json).unwrap();
+            assert!(json.len() <= limit, "{} bytes", json.len());
+            let batch: IngestBatch = serde_json::from_slice(&json).unwrap();
+            assert_eq!(batch.samples.len(), *n);
+            seen.extend(batch.samples.iter().map(|s| s.ts_ms));
+        }
+        assert_eq!(seen, (1_000..1_100).collect::<Vec<_>>(), "every sample once, in order");
     }
 }

@@ -463,6 +463,20 @@ pub async fn create_user(body: &Value) -> ApiResult<User> {
     send_json(Request::post(&path), &path, body.to_string()).await
 }
 
+/// `PUT /api/v1/auth/password`: the logged-in user's own password; with `revoke_api_keys`
+/// every API key the user made is revoked too (after a suspected compromise).
+pub async fn change_password(current: &str, new: &str, revoke_api_keys: bool) -> ApiResult<()> {
+    #[derive(Serialize)]
+    struct Body<'a> {
+        current_password: &'a str,
+        new_password: &'a str,
+        revoke_api_keys: bool,
+    }
+    let path = format!("{PREFIX}/auth/password");
+    let body = to_body(&Body { current_password: current, new_password: new, revoke_api_keys });
+    send(Request::put(&path), true, &path, None, Some(body)).await.map(|_| ())
+}
+
 /// `PUT /api/v1/users/{id}` with the fields to change.
 pub async fn update_user(id: i64, body: &Value) -> ApiResult<User> {
     let path = format!("{PREFIX}/users/{id}");

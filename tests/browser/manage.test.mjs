@@ -420,6 +420,57 @@ test('teams: the server refuses a blank name at the field; a team is created, a 
   assert.equal((await (await api('/api/v1/teams')).json()).some((t) => t.name === 'ml-research'), false);
 });
 
+test('password: a wrong current password is refused at its field; a change that revokes the user\'s keys ends them', async () => {
+  const who = { email: 'pat@example.com', password: 'pat-first-password-1' };
+  const made = await api('/api/v1/users', { method: 'POST', body: JSON.stringify({ ...who, name: 'Pat', role: 'member' }) });
+  assert.equal(made.status, 201);
+  // Pat makes a key of their own, in a session of their own (cookie + CSRF token).
+  const login = await fetch(URL + '/api/v1/auth/login', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' }, body: JSON.stringify(who),
+  });
+  assert.equal(login.status, 200);
+  const { csrf_token } = await login.json();
+  const cookie = login.headers.get('set-cookie').split(';')[0];
+  const keyAnswer = await fetch(URL + '/api/v1/api-keys', {
+    method: 'POST',
+    headers: { 'Content-Type': 'application/json', Cookie: cookie, 'X-CSRF-Token': csrf_token },
+    body: JSON.stringify({ name: 'pat-laptop', scopes: ['read'] }),
+  });
+  assert.equal(keyAnswer.status, 201);
+  const patKey = (await keyAnswer.json()).key;
+  const asPat = () => fetch(URL + '/api/v1/gpus', { headers: { Authorization: `Bearer ${patKey}` } });
+  assert.equal((await asPat()).status, 200);
+
+  const pctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const p = await pctx.newPage();
+  watch(p);
+  await logIn(p, who.email, who.password);
+  await p.goto(URL + '/settings');
+  const form = p.locator('form[aria-label="Change your password"]');
+  await form.waitFor({ timeout: T });
+  await p.fill('#current-password', 'not-my-password');
+  await p.fill('#new-password', 'pat-second-password-2');
+  await expecting(['/api/v1/auth/password'], async () => {
+    await form.getByRole('button', { name: 'Change password' }).click();
+    await waitForText(p.locator('.field-error[data-field="current_password"]'), /wrong password/);
+    assert.equal(await p.locator('#current-password').getAttribute('aria-invalid'), 'true');
+  });
+  assert.equal((await asPat()).status, 200, 'a refused change revokes nothing');
+
+  await p.fill('#current-password', who.password);
+  await p.check('#revoke-keys');
+  await form.getByRole('button', { name: 'Change password' }).click();
+  await waitForText(section(p, 'password-title').locator('.banner-ok'), /API keys were revoked/);
+  await shot(p, '22-password');
+  assert.equal((await asPat()).status, 401, 'the key Pat made is revoked');
+  const again = await fetch(URL + '/api/v1/auth/login', {
+    method: 'POST', headers: { 'Content-Type': 'application/json' },
+    body: JSON.stringify({ email: who.email, password: 'pat-second-password-2' }),
+  });
+  assert.equal(again.status, 200, 'the new password logs in');
+  await pctx.close();
+});
+
 test('viewer: sees the user and role, the data, and no admin controls', async () => {
   const vctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const v = await vctx.newPage();

@@ -67,6 +67,14 @@ pub fn parse_time_param(name: &str, value: &str) -> Result<i64, ApiError> {
     })
 }
 
+/// Whether `value` is written as a whole number (digits, maybe a leading `-`), whatever its
+/// size: such a value beyond its type's range is out of range (422), not unreadable (400).
+pub fn is_integer_text(value: &str) -> bool {
+    let v = value.trim();
+    let digits = v.strip_prefix('-').unwrap_or(v);
+    !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit())
+}
+
 pub fn now_ms() -> i64 {
     chrono::Utc::now().timestamp_millis()
 }

@@ -59,6 +59,9 @@ pub fn SettingsPage() -> impl IntoView {
                 <button type="button" class="btn" on:click=log_out>"Log out"</button>
             </div>
         </section>
+        <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.via == "session" && m.user.is_some()))>
+            <ChangePassword/>
+        </Show>
         <Alerting/>
         <Thresholds/>
         <Prices/>
@@ -69,6 +72,63 @@ pub fn SettingsPage() -> impl IntoView {
         <Show when=move || ctx.is_admin() && ctx.me.with(|m| m.as_ref().is_some_and(|m| m.user.is_some()))>
             <Users/>
         </Show>
+    }
+}
+
+/// The logged-in user's own password (`PUT /api/v1/auth/password`): other sessions end, and
+/// the user may revoke every API key they made at the same time (after a suspected leak).
+#[component]
+fn ChangePassword() -> impl IntoView {
+    let (current, new) = (RwSignal::new(String::new()), RwSignal::new(String::new()));
+    let revoke = RwSignal::new(false);
+    let error = RwSignal::new(None::<ApiError>);
+    let saved = RwSignal::new(None::<String>);
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let (c, n, r) = (current.get_untracked(), new.get_untracked(), revoke.get_untracked());
+        spawn_local(async move {
+            match api::change_password(&c, &n, r).await {
+                Ok(()) => {
+                    error.set(None);
+                    current.set(String::new());
+                    new.set(String::new());
+                    revoke.set(false);
+                    saved.set(Some(if r {
+                        "Password changed; your other sessions ended and your API keys were revoked.".into()
+                    } else {
+                        "Password changed; your other sessions ended.".into()
+                    }));
+                }
+                Err(e) => {
+                    saved.set(None);
+                    error.set(Some(e));
+                }
+            }
+        });
+    };
+    view! {
+        <section class="card" aria-labelledby="password-title">
+            <h2 id="password-title">"Password"</h2>
+            <form class="form-grid" on:submit=submit novalidate aria-label="Change your password">
+                <label for="current-password">
+                    <span>"Current password"</span>
+                    <input id="current-password" type="password" autocomplete="current-password" aria-invalid=move || about(error, "current_password")().is_some().to_string() prop:value=move || current.get() on:input=move |ev| current.set(event_target_value(&ev))/>
+                </label>
+                <label for="new-password">
+                    <span>"New password"</span>
+                    <input id="new-password" type="password" autocomplete="new-password" aria-invalid=move || about(error, "new_password")().is_some().to_string() prop:value=move || new.get() on:input=move |ev| new.set(event_target_value(&ev))/>
+                </label>
+                <label class="check">
+                    <input id="revoke-keys" type="checkbox" prop:checked=move || revoke.get() on:change=move |ev| revoke.set(event_target_checked(&ev))/>
+                    <span>"Also revoke every API key I made"</span>
+                </label>
+                <button type="submit" class="btn-primary">"Change password"</button>
+            </form>
+            <FieldError error field="current_password" label="Current password"/>
+            <FieldError error field="new_password" label="New password"/>
+            <FormError error fields=&["current_password", "new_password"]/>
+            <Saved saved/>
+        </section>
     }
 }
 

@@ -49,6 +49,13 @@ pub async fn states(
     let (from_ms, to_ms) = range(&RangeQuery { from: q.from.clone(), to: q.to.clone(), limit: None })?;
     let window_s: i64 = match &q.window_s {
         None => i64::from(th.window_s),
+        // Not a whole number: unparseable, 400; a number out of range: 422 (the API's one rule).
+        Some(w) if !crate::time::is_integer_text(w) => {
+            return Err(ApiError::BadParam {
+                field: "window_s".into(),
+                message: format!("{w:?} is not a number: give whole seconds, 1 to 2678400"),
+            });
+        }
         Some(w) => w.trim().parse().ok().filter(|w| (1..=31 * 86_400).contains(w)).ok_or_else(|| {
             ApiError::Unprocessable { field: "window_s".into(), message: "must be whole seconds, 1 to 2678400".into() }
         })?,

@@ -99,10 +99,16 @@ pub async fn list(
     let limit = match q.limit.as_deref() {
         None => 500,
         Some(l) => match l.trim().parse::<i64>() {
-            Err(_) => {
+            Err(_) if !crate::time::is_integer_text(l) => {
                 return Err(ApiError::BadParam {
                     field: "limit".into(),
                     message: format!("{l:?} is not a number: give a whole number from 1 to 10000"),
+                });
+            }
+            Err(_) => {
+                return Err(ApiError::Unprocessable {
+                    field: "limit".into(),
+                    message: "a whole number from 1 to 10000".into(),
                 });
             }
             Ok(n) => Some(n).filter(|l| (1..=10_000).contains(l)).ok_or_else(|| ApiError::Unprocessable {

@@ -182,10 +182,16 @@ pub async fn samples(
         None => DEFAULT_SAMPLE_LIMIT,
         // Not a number: unparseable, 400; a number out of range: 422 (the API's one rule).
         Some(l) => match l.trim().parse::<i64>() {
-            Err(_) => {
+            Err(_) if !crate::time::is_integer_text(l) => {
                 return Err(ApiError::BadParam {
                     field: "limit".into(),
                     message: format!("{l:?} is not a number: give 1–{MAX_SAMPLE_LIMIT}"),
+                });
+            }
+            Err(_) => {
+                return Err(ApiError::Unprocessable {
+                    field: "limit".into(),
+                    message: format!("must be 1–{MAX_SAMPLE_LIMIT}"),
                 });
             }
             Ok(n) => u32::try_from(n).ok().filter(|n| (1..=MAX_SAMPLE_LIMIT).contains(n)).ok_or_else(|| {

@@ -302,10 +302,12 @@ impl<'de> Visitor<'de> for BatchSeed<'_> {
             }
         }
         Ok(IngestBatch {
-            host: host.ok_or_else(|| de::Error::missing_field("host"))?,
+            // As `IngestBatch`'s own defaults: a batch without `host` reads as "" and is refused
+            // by validation (422 on `host`); one of events only may leave `samples` out.
+            host: host.unwrap_or_default(),
             agent_version: agent_version.flatten(),
             labels: labels.unwrap_or_default(),
-            samples: samples.ok_or_else(|| de::Error::missing_field("samples"))?,
+            samples: samples.unwrap_or_default(),
             events: events.unwrap_or_default(),
         })
     }
