@@ -375,9 +375,8 @@ mod tests {
     #[test]
     fn batches_past_the_json_limit_are_split_and_lose_nothing() {
         let labels = BTreeMap::new();
-        let samples: Vec<Sample> = (0..100)
-            .map(|i| Sample { ts_ms: 1_000 + i, uuid: "GPU-1".into(), ..Default::default() })
-            .collect();
+        let samples: Vec<Sample> =
+            (0..100).map(|i| Sample { ts_ms: 1_000 + i, uuid: "GPU-1".into(), ..Default::default() }).collect();
         let whole = encode_batches("h", &labels, samples.clone(), vec![], usize::MAX);
         assert_eq!(whole.len(), 1);
         let limit = 2_000;

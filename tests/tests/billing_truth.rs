@@ -101,7 +101,10 @@ async fn check_period(server: &TestServer, from: i64, to: i64, first: i64, sampl
     let (states, offline) = split(&rows[0]["hours_by_state"]);
     assert!(close(rows[0]["gpu_hours"].as_f64().unwrap() * 3600.0, paid, tol), "{what}: paid {b}");
     assert!(close(states, want_states, 0.01), "{what}: billing states {states:.3} s, sampled {sampled:.3} s");
-    assert!(close(offline, paid - want_states, 0.01 + tol), "{what}: billing offline {offline:.3} s of {paid:.3} s paid");
+    assert!(
+        close(offline, paid - want_states, 0.01 + tol),
+        "{what}: billing offline {offline:.3} s of {paid:.3} s paid"
+    );
 
     let s = get(server, &format!("/api/v1/fleet/summary?from={from}&to={to}")).await;
     let (states, offline) = split(&s["hours_by_state"]);
