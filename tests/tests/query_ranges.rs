@@ -123,7 +123,7 @@ async fn extreme_ranges_get_422_naming_the_parameter(backend: Backend) {
     // Not a whole number: unreadable, 400 naming the parameter (docs/API.md, "Errors").
     for endpoint in [
         format!("/api/v1/gpus/{UUID}/samples?limit=1e3"),
-        format!("/api/v1/events?limit=1e3"),
+        "/api/v1/events?limit=1e3".to_string(),
         format!("/api/v1/gpus/{UUID}/states?window_s=1e3"),
     ] {
         let (status, body) = get(&server, &endpoint).await;
