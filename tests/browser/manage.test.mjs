@@ -320,7 +320,7 @@ test('jobs: MFU per job, n/a where the datasheet has no figure (never 0)', async
   const post = async (job) => {
     const r = await api('/api/v1/jobs', { method: 'POST', body: JSON.stringify(job) });
     const text = await r.text();
-    assert.equal(r.status, 200, text);
+    assert.equal(r.status, 201, text);
     return JSON.parse(text);
   };
   const llama = await post({ name: 'llama-pretrain', gpus: [FIXTURE_UUID], from: now - 1_200_000, to: now - 60_000, precision: 'bf16', achieved_flops_per_s: 4.0e14 });
