@@ -65,22 +65,16 @@ fn gzip(json: &[u8]) -> Vec<u8> {
     gz.finish().expect("writing to a Vec")
 }
 
-/// Serialises and gzips one host's samples and events into an ingest request body.
+/// Serialises and gzips one host's samples and events into one ingest request body, however
+/// large ([`encode_batches`] without a limit).
 pub fn encode_batch(
     host: &str,
     labels: &BTreeMap<String, String>,
     samples: Vec<Sample>,
     events: Vec<GpuEvent>,
 ) -> Vec<u8> {
-    let batch = IngestBatch {
-        host: host.to_string(),
-        agent_version: Some(AGENT_VERSION.to_string()),
-        labels: labels.clone(),
-        samples,
-        events,
-    };
-    // Serialising plain data into a Vec cannot fail, nor can writing into one.
-    gzip(&serde_json::to_vec(&batch).expect("IngestBatch serialises"))
+    let mut bodies = encode_batches(host, labels, samples, events, usize::MAX);
+    bodies.swap_remove(0).0
 }
 
 /// Exponential backoff with jitter between retries.

@@ -21,8 +21,7 @@ enum TimeError {
 
 fn parse_time(value: &str) -> Result<i64, TimeError> {
     let value = value.trim();
-    let digits = value.strip_prefix('-').unwrap_or(value);
-    let ms = if !digits.is_empty() && digits.bytes().all(|b| b.is_ascii_digit()) {
+    let ms = if is_integer_text(value) {
         // Whole milliseconds, possibly beyond i64: out of range, not "not a time".
         value.parse::<i64>().map_err(|_| TimeError::OutOfRange)?
     } else {
