@@ -168,7 +168,7 @@ async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
     assert_eq!(g0["host"], "gpu-node-07", "the Hostname label");
     assert_eq!(g0["name"], "NVIDIA H100 80GB HBM3");
     assert_eq!(g0["gpu_index"], 0);
-    assert_eq!(g0["state"], "healthy", "{g0:#}");
+    assert_eq!(g0["state"], "compute_bound", "busy SMs and tensor cores: {g0:#}");
     let eff = g0["efficiency"].as_f64().unwrap();
     assert!((92.0..=97.0).contains(&eff), "SMACT / util: {eff}");
     // Owners: the pod from dcgm-exporter's Kubernetes mapping, the Slurm job from its HPC
