@@ -1,5 +1,5 @@
 //! deploy/grafana/fleetlens.json against real parts: a real Prometheus (Debian's) scrapes a
-//! running server's `/metrics` (a recorded H200 trace ingested, its host in a team), and every
+//! running server's `/metrics` (a recorded H200 trace ingested, its host in a team, and a busy H100), and every
 //! PromQL expression of the dashboard, run with `promtool query instant` against that
 //! Prometheus, returns data. (Its schema is checked by scripts/lint-deploy.sh.) Bounded: the
 //! Prometheus child is killed after at most [`DEADLINE`].
@@ -73,6 +73,23 @@ async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
         .post(server.url("/api/v1/ingest"))
         .bearer_auth(ADMIN_TOKEN)
         .json(&json!({"host": "gpu-node-01", "labels": {"team": "vision"}, "samples": lines}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 200);
+    // The trace ends idle (no efficiency: util 0): a second host has a GPU busy now.
+    let now = now_ms();
+    let busy: Vec<Value> = (1..=5)
+        .map(|i| {
+            json!({"ts_ms": now - i * 1000, "uuid": "GPU-busy-0", "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
+                   "gpu_util_pct": 100, "sm_active_pct": 60, "tensor_active_pct": 30, "mem_used_bytes": 40u64 << 30,
+                   "mem_total_bytes": 80u64 << 30, "power_w": 500, "processes": [{"pid": 7}]})
+        })
+        .collect();
+    let resp = client
+        .post(server.url("/api/v1/ingest"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"host": "gpu-node-02", "samples": busy}))
         .send()
         .await
         .unwrap();
