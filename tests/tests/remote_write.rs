@@ -174,7 +174,10 @@ async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
     // Owners: the pod from dcgm-exporter's Kubernetes mapping, the Slurm job from its HPC
     // job mapping.
     let owner = &g0["latest"]["processes"][0]["owner"];
-    assert_eq!((owner["pod_name"].as_str(), owner["namespace"].as_str()), (Some("llama3-ft-7f9c6d5b8-x2kqp"), Some("ml-research")));
+    assert_eq!(
+        (owner["pod_name"].as_str(), owner["namespace"].as_str()),
+        (Some("llama3-ft-7f9c6d5b8-x2kqp"), Some("ml-research"))
+    );
     let g1 = find(&list, GPU1).unwrap();
     assert_eq!(g1["latest"]["processes"][0]["owner"]["job_id"], "48213");
     assert_eq!(g1["latest"]["gpu_util_pct"], 0.0);
@@ -268,7 +271,13 @@ async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backen
     // More GPU samples than --max-samples-per-batch: 413, nothing stored.
     let many = WriteRequest {
         timeseries: (0..51)
-            .map(|i| series("DCGM_FI_DEV_GPU_UTIL", &[("UUID", format!("GPU-many-{i}").as_str()), ("Hostname", "m")], &[(now, 1.0)]))
+            .map(|i| {
+                series(
+                    "DCGM_FI_DEV_GPU_UTIL",
+                    &[("UUID", format!("GPU-many-{i}").as_str()), ("Hostname", "m")],
+                    &[(now, 1.0)],
+                )
+            })
             .collect(),
     };
     let (status, body) = post(&server, &key, snappy(&many), "snappy").await;

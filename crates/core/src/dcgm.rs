@@ -258,7 +258,8 @@ fn finish_one(mut a: Acc) -> DcgmSample {
     };
     let labels: BTreeMap<&'static str, String> =
         a.labels.into_iter().map(|(k, v)| (k, v.into_iter().collect::<Vec<_>>().join(","))).collect();
-    a.sample.processes = owner(&labels).map(|owner| vec![GpuProcess { pid: 0, owner: Some(owner), ..Default::default() }]);
+    a.sample.processes =
+        owner(&labels).map(|owner| vec![GpuProcess { pid: 0, owner: Some(owner), ..Default::default() }]);
     DcgmSample { host: a.host.or(a.instance), sample: a.sample, labels, xid: a.xid }
 }
 

@@ -312,10 +312,7 @@ async fn last_hour(
     let prices = analytics::price_overrides(store, org)
         .await?
         .map_or_else(fleetlens_core::PriceTable::default, |o| fleetlens_core::PriceTable::default().with_overrides(&o));
-    Ok((
-        analytics::summary::funnel_only(gpus, &credits),
-        analytics::summary::wasted_costs(gpus, &credits, &prices),
-    ))
+    Ok((analytics::summary::funnel_only(gpus, &credits), analytics::summary::wasted_costs(gpus, &credits, &prices)))
 }
 
 #[cfg(test)]

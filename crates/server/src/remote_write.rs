@@ -112,7 +112,8 @@ pub fn decode(mut proto: &[u8], limits: DecodeLimits) -> Result<Decoded, ApiErro
                 "a time series of {len} bytes, more than {MAX_SERIES_BYTES}: send fewer samples per request"
             )));
         }
-        let series = <TimeSeries as prost::Message>::decode(value).map_err(|e| malformed(format!("time series: {e}")))?;
+        let series =
+            <TimeSeries as prost::Message>::decode(value).map_err(|e| malformed(format!("time series: {e}")))?;
         add_series(&mut assembler, &series, &mut ignored);
         if assembler.len() > limits.max_samples {
             return Err(ApiError::BatchTooLarge(format!(
