@@ -372,45 +372,6 @@ pub fn vm_bodies(plan: &Plan) -> Result<Vec<Body>> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn plan() -> Plan {
-        Plan { gpus: 20, samples_per_gpu: 7, ts_per_batch: 3, base_ts_ms: 1_700_000_000_000 }
-    }
-
-    #[test]
-    fn batches_cover_every_sample_once() {
-        let p = plan();
-        let b = p.batches();
-        assert_eq!(b.len(), 3 * 3);
-        let n: usize = b.iter().map(|s| s.gpus.len() * s.ts.len()).sum();
-        assert_eq!(n as u64, p.total_samples());
-    }
-
-    #[test]
-    fn samples_are_deterministic_and_valid() {
-        let p = plan();
-        for g in 0..p.gpus {
-            for t in 0..p.samples_per_gpu {
-                let s = sample(&p, g, t);
-                assert_eq!(s, sample(&p, g, t));
-                fleetlens_core::validate_sample(0, &s, p.last_ts_ms() + 1).unwrap();
-                assert_eq!(VM_FIELDS.iter().filter(|(_, f)| f(&s).is_some()).count(), 22);
-            }
-        }
-    }
-
-    #[test]
-    fn vm_lines_carry_22_points_per_sample() {
-        let p = plan();
-        let bodies = vm_bodies(&p).unwrap();
-        let dp: usize = bodies.iter().map(|b| b.datapoints).sum();
-        assert_eq!(dp as u64, p.total_samples() * 22);
-    }
-}
-
 /// dcgm-exporter series of a sample: metric name and its value as dcgm-exporter exports it
 /// (profiling ratios 0–1, memory in MiB, energy in mJ), the inverse of the server's mapping.
 type DcgmField = (&'static str, fn(&Sample) -> Option<f64>);
@@ -476,4 +437,43 @@ pub fn remote_write_bodies(plan: &Plan) -> Result<Vec<Body>> {
             Ok(Body { gzip: body, json_len: proto.len(), samples: n, datapoints: n * DCGM_FIELDS.len() })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn plan() -> Plan {
+        Plan { gpus: 20, samples_per_gpu: 7, ts_per_batch: 3, base_ts_ms: 1_700_000_000_000 }
+    }
+
+    #[test]
+    fn batches_cover_every_sample_once() {
+        let p = plan();
+        let b = p.batches();
+        assert_eq!(b.len(), 3 * 3);
+        let n: usize = b.iter().map(|s| s.gpus.len() * s.ts.len()).sum();
+        assert_eq!(n as u64, p.total_samples());
+    }
+
+    #[test]
+    fn samples_are_deterministic_and_valid() {
+        let p = plan();
+        for g in 0..p.gpus {
+            for t in 0..p.samples_per_gpu {
+                let s = sample(&p, g, t);
+                assert_eq!(s, sample(&p, g, t));
+                fleetlens_core::validate_sample(0, &s, p.last_ts_ms() + 1).unwrap();
+                assert_eq!(VM_FIELDS.iter().filter(|(_, f)| f(&s).is_some()).count(), 22);
+            }
+        }
+    }
+
+    #[test]
+    fn vm_lines_carry_22_points_per_sample() {
+        let p = plan();
+        let bodies = vm_bodies(&p).unwrap();
+        let dp: usize = bodies.iter().map(|b| b.datapoints).sum();
+        assert_eq!(dp as u64, p.total_samples() * 22);
+    }
 }
