@@ -5,7 +5,9 @@
 #     (check-jsonschema's vendored `vendor.compose-spec`);
 #   - deploy/k8s/*.yaml: yamllint + kubernetes-validate --strict (the API schemas it ships);
 #   - packaging/*.service: systemd-analyze verify (ExecStart pointed at a real executable);
-#   - Dockerfile: structure checks (multi-stage, numeric non-root USER, HEALTHCHECK, --locked).
+#   - Dockerfile: structure checks (multi-stage, numeric non-root USER, HEALTHCHECK, --locked);
+#   - deploy/prometheus: yamllint + promtool check config (the remote-write example);
+#   - deploy/grafana/fleetlens.json: Grafana's dashboard schema (@grafana/schema types, tsc).
 # Fast (a few seconds once installed): scripts/test.sh runs it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,7 +22,12 @@ step() { printf '  %-58s' "$1"; shift; if out=$("$@" 2>&1); then echo ok; else e
 
 yamlrules='{extends: default, rules: {line-length: {max: 120}, document-start: disable, comments: {min-spaces-from-content: 1}, truthy: {check-keys: false}}}'
 echo "deployment files:"
-step "yamllint docker-compose.yml deploy/k8s" "$venv/bin/yamllint" -s -d "$yamlrules" docker-compose.yml deploy/k8s
+step "yamllint docker-compose.yml deploy/k8s deploy/prometheus" "$venv/bin/yamllint" -s -d "$yamlrules" docker-compose.yml deploy/k8s deploy/prometheus
+if command -v promtool >/dev/null; then
+  step "promtool check config deploy/prometheus/prometheus.yml" promtool check config deploy/prometheus/prometheus.yml
+else
+  echo "  promtool not installed: the remote-write example is not checked"
+fi
 step "compose-spec schema: docker-compose.yml" "$venv/bin/check-jsonschema" --builtin-schema vendor.compose-spec docker-compose.yml
 k8s=$(ls deploy/k8s/*.yaml | grep -v kustomization.yaml)
 # shellcheck disable=SC2086
@@ -66,4 +73,17 @@ assert "--locked" in text, "cargo build --locked"
 assert "frontend/build.sh" in text, "the dashboard is built into the image"
 assert "fleetlens-agent" in text and "fleetlens-server" in text and "COPY --from=" in final, "both binaries copied into the runtime stage"
 PY
+# Grafana's dashboard schema: the `Dashboard` type that @grafana/schema (npm) generates from
+# Grafana's dashboard kind, checked by tsc with `satisfies` (Grafana publishes no JSON Schema of
+# the dashboard model; its TypeScript types are the published form). The PromQL of every panel is
+# run against a real Prometheus scraping a running server by tests/tests/grafana_dashboard.rs.
+gl=target/grafana-lint
+if [ ! -x "$gl/node_modules/.bin/tsc" ]; then
+  mkdir -p "$gl" && cp deploy/grafana/schema-check/package.json deploy/grafana/schema-check/package-lock.json "$gl/"
+  (cd "$gl" && npm ci --no-audit --no-fund --silent)
+fi
+cp deploy/grafana/schema-check/tsconfig.json "$gl/"
+python3 deploy/grafana/schema-check/check.py deploy/grafana/fleetlens.json "$gl/check.ts"
+step "Grafana dashboard schema: deploy/grafana/fleetlens.json" "$gl/node_modules/.bin/tsc" -p "$gl/tsconfig.json"
+
 exit $fail

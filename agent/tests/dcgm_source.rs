@@ -63,7 +63,15 @@ fn check_h100_pair(samples: &[Sample]) {
     assert!(close(s0.nvlink_rx_mib_s, 49_000.0));
     // Not exported by dcgm-exporter: absent, never 0.
     assert_eq!(s0.int_active_pct, None);
-    assert_eq!(s0.processes, None);
+    // dcgm-exporter knows the pod holding the GPU, not its processes: one process, pid 0,
+    // carries the pod as its owner; the GPU without a pod has no process list (unknown).
+    let procs = s0.processes.as_ref().expect("the pod's GPU lists its owner");
+    let owner = procs[0].owner.as_ref().unwrap();
+    assert_eq!((procs.len(), procs[0].pid), (1, 0));
+    assert_eq!(owner.pod_name.as_deref(), Some("llama3-ft-7f9c6d5b8-x2kqp"));
+    assert_eq!(owner.namespace.as_deref(), Some("ml-research"));
+    assert_eq!(owner.labels["container"], "trainer");
+    assert_eq!(s1.processes, None);
 
     // The idle GPU reads real zeros (measured), not absences.
     assert_eq!(s1.sm_active_pct, Some(0.0));

@@ -209,16 +209,9 @@ pub fn local_host_name(opts: &SourceOptions) -> String {
         .unwrap_or_else(|| "localhost".to_string())
 }
 
-/// A percentage as it may be sent: finite and within 0–100 (drivers overshoot by rounding),
-/// otherwise not a reading at all.
-pub fn pct(v: f64) -> Option<f64> {
-    v.is_finite().then(|| v.clamp(0.0, 100.0))
-}
-
-/// A non-negative reading (watts, MiB/s …); negative or non-finite values are not readings.
-pub fn non_negative(v: f64) -> Option<f64> {
-    (v.is_finite() && v >= 0.0).then_some(v)
-}
+/// A percentage as it may be sent (finite, clamped into 0–100: drivers overshoot by rounding)
+/// and a non-negative reading (watts, MiB/s …): the rules the DCGM mapping in core applies too.
+pub use fleetlens_core::dcgm::{non_negative, pct};
 
 /// Wall clock as Unix milliseconds.
 pub fn now_ms() -> i64 {

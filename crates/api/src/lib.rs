@@ -1,5 +1,8 @@
 //! Wire types of `/api/v1`. Field names follow `docs/METRICS.md`; absent values are `null`.
 
+#[cfg(feature = "remote-write")]
+pub mod remote_write;
+
 use std::collections::BTreeMap;
 
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};

@@ -372,6 +372,73 @@ pub fn vm_bodies(plan: &Plan) -> Result<Vec<Body>> {
         .collect()
 }
 
+/// dcgm-exporter series of a sample: metric name and its value as dcgm-exporter exports it
+/// (profiling ratios 0–1, memory in MiB, energy in mJ), the inverse of the server's mapping.
+type DcgmField = (&'static str, fn(&Sample) -> Option<f64>);
+
+const DCGM_FIELDS: [DcgmField; 20] = [
+    ("DCGM_FI_DEV_GPU_UTIL", |s| s.gpu_util_pct),
+    ("DCGM_FI_DEV_MEM_COPY_UTIL", |s| s.mem_util_pct),
+    ("DCGM_FI_DEV_FB_USED", |s| s.mem_used_bytes.map(|b| (b / MIB) as f64)),
+    ("DCGM_FI_DEV_FB_FREE", |s| s.mem_total_bytes.zip(s.mem_used_bytes).map(|(t, u)| ((t - u) / MIB) as f64)),
+    ("DCGM_FI_DEV_POWER_USAGE", |s| s.power_w),
+    ("DCGM_FI_DEV_POWER_MGMT_LIMIT", |s| s.power_limit_w),
+    ("DCGM_FI_DEV_TOTAL_ENERGY_CONSUMPTION", |s| s.energy_j.map(|j| (j * 1000.0).round())),
+    ("DCGM_FI_DEV_GPU_TEMP", |s| s.temp_c),
+    ("DCGM_FI_DEV_SM_CLOCK", |s| s.sm_clock_mhz),
+    ("DCGM_FI_DEV_CLOCKS_EVENT_REASONS", |s| s.throttle_reasons.map(|t| t as f64)),
+    ("DCGM_FI_DEV_XID_ERRORS", |_| Some(0.0)),
+    ("DCGM_FI_PROF_GR_ENGINE_ACTIVE", |s| s.gr_engine_active_pct.map(|v| v / 100.0)),
+    ("DCGM_FI_PROF_SM_ACTIVE", |s| s.sm_active_pct.map(|v| v / 100.0)),
+    ("DCGM_FI_PROF_SM_OCCUPANCY", |s| s.sm_occupancy_pct.map(|v| v / 100.0)),
+    ("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", |s| s.tensor_active_pct.map(|v| v / 100.0)),
+    ("DCGM_FI_PROF_DRAM_ACTIVE", |s| s.dram_active_pct.map(|v| v / 100.0)),
+    ("DCGM_FI_PROF_PIPE_FP16_ACTIVE", |s| s.fp16_active_pct.map(|v| v / 100.0)),
+    ("DCGM_FI_PROF_PIPE_FP32_ACTIVE", |s| s.fp32_active_pct.map(|v| v / 100.0)),
+    ("DCGM_FI_PROF_PCIE_TX_BYTES", |s| s.pcie_tx_mib_s.map(|v| v * MIB as f64)),
+    ("DCGM_FI_PROF_PCIE_RX_BYTES", |s| s.pcie_rx_mib_s.map(|v| v * MIB as f64)),
+];
+
+/// Prometheus remote-write bodies of the same requests: one snappy-compressed `WriteRequest`
+/// per request, a series per GPU and dcgm-exporter field with dcgm-exporter's labels (as a
+/// Prometheus scraping dcgm-exporter sends them, `instance` and `job` included), a point per
+/// timestamp. `gzip` holds the snappy body, `json_len` the protobuf bytes before it.
+pub fn remote_write_bodies(plan: &Plan) -> Result<Vec<Body>> {
+    use fleetlens_api::remote_write::{TimeSeries, WriteRequest};
+    use prost::Message;
+    plan.batches()
+        .iter()
+        .map(|spec| {
+            let host = host_name(spec.host);
+            let mut timeseries = Vec::with_capacity(spec.gpus.len() * DCGM_FIELDS.len());
+            for g in spec.gpus.clone() {
+                let samples: Vec<Sample> = spec.ts.clone().map(|t| sample(plan, g, t)).collect();
+                let (uuid, index) = (gpu_uuid(g), (g % GPUS_PER_HOST).to_string());
+                let device = format!("nvidia{index}");
+                let instance = format!("{host}:9400");
+                let labels = [
+                    ("DCGM_FI_DRIVER_VERSION", "550.90.07"),
+                    ("Hostname", host.as_str()),
+                    ("UUID", uuid.as_str()),
+                    ("device", device.as_str()),
+                    ("gpu", index.as_str()),
+                    ("instance", instance.as_str()),
+                    ("job", "dcgm-exporter"),
+                    ("modelName", "NVIDIA H100 80GB HBM3"),
+                ];
+                for (name, get) in DCGM_FIELDS {
+                    let points: Vec<(i64, f64)> = samples.iter().filter_map(|s| Some((s.ts_ms, get(s)?))).collect();
+                    timeseries.push(TimeSeries::new(name, &labels, &points));
+                }
+            }
+            let proto = WriteRequest { timeseries }.encode_to_vec();
+            let n = spec.gpus.len() * spec.ts.len();
+            let body = snap::raw::Encoder::new().compress_vec(&proto)?;
+            Ok(Body { gzip: body, json_len: proto.len(), samples: n, datapoints: n * DCGM_FIELDS.len() })
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -21,11 +21,22 @@ pub enum Db {
     Postgres,
 }
 
+/// How the samples reach the server.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Intake {
+    /// `POST /api/v1/ingest`: the agent's gzip JSON batches.
+    Ingest,
+    /// `POST /api/v1/write`: Prometheus remote write of dcgm-exporter series (snappy protobuf).
+    RemoteWrite,
+}
+
 impl Db {
-    pub fn label(self) -> &'static str {
-        match self {
-            Db::Sqlite => "fleetlens-sqlite",
-            Db::Postgres => "fleetlens-postgres",
+    pub fn label(self, intake: Intake) -> &'static str {
+        match (intake, self) {
+            (Intake::Ingest, Db::Sqlite) => "fleetlens-sqlite",
+            (Intake::Ingest, Db::Postgres) => "fleetlens-postgres",
+            (Intake::RemoteWrite, Db::Sqlite) => "fleetlens-remote-write-sqlite",
+            (Intake::RemoteWrite, Db::Postgres) => "fleetlens-remote-write-postgres",
         }
     }
 }
@@ -84,14 +95,15 @@ impl BenchDb {
     }
 }
 
-pub async fn run(db: Db, settings: &Settings, bodies: &[Body]) -> Result<Measured> {
+pub async fn run(db: Db, intake: Intake, settings: &Settings, bodies: &[Body]) -> Result<Measured> {
     let bench_db = BenchDb::create(db, &settings.pg_admin_url).await?;
-    let result = run_on(db, &bench_db, settings, bodies).await;
+    let result = run_on(db, intake, &bench_db, settings, bodies).await;
     bench_db.cleanup().await;
     result
 }
 
-async fn run_on(db: Db, bench_db: &BenchDb, settings: &Settings, bodies: &[Body]) -> Result<Measured> {
+async fn run_on(db: Db, intake: Intake, bench_db: &BenchDb, settings: &Settings, bodies: &[Body]) -> Result<Measured> {
+    let label = db.label(intake);
     let token = format!("fl_bench_admin_token_{:016x}", (u64::from(std::process::id()) * 0x9e37_79b9) ^ 0x5eed_f00d);
     let static_dir = Path::new("/nonexistent-fleetlens-bench-static");
     let mut cmd = Command::new(&settings.server_bin);
@@ -108,18 +120,28 @@ async fn run_on(db: Db, bench_db: &BenchDb, settings: &Settings, bodies: &[Body]
         .stderr(Stdio::inherit());
     let mut child = cmd.spawn().with_context(|| format!("spawn {}", settings.server_bin.display()))?;
     let stdout = child.stdout.take().context("server stdout")?;
-    let mut server = ChildGuard { child, what: format!("fleetlens-server ({})", db.label()) };
+    let mut server = ChildGuard { child, what: format!("fleetlens-server ({})", label) };
     let base = wait_for_url(&mut server, stdout, Duration::from_secs(60))?;
     let client = crate::http_client(settings.concurrency)?;
     wait_http_ok(&client, &mut server, &format!("{base}/readyz"), Duration::from_secs(30)).await?;
-    eprintln!("[{}] server pid {} at {base}, database {}", db.label(), server.pid(), bench_db.url);
+    eprintln!("[{}] server pid {} at {base}, database {}", label, server.pid(), bench_db.url);
 
     let requests: Vec<Request> = bodies.iter().map(|b| Request { body: b.gzip.clone(), samples: b.samples }).collect();
-    let target = Target {
-        url: format!("{base}{INGEST_PATH}"),
-        bearer: Some(&token),
-        content_type: "application/json",
-        success: StatusCode::OK,
+    let target = match intake {
+        Intake::Ingest => Target {
+            url: format!("{base}{INGEST_PATH}"),
+            bearer: Some(&token),
+            content_type: "application/json",
+            content_encoding: "gzip",
+            success: StatusCode::OK,
+        },
+        Intake::RemoteWrite => Target {
+            url: format!("{base}/api/v1/write"),
+            bearer: Some(&token),
+            content_type: "application/x-protobuf",
+            content_encoding: "snappy",
+            success: StatusCode::OK,
+        },
     };
 
     let load = procstat::load_average();
@@ -161,11 +183,11 @@ async fn run_on(db: Db, bench_db: &BenchDb, settings: &Settings, bodies: &[Body]
     if stored as u64 != expected {
         bail!("durability check failed: samples table holds {stored} rows, expected {expected}");
     }
-    eprintln!("[{}] verified: {stored} rows in samples after kill -9", db.label());
+    eprintln!("[{}] verified: {stored} rows in samples after kill -9", label);
 
     Ok(Measured::new(
         Raw {
-            label: db.label(),
+            label,
             wall: sent.wall,
             wall_to_last_ack: sent.wall,
             server_cpu_s: cpu1 - cpu0,

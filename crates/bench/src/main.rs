@@ -20,13 +20,17 @@ use clap::{Parser, ValueEnum};
 use serde::Serialize;
 
 use crate::data::{Body, GPUS_PER_HOST, INTERVAL_MS, Plan, VM_FIELDS};
-use crate::fleetlens::Db;
+use crate::fleetlens::{Db, Intake};
 use crate::send::{Sent, percentile_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum BackendArg {
     Sqlite,
     Postgres,
+    /// `POST /api/v1/write` (Prometheus remote write of dcgm-exporter series) on SQLite.
+    RemoteWriteSqlite,
+    /// The same on PostgreSQL.
+    RemoteWritePostgres,
     VictoriaMetrics,
     All,
 }
@@ -122,9 +126,10 @@ pub struct Measured {
     pub latency_p50_ms: f64,
     pub latency_p99_ms: f64,
     pub latency_max_ms: f64,
-    /// gzip request body bytes per GPU-sample (HTTP headers not counted).
+    /// Compressed request body bytes per GPU-sample (gzip; remote write: snappy; HTTP headers
+    /// not counted).
     pub wire_bytes_per_sample: f64,
-    /// Uncompressed body bytes per GPU-sample.
+    /// Uncompressed body bytes per GPU-sample (JSON; remote write: protobuf).
     pub json_bytes_per_sample: f64,
     pub verified_gpu_samples: u64,
     pub verify_method: String,
@@ -226,7 +231,13 @@ async fn real_main() -> Result<bool> {
         bail!("--gpus, --samples, --batch and --concurrency must be positive");
     }
     let backends: Vec<BackendArg> = match args.backend {
-        BackendArg::All => vec![BackendArg::Sqlite, BackendArg::Postgres, BackendArg::VictoriaMetrics],
+        BackendArg::All => vec![
+            BackendArg::Sqlite,
+            BackendArg::Postgres,
+            BackendArg::RemoteWriteSqlite,
+            BackendArg::RemoteWritePostgres,
+            BackendArg::VictoriaMetrics,
+        ],
         b => vec![b],
     };
     let settings = Settings {
@@ -276,7 +287,14 @@ async fn real_main() -> Result<bool> {
     );
 
     let t = Instant::now();
-    let fl_bodies = if runs_fleetlens { data::fleetlens_bodies(&plan)? } else { Vec::new() };
+    let runs = |b: &[BackendArg]| backends.iter().any(|x| b.contains(x));
+    let fl_bodies =
+        if runs(&[BackendArg::Sqlite, BackendArg::Postgres]) { data::fleetlens_bodies(&plan)? } else { Vec::new() };
+    let rw_bodies = if runs(&[BackendArg::RemoteWriteSqlite, BackendArg::RemoteWritePostgres]) {
+        data::remote_write_bodies(&plan)?
+    } else {
+        Vec::new()
+    };
     let vm_bodies = if backends.contains(&BackendArg::VictoriaMetrics) { data::vm_bodies(&plan)? } else { Vec::new() };
     eprintln!("request bodies built and gzipped in {:.1} s (not timed)", t.elapsed().as_secs_f64());
 
@@ -284,14 +302,22 @@ async fn real_main() -> Result<bool> {
     let mut failures = Vec::new();
     for b in &backends {
         let outcome = match b {
-            BackendArg::Sqlite => fleetlens::run(Db::Sqlite, &settings, &fl_bodies).await,
-            BackendArg::Postgres => fleetlens::run(Db::Postgres, &settings, &fl_bodies).await,
+            BackendArg::Sqlite => fleetlens::run(Db::Sqlite, Intake::Ingest, &settings, &fl_bodies).await,
+            BackendArg::Postgres => fleetlens::run(Db::Postgres, Intake::Ingest, &settings, &fl_bodies).await,
+            BackendArg::RemoteWriteSqlite => {
+                fleetlens::run(Db::Sqlite, Intake::RemoteWrite, &settings, &rw_bodies).await
+            }
+            BackendArg::RemoteWritePostgres => {
+                fleetlens::run(Db::Postgres, Intake::RemoteWrite, &settings, &rw_bodies).await
+            }
             BackendArg::VictoriaMetrics => vm::run(&settings, &plan, &vm_bodies).await,
             BackendArg::All => unreachable!(),
         };
         let label = match b {
-            BackendArg::Sqlite => Db::Sqlite.label(),
-            BackendArg::Postgres => Db::Postgres.label(),
+            BackendArg::Sqlite => Db::Sqlite.label(Intake::Ingest),
+            BackendArg::Postgres => Db::Postgres.label(Intake::Ingest),
+            BackendArg::RemoteWriteSqlite => Db::Sqlite.label(Intake::RemoteWrite),
+            BackendArg::RemoteWritePostgres => Db::Postgres.label(Intake::RemoteWrite),
             _ => vm::LABEL,
         };
         match outcome {

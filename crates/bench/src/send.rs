@@ -12,6 +12,8 @@ pub struct Target<'a> {
     pub url: String,
     pub bearer: Option<&'a str>,
     pub content_type: &'static str,
+    /// `gzip` (Fleetlens ingest, VictoriaMetrics import) or `snappy` (remote write).
+    pub content_encoding: &'static str,
     /// The one status that counts as success (Fleetlens 200, VictoriaMetrics import 204).
     pub success: StatusCode,
 }
@@ -47,7 +49,7 @@ pub async fn send_all(
             let mut rb = client
                 .post(&target.url)
                 .header(CONTENT_TYPE, target.content_type)
-                .header(CONTENT_ENCODING, "gzip")
+                .header(CONTENT_ENCODING, target.content_encoding)
                 .body(req.body);
             if let Some(token) = target.bearer {
                 rb = rb.header(AUTHORIZATION, format!("Bearer {token}"));

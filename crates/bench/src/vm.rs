@@ -48,6 +48,7 @@ pub async fn run(settings: &Settings, plan: &Plan, bodies: &[Body]) -> Result<Me
         url: format!("{base}/api/v1/import"),
         bearer: None,
         content_type: "application/json",
+        content_encoding: "gzip",
         success: StatusCode::NO_CONTENT,
     };
 

@@ -6,6 +6,7 @@ pub mod classify;
 pub mod cost;
 pub mod credit;
 pub mod datasheet;
+pub mod dcgm;
 pub mod energy;
 pub mod event;
 pub mod funnel;

@@ -51,6 +51,7 @@ fn api_v1() -> OpenApiRouter<AppState> {
     use crate::routes::reports;
     OpenApiRouter::new()
         .routes(routes!(ingest::ingest))
+        .routes(routes!(crate::routes::remote_write::write))
         .routes(routes!(gpus::list))
         .routes(routes!(gpus::detail))
         .routes(routes!(gpus::samples))

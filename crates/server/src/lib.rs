@@ -14,6 +14,7 @@ pub mod jobs;
 pub mod metrics;
 pub mod openapi;
 pub mod quality;
+pub mod remote_write;
 pub mod routes;
 pub mod state;
 pub mod time;

@@ -49,6 +49,16 @@ pub fn record_rejected() {
     INGEST.requests_rejected.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Remote-write series that gave no sample, by reason (process-wide).
+static REMOTE_WRITE_IGNORED: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
+const IGNORED_REASONS: [&str; 3] = ["unknown", "no_uuid", "stale"];
+
+pub fn record_remote_write_ignored(i: &crate::remote_write::Ignored) {
+    for (counter, n) in REMOTE_WRITE_IGNORED.iter().zip([i.unknown, i.unkeyed, i.stale]) {
+        counter.fetch_add(n, Ordering::Relaxed);
+    }
+}
+
 /// A label value from outside the server (an agent's host, GPU uuid and model name, a team
 /// name), written escaped as both exposition formats require: `\` as `\\`, `"` as `\"`, a line
 /// feed as `\n`. prometheus-client 0.23 writes `String` label values raw, so one host named
@@ -103,6 +113,11 @@ struct JobLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct FlagLabels {
     flag: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ReasonLabels {
+    reason: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -208,7 +223,23 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
         "Utilization funnel over the last hour, fraction of paid GPU-seconds",
         funnel.clone(),
     );
-    let summary = last_hour_funnel(&state, caller.org, &gpus, now).await?;
+    let (summary, wasted) = last_hour(&state, caller.org, &gpus, now).await?;
+    let wasted_family = gauge_family(
+        &mut registry,
+        "gpu_wasted_cost_last_hour",
+        "Cost of the GPU's wasted time (idle, idle but held, hollow … states) over the last hour, in the organisation's price currency; GPUs of unpriced models have no series",
+    );
+    for (i, cost) in wasted {
+        let g = &gpus[i];
+        wasted_family
+            .get_or_create(&GpuLabels {
+                uuid: AgentText(g.uuid.clone()),
+                host: AgentText(g.host.clone()),
+                team: AgentText(teams.get(&g.id).cloned().unwrap_or_default()),
+                model: AgentText(g.name.clone().unwrap_or_default()),
+            })
+            .set(cost);
+    }
     for level in summary {
         if let Some(f) = level.fraction {
             funnel.get_or_create(&LevelLabels { level: level.level }).set(f);
@@ -233,6 +264,15 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     for (flag, n) in crate::quality::flagged_counts() {
         flagged.get_or_create(&FlagLabels { flag: flag.as_str().to_string() }).inc_by(n);
     }
+    let ignored = Family::<ReasonLabels, prometheus_client::metrics::counter::Counter>::default();
+    registry.register(
+        "remote_write_series_ignored",
+        "Remote-write series that gave no sample: not a dcgm-exporter field Fleetlens reads (unknown), no UUID label (no_uuid), staleness markers (stale)",
+        ignored.clone(),
+    );
+    for (reason, n) in IGNORED_REASONS.iter().zip(&REMOTE_WRITE_IGNORED) {
+        ignored.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(n.load(Ordering::Relaxed));
+    }
     let leader = Family::<JobLabels, GaugeF>::default();
     registry.register("job_leader", "1 while this replica leads the background job (advisory lock)", leader.clone());
     let runs = Family::<JobLabels, prometheus_client::metrics::counter::Counter>::default();
@@ -253,12 +293,13 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     })
 }
 
-async fn last_hour_funnel(
+/// The last hour's funnel and each priced GPU's wasted cost (by index into `gpus`).
+async fn last_hour(
     state: &AppState,
     org: fleetlens_store::OrgId,
     gpus: &[fleetlens_store::GpuRecord],
     now: i64,
-) -> ApiResult<Vec<fleetlens_api::FunnelLevel>> {
+) -> ApiResult<(Vec<fleetlens_api::FunnelLevel>, Vec<(usize, f64)>)> {
     let store = state.store.as_ref();
     let from = now - 3_600_000;
     let plan = analytics::summary::EdgePlan::new(from, now, now, gpus.len());
@@ -268,7 +309,10 @@ async fn last_hour_funnel(
         minutes.extend(store.org_credits(org, Resolution::Minute, a, b).await?);
     }
     let credits = analytics::summary::Credits::new(hours, minutes, plan);
-    Ok(analytics::summary::funnel_only(gpus, &credits))
+    let prices = analytics::price_overrides(store, org)
+        .await?
+        .map_or_else(fleetlens_core::PriceTable::default, |o| fleetlens_core::PriceTable::default().with_overrides(&o));
+    Ok((analytics::summary::funnel_only(gpus, &credits), analytics::summary::wasted_costs(gpus, &credits, &prices)))
 }
 
 #[cfg(test)]

@@ -340,6 +340,18 @@ fn gpu_waste(
     }
 }
 
+/// Each priced GPU's wasted cost over the credits' period, by index into `gpus` (for the
+/// Prometheus exposition; GPUs of unpriced models are left out).
+pub fn wasted_costs(gpus: &[GpuRecord], credits: &Credits, prices: &PriceTable) -> Vec<(usize, f64)> {
+    ledgers(gpus, credits)
+        .into_iter()
+        .filter_map(|(i, l)| {
+            let price = gpus[i].name.as_deref().and_then(|n| prices.price_for(n))?;
+            Some((i, l.state_time.wasted_cost(price).wasted))
+        })
+        .collect()
+}
+
 /// The funnel levels alone (no prices), for the Prometheus exposition.
 pub fn funnel_only(gpus: &[GpuRecord], credits: &Credits) -> Vec<FunnelLevel> {
     let funnel = ledgers(gpus, credits).iter().map(|(_, l)| Funnel::gpu(&l.usage)).sum::<Funnel>();

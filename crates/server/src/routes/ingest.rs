@@ -43,16 +43,23 @@ pub async fn ingest(
     let _permit = state.ingest_gate.enter(&caller).inspect_err(|_| crate::metrics::record_rejected())?;
     let body = read_body(body, state.config.max_body_bytes).await?;
     let limits = DecodeLimits::of(&state.config);
-    let mut batch =
+    let batch =
         tokio::task::spawn_blocking(move || decode(&headers, &body, limits).and_then(|b| check(&b).map(|()| b)))
             .await
             .map_err(|e| ApiError::BadRequest(format!("the batch could not be decoded: {e}")))?
             .inspect_err(|_| crate::metrics::record_rejected())?;
+    let outcome = store_batch(&state, &caller, batch).await?;
+    Ok(Json(outcome))
+}
+
+/// Stores a decoded, validated batch of one host as `POST /ingest` does (team quota, data
+/// quality, the organisation's quotas, events, alerts): shared with the remote-write intake.
+pub async fn store_batch(state: &AppState, caller: &Caller, mut batch: IngestBatch) -> ApiResult<IngestResponse> {
     let received = batch.samples.len() as u64;
     let host = batch.host.trim();
     // A team named by the batch's `team` label is created at ingest: refused before anything is
     // stored when the organisation has no room for it.
-    crate::accounts::check_team_quota(&state, &caller, host, &batch.labels)
+    crate::accounts::check_team_quota(state, caller, host, &batch.labels)
         .await
         .inspect_err(|_| crate::metrics::record_rejected())?;
     let outcome = if batch.samples.is_empty() {
@@ -77,14 +84,14 @@ pub async fn ingest(
     // After the samples: a failure here is a 5xx, the agent sends the batch again, and both
     // the samples and the events are stored once.
     state.store.insert_gpu_events(caller.org, host, &batch.events, now_ms()).await?;
-    crate::accounts::after_ingest(&state, &caller, batch.host.trim(), &batch.labels).await;
+    crate::accounts::after_ingest(state, caller, batch.host.trim(), &batch.labels).await;
     state.alerts.observe(caller.org, batch.host.trim(), &batch.labels);
     crate::metrics::record_ingest(received, outcome.inserted);
-    Ok(Json(IngestResponse { received, inserted: outcome.inserted, duplicates: outcome.duplicates }))
+    Ok(IngestResponse { received, inserted: outcome.inserted, duplicates: outcome.duplicates })
 }
 
 /// The request body, at most `max` bytes (`--max-body-bytes`) as sent.
-async fn read_body(body: Body, max: usize) -> ApiResult<Bytes> {
+pub async fn read_body(body: Body, max: usize) -> ApiResult<Bytes> {
     axum::body::to_bytes(body, max).await.map_err(|e| {
         let source = std::error::Error::source(&e);
         if source.is_some_and(|s| s.is::<http_body_util::LengthLimitError>()) {

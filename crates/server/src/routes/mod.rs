@@ -8,4 +8,5 @@ pub mod gpus;
 pub mod health;
 pub mod ingest;
 pub mod jobs;
+pub mod remote_write;
 pub mod reports;

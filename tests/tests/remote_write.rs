@@ -1,0 +1,306 @@
+//! Black box: `POST /api/v1/write`, Prometheus remote write of dcgm-exporter series.
+//!
+//! The proof with real parts: a real Prometheus (Debian's `prometheus`) scrapes recorded
+//! dcgm-exporter expositions (tests/fixtures/dcgm, rotated so values change) served on
+//! 127.0.0.1 and remote-writes them to the server with an `ingest` key; the GPUs then appear
+//! in `GET /api/v1/gpus` with states, efficiency and owners. Bounded: Prometheus is killed
+//! after at most [`DEADLINE`].
+
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use fleetlens_api::remote_write::{TimeSeries, WriteRequest};
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture};
+use prost::Message;
+use serde_json::{Value, json};
+use tokio::net::TcpListener;
+
+const DEADLINE: Duration = Duration::from_secs(120);
+const GPU0: &str = "GPU-5d1c2b7e-8a3f-4c61-9e0d-2f7a6b1c9d3e";
+const GPU1: &str = "GPU-a0e4f3d2-61b7-4f58-8c29-7d3e5b1a0c64";
+const MIG_PARENT: &str = "GPU-7c3e91a4-2b5d-4f0e-a8c6-1d9b3e5f7a20";
+
+/// Serves each path's expositions in turn, one per scrape.
+async fn exporter() -> String {
+    let read = |names: &[&str]| -> Arc<Vec<String>> {
+        Arc::new(names.iter().map(|n| std::fs::read_to_string(fixture(&format!("dcgm/{n}"))).unwrap()).collect())
+    };
+    let h100 = read(&["h100x2-1.prom", "h100x2-2.prom", "h100x2-3.prom"]);
+    let a100 = read(&["a100-mig-1.prom", "a100-mig-2.prom"]);
+    let rotate = |files: Arc<Vec<String>>| {
+        let n = Arc::new(AtomicUsize::new(0));
+        move || {
+            let (files, n) = (files.clone(), n.clone());
+            async move { files[n.fetch_add(1, Ordering::Relaxed) % files.len()].clone() }
+        }
+    };
+    let app = axum::Router::new()
+        .route("/h100/metrics", axum::routing::get(rotate(h100)))
+        .route("/a100/metrics", axum::routing::get(rotate(a100)));
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    addr.to_string()
+}
+
+/// A Prometheus child, killed when dropped.
+struct Prometheus(Child);
+
+impl Drop for Prometheus {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+fn start_prometheus(dir: &std::path::Path, exporter: &str, write_url: &str, key: &str) -> Prometheus {
+    let config = format!(
+        r#"global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: dcgm-h100
+    metrics_path: /h100/metrics
+    static_configs: [{{targets: ["{exporter}"]}}]
+  - job_name: dcgm-a100
+    metrics_path: /a100/metrics
+    static_configs: [{{targets: ["{exporter}"]}}]
+remote_write:
+  - url: {write_url}
+    authorization:
+      credentials: {key}
+    write_relabel_configs:
+      - source_labels: [__name__]
+        regex: DCGM_FI_.*
+        action: keep
+    queue_config:
+      max_shards: 1
+      max_samples_per_send: 10000
+      batch_send_deadline: 1s
+"#
+    );
+    let path = dir.join("prometheus.yml");
+    std::fs::write(&path, config).unwrap();
+    let child = Command::new("prometheus")
+        .arg(format!("--config.file={}", path.display()))
+        .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
+        .args(["--web.listen-address=127.0.0.1:0", "--log.level=warn"])
+        .stdout(Stdio::null())
+        .stderr(if std::env::var_os("TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
+        .spawn()
+        .expect("prometheus (Debian package prometheus; scripts/test.sh installs it)");
+    Prometheus(child)
+}
+
+async fn ingest_key(server: &TestServer) -> String {
+    let created: Value = reqwest::Client::new()
+        .post(server.url("/api/v1/api-keys"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "prometheus", "scopes": ["ingest"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    created["key"].as_str().expect("key").to_string()
+}
+
+async fn gpus(server: &TestServer) -> Vec<Value> {
+    let body: Value = reqwest::Client::new()
+        .get(server.url("/api/v1/gpus"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    body["gpus"].as_array().cloned().unwrap_or_default()
+}
+
+fn find<'a>(gpus: &'a [Value], uuid: &str) -> Option<&'a Value> {
+    gpus.iter().find(|g| g["uuid"] == uuid)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
+    let db = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::spawn(&db.url, &[]);
+    let key = ingest_key(&server).await;
+    let exporter = exporter().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _prometheus = start_prometheus(dir.path(), &exporter, &server.url("/api/v1/write"), &key);
+
+    // Until both H100s have a state and GPU 0 its efficiency, and each GPU has seen the
+    // rotated expositions (3 distinct SM activities on GPU 0).
+    let start = Instant::now();
+    let (list, smact) = loop {
+        let list = gpus(&server).await;
+        let ready = find(&list, GPU0).is_some_and(|g| !g["state"].is_null() && !g["efficiency"].is_null())
+            && find(&list, GPU1).is_some_and(|g| !g["state"].is_null());
+        let samples: Value = reqwest::Client::new()
+            .get(server.url(&format!("/api/v1/gpus/{GPU0}/samples?from=0")))
+            .bearer_auth(ADMIN_TOKEN)
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let mut smact: Vec<String> = samples["samples"]
+            .as_array()
+            .map(|s| s.iter().map(|s| s["sm_active_pct"].to_string()).collect())
+            .unwrap_or_default();
+        smact.sort();
+        smact.dedup();
+        if ready && smact.len() >= 3 {
+            break (list, smact);
+        }
+        assert!(start.elapsed() < DEADLINE, "GPUs not ready within {DEADLINE:?}: {list:#?} SM activity {smact:?}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    assert_eq!(smact, ["92.1875", "95.3125", "96.875"], "the three rotated expositions, ratios as %");
+
+    let g0 = find(&list, GPU0).unwrap();
+    assert_eq!(g0["host"], "gpu-node-07", "the Hostname label");
+    assert_eq!(g0["name"], "NVIDIA H100 80GB HBM3");
+    assert_eq!(g0["gpu_index"], 0);
+    assert_eq!(g0["state"], "compute_bound", "busy SMs and tensor cores: {g0:#}");
+    let eff = g0["efficiency"].as_f64().unwrap();
+    assert!((92.0..=97.0).contains(&eff), "SMACT / util: {eff}");
+    // Owners: the pod from dcgm-exporter's Kubernetes mapping, the Slurm job from its HPC
+    // job mapping.
+    let owner = &g0["latest"]["processes"][0]["owner"];
+    assert_eq!(
+        (owner["pod_name"].as_str(), owner["namespace"].as_str()),
+        (Some("llama3-ft-7f9c6d5b8-x2kqp"), Some("ml-research"))
+    );
+    let g1 = find(&list, GPU1).unwrap();
+    assert_eq!(g1["latest"]["processes"][0]["owner"]["job_id"], "48213");
+    assert_eq!(g1["latest"]["gpu_util_pct"], 0.0);
+    assert!(g1["efficiency"].is_null(), "util 0: efficiency undefined");
+    assert_eq!(g1["state"], "idle_held", "held by a job, doing nothing: {g1:#}");
+    // A partial sample keeps what was not sent absent: dcgm-exporter sends no INT pipe.
+    assert!(g0["latest"]["int_active_pct"].is_null());
+    // MIG instances are GPUs of their own.
+    let mig = find(&list, &format!("{MIG_PARENT}/gi2")).expect("MIG instance 2");
+    assert_eq!(mig["name"], "NVIDIA A100-SXM4-40GB MIG 3g.20gb");
+    assert_eq!(mig["latest"]["processes"][0]["owner"]["pod_name"], "triton-0");
+
+    // Series that are not fields Fleetlens reads are counted.
+    let metrics = reqwest::Client::new()
+        .get(server.url("/metrics"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let unknown = metrics
+        .lines()
+        .find_map(|l| l.strip_prefix("fleetlens_remote_write_series_ignored_total{reason=\"unknown\"} "))
+        .and_then(|v| v.parse::<f64>().ok())
+        .expect("the ignored-series counter");
+    assert!(unknown > 0.0, "DCGM_FI_DEV_ENC_UTIL & co. are not read: {unknown}");
+}
+
+fn series(name: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> TimeSeries {
+    TimeSeries::new(name, labels, points)
+}
+
+fn snappy(req: &WriteRequest) -> Vec<u8> {
+    snap::raw::Encoder::new().compress_vec(&req.encode_to_vec()).unwrap()
+}
+
+async fn post(server: &TestServer, key: &str, body: Vec<u8>, encoding: &str) -> (u16, Value) {
+    let resp = reqwest::Client::new()
+        .post(server.url("/api/v1/write"))
+        .bearer_auth(key)
+        .header("content-type", "application/x-protobuf")
+        .header("content-encoding", encoding)
+        .header("x-prometheus-remote-write-version", "0.1.0")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fleetlens_tests::for_each_backend!(remote_write_is_idempotent_bounded_and_answers_4xx_json);
+
+async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let server = TestServer::spawn(&db.url, &["--max-samples-per-batch", "50"]);
+    let key = ingest_key(&server).await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let gpu = [("UUID", "GPU-rw-1"), ("Hostname", "rw-node"), ("gpu", "0"), ("modelName", "NVIDIA H100 80GB HBM3")];
+    let req = WriteRequest {
+        timeseries: vec![
+            series("DCGM_FI_DEV_GPU_UTIL", &gpu, &[(now - 2000, 100.0), (now - 1000, 100.0)]),
+            series("DCGM_FI_PROF_SM_ACTIVE", &gpu, &[(now - 2000, 0.5)]),
+            series("up", &[("instance", "x:9400")], &[(now - 2000, 1.0)]),
+        ],
+    };
+    let (status, body) = post(&server, &key, snappy(&req), "snappy").await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body, json!({"received": 2, "inserted": 2, "duplicates": 0, "series_unknown": 1, "series_unkeyed": 0}));
+    // Prometheus resends after a timeout: stored once.
+    let (status, body) = post(&server, &key, snappy(&req), "snappy").await;
+    assert_eq!((status, &body["inserted"], &body["duplicates"]), (200, &json!(0), &json!(2)), "{body}");
+    let list = gpus(&server).await;
+    let g = find(&list, "GPU-rw-1").expect("the GPU");
+    assert_eq!(g["host"], "rw-node");
+    // The newest sample had kernel utilization only: SM activity stays absent, not 0.
+    assert_eq!(g["latest"]["gpu_util_pct"], 100.0);
+    assert!(g["latest"]["sm_active_pct"].is_null(), "{g:#}");
+
+    // Refusals are 4xx with a JSON error (Prometheus drops a 4xx request instead of retrying).
+    let error_code = |b: &Value| b["error"]["code"].as_str().map(str::to_string);
+    let (status, body) = post(&server, &key, b"not snappy".to_vec(), "snappy").await;
+    assert_eq!(status, 400, "{body}");
+    assert!(error_code(&body).is_some());
+    let (status, body) = post(&server, &key, req.encode_to_vec(), "identity").await;
+    assert_eq!(status, 415, "{body}");
+    let junk = snap::raw::Encoder::new().compress_vec(b"\x0a\xff\xff\xff\x0f").unwrap();
+    assert_eq!(post(&server, &key, junk, "snappy").await.0, 400);
+    // More GPU samples than --max-samples-per-batch: 413, nothing stored.
+    let many = WriteRequest {
+        timeseries: (0..51)
+            .map(|i| {
+                series(
+                    "DCGM_FI_DEV_GPU_UTIL",
+                    &[("UUID", format!("GPU-many-{i}").as_str()), ("Hostname", "m")],
+                    &[(now, 1.0)],
+                )
+            })
+            .collect(),
+    };
+    let (status, body) = post(&server, &key, snappy(&many), "snappy").await;
+    assert_eq!(status, 413, "{body}");
+    assert!(find(&gpus(&server).await, "GPU-many-0").is_none());
+    // A sample the ingest validation refuses (a percentage over 100 is clamped by the mapping;
+    // a timestamp far in the future is not): 422, nothing stored.
+    let future = WriteRequest {
+        timeseries: vec![series("DCGM_FI_DEV_GPU_UTIL", &[("UUID", "GPU-future")], &[(now + 86_400_000 * 30, 1.0)])],
+    };
+    let (status, body) = post(&server, &key, snappy(&future), "snappy").await;
+    assert_eq!(status, 422, "{body}");
+    // A read-only key may not write; no key at all is 401.
+    let read_key: Value = reqwest::Client::new()
+        .post(server.url("/api/v1/api-keys"))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&json!({"name": "reader", "scopes": ["read"]}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(post(&server, read_key["key"].as_str().unwrap(), snappy(&req), "snappy").await.0, 403);
+    assert_eq!(post(&server, "flk_nope", snappy(&req), "snappy").await.0, 401);
+}
