@@ -126,9 +126,10 @@ pub struct Cli {
     /// over the whole poll interval, from NVML's utilization sample buffers (one 200-ms period
     /// per entry on an H100); `kernel`: kernel utilization so, memory utilization the
     /// instantaneous rate; `off`: both instantaneous — the busy share of the driver's newest
-    /// 200-ms period alone, which aliases on periodic workloads. Each buffer costs about 1.5 ms of
-    /// CPU per GPU per poll (H100, driver 580: 2.26 ms per poll with `off`, 3.76 with `kernel`,
-    /// 5.26 with `both`). The labels `gpu.<uuid>.util_method` / `mem_util_method` say which.
+    /// 200-ms period alone, which aliases on periodic workloads. A buffer is read once per batch
+    /// (`--flush-interval`), when the batch is sealed, 0.25 s after its last poll; each read is
+    /// one driver call of 1.5–2.7 ms of CPU on an H100. The labels `gpu.<uuid>.util_method` /
+    /// `mem_util_method` say which.
     #[arg(long, env = "FLEETLENS_NVML_UTIL_WINDOW", value_enum,
         default_value_t = crate::source::UtilWindowMode::Kernel)]
     pub nvml_util_window: crate::source::UtilWindowMode,
