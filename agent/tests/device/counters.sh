@@ -4,7 +4,7 @@
 #   bash agent/tests/device/counters.sh SERVER_BIN AGENT_BIN OUTDIR
 # 1. The server (SQLite) and the agent at its defaults; a 2048² SGEMM loop runs 10 s alone, then
 #    ~40 s under `ncu --set full` (every section: many counter passes), then ~40 s under
-#    `ncu --metrics sm__cycles_active.avg`, then ~30 s under `nsys profile --gpu-metrics-devices`
+#    `ncu --metrics sm__cycles_active.avg`, then ~20 s under `nsys profile --gpu-metrics-devices`
 #    (where nsys is installed), then 10 s alone again. gpm_probe.py reads GPM through
 #    NVML's Python binding once a second alongside (what GPM itself returns: errors, zeros, stale
 #    values). Afterwards the API is read back: events, and per second whether SM activity & co.
@@ -61,8 +61,8 @@ echo "ncu --metrics rc=$?" >>"$marks"
 if command -v nsys >/dev/null 2>&1; then
   stamp nsys_gpu_metrics
   { echo "=== nsys profile --gpu-metrics-devices=0"; nsys --version; } >>"$tmp/nsys.out" 2>&1
-  timeout 75 nsys profile --gpu-metrics-devices=0 --gpu-metrics-frequency=10000 -o "$tmp/nsys-report" \
-    python3 "$tmp/loop.py" 30 >>"$tmp/nsys.out" 2>&1
+  timeout 50 nsys profile --gpu-metrics-devices=0 --gpu-metrics-frequency=10000 -o "$tmp/nsys-report" \
+    python3 "$tmp/loop.py" 20 >>"$tmp/nsys.out" 2>&1
   echo "nsys rc=$?" >>"$marks"
   cat "$tmp/nsys.out" >>"$out/ncu-full.out"
 fi
