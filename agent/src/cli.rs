@@ -114,10 +114,12 @@ pub struct Cli {
     pub nvml_energy_every: u32,
 
     /// NVML: read GPM's graphics-engine activity (`gr_engine_active_pct`, DCGM's GRACT) every N
-    /// polls, as the mean over those N polls. It is most of the cost of the GPM readings (about
-    /// 0.76 ms of CPU per GPU on an H100, a third of a poll; every other GPM metric together
-    /// costs about 0.1 ms). In between, and with `0` (never), `gr_engine_active_pct` is absent;
-    /// `gpu_util_pct` measures nearly the same thing every poll. Hopper and newer only.
+    /// polls, as the mean over those N polls (default 5; `1` = every poll). It is most of the
+    /// cost of the GPM readings (about 0.76 ms of CPU per GPU on an H100, a third of a poll;
+    /// every other GPM metric together costs about 0.1 ms): at 1 the agent's default cost per
+    /// poll was 2.63–2.72 ms on an H100, at 5 1.88 ms. In between, and with `0` (never),
+    /// `gr_engine_active_pct` is absent; `gpu_util_pct` (the interval mean every poll) measures
+    /// nearly the same thing. Hopper and newer only.
     #[arg(long, env = "FLEETLENS_NVML_GRACT_EVERY", value_name = "N",
         default_value_t = crate::source::nvml::DEFAULT_GRACT_EVERY)]
     pub nvml_gract_every: u32,
@@ -126,9 +128,10 @@ pub struct Cli {
     /// over the whole poll interval, from NVML's utilization sample buffers (one 200-ms period
     /// per entry on an H100); `kernel`: kernel utilization so, memory utilization the
     /// instantaneous rate; `off`: both instantaneous — the busy share of the driver's newest
-    /// 200-ms period alone, which aliases on periodic workloads. Each buffer costs about 1.5 ms of
-    /// CPU per GPU per poll (H100, driver 580: 2.26 ms per poll with `off`, 3.76 with `kernel`,
-    /// 5.26 with `both`). The labels `gpu.<uuid>.util_method` / `mem_util_method` say which.
+    /// 200-ms period alone, which aliases on periodic workloads. A buffer is read once per batch
+    /// (`--flush-interval`), when the batch is sealed, 0.25 s after its last poll; each read is
+    /// one driver call of 1.5–2.7 ms of CPU on an H100. The labels `gpu.<uuid>.util_method` /
+    /// `mem_util_method` say which.
     #[arg(long, env = "FLEETLENS_NVML_UTIL_WINDOW", value_enum,
         default_value_t = crate::source::UtilWindowMode::Kernel)]
     pub nvml_util_window: crate::source::UtilWindowMode,
@@ -269,7 +272,7 @@ mod tests {
         assert_eq!(cli.speed, None);
         assert_eq!(cli.nvml_process_util_every, crate::source::nvml::DEFAULT_PROCESS_UTIL_EVERY);
         assert_eq!(cli.nvml_energy_every, crate::source::nvml::DEFAULT_ENERGY_EVERY);
-        assert_eq!(cli.nvml_gract_every, 1);
+        assert_eq!(cli.nvml_gract_every, 5);
         assert_eq!(cli.nvml_lib, None);
         assert_eq!(cli.proc_root, PathBuf::from("/proc"));
     }

@@ -11,7 +11,7 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
 use crate::pusher::{MAX_BATCH_JSON_BYTES, encode_batches};
-use crate::source::{GpuSource, HostSamples, SourceError};
+use crate::source::{Finisher, GpuSource, HostSamples, SourceError};
 use crate::spool::{SharedSpool, SpoolError};
 
 #[derive(Debug, Clone)]
@@ -68,6 +68,8 @@ struct Batcher {
     pending_events: BTreeMap<String, Vec<GpuEvent>>,
     /// The newest labels each host's source gave (inventory, pods …).
     source_labels: BTreeMap<String, BTreeMap<String, String>>,
+    /// The source's completion of samples at sealing time.
+    finisher: Option<Arc<dyn Finisher>>,
     sum: CollectSummary,
 }
 
@@ -85,6 +87,7 @@ impl Batcher {
     }
 
     async fn spool_batch(&mut self, host: &str, samples: Vec<Sample>) -> Result<(), SpoolError> {
+        let samples = finish(self.finisher.as_ref(), samples).await;
         let n = samples.len();
         // The host's events ride with its next batch (at most what the server takes in one).
         let mut events = self.pending_events.remove(host).unwrap_or_default();
@@ -153,6 +156,7 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<CollectSummary, CollectError> {
     let once_live = cfg.once && source.is_live();
+    let finisher = source.finisher();
     let (tx, mut rx) = mpsc::channel(READINGS_QUEUED);
     let reader = AbortOnDrop(tokio::spawn(read_source(source, tx)));
     let mut b = Batcher {
@@ -162,6 +166,7 @@ pub async fn run(
         pending: BTreeMap::new(),
         pending_events: BTreeMap::new(),
         source_labels: BTreeMap::new(),
+        finisher,
         sum: CollectSummary::default(),
     };
     // When the open batch got its first reading.
@@ -219,6 +224,27 @@ pub async fn run(
     // Keep what was read even when the source failed or we are shutting down.
     b.flush().await?;
     result.map(|()| b.sum)
+}
+
+/// The samples, completed by the source's finisher on a blocking thread (it may call into a
+/// driver for milliseconds). A finisher that panics leaves them as they were read.
+async fn finish(finisher: Option<&Arc<dyn Finisher>>, mut samples: Vec<Sample>) -> Vec<Sample> {
+    let Some(f) = finisher.filter(|_| !samples.is_empty()).cloned() else { return samples };
+    let done = tokio::task::spawn_blocking(move || {
+        let finished = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f.finish(&mut samples)));
+        if finished.is_err() {
+            tracing::error!("completing the samples of a batch failed; they are sent as read");
+        }
+        samples
+    });
+    match done.await {
+        Ok(samples) => samples,
+        // Only a cancelled runtime gets here (the closure catches panics): nothing to send.
+        Err(e) => {
+            tracing::error!(error = %e, "the task completing a batch did not finish");
+            Vec::new()
+        }
+    }
 }
 
 /// Events per batch, at most (the server's limit).
@@ -349,6 +375,72 @@ mod tests {
             assert!(ts.windows(2).all(|w| w[0] <= w[1]));
         }
         assert_eq!(sum.batches as usize, entries.len());
+    }
+
+    /// `Fixed` with a finisher that sets each sample's utilization to the number of samples it
+    /// was finished with, and counts its calls.
+    struct Finishing {
+        inner: Fixed,
+        calls: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    struct CountingFinisher(Arc<std::sync::atomic::AtomicUsize>);
+
+    impl Finisher for CountingFinisher {
+        fn finish(&self, samples: &mut [Sample]) {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let n = samples.len() as f64;
+            for s in samples {
+                assert_eq!(s.gpu_util_pct, None, "a sample finished twice");
+                s.gpu_util_pct = Some(n);
+            }
+        }
+    }
+
+    #[async_trait]
+    impl GpuSource for Finishing {
+        fn describe(&self) -> String {
+            "finishing".into()
+        }
+        fn is_live(&self) -> bool {
+            false
+        }
+        async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
+            self.inner.next().await
+        }
+        fn finisher(&self) -> Option<Arc<dyn Finisher>> {
+            Some(Arc::new(CountingFinisher(self.calls.clone())))
+        }
+    }
+
+    #[tokio::test]
+    async fn every_sealed_sample_is_finished_once_with_its_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
+        let cfg = CollectorConfig {
+            batch_max: 7,
+            flush_every: Duration::from_secs(3600),
+            reading_interval: Duration::ZERO,
+            once: false,
+            labels: BTreeMap::new(),
+        };
+        let (_tx, rx) = watch::channel(false);
+        let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let src = Box::new(Finishing { inner: Fixed { ticks: 10, per_host: 3, t: 0 }, calls: calls.clone() });
+        let sum = run(src, spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        assert_eq!(sum.samples, 60);
+        let entries = spool.peek(|s| s.entries());
+        // Full batches of 7 as they fill, then the remainder of each host at the end.
+        assert_eq!(entries.len(), 10);
+        let mut seen = 0;
+        for e in &entries {
+            let batch = decode(&spool.peek(|s| s.read(e)).unwrap());
+            let n = batch.samples.len() as f64;
+            assert!(batch.samples.iter().all(|s| s.gpu_util_pct == Some(n)), "{:?}", batch.samples);
+            seen += batch.samples.len();
+        }
+        assert_eq!(seen, 60);
+        assert_eq!(calls.load(std::sync::atomic::Ordering::SeqCst), entries.len());
     }
 
     /// Two readings of one host: a sample with an XID error, then no sample (the GPU lost).

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
@@ -76,6 +77,20 @@ pub trait GpuSource: Send {
     /// Waits until the next reading is due and returns it; `Ok(None)` once the source is
     /// exhausted. Must be cancel-safe: the collector drops the future on shutdown.
     async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError>;
+
+    /// What completes this source's samples when their batch is sealed, if anything.
+    fn finisher(&self) -> Option<Arc<dyn Finisher>> {
+        None
+    }
+}
+
+/// Completes samples just before they are sealed into a batch, with what the source can tell
+/// more cheaply for many polls at once. NVML: kernel (and memory) utilization as the mean over
+/// each poll's interval, from one read of the driver's sample buffer per batch rather than one
+/// per poll (docs/AGENT.md, "Utilization over the whole interval").
+pub trait Finisher: Send + Sync {
+    /// Called on a blocking thread with one host's samples, in the order they were read.
+    fn finish(&self, samples: &mut [Sample]);
 }
 
 /// The `--source` flag.

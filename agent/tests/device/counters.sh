@@ -4,13 +4,15 @@
 #   bash agent/tests/device/counters.sh SERVER_BIN AGENT_BIN OUTDIR
 # 1. The server (SQLite) and the agent at its defaults; a 2048² SGEMM loop runs 10 s alone, then
 #    ~40 s under `ncu --set full` (every section: many counter passes), then ~40 s under
-#    `ncu --metrics sm__cycles_active.avg`, then 10 s alone again. gpm_probe.py reads GPM through
+#    `ncu --metrics sm__cycles_active.avg`, then ~20 s under `nsys profile --gpu-metrics-devices`
+#    (where nsys is installed), then 10 s alone again. gpm_probe.py reads GPM through
 #    NVML's Python binding once a second alongside (what GPM itself returns: errors, zeros, stale
 #    values). Afterwards the API is read back: events, and per second whether SM activity & co.
 #    were reported (counters.json, probe.jsonl, agent.log, ncu-*.out).
 # 2. Unless COST=0: the agent's CPU per poll with --nvml-util-window off (the instantaneous
 #    reading, as before), kernel and both, each alone next to a small GPU process, alternated
-#    twice (cost.jsonl; COST_SECS per window, default 40).
+#    twice (cost.jsonl; COST_SECS per window, default 40). COST_CONFIGS replaces the list;
+#    MODE-gractN adds --nvml-gract-every N (e.g. COST_CONFIGS="off kernel kernel-gract5").
 set -u
 server_bin=$1 agent_bin=$2 out=$3
 D=$(dirname "$0")
@@ -53,6 +55,17 @@ echo "ncu --set full rc=$?" >>"$marks"
 stamp ncu_sm_cycles
 timeout 60 ncu --metrics sm__cycles_active.avg python3 "$tmp/loop.py" 40 >"$out/ncu-metric.out" 2>&1
 echo "ncu --metrics rc=$?" >>"$marks"
+# Nsight Systems' GPU metrics sampling reads the same performance monitors system-wide, all
+# the time (not kernel by kernel as ncu does); where nsys is installed, it gets its own segment.
+# Its output goes after ncu's in ncu-full.out (the run tool brings back at most 8 files).
+if command -v nsys >/dev/null 2>&1; then
+  stamp nsys_gpu_metrics
+  { echo "=== nsys profile --gpu-metrics-devices=0"; nsys --version; } >>"$tmp/nsys.out" 2>&1
+  timeout 50 nsys profile --gpu-metrics-devices=0 --gpu-metrics-frequency=10000 -o "$tmp/nsys-report" \
+    python3 "$tmp/loop.py" 20 >>"$tmp/nsys.out" 2>&1
+  echo "nsys rc=$?" >>"$marks"
+  cat "$tmp/nsys.out" >>"$out/ncu-full.out"
+fi
 stamp alone_again
 python3 "$tmp/loop.py" 10
 stamp end
@@ -105,9 +118,13 @@ if [ "${COST:-1}" = 1 ]; then
   python3 "$D/holder.py" & holder=$!
   sleep 6
   for round in 1 2; do
-    for mode in off kernel both; do
+    for mode in ${COST_CONFIGS:-off kernel both}; do
+      case $mode in
+        *-gract*) flags="--nvml-util-window ${mode%%-gract*} --nvml-gract-every ${mode##*-gract}" ;;
+        *) flags="--nvml-util-window $mode" ;;
+      esac
       RUST_LOG=info "$agent_bin" --server http://127.0.0.1:18491 --api-key x --host "cost-$mode" \
-        --nvml-util-window $mode --spool-dir "$tmp/spool-$mode-$round" 2>>"$out/cost-agents.log" & a=$!
+        $flags --spool-dir "$tmp/spool-$mode-$round" 2>>"$out/cost-agents.log" & a=$!
       sleep 5
       s0=$(python3 "$D/overhead.py" stat $a)
       sleep "${COST_SECS:-40}"

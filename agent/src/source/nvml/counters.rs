@@ -15,8 +15,11 @@
 //! next to NVML utilization 4–5 %: ncu serialises and replays kernels, so the GPU is mostly
 //! idle). Those readings are in the tests below as ones that must stay reported.
 
-/// Kernel utilization (interval mean, %) at or above which "every GPM counter at 0" or "the
-/// same values as last time" cannot be true.
+/// Kernel utilization (%) at or above which "every GPM counter at 0" or "the same values as last
+/// time" cannot be true. The poll judges with the utilization it read itself, the driver's
+/// newest 200-ms period (the interval mean is only known when the batch is sealed): that period
+/// lies inside the GPM interval, so a busy reading means kernels ran in it (a sawtooth read
+/// between bursts is judged as idle: a missed detection for that poll, never a false one).
 pub const BUSY_UTIL_PCT: f64 = 5.0;
 /// Consecutive polls with counting counters after which GPM is reported again. The first one
 /// after an outage is not reported: its interval began while the counters were held.
@@ -42,7 +45,7 @@ pub enum Verdict {
     Unavailable(String),
 }
 
-/// Judges one poll. `util_pct`: the interval's mean kernel utilization; `prev`: the previous
+/// Judges one poll. `util_pct`: the poll's kernel utilization reading; `prev`: the previous
 /// poll's percent metrics, where it had them.
 pub fn judge(poll: &GpmPoll, util_pct: Option<f64>, prev: Option<&[Option<f64>]>) -> Verdict {
     let values = match poll {

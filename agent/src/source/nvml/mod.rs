@@ -2,9 +2,11 @@
 //! time by nvml-wrapper, so the agent builds and starts on hosts without a GPU and says clearly
 //! why it cannot read one).
 //!
-//! Every poll reads, per GPU: kernel and memory utilization as the mean over the interval since
-//! the previous poll (NVML's sample buffer, [`util_window`]; where the driver has no buffer, the
-//! instantaneous reading, and the GPU's label `util_method` says which), memory, power, power
+//! Every poll reads, per GPU: kernel and memory utilization (the driver's newest 200-ms period;
+//! when the batch is sealed, [`Reader::finish`] replaces them with the mean over each poll's
+//! interval, from one read of NVML's sample buffer per batch, [`util_window`]; where the driver
+//! has no buffer, the instantaneous reading stays, and the GPU's label `util_method` says
+//! which), memory, power, power
 //! limit, temperature, SM clock, throttle reasons (cheap, ≤ 0.1 ms together), the running
 //! compute processes, and — on Hopper and newer — the GPM counters between the previous poll's
 //! GPM sample and this one, unless another profiler holds them ([`counters`]). The costly calls
@@ -31,7 +33,7 @@ use nvml_wrapper::{Device, EventSet, Nvml};
 
 use super::notes::{Notes, REPEAT_AFTER};
 use super::procinfo::ProcTable;
-use super::{GpuSource, HostSamples, SourceError, SourceOptions, Ticker, local_host_name, now_ms};
+use super::{Finisher, GpuSource, HostSamples, SourceError, SourceOptions, Ticker, local_host_name, now_ms};
 
 pub mod counters;
 pub mod gpm;
@@ -53,10 +55,15 @@ pub const DEFAULT_PROCESS_UTIL_EVERY: u32 = 10;
 /// time and about 3 ms of CPU per GPU on an H100, the costliest reading. In between, power is
 /// read every poll (on Hopper, a 1-s average), so energy can also be integrated from it.
 pub const DEFAULT_ENERGY_EVERY: u32 = 10;
-/// GPM's `GraphicsUtil` (GRACT) is read every poll by default. It is most of the cost of the GPM
-/// metrics call (0.76 ms of CPU per GPU on an H100, driver 580), so `--nvml-gract-every N` can
-/// read it every N polls instead, as the mean over those N polls.
-pub const DEFAULT_GRACT_EVERY: u32 = 1;
+/// GPM's `GraphicsUtil` (GRACT) is read every 5 polls by default, as the mean over those 5 polls
+/// (on every 5th sample; absent on the others). It is most of the cost of the GPM metrics call
+/// (0.76 ms of CPU per GPU on an H100, driver 580): read every poll, the agent's default cost was
+/// 2.63–2.72 ms per poll against a 2.5-ms budget, every 5 polls 1.88 ms (H100, 2026-11-26,
+/// docs/BENCHMARKS.md). The 5-poll means agreed with nvidia-smi's per-second GRACT within
+/// 0.9 points in 10 of the truth suite's 11 phases (docs/AGENT.md); `gpu_util_pct`, the
+/// interval mean every poll, measures nearly the same thing. `--nvml-gract-every 1` reads it
+/// every poll.
+pub const DEFAULT_GRACT_EVERY: u32 = 5;
 /// Polls between two timing summaries in the log.
 const SUMMARY_EVERY: u64 = 60;
 /// Polls between two attempts to open GPUs that could not be opened.
@@ -231,7 +238,8 @@ struct Gpu {
     gpm: Gpm,
     /// Newest per-process utilization timestamp seen (µs), the start of the next window.
     putil_seen_us: Option<u64>,
-    /// Kernel and memory utilization sample buffers: where the last poll stopped.
+    /// Kernel and memory utilization sample buffers: entries read and where the last batch
+    /// stopped.
     util_win: UtilWindow,
     mem_win: UtilWindow,
     /// The `util_method` and `mem_util_method` labels last handed out.
@@ -416,6 +424,7 @@ impl Reader {
             lost: false,
         };
         prime_gpm(&mut gpu, &mut self.notes);
+        prime_util(&mut gpu, self.util_window, &mut self.notes);
         self.gpus.push(gpu);
         if mig_on {
             self.add_mig_instances(index);
@@ -480,6 +489,7 @@ impl Reader {
                 lost: false,
             };
             prime_gpm(&mut gpu, &mut self.notes);
+            prime_util(&mut gpu, self.util_window, &mut self.notes);
             self.gpus.push(gpu);
             found += 1;
         }
@@ -543,7 +553,6 @@ impl Reader {
             process_util: due(self.poll, self.process_util_every),
             gract: due(self.poll, self.gract_every),
             window: self.interval * self.process_util_every.max(1),
-            interval_us: self.interval.as_micros() as u64,
             util_window: self.util_window,
         };
         let mut samples = Vec::with_capacity(self.gpus.len());
@@ -651,6 +660,88 @@ impl Reader {
     }
 }
 
+impl Reader {
+    /// Gives the samples about to be sealed into a batch (this host's, any GPUs, as read) their
+    /// kernel (and with `both`, memory) utilization as the mean over each poll's interval: one
+    /// read of each sample buffer per GPU, its entries split among the GPU's polls. A poll the
+    /// entries do not reach keeps its instantaneous reading.
+    fn finish(&mut self, samples: &mut [Sample]) {
+        if self.util_window == super::UtilWindowMode::Off {
+            return;
+        }
+        let both = self.util_window == super::UtilWindowMode::Both;
+        let interval_us = u64::try_from(self.interval.as_micros()).unwrap_or(u64::MAX);
+        let mut t = PollTiming::default();
+        let cpu0 = timing::thread_cpu();
+        let notes = &mut self.notes;
+        for gpu in &mut self.gpus {
+            if gpu.lost || gpu.health.unsupported.contains(UTIL_SAMPLES) {
+                continue;
+            }
+            let mut mine: Vec<usize> = (0..samples.len()).filter(|&i| samples[i].uuid == gpu.inv.uuid).collect();
+            if mine.is_empty() {
+                continue;
+            }
+            mine.sort_by_key(|&i| samples[i].ts_ms);
+            let ends: Vec<u64> =
+                mine.iter().map(|&i| u64::try_from(samples[i].ts_ms).unwrap_or(0).saturating_mul(1000)).collect();
+            let (h, dev) = (&mut gpu.health, &gpu.device);
+            let (util_win, mem_win) = (&mut gpu.util_win, &mut gpu.mem_win);
+            let read = t.time(Group::UtilSamples, || -> Result<(), Gone> {
+                read_util_buffer(h, notes, dev, Sampling::GpuUtilization, util_win)?;
+                if both {
+                    read_util_buffer(h, notes, dev, Sampling::MemoryUtilization, mem_win)?;
+                }
+                Ok(())
+            });
+            if read.is_err() {
+                // The GPU stopped answering: the next poll says so; these keep what was read.
+                continue;
+            }
+            for (k, m) in util_win.split(&ends, interval_us).into_iter().enumerate() {
+                if let Some(v) = m.and_then(|m| super::pct(m.mean_pct)) {
+                    samples[mine[k]].gpu_util_pct = Some(v);
+                }
+            }
+            if both {
+                for (k, m) in mem_win.split(&ends, interval_us).into_iter().enumerate() {
+                    if let Some(v) = m.and_then(|m| super::pct(m.mean_pct)) {
+                        samples[mine[k]].mem_util_pct = Some(v);
+                    }
+                }
+            }
+        }
+        let cpu = match (cpu0, timing::thread_cpu()) {
+            (Some(a), Some(b)) => Some(b.saturating_sub(a)),
+            _ => None,
+        };
+        self.totals.add_side(cpu, &t);
+    }
+}
+
+/// The NVML source's [`Finisher`]: the reader itself, between polls.
+struct NvmlFinisher {
+    reader: Arc<Mutex<Reader>>,
+    /// Whether sample buffers are read (not `--nvml-util-window off`).
+    buffers: bool,
+}
+
+impl Finisher for NvmlFinisher {
+    fn finish(&self, samples: &mut [Sample]) {
+        if !self.buffers {
+            return;
+        }
+        // The driver's period that holds the newest poll must end before the buffer has an
+        // entry reaching it: wait for it (the batch goes out that much later), not for the lock.
+        if let Some(newest) = samples.iter().map(|s| s.ts_ms).max() {
+            let wait = util_window::SEAL_WAIT;
+            let left = (newest + wait.as_millis() as i64 - now_ms()).clamp(0, wait.as_millis() as i64);
+            std::thread::sleep(Duration::from_millis(left as u64));
+        }
+        self.reader.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).finish(samples);
+    }
+}
+
 /// What this poll reads.
 struct Flags {
     ts_ms: i64,
@@ -660,8 +751,6 @@ struct Flags {
     gract: bool,
     /// Span of the per-process utilization window (for the first read).
     window: Duration,
-    /// The poll interval, µs (the utilization window of the first poll).
-    interval_us: u64,
     util_window: super::UtilWindowMode,
 }
 
@@ -687,37 +776,52 @@ fn gpm_event(uuid: &str, ts_ms: i64, change: Change) -> GpuEvent {
     GpuEvent { ts_ms, uuid: uuid.to_string(), kind, xid: None, message: Some(message) }
 }
 
-/// Utilization of one sample buffer over the interval since the last poll; `None` where the
-/// buffer had nothing new (the caller falls back to the instantaneous reading) or the GPU has
-/// no buffer (said once, and not asked again).
-fn util_interval_mean(
+/// Reads one utilization sample buffer from where its window stands and keeps the new entries
+/// for the batch's seal. Where the GPU has no buffer, NVML says so once (logged, not asked again)
+/// and the instantaneous reading stays.
+fn read_util_buffer(
     h: &mut Health,
     notes: &mut Notes,
     dev: &Device<'static>,
     kind: Sampling,
     win: &mut UtilWindow,
-    interval_us: u64,
-) -> Result<Option<f64>, Gone> {
+) -> Result<(), Gone> {
     let since = win.since();
     let got = h.read(notes, UTIL_SAMPLES, || match dev.samples(kind, since) {
         // Nothing newer than `since` in the buffer.
         Err(NvmlError::NotFound) => Ok(Vec::new()),
         other => other,
     })?;
-    let Some(entries) = got else { return Ok(None) };
-    let points: Vec<UtilPoint> = entries
-        .iter()
-        .map(|e| {
-            let pct = match e.value {
-                SampleValue::U32(v) => f64::from(v),
-                SampleValue::U64(v) => v as f64,
-                SampleValue::I64(v) => v as f64,
-                SampleValue::F64(v) => v,
-            };
-            UtilPoint { ts_us: e.timestamp, pct }
-        })
-        .collect();
-    Ok(win.take(&points, interval_us).map(|m| m.mean_pct))
+    if let Some(entries) = got {
+        let points: Vec<UtilPoint> = entries
+            .iter()
+            .map(|e| {
+                let pct = match e.value {
+                    SampleValue::U32(v) => f64::from(v),
+                    SampleValue::U64(v) => v as f64,
+                    SampleValue::I64(v) => v as f64,
+                    SampleValue::F64(v) => v,
+                };
+                UtilPoint { ts_us: e.timestamp, pct }
+            })
+            .collect();
+        win.hold(&points);
+    }
+    Ok(())
+}
+
+/// Reads the whole sample buffer(s) once at start: whether the GPU has them (so the first
+/// batch's label is right), how far back they reach, and the entries before the first poll.
+fn prime_util(gpu: &mut Gpu, mode: super::UtilWindowMode, notes: &mut Notes) {
+    let (h, dev) = (&mut gpu.health, &gpu.device);
+    if mode != super::UtilWindowMode::Off {
+        let _ = read_util_buffer(h, notes, dev, Sampling::GpuUtilization, &mut gpu.util_win);
+    }
+    if mode == super::UtilWindowMode::Both {
+        let _ = read_util_buffer(h, notes, dev, Sampling::MemoryUtilization, &mut gpu.mem_win);
+    }
+    tracing::debug!(gpu = %gpu.inv.uuid, reach_us = gpu.util_win.reach_us(), entries = gpu.util_win.held(),
+        "utilization sample buffer");
 }
 
 /// Takes the first GPM sample, so the first poll already has an interval to report on.
@@ -772,30 +876,29 @@ fn read_gpu(
         }
         Ok(())
     })?;
-    // Utilization: the mean over the interval from the sample buffers; the instantaneous
-    // reading (the driver's newest short period alone) where a buffer gave nothing.
+    // Utilization: the instantaneous reading (the driver's newest 200-ms period) for now; the
+    // batch's seal replaces it with the mean over this poll's interval where the sample buffer
+    // has entries for it ([`Reader::finish`]). A batch longer than half the buffer has it read
+    // in between, so that no entry falls out unread.
+    let buffers = f.util_window != super::UtilWindowMode::Off && !h.unsupported.contains(UTIL_SAMPLES);
+    let now_us = u64::try_from(f.ts_ms).unwrap_or(0).saturating_mul(1000);
     let (util_win, mem_win) = (&mut gpu.util_win, &mut gpu.mem_win);
-    let (util, mem_util) = match f.util_window {
-        super::UtilWindowMode::Off => (None, None),
-        mode => t.time(Group::UtilSamples, || -> Result<_, Gone> {
-            let util = util_interval_mean(h, notes, dev, Sampling::GpuUtilization, util_win, f.interval_us)?;
-            let mem = match mode {
-                super::UtilWindowMode::Both => {
-                    util_interval_mean(h, notes, dev, Sampling::MemoryUtilization, mem_win, f.interval_us)?
-                }
-                _ => None,
-            };
-            Ok((util, mem))
-        })?,
-    };
-    s.gpu_util_pct = util.and_then(super::pct);
-    s.mem_util_pct = mem_util.and_then(super::pct);
+    let mem_due = f.util_window == super::UtilWindowMode::Both && mem_win.read_due(now_us);
+    if buffers && (util_win.read_due(now_us) || mem_due) {
+        t.time(Group::UtilSamples, || -> Result<(), Gone> {
+            if util_win.read_due(now_us) {
+                read_util_buffer(h, notes, dev, Sampling::GpuUtilization, util_win)?;
+            }
+            if mem_due {
+                read_util_buffer(h, notes, dev, Sampling::MemoryUtilization, mem_win)?;
+            }
+            Ok(())
+        })?;
+    }
     t.time(Group::Basic, || -> Result<(), Gone> {
-        if (s.gpu_util_pct.is_none() || s.mem_util_pct.is_none())
-            && let Some(u) = h.read(notes, "gpu_util_pct", || dev.utilization_rates())?
-        {
-            s.gpu_util_pct = s.gpu_util_pct.or(super::pct(f64::from(u.gpu)));
-            s.mem_util_pct = s.mem_util_pct.or(super::pct(f64::from(u.memory)));
+        if let Some(u) = h.read(notes, "gpu_util_pct", || dev.utilization_rates())? {
+            s.gpu_util_pct = super::pct(f64::from(u.gpu));
+            s.mem_util_pct = super::pct(f64::from(u.memory));
         }
         if physical {
             s.power_w = h.read(notes, "power_w", || dev.power_usage())?.map(|mw| f64::from(mw) / 1000.0);
@@ -1012,6 +1115,8 @@ pub struct NvmlSource {
     interval: Duration,
     started: bool,
     describe: String,
+    /// Whether utilization sample buffers are read (its finisher has work).
+    buffers: bool,
 }
 
 impl NvmlSource {
@@ -1033,6 +1138,7 @@ impl NvmlSource {
             interval: opts.interval,
             started: false,
             describe,
+            buffers: opts.util_window != super::UtilWindowMode::Off,
         })
     }
 }
@@ -1063,6 +1169,10 @@ impl GpuSource for NvmlSource {
         .await
         .map_err(|e| SourceError::Failed(format!("the NVML reader panicked: {e}")))?;
         Ok(Some(vec![hs]))
+    }
+
+    fn finisher(&self) -> Option<Arc<dyn Finisher>> {
+        Some(Arc::new(NvmlFinisher { reader: self.reader.clone(), buffers: self.buffers }))
     }
 }
 

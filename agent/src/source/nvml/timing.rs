@@ -120,6 +120,18 @@ impl Totals {
         }
     }
 
+    /// Work done between polls for them (the batch's utilization read): its CPU and calls
+    /// count towards the polls', not as a poll of its own.
+    pub fn add_side(&mut self, cpu: Option<Duration>, t: &PollTiming) {
+        if let Some(c) = cpu {
+            self.cpu += c;
+        }
+        for i in 0..GROUPS.len() {
+            self.groups[i] += t.wall[i];
+            self.group_calls[i] += u64::from(t.calls[i]);
+        }
+    }
+
     /// Mean milliseconds per poll.
     pub fn per_poll_ms(&self, d: Duration) -> f64 {
         if self.polls == 0 { 0.0 } else { d.as_secs_f64() * 1000.0 / self.polls as f64 }
