@@ -9,6 +9,7 @@ pub mod datasheet;
 pub mod energy;
 pub mod event;
 pub mod funnel;
+pub mod live;
 pub mod owners;
 pub mod prices;
 pub mod quality;

@@ -9,3 +9,4 @@ pub mod health;
 pub mod ingest;
 pub mod jobs;
 pub mod reports;
+pub mod stream;
