@@ -37,7 +37,7 @@ pub struct StreamQuery {
 /// The organisation's live events: `snapshot` first, then `gpu_state`, `alert`, `summary`
 /// (and `resync` for a client that fell behind), each with an `id`. See docs/API.md,
 /// "Live stream".
-#[utoipa::path(get, path = "/stream", tag = "gpus", params(StreamQuery), responses(
+#[utoipa::path(get, path = "/stream", tag = "live", params(StreamQuery), responses(
     (status = 200, content_type = "text/event-stream", body = String,
      description = "Server-sent events; each `data` is one of StreamSnapshot (`snapshot`, `resync`), GpuStateChange (`gpu_state`), AlertChange (`alert`), LiveSummary (`summary`)"),
     crate::openapi::StreamErrors))]
@@ -74,7 +74,7 @@ impl Reader {
     /// The next event to send; `None` ends the stream.
     async fn next(&mut self) -> Option<Event> {
         if let Some(picture) = self.first.take() {
-            return Some(snapshot(EVENT_SNAPSHOT, &picture).retry(RECONNECT_AFTER));
+            return Some(snapshot(Event::default().retry(RECONNECT_AFTER), EVENT_SNAPSHOT, &picture));
         }
         if self.once {
             return None;
@@ -96,7 +96,7 @@ impl Reader {
                 Err(RecvError::Lagged(_)) => {
                     let picture = self.subscription.feed.picture().await.ok()?;
                     self.last_seq = picture.seq;
-                    return Some(snapshot(EVENT_RESYNC, &picture));
+                    return Some(snapshot(Event::default(), EVENT_RESYNC, &picture));
                 }
                 Err(RecvError::Closed) => return None,
             }
@@ -104,6 +104,7 @@ impl Reader {
     }
 }
 
-fn snapshot(name: &str, picture: &Picture) -> Event {
-    Event::default().event(name).id(picture.seq.to_string()).data(&*picture.snapshot_json())
+/// `event` (empty, or with a `retry:` first) as a snapshot of `picture`.
+fn snapshot(event: Event, name: &str, picture: &Picture) -> Event {
+    event.event(name).id(picture.seq.to_string()).data(&*picture.snapshot_json())
 }
