@@ -45,7 +45,7 @@ pub async fn stream(
     State(state): State<AppState>,
     caller: Caller,
     Query(q): Query<StreamQuery>,
-) -> ApiResult<Sse<impl Stream<Item = Result<Event, Infallible>>>> {
+) -> ApiResult<([(&'static str, &'static str); 1], Sse<impl Stream<Item = Result<Event, Infallible>>>)> {
     caller.require(Scope::Read)?;
     let subscription = state.live.subscribe(&caller)?;
     let first = subscription.feed.picture().await?;
@@ -56,7 +56,9 @@ pub async fn stream(
         let event = reader.next().await?;
         Some((Ok(event), reader))
     });
-    Ok(Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive")))
+    let sse = Sse::new(events).keep_alive(KeepAlive::new().interval(KEEP_ALIVE).text("keep-alive"));
+    // nginx and the like pass the events on as they come rather than buffering the response.
+    Ok(([("x-accel-buffering", "no")], sse))
 }
 
 /// One client's position in its organisation's feed.
