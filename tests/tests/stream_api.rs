@@ -289,7 +289,11 @@ async fn state_changes_and_alerts_arrive(backend: Backend) {
     for field in ["id", "rule_name", "severity", "gpu", "host", "summary", "fired_at_ms", "fingerprint"] {
         assert_eq!(alert[field], listed[field], "{field}: {alert} vs {listed}");
     }
-    let seen = s.until(Duration::from_secs(10), "alerts_firing in summary", |e| e.name == "summary" && e.data["alerts_firing"].as_u64() >= Some(1)).await;
+    let seen = s
+        .until(Duration::from_secs(10), "alerts_firing in summary", |e| {
+            e.name == "summary" && e.data["alerts_firing"].as_u64() >= Some(1)
+        })
+        .await;
     assert!(!seen.is_empty());
 
     // The rule is deleted: its alerts resolve (found by the stream's recheck at the latest).

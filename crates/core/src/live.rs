@@ -27,10 +27,7 @@ pub struct StateChange<'a> {
 
 /// The GPUs of `next` whose state is not the one they had in `prev` (or that `prev` lacks), by
 /// UUID. A GPU of `prev` missing from `next` (deleted by an operator) is not a state change.
-pub fn state_changes<'a>(
-    prev: &BTreeMap<String, GpuNow>,
-    next: &'a BTreeMap<String, GpuNow>,
-) -> Vec<StateChange<'a>> {
+pub fn state_changes<'a>(prev: &BTreeMap<String, GpuNow>, next: &'a BTreeMap<String, GpuNow>) -> Vec<StateChange<'a>> {
     next.iter()
         .filter_map(|(uuid, now)| {
             let previous = prev.get(uuid).map(|p| p.state);
@@ -122,9 +119,7 @@ mod tests {
     use WorkloadState::*;
 
     fn gpus(list: &[(&str, WorkloadState)]) -> BTreeMap<String, GpuNow> {
-        list.iter()
-            .map(|(u, s)| (u.to_string(), GpuNow { host: "h".into(), state: *s, last_seen_ms: 7 }))
-            .collect()
+        list.iter().map(|(u, s)| (u.to_string(), GpuNow { host: "h".into(), state: *s, last_seen_ms: 7 })).collect()
     }
 
     #[test]

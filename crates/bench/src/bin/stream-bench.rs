@@ -257,7 +257,7 @@ async fn run(args: &Args, db_url: &str, dir: &std::path::Path) -> Result<()> {
     let phases_s = args.window_s * 3 + 90;
     let trace = dir.join("latency.jsonl");
     let trace_start = now_ms() / 1000 * 1000;
-    write_trace(&trace, trace_start, (phases_s as i64).div_ceil(60) + 1)?;
+    write_trace(&trace, trace_start, phases_s.div_ceil(60) as i64 + 1)?;
     let _replay = agent(&format!("replay:{}", trace.display()), &["--speed", "1"], "spool-replay")?;
     let client = reqwest::Client::new();
     eprintln!("server pid {pid} at {base}; agents started; warming up 30 s");

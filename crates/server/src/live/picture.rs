@@ -6,8 +6,8 @@ use std::sync::{Arc, OnceLock};
 
 use fleetlens_api::AlertView;
 use fleetlens_api::live::{
-    AlertChange, AlertChangeKind, EVENT_ALERT, EVENT_GPU_STATE, EVENT_SUMMARY, GpuStateChange, LiveSummary,
-    StreamGpu, StreamSnapshot,
+    AlertChange, AlertChangeKind, EVENT_ALERT, EVENT_GPU_STATE, EVENT_SUMMARY, GpuStateChange, LiveSummary, StreamGpu,
+    StreamSnapshot,
 };
 use fleetlens_core::live::{AlertTransition, FleetCounts, GpuNow, OpenStatus, alert_transitions, fleet_counts};
 use fleetlens_store::alerts::{AlertFilter, AlertStatus};
@@ -116,12 +116,8 @@ pub async fn read(
         ..Default::default()
     };
     let rules: HashSet<i64> = store.alert_rules(org).await?.into_iter().map(|r| r.id).collect();
-    let alerts: BTreeMap<i64, AlertView> = store
-        .alerts(org, &filter)
-        .await?
-        .into_iter()
-        .map(|a| (a.id, marking_deleted(alert_view(a), &rules)))
-        .collect();
+    let alerts: BTreeMap<i64, AlertView> =
+        store.alerts(org, &filter).await?.into_iter().map(|a| (a.id, marking_deleted(alert_view(a), &rules))).collect();
     let now = now_ms();
     let gpus: BTreeMap<String, GpuNow> = identities
         .into_iter()
@@ -154,9 +150,7 @@ pub async fn read(
         for (id, transition) in alert_transitions(&prev.open_statuses(), &open_statuses(&alerts)) {
             let change = match transition {
                 AlertTransition::New => AlertChange { change: AlertChangeKind::New, alert: alerts[&id].clone() },
-                AlertTransition::Firing => {
-                    AlertChange { change: AlertChangeKind::Firing, alert: alerts[&id].clone() }
-                }
+                AlertTransition::Firing => AlertChange { change: AlertChangeKind::Firing, alert: alerts[&id].clone() },
                 AlertTransition::Closed => match store.alert(org, id).await? {
                     Some(a) if a.status == AlertStatus::Resolved => {
                         AlertChange { change: AlertChangeKind::Resolved, alert: marking_deleted(alert_view(a), &rules) }
