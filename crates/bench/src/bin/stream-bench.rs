@@ -254,7 +254,7 @@ async fn run(args: &Args, db_url: &str, dir: &std::path::Path) -> Result<()> {
         "spool-sim",
     )?;
     // The latency trace runs through every phase (and a little beyond).
-    let phases_s = args.window_s * 3 + 90;
+    let phases_s = args.window_s * 4 + 90;
     let trace = dir.join("latency.jsonl");
     let trace_start = now_ms() / 1000 * 1000;
     write_trace(&trace, trace_start, phases_s.div_ceil(60) as i64 + 1)?;
@@ -263,9 +263,13 @@ async fn run(args: &Args, db_url: &str, dir: &std::path::Path) -> Result<()> {
     eprintln!("server pid {pid} at {base}; agents started; warming up 30 s");
     tokio::time::sleep(Duration::from_secs(30)).await;
 
-    // The latency client: open throughout.
+    let (none_cpu, none_rss) = measure(pid, Duration::from_secs(args.window_s)).await?;
+    eprintln!("no stream: server {:.1} % of a core, RSS {:.1} MiB", none_cpu * 100.0, mib(none_rss));
+
+    // The latency client: open from here on.
     let seen_latency = Arc::new(Seen::default());
     tokio::spawn(consume(open(&client, &base).await?, seen_latency.clone(), true));
+    let latency_from = now_ms();
 
     let (idle_cpu, idle_rss) = measure(pid, Duration::from_secs(args.window_s)).await?;
     eprintln!("1 stream: server {:.1} % of a core, RSS {:.1} MiB", idle_cpu * 100.0, mib(idle_rss));
@@ -317,7 +321,7 @@ async fn run(args: &Args, db_url: &str, dir: &std::path::Path) -> Result<()> {
     let mut latencies = Vec::new();
     let flips = seen_latency.flips.lock().unwrap().clone();
     let first_boundary = (trace_start / 60_000 + 1) * 60_000;
-    let mut boundary = first_boundary;
+    let mut boundary = first_boundary.max((latency_from / 60_000 + 1) * 60_000);
     while boundary < now_ms() - 10_000 {
         let want = if (boundary / 60_000) % 2 == 1 { "busy" } else { "idle" };
         for g in 0..LATENCY_GPUS {
@@ -341,7 +345,14 @@ async fn run(args: &Args, db_url: &str, dir: &std::path::Path) -> Result<()> {
     println!("| backend | GPUs | streams | server CPU | server RSS | note |");
     println!("|---|---|---|---|---|---|");
     println!(
-        "| {} | {} | 1 | {:.1} % of a core | {:.1} MiB | baseline: ingest of the simulated fleet + one stream |",
+        "| {} | {} | 0 | {:.1} % of a core | {:.1} MiB | baseline: ingest of the simulated fleet, no stream |",
+        args.backend,
+        args.gpus + LATENCY_GPUS,
+        none_cpu * 100.0,
+        mib(none_rss)
+    );
+    println!(
+        "| {} | {} | 1 | {:.1} % of a core | {:.1} MiB | one stream: the organisation's feed reads and diffs |",
         args.backend,
         args.gpus + LATENCY_GPUS,
         idle_cpu * 100.0,
