@@ -780,6 +780,8 @@ async fn organisations_never_see_each_other(backend: Backend) {
         probe("GET", "/jobs", "/api/v1/jobs?from=0&to=4102444800000".into(), None, false),
         probe("GET", "/events", "/api/v1/events".into(), None, false),
         probe("GET", "/events", format!("/api/v1/events?gpu={a_uuid}&from=0"), None, false),
+        // The live stream's snapshot (`once`: the body ends after it).
+        probe("GET", "/stream", "/api/v1/stream?once=true".into(), None, false),
         probe(
             "POST",
             "/jobs",

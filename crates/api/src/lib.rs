@@ -8,6 +8,8 @@ use std::collections::BTreeMap;
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
+pub mod live;
+
 /// Path of the ingest endpoint.
 pub const INGEST_PATH: &str = "/api/v1/ingest";
 
@@ -345,4 +347,49 @@ pub struct BillingReport {
     /// computed and what they cover (raw samples only; offline time is nobody's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+}
+
+/// An alert, as `GET /api/v1/alerts` and the live stream show it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AlertView {
+    pub id: i64,
+    /// Ids are never reused, so this is always the rule that raised the alert, even after it
+    /// was deleted (then `rule_deleted` is true and `rule_name` is its name at the time).
+    pub rule_id: i64,
+    /// The rule has been deleted since.
+    pub rule_deleted: bool,
+    pub rule_name: String,
+    pub severity: String,
+    /// `pending`, `firing` or `resolved`.
+    pub status: String,
+    /// Notifications were held back by a silence.
+    pub silenced: bool,
+    pub silenced_by: Option<i64>,
+    /// Held back by another open alert of the same problem (inhibition): it sends nothing.
+    pub inhibited: bool,
+    /// That alert's id.
+    pub inhibited_by: Option<i64>,
+    /// Its notification group under the default key (rule, job or owner, host).
+    pub group: String,
+    pub gpu: String,
+    pub host: String,
+    pub team: Option<String>,
+    pub labels: BTreeMap<String, String>,
+    pub fingerprint: String,
+    pub active_since_ms: i64,
+    pub fired_at_ms: Option<i64>,
+    pub resolved_at_ms: Option<i64>,
+    pub starts_at: Option<String>,
+    pub ends_at: Option<String>,
+    pub summary: String,
+    pub condition: String,
+    /// The condition's fields and their values when it fired.
+    pub values: Vec<fleetlens_core::rules::payload::MatchedValue>,
+    pub state: Option<String>,
+    pub advice: String,
+    /// The firing notification went out.
+    pub notified: bool,
+    pub notified_channels: Vec<i64>,
+    pub resolved_reason: Option<String>,
 }

@@ -10,6 +10,7 @@ pub mod dcgm;
 pub mod energy;
 pub mod event;
 pub mod funnel;
+pub mod live;
 pub mod owners;
 pub mod prices;
 pub mod quality;

@@ -61,6 +61,7 @@ fn api_v1() -> OpenApiRouter<AppState> {
         .routes(routes!(analytics::fleet_summary))
         .routes(routes!(jobs::list, jobs::report))
         .routes(routes!(events::list))
+        .routes(routes!(crate::routes::stream::stream))
         .routes(routes!(reports::billing))
         .routes(routes!(analytics::get_prices, analytics::put_prices))
         .routes(routes!(analytics::get_thresholds, analytics::put_thresholds))
@@ -207,6 +208,8 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
     let egress = crate::egress::EgressPolicy::new(config.webhook_allow_cidrs.clone().unwrap_or_default().0);
     let alerts = crate::alerts::Alerts::new(store.clone(), config.alerts.clone(), addr, egress);
     let ingest_gate = Arc::new(crate::ingest_gate::IngestGate::new(config.max_concurrent_ingest_per_key as usize));
+    let deliveries: Arc<crate::delivery::HostDeliveries> = Default::default();
+    let live = crate::live::Hub::new(config.stream.clone(), store.clone(), deliveries.clone());
     let state = AppState {
         store: store.clone(),
         key_cache: Arc::new(KeyCache::default()),
@@ -215,11 +218,13 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         classifier,
         summary_cache: Default::default(),
         alerts: alerts.clone(),
-        deliveries: Default::default(),
+        deliveries,
         ingest_gate,
         quality: Default::default(),
+        live: live.clone(),
     };
     alerts.spawn();
+    tokio::spawn(live.listen());
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));
     tokio::spawn(crate::jobs::maintenance_loop(store.clone()));
     if !state.config.static_dir.join("index.html").exists() {

@@ -11,6 +11,7 @@ pub mod egress;
 pub mod error;
 pub mod ingest_gate;
 pub mod jobs;
+pub mod live;
 pub mod metrics;
 pub mod openapi;
 pub mod quality;

@@ -59,6 +59,14 @@ pub fn record_remote_write_ignored(i: &crate::remote_write::Ignored) {
     }
 }
 
+/// Live streams (`GET /api/v1/stream`) open on this replica.
+static LIVE_STREAMS: std::sync::atomic::AtomicI64 = std::sync::atomic::AtomicI64::new(0);
+
+/// A live stream opened (+1) or closed (-1).
+pub fn record_streams(delta: i64) {
+    LIVE_STREAMS.fetch_add(delta, Ordering::Relaxed);
+}
+
 /// A label value from outside the server (an agent's host, GPU uuid and model name, a team
 /// name), written escaped as both exposition formats require: `\` as `\\`, `"` as `\"`, a line
 /// feed as `\n`. prometheus-client 0.23 writes `String` label values raw, so one host named
@@ -273,6 +281,9 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     for (reason, n) in IGNORED_REASONS.iter().zip(&REMOTE_WRITE_IGNORED) {
         ignored.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(n.load(Ordering::Relaxed));
     }
+    let streams = Gauge::<i64>::default();
+    registry.register("live_streams", "Live streams (GET /api/v1/stream) open on this replica", streams.clone());
+    streams.set(LIVE_STREAMS.load(Ordering::Relaxed));
     let leader = Family::<JobLabels, GaugeF>::default();
     registry.register("job_leader", "1 while this replica leads the background job (advisory lock)", leader.clone());
     let runs = Family::<JobLabels, prometheus_client::metrics::counter::Counter>::default();

@@ -27,4 +27,6 @@ pub struct AppState {
     pub ingest_gate: Arc<crate::ingest_gate::IngestGate>,
     /// Data-quality trackers of the GPUs this process has received samples from.
     pub quality: Arc<crate::quality::QualityTrackers>,
+    /// Live streams: the organisations' feeds and the open streams of this replica.
+    pub live: Arc<crate::live::Hub>,
 }

@@ -7,6 +7,7 @@ mod accounts_sqlite;
 pub mod alerts;
 mod alerts_pg;
 mod alerts_sqlite;
+pub mod changes;
 mod columns;
 mod credits;
 pub mod events;
@@ -24,6 +25,7 @@ pub use fleetlens_core::{Resolution, RollupBucket, Sample};
 
 pub use crate::accounts::AccountStore;
 pub use crate::alerts::AlertStore;
+pub use crate::changes::{Change, ChangeListener};
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
 pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
 pub use crate::feed::SampleFeed;
@@ -519,6 +521,14 @@ pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sy
     fn job_lock(&self, job: &str) -> Box<dyn leader::JobLock> {
         Box::new(leader::LocalLock(job.to_string()))
     }
+
+    /// Tell every server process on this database that `org`'s live data changed (a batch
+    /// stored, an alert opened or resolved): see [`changes`].
+    async fn announce_change(&self, org: OrgId) -> Result<()>;
+
+    /// A listener for the signals of [`Store::announce_change`], from every process on this
+    /// database (this one included).
+    async fn listen_changes(&self) -> Result<ChangeListener>;
 }
 
 /// Open the store named by `url` (`sqlite://PATH`, `sqlite::memory:`, `postgres://…`) and run

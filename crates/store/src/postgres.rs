@@ -766,6 +766,19 @@ impl Store for PgStore {
         Box::new(crate::leader::PgAdvisoryLock::new(self.pool.clone(), job))
     }
 
+    async fn announce_change(&self, org: OrgId) -> Result<()> {
+        sqlx::query("SELECT pg_notify($1, $2)")
+            .bind(crate::changes::CHANNEL)
+            .bind(org.to_string())
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    async fn listen_changes(&self) -> Result<crate::ChangeListener> {
+        crate::ChangeListener::postgres(&self.pool).await
+    }
+
     async fn maintain(&self) -> Result<crate::MaintenanceReport> {
         let autovacuum: String =
             sqlx::query_scalar("SELECT current_setting('autovacuum')").fetch_one(&self.pool).await?;

@@ -60,6 +60,8 @@ const RETENTION_GPUS_PER_STEP: usize = 500;
 pub struct SqliteStore {
     pool: SqlitePool,
     writer: mpsc::Sender<WriteJob>,
+    /// One process: change signals stay in it.
+    changes: crate::changes::LocalChanges,
 }
 
 /// What the writer task owns.
@@ -115,7 +117,7 @@ impl SqliteStore {
         let conn = SqliteConnection::connect_with(&opts).await?;
         let (tx, rx) = mpsc::channel(1024);
         tokio::spawn(writer_loop(Writer { conn, classifier }, rx));
-        Ok(Self { pool, writer: tx })
+        Ok(Self { pool, writer: tx, changes: Default::default() })
     }
 
     /// The read/write pool (the alert store's queries use it; ingest goes through the writer).
@@ -608,6 +610,15 @@ fn push_cells(b: &mut sqlx::query_builder::Separated<'_, '_, Sqlite, &'static st
 impl Store for SqliteStore {
     fn backend(&self) -> &'static str {
         "sqlite"
+    }
+
+    async fn announce_change(&self, org: OrgId) -> Result<()> {
+        self.changes.announce(org);
+        Ok(())
+    }
+
+    async fn listen_changes(&self) -> Result<crate::ChangeListener> {
+        Ok(self.changes.listen())
     }
 
     async fn ping(&self) -> Result<()> {

@@ -1023,6 +1023,7 @@ impl Engine {
             .collect();
         let write = EvalWrite { now_ms: now, changes: changes.list, cursors };
         let outcome = store.apply_alert_changes(&write).await?;
+        announce(store, &write.changes).await;
         report.enqueued += outcome.enqueued;
         if outcome.alert_ids.iter().any(Option::is_none) {
             report.reload = true;
@@ -1039,6 +1040,23 @@ impl Engine {
             }
         }
         Ok(())
+    }
+}
+
+/// Tell the live streams of the organisations whose alerts were written (docs/API.md, "Live
+/// stream"). A withdrawn pending alert names no organisation here: the streams' recheck finds it.
+async fn announce(store: &dyn Store, changes: &[AlertChange]) {
+    let orgs: std::collections::BTreeSet<OrgId> = changes
+        .iter()
+        .filter_map(|c| match &c.write {
+            AlertWrite::Open(a) | AlertWrite::Update { alert: a, .. } => Some(a.org_id),
+            AlertWrite::Delete { .. } => None,
+        })
+        .collect();
+    for org in orgs {
+        if let Err(e) = store.announce_change(org).await {
+            tracing::warn!(error = %e, org, "could not signal the live streams of an alert change");
+        }
     }
 }
 

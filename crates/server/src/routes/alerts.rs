@@ -636,83 +636,43 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
 // ---------------------------------------------------------------------------------------------
 // Alerts
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct AlertView {
-    pub id: i64,
-    /// Ids are never reused, so this is always the rule that raised the alert, even after it
-    /// was deleted (then `rule_deleted` is true and `rule_name` is its name at the time).
-    pub rule_id: i64,
-    /// The rule has been deleted since.
-    pub rule_deleted: bool,
-    pub rule_name: String,
-    pub severity: String,
-    /// `pending`, `firing` or `resolved`.
-    pub status: String,
-    /// Notifications were held back by a silence.
-    pub silenced: bool,
-    pub silenced_by: Option<i64>,
-    /// Held back by another open alert of the same problem (inhibition): it sends nothing.
-    pub inhibited: bool,
-    /// That alert's id.
-    pub inhibited_by: Option<i64>,
-    /// Its notification group under the default key (rule, job or owner, host).
-    pub group: String,
-    pub gpu: String,
-    pub host: String,
-    pub team: Option<String>,
-    pub labels: BTreeMap<String, String>,
-    pub fingerprint: String,
-    pub active_since_ms: i64,
-    pub fired_at_ms: Option<i64>,
-    pub resolved_at_ms: Option<i64>,
-    pub starts_at: Option<String>,
-    pub ends_at: Option<String>,
-    pub summary: String,
-    pub condition: String,
-    /// The condition's fields and their values when it fired.
-    pub values: Vec<fleetlens_core::rules::MatchedValue>,
-    pub state: Option<String>,
-    pub advice: String,
-    /// The firing notification went out.
-    pub notified: bool,
-    pub notified_channels: Vec<i64>,
-    pub resolved_reason: Option<String>,
-}
+/// An alert as the API shows it (the type lives in `fleetlens-api`: the live stream and the
+/// dashboard share it).
+pub use fleetlens_api::AlertView;
 
-impl From<AlertRecord> for AlertView {
-    fn from(a: AlertRecord) -> Self {
-        let d = AlertDetails::of(&a);
-        AlertView {
-            id: a.id,
-            rule_id: a.rule_id,
-            rule_deleted: false,
-            rule_name: a.rule_name,
-            severity: a.severity,
-            status: a.status.as_str().to_string(),
-            silenced: a.silenced_by.is_some(),
-            silenced_by: a.silenced_by,
-            inhibited: a.inhibited_by.is_some(),
-            inhibited_by: a.inhibited_by,
-            group: fleetlens_core::rules::group::group_key(&fleetlens_core::rules::group::DEFAULT_GROUP_BY, &a.labels),
-            gpu: a.labels.get("gpu").cloned().unwrap_or(a.gpu_uuid),
-            host: a.labels.get("host").cloned().unwrap_or(a.host),
-            team: d.team,
-            labels: a.labels,
-            fingerprint: a.fingerprint,
-            active_since_ms: a.active_since_ms,
-            fired_at_ms: a.fired_at_ms,
-            resolved_at_ms: a.resolved_at_ms,
-            starts_at: a.fired_at_ms.map(format_rfc3339_ms),
-            ends_at: a.resolved_at_ms.map(format_rfc3339_ms),
-            summary: a.summary,
-            condition: d.condition,
-            values: d.values,
-            state: d.state,
-            advice: d.advice,
-            notified: a.notified_firing,
-            notified_channels: d.notified_channels,
-            resolved_reason: d.resolved_reason,
-        }
+/// The API's view of a stored alert (`rule_deleted` false: see [`marking_deleted`]).
+pub fn alert_view(a: AlertRecord) -> AlertView {
+    let d = AlertDetails::of(&a);
+    AlertView {
+        id: a.id,
+        rule_id: a.rule_id,
+        rule_deleted: false,
+        rule_name: a.rule_name,
+        severity: a.severity,
+        status: a.status.as_str().to_string(),
+        silenced: a.silenced_by.is_some(),
+        silenced_by: a.silenced_by,
+        inhibited: a.inhibited_by.is_some(),
+        inhibited_by: a.inhibited_by,
+        group: fleetlens_core::rules::group::group_key(&fleetlens_core::rules::group::DEFAULT_GROUP_BY, &a.labels),
+        gpu: a.labels.get("gpu").cloned().unwrap_or(a.gpu_uuid),
+        host: a.labels.get("host").cloned().unwrap_or(a.host),
+        team: d.team,
+        labels: a.labels,
+        fingerprint: a.fingerprint,
+        active_since_ms: a.active_since_ms,
+        fired_at_ms: a.fired_at_ms,
+        resolved_at_ms: a.resolved_at_ms,
+        starts_at: a.fired_at_ms.map(format_rfc3339_ms),
+        ends_at: a.resolved_at_ms.map(format_rfc3339_ms),
+        summary: a.summary,
+        condition: d.condition,
+        values: d.values,
+        state: d.state,
+        advice: d.advice,
+        notified: a.notified_firing,
+        notified_channels: d.notified_channels,
+        resolved_reason: d.resolved_reason,
     }
 }
 
@@ -763,13 +723,13 @@ pub async fn list_alerts(
         .alerts(caller.org, &filter)
         .await?
         .into_iter()
-        .map(|a| AlertView::from(a).marking_deleted(&rules))
+        .map(|a| marking_deleted(alert_view(a), &rules))
         .collect();
     Ok(Json(AlertList { alerts }))
 }
 
 /// The ids of the organisation's rules that still exist.
-async fn rule_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<i64>> {
+pub async fn rule_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<i64>> {
     Ok(state.store.alert_rules(org).await?.into_iter().map(|r| r.id).collect())
 }
 
@@ -778,11 +738,10 @@ async fn channel_ids(state: &AppState, org: OrgId) -> Res<std::collections::Hash
     Ok(state.store.notification_channels(org).await?.into_iter().map(|c| c.id).collect())
 }
 
-impl AlertView {
-    fn marking_deleted(mut self, rules: &std::collections::HashSet<i64>) -> Self {
-        self.rule_deleted = !rules.contains(&self.rule_id);
-        self
-    }
+/// `view` with `rule_deleted` set: its rule is not among the organisation's `rules` now.
+pub fn marking_deleted(mut view: AlertView, rules: &std::collections::HashSet<i64>) -> AlertView {
+    view.rule_deleted = !rules.contains(&view.rule_id);
+    view
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -887,7 +846,7 @@ pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): 
         .into_iter()
         .map(|d| DeliveryView::from(d).marking_deleted(&channels))
         .collect();
-    let alert = AlertView::from(a).marking_deleted(&rule_ids(&state, caller.org).await?);
+    let alert = marking_deleted(alert_view(a), &rule_ids(&state, caller.org).await?);
     Ok(Json(AlertDetail { alert, messages, deliveries }))
 }
 

@@ -86,6 +86,10 @@ pub async fn store_batch(state: &AppState, caller: &Caller, mut batch: IngestBat
     state.store.insert_gpu_events(caller.org, host, &batch.events, now_ms()).await?;
     crate::accounts::after_ingest(state, caller, batch.host.trim(), &batch.labels).await;
     state.alerts.observe(caller.org, batch.host.trim(), &batch.labels);
+    // The organisation's live streams, on every replica, read again (docs/API.md "Live stream").
+    if let Err(e) = state.store.announce_change(caller.org).await {
+        tracing::warn!(error = %e, "could not signal the live streams of a stored batch");
+    }
     crate::metrics::record_ingest(received, outcome.inserted);
     Ok(IngestResponse { received, inserted: outcome.inserted, duplicates: outcome.duplicates })
 }

@@ -10,3 +10,4 @@ pub mod ingest;
 pub mod jobs;
 pub mod remote_write;
 pub mod reports;
+pub mod stream;
