@@ -27,4 +27,6 @@ pub struct AppState {
     pub ingest_gate: Arc<crate::ingest_gate::IngestGate>,
     /// Data-quality trackers of the GPUs this process has received samples from.
     pub quality: Arc<crate::quality::QualityTrackers>,
+    /// Job runs seen at ingest, waiting to be written (docs/ACTIONS.md).
+    pub job_tracker: Arc<crate::actions::tracker::JobTracker>,
 }

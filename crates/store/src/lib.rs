@@ -2,6 +2,7 @@
 //! the URL scheme in [`connect`]. Timestamps are Unix milliseconds everywhere in storage.
 
 pub mod accounts;
+pub mod actions;
 mod accounts_pg;
 mod accounts_sqlite;
 pub mod alerts;
@@ -15,6 +16,7 @@ mod ingest_rules;
 pub mod leader;
 mod pg_samples;
 mod postgres;
+pub mod reclaim;
 mod sqlite;
 
 use std::sync::Arc;
@@ -23,6 +25,8 @@ use async_trait::async_trait;
 pub use fleetlens_core::{Resolution, RollupBucket, Sample};
 
 pub use crate::accounts::AccountStore;
+pub use crate::actions::ActionStore;
+pub use crate::reclaim::ReclaimStore;
 pub use crate::alerts::AlertStore;
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
 pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
@@ -412,7 +416,7 @@ pub struct MaintenanceReport {
 }
 
 #[async_trait]
-pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sync + 'static {
+pub trait Store: AlertStore + AccountStore + EventStore + ActionStore + ReclaimStore + SampleFeed + Send + Sync + 'static {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for readiness checks.
