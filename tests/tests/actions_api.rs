@@ -267,4 +267,24 @@ async fn report_cards_from_a_replayed_trace(backend: Backend) {
     assert_eq!(slacks.len(), 1, "{slacks:?}");
     assert!(slacks[0]["text"].as_str().unwrap().contains("pod:ml/nb-bob"), "{}", slacks[0]);
     validate_slack_messages(&slacks);
+
+    // Plans from these jobs: the Slurm job (p95 SM 9 %, 38 GiB) and bob's notebook (0 %,
+    // 30 GiB) ran at the same time on H100s and fit one (68 GiB ≤ 80 GB less 10 %); alice's is
+    // too busy. The fleet summary shows the same saving.
+    let (from, to) = (start - 3_600_000, now_ms());
+    let (status, plans) = get(&server, &format!("/api/v1/plans?from={from}&to={to}")).await;
+    assert_eq!(status, 200, "{plans}");
+    assert_eq!(plans["collocation"].as_array().unwrap().len(), 1, "{plans:#}");
+    let group = &plans["collocation"][0];
+    let mut jobs: Vec<&str> = group["jobs"].as_array().unwrap().iter().map(|j| j["job"].as_str().unwrap()).collect();
+    jobs.sort();
+    assert_eq!(jobs, ["pod:ml/nb-bob", "slurm:4242"], "{group:#}");
+    assert_eq!(group["sum_peak_mem_bytes"], json!(68i64 << 30));
+    assert!(close(&group["gpu_hours_saved"], 10.0 / 60.0, 2.0 / 3600.0), "{group:#}");
+    let month = 10.0 / 60.0 * PRICE * 720.0 * 3_600_000.0 / (to - from) as f64;
+    assert!(close(&group["saving_per_month"], month, month * 0.01), "{group:#}");
+    assert_eq!(plans["right_size"], json!([]), "{plans:#}");
+    let (status, summary) = get(&server, &format!("/api/v1/fleet/summary?from={from}&to={to}")).await;
+    assert_eq!(status, 200, "{summary}");
+    assert!(close(&summary["plan_saving_per_month"], plans["saving_per_month"].as_f64().unwrap(), 1e-9), "{summary}");
 }

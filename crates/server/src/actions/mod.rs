@@ -1,5 +1,6 @@
 //! Acting on waste (issue 24, docs/ACTIONS.md): job runs found from the processes' owners
-//! ([`tracker`]) and their report cards ([`cards`]).
+//! ([`tracker`]) and their report cards ([`cards`]), idle-reclaim policies ([`reclaim`]), and
+//! collocation and right-size plans from job history ([`plans`]).
 
 pub mod cards;
 pub mod plans;
@@ -21,7 +22,7 @@ pub struct ActionsConfig {
     #[arg(long, env = "FLEETLENS_JOB_END_AFTER", default_value = "2m", value_parser = humantime::parse_duration)]
     pub job_end_after: Duration,
 
-    /// How often the server looks for ended job runs.
+    /// How often the server looks for ended job runs and evaluates the idle-reclaim policies.
     #[arg(long, env = "FLEETLENS_JOB_SCAN_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
     pub job_scan_interval: Duration,
 }
