@@ -80,7 +80,12 @@ pub struct KillCommand {
 }
 
 /// Why a command is refused, or `Ok` when the process may be sent SIGTERM.
-pub fn check(board: &ProcessBoard, proc_root: &Path, passwd: &HashMap<u32, String>, c: &KillCommand) -> Result<u32, String> {
+pub fn check(
+    board: &ProcessBoard,
+    proc_root: &Path,
+    passwd: &HashMap<u32, String>,
+    c: &KillCommand,
+) -> Result<u32, String> {
     let pid = u32::try_from(c.pid).ok().filter(|p| *p > 1 && *p != std::process::id()).ok_or("not a PID to signal")?;
     let (_, procs) = board.processes(&c.gpu).ok_or_else(|| format!("GPU {} is not one of this agent's", c.gpu))?;
     let p = procs
@@ -151,9 +156,11 @@ pub async fn run(server: String, api_key: Option<String>, board: ProcessBoard, p
                     Err(why) => ("refused", why),
                 };
                 tracing::info!(command = c.id, pid = c.pid, result, detail, "reclaim kill command");
-                let mut req = client
-                    .post(format!("{base}/api/v1/agent/commands/{}/result", c.id))
-                    .json(&Outcome { host: &host, result, detail: &detail });
+                let mut req = client.post(format!("{base}/api/v1/agent/commands/{}/result", c.id)).json(&Outcome {
+                    host: &host,
+                    result,
+                    detail: &detail,
+                });
                 if let Some(k) = &api_key {
                     req = req.bearer_auth(k);
                 }

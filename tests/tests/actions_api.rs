@@ -73,7 +73,16 @@ async fn post(server: &TestServer, path: &str, body: Value) -> (u16, Value) {
 
 /// Trace lines: `minutes` of 1-Hz samples of one GPU from `start`.
 #[allow(clippy::too_many_arguments)]
-fn trace(host: &str, uuid: &str, start: i64, minutes: i64, util: f64, smact: f64, tensor: f64, procs: &Value) -> Vec<String> {
+fn trace(
+    host: &str,
+    uuid: &str,
+    start: i64,
+    minutes: i64,
+    util: f64,
+    smact: f64,
+    tensor: f64,
+    procs: &Value,
+) -> Vec<String> {
     (0..minutes * 60)
         .map(|i| {
             let held = procs.as_array().is_some_and(|p| !p.is_empty());
@@ -118,9 +127,7 @@ async fn report_cards_from_a_replayed_trace(backend: Backend) {
     )
     .await;
     assert_eq!(status, 200);
-    let channel = |name: &str, kind: &str, path: &str| {
-        json!({"name": name, "kind": kind, "url": format!("{}{path}", receiver.url)})
-    };
+    let channel = |name: &str, kind: &str, path: &str| json!({"name": name, "kind": kind, "url": format!("{}{path}", receiver.url)});
     let (status, hook) = post(&server, "/api/v1/notification-channels", channel("cards", "webhook", "/hook")).await;
     assert_eq!(status, 201, "{hook}");
     let (status, slack) = post(&server, "/api/v1/notification-channels", channel("bob", "slack", "/slack")).await;

@@ -132,7 +132,10 @@ async fn reclaim_policies_act_on_real_processes(backend: Backend) {
     for (body, field) in [
         (json!({"name": "x", "state": "offline", "for_s": 5, "grace_s": 5, "action": "agent_kill"}), "state"),
         (json!({"name": "x", "state": "idle_held", "for_s": 0, "grace_s": 5, "action": "agent_kill"}), "for_s"),
-        (json!({"name": "x", "state": "idle_held", "for_s": 5, "grace_s": 5, "action": "webhook"}), "action_channel_id"),
+        (
+            json!({"name": "x", "state": "idle_held", "for_s": 5, "grace_s": 5, "action": "webhook"}),
+            "action_channel_id",
+        ),
         (json!({"name": "x", "state": "idle_held", "for_s": 5, "grace_s": 5, "action": "reboot"}), "action"),
     ] {
         let (status, e) = policy(body).await;
@@ -156,7 +159,13 @@ async fn reclaim_policies_act_on_real_processes(backend: Backend) {
     let kill_trace = dir.path().join("kill-node.jsonl");
     std::fs::write(
         &kill_trace,
-        sorted([trace("kill-node", "GPU-K1", mine.id(), &me, 90), trace("kill-node", "GPU-K2", listed_as_mallory.id(), "mallory", 90)].concat()),
+        sorted(
+            [
+                trace("kill-node", "GPU-K1", mine.id(), &me, 90),
+                trace("kill-node", "GPU-K2", listed_as_mallory.id(), "mallory", 90),
+            ]
+            .concat(),
+        ),
     )
     .unwrap();
     let other_trace = dir.path().join("other-node.jsonl");
@@ -173,12 +182,22 @@ async fn reclaim_policies_act_on_real_processes(backend: Backend) {
     // The webhook policy's reclaim of GPU-W is snoozed as soon as it is noticed.
     let list = wait_for(&server, "webhook notice on GPU-W", |l| find(l, hook_id, "GPU-W").is_some()).await;
     let w = find(&list, hook_id, "GPU-W").unwrap();
-    let (status, snoozed) =
-        call(&server, reqwest::Method::POST, &format!("/api/v1/reclaims/{}/snooze", w["id"]), Some(json!({"for_s": 600}))).await;
+    let (status, snoozed) = call(
+        &server,
+        reqwest::Method::POST,
+        &format!("/api/v1/reclaims/{}/snooze", w["id"]),
+        Some(json!({"for_s": 600})),
+    )
+    .await;
     assert_eq!(status, 200, "{snoozed}");
     assert!(snoozed["snoozed_until_ms"].as_i64().is_some());
-    let (status, e) =
-        call(&server, reqwest::Method::POST, &format!("/api/v1/reclaims/{}/snooze", w["id"]), Some(json!({"for_s": 1}))).await;
+    let (status, e) = call(
+        &server,
+        reqwest::Method::POST,
+        &format!("/api/v1/reclaims/{}/snooze", w["id"]),
+        Some(json!({"for_s": 1})),
+    )
+    .await;
     assert_eq!((status, e["error"]["field"].as_str()), (422, Some("for_s")), "{e}");
 
     // The kill policy: mine is killed, mallory's refused, the other host's queued only.
@@ -229,8 +248,10 @@ async fn reclaim_policies_act_on_real_processes(backend: Backend) {
     tokio::time::sleep(Duration::from_secs(1)).await;
     let received = got.lock().unwrap().clone();
     let actions: Vec<&Value> = received.iter().filter(|m| m["type"] == "fleetlens.reclaim_action").collect();
-    let mut targets: Vec<(String, i64)> =
-        actions.iter().map(|m| (m["gpu"].as_str().unwrap().to_string(), m["target"]["pid"].as_i64().unwrap())).collect();
+    let mut targets: Vec<(String, i64)> = actions
+        .iter()
+        .map(|m| (m["gpu"].as_str().unwrap().to_string(), m["target"]["pid"].as_i64().unwrap()))
+        .collect();
     targets.sort();
     assert_eq!(
         targets,
@@ -248,12 +269,18 @@ async fn reclaim_policies_act_on_real_processes(backend: Backend) {
     assert!(notices.iter().all(|n| !n["snooze_url"].as_str().unwrap().contains("__RECLAIM_ID__")), "{notices:#?}");
 
     // A closed reclaim cannot be snoozed.
-    let (status, _) =
-        call(&server, reqwest::Method::POST, &format!("/api/v1/reclaims/{}/snooze", k1["id"]), Some(json!({"for_s": 600}))).await;
+    let (status, _) = call(
+        &server,
+        reqwest::Method::POST,
+        &format!("/api/v1/reclaims/{}/snooze", k1["id"]),
+        Some(json!({"for_s": 600})),
+    )
+    .await;
     assert_eq!(status, 409);
 
     // Dry run over the past hour: each GPU's idle-held minutes would have been acted on once.
-    let (status, dry) = call(&server, reqwest::Method::GET, &format!("/api/v1/reclaim-policies/{kill_id}/dry-run"), None).await;
+    let (status, dry) =
+        call(&server, reqwest::Method::GET, &format!("/api/v1/reclaim-policies/{kill_id}/dry-run"), None).await;
     assert_eq!(status, 200, "{dry}");
     assert_eq!(dry["actions"], 3, "{dry:#}");
     assert!(dry["freed_cost"].as_f64().unwrap() > 0.0, "{dry}");

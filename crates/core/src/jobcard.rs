@@ -502,7 +502,10 @@ mod tests {
             Some("pid:42")
         );
         assert_eq!(run_key(&GpuProcess { pid: 1, ..Default::default() }), None);
-        assert_eq!(run_key(&GpuProcess { pid: 1, user: Some("bob".into()), ..Default::default() }).as_deref(), Some("pid:1"));
+        assert_eq!(
+            run_key(&GpuProcess { pid: 1, user: Some("bob".into()), ..Default::default() }).as_deref(),
+            Some("pid:1")
+        );
         assert_eq!(global_run_key("node-1", "pid:42"), "pid:node-1/42");
         assert_eq!(local_run_key("pid:node-1/42"), "pid:42");
         assert_eq!(global_run_key("node-1", "pod:ml/nb"), "pod:ml/nb");
@@ -515,7 +518,13 @@ mod tests {
         // 2 h hollow at util 61 %, SMACT 9 %, then 1 h idle-held, on one H100 ($3.00/h).
         let mut c = credit(WorkloadState::Hollow, 7200.0, 61.0, 9.0, 0.0);
         c.add_scaled(&credit(WorkloadState::IdleHeld, 3600.0, 0.0, 0.0, 0.0), 1.0);
-        let input = CardInput { from_ms: 0, to_ms: 3 * 3_600_000, gpus: vec![gpu(c, 70)], mfu: Some(0.12), p95_sm_active_pct: None };
+        let input = CardInput {
+            from_ms: 0,
+            to_ms: 3 * 3_600_000,
+            gpus: vec![gpu(c, 70)],
+            mfu: Some(0.12),
+            p95_sm_active_pct: None,
+        };
         let card = job_card(&input, &prices, &th);
         assert_eq!(card.gpu_count, 1);
         assert!((card.gpu_hours - 3.0).abs() < 1e-9);
@@ -550,7 +559,11 @@ mod tests {
     fn a_healthy_job_gets_no_hint_and_is_not_sent() {
         let (prices, th) = (PriceTable::default(), Thresholds::default());
         let c = credit(WorkloadState::ComputeBound, 600.0, 98.0, 90.0, 60.0);
-        let card = job_card(&CardInput { from_ms: 0, to_ms: 600_000, gpus: vec![gpu(c, 70)], mfu: None, p95_sm_active_pct: None }, &prices, &th);
+        let card = job_card(
+            &CardInput { from_ms: 0, to_ms: 600_000, gpus: vec![gpu(c, 70)], mfu: None, p95_sm_active_pct: None },
+            &prices,
+            &th,
+        );
         assert!(card.advice.is_empty(), "{:?}", card.advice);
         assert_eq!(card.wasted_cost, Some(0.0));
         assert!(!worth_sending(&card, 0.1, 10.0));
@@ -563,14 +576,22 @@ mod tests {
         let (prices, th) = (PriceTable::default(), Thresholds::default());
         // Starved at SMACT 10 % with 12 GiB peak: a T4 would carry it.
         let c = credit(WorkloadState::Starved, 3600.0, 20.0, 10.0, 0.0);
-        let card = job_card(&CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![gpu(c, 12)], mfu: None, p95_sm_active_pct: None }, &prices, &th);
+        let card = job_card(
+            &CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![gpu(c, 12)], mfu: None, p95_sm_active_pct: None },
+            &prices,
+            &th,
+        );
         let codes: Vec<&str> = card.advice.iter().map(|a| a.code.as_str()).collect();
         assert_eq!(codes, ["starved", "right_size"], "{:?}", card.advice);
         assert!(card.advice[1].text.contains("12.0 GiB"), "{}", card.advice[1].text);
         assert!(card.advice[1].text.contains("T4"), "{}", card.advice[1].text);
         // Active at SMACT 70 % with tensor 0 %: mixed precision.
         let c = credit(WorkloadState::Active, 3600.0, 95.0, 70.0, 0.0);
-        let card = job_card(&CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![gpu(c, 70)], mfu: None, p95_sm_active_pct: None }, &prices, &th);
+        let card = job_card(
+            &CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![gpu(c, 70)], mfu: None, p95_sm_active_pct: None },
+            &prices,
+            &th,
+        );
         assert_eq!(card.advice.len(), 1);
         assert_eq!(card.advice[0].code, "no_tensor");
         assert!(card.advice[0].text.starts_with("Tensor activity 0 % with SM activity 70 %"));
@@ -587,7 +608,11 @@ mod tests {
         g.credit.sm_pct_s = 80.0 * 900.0;
         g.credit.sm_covered_s = 900.0;
         g.present_s = 3600.0;
-        let card = job_card(&CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![g], mfu: None, p95_sm_active_pct: None }, &prices, &th);
+        let card = job_card(
+            &CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![g], mfu: None, p95_sm_active_pct: None },
+            &prices,
+            &th,
+        );
         assert_eq!(card.cost, None);
         assert_eq!(card.wasted_cost, None);
         assert_eq!(card.currency, "EUR");

@@ -72,9 +72,12 @@ pub struct Plans {
 
 /// MIG profiles of a model: (name, share of the GPU's compute, memory in GB).
 fn mig_profiles(model: GpuModel) -> &'static [(&'static str, f64, f64)] {
-    const A100_80: [(&str, f64, f64); 3] = [("1g.10gb", 1.0 / 7.0, 10.0), ("2g.20gb", 2.0 / 7.0, 20.0), ("3g.40gb", 3.0 / 7.0, 40.0)];
-    const A100_40: [(&str, f64, f64); 3] = [("1g.5gb", 1.0 / 7.0, 5.0), ("2g.10gb", 2.0 / 7.0, 10.0), ("3g.20gb", 3.0 / 7.0, 20.0)];
-    const H200: [(&str, f64, f64); 3] = [("1g.18gb", 1.0 / 7.0, 18.0), ("2g.35gb", 2.0 / 7.0, 35.0), ("3g.71gb", 3.0 / 7.0, 71.0)];
+    const A100_80: [(&str, f64, f64); 3] =
+        [("1g.10gb", 1.0 / 7.0, 10.0), ("2g.20gb", 2.0 / 7.0, 20.0), ("3g.40gb", 3.0 / 7.0, 40.0)];
+    const A100_40: [(&str, f64, f64); 3] =
+        [("1g.5gb", 1.0 / 7.0, 5.0), ("2g.10gb", 2.0 / 7.0, 10.0), ("3g.20gb", 3.0 / 7.0, 20.0)];
+    const H200: [(&str, f64, f64); 3] =
+        [("1g.18gb", 1.0 / 7.0, 18.0), ("2g.35gb", 2.0 / 7.0, 35.0), ("3g.71gb", 3.0 / 7.0, 71.0)];
     const A30: [(&str, f64, f64); 2] = [("1g.6gb", 0.25, 6.0), ("2g.12gb", 0.5, 12.0)];
     match model {
         GpuModel::A100_80 | GpuModel::H100Sxm | GpuModel::H100Pcie => &A100_80,
@@ -91,9 +94,9 @@ const GB: f64 = 1e9;
 /// whose share of the SMs, less a fifth for headroom, covers its p95 SM activity.
 fn mig_plan(j: &JobEvidence, price: Option<f64>, keep: f64, factor: f64) -> Option<RightSizePlan> {
     let model = GpuModel::from_nvml_name(&j.gpu_name)?;
-    let (name, share, mem_gb) = mig_profiles(model)
-        .iter()
-        .find(|(_, share, mem_gb)| (j.peak_mem_bytes as f64) <= mem_gb * GB * keep && j.p95_sm_active_pct <= share * 100.0 * 0.8)?;
+    let (name, share, mem_gb) = mig_profiles(model).iter().find(|(_, share, mem_gb)| {
+        (j.peak_mem_bytes as f64) <= mem_gb * GB * keep && j.p95_sm_active_pct <= share * 100.0 * 0.8
+    })?;
     Some(RightSizePlan {
         job: j.clone(),
         kind: "mig".into(),
@@ -128,7 +131,8 @@ pub fn plans(jobs: &[JobEvidence], window_ms: i64, prices: &PriceTable, th: &Thr
             .or_else(|| GpuModel::from_nvml_name(name).map(|m| m.spec().memory_bytes()));
         let Some(capacity) = capacity else { continue };
         let usable = (capacity as f64 * keep) as i64;
-        let mut candidates: Vec<&JobEvidence> = group.iter().copied().filter(|j| j.p95_sm_active_pct <= limit).collect();
+        let mut candidates: Vec<&JobEvidence> =
+            group.iter().copied().filter(|j| j.p95_sm_active_pct <= limit).collect();
         candidates.sort_by(|a, b| b.p95_sm_active_pct.total_cmp(&a.p95_sm_active_pct).then(a.job.cmp(&b.job)));
         let mut bins: Vec<Vec<&JobEvidence>> = Vec::new();
         for j in candidates {
@@ -160,16 +164,19 @@ pub fn plans(jobs: &[JobEvidence], window_ms: i64, prices: &PriceTable, th: &Thr
     }
     for j in jobs.iter().filter(|j| j.p95_sm_active_pct.is_finite() && !grouped.contains(&j.job.as_str())) {
         let price = prices.price_for(&j.gpu_name);
-        let smaller = right_size(&j.gpu_name, j.p95_sm_active_pct, j.peak_mem_bytes, prices, th).map(|h| RightSizePlan {
-            job: j.clone(),
-            kind: "smaller_gpu".into(),
-            suggested: h.suggested.spec().display_name.to_string(),
-            usable_mem_bytes: h.suggested_usable_mem_bytes,
-            saving_per_month: Some((h.current_price_per_hour - h.suggested_price_per_hour) * j.gpu_hours * factor),
-        });
+        let smaller =
+            right_size(&j.gpu_name, j.p95_sm_active_pct, j.peak_mem_bytes, prices, th).map(|h| RightSizePlan {
+                job: j.clone(),
+                kind: "smaller_gpu".into(),
+                suggested: h.suggested.spec().display_name.to_string(),
+                usable_mem_bytes: h.suggested_usable_mem_bytes,
+                saving_per_month: Some((h.current_price_per_hour - h.suggested_price_per_hour) * j.gpu_hours * factor),
+            });
         let mig = mig_plan(j, price, keep, factor);
         let best = match (smaller, mig) {
-            (Some(a), Some(b)) => Some(if b.saving_per_month.unwrap_or(0.0) > a.saving_per_month.unwrap_or(0.0) { b } else { a }),
+            (Some(a), Some(b)) => {
+                Some(if b.saving_per_month.unwrap_or(0.0) > a.saving_per_month.unwrap_or(0.0) { b } else { a })
+            }
             (a, b) => a.or(b),
         };
         out.right_size.extend(best);
@@ -230,7 +237,8 @@ mod tests {
         // 10 % SM fits a 1g slice (14 % × 0.8 = 11.4 %); 5 GiB fits 10 GB less 10 %.
         assert_eq!((e.kind.as_str(), e.suggested.as_str()), ("mig", "MIG 1g.10gb"));
         assert!((e.saving_per_month.unwrap() - 1.80 * 6.0 / 7.0 * 10.0 * 720.0 / 168.0).abs() < 1e-9);
-        let total: f64 = g.saving_per_month.unwrap() + p.right_size.iter().filter_map(|r| r.saving_per_month).sum::<f64>();
+        let total: f64 =
+            g.saving_per_month.unwrap() + p.right_size.iter().filter_map(|r| r.saving_per_month).sum::<f64>();
         assert!((p.saving_per_month - total).abs() < 1e-9);
     }
 

@@ -112,8 +112,7 @@ pub trait ActionStore: Send + Sync {
 
 pub(crate) const RUN_COLS: &str = "id, org_id, run_key, host, owner, gpu_uuids, first_ms, last_ms, end_requested_ms, \
      ended_ms, end_reason, team_id, card, notified_channel_id, updated_ms";
-pub(crate) const ROUTE_COLS: &str =
-    "id, org_id, team_id, owner, channel_id, min_gpu_hours, min_waste_pct, created_ms";
+pub(crate) const ROUTE_COLS: &str = "id, org_id, team_id, owner, channel_id, min_gpu_hours, min_waste_pct, created_ms";
 
 /// Sorted union of two GPU lists.
 pub fn union(a: &[String], b: &[String]) -> Vec<String> {
@@ -176,10 +175,8 @@ macro_rules! impl_action_store {
                 let mut tx = begin(self.pool()).await?;
                 let mut opened = 0;
                 for s in sightings {
-                    let open = sqlx::query(&q(
-                        "SELECT id, gpu_uuids, first_ms, last_ms FROM job_runs \
-                         WHERE org_id = ? AND run_key = ? AND ended_ms IS NULL",
-                    ))
+                    let open = sqlx::query(&q("SELECT id, gpu_uuids, first_ms, last_ms FROM job_runs \
+                         WHERE org_id = ? AND run_key = ? AND ended_ms IS NULL"))
                     .bind(org)
                     .bind(&s.run_key)
                     .fetch_optional(&mut *tx)

@@ -2,9 +2,9 @@
 //! the URL scheme in [`connect`]. Timestamps are Unix milliseconds everywhere in storage.
 
 pub mod accounts;
-pub mod actions;
 mod accounts_pg;
 mod accounts_sqlite;
+pub mod actions;
 pub mod alerts;
 mod alerts_pg;
 mod alerts_sqlite;
@@ -26,13 +26,13 @@ pub use fleetlens_core::{Resolution, RollupBucket, Sample};
 
 pub use crate::accounts::AccountStore;
 pub use crate::actions::ActionStore;
-pub use crate::reclaim::ReclaimStore;
 pub use crate::alerts::AlertStore;
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
 pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
 pub use crate::feed::SampleFeed;
 pub use crate::ingest_rules::IngestRules;
 pub use crate::postgres::PgStore;
+pub use crate::reclaim::ReclaimStore;
 pub use crate::sqlite::SqliteStore;
 
 pub type OrgId = i64;
@@ -416,7 +416,9 @@ pub struct MaintenanceReport {
 }
 
 #[async_trait]
-pub trait Store: AlertStore + AccountStore + EventStore + ActionStore + ReclaimStore + SampleFeed + Send + Sync + 'static {
+pub trait Store:
+    AlertStore + AccountStore + EventStore + ActionStore + ReclaimStore + SampleFeed + Send + Sync + 'static
+{
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for readiness checks.

@@ -97,8 +97,12 @@ pub trait ReclaimStore: Send + Sync {
     async fn enabled_reclaim_policies(&self) -> Result<Vec<ReclaimPolicyRecord>>;
     async fn reclaim_policy(&self, org: OrgId, id: i64) -> Result<Option<ReclaimPolicyRecord>>;
     /// None when the name is taken.
-    async fn insert_reclaim_policy(&self, org: OrgId, p: &ReclaimPolicyRecord, now_ms: i64)
-    -> Result<Option<ReclaimPolicyRecord>>;
+    async fn insert_reclaim_policy(
+        &self,
+        org: OrgId,
+        p: &ReclaimPolicyRecord,
+        now_ms: i64,
+    ) -> Result<Option<ReclaimPolicyRecord>>;
     async fn delete_reclaim_policy(&self, org: OrgId, id: i64) -> Result<bool>;
     /// Every organisation's reclaims not closed.
     async fn open_reclaims(&self) -> Result<Vec<ReclaimRecord>>;

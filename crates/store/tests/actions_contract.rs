@@ -91,7 +91,13 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
     assert!(store.request_job_end(DEFAULT_ORG, run.id, T0 + 8_000, T0 + 10_000).await.unwrap());
     let ch = channel(store.as_ref()).await;
     let note = NewNotification { channel_id: ch, kind: "job_report".into(), seq: run.id, payload: "{}".into() };
-    let done = FinishedRun { ended_ms: T0 + 8_000, reason: "requested", team_id: None, card: "{\"gpu_hours\":1}", notify: Some(&note) };
+    let done = FinishedRun {
+        ended_ms: T0 + 8_000,
+        reason: "requested",
+        team_id: None,
+        card: "{\"gpu_hours\":1}",
+        notify: Some(&note),
+    };
     assert!(store.finish_job_run(DEFAULT_ORG, run.id, &done, T0 + 11_000).await.unwrap());
     assert!(!store.finish_job_run(DEFAULT_ORG, run.id, &done, T0 + 12_000).await.unwrap(), "a run ends once");
     assert!(!store.request_job_end(DEFAULT_ORG, run.id, T0, T0).await.unwrap());
@@ -249,10 +255,15 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     let mut killed = entry("killed");
     killed.actor = "agent:node-1".into();
     killed.dollars_held = None;
-    assert!(store.finish_agent_command(DEFAULT_ORG, taken[0].id, "node-2", "killed", &killed, T0).await.unwrap().is_none());
-    let done = store.finish_agent_command(DEFAULT_ORG, taken[0].id, "node-1", "killed", &killed, T0 + 903_000).await.unwrap();
+    assert!(
+        store.finish_agent_command(DEFAULT_ORG, taken[0].id, "node-2", "killed", &killed, T0).await.unwrap().is_none()
+    );
+    let done =
+        store.finish_agent_command(DEFAULT_ORG, taken[0].id, "node-1", "killed", &killed, T0 + 903_000).await.unwrap();
     assert_eq!(done.map(|c| (c.result, c.done_ms)), Some((Some("killed".to_string()), Some(T0 + 903_000))));
-    assert!(store.finish_agent_command(DEFAULT_ORG, taken[0].id, "node-1", "killed", &killed, T0).await.unwrap().is_none());
+    assert!(
+        store.finish_agent_command(DEFAULT_ORG, taken[0].id, "node-1", "killed", &killed, T0).await.unwrap().is_none()
+    );
 
     // The log: every step, newest first, with the money held.
     let log = store.reclaim_log(DEFAULT_ORG, Some(id), 100).await.unwrap();

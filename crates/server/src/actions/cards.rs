@@ -151,7 +151,11 @@ pub fn route_for<'a>(routes: &'a [ReportRoute], team: Option<i64>, owner: Option
         }?;
         Some(owner_ok + team_ok)
     };
-    routes.iter().filter_map(|r| score(r).map(|s| (s, r))).max_by_key(|(s, r)| (*s, std::cmp::Reverse(r.id))).map(|(_, r)| r)
+    routes
+        .iter()
+        .filter_map(|r| score(r).map(|s| (s, r)))
+        .max_by_key(|(s, r)| (*s, std::cmp::Reverse(r.id)))
+        .map(|(_, r)| r)
 }
 
 /// The run's share of its GPUs' minutes in `[first_ms, to_ms]`, and its card.
@@ -166,8 +170,12 @@ pub async fn compute_card(
     let end = floor_minute(to_ms) + MINUTE_MS;
     let mine: Vec<GpuRecord> = gpus.iter().filter(|g| run.gpu_uuids.contains(&g.uuid)).cloned().collect();
     let ids: HashSet<i64> = mine.iter().map(|g| g.id).collect();
-    let minutes: Vec<_> =
-        store.org_credits(org, Resolution::Minute, from, end).await?.into_iter().filter(|m| ids.contains(&m.gpu_id)).collect();
+    let minutes: Vec<_> = store
+        .org_credits(org, Resolution::Minute, from, end)
+        .await?
+        .into_iter()
+        .filter(|m| ids.contains(&m.gpu_id))
+        .collect();
     let lists: Vec<_> =
         store.org_process_lists(org, from, end).await?.into_iter().filter(|l| ids.contains(&l.gpu_id)).collect();
     let credits = crate::analytics::owners::owner_credits(&mine, &minutes, &lists, &OwnerKey::Run, from, end);
@@ -179,9 +187,9 @@ pub async fn compute_card(
     let mut sm_minutes = Vec::new();
     for g in &mine {
         let credit = credits.get(&me).and_then(|c| c.get(&g.id)).copied().unwrap_or_default();
-        let shared = credits
-            .iter()
-            .any(|(group, per)| matches!(group, OwnerGroup::Owner(k) if *k != local) && per.get(&g.id).is_some_and(|c| !c.is_zero()));
+        let shared = credits.iter().any(|(group, per)| {
+            matches!(group, OwnerGroup::Owner(k) if *k != local) && per.get(&g.id).is_some_and(|c| !c.is_zero())
+        });
         // The run's own memory: the most its processes held at once.
         let peak_own = lists
             .iter()
@@ -198,8 +206,11 @@ pub async fn compute_card(
             .max();
         // DRAM is not in credits: the minute rollups' means, over the minutes the run was there.
         let series = store.series(g.id, Resolution::Minute, from, end).await?;
-        let my_minutes: HashSet<i64> =
-            lists.iter().filter(|l| l.gpu_id == g.id && has_run(l, &local)).map(|l| floor_minute(l.minute_ms)).collect();
+        let my_minutes: HashSet<i64> = lists
+            .iter()
+            .filter(|l| l.gpu_id == g.id && has_run(l, &local))
+            .map(|l| floor_minute(l.minute_ms))
+            .collect();
         let (mut dram_s, mut dram_cov, mut peak_device) = (0.0, 0.0, None::<i64>);
         let mut present_s = 0.0;
         for row in series.iter().filter(|r| my_minutes.contains(&r.bucket_ms)) {

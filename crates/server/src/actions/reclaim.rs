@@ -7,7 +7,7 @@ use std::collections::HashMap;
 
 use fleetlens_core::jobcard::{global_run_key, run_key};
 use fleetlens_core::reclaim::{ReclaimProgress, ReclaimStep, ReclaimTiming, ReclaimView, next_step};
-use fleetlens_core::{GpuProcess, ProcessOwner, PriceTable, Thresholds, WindowAggregate, WorkloadState, classify};
+use fleetlens_core::{GpuProcess, PriceTable, ProcessOwner, Thresholds, WindowAggregate, WorkloadState, classify};
 use fleetlens_store::alerts::NewNotification;
 use fleetlens_store::reclaim::{
     AgentCommand, RECLAIM_ID_TOKEN, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord, ReclaimWrite,
@@ -77,12 +77,16 @@ fn log(step: &str, actor: &str, dollars_held: Option<f64>, detail: String, now: 
 
 impl ReclaimEngine {
     /// Read the new samples of the organisations' GPUs and update their states.
-    async fn follow(&mut self, state: &AppState, gpus: &[GpuRecord], th: &Thresholds, lookback_ms: i64) -> ApiResult<()> {
+    async fn follow(
+        &mut self,
+        state: &AppState,
+        gpus: &[GpuRecord],
+        th: &Thresholds,
+        lookback_ms: i64,
+    ) -> ApiResult<()> {
         let now = now_ms();
-        let positions: Vec<(i64, i64)> = gpus
-            .iter()
-            .map(|g| (g.id, self.gpus.get(&g.id).map_or(now - lookback_ms, |f| f.last_ts_ms + 1)))
-            .collect();
+        let positions: Vec<(i64, i64)> =
+            gpus.iter().map(|g| (g.id, self.gpus.get(&g.id).map_or(now - lookback_ms, |f| f.last_ts_ms + 1))).collect();
         if positions.is_empty() {
             return Ok(());
         }
@@ -172,7 +176,11 @@ impl ReclaimEngine {
         };
         let held = fresh.map_or(0, |f| f.last_ts_ms - f.since_ms);
         let dollars = g.name.as_deref().and_then(|n| prices.price_for(n)).map(|price| price * held as f64 / 3.6e6);
-        let held_text = format!("{} for {}", timing.state, humantime::format_duration(std::time::Duration::from_secs((held / 1000).max(0) as u64)));
+        let held_text = format!(
+            "{} for {}",
+            timing.state,
+            humantime::format_duration(std::time::Duration::from_secs((held / 1000).max(0) as u64))
+        );
         let store = state.store.as_ref();
         match next_step(timing, &view, &progress, now) {
             ReclaimStep::Wait => Ok(false),
@@ -343,7 +351,10 @@ fn message_payload(
             p.grace_s
         )
     } else {
-        format!("Fleetlens: policy “{}” reclaims GPU {} on {} from {who} (pid {}, {}); {money} held.", p.name, r.gpu_uuid, r.host, r.pid, r.run_key)
+        format!(
+            "Fleetlens: policy “{}” reclaims GPU {} on {} from {who} (pid {}, {}); {money} held.",
+            p.name, r.gpu_uuid, r.host, r.pid, r.run_key
+        )
     };
     let body = if kind == "slack" {
         json!({"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]})

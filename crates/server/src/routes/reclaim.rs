@@ -150,7 +150,11 @@ pub async fn create_policy(
 }
 
 #[utoipa::path(delete, path = "/reclaim-policies/{id}", tag = "reclaim", params(("id" = i64, Path)), responses((status = 204, description = "Deleted (its open reclaims are cancelled)"), crate::openapi::ItemErrors))]
-pub async fn delete_policy(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<StatusCode> {
+pub async fn delete_policy(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     if state.store.delete_reclaim_policy(caller.org, id).await? {
         Ok(StatusCode::NO_CONTENT)
@@ -203,7 +207,11 @@ pub async fn dry_run_policy(
     Query(q): Query<DryRunQuery>,
 ) -> ApiResult<Json<DryRun>> {
     caller.require(Scope::Read)?;
-    let p = state.store.reclaim_policy(caller.org, id).await?.ok_or_else(|| ApiError::NotFound("no such reclaim policy".into()))?;
+    let p = state
+        .store
+        .reclaim_policy(caller.org, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound("no such reclaim policy".into()))?;
     let to = q.to.as_deref().map(|t| parse_query_time("to", t)).transpose()?.unwrap_or_else(now_ms);
     let from = q.from.as_deref().map(|f| parse_query_time("from", f)).transpose()?.unwrap_or(to - 7 * 86_400_000);
     if from >= to {
@@ -330,7 +338,11 @@ pub async fn list_reclaims(State(state): State<AppState>, caller: Caller) -> Api
 }
 
 #[utoipa::path(get, path = "/reclaims/{id}", tag = "reclaim", params(("id" = i64, Path)), responses((status = 200, body = Reclaim), crate::openapi::ItemErrors))]
-pub async fn get_reclaim(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<Reclaim>> {
+pub async fn get_reclaim(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<Reclaim>> {
     caller.require(Scope::Read)?;
     let r = state.store.reclaim(caller.org, id).await?.ok_or_else(|| ApiError::NotFound("no such reclaim".into()))?;
     Ok(Json(reclaim_view(&state, caller.org, r).await?))
