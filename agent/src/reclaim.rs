@@ -16,9 +16,12 @@ use serde::{Deserialize, Serialize};
 use crate::source::procinfo::{parse_passwd, parse_status_uid};
 use crate::source::{GpuSource, HostSamples, SourceError};
 
+/// A GPU's host and its newest process list.
+type Listed = (String, Vec<GpuProcess>);
+
 /// Per GPU: its host and its newest process list, as this agent read it.
 #[derive(Debug, Clone, Default)]
-pub struct ProcessBoard(Arc<Mutex<HashMap<String, (String, Vec<GpuProcess>)>>>);
+pub struct ProcessBoard(Arc<Mutex<HashMap<String, Listed>>>);
 
 impl ProcessBoard {
     fn record(&self, hosts: &[HostSamples]) {
@@ -40,7 +43,7 @@ impl ProcessBoard {
         hosts
     }
 
-    fn processes(&self, gpu: &str) -> Option<(String, Vec<GpuProcess>)> {
+    fn processes(&self, gpu: &str) -> Option<Listed> {
         self.0.lock().expect("board lock").get(gpu).cloned()
     }
 }

@@ -25,11 +25,14 @@ fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
+/// Requests received: path and JSON body.
+type Got = Arc<Mutex<Vec<(String, Value)>>>;
+
 /// Records every request's path and JSON body.
 #[derive(Clone)]
 struct Receiver {
     url: String,
-    got: Arc<Mutex<Vec<(String, Value)>>>,
+    got: Got,
 }
 
 impl Receiver {
@@ -49,7 +52,7 @@ impl Receiver {
     }
 }
 
-async fn record(State(got): State<Arc<Mutex<Vec<(String, Value)>>>>, uri: Uri, body: Bytes) -> StatusCode {
+async fn record(State(got): State<Got>, uri: Uri, body: Bytes) -> StatusCode {
     got.lock().unwrap().push((uri.path().to_string(), serde_json::from_slice(&body).unwrap_or(Value::Null)));
     StatusCode::OK
 }
