@@ -153,6 +153,17 @@ pub struct Cli {
         value_parser = parse_env_name)]
     pub label_from_env: Vec<String>,
 
+    /// Opt this host in to idle-reclaim kills (docs/ACTIONS.md): poll the server for kill
+    /// commands of `agent_kill` policies and send SIGTERM to the process, only when it is on the
+    /// named GPU in this agent's newest process list, owned by the named user, and /proc still
+    /// shows that user running it. Off by default.
+    #[arg(long, env = "FLEETLENS_ALLOW_RECLAIM_KILL")]
+    pub allow_reclaim_kill: bool,
+
+    /// How often an opted-in agent asks for kill commands.
+    #[arg(long, env = "FLEETLENS_RECLAIM_POLL_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
+    pub reclaim_poll_interval: Duration,
+
     /// Log format on stderr. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "FLEETLENS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,

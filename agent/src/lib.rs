@@ -6,5 +6,6 @@
 pub mod cli;
 pub mod collector;
 pub mod pusher;
+pub mod reclaim;
 pub mod source;
 pub mod spool;

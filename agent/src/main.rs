@@ -105,6 +105,20 @@ async fn run(cli: Cli, src: Box<dyn GpuSource>) -> anyhow::Result<ExitCode> {
     tracing::info!(source = %src.describe(), url = pusher.url(), spool = %cli.spool_dir.display(),
         flush_interval = %humantime::format_duration(cli.flush_interval), version = fleetlens_agent::pusher::AGENT_VERSION, "fleetlens-agent starting");
 
+    let src: Box<dyn GpuSource> = if cli.allow_reclaim_kill {
+        let board = fleetlens_agent::reclaim::ProcessBoard::default();
+        tokio::spawn(fleetlens_agent::reclaim::run(
+            cli.server.clone(),
+            cli.api_key.clone(),
+            board.clone(),
+            cli.proc_root.clone(),
+            cli.reclaim_poll_interval,
+        ));
+        tracing::info!("idle-reclaim kills allowed on this host (--allow-reclaim-kill)");
+        Box::new(fleetlens_agent::reclaim::Watched { inner: src, board })
+    } else {
+        src
+    };
     let wake = Arc::new(Notify::new());
     let (stop_tx, stop_rx) = watch::channel(false);
     let (mode_tx, mode_rx) = watch::channel(Mode::Follow);

@@ -211,6 +211,11 @@ pub struct FleetSummary {
     /// Start of the span `top_owners` covers (it ends at `to_ms`); null when not computed.
     #[serde(default)]
     pub top_owners_from_ms: Option<i64>,
+    /// Monthly saving of the collocation and right-size plans from the jobs that ended in the
+    /// period (the whole organisation's; `GET /api/v1/plans`, docs/ACTIONS.md); null when not
+    /// computed.
+    #[serde(default)]
+    pub plan_saving_per_month: Option<f64>,
 }
 
 /// One owner's GPU time and money in the fleet summary, by user (the process's Unix user, else

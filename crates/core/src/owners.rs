@@ -27,6 +27,9 @@ pub enum OwnerKey {
     Job,
     /// The value of a `--label-from-env` variable.
     Label(String),
+    /// The job run ([`crate::jobcard::run_key`]): Slurm job, pod, container or process. Not a
+    /// report grouping (report cards use it).
+    Run,
 }
 
 /// A row of an owner report.
@@ -87,6 +90,7 @@ impl OwnerKey {
             OwnerKey::Pod => "pod".into(),
             OwnerKey::Job => "job".into(),
             OwnerKey::Label(n) => format!("label:{n}"),
+            OwnerKey::Run => "run".into(),
         }
     }
 
@@ -104,6 +108,7 @@ impl OwnerKey {
             },
             OwnerKey::Job => field(|o| &o.job_id),
             OwnerKey::Label(name) => o.and_then(|o| o.labels.get(name).cloned()),
+            OwnerKey::Run => crate::jobcard::run_key(p),
         };
         v.filter(|s| !s.is_empty())
     }

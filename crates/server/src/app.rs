@@ -67,6 +67,28 @@ fn api_v1() -> OpenApiRouter<AppState> {
         .routes(routes!(analytics::get_thresholds, analytics::put_thresholds))
         .merge(alerts_routes())
         .merge(accounts_routes())
+        .merge(actions_routes())
+}
+
+/// Acting on waste (docs/ACTIONS.md): job runs, report cards and where they go.
+fn actions_routes() -> OpenApiRouter<AppState> {
+    use crate::routes::actions as a;
+    OpenApiRouter::new()
+        .routes(routes!(a::list_runs))
+        .routes(routes!(a::get_run))
+        .routes(routes!(a::report))
+        .routes(routes!(a::end))
+        .routes(routes!(a::list_routes, a::create_route))
+        .routes(routes!(a::delete_route))
+        .routes(routes!(a::plans))
+        .routes(routes!(crate::routes::reclaim::list_policies, crate::routes::reclaim::create_policy))
+        .routes(routes!(crate::routes::reclaim::delete_policy))
+        .routes(routes!(crate::routes::reclaim::dry_run_policy))
+        .routes(routes!(crate::routes::reclaim::list_reclaims))
+        .routes(routes!(crate::routes::reclaim::get_reclaim))
+        .routes(routes!(crate::routes::reclaim::snooze))
+        .routes(routes!(crate::routes::reclaim::take_commands))
+        .routes(routes!(crate::routes::reclaim::command_result))
 }
 
 pub fn router(state: AppState) -> Router {
@@ -222,11 +244,16 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
         ingest_gate,
         quality: Default::default(),
         live: live.clone(),
+        job_tracker: Default::default(),
     };
     alerts.spawn();
     tokio::spawn(live.listen());
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));
     tokio::spawn(crate::jobs::maintenance_loop(store.clone()));
+    let rejoin_ms = crate::alerts::ms(state.config.actions.job_end_after);
+    tokio::spawn(crate::actions::tracker::flush_loop(state.job_tracker.clone(), store.clone(), rejoin_ms));
+    tokio::spawn(crate::actions::report_loop(state.clone()));
+    tokio::spawn(crate::actions::reclaim::reclaim_loop(state.clone()));
     if !state.config.static_dir.join("index.html").exists() {
         tracing::warn!(dir = %state.config.static_dir.display(), "dashboard not built: run frontend/build.sh");
     }

@@ -77,6 +77,9 @@ pub struct Config {
     #[command(flatten)]
     pub stream: crate::live::StreamConfig,
 
+    #[command(flatten)]
+    pub actions: crate::actions::ActionsConfig,
+
     /// Internal address ranges notifications (webhook, Slack, Alertmanager) may reach,
     /// comma-separated CIDRs (e.g. the in-cluster Alertmanager's `10.96.0.0/12`). Loopback,
     /// private, link-local (cloud metadata), unique-local and CGNAT addresses are refused

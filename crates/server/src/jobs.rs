@@ -122,7 +122,7 @@ pub async fn maintenance_loop(store: Arc<dyn Store>) {
 
 /// After `first_delay`, then every `interval`: ask for `job`'s lock, record whether this
 /// process leads it, and if it does, do one `run` (counted when it returns `true`).
-async fn leader_loop<F, Fut>(
+pub(crate) async fn leader_loop<F, Fut>(
     store: &dyn Store,
     job: &'static str,
     first_delay: Duration,

@@ -1,6 +1,7 @@
 //! The Fleetlens server: authenticated ingest, storage, and the REST API over it.
 
 pub mod accounts;
+pub mod actions;
 pub mod alerts;
 pub mod analytics;
 pub mod app;

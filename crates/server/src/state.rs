@@ -29,4 +29,6 @@ pub struct AppState {
     pub quality: Arc<crate::quality::QualityTrackers>,
     /// Live streams: the organisations' feeds and the open streams of this replica.
     pub live: Arc<crate::live::Hub>,
+    /// Job runs seen at ingest, waiting to be written (docs/ACTIONS.md).
+    pub job_tracker: Arc<crate::actions::tracker::JobTracker>,
 }

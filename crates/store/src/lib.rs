@@ -4,6 +4,7 @@
 pub mod accounts;
 mod accounts_pg;
 mod accounts_sqlite;
+pub mod actions;
 pub mod alerts;
 mod alerts_pg;
 mod alerts_sqlite;
@@ -16,6 +17,7 @@ mod ingest_rules;
 pub mod leader;
 mod pg_samples;
 mod postgres;
+pub mod reclaim;
 mod sqlite;
 
 use std::sync::Arc;
@@ -24,6 +26,7 @@ use async_trait::async_trait;
 pub use fleetlens_core::{Resolution, RollupBucket, Sample};
 
 pub use crate::accounts::AccountStore;
+pub use crate::actions::ActionStore;
 pub use crate::alerts::AlertStore;
 pub use crate::changes::{Change, ChangeListener};
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
@@ -31,6 +34,7 @@ pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
 pub use crate::feed::SampleFeed;
 pub use crate::ingest_rules::IngestRules;
 pub use crate::postgres::PgStore;
+pub use crate::reclaim::ReclaimStore;
 pub use crate::sqlite::SqliteStore;
 
 pub type OrgId = i64;
@@ -414,7 +418,9 @@ pub struct MaintenanceReport {
 }
 
 #[async_trait]
-pub trait Store: AlertStore + AccountStore + EventStore + SampleFeed + Send + Sync + 'static {
+pub trait Store:
+    AlertStore + AccountStore + EventStore + ActionStore + ReclaimStore + SampleFeed + Send + Sync + 'static
+{
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for readiness checks.

@@ -119,8 +119,9 @@ pub fn note(raw_retention_days: f64) -> String {
     format!(
         "owner rows come from the raw samples' process lists (kept {raw_retention_days} days): each minute's \
          state, energy and cost is shared among the processes on the GPU by their SM % where every one has \
-         one, else evenly; '(unknown)' is time of processes whose owner the agent could not read, '(no \
-         process)' time with nobody on the GPU; offline time is nobody's and not in these rows"
+         one, else evenly (on a shared GPU an estimate: NVML per-process utilization); '(unknown)' is \
+         time of processes whose owner the agent could not read, '(no process)' time with nobody on the \
+         GPU; offline time is nobody's and not in these rows"
     )
 }
 

@@ -248,6 +248,7 @@ pub fn summarize(input: &SummaryInput<'_>) -> FleetSummary {
         // Filled in by the route (they need the raw samples).
         top_owners: Vec::new(),
         top_owners_from_ms: None,
+        plan_saving_per_month: None,
     }
 }
 

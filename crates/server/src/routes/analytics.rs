@@ -231,6 +231,10 @@ pub async fn fleet_summary(
         result.top_owners = crate::analytics::owners::top_owners(&gpus, &credits, &prices, TOP_OWNERS);
         result.top_owners_from_ms = Some(owners_from);
     }
+    if from_ms < end {
+        let plans = crate::actions::plans::compute(store, caller.org, from_ms, end).await?;
+        result.plan_saving_per_month = Some(plans.saving_per_month);
+    }
     if let Some(key) = cache_key {
         state.summary_cache.put(key, result.clone());
     }

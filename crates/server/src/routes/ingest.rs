@@ -68,6 +68,7 @@ pub async fn store_batch(state: &AppState, caller: &Caller, mut batch: IngestBat
         // Readings that cannot be true are dropped here, before anything averages them.
         let flags = state.quality.check_batch(caller.org, &mut batch.samples);
         let rules = ingest_rules(&state.config);
+        let sightings = crate::actions::tracker::sightings(host, &batch.samples);
         let outcome = state
             .store
             .ingest_with(caller.org, host, batch.samples, flags, Some(rules))
@@ -79,6 +80,7 @@ pub async fn store_batch(state: &AppState, caller: &Caller, mut batch: IngestBat
                 }
             })?;
         state.deliveries.arrived(caller.org, host, now_ms());
+        state.job_tracker.add(caller.org, sightings);
         outcome
     };
     // After the samples: a failure here is a 5xx, the agent sends the batch again, and both

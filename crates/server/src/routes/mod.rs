@@ -1,6 +1,7 @@
 //! HTTP routes, one module per resource.
 
 pub mod accounts;
+pub mod actions;
 pub mod alerts;
 pub mod analytics;
 pub mod events;
@@ -8,6 +9,7 @@ pub mod gpus;
 pub mod health;
 pub mod ingest;
 pub mod jobs;
+pub mod reclaim;
 pub mod remote_write;
 pub mod reports;
 pub mod stream;

@@ -1,0 +1,470 @@
+//! Idle-reclaim policies (docs/ACTIONS.md): policies, their dry run over the past week, the
+//! reclaims and their step log, snoozes, and the kill commands agents of opted-in hosts poll.
+
+use axum::Json;
+use axum::extract::{Path, Query, State};
+use axum::http::StatusCode;
+use fleetlens_core::reclaim::{ReclaimTiming, WouldAct, dry_run};
+use fleetlens_core::{ProcessOwner, Resolution, WorkloadState};
+use fleetlens_store::Scope;
+use fleetlens_store::reclaim::{AgentCommand, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord};
+use serde::{Deserialize, Serialize};
+
+use crate::auth::Caller;
+use crate::error::{ApiError, ApiResult, JsonBody};
+use crate::state::AppState;
+use crate::time::{now_ms, parse_query_time};
+
+fn bad(field: &str, message: impl Into<String>) -> ApiError {
+    ApiError::Unprocessable { field: field.into(), message: message.into() }
+}
+
+/// A policy.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ReclaimPolicy {
+    pub id: i64,
+    pub name: String,
+    /// The workload state that must hold (e.g. `idle_held`; not `offline`).
+    pub state: String,
+    /// For this many seconds before the notice.
+    pub for_s: i64,
+    /// Seconds between the notice and the action.
+    pub grace_s: i64,
+    /// `webhook` (to `action_channel_id`, a webhook channel) or `agent_kill` (SIGTERM by the
+    /// agent of the host, if it runs with `--allow-reclaim-kill`).
+    pub action: String,
+    pub action_channel_id: Option<i64>,
+    /// Where notices go; null: the owner's report route.
+    pub notice_channel_id: Option<i64>,
+    pub enabled: bool,
+    pub created_ms: i64,
+}
+
+fn policy_view(p: ReclaimPolicyRecord) -> ReclaimPolicy {
+    ReclaimPolicy {
+        id: p.id,
+        name: p.name,
+        state: p.state,
+        for_s: p.for_s,
+        grace_s: p.grace_s,
+        action: p.action,
+        action_channel_id: p.action_channel_id,
+        notice_channel_id: p.notice_channel_id,
+        enabled: p.enabled,
+        created_ms: p.created_ms,
+    }
+}
+
+/// A new policy.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct NewReclaimPolicy {
+    pub name: String,
+    pub state: String,
+    pub for_s: i64,
+    pub grace_s: i64,
+    pub action: String,
+    #[serde(default)]
+    pub action_channel_id: Option<i64>,
+    #[serde(default)]
+    pub notice_channel_id: Option<i64>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+#[utoipa::path(get, path = "/reclaim-policies", tag = "reclaim", responses((status = 200, body = Vec<ReclaimPolicy>), crate::openapi::AuthErrors))]
+pub async fn list_policies(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<ReclaimPolicy>>> {
+    caller.require(Scope::Read)?;
+    Ok(Json(state.store.reclaim_policies(caller.org).await?.into_iter().map(policy_view).collect()))
+}
+
+#[utoipa::path(post, path = "/reclaim-policies", tag = "reclaim", request_body = NewReclaimPolicy, responses((status = 201, body = ReclaimPolicy), crate::openapi::BodyErrors))]
+pub async fn create_policy(
+    State(state): State<AppState>,
+    caller: Caller,
+    JsonBody(p): JsonBody<NewReclaimPolicy>,
+) -> ApiResult<(StatusCode, Json<ReclaimPolicy>)> {
+    caller.require(Scope::Admin)?;
+    let name = p.name.trim();
+    if name.is_empty() || name.len() > 200 {
+        return Err(bad("name", "1 to 200 characters"));
+    }
+    match WorkloadState::parse(&p.state) {
+        None => return Err(bad("state", "a workload state (METRICS.md), e.g. idle_held")),
+        Some(WorkloadState::Offline) => return Err(bad("state", "never acts on offline GPUs")),
+        Some(_) => {}
+    }
+    // At least one second, at most 30 days.
+    for (field, v) in [("for_s", p.for_s), ("grace_s", p.grace_s)] {
+        if !(1..=30 * 86_400).contains(&v) {
+            return Err(bad(field, "seconds, from 1 to 2592000"));
+        }
+    }
+    let channel_kind = |id: Option<i64>| {
+        let store = state.store.clone();
+        async move {
+            match id {
+                Some(id) => store.notification_channel(caller.org, id).await.map(|c| c.map(|c| c.kind)),
+                None => Ok(None),
+            }
+        }
+    };
+    match p.action.as_str() {
+        "webhook" => match channel_kind(p.action_channel_id).await?.as_deref() {
+            Some("webhook") => {}
+            _ => return Err(bad("action_channel_id", "a `webhook` action needs a webhook channel")),
+        },
+        "agent_kill" => {
+            if p.action_channel_id.is_some() {
+                return Err(bad("action_channel_id", "an `agent_kill` action has no channel"));
+            }
+        }
+        _ => return Err(bad("action", "`webhook` or `agent_kill`")),
+    }
+    if p.notice_channel_id.is_some() && channel_kind(p.notice_channel_id).await?.is_none_or(|k| k == "alertmanager") {
+        return Err(bad("notice_channel_id", "a slack or webhook channel"));
+    }
+    let record = ReclaimPolicyRecord {
+        id: 0,
+        org_id: caller.org,
+        name: name.to_string(),
+        state: p.state,
+        for_s: p.for_s,
+        grace_s: p.grace_s,
+        action: p.action,
+        action_channel_id: p.action_channel_id,
+        notice_channel_id: p.notice_channel_id,
+        enabled: p.enabled,
+        created_ms: 0,
+        updated_ms: 0,
+    };
+    let saved = state
+        .store
+        .insert_reclaim_policy(caller.org, &record, now_ms())
+        .await?
+        .ok_or_else(|| ApiError::Conflict(format!("a policy named {name:?} exists")))?;
+    Ok((StatusCode::CREATED, Json(policy_view(saved))))
+}
+
+#[utoipa::path(delete, path = "/reclaim-policies/{id}", tag = "reclaim", params(("id" = i64, Path)), responses((status = 204, description = "Deleted (its open reclaims are cancelled)"), crate::openapi::ItemErrors))]
+pub async fn delete_policy(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> ApiResult<StatusCode> {
+    caller.require(Scope::Admin)?;
+    if state.store.delete_reclaim_policy(caller.org, id).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::NotFound("no such reclaim policy".into()))
+    }
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct DryRunQuery {
+    /// Default: 7 days before `to`.
+    pub from: Option<String>,
+    /// Default: now.
+    pub to: Option<String>,
+}
+
+/// One GPU the policy would have reclaimed.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct DryRunItem {
+    pub gpu: String,
+    pub host: String,
+    #[serde(flatten)]
+    pub act: WouldAct,
+    /// Price × freed hours; null without a price.
+    pub freed_cost: Option<f64>,
+}
+
+/// What a policy would have done over a period.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct DryRun {
+    pub policy_id: i64,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    pub actions: usize,
+    pub freed_gpu_hours: f64,
+    /// Null when a GPU acted on has no price.
+    pub freed_cost: Option<f64>,
+    pub currency: String,
+    pub items: Vec<DryRunItem>,
+    /// "4 actions, $312 of idle GPU-time freed".
+    pub summary: String,
+}
+
+#[utoipa::path(get, path = "/reclaim-policies/{id}/dry-run", tag = "reclaim", params(("id" = i64, Path), DryRunQuery), responses((status = 200, body = DryRun), crate::openapi::ItemQueryErrors))]
+pub async fn dry_run_policy(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+    Query(q): Query<DryRunQuery>,
+) -> ApiResult<Json<DryRun>> {
+    caller.require(Scope::Read)?;
+    let p = state
+        .store
+        .reclaim_policy(caller.org, id)
+        .await?
+        .ok_or_else(|| ApiError::NotFound("no such reclaim policy".into()))?;
+    let to = q.to.as_deref().map(|t| parse_query_time("to", t)).transpose()?.unwrap_or_else(now_ms);
+    let from = q.from.as_deref().map(|f| parse_query_time("from", f)).transpose()?.unwrap_or(to - 7 * 86_400_000);
+    if from >= to {
+        return Err(bad("from", "must be before `to`"));
+    }
+    if to - from > 31 * 86_400_000 {
+        return Err(bad("from", "a dry run covers at most 31 days"));
+    }
+    let st = WorkloadState::parse(&p.state).ok_or_else(|| bad("state", "the stored state is unknown"))?;
+    let timing = ReclaimTiming { state: st, for_ms: p.for_s * 1000, grace_ms: p.grace_s * 1000 };
+    let prices = crate::analytics::prices(state.store.as_ref(), caller.org).await?;
+    let mut items = Vec::new();
+    for g in state.store.gpu_identities(caller.org).await? {
+        let rows = state.store.series(g.id, Resolution::Minute, from, to).await?;
+        let minutes: Vec<(i64, Option<WorkloadState>)> =
+            rows.iter().map(|r| (r.bucket_ms, r.state.as_deref().and_then(WorkloadState::parse))).collect();
+        let price = g.name.as_deref().and_then(|n| prices.price_for(n));
+        for act in dry_run(&minutes, &timing) {
+            items.push(DryRunItem {
+                gpu: g.uuid.clone(),
+                host: g.host.clone(),
+                freed_cost: price.map(|p| p * act.freed_hours),
+                act,
+            });
+        }
+    }
+    let freed_gpu_hours = items.iter().map(|i| i.act.freed_hours).sum();
+    let freed_cost = items.iter().map(|i| i.freed_cost).sum::<Option<f64>>();
+    let summary = format!(
+        "{} action{}, {} of {} GPU-time freed",
+        items.len(),
+        if items.len() == 1 { "" } else { "s" },
+        freed_cost.map_or_else(|| format!("{freed_gpu_hours:.1} GPU-hours"), |c| format!("{c:.2} {}", prices.currency)),
+        p.state
+    );
+    Ok(Json(DryRun {
+        policy_id: p.id,
+        from_ms: from,
+        to_ms: to,
+        actions: items.len(),
+        freed_gpu_hours,
+        freed_cost,
+        currency: prices.currency.clone(),
+        items,
+        summary,
+    }))
+}
+
+/// A reclaim and its steps.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct Reclaim {
+    pub id: i64,
+    pub policy_id: i64,
+    pub gpu: String,
+    pub host: String,
+    pub run_key: String,
+    pub pid: i64,
+    pub owner: ProcessOwner,
+    pub state_since_ms: i64,
+    pub noticed_ms: i64,
+    pub snoozed_until_ms: Option<i64>,
+    pub acted_ms: Option<i64>,
+    pub closed_ms: Option<i64>,
+    /// `noticed`, `acted` or `cancelled`.
+    pub status: String,
+    pub log: Vec<ReclaimStepView>,
+}
+
+/// One logged step: who, what, when, and the money held by then.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct ReclaimStepView {
+    pub id: i64,
+    pub reclaim_id: i64,
+    /// `notice`, `snooze`, `action_webhook`, `kill_queued`, `killed`, `kill_refused`, `cancelled`.
+    pub step: String,
+    pub actor: String,
+    pub dollars_held: Option<f64>,
+    pub at_ms: i64,
+    pub detail: String,
+}
+
+fn step_view(l: ReclaimLogEntry) -> ReclaimStepView {
+    ReclaimStepView {
+        id: l.id,
+        reclaim_id: l.reclaim_id,
+        step: l.step,
+        actor: l.actor,
+        dollars_held: l.dollars_held,
+        at_ms: l.at_ms,
+        detail: l.detail,
+    }
+}
+
+async fn reclaim_view(state: &AppState, org: i64, r: ReclaimRecord) -> ApiResult<Reclaim> {
+    let mut log: Vec<ReclaimStepView> =
+        state.store.reclaim_log(org, Some(r.id), 1_000).await?.into_iter().map(step_view).collect();
+    log.reverse();
+    Ok(Reclaim {
+        id: r.id,
+        policy_id: r.policy_id,
+        gpu: r.gpu_uuid,
+        host: r.host,
+        run_key: r.run_key,
+        pid: r.pid,
+        owner: r.owner,
+        state_since_ms: r.state_since_ms,
+        noticed_ms: r.noticed_ms,
+        snoozed_until_ms: r.snoozed_until_ms,
+        acted_ms: r.acted_ms,
+        closed_ms: r.closed_ms,
+        status: r.status,
+        log,
+    })
+}
+
+#[utoipa::path(get, path = "/reclaims", tag = "reclaim", responses((status = 200, body = Vec<Reclaim>), crate::openapi::AuthErrors))]
+pub async fn list_reclaims(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<Reclaim>>> {
+    caller.require(Scope::Read)?;
+    let mut out = Vec::new();
+    for r in state.store.reclaims(caller.org, 200).await? {
+        out.push(reclaim_view(&state, caller.org, r).await?);
+    }
+    Ok(Json(out))
+}
+
+#[utoipa::path(get, path = "/reclaims/{id}", tag = "reclaim", params(("id" = i64, Path)), responses((status = 200, body = Reclaim), crate::openapi::ItemErrors))]
+pub async fn get_reclaim(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+) -> ApiResult<Json<Reclaim>> {
+    caller.require(Scope::Read)?;
+    let r = state.store.reclaim(caller.org, id).await?.ok_or_else(|| ApiError::NotFound("no such reclaim".into()))?;
+    Ok(Json(reclaim_view(&state, caller.org, r).await?))
+}
+
+/// How long to hold the reclaim off.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct SnoozeRequest {
+    /// Seconds, 60 to 7 days.
+    pub for_s: i64,
+}
+
+#[utoipa::path(post, path = "/reclaims/{id}/snooze", tag = "reclaim", params(("id" = i64, Path)), request_body = SnoozeRequest, responses((status = 200, body = Reclaim), crate::openapi::ItemBodyErrors))]
+pub async fn snooze(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+    JsonBody(s): JsonBody<SnoozeRequest>,
+) -> ApiResult<Json<Reclaim>> {
+    // Any member may snooze: the owner of the job is a person, not a role.
+    caller.require(Scope::Read)?;
+    if !(60..=7 * 86_400).contains(&s.for_s) {
+        return Err(bad("for_s", "seconds, from 60 to 604800"));
+    }
+    let r = state.store.reclaim(caller.org, id).await?.ok_or_else(|| ApiError::NotFound("no such reclaim".into()))?;
+    if r.closed_ms.is_some() {
+        return Err(ApiError::Conflict(format!("reclaim {id} is {}: nothing to snooze", r.status)));
+    }
+    let now = now_ms();
+    let mut next = r.clone();
+    next.snoozed_until_ms = Some(now + s.for_s * 1000);
+    let entry = ReclaimLogEntry {
+        id: 0,
+        org_id: caller.org,
+        reclaim_id: id,
+        step: "snooze".into(),
+        actor: caller.key.name.clone(),
+        dollars_held: None,
+        at_ms: now,
+        detail: format!("snoozed for {} s", s.for_s),
+    };
+    let w = fleetlens_store::reclaim::ReclaimWrite { log: Some(&entry), ..Default::default() };
+    if !state.store.update_reclaim(&next, &w, now).await? {
+        return Err(ApiError::Conflict(format!("reclaim {id} has closed")));
+    }
+    let r = state.store.reclaim(caller.org, id).await?.ok_or_else(|| ApiError::NotFound("no such reclaim".into()))?;
+    Ok(Json(reclaim_view(&state, caller.org, r).await?))
+}
+
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct CommandQuery {
+    /// The agent's host name.
+    pub host: String,
+}
+
+/// A kill request for an agent: SIGTERM `pid` if it is still on `gpu`, owned by `owner_user`.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct AgentCommandView {
+    pub id: i64,
+    pub reclaim_id: i64,
+    pub gpu: String,
+    pub pid: i64,
+    pub owner_user: String,
+}
+
+fn command_view(c: AgentCommand) -> AgentCommandView {
+    AgentCommandView { id: c.id, reclaim_id: c.reclaim_id, gpu: c.gpu_uuid, pid: c.pid, owner_user: c.owner_user }
+}
+
+#[utoipa::path(post, path = "/agent/commands/take", tag = "reclaim", params(CommandQuery), responses((status = 200, body = Vec<AgentCommandView>), crate::openapi::QueryErrors))]
+pub async fn take_commands(
+    State(state): State<AppState>,
+    caller: Caller,
+    Query(q): Query<CommandQuery>,
+) -> ApiResult<Json<Vec<AgentCommandView>>> {
+    caller.require(Scope::Ingest)?;
+    let host = q.host.trim();
+    if host.is_empty() {
+        return Err(bad("host", "the agent's host name"));
+    }
+    let taken = state.store.take_agent_commands(caller.org, host, now_ms()).await?;
+    Ok(Json(taken.into_iter().map(command_view).collect()))
+}
+
+/// What the agent did.
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
+pub struct CommandResult {
+    pub host: String,
+    /// `killed` (SIGTERM sent) or `refused` (the PID is not on the GPU, or not the owner's).
+    pub result: String,
+    #[serde(default)]
+    pub detail: String,
+}
+
+#[utoipa::path(post, path = "/agent/commands/{id}/result", tag = "reclaim", params(("id" = i64, Path)), request_body = CommandResult, responses((status = 204, description = "Recorded"), crate::openapi::ItemBodyErrors))]
+pub async fn command_result(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<i64>,
+    JsonBody(r): JsonBody<CommandResult>,
+) -> ApiResult<StatusCode> {
+    caller.require(Scope::Ingest)?;
+    let step = match r.result.as_str() {
+        "killed" => "killed",
+        "refused" => "kill_refused",
+        _ => return Err(bad("result", "`killed` or `refused`")),
+    };
+    let host = r.host.trim();
+    let now = now_ms();
+    let entry = ReclaimLogEntry {
+        id: 0,
+        org_id: caller.org,
+        reclaim_id: 0,
+        step: step.into(),
+        actor: format!("agent:{host}"),
+        dollars_held: None,
+        at_ms: now,
+        detail: r.detail.chars().take(500).collect(),
+    };
+    match state.store.finish_agent_command(caller.org, id, host, &r.result, &entry, now).await? {
+        Some(_) => Ok(StatusCode::NO_CONTENT),
+        None => Err(ApiError::NotFound("no such open command for this host".into())),
+    }
+}

@@ -1,0 +1,563 @@
+//! Storage of idle-reclaim policies, reclaims, their step log and the agents' kill commands
+//! (issue 24, docs/ACTIONS.md). One trait, [`ReclaimStore`], one body of SQL for both backends.
+
+use async_trait::async_trait;
+use fleetlens_core::ProcessOwner;
+
+use crate::alerts::NewNotification;
+use crate::{OrgId, Result};
+
+/// A policy as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReclaimPolicyRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub name: String,
+    /// A workload state (METRICS.md name).
+    pub state: String,
+    pub for_s: i64,
+    pub grace_s: i64,
+    /// `webhook` or `agent_kill`.
+    pub action: String,
+    /// The webhook channel of a `webhook` action.
+    pub action_channel_id: Option<i64>,
+    /// Where notices go; None: the owner's report route (docs/ACTIONS.md).
+    pub notice_channel_id: Option<i64>,
+    pub enabled: bool,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+}
+
+/// One reclaim of one GPU.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReclaimRecord {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub policy_id: i64,
+    pub gpu_uuid: String,
+    pub host: String,
+    pub run_key: String,
+    pub pid: i64,
+    pub owner: ProcessOwner,
+    pub state_since_ms: i64,
+    pub noticed_ms: i64,
+    pub snoozed_until_ms: Option<i64>,
+    pub acted_ms: Option<i64>,
+    pub closed_ms: Option<i64>,
+    /// `noticed`, `acted`, `cancelled`.
+    pub status: String,
+    pub updated_ms: i64,
+}
+
+/// A step of a reclaim.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ReclaimLogEntry {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub reclaim_id: i64,
+    /// `notice`, `snooze`, `action_webhook`, `kill_queued`, `killed`, `kill_refused`,
+    /// `cancelled`.
+    pub step: String,
+    /// `fleetlens` (the engine), an agent (`agent:<host>`) or the user or key that did it.
+    pub actor: String,
+    /// What the GPU had cost while held in the state, at that moment; None without a price.
+    pub dollars_held: Option<f64>,
+    pub at_ms: i64,
+    pub detail: String,
+}
+
+/// A kill request for an agent.
+#[derive(Debug, Clone, PartialEq)]
+pub struct AgentCommand {
+    pub id: i64,
+    pub org_id: OrgId,
+    pub host: String,
+    pub reclaim_id: i64,
+    pub gpu_uuid: String,
+    pub pid: i64,
+    pub owner_user: String,
+    pub created_ms: i64,
+    pub taken_ms: Option<i64>,
+    pub done_ms: Option<i64>,
+    pub result: Option<String>,
+}
+
+/// What goes with a reclaim change, all in one transaction.
+#[derive(Debug, Clone, Default)]
+pub struct ReclaimWrite<'a> {
+    pub log: Option<&'a ReclaimLogEntry>,
+    pub notify: Vec<&'a NewNotification>,
+    pub command: Option<&'a AgentCommand>,
+}
+
+#[async_trait]
+pub trait ReclaimStore: Send + Sync {
+    async fn reclaim_policies(&self, org: OrgId) -> Result<Vec<ReclaimPolicyRecord>>;
+    /// Every organisation's enabled policies.
+    async fn enabled_reclaim_policies(&self) -> Result<Vec<ReclaimPolicyRecord>>;
+    async fn reclaim_policy(&self, org: OrgId, id: i64) -> Result<Option<ReclaimPolicyRecord>>;
+    /// None when the name is taken.
+    async fn insert_reclaim_policy(
+        &self,
+        org: OrgId,
+        p: &ReclaimPolicyRecord,
+        now_ms: i64,
+    ) -> Result<Option<ReclaimPolicyRecord>>;
+    async fn delete_reclaim_policy(&self, org: OrgId, id: i64) -> Result<bool>;
+    /// Every organisation's reclaims not closed.
+    async fn open_reclaims(&self) -> Result<Vec<ReclaimRecord>>;
+    async fn reclaims(&self, org: OrgId, limit: i64) -> Result<Vec<ReclaimRecord>>;
+    async fn reclaim(&self, org: OrgId, id: i64) -> Result<Option<ReclaimRecord>>;
+    /// A new reclaim (its notice); None when the GPU already has an open one for the policy.
+    async fn start_reclaim(&self, r: &ReclaimRecord, w: &ReclaimWrite<'_>, now_ms: i64) -> Result<Option<i64>>;
+    /// Store a reclaim's new status, snooze, action and closing times, with its log entry,
+    /// messages and command; false when it was closed already.
+    async fn update_reclaim(&self, r: &ReclaimRecord, w: &ReclaimWrite<'_>, now_ms: i64) -> Result<bool>;
+    /// The step log, newest first; of one reclaim or all.
+    async fn reclaim_log(&self, org: OrgId, reclaim_id: Option<i64>, limit: i64) -> Result<Vec<ReclaimLogEntry>>;
+    /// A host's commands not yet taken, marked taken.
+    async fn take_agent_commands(&self, org: OrgId, host: &str, now_ms: i64) -> Result<Vec<AgentCommand>>;
+    /// Record a command's result (once) with its log entry; None when unknown or done.
+    async fn finish_agent_command(
+        &self,
+        org: OrgId,
+        id: i64,
+        host: &str,
+        result: &str,
+        log: &ReclaimLogEntry,
+        now_ms: i64,
+    ) -> Result<Option<AgentCommand>>;
+}
+
+/// Written in a message's payload, replaced by the reclaim's id when the message is stored with
+/// it (a notice names its reclaim, whose id the database assigns in the same transaction).
+pub const RECLAIM_ID_TOKEN: &str = "__RECLAIM_ID__";
+
+pub(crate) const POLICY_COLS: &str = "id, org_id, name, state, for_s, grace_s, action, action_channel_id, \
+     notice_channel_id, enabled, created_ms, updated_ms";
+pub(crate) const RECLAIM_COLS: &str = "id, org_id, policy_id, gpu_uuid, host, run_key, pid, owner, state_since_ms, \
+     noticed_ms, snoozed_until_ms, acted_ms, closed_ms, status, updated_ms";
+pub(crate) const LOG_COLS: &str = "id, org_id, reclaim_id, step, actor, dollars_held, at_ms, detail";
+pub(crate) const COMMAND_COLS: &str =
+    "id, org_id, host, reclaim_id, gpu_uuid, pid, owner_user, created_ms, taken_ms, done_ms, result";
+
+macro_rules! impl_reclaim_store {
+    ($store:ty, $db:ty) => {
+        type Row = <$db as sqlx::Database>::Row;
+
+        fn policy_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimPolicyRecord> {
+            use sqlx::Row as _;
+            Ok($crate::reclaim::ReclaimPolicyRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                name: r.try_get("name")?,
+                state: r.try_get("state")?,
+                for_s: r.try_get("for_s")?,
+                grace_s: r.try_get("grace_s")?,
+                action: r.try_get("action")?,
+                action_channel_id: r.try_get("action_channel_id")?,
+                notice_channel_id: r.try_get("notice_channel_id")?,
+                enabled: r.try_get("enabled")?,
+                created_ms: r.try_get("created_ms")?,
+                updated_ms: r.try_get("updated_ms")?,
+            })
+        }
+
+        fn reclaim_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimRecord> {
+            use sqlx::Row as _;
+            Ok($crate::reclaim::ReclaimRecord {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                policy_id: r.try_get("policy_id")?,
+                gpu_uuid: r.try_get("gpu_uuid")?,
+                host: r.try_get("host")?,
+                run_key: r.try_get("run_key")?,
+                pid: r.try_get("pid")?,
+                owner: serde_json::from_str(&r.try_get::<String, _>("owner")?).unwrap_or_default(),
+                state_since_ms: r.try_get("state_since_ms")?,
+                noticed_ms: r.try_get("noticed_ms")?,
+                snoozed_until_ms: r.try_get("snoozed_until_ms")?,
+                acted_ms: r.try_get("acted_ms")?,
+                closed_ms: r.try_get("closed_ms")?,
+                status: r.try_get("status")?,
+                updated_ms: r.try_get("updated_ms")?,
+            })
+        }
+
+        fn log_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimLogEntry> {
+            use sqlx::Row as _;
+            Ok($crate::reclaim::ReclaimLogEntry {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                reclaim_id: r.try_get("reclaim_id")?,
+                step: r.try_get("step")?,
+                actor: r.try_get("actor")?,
+                dollars_held: r.try_get("dollars_held")?,
+                at_ms: r.try_get("at_ms")?,
+                detail: r.try_get("detail")?,
+            })
+        }
+
+        fn command_from_row(r: &Row) -> $crate::Result<$crate::reclaim::AgentCommand> {
+            use sqlx::Row as _;
+            Ok($crate::reclaim::AgentCommand {
+                id: r.try_get("id")?,
+                org_id: r.try_get("org_id")?,
+                host: r.try_get("host")?,
+                reclaim_id: r.try_get("reclaim_id")?,
+                gpu_uuid: r.try_get("gpu_uuid")?,
+                pid: r.try_get("pid")?,
+                owner_user: r.try_get("owner_user")?,
+                created_ms: r.try_get("created_ms")?,
+                taken_ms: r.try_get("taken_ms")?,
+                done_ms: r.try_get("done_ms")?,
+                result: r.try_get("result")?,
+            })
+        }
+
+        async fn write_extras(
+            tx: &mut sqlx::Transaction<'static, $db>,
+            org: $crate::OrgId,
+            reclaim_id: i64,
+            w: &$crate::reclaim::ReclaimWrite<'_>,
+            now_ms: i64,
+        ) -> $crate::Result<()> {
+            if let Some(l) = w.log {
+                sqlx::query(&q("INSERT INTO reclaim_log (org_id, reclaim_id, step, actor, dollars_held, at_ms, detail) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?)"))
+                .bind(org)
+                .bind(reclaim_id)
+                .bind(&l.step)
+                .bind(&l.actor)
+                .bind(l.dollars_held)
+                .bind(l.at_ms)
+                .bind(&l.detail)
+                .execute(&mut **tx)
+                .await?;
+            }
+            for n in &w.notify {
+                sqlx::query(&q(
+                    "INSERT INTO alert_outbox (org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
+                     next_attempt_ms, created_ms) VALUES (?, NULL, ?, ?, ?, ?, 'pending', 0, ?, ?)",
+                ))
+                .bind(org)
+                .bind(n.channel_id)
+                .bind(&n.kind)
+                .bind(n.seq)
+                .bind(n.payload.replace($crate::reclaim::RECLAIM_ID_TOKEN, &reclaim_id.to_string()))
+                .bind(now_ms)
+                .bind(now_ms)
+                .execute(&mut **tx)
+                .await?;
+            }
+            if let Some(c) = w.command {
+                sqlx::query(&q("INSERT INTO agent_commands (org_id, host, reclaim_id, gpu_uuid, pid, owner_user, \
+                     created_ms) VALUES (?, ?, ?, ?, ?, ?, ?)"))
+                .bind(org)
+                .bind(&c.host)
+                .bind(reclaim_id)
+                .bind(&c.gpu_uuid)
+                .bind(c.pid)
+                .bind(&c.owner_user)
+                .bind(now_ms)
+                .execute(&mut **tx)
+                .await?;
+            }
+            Ok(())
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::reclaim::ReclaimStore for $store {
+            async fn reclaim_policies(
+                &self,
+                org: $crate::OrgId,
+            ) -> $crate::Result<Vec<$crate::reclaim::ReclaimPolicyRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM reclaim_policies WHERE org_id = ? ORDER BY id",
+                    $crate::reclaim::POLICY_COLS
+                );
+                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
+                rows.iter().map(policy_from_row).collect()
+            }
+
+            async fn enabled_reclaim_policies(&self) -> $crate::Result<Vec<$crate::reclaim::ReclaimPolicyRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM reclaim_policies WHERE enabled ORDER BY org_id, id",
+                    $crate::reclaim::POLICY_COLS
+                );
+                let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
+                rows.iter().map(policy_from_row).collect()
+            }
+
+            async fn reclaim_policy(
+                &self,
+                org: $crate::OrgId,
+                id: i64,
+            ) -> $crate::Result<Option<$crate::reclaim::ReclaimPolicyRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM reclaim_policies WHERE org_id = ? AND id = ?",
+                    $crate::reclaim::POLICY_COLS
+                );
+                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
+                row.as_ref().map(policy_from_row).transpose()
+            }
+
+            async fn insert_reclaim_policy(
+                &self,
+                org: $crate::OrgId,
+                p: &$crate::reclaim::ReclaimPolicyRecord,
+                now_ms: i64,
+            ) -> $crate::Result<Option<$crate::reclaim::ReclaimPolicyRecord>> {
+                let id: Option<i64> = sqlx::query_scalar(&q(
+                    "INSERT INTO reclaim_policies (org_id, name, state, for_s, grace_s, action, action_channel_id, \
+                     notice_channel_id, enabled, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                     ON CONFLICT DO NOTHING RETURNING id",
+                ))
+                .bind(org)
+                .bind(&p.name)
+                .bind(&p.state)
+                .bind(p.for_s)
+                .bind(p.grace_s)
+                .bind(&p.action)
+                .bind(p.action_channel_id)
+                .bind(p.notice_channel_id)
+                .bind(p.enabled)
+                .bind(now_ms)
+                .bind(now_ms)
+                .fetch_optional(self.pool())
+                .await?;
+                Ok(id.map(|id| $crate::reclaim::ReclaimPolicyRecord {
+                    id,
+                    org_id: org,
+                    created_ms: now_ms,
+                    updated_ms: now_ms,
+                    ..p.clone()
+                }))
+            }
+
+            async fn delete_reclaim_policy(&self, org: $crate::OrgId, id: i64) -> $crate::Result<bool> {
+                let mut tx = begin(self.pool()).await?;
+                let gone = sqlx::query(&q("DELETE FROM reclaim_policies WHERE org_id = ? AND id = ?"))
+                    .bind(org)
+                    .bind(id)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                // Its open reclaims end with it (their log stays).
+                sqlx::query(&q("UPDATE reclaims SET closed_ms = updated_ms, status = 'cancelled' \
+                     WHERE org_id = ? AND policy_id = ? AND closed_ms IS NULL"))
+                .bind(org)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+                tx.commit().await?;
+                Ok(gone == 1)
+            }
+
+            async fn open_reclaims(&self) -> $crate::Result<Vec<$crate::reclaim::ReclaimRecord>> {
+                let sql =
+                    format!("SELECT {} FROM reclaims WHERE closed_ms IS NULL ORDER BY id", $crate::reclaim::RECLAIM_COLS);
+                let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
+                rows.iter().map(reclaim_from_row).collect()
+            }
+
+            async fn reclaims(
+                &self,
+                org: $crate::OrgId,
+                limit: i64,
+            ) -> $crate::Result<Vec<$crate::reclaim::ReclaimRecord>> {
+                let sql = format!(
+                    "SELECT {} FROM reclaims WHERE org_id = ? ORDER BY id DESC LIMIT ?",
+                    $crate::reclaim::RECLAIM_COLS
+                );
+                let rows = sqlx::query(&q(&sql)).bind(org).bind(limit).fetch_all(self.pool()).await?;
+                rows.iter().map(reclaim_from_row).collect()
+            }
+
+            async fn reclaim(
+                &self,
+                org: $crate::OrgId,
+                id: i64,
+            ) -> $crate::Result<Option<$crate::reclaim::ReclaimRecord>> {
+                let sql = format!("SELECT {} FROM reclaims WHERE org_id = ? AND id = ?", $crate::reclaim::RECLAIM_COLS);
+                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
+                row.as_ref().map(reclaim_from_row).transpose()
+            }
+
+            async fn start_reclaim(
+                &self,
+                r: &$crate::reclaim::ReclaimRecord,
+                w: &$crate::reclaim::ReclaimWrite<'_>,
+                now_ms: i64,
+            ) -> $crate::Result<Option<i64>> {
+                let mut tx = begin(self.pool()).await?;
+                let id: Option<i64> = sqlx::query_scalar(&q(
+                    "INSERT INTO reclaims (org_id, policy_id, gpu_uuid, host, run_key, pid, owner, state_since_ms, \
+                     noticed_ms, status, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
+                     ON CONFLICT DO NOTHING RETURNING id",
+                ))
+                .bind(r.org_id)
+                .bind(r.policy_id)
+                .bind(&r.gpu_uuid)
+                .bind(&r.host)
+                .bind(&r.run_key)
+                .bind(r.pid)
+                .bind(serde_json::to_string(&r.owner).expect("an owner serialises"))
+                .bind(r.state_since_ms)
+                .bind(r.noticed_ms)
+                .bind(&r.status)
+                .bind(now_ms)
+                .fetch_optional(&mut *tx)
+                .await?;
+                let Some(id) = id else { return Ok(None) };
+                write_extras(&mut tx, r.org_id, id, w, now_ms).await?;
+                tx.commit().await?;
+                Ok(Some(id))
+            }
+
+            async fn update_reclaim(
+                &self,
+                r: &$crate::reclaim::ReclaimRecord,
+                w: &$crate::reclaim::ReclaimWrite<'_>,
+                now_ms: i64,
+            ) -> $crate::Result<bool> {
+                let mut tx = begin(self.pool()).await?;
+                let n = sqlx::query(&q(
+                    "UPDATE reclaims SET status = ?, snoozed_until_ms = ?, acted_ms = ?, closed_ms = ?, updated_ms = ? \
+                     WHERE org_id = ? AND id = ? AND closed_ms IS NULL",
+                ))
+                .bind(&r.status)
+                .bind(r.snoozed_until_ms)
+                .bind(r.acted_ms)
+                .bind(r.closed_ms)
+                .bind(now_ms)
+                .bind(r.org_id)
+                .bind(r.id)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if n != 1 {
+                    return Ok(false);
+                }
+                write_extras(&mut tx, r.org_id, r.id, w, now_ms).await?;
+                tx.commit().await?;
+                Ok(true)
+            }
+
+            async fn reclaim_log(
+                &self,
+                org: $crate::OrgId,
+                reclaim_id: Option<i64>,
+                limit: i64,
+            ) -> $crate::Result<Vec<$crate::reclaim::ReclaimLogEntry>> {
+                let sql = format!(
+                    "SELECT {} FROM reclaim_log WHERE org_id = ? AND (? IS NULL OR reclaim_id = ?) \
+                     ORDER BY id DESC LIMIT ?",
+                    $crate::reclaim::LOG_COLS
+                );
+                let rows = sqlx::query(&q(&sql))
+                    .bind(org)
+                    .bind(reclaim_id)
+                    .bind(reclaim_id)
+                    .bind(limit)
+                    .fetch_all(self.pool())
+                    .await?;
+                rows.iter().map(log_from_row).collect()
+            }
+
+            async fn take_agent_commands(
+                &self,
+                org: $crate::OrgId,
+                host: &str,
+                now_ms: i64,
+            ) -> $crate::Result<Vec<$crate::reclaim::AgentCommand>> {
+                let mut tx = begin(self.pool()).await?;
+                let sql = format!(
+                    "SELECT {} FROM agent_commands WHERE org_id = ? AND host = ? AND taken_ms IS NULL ORDER BY id",
+                    $crate::reclaim::COMMAND_COLS
+                );
+                let rows = sqlx::query(&q(&sql)).bind(org).bind(host).fetch_all(&mut *tx).await?;
+                let mut out: Vec<$crate::reclaim::AgentCommand> =
+                    rows.iter().map(command_from_row).collect::<$crate::Result<_>>()?;
+                for c in &mut out {
+                    sqlx::query(&q("UPDATE agent_commands SET taken_ms = ? WHERE id = ?"))
+                        .bind(now_ms)
+                        .bind(c.id)
+                        .execute(&mut *tx)
+                        .await?;
+                    c.taken_ms = Some(now_ms);
+                }
+                tx.commit().await?;
+                Ok(out)
+            }
+
+            async fn finish_agent_command(
+                &self,
+                org: $crate::OrgId,
+                id: i64,
+                host: &str,
+                result: &str,
+                log: &$crate::reclaim::ReclaimLogEntry,
+                now_ms: i64,
+            ) -> $crate::Result<Option<$crate::reclaim::AgentCommand>> {
+                let mut tx = begin(self.pool()).await?;
+                let n = sqlx::query(&q("UPDATE agent_commands SET done_ms = ?, result = ? \
+                     WHERE org_id = ? AND id = ? AND host = ? AND done_ms IS NULL"))
+                .bind(now_ms)
+                .bind(result)
+                .bind(org)
+                .bind(id)
+                .bind(host)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if n != 1 {
+                    return Ok(None);
+                }
+                let sql = format!("SELECT {} FROM agent_commands WHERE id = ?", $crate::reclaim::COMMAND_COLS);
+                let row = sqlx::query(&q(&sql)).bind(id).fetch_one(&mut *tx).await?;
+                let command = command_from_row(&row)?;
+                let w = $crate::reclaim::ReclaimWrite { log: Some(log), ..Default::default() };
+                write_extras(&mut tx, org, command.reclaim_id, &w, now_ms).await?;
+                tx.commit().await?;
+                Ok(Some(command))
+            }
+        }
+    };
+}
+
+mod sqlite_impl {
+    use std::borrow::Cow;
+
+    use sqlx::{Sqlite, SqlitePool, Transaction};
+
+    use crate::sqlite::SqliteStore;
+
+    fn q(sql: &str) -> Cow<'_, str> {
+        Cow::Borrowed(sql)
+    }
+
+    async fn begin(pool: &SqlitePool) -> crate::Result<Transaction<'static, Sqlite>> {
+        Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
+    }
+
+    impl_reclaim_store!(SqliteStore, sqlx::Sqlite);
+}
+
+mod pg_impl {
+    use std::borrow::Cow;
+
+    use sqlx::{PgPool, Postgres, Transaction};
+
+    use crate::postgres::PgStore;
+
+    fn q(sql: &str) -> Cow<'_, str> {
+        Cow::Owned(crate::alerts::numbered(sql))
+    }
+
+    async fn begin(pool: &PgPool) -> crate::Result<Transaction<'static, Postgres>> {
+        Ok(pool.begin().await?)
+    }
+
+    impl_reclaim_store!(PgStore, sqlx::Postgres);
+}
