@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod collector;
+pub mod kubelet;
 pub mod pusher;
 pub mod source;
 pub mod spool;
