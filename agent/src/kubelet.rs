@@ -113,7 +113,8 @@ impl AllocationTable {
     /// The allocations of the GPU of `s`: by its UUID, and by its index where `by_index` (ids
     /// by index only make sense for the local host's samples).
     pub fn for_sample(&self, s: &Sample, by_index: bool) -> Vec<PodAllocation> {
-        let mut out: Vec<PodAllocation> = self.by_gpu.get(&DeviceRef::Uuid(s.uuid.clone())).cloned().unwrap_or_default();
+        let mut out: Vec<PodAllocation> =
+            self.by_gpu.get(&DeviceRef::Uuid(s.uuid.clone())).cloned().unwrap_or_default();
         if by_index && let Some(i) = s.gpu_index {
             out.extend(self.by_gpu.get(&DeviceRef::Index(i)).into_iter().flatten().cloned());
         }
@@ -141,7 +142,9 @@ pub async fn connect(path: &Path) -> Result<PodResourcesListerClient<tonic::tran
         .connect_timeout(CALL_TIMEOUT)
         .connect_with_connector(tower::service_fn(move |_: tonic::transport::Uri| {
             let socket = socket.clone();
-            async move { Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(socket).await?)) }
+            async move {
+                Ok::<_, std::io::Error>(hyper_util::rt::TokioIo::new(tokio::net::UnixStream::connect(socket).await?))
+            }
         }))
         .await
         .map_err(|e| KubeletError::Connect { path: path.to_path_buf(), message: error_chain(&e) })?;
@@ -287,9 +290,15 @@ mod tests {
     #[test]
     fn device_ids_map_to_gpus() {
         let u = |s: &str| Some(DeviceRef::Uuid(s.to_string()));
-        assert_eq!(parse_device_id("GPU-b8c24ac0-1d2e-3f40-5a6b-7c8d9e0f1a2b"), u("GPU-b8c24ac0-1d2e-3f40-5a6b-7c8d9e0f1a2b"));
+        assert_eq!(
+            parse_device_id("GPU-b8c24ac0-1d2e-3f40-5a6b-7c8d9e0f1a2b"),
+            u("GPU-b8c24ac0-1d2e-3f40-5a6b-7c8d9e0f1a2b")
+        );
         assert_eq!(parse_device_id("GPU-b8c24ac0::3"), u("GPU-b8c24ac0"));
-        assert_eq!(parse_device_id("MIG-0b6f3c1e-aaaa-bbbb-cccc-000000000001"), u("MIG-0b6f3c1e-aaaa-bbbb-cccc-000000000001"));
+        assert_eq!(
+            parse_device_id("MIG-0b6f3c1e-aaaa-bbbb-cccc-000000000001"),
+            u("MIG-0b6f3c1e-aaaa-bbbb-cccc-000000000001")
+        );
         assert_eq!(parse_device_id("MIG-GPU-b8c24ac0/7/0"), u("GPU-b8c24ac0"));
         assert_eq!(parse_device_id("MIG-GPU-b8c24ac0/7/0::1"), u("GPU-b8c24ac0"));
         assert_eq!(parse_device_id("3"), Some(DeviceRef::Index(3)));
@@ -337,10 +346,14 @@ mod tests {
             ],
         };
         let t = AllocationTable::from_list(&resp);
-        let sample = |uuid: &str, index: Option<u32>| Sample { uuid: uuid.into(), gpu_index: index, ..Sample::default() };
+        let sample =
+            |uuid: &str, index: Option<u32>| Sample { uuid: uuid.into(), gpu_index: index, ..Sample::default() };
         let a = t.for_sample(&sample("GPU-a", Some(0)), true);
         assert_eq!(a.len(), 1);
-        assert_eq!((a[0].namespace.as_str(), a[0].pod.as_str(), a[0].container.as_str()), ("ml", "nb-alice", "notebook"));
+        assert_eq!(
+            (a[0].namespace.as_str(), a[0].pod.as_str(), a[0].container.as_str()),
+            ("ml", "nb-alice", "notebook")
+        );
         let b = t.for_sample(&sample("GPU-b", Some(1)), true);
         let pods: Vec<&str> = b.iter().map(|a| a.pod.as_str()).collect();
         assert_eq!(pods, ["train", "serve", "serve"], "every replica is listed, pods sorted by namespace");

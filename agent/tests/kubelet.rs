@@ -130,7 +130,8 @@ async fn samples_carry_allocations_and_follow_the_kubelet() {
     let kubelet = StandInKubelet::default();
     *kubelet.pods.lock().unwrap() = vec![pod("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A])];
     let server = serve(kubelet.clone(), &socket);
-    let replay = ReplaySource::open(&trace(dir.path(), 10), &SourceOptions { speed: None, ..Default::default() }).unwrap();
+    let replay =
+        ReplaySource::open(&trace(dir.path(), 10), &SourceOptions { speed: None, ..Default::default() }).unwrap();
     let refresh = Duration::from_millis(100);
     let mut src = WithKubelet::new(Box::new(replay), socket.clone(), refresh);
     let held_by = |hosts: &[fleetlens_agent::source::HostSamples], uuid: &str| -> Vec<String> {
@@ -166,7 +167,8 @@ async fn samples_carry_allocations_and_follow_the_kubelet() {
 #[tokio::test]
 async fn no_socket_no_allocations() {
     let dir = tempfile::tempdir().unwrap();
-    let replay = ReplaySource::open(&trace(dir.path(), 2), &SourceOptions { speed: None, ..Default::default() }).unwrap();
+    let replay =
+        ReplaySource::open(&trace(dir.path(), 2), &SourceOptions { speed: None, ..Default::default() }).unwrap();
     let mut src = WithKubelet::new(Box::new(replay), dir.path().join("absent.sock"), Duration::from_millis(10));
     let hosts = src.next().await.unwrap().unwrap();
     assert_eq!(hosts[0].samples.len(), 2);

@@ -29,8 +29,13 @@ async fn get(server: &TestServer, path: &str) -> (u16, Value) {
 }
 
 async fn send(server: &TestServer, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let resp =
-        reqwest::Client::new().request(method, server.url(path)).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
+    let resp = reqwest::Client::new()
+        .request(method, server.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
     (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
 }
 
@@ -105,13 +110,18 @@ async fn an_allocated_idle_gpu_is_its_pods_waste(backend: Backend) {
     assert_eq!(status, 200, "{gpus}");
     let gpu = |uuid: &str| gpus["gpus"].as_array().unwrap().iter().find(|g| g["uuid"] == uuid).unwrap().clone();
     let a = gpu(GPU_A);
-    assert_eq!(a["latest"]["allocations"], json!([{"namespace": "ml", "pod": "nb-alice", "container": "notebook",
-        "resource": "nvidia.com/gpu", "device_id": GPU_A}]), "{a}");
+    assert_eq!(
+        a["latest"]["allocations"],
+        json!([{"namespace": "ml", "pod": "nb-alice", "container": "notebook",
+        "resource": "nvidia.com/gpu", "device_id": GPU_A}]),
+        "{a}"
+    );
     assert_eq!(a["latest"]["processes"], json!([]));
     let b = gpu(GPU_B);
     assert!(b["latest"].get("allocations").is_none(), "{b}");
     for (uuid, want) in [(GPU_A, "idle_held"), (GPU_B, "idle")] {
-        let (status, windows) = get(&server, &format!("/api/v1/gpus/{uuid}/states?from={start}&to={}", start + 30 * MINUTE)).await;
+        let (status, windows) =
+            get(&server, &format!("/api/v1/gpus/{uuid}/states?from={start}&to={}", start + 30 * MINUTE)).await;
         assert_eq!(status, 200, "{windows}");
         let states: Vec<&str> = windows.as_array().unwrap().iter().map(|w| w["state"].as_str().unwrap()).collect();
         assert!(!states.is_empty() && states.iter().all(|s| *s == want), "{uuid}: {states:?}");

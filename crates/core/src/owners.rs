@@ -230,7 +230,11 @@ mod tests {
         assert_eq!(OwnerKey::Namespace.value_of(&old), None);
         // The holder: the user where known, else the pod.
         assert_eq!(OwnerKey::Holder.value_of(&old).as_deref(), Some("dave"));
-        let pod_only = proc_(0, None, ProcessOwner { namespace: Some("ml".into()), pod_name: Some("nb".into()), ..Default::default() });
+        let pod_only = proc_(
+            0,
+            None,
+            ProcessOwner { namespace: Some("ml".into()), pod_name: Some("nb".into()), ..Default::default() },
+        );
         assert_eq!(OwnerKey::Holder.value_of(&pod_only).as_deref(), Some("ml/nb"));
         assert_eq!(OwnerKey::Holder.value_of(&GpuProcess::default()), None);
     }

@@ -326,7 +326,8 @@ pub fn holders<'a>(
                 .collect(),
         )),
         (Some(procs), [(ns, pod)]) => {
-            let names_no_pod = |p: &GpuProcess| p.owner.as_ref().is_none_or(|o| o.pod_name.is_none() && o.namespace.is_none());
+            let names_no_pod =
+                |p: &GpuProcess| p.owner.as_ref().is_none_or(|o| o.pod_name.is_none() && o.namespace.is_none());
             if !procs.iter().any(names_no_pod) {
                 return Some(Cow::Borrowed(procs));
             }
@@ -377,7 +378,11 @@ mod holder_tests {
 
     #[test]
     fn an_allocated_gpu_without_processes_is_held_by_its_pods() {
-        let a = [alloc("ml", "nb-alice", "GPU-1::0"), alloc("ml", "nb-alice", "GPU-1::1"), alloc("cv", "train", "GPU-1::2")];
+        let a = [
+            alloc("ml", "nb-alice", "GPU-1::0"),
+            alloc("ml", "nb-alice", "GPU-1::1"),
+            alloc("cv", "train", "GPU-1::2"),
+        ];
         for procs in [None, Some(&[][..])] {
             let h = holders(procs, &a).unwrap();
             assert_eq!(h.len(), 2, "one holder per pod, not per replica");
@@ -399,8 +404,11 @@ mod holder_tests {
             ..Default::default()
         };
         let unseen = GpuProcess { pid: 2, owner: None, ..Default::default() };
-        let user_only =
-            GpuProcess { pid: 3, owner: Some(ProcessOwner { user: Some("alice".into()), ..Default::default() }), ..Default::default() };
+        let user_only = GpuProcess {
+            pid: 3,
+            owner: Some(ProcessOwner { user: Some("alice".into()), ..Default::default() }),
+            ..Default::default()
+        };
         let procs = vec![seen.clone(), unseen, user_only];
         let h = holders(Some(&procs), &[alloc("ml", "nb", "GPU-1")]).unwrap();
         assert_eq!(h[0], seen);

@@ -292,8 +292,15 @@ mod tests {
             resource: "nvidia.com/gpu".into(),
             device_id: "GPU-1".into(),
         };
-        let lists = vec![ProcessList { gpu_id: 1, minute_ms: 0, processes: Some(vec![]), allocations: vec![alloc], samples: 6 }];
-        for (key, name) in [(OwnerKey::Pod, "ml/nb-alice"), (OwnerKey::Namespace, "ml"), (OwnerKey::User, "(unknown)")] {
+        let lists = vec![ProcessList {
+            gpu_id: 1,
+            minute_ms: 0,
+            processes: Some(vec![]),
+            allocations: vec![alloc],
+            samples: 6,
+        }];
+        for (key, name) in [(OwnerKey::Pod, "ml/nb-alice"), (OwnerKey::Namespace, "ml"), (OwnerKey::User, "(unknown)")]
+        {
             let credits = owner_credits(&gpus, std::slice::from_ref(&m), &lists, &key, 0, 60_000);
             let rows = owner_rows(&gpus, &credits, &prices);
             assert_eq!(rows.len(), 1, "{rows:?}");
@@ -352,7 +359,13 @@ mod tests {
         }
         // Minute 30 of GPU 1: nobody on it, idle; minute 31: samples gone.
         minutes.push(minute(1, 30 * 60_000, WorkloadState::Idle, 0.0));
-        lists.push(ProcessList { gpu_id: 1, minute_ms: 30 * 60_000, processes: Some(vec![]), allocations: vec![], samples: 6 });
+        lists.push(ProcessList {
+            gpu_id: 1,
+            minute_ms: 30 * 60_000,
+            processes: Some(vec![]),
+            allocations: vec![],
+            samples: 6,
+        });
         minutes.push(minute(1, 31 * 60_000, WorkloadState::Idle, 0.0));
         let credits = owner_credits(&gpus, &minutes, &lists, &OwnerKey::User, 0, 32 * 60_000);
         let rows = owner_rows(&gpus, &credits, &prices);
