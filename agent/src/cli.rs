@@ -164,6 +164,17 @@ pub struct Cli {
     #[arg(long, env = "FLEETLENS_RECLAIM_POLL_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
     pub reclaim_poll_interval: Duration,
 
+    /// The kubelet's pod-resources socket (PodResources v1 gRPC API). Where it exists, every
+    /// sample carries the pods (namespace, name, container) the kubelet allocated its GPU to,
+    /// so a GPU held by a pod whose processes the agent cannot see is still that pod's. Absent
+    /// (not on Kubernetes, or not mounted): the feature is off, logged once. Empty: off.
+    #[arg(long, env = "FLEETLENS_KUBELET_SOCKET", value_name = "PATH", default_value = crate::kubelet::DEFAULT_SOCKET)]
+    pub kubelet_socket: PathBuf,
+
+    /// How often the allocations are listed again (v1 of the API has no watch).
+    #[arg(long, env = "FLEETLENS_KUBELET_REFRESH", default_value = "10s", value_parser = parse_positive_duration)]
+    pub kubelet_refresh: Duration,
+
     /// Log format on stderr. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "FLEETLENS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -286,6 +297,8 @@ mod tests {
         assert_eq!(cli.nvml_gract_every, 5);
         assert_eq!(cli.nvml_lib, None);
         assert_eq!(cli.proc_root, PathBuf::from("/proc"));
+        assert_eq!(cli.kubelet_socket, PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"));
+        assert_eq!(cli.kubelet_refresh, Duration::from_secs(10));
     }
 
     #[test]
@@ -333,6 +346,10 @@ mod tests {
             "EXPERIMENT_ID",
             "--label-from-env",
             "RUN",
+            "--kubelet-socket",
+            "/run/kubelet.sock",
+            "--kubelet-refresh",
+            "30s",
         ])
         .unwrap();
         assert_eq!(cli.server, "https://fleet.example.com");
@@ -349,6 +366,8 @@ mod tests {
         assert_eq!(cli.nvml_lib, Some(PathBuf::from("/opt/nvidia/libnvidia-ml.so.1")));
         assert_eq!(cli.proc_root, PathBuf::from("/host/proc"));
         assert_eq!(cli.label_from_env, vec!["EXPERIMENT_ID".to_string(), "RUN".to_string()]);
+        assert_eq!(cli.kubelet_socket, PathBuf::from("/run/kubelet.sock"));
+        assert_eq!(cli.kubelet_refresh, Duration::from_secs(30));
     }
 
     #[test]
@@ -367,6 +386,7 @@ mod tests {
             ["--spool-max-bytes", "lots"],
             ["--nvml-energy-every", "-1"],
             ["--source", "dcgm:"],
+            ["--kubelet-refresh", "0s"],
         ] {
             let r = Cli::try_parse_from(std::iter::once("fleetlens-agent").chain(args));
             assert!(r.is_err(), "{args:?} should be rejected");

@@ -10,6 +10,7 @@ use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
 use fleetlens_agent::cli::{Cli, LogFormat};
 use fleetlens_agent::collector::{self, CollectorConfig};
+use fleetlens_agent::kubelet::WithKubelet;
 use fleetlens_agent::pusher::{Backoff, Mode, Pusher, PusherConfig};
 use fleetlens_agent::source::{self, GpuSource, SourceOptions, SourceSpec};
 use fleetlens_agent::spool::{SharedSpool, Spool};
@@ -63,6 +64,13 @@ async fn agent_main() -> ExitCode {
     let src = match source::open(&cli.source, &opts) {
         Ok(src) => src,
         Err(e) => Cli::command().error(ErrorKind::ValueValidation, format!("--source: {e}")).exit(),
+    };
+    // Pod allocations from the kubelet ride on every source's samples (off where the socket
+    // is absent, or the flag is empty).
+    let src: Box<dyn GpuSource> = if cli.kubelet_socket.as_os_str().is_empty() {
+        src
+    } else {
+        Box::new(WithKubelet::new(src, cli.kubelet_socket.clone(), cli.kubelet_refresh))
     };
     match run(cli, src).await {
         Ok(code) => code,

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection;
 
+pub mod kubelet;
+
 /// Where the tests find PostgreSQL (trust auth). Override with `FLEETLENS_TEST_PG`.
 pub fn pg_admin_url() -> String {
     std::env::var("FLEETLENS_TEST_PG").unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())

@@ -540,6 +540,7 @@ impl SimGpu {
             nvlink_tx_mib_s: Some(round3(l.nvlink)),
             nvlink_rx_mib_s: Some(round3(l.nvlink)),
             processes: Some(processes),
+            allocations: Vec::new(),
         }
     }
 }

@@ -101,7 +101,7 @@ impl Funnel {
         for (s, dur_ms) in sorted.iter().zip(durations) {
             let dt = dur_ms as f64 / 1000.0;
             sampled_s += dt;
-            let allocated = s.processes.as_ref().map(|p| if p.is_empty() { 0.0 } else { 1.0 });
+            let allocated = s.holders_known().then(|| if s.is_allocated() { 1.0 } else { 0.0 });
             let values = [allocated, s.gpu_util_pct, s.sm_active_pct, s.tensor_active_pct];
             for ((sum, measured), v) in acc.iter_mut().zip(values) {
                 if let Some(v) = v {

@@ -32,7 +32,7 @@ mod fixture_tests;
 
 pub use owners::{OwnerGroup, OwnerKey, minute_shares};
 pub use rollup::{ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats};
-pub use sample::{GpuProcess, ProcessOwner, Sample};
+pub use sample::{GpuProcess, PodAllocation, ProcessOwner, Sample};
 pub use validate::{ValidationError, validate_sample};
 
 pub use advice::{CollocationHint, JobUsage, RightSizeHint, collocation, p95, percentile, right_size};

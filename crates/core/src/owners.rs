@@ -19,6 +19,10 @@ use crate::sample::GpuProcess;
 pub enum OwnerKey {
     /// The Unix user of the process (else the Slurm job user).
     User,
+    /// Whoever is known to hold the GPU: the user as [`OwnerKey::User`], else the pod
+    /// (`namespace/name`, as [`OwnerKey::Pod`]) — a GPU the kubelet allocated to a pod whose
+    /// processes the agent cannot see has a pod but no user. The fleet summary's top owners.
+    Holder,
     /// The Kubernetes namespace.
     Namespace,
     /// The pod: `namespace/name` where both are known, the name alone, else the pod UID.
@@ -64,6 +68,7 @@ impl OwnerKey {
     pub fn parse(s: &str) -> Result<Option<OwnerKey>, String> {
         Ok(Some(match s {
             "user" => OwnerKey::User,
+            "holder" => OwnerKey::Holder,
             "namespace" => OwnerKey::Namespace,
             "pod" => OwnerKey::Pod,
             "job" => OwnerKey::Job,
@@ -86,6 +91,7 @@ impl OwnerKey {
     pub fn as_string(&self) -> String {
         match self {
             OwnerKey::User => "user".into(),
+            OwnerKey::Holder => "holder".into(),
             OwnerKey::Namespace => "namespace".into(),
             OwnerKey::Pod => "pod".into(),
             OwnerKey::Job => "job".into(),
@@ -106,6 +112,9 @@ impl OwnerKey {
                 (None, Some(name)) => Some(name),
                 _ => field(|o| &o.pod_uid),
             },
+            OwnerKey::Holder => {
+                return OwnerKey::User.value_of(p).or_else(|| OwnerKey::Pod.value_of(p));
+            }
             OwnerKey::Job => field(|o| &o.job_id),
             OwnerKey::Label(name) => o.and_then(|o| o.labels.get(name).cloned()),
             OwnerKey::Run => crate::jobcard::run_key(p),
@@ -186,6 +195,8 @@ mod tests {
     fn parses_keys() {
         assert_eq!(OwnerKey::parse("user"), Ok(Some(OwnerKey::User)));
         assert_eq!(OwnerKey::parse("job"), Ok(Some(OwnerKey::Job)));
+        assert_eq!(OwnerKey::parse("holder"), Ok(Some(OwnerKey::Holder)));
+        assert_eq!(OwnerKey::Holder.as_string(), "holder");
         assert_eq!(OwnerKey::parse("label:RUN_ID"), Ok(Some(OwnerKey::Label("RUN_ID".into()))));
         assert_eq!(OwnerKey::parse("team"), Ok(None));
         assert!(OwnerKey::parse("label:").is_err());
@@ -222,6 +233,15 @@ mod tests {
         let old = GpuProcess { pid: 2, user: Some("dave".into()), ..Default::default() };
         assert_eq!(OwnerKey::User.value_of(&old).as_deref(), Some("dave"));
         assert_eq!(OwnerKey::Namespace.value_of(&old), None);
+        // The holder: the user where known, else the pod.
+        assert_eq!(OwnerKey::Holder.value_of(&old).as_deref(), Some("dave"));
+        let pod_only = proc_(
+            0,
+            None,
+            ProcessOwner { namespace: Some("ml".into()), pod_name: Some("nb".into()), ..Default::default() },
+        );
+        assert_eq!(OwnerKey::Holder.value_of(&pod_only).as_deref(), Some("ml/nb"));
+        assert_eq!(OwnerKey::Holder.value_of(&GpuProcess::default()), None);
     }
 
     #[test]

@@ -146,7 +146,7 @@ impl RollupBucket {
         }
         self.sample_count += 1;
         self.allocated_count += i64::from(s.is_allocated());
-        self.processes_read_count += i64::from(s.processes.is_some());
+        self.processes_read_count += i64::from(s.holders_known());
         self.first_ts_ms = self.first_ts_ms.min(s.ts_ms);
         self.last_ts_ms = self.last_ts_ms.max(s.ts_ms);
         for (stats, v) in self.signals.iter_mut().zip(signal_values(s)) {

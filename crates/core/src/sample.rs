@@ -78,7 +78,36 @@ pub struct Sample {
     /// `Some(vec![])`: read, and nobody is on the GPU.
     #[serde(default, deserialize_with = "bounded_processes")]
     pub processes: Option<Vec<GpuProcess>>,
+    /// Pods the kubelet has allocated this GPU to (its PodResources API, read by the agent's
+    /// `--kubelet-socket`), whether or not their processes are visible. Empty (left out of the
+    /// JSON) where the agent does not ask a kubelet or the GPU is allocated to no pod.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allocations: Vec<PodAllocation>,
 }
+
+/// A GPU allocated to one container of a pod by the kubelet's device manager (PodResources v1
+/// `List`): the pod holds the GPU whether or not its processes run, or can be seen, on it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize, Default)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct PodAllocation {
+    pub namespace: String,
+    /// Pod name.
+    pub pod: String,
+    /// Container name within the pod.
+    #[serde(default)]
+    pub container: String,
+    /// Extended resource the device was allocated as: `nvidia.com/gpu`, `nvidia.com/mig-1g.10gb`,
+    /// a renamed shared resource (`nvidia.com/gpu.shared`) …
+    #[serde(default)]
+    pub resource: String,
+    /// The device plugin's device id as the kubelet lists it (`GPU-<uuid>`, `MIG-<uuid>`,
+    /// `GPU-<uuid>::<n>` for a time-sliced replica, or an index).
+    #[serde(default)]
+    pub device_id: String,
+}
+
+/// Most pod allocations one sample may carry (time-slicing gives a GPU out many times).
+pub const MAX_ALLOCATIONS_PER_SAMPLE: usize = 256;
 
 /// Most processes one sample may list. Decoding stops at the next one, so a hostile batch
 /// cannot make its reader allocate millions of them (each ~330 bytes in memory, from ~10 bytes
@@ -224,9 +253,23 @@ pub const PERCENT_FIELDS: [FloatField; 11] = [
 ];
 
 impl Sample {
-    /// True when at least one application process holds the GPU (allocation utilization).
+    /// True when at least one application process holds the GPU, or the kubelet has allocated
+    /// it to a pod (allocation utilization: an allocated GPU is paid for by its pod even with no
+    /// process on it).
     pub fn is_allocated(&self) -> bool {
-        self.processes.as_ref().is_some_and(|p| !p.is_empty())
+        self.processes.as_ref().is_some_and(|p| !p.is_empty()) || !self.allocations.is_empty()
+    }
+
+    /// True when it is known who holds the GPU: the process list was read, or the kubelet
+    /// named the pods it is allocated to.
+    pub fn holders_known(&self) -> bool {
+        self.processes.is_some() || !self.allocations.is_empty()
+    }
+
+    /// The GPU's holders for owner accounting and alert owner fields: the process list with
+    /// the kubelet's allocations folded in ([`holders`]).
+    pub fn holders(&self) -> Option<std::borrow::Cow<'_, [GpuProcess]>> {
+        holders(self.processes.as_deref(), &self.allocations)
     }
 
     /// Efficiency score: SMACT / kernel utilization × 100, capped at 100; undefined (None)
@@ -247,3 +290,133 @@ pub const NON_NEGATIVE_FIELDS: [FloatField; 8] = [
     ("nvlink_tx_mib_s", |s| s.nvlink_tx_mib_s),
     ("nvlink_rx_mib_s", |s| s.nvlink_rx_mib_s),
 ];
+
+/// The holders of a GPU: its processes, with what the kubelet says folded in.
+///
+/// - No allocation: the process list as it is (`None` when not read).
+/// - Allocated to pods and no process seen (none on the GPU, or the list not read): one holder
+///   per allocated pod, pid 0, owned by that pod, so its time is the pod's (an allocated, idle
+///   GPU is `idle_held` by its pod, not nobody's).
+/// - Allocated to exactly one pod: processes that name no pod (their /proc could not be read,
+///   or their environment has no `POD_NAME`) get that pod's name and namespace; the device
+///   plugin gives the GPU to that pod alone. Processes already naming a pod keep it.
+/// - Allocated to several pods (time-slicing) with processes seen: the processes as they are;
+///   which replica a process uses is not known.
+pub fn holders<'a>(
+    processes: Option<&'a [GpuProcess]>,
+    allocations: &[PodAllocation],
+) -> Option<std::borrow::Cow<'a, [GpuProcess]>> {
+    use std::borrow::Cow;
+    let mut pods: Vec<(&str, &str)> = allocations.iter().map(|a| (a.namespace.as_str(), a.pod.as_str())).collect();
+    pods.sort_unstable();
+    pods.dedup();
+    match (processes, pods.as_slice()) {
+        (p, []) => p.map(Cow::Borrowed),
+        (None | Some([]), pods) => Some(Cow::Owned(
+            pods.iter()
+                .map(|(ns, pod)| GpuProcess {
+                    pid: 0,
+                    owner: Some(ProcessOwner {
+                        namespace: Some(ns.to_string()).filter(|s| !s.is_empty()),
+                        pod_name: Some(pod.to_string()).filter(|s| !s.is_empty()),
+                        ..ProcessOwner::default()
+                    }),
+                    ..GpuProcess::default()
+                })
+                .collect(),
+        )),
+        (Some(procs), [(ns, pod)]) => {
+            let names_no_pod =
+                |p: &GpuProcess| p.owner.as_ref().is_none_or(|o| o.pod_name.is_none() && o.namespace.is_none());
+            if !procs.iter().any(names_no_pod) {
+                return Some(Cow::Borrowed(procs));
+            }
+            Some(Cow::Owned(
+                procs
+                    .iter()
+                    .map(|p| {
+                        let mut p = p.clone();
+                        if names_no_pod(&p) {
+                            let o = p.owner.get_or_insert_with(ProcessOwner::default);
+                            o.namespace = Some(ns.to_string()).filter(|s| !s.is_empty());
+                            o.pod_name = Some(pod.to_string()).filter(|s| !s.is_empty());
+                        }
+                        p
+                    })
+                    .collect(),
+            ))
+        }
+        (Some(procs), _) => Some(Cow::Borrowed(procs)),
+    }
+}
+
+#[cfg(test)]
+mod holder_tests {
+    use super::*;
+
+    fn alloc(ns: &str, pod: &str, dev: &str) -> PodAllocation {
+        PodAllocation {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: "main".into(),
+            resource: "nvidia.com/gpu".into(),
+            device_id: dev.into(),
+        }
+    }
+
+    fn pod_of(p: &GpuProcess) -> (Option<&str>, Option<&str>) {
+        let o = p.owner.as_ref().unwrap();
+        (o.namespace.as_deref(), o.pod_name.as_deref())
+    }
+
+    #[test]
+    fn no_allocation_keeps_the_list() {
+        assert_eq!(holders(None, &[]), None);
+        let procs = vec![GpuProcess { pid: 7, ..Default::default() }];
+        assert_eq!(holders(Some(&procs), &[]).unwrap().as_ref(), procs.as_slice());
+    }
+
+    #[test]
+    fn an_allocated_gpu_without_processes_is_held_by_its_pods() {
+        let a = [
+            alloc("ml", "nb-alice", "GPU-1::0"),
+            alloc("ml", "nb-alice", "GPU-1::1"),
+            alloc("cv", "train", "GPU-1::2"),
+        ];
+        for procs in [None, Some(&[][..])] {
+            let h = holders(procs, &a).unwrap();
+            assert_eq!(h.len(), 2, "one holder per pod, not per replica");
+            assert_eq!(pod_of(&h[0]), (Some("cv"), Some("train")));
+            assert_eq!(pod_of(&h[1]), (Some("ml"), Some("nb-alice")));
+            assert!(h.iter().all(|p| p.pid == 0 && p.sm_pct.is_none()));
+        }
+        let s = Sample { processes: Some(vec![]), allocations: a.to_vec(), ..Default::default() };
+        assert!(s.is_allocated() && s.holders_known());
+        let s = Sample { processes: None, ..Default::default() };
+        assert!(!s.is_allocated() && !s.holders_known());
+    }
+
+    #[test]
+    fn one_pod_names_the_processes_that_name_none() {
+        let seen = GpuProcess {
+            pid: 1,
+            owner: Some(ProcessOwner { namespace: Some("x".into()), pod_name: Some("y".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        let unseen = GpuProcess { pid: 2, owner: None, ..Default::default() };
+        let user_only = GpuProcess {
+            pid: 3,
+            owner: Some(ProcessOwner { user: Some("alice".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        let procs = vec![seen.clone(), unseen, user_only];
+        let h = holders(Some(&procs), &[alloc("ml", "nb", "GPU-1")]).unwrap();
+        assert_eq!(h[0], seen);
+        assert_eq!(pod_of(&h[1]), (Some("ml"), Some("nb")));
+        assert_eq!(pod_of(&h[2]), (Some("ml"), Some("nb")));
+        assert_eq!(h[2].owner.as_ref().unwrap().user.as_deref(), Some("alice"));
+        // Several pods: which one a process serves is not known.
+        let two = [alloc("ml", "a", "GPU-1::0"), alloc("ml", "b", "GPU-1::1")];
+        assert_eq!(holders(Some(&procs), &two).unwrap().as_ref(), procs.as_slice());
+    }
+}

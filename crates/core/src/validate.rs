@@ -132,12 +132,55 @@ pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), Vali
             }
         }
     }
+    if s.allocations.len() > crate::sample::MAX_ALLOCATIONS_PER_SAMPLE {
+        return Err(err(
+            index,
+            "allocations",
+            format!("more than {} pod allocations on one GPU", crate::sample::MAX_ALLOCATIONS_PER_SAMPLE),
+        ));
+    }
+    for (i, a) in s.allocations.iter().enumerate() {
+        if a.namespace.is_empty() || a.pod.is_empty() {
+            return Err(err(index, &format!("allocations[{i}]"), "an allocation names its pod and namespace"));
+        }
+        for (f, text) in [
+            ("namespace", &a.namespace),
+            ("pod", &a.pod),
+            ("container", &a.container),
+            ("resource", &a.resource),
+            ("device_id", &a.device_id),
+        ] {
+            if text.len() > 1024 {
+                return Err(err(index, &format!("allocations[{i}].{f}"), "longer than 1024 bytes"));
+            }
+        }
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn checks_allocations() {
+        let alloc = |ns: &str, pod: &str| crate::PodAllocation {
+            namespace: ns.into(),
+            pod: pod.into(),
+            container: "c".into(),
+            resource: "nvidia.com/gpu".into(),
+            device_id: "GPU-1".into(),
+        };
+        let mut s = ok_sample();
+        s.allocations = vec![alloc("ml", "nb")];
+        assert_eq!(validate_sample(0, &s, NOW), Ok(()));
+        s.allocations = vec![alloc("", "nb")];
+        assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, "allocations[0]");
+        s.allocations = vec![alloc("ml", &"x".repeat(1025))];
+        assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, "allocations[0].pod");
+        s.allocations = vec![alloc("ml", "nb"); crate::sample::MAX_ALLOCATIONS_PER_SAMPLE + 1];
+        assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, "allocations");
+    }
 
     const NOW: i64 = 1_800_000_000_000;
 

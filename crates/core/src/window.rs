@@ -103,7 +103,7 @@ impl WindowAggregate {
             if s.mem_total_bytes.is_some() {
                 agg.mem_total_bytes = s.mem_total_bytes;
             }
-            if s.processes.is_some() {
+            if s.holders_known() {
                 agg.counts.processes += 1;
                 agg.samples_with_process += u32::from(s.is_allocated());
             }

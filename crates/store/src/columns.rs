@@ -1,7 +1,7 @@
 //! The sample and rollup column lists shared by both backends, and the mapping between
 //! database rows and [`Sample`] / [`RollupBucket`].
 
-use fleetlens_core::{GpuProcess, ROLLUP_SIGNALS, RollupBucket, Sample, SignalStats};
+use fleetlens_core::{GpuProcess, PodAllocation, ROLLUP_SIGNALS, RollupBucket, Sample, SignalStats};
 
 /// A nullable numeric cell of a sample row.
 #[derive(Debug, Clone, Copy)]
@@ -73,11 +73,22 @@ pub(crate) fn processes_json(s: &Sample) -> Option<String> {
     s.processes.as_ref().map(|p| serde_json::to_string(p).expect("processes serialize"))
 }
 
+/// The kubelet's pod allocations as stored: JSON text, NULL when there are none.
+pub(crate) fn allocations_json(s: &Sample) -> Option<String> {
+    (!s.allocations.is_empty()).then(|| serde_json::to_string(&s.allocations).expect("allocations serialize"))
+}
+
+/// Stored allocations back; NULL (or, never written by us, unreadable JSON) is none.
+pub(crate) fn parse_allocations(text: Option<&str>) -> Vec<PodAllocation> {
+    text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default()
+}
+
 /// Select list of the sample measurement columns with a table alias; `processes_expr` is how
 /// the backend turns the stored process list into text.
 pub(crate) fn sample_select_list(alias: &str, processes_expr: &str) -> String {
     let mut cols: Vec<String> = SAMPLE_COLUMNS.iter().map(|c| format!("{alias}.{c}")).collect();
     cols.push(format!("{processes_expr} AS processes"));
+    cols.push(format!("{alias}.allocations AS allocations"));
     cols.join(", ")
 }
 
@@ -108,6 +119,7 @@ pub(crate) struct SampleValues {
     nvlink_tx_mib_s: Option<f64>,
     nvlink_rx_mib_s: Option<f64>,
     processes: Option<String>,
+    allocations: Option<String>,
 }
 
 impl SampleValues {
@@ -143,6 +155,7 @@ impl SampleValues {
             // Written by us from a Vec<GpuProcess>; unreadable JSON would be corruption, which
             // we surface as "not read" rather than failing the whole query.
             processes: self.processes.and_then(|p| serde_json::from_str::<Vec<GpuProcess>>(&p).ok()),
+            allocations: parse_allocations(self.allocations.as_deref()),
         }
     }
 }

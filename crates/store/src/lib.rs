@@ -219,6 +219,8 @@ pub struct ProcessList {
     pub minute_ms: i64,
     /// `None`: the list was not read (or not stored).
     pub processes: Option<Vec<fleetlens_core::GpuProcess>>,
+    /// The pods the kubelet allocated the GPU to in these samples (empty: none sent).
+    pub allocations: Vec<fleetlens_core::PodAllocation>,
     pub samples: u32,
 }
 

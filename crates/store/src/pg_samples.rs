@@ -79,18 +79,21 @@ async fn insert_skipping_stored(
     let gpu_col: Vec<i64> = unique.iter().map(|&(gpu_id, _)| gpu_id).collect();
     let ts_col: Vec<i64> = unique.iter().map(|(_, s)| s.ts_ms).collect();
     let procs: Vec<Option<String>> = unique.iter().map(|(_, s)| columns::processes_json(s)).collect();
+    let allocs: Vec<Option<String>> = unique.iter().map(|(_, s)| columns::allocations_json(s)).collect();
     let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
     params.extend(cells.params(3));
     params.push(format!("${}::text[]", cells.kinds.len() + 3));
+    params.push(format!("${}::text[]", cells.kinds.len() + 4));
     let cols = SAMPLE_COLUMNS.join(", ");
     let sql = format!(
-        "INSERT INTO samples (gpu_id, ts_ms, {cols}, processes) \
-         SELECT gpu_id, ts_ms, {cols}, processes FROM UNNEST({}) AS t(gpu_id, ts_ms, {cols}, processes) \
+        "INSERT INTO samples (gpu_id, ts_ms, {cols}, processes, allocations) \
+         SELECT gpu_id, ts_ms, {cols}, processes, allocations \
+         FROM UNNEST({}) AS t(gpu_id, ts_ms, {cols}, processes, allocations) \
          ON CONFLICT DO NOTHING RETURNING gpu_id, ts_ms",
         params.join(", ")
     );
     let q = cells.bind(sqlx::query(&sql).bind(&gpu_col).bind(&ts_col));
-    let rows = q.bind(&procs).fetch_all(&mut **tx).await?;
+    let rows = q.bind(&procs).bind(&allocs).fetch_all(&mut **tx).await?;
     rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect()
 }
 
@@ -162,17 +165,20 @@ impl CellColumns {
 
 /// `COPY` statement matching [`encode_samples`]' field order.
 fn samples_copy_sql() -> String {
-    format!("COPY samples (gpu_id, ts_ms, {}, processes) FROM STDIN (FORMAT binary)", SAMPLE_COLUMNS.join(", "))
+    format!(
+        "COPY samples (gpu_id, ts_ms, {}, processes, allocations) FROM STDIN (FORMAT binary)",
+        SAMPLE_COLUMNS.join(", ")
+    )
 }
 
 /// Encode `(gpu_id, sample)` rows as one binary `COPY` stream.
 fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) -> Vec<u8> {
-    // 26 fields of at most 8 bytes plus their 4-byte lengths, and the process list.
+    // 25 fields of at most 8 bytes plus their 4-byte lengths, the process list and allocations.
     let mut out = Vec::with_capacity(19 + rows.len() * 320 + 2);
     out.extend_from_slice(SIGNATURE);
     out.extend_from_slice(&0i32.to_be_bytes());
     out.extend_from_slice(&0i32.to_be_bytes());
-    let fields = (2 + SAMPLE_COLUMNS.len() + 1) as i16;
+    let fields = (2 + SAMPLE_COLUMNS.len() + 2) as i16;
     // A GPU's process list rarely changes from one second to the next: the last list written
     // and where its JSON lies in `out`, so that an equal list is copied, not serialised again.
     let mut last_list: Option<(&[GpuProcess], std::ops::Range<usize>)> = None;
@@ -202,6 +208,14 @@ fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) ->
                     last_list = Some((list.as_slice(), len_at + 4..out.len()));
                 }
             },
+            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        }
+        // text in binary COPY: the UTF-8 bytes.
+        match columns::allocations_json(s) {
+            Some(json) => {
+                out.extend_from_slice(&(json.len() as i32).to_be_bytes());
+                out.extend_from_slice(json.as_bytes());
+            }
             None => out.extend_from_slice(&(-1i32).to_be_bytes()),
         }
     }
@@ -239,7 +253,7 @@ mod tests {
         let bytes = encode_samples([(3, &s)].into_iter());
         assert_eq!(&bytes[..11], SIGNATURE);
         assert_eq!(&bytes[11..19], &[0; 8]);
-        assert_eq!(i16::from_be_bytes([bytes[19], bytes[20]]), 26);
+        assert_eq!(i16::from_be_bytes([bytes[19], bytes[20]]), 27);
         // gpu_id, then ts_ms, then gpu_util_pct as float8 bits.
         assert_eq!(&bytes[21..25], &8i32.to_be_bytes());
         assert_eq!(i64::from_be_bytes(bytes[25..33].try_into().unwrap()), 3);

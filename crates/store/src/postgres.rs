@@ -657,11 +657,12 @@ impl Store for PgStore {
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::ProcessList>> {
         // Process lists rarely change within a minute: group identical ones (each sample still
         // counts once), so a report parses a few lists per GPU-minute instead of 60.
-        let rows: Vec<(i64, i64, Option<String>, i64)> = sqlx::query_as(
-            "SELECT s.gpu_id, (s.ts_ms / 60000) * 60000 AS minute_ms, s.processes::text AS procs, count(*) AS n \
+        let rows: Vec<(i64, i64, Option<String>, Option<String>, i64)> = sqlx::query_as(
+            "SELECT s.gpu_id, (s.ts_ms / 60000) * 60000 AS minute_ms, s.processes::text AS procs, \
+             s.allocations AS allocs, count(*) AS n \
              FROM samples s JOIN gpus g ON g.id = s.gpu_id \
              WHERE g.org_id = $1 AND s.ts_ms >= $2 AND s.ts_ms < $3 \
-             GROUP BY s.gpu_id, minute_ms, procs ORDER BY s.gpu_id, minute_ms",
+             GROUP BY s.gpu_id, minute_ms, procs, allocs ORDER BY s.gpu_id, minute_ms",
         )
         .bind(org)
         .bind(from_ms)
@@ -670,10 +671,11 @@ impl Store for PgStore {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(gpu_id, minute_ms, p, n)| crate::ProcessList {
+            .map(|(gpu_id, minute_ms, p, a, n)| crate::ProcessList {
                 gpu_id,
                 minute_ms,
                 processes: p.and_then(|p| serde_json::from_str(&p).ok()),
+                allocations: columns::parse_allocations(a.as_deref()),
                 samples: u32::try_from(n).unwrap_or(u32::MAX),
             })
             .collect())

@@ -277,7 +277,7 @@ async fn write_jobs(
             .collect();
         for chunk in bounded_chunks(&fresh, SAMPLE_ROWS_PER_STATEMENT) {
             let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, ");
-            qb.push(columns::SAMPLE_COLUMNS.join(", ")).push(", processes) ");
+            qb.push(columns::SAMPLE_COLUMNS.join(", ")).push(", processes, allocations) ");
             qb.push_values(chunk, |mut b, s| {
                 b.push_bind(ids[s.uuid.as_str()]).push_bind(s.ts_ms);
                 for cell in columns::sample_cells(s) {
@@ -287,6 +287,7 @@ async fn write_jobs(
                     };
                 }
                 b.push_bind(columns::processes_json(s));
+                b.push_bind(columns::allocations_json(s));
             });
             let done = qb.build().execute(&mut *conn).await?.rows_affected();
             if done != chunk.len() as u64 {
@@ -878,11 +879,12 @@ impl Store for SqliteStore {
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::ProcessList>> {
         // Process lists rarely change within a minute: group identical ones (each sample still
         // counts once), so a report parses a few lists per GPU-minute instead of 60.
-        let rows: Vec<(i64, i64, Option<String>, i64)> = sqlx::query_as(
-            "SELECT s.gpu_id, (s.ts_ms / 60000) * 60000 AS minute_ms, s.processes AS procs, count(*) AS n \
+        let rows: Vec<(i64, i64, Option<String>, Option<String>, i64)> = sqlx::query_as(
+            "SELECT s.gpu_id, (s.ts_ms / 60000) * 60000 AS minute_ms, s.processes AS procs, \
+             s.allocations AS allocs, count(*) AS n \
              FROM samples s JOIN gpus g ON g.id = s.gpu_id \
              WHERE g.org_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
-             GROUP BY s.gpu_id, minute_ms, procs ORDER BY s.gpu_id, minute_ms",
+             GROUP BY s.gpu_id, minute_ms, procs, allocs ORDER BY s.gpu_id, minute_ms",
         )
         .bind(org)
         .bind(from_ms)
@@ -891,10 +893,11 @@ impl Store for SqliteStore {
         .await?;
         Ok(rows
             .into_iter()
-            .map(|(gpu_id, minute_ms, p, n)| crate::ProcessList {
+            .map(|(gpu_id, minute_ms, p, a, n)| crate::ProcessList {
                 gpu_id,
                 minute_ms,
                 processes: p.and_then(|p| serde_json::from_str(&p).ok()),
+                allocations: columns::parse_allocations(a.as_deref()),
                 samples: u32::try_from(n).unwrap_or(u32::MAX),
             })
             .collect())

@@ -102,8 +102,14 @@ pub const FIELDS: &[FieldDef] = &[
     n("gpu_index", "", "GPU index on its host"),
     t("team", "team that owns the host (the agent's `team` label)"),
     t("owner_user", "Unix (else Slurm) user of the GPU's processes; several: sorted, joined by \", \""),
-    t("owner_namespace", "Kubernetes namespace of the GPU's processes (where their environment names it)"),
-    t("owner_pod", "Kubernetes pod of the GPU's processes: namespace/name, else the pod UID"),
+    t(
+        "owner_namespace",
+        "Kubernetes namespace of the GPU's processes (where their environment names it) or of the pods the kubelet allocated it to",
+    ),
+    t(
+        "owner_pod",
+        "Kubernetes pod of the GPU's processes, or the pods the kubelet allocated it to: namespace/name, else the pod UID",
+    ),
     t("owner_job", "Slurm job id of the GPU's processes"),
     t("owner_container", "container of the GPU's processes (docker://…, containerd://…, …)"),
 ];
@@ -123,9 +129,8 @@ pub fn owners_of(s: &Sample, field: &str) -> Option<String> {
         "owner_container" => None,
         _ => return None,
     };
-    let mut values: Vec<String> = s
-        .processes
-        .as_deref()?
+    let holders = s.holders()?;
+    let mut values: Vec<String> = holders
         .iter()
         .filter_map(|p| match &key {
             Some(k) => k.value_of(p),

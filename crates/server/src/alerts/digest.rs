@@ -100,7 +100,7 @@ async fn build(
     let idle_held: Vec<AlertRecord> = fired.iter().filter(|a| idle_rules.contains(&a.rule_id)).cloned().collect();
     let gpus = store.gpu_identities(org).await?;
     let prices = crate::analytics::prices(store, org).await.unwrap_or_default();
-    let credits = crate::analytics::owners::read_owner_credits(store, org, &gpus, &OwnerKey::User, from, to.min(now))
+    let credits = crate::analytics::owners::read_owner_credits(store, org, &gpus, &OwnerKey::Holder, from, to.min(now))
         .await
         .unwrap_or_else(|e| {
             tracing::warn!(error = %e, "digest: cannot read the owners' credits");

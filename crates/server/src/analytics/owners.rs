@@ -3,6 +3,7 @@
 //! processes in each minute's raw samples (`fleetlens_core::owners`). Raw samples are kept for
 //! the raw retention only (7 days by default), so owner reports reach back that far.
 
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
 
 use fleetlens_api::{BillingRow, OwnerWaste};
@@ -34,10 +35,14 @@ pub fn owner_credits(
     from_ms: i64,
     end_ms: i64,
 ) -> OwnerCredits {
+    // The kubelet's allocations fold into the process lists: an allocated GPU with no
+    // visible process is its pod's, not "(no process)".
+    let holders: Vec<(&ProcessList, Option<Cow<'_, [GpuProcess]>>)> =
+        lists.iter().map(|l| (l, fleetlens_core::sample::holders(l.processes.as_deref(), &l.allocations))).collect();
     let mut by_minute: HashMap<(i64, i64), Vec<MinuteList<'_>>> = HashMap::new();
-    for l in lists {
+    for (l, h) in &holders {
         let minute = l.minute_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-        by_minute.entry((l.gpu_id, minute)).or_default().push((l.processes.as_deref(), l.samples));
+        by_minute.entry((l.gpu_id, minute)).or_default().push((h.as_deref(), l.samples));
     }
     let by_id: HashMap<i64, &GpuRecord> = gpus.iter().map(|g| (g.id, g)).collect();
     let mut out = OwnerCredits::new();
@@ -267,6 +272,43 @@ mod tests {
                     })
                     .collect(),
             ),
+            allocations: vec![],
+        }
+    }
+
+    #[test]
+    fn a_gpu_allocated_to_a_pod_with_no_process_is_the_pods() {
+        let gpus = [gpu(1, "NVIDIA H100 80GB HBM3")];
+        let prices = PriceTable::default().with_overrides(&PriceTable {
+            per_gpu_hour: [("NVIDIA H100 80GB HBM3".to_string(), 6.0)].into(),
+            ..PriceTable::default()
+        });
+        let mut m = minute(1, 0, WorkloadState::IdleHeld, 0.0);
+        m.credit.allocated_s = 60.0;
+        m.credit.allocation_covered_s = 60.0;
+        let alloc = fleetlens_core::PodAllocation {
+            namespace: "ml".into(),
+            pod: "nb-alice".into(),
+            container: "notebook".into(),
+            resource: "nvidia.com/gpu".into(),
+            device_id: "GPU-1".into(),
+        };
+        let lists = vec![ProcessList {
+            gpu_id: 1,
+            minute_ms: 0,
+            processes: Some(vec![]),
+            allocations: vec![alloc],
+            samples: 6,
+        }];
+        for (key, name) in [(OwnerKey::Pod, "ml/nb-alice"), (OwnerKey::Namespace, "ml"), (OwnerKey::User, "(unknown)")]
+        {
+            let credits = owner_credits(&gpus, std::slice::from_ref(&m), &lists, &key, 0, 60_000);
+            let rows = owner_rows(&gpus, &credits, &prices);
+            assert_eq!(rows.len(), 1, "{rows:?}");
+            assert_eq!(rows[0].group, name);
+            assert!((rows[0].hours_by_state["idle_held"] - 1.0 / 60.0).abs() < 1e-12);
+            assert!((rows[0].allocated_hours - 1.0 / 60.0).abs() < 1e-12);
+            assert!((rows[0].wasted_cost.unwrap() - 0.1).abs() < 1e-9, "{rows:?}");
         }
     }
 
@@ -279,7 +321,7 @@ mod tests {
         m.credit.allocation_covered_s = 60.0;
         let lists = vec![
             procs(1, 0, 3, &[("alice", Some(0.0))]),
-            ProcessList { gpu_id: 1, minute_ms: 0, processes: Some(vec![]), samples: 3 },
+            ProcessList { gpu_id: 1, minute_ms: 0, processes: Some(vec![]), allocations: vec![], samples: 3 },
         ];
         let credits = owner_credits(&gpus, &[m], &lists, &OwnerKey::User, 0, 60_000);
         let rows = owner_rows(&gpus, &credits, &PriceTable::default());
@@ -318,7 +360,13 @@ mod tests {
         }
         // Minute 30 of GPU 1: nobody on it, idle; minute 31: samples gone.
         minutes.push(minute(1, 30 * 60_000, WorkloadState::Idle, 0.0));
-        lists.push(ProcessList { gpu_id: 1, minute_ms: 30 * 60_000, processes: Some(vec![]), samples: 6 });
+        lists.push(ProcessList {
+            gpu_id: 1,
+            minute_ms: 30 * 60_000,
+            processes: Some(vec![]),
+            allocations: vec![],
+            samples: 6,
+        });
         minutes.push(minute(1, 31 * 60_000, WorkloadState::Idle, 0.0));
         let credits = owner_credits(&gpus, &minutes, &lists, &OwnerKey::User, 0, 32 * 60_000);
         let rows = owner_rows(&gpus, &credits, &prices);

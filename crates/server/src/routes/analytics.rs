@@ -223,7 +223,7 @@ pub async fn fleet_summary(
             store,
             caller.org,
             &gpus,
-            &fleetlens_core::OwnerKey::User,
+            &fleetlens_core::OwnerKey::Holder,
             owners_from,
             end,
         )

@@ -1,0 +1,216 @@
+//! Pod allocations from the kubelet: a stand-in kubelet — a real tonic gRPC server serving the
+//! PodResources v1 API (generated from the same proto) on a unix socket — answers the agent's
+//! `List`; the agent maps device ids to GPUs and sends the allocations with every sample.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{API_KEY, ServerState};
+use fleetlens_agent::kubelet::proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
+use fleetlens_agent::kubelet::proto::{
+    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices, ContainerResources,
+    GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
+};
+use fleetlens_agent::kubelet::{WithKubelet, list_allocations};
+use fleetlens_agent::source::replay::ReplaySource;
+use fleetlens_agent::source::{GpuSource, SourceOptions};
+use tonic::{Request, Response, Status};
+
+/// The kubelet's answer, changeable while it serves.
+#[derive(Clone, Default)]
+struct StandInKubelet {
+    pods: Arc<Mutex<Vec<PodResources>>>,
+    lists: Arc<Mutex<usize>>,
+}
+
+#[tonic::async_trait]
+impl PodResourcesLister for StandInKubelet {
+    async fn list(&self, _: Request<ListPodResourcesRequest>) -> Result<Response<ListPodResourcesResponse>, Status> {
+        *self.lists.lock().unwrap() += 1;
+        Ok(Response::new(ListPodResourcesResponse { pod_resources: self.pods.lock().unwrap().clone() }))
+    }
+
+    async fn get_allocatable_resources(
+        &self,
+        _: Request<AllocatableResourcesRequest>,
+    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
+        Err(Status::unimplemented("not served by this kubelet"))
+    }
+
+    async fn get(&self, _: Request<GetPodResourcesRequest>) -> Result<Response<GetPodResourcesResponse>, Status> {
+        Err(Status::unimplemented("not served by this kubelet"))
+    }
+}
+
+/// Serves `kubelet` on a unix socket at `path` until the returned task is aborted.
+fn serve(kubelet: StandInKubelet, path: &Path) -> tokio::task::JoinHandle<()> {
+    let listener = tokio::net::UnixListener::bind(path).unwrap();
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .serve_with_incoming(
+                PodResourcesListerServer::new(kubelet),
+                tokio_stream::wrappers::UnixListenerStream::new(listener),
+            )
+            .await
+            .unwrap();
+    })
+}
+
+fn pod(ns: &str, name: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: ns.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: vec![ContainerDevices {
+                resource_name: resource.into(),
+                device_ids: ids.iter().map(|s| s.to_string()).collect(),
+                topology: None,
+            }],
+        }],
+    }
+}
+
+const GPU_A: &str = "GPU-b8c24ac0-038a-26bb-9696-7e629bc4f276";
+const GPU_B: &str = "GPU-8f844320-5b48-b691-e33f-8e42ba0c19f3";
+
+/// A two-GPU trace of `instants` seconds, nobody on either GPU.
+fn trace(dir: &Path, instants: i64) -> PathBuf {
+    let path = dir.join("trace.jsonl");
+    let mut text = String::new();
+    for i in 0..instants {
+        for (index, uuid) in [GPU_A, GPU_B].iter().enumerate() {
+            text.push_str(&format!(
+                "{{\"ts_ms\":{},\"host\":\"gpu-node-01\",\"uuid\":\"{uuid}\",\"gpu_index\":{index},\"gpu_util_pct\":0,\"processes\":[]}}\n",
+                1_795_311_343_000 + i * 1000
+            ));
+        }
+    }
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+#[tokio::test]
+async fn lists_gpu_allocations_over_the_socket() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = StandInKubelet::default();
+    *kubelet.pods.lock().unwrap() = vec![
+        pod("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A]),
+        pod("cv", "serve", "triton", "nvidia.com/gpu.shared", &[&format!("{GPU_B}::0"), &format!("{GPU_B}::3")]),
+        pod("cv", "nic", "n", "example.com/nic", &["eth1"]),
+    ];
+    let server = serve(kubelet.clone(), &socket);
+    let table = list_allocations(&socket).await.unwrap();
+    assert_eq!(table.len(), 2);
+    let sample = |uuid: &str| fleetlens_core::Sample { uuid: uuid.into(), ..Default::default() };
+    let a = table.for_sample(&sample(GPU_A), true);
+    assert_eq!(a.len(), 1);
+    assert_eq!((a[0].namespace.as_str(), a[0].pod.as_str(), a[0].container.as_str()), ("ml", "nb-alice", "notebook"));
+    assert_eq!(a[0].device_id, GPU_A);
+    let b = table.for_sample(&sample(GPU_B), true);
+    assert_eq!(b.len(), 2, "both time-sliced replicas: {b:?}");
+    assert!(b.iter().all(|x| x.pod == "serve" && x.resource == "nvidia.com/gpu.shared"));
+    server.abort();
+
+    // Nobody on the socket any more: a clear error, not a hang.
+    let _ = server.await;
+    let err = list_allocations(&socket).await.unwrap_err().to_string();
+    assert!(err.contains("kubelet"), "{err}");
+}
+
+#[tokio::test]
+async fn samples_carry_allocations_and_follow_the_kubelet() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = StandInKubelet::default();
+    *kubelet.pods.lock().unwrap() = vec![pod("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A])];
+    let server = serve(kubelet.clone(), &socket);
+    let replay =
+        ReplaySource::open(&trace(dir.path(), 10), &SourceOptions { speed: None, ..Default::default() }).unwrap();
+    let refresh = Duration::from_millis(100);
+    let mut src = WithKubelet::new(Box::new(replay), socket.clone(), refresh);
+    let held_by = |hosts: &[fleetlens_agent::source::HostSamples], uuid: &str| -> Vec<String> {
+        let s = hosts[0].samples.iter().find(|s| s.uuid == uuid).unwrap();
+        s.allocations.iter().map(|a| format!("{}/{}", a.namespace, a.pod)).collect()
+    };
+    let first = src.next().await.unwrap().unwrap();
+    assert_eq!(held_by(&first, GPU_A), ["ml/nb-alice"]);
+    assert!(held_by(&first, GPU_B).is_empty());
+    assert_eq!(*kubelet.lists.lock().unwrap(), 1);
+    // Within the refresh period the table is reused.
+    src.next().await.unwrap().unwrap();
+    assert_eq!(*kubelet.lists.lock().unwrap(), 1);
+
+    // The pod leaves, another takes GPU B: seen after the next refresh.
+    *kubelet.pods.lock().unwrap() = vec![pod("cv", "train", "t", "nvidia.com/gpu", &[GPU_B])];
+    tokio::time::sleep(refresh * 2).await;
+    let later = src.next().await.unwrap().unwrap();
+    assert!(held_by(&later, GPU_A).is_empty());
+    assert_eq!(held_by(&later, GPU_B), ["cv/train"]);
+
+    // The kubelet goes away (socket left behind): the last table is kept for three refresh
+    // periods, then dropped rather than give GPUs to pods that may have left.
+    server.abort();
+    let _ = server.await;
+    tokio::time::sleep(refresh + refresh / 2).await;
+    assert_eq!(held_by(&src.next().await.unwrap().unwrap(), GPU_B), ["cv/train"]);
+    tokio::time::sleep(refresh * 4).await;
+    let gone = src.next().await.unwrap().unwrap();
+    assert!(held_by(&gone, GPU_B).is_empty(), "stale allocations dropped");
+}
+
+#[tokio::test]
+async fn no_socket_no_allocations() {
+    let dir = tempfile::tempdir().unwrap();
+    let replay =
+        ReplaySource::open(&trace(dir.path(), 2), &SourceOptions { speed: None, ..Default::default() }).unwrap();
+    let mut src = WithKubelet::new(Box::new(replay), dir.path().join("absent.sock"), Duration::from_millis(10));
+    let hosts = src.next().await.unwrap().unwrap();
+    assert_eq!(hosts[0].samples.len(), 2);
+    assert!(hosts[0].samples.iter().all(|s| s.allocations.is_empty()));
+}
+
+/// The binary, end to end: `--kubelet-socket` reaches the stand-in kubelet, and every sample of
+/// the allocated GPU arrives at the server with its pod.
+#[tokio::test]
+async fn agent_binary_sends_allocations() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("kubelet.sock");
+    let kubelet = StandInKubelet::default();
+    *kubelet.pods.lock().unwrap() = vec![pod("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A])];
+    let _server = serve(kubelet.clone(), &socket);
+    let server = common::start(ServerState::new([])).await;
+    let trace = trace(dir.path(), 5);
+    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetlens-agent"))
+        .args(["--server", &server.url, "--api-key", API_KEY, "--once", "--source"])
+        .arg(format!("replay:{}", trace.display()))
+        .arg("--spool-dir")
+        .arg(dir.path().join("spool"))
+        .arg("--kubelet-socket")
+        .arg(&socket)
+        .env("RUST_LOG", "info")
+        .stdin(Stdio::null())
+        .kill_on_drop(true)
+        .output();
+    let out = tokio::time::timeout(Duration::from_secs(30), out).await.unwrap().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(stderr.contains("reading GPU allocations from the kubelet"), "{stderr}");
+    let batches = server.state.accepted.lock().unwrap().clone();
+    let samples: Vec<_> = batches.iter().flat_map(|b| b.samples.iter()).collect();
+    assert_eq!(samples.len(), 10);
+    for s in samples {
+        if s.uuid == GPU_A {
+            assert_eq!(s.allocations.len(), 1, "{s:?}");
+            assert_eq!(s.allocations[0].pod, "nb-alice");
+            assert_eq!(s.allocations[0].container, "notebook");
+        } else {
+            assert!(s.allocations.is_empty());
+        }
+    }
+}
