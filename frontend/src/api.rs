@@ -103,6 +103,17 @@ impl fmt::Display for ApiError {
 
 impl std::error::Error for ApiError {}
 
+impl ApiError {
+    /// The API error an `ErrorBoundary` caught (every error thrown in the dashboard is one; any
+    /// other is shown by its text).
+    pub fn from_boundary(error: &leptos::error::Error) -> ApiError {
+        match error.downcast_ref::<ApiError>() {
+            Some(e) => e.clone(),
+            None => ApiError { status: 0, code: "error".into(), message: error.to_string(), path: String::new(), field: None },
+        }
+    }
+}
+
 pub type ApiResult<T> = Result<T, ApiError>;
 
 fn storage() -> Option<web_sys::Storage> {
@@ -164,7 +175,7 @@ async fn send(
     if resp.ok() {
         return Ok(text);
     }
-    Err(match crate::json::from_str::<ErrorAnswer>(&text) {
+    Err(match serde_json::from_str::<ErrorAnswer>(&text) {
         Ok(b) => {
             ApiError { status, code: b.error.code, message: b.error.message, path: path.into(), field: b.error.field }
         }
@@ -179,7 +190,7 @@ async fn send(
 }
 
 fn parse<T: DeserializeOwned>(text: &str, path: &str) -> ApiResult<T> {
-    crate::json::from_str(text).map_err(|e| ApiError::local("bad_response", path, e))
+    serde_json::from_str(text).map_err(|e| ApiError::local("bad_response", path, e))
 }
 
 async fn get<T: DeserializeOwned>(path: &str, query: &[(&str, String)]) -> ApiResult<T> {

@@ -12,7 +12,7 @@ use serde_json::{Map, Value, json};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
-use crate::ctx::{Fetched, latest_ok, now_ms, polled, use_app};
+use crate::ctx::{latest_ok, now_ms, polled, use_app};
 use crate::format;
 use fleetlens_core::rules::{SilenceWindow, silenced_by};
 
@@ -317,7 +317,7 @@ fn group_row(
 
 #[component]
 fn Silences(
-    res: Fetched<api::ApiResult<crate::wire::SilenceList>>,
+    res: LocalResource<api::ApiResult<crate::wire::SilenceList>>,
     rules: Signal<Vec<Rule>>,
     refresh: Callback<()>,
 ) -> impl IntoView {
@@ -564,7 +564,7 @@ impl RuleDraft {
 const RULE_FIELDS: &[&str] = &["name", "condition", "for_s", "keep_firing_for_s", "severity", "channels"];
 
 #[component]
-fn Rules(res: Fetched<api::ApiResult<crate::wire::RuleList>>, refresh: Callback<()>) -> impl IntoView {
+fn Rules(res: LocalResource<api::ApiResult<crate::wire::RuleList>>, refresh: Callback<()>) -> impl IntoView {
     let ctx = use_app();
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
@@ -713,9 +713,9 @@ fn RuleEditor(
     saved: RwSignal<Option<String>>,
     refresh: Callback<()>,
 ) -> impl IntoView {
-    let fields = Fetched::new(api::rule_fields);
+    let fields = LocalResource::new(api::rule_fields);
     // Channels are an admin's to read; the editor is only ever open for an admin.
-    let channels = Fetched::new(api::channels);
+    let channels = LocalResource::new(api::channels);
     let checked = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
     let get = move |f: fn(&RuleDraft) -> String| move || draft.with(|d| d.as_ref().map(f).unwrap_or_default());
