@@ -17,7 +17,7 @@ tools="$root/.tools"
 bindgen="$tools/bin/wasm-bindgen"
 if [ ! -x "$bindgen" ] || [ "$("$bindgen" --version | awk '{print $2}')" != "$want" ]; then
   echo "==> installing wasm-bindgen-cli $want into $tools"
-  cargo install --quiet wasm-bindgen-cli --version "$want" --locked --root "$tools"
+  cargo install --quiet wasm-bindgen-cli --version "$want" --root "$tools"
 fi
 
 # The default profile `wasm-release` is `release` tuned for download size (opt-level z, fat LTO,

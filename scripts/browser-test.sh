@@ -18,7 +18,7 @@ if [ "${SKIP_BUILD:-0}" != "1" ]; then
   ./frontend/build.sh
   cargo build -p fleetlens-server -p fleetlens-agent
 fi
-if [ ! -d tests/browser/node_modules/playwright-core ]; then
+if [ ! -d tests/browser/node_modules/playwright-core ] || [ ! -d tests/browser/node_modules/axe-core ]; then
   (cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund >/dev/null)
 fi
 

@@ -85,8 +85,8 @@ impl fmt::Display for ApiError {
             (429, _) => {
                 // The server's words ("too many attempts: retry in 900 s"), as a sentence.
                 let mut c = message.chars();
-                // ASCII only: the server words its errors in English, and Unicode case tables
-                // would cost every page ~5 KB of wasm.
+                // ASCII only: the server words its errors in English (no Unicode case tables
+                // in the wasm).
                 match c.next() {
                     Some(first) => write!(f, "{}{}.", first.to_ascii_uppercase(), c.as_str()),
                     None => write!(f, "."),
@@ -109,7 +109,13 @@ impl ApiError {
     pub fn from_boundary(error: &leptos::error::Error) -> ApiError {
         match error.downcast_ref::<ApiError>() {
             Some(e) => e.clone(),
-            None => ApiError { status: 0, code: "error".into(), message: error.to_string(), path: String::new(), field: None },
+            None => ApiError {
+                status: 0,
+                code: "error".into(),
+                message: error.to_string(),
+                path: String::new(),
+                field: None,
+            },
         }
     }
 }

@@ -2,11 +2,11 @@
 
 use leptos::prelude::*;
 use leptos_router::components::{Outlet, ParentRoute, Route, Router, Routes};
-use leptos_router::hooks::{use_location, use_navigate};
+use leptos_router::hooks::{use_location, use_navigate, use_query_map};
 use leptos_router::{NavigateOptions, path};
 
 use crate::components::header::Header;
-use crate::ctx::{AppCtx, use_app};
+use crate::ctx::{AppCtx, Range, use_app};
 use crate::pages::alerts::AlertsPage;
 use crate::pages::fleet::FleetPage;
 use crate::pages::gpu_detail::GpuDetailPage;
@@ -45,6 +45,15 @@ fn Shell() -> impl IntoView {
     let location = use_location();
     let navigate = use_navigate();
     let logged_in = move || ctx.me.with(Option::is_some);
+    // A link with a time range (`?range=24h`) opens that range.
+    let query = use_query_map();
+    Effect::new(move || {
+        if let Some(r) = query.with(|q| q.get("range")).and_then(|r| Range::parse(&r))
+            && ctx.range.get_untracked() != r
+        {
+            ctx.range.set(r);
+        }
+    });
     Effect::new(move || {
         if ctx.checked.get() && !logged_in() {
             let here = format!("{}{}", location.pathname.get_untracked(), location.search.get_untracked());

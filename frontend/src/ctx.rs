@@ -1,4 +1,4 @@
-//! App-wide reactive state: who is logged in, the time range, and the 5-second poll tick that
+//! App-wide reactive state: who is logged in, the time range, the live stream, and the poll tick
 //! every page's resources track so that data refreshes without a reload.
 
 use std::future::Future;
@@ -9,10 +9,14 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api::{self, ApiError, ApiResult};
+use crate::live::Live;
 use crate::wire::Me;
 
 /// How often live data is fetched again.
 pub const POLL: Duration = Duration::from_secs(5);
+/// While the live stream is open (state changes and alerts pushed as they happen), the metrics
+/// on the pages are fetched again every this many [`POLL`] periods.
+const POLLS_PER_TICK_STREAMING: u64 = 3;
 const RANGE_STORAGE: &str = "fleetlens.range";
 
 /// The time range picker's choices.
@@ -80,6 +84,8 @@ pub struct AppCtx {
     pub live: RwSignal<bool>,
     /// When the last successful answer arrived (Unix ms).
     pub updated_ms: RwSignal<Option<i64>>,
+    /// The server's live stream and what it told.
+    pub stream: Live,
 }
 
 impl AppCtx {
@@ -92,7 +98,11 @@ impl AppCtx {
             tick: RwSignal::new(0),
             live: RwSignal::new(true),
             updated_ms: RwSignal::new(None),
+            stream: Live::new(),
         };
+        // A stream while logged in with a session (`EventSource` cannot send an API key) and
+        // live updates are on.
+        ctx.stream.follow(move || ctx.me.with(Option::is_some) && ctx.live.get() && api::stored_key().is_none());
         Effect::new(move || local_set(RANGE_STORAGE, ctx.range.get().label()));
         // A session cookie (or a stored key) from an earlier visit: ask who it is.
         spawn_local(async move {
@@ -101,9 +111,13 @@ impl AppCtx {
             }
             ctx.checked.set(true);
         });
+        let polls = std::cell::Cell::new(0u64);
         set_interval(
             move || {
-                if ctx.live.get_untracked() && !page_hidden() {
+                polls.set(polls.get() + 1);
+                let streaming = ctx.stream.connected.get_untracked();
+                let due = !streaming || polls.get().is_multiple_of(POLLS_PER_TICK_STREAMING);
+                if due && ctx.live.get_untracked() && !page_hidden() {
                     ctx.tick.update(|t| *t += 1);
                 }
             },

@@ -6,6 +6,7 @@ mod charts;
 mod components;
 mod ctx;
 mod format;
+mod live;
 mod owners;
 mod pages;
 mod states;

@@ -31,7 +31,9 @@ pub fn Header() -> impl IntoView {
         }
     };
     let live_title = move || {
-        if ctx.live.get() {
+        if ctx.live.get() && ctx.stream.connected.get() {
+            "Live: state changes and alerts as they happen, metrics every 15 seconds. Press to pause."
+        } else if ctx.live.get() {
             "Live: refreshes every 5 seconds. Press to pause."
         } else {
             "Paused. Press to resume live updates."

@@ -8,12 +8,14 @@
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use leptos_router::hooks::use_query_map;
 use serde_json::{Map, Value, json};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
 use crate::ctx::{latest_ok, now_ms, polled, use_app};
 use crate::format;
+use crate::url_state::query_setter;
 use fleetlens_core::rules::{SilenceWindow, silenced_by};
 
 use crate::wire::{Alert, Channel, Rule, TestResult};
@@ -53,8 +55,14 @@ const DURATIONS: [(&str, i64); 5] = [
 pub fn AlertsPage() -> impl IntoView {
     super::set_title("Alerts");
     let ctx = use_app();
-    let status = RwSignal::new("open".to_string());
+    // The status filter lives in the address (`/alerts?status=resolved`): a view to share.
+    let query = use_query_map();
+    let status =
+        Memo::new(move |_| query.with(|q| q.get("status")).filter(|s| !s.is_empty()).unwrap_or_else(|| "open".into()));
+    let set_query = query_setter();
     let alerts = polled(move || {
+        // An alert opened, fired or resolved (the live stream): the list at once.
+        ctx.stream.alerts_changed.track();
         let s = status.get();
         async move { api::alerts(&s).await }
     });
@@ -101,8 +109,8 @@ pub fn AlertsPage() -> impl IntoView {
                 <h2 id="alerts-title">"Alert instances"</h2>
                 <label class="inline">
                     <span>"Status"</span>
-                    <select on:change=move |ev| status.set(event_target_value(&ev))>
-                        <option value="open" selected=true>"Open (firing or pending)"</option>
+                    <select on:change=move |ev| set_query("status", &event_target_value(&ev)) prop:value=move || status.get()>
+                        <option value="open">"Open (firing or pending)"</option>
                         <option value="firing">"Firing"</option>
                         <option value="pending">"Pending"</option>
                         <option value="resolved">"Resolved"</option>

@@ -335,7 +335,16 @@ fn fmt_w(v: f64) -> String {
 #[component]
 fn DetailBody(detail: Latest<Detail>, states_res: LocalResource<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
     let ctx = use_app();
-    let gpu: Latest<GpuSummary> = Memo::new(move |_| detail.with(|d| d.as_ref().map(|d| d.gpu.clone())));
+    let live = use_app().stream;
+    // The GPU of the last answer, with the state the live stream told since.
+    let gpu: Latest<GpuSummary> = Memo::new(move |_| {
+        let mut gpu = detail.with(|d| d.as_ref().map(|d| d.gpu.clone()))?;
+        if let Some(p) = live.gpus.with(|g| g.get(&gpu.uuid).cloned()).filter(|p| p.last_seen_ms >= gpu.last_seen_ms) {
+            gpu.state = p.state;
+            gpu.last_seen_ms = p.last_seen_ms;
+        }
+        Some(gpu)
+    });
     let g = move |f: fn(&GpuSummary) -> String| move || gpu.with(|g| g.as_ref().map(f).unwrap_or_default());
     // From the first sample in the range (a GPU that joined late, or a short trace, fills the
     // width) to the end of the range.

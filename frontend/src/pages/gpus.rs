@@ -13,7 +13,7 @@ use leptos_router::params::Params;
 use super::gpu_card::{GpuCard, use_prices};
 use crate::api;
 use crate::components::status::PollStatus;
-use crate::ctx::{Latest, latest_ok, polled};
+use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::url_state::query_setter;
 use crate::{owners, states};
 
@@ -113,9 +113,26 @@ fn sorted(gpus: Vec<&GpuSummary>, sort: Sort) -> Vec<String> {
 #[component]
 pub fn GpusPage() -> impl IntoView {
     super::set_title("GPUs");
-    let res = polled(api::gpus);
+    let live = use_app().stream;
+    let res = polled(move || {
+        // A GPU new to the fleet (the live stream): the list at once.
+        live.gpus_added.track();
+        api::gpus()
+    });
     let data = latest_ok(res);
-    let gpus = Memo::new(move |_| data.with(|d| d.as_ref().map(|l| l.gpus.clone()).unwrap_or_default()));
+    // The last list, with the states the live stream told since (newer than the list's).
+    let gpus = Memo::new(move |_| {
+        let mut list = data.with(|d| d.as_ref().map(|l| l.gpus.clone()).unwrap_or_default());
+        live.gpus.with(|pushed| {
+            for g in &mut list {
+                if let Some(p) = pushed.get(&g.uuid).filter(|p| p.last_seen_ms >= g.last_seen_ms) {
+                    g.state.clone_from(&p.state);
+                    g.last_seen_ms = p.last_seen_ms;
+                }
+            }
+        });
+        list
+    });
     // Where each GPU sits in the list: a card finds its GPU without scanning the whole fleet.
     let position = Memo::new(move |_| {
         gpus.with(|g| g.iter().enumerate().map(|(i, g)| (g.uuid.clone(), i)).collect::<HashMap<String, usize>>())

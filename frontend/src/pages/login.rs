@@ -3,8 +3,8 @@
 
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
-use leptos_router::hooks::{use_navigate, use_query_map};
 use leptos::task::spawn_local;
+use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::api::{self, ApiResult};
 use crate::ctx::use_app;

@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use fleetlens_core::{GpuModel, PriceTable, SPECS};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
-use leptos_router::hooks::use_navigate;
 use leptos::task::spawn_local;
+use leptos_router::hooks::use_navigate;
 use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
