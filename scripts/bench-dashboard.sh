@@ -6,13 +6,15 @@
 #
 #   scripts/bench-dashboard.sh              # build release server + agent + dashboard, 1,000 GPUs
 #   BENCH_GPUS=2000 SKIP_BUILD=1 scripts/bench-dashboard.sh
+#   BENCH_PROFILE=debug SKIP_BUILD=1 scripts/bench-dashboard.sh   # server and agents of target/debug
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gpus="${BENCH_GPUS:-1000}"
+profile="${BENCH_PROFILE:-release}"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   ./frontend/build.sh
-  cargo build --release -p fleetlens-server -p fleetlens-agent
+  cargo build --profile "$([ "$profile" = debug ] && echo dev || echo "$profile")" -p fleetlens-server -p fleetlens-agent
 fi
 if [ ! -d tests/browser/node_modules/playwright-core ] || [ ! -d tests/browser/node_modules/axe-core ]; then
   (cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund >/dev/null)
@@ -40,7 +42,7 @@ token="fl-bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 email=admin@example.com
 password="bench-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$email" FLEETLENS_ADMIN_PASSWORD="$password" \
-  target/release/fleetlens-server --listen 127.0.0.1:0 --database-url "sqlite://$tmp/db" \
+  target/$profile/fleetlens-server --listen 127.0.0.1:0 --database-url "sqlite://$tmp/db" \
   --static-dir frontend/dist >"$tmp/server.out" 2>"$tmp/server.err" &
 pids+=($!)
 url=""
@@ -54,7 +56,7 @@ url="${url%/}"
 
 echo "==> $gpus simulated GPUs on $((gpus / 8)) hosts of 8, reporting every 5 s"
 for h in $(seq 1 $((gpus / 8))); do
-  target/release/fleetlens-agent --server "$url" --api-key "$token" --source simulate:8 --seed "$h" \
+  target/$profile/fleetlens-agent --server "$url" --api-key "$token" --source simulate:8 --seed "$h" \
     --host "bench-$h" --interval 5s --flush-interval 5s --spool-dir "$tmp/spool-$h" 2>>"$tmp/agents.err" &
   pids+=($!)
 done

@@ -108,9 +108,12 @@ async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResul
         }
     }
     let key = (uuid.clone(), range, anchored);
-    let (mut samples, mut note) = cache.with_value(|c| {
-        if c.key.as_ref() == Some(&key) { (c.samples.clone(), c.note.clone()) } else { (Vec::new(), None) }
-    });
+    // `try_`: the page may have been left while the answers above were on their way.
+    let (mut samples, mut note) = cache
+        .try_with_value(|c| {
+            if c.key.as_ref() == Some(&key) { (c.samples.clone(), c.note.clone()) } else { (Vec::new(), None) }
+        })
+        .unwrap_or_default();
     if samples.is_empty() {
         let first = api::samples(&uuid, from, to, LIMIT).await?;
         samples = first.samples;
