@@ -5,6 +5,7 @@
 #
 #   scripts/browser-test.sh             # build everything, run the tests
 #   SKIP_BUILD=1 scripts/browser-test.sh
+#   SKIP_BUILD=1 BROWSER_TESTS=a11y.test.mjs scripts/browser-test.sh   # one file of tests/browser
 #   SCREENSHOT_DIR=/tmp/shots scripts/browser-test.sh   # keep the screenshots there
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -66,4 +67,4 @@ echo "==> browser tests (screenshots in $shots)"
 cd tests/browser
 FLEETLENS_URL="$url" FLEETLENS_TOKEN="$token" SCREENSHOT_DIR="$shots" \
   FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_ADMIN_PASSWORD="$admin_password" \
-  timeout 600 node --test --test-concurrency=1 --test-reporter=spec ./*.test.mjs
+  timeout 600 node --test --test-concurrency=1 --test-reporter=spec ${BROWSER_TESTS:-./*.test.mjs}

@@ -88,6 +88,10 @@ test('GPU detail: every chart has a text equivalent (a named image and a table o
   }
 });
 
+/** The GPUs page's filter control named `name` (its label's own words, not the chosen option's). */
+const control = (p, name) => p.locator('form[aria-label="Filter and sort GPUs"] label')
+  .filter({ has: p.locator(`span:text-is("${name}")`) }).locator('select, input');
+
 test('GPUs page: filters, sort and search live in the address; a shared link opens the same view', async () => {
   await page.goto(URL + '/gpus');
   await page.locator('.gpu-card').first().waitFor({ timeout: T });
@@ -95,10 +99,10 @@ test('GPUs page: filters, sort and search live in the address; a shared link ope
   assert.ok(all >= 8, `cards: ${all}`);
 
   // A host filter and a sort go into the query, replacing the address (no history entry each).
-  const host = await page.getByLabel('Host', { exact: true }).locator('option').nth(1).getAttribute('value');
-  await page.getByLabel('Host', { exact: true }).selectOption(host);
+  const host = await control(page, 'Host').locator('option').nth(1).getAttribute('value');
+  await control(page, 'Host').selectOption(host);
   await page.waitForURL((u) => u.searchParams.get('host') === host, { timeout: T });
-  await page.getByLabel('Sort by', { exact: true }).selectOption('util');
+  await control(page, 'Sort by').selectOption('util');
   await page.waitForURL((u) => u.searchParams.get('sort') === 'util' && u.searchParams.get('host') === host, { timeout: T });
   const filtered = await page.locator('.gpu-card').count();
   assert.ok(filtered >= 1 && filtered < all, `one host's cards: ${filtered} of ${all}`);
@@ -109,17 +113,17 @@ test('GPUs page: filters, sort and search live in the address; a shared link ope
   await other.goto(shared);
   await other.locator('.gpu-card').first().waitFor({ timeout: T });
   assert.equal(await other.locator('.gpu-card').count(), filtered);
-  assert.equal(await other.getByLabel('Host', { exact: true }).inputValue(), host);
-  assert.equal(await other.getByLabel('Sort by', { exact: true }).inputValue(), 'util');
+  assert.equal(await control(other, 'Host').inputValue(), host);
+  assert.equal(await control(other, 'Sort by').inputValue(), 'util');
   await other.close();
 
   // Search: words of the UUID (or host, model, owner) narrow the cards; the words are in the address.
-  await page.getByLabel('Host', { exact: true }).selectOption('');
+  await control(page, 'Host').selectOption('');
   const uuid = await page.locator('.gpu-card').first().getAttribute('data-uuid');
-  await page.getByLabel('Search', { exact: true }).fill(uuid.slice(-12));
+  await control(page, 'Search').fill(uuid.slice(-12));
   await page.waitForURL((u) => u.searchParams.get('q') === uuid.slice(-12), { timeout: T });
   await page.waitForFunction(() => document.querySelectorAll('.gpu-card').length === 1, null, { timeout: T });
   assert.equal(await page.locator('.gpu-card').getAttribute('data-uuid'), uuid);
-  await page.getByLabel('Search', { exact: true }).fill('no-such-gpu-anywhere');
+  await control(page, 'Search').fill('no-such-gpu-anywhere');
   await page.locator('text=No GPU matches these filters.').waitFor({ timeout: T });
 });
