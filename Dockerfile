@@ -14,7 +14,7 @@ ARG DEBIAN=bookworm
 FROM rust:${RUST_VERSION}-${DEBIAN} AS build
 WORKDIR /src
 # npm: binaryen's wasm-opt for the dashboard; zopfli: its precompressed files (frontend/build.sh
-# installs the rest: the wasm32 target, rust-src and wasm-bindgen-cli at the Cargo.lock version).
+# installs the rest: the wasm32 target and wasm-bindgen-cli at the Cargo.lock version).
 RUN apt-get update \
  && apt-get install -y --no-install-recommends nodejs npm zopfli \
  && rm -rf /var/lib/apt/lists/*

@@ -1,48 +1,37 @@
 #!/usr/bin/env bash
-# Dashboard budgets (issue 7; a benchmark, not CI): the size of what the browser downloads
-# (wasm and JS, raw and gzipped), and with a fleet of N simulated GPUs (default 1,000) the time
-# from navigating to the GPUs page until all N cards are drawn, in headless Chromium.
+# Dashboard budgets (issue 23; a benchmark, not CI): the size of what the browser downloads
+# (information), and with a fleet of N simulated GPUs (default 1,000) the time from navigating
+# to the GPUs page until it is usable and until all N cards are drawn, in headless Chromium, on
+# loopback and on a throttled link (tests/browser/bench-gpus-page.mjs).
 #
 #   scripts/bench-dashboard.sh              # build release server + agent + dashboard, 1,000 GPUs
 #   BENCH_GPUS=2000 SKIP_BUILD=1 scripts/bench-dashboard.sh
+#   BENCH_PROFILE=debug SKIP_BUILD=1 scripts/bench-dashboard.sh   # server and agents of target/debug
 set -euo pipefail
 cd "$(dirname "$0")/.."
 gpus="${BENCH_GPUS:-1000}"
+profile="${BENCH_PROFILE:-release}"
 
 if [ "${SKIP_BUILD:-0}" != 1 ]; then
   ./frontend/build.sh
-  cargo build --release -p fleetlens-server -p fleetlens-agent
+  cargo build --profile "$([ "$profile" = debug ] && echo dev || echo "$profile")" -p fleetlens-server -p fleetlens-agent
 fi
-if [ ! -d tests/browser/node_modules/playwright-core ]; then
+if [ ! -d tests/browser/node_modules/playwright-core ] || [ ! -d tests/browser/node_modules/axe-core ]; then
   (cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund >/dev/null)
 fi
 
-echo "==> download size (frontend/dist; the pages are lazily loaded wasm modules)"
-# Per file, then per first page: what the browser fetches before that page can show (the main
-# module, its JS, the split loader, CSS, HTML, and the page's module with the chunks it shares
-# with other pages, as frontend/dist/__wasm_split.js lists them), and all wasm together.
+echo "==> download size (frontend/dist; one wasm module: every page downloads the same files)"
 python3 - frontend/dist <<'PY'
-import os, re, subprocess, sys
+import os, subprocess, sys
 d = sys.argv[1]
 size = lambda f: os.path.getsize(os.path.join(d, f))
 gz = lambda f: len(subprocess.run(["gzip", "-9c", os.path.join(d, f)], capture_output=True, check=True).stdout)
-# What the server sends a browser: the precompressed file frontend/build.sh wrote (zopfli).
+# What the server sends a browser: the precompressed file frontend/build.sh wrote.
 sent = lambda f: os.path.getsize(os.path.join(d, f + ".gz")) if os.path.exists(os.path.join(d, f + ".gz")) else gz(f)
-loader = open(os.path.join(d, "__wasm_split.js")).read()
-chunks = dict(re.findall(r'const (__chunk_\d+) = makeLoad\(\(\) => \{\s*const src = fetch\(new URL\("\./([^"]+)"', loader))
-pages = {}
-for name, body, deps in re.findall(r'export const __wasm_split_load_(\w+) = wrapAsyncCb\(makeLoad\((.*?)\n, \[([^\]]*)\]\)\);', loader, re.S):
-    own = re.findall(r'"\./([^"]+\.wasm)"', body)
-    pages[re.sub(r'^__(\w+?)_route_view_\d+$', r'\1', name)] = own + [chunks[c.strip()] for c in deps.split(",") if c.strip()]
-base = ["fleetlens_bg.wasm", "fleetlens.js", "__wasm_split.js", "fleetlens.css", "index.html"]
-for f in base:
-    print(f"  {f:36s} {size(f):9,d} B raw  {gz(f):9,d} B gzip -9  {sent(f):9,d} B sent")
-wasm = sorted(f for f in os.listdir(d) if f.endswith(".wasm"))
-print(f"  {'all wasm (%d modules)' % len(wasm):36s} {sum(map(size, wasm)):9,d} B raw  {sum(map(gz, wasm)):9,d} B gzip -9  {sum(map(sent, wasm)):9,d} B sent")
-for page, files in sorted(pages.items()):
-    w = ["fleetlens_bg.wasm"] + files
-    print(f"  first page {page:12s} wasm {sum(map(size, w)):9,d} B raw {sum(map(gz, w)):9,d} B gzip -9 {sum(map(sent, w)):9,d} B sent;"
-          f" all files ({len(w) + len(base) - 1}) {sum(map(gz, base + files)):9,d} B gzip -9 {sum(map(sent, base + files)):9,d} B sent")
+files = ["fleetlens_bg.wasm", "fleetlens.js", "boot.js", "fleetlens.css", "index.html"]
+for f in files:
+    print(f"  {f:24s} {size(f):9,d} B raw  {gz(f):9,d} B gzip -9  {sent(f):9,d} B sent")
+print(f"  {'any first page':24s} {sum(map(size, files)):9,d} B raw  {sum(map(gz, files)):9,d} B gzip -9  {sum(map(sent, files)):9,d} B sent")
 PY
 
 tmp="$(mktemp -d /tmp/fleetlens-bench-dash.XXXXXX)"
@@ -53,7 +42,7 @@ token="fl-bench-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 email=admin@example.com
 password="bench-$(od -An -N6 -tx1 /dev/urandom | tr -d ' \n')"
 FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$email" FLEETLENS_ADMIN_PASSWORD="$password" \
-  target/release/fleetlens-server --listen 127.0.0.1:0 --database-url "sqlite://$tmp/db" \
+  target/$profile/fleetlens-server --listen 127.0.0.1:0 --database-url "sqlite://$tmp/db" \
   --static-dir frontend/dist >"$tmp/server.out" 2>"$tmp/server.err" &
 pids+=($!)
 url=""
@@ -67,7 +56,7 @@ url="${url%/}"
 
 echo "==> $gpus simulated GPUs on $((gpus / 8)) hosts of 8, reporting every 5 s"
 for h in $(seq 1 $((gpus / 8))); do
-  target/release/fleetlens-agent --server "$url" --api-key "$token" --source simulate:8 --seed "$h" \
+  target/$profile/fleetlens-agent --server "$url" --api-key "$token" --source simulate:8 --seed "$h" \
     --host "bench-$h" --interval 5s --flush-interval 5s --spool-dir "$tmp/spool-$h" 2>>"$tmp/agents.err" &
   pids+=($!)
 done

@@ -5,6 +5,7 @@
 #
 #   scripts/browser-test.sh             # build everything, run the tests
 #   SKIP_BUILD=1 scripts/browser-test.sh
+#   SKIP_BUILD=1 BROWSER_TESTS=a11y.test.mjs scripts/browser-test.sh   # one file of tests/browser
 #   SCREENSHOT_DIR=/tmp/shots scripts/browser-test.sh   # keep the screenshots there
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -18,7 +19,7 @@ if [ "${SKIP_BUILD:-0}" != "1" ]; then
   ./frontend/build.sh
   cargo build -p fleetlens-server -p fleetlens-agent
 fi
-if [ ! -d tests/browser/node_modules/playwright-core ]; then
+if [ ! -d tests/browser/node_modules/playwright-core ] || [ ! -d tests/browser/node_modules/axe-core ]; then
   (cd tests/browser && PLAYWRIGHT_SKIP_BROWSER_DOWNLOAD=1 npm ci --no-audit --no-fund >/dev/null)
 fi
 
@@ -66,4 +67,4 @@ echo "==> browser tests (screenshots in $shots)"
 cd tests/browser
 FLEETLENS_URL="$url" FLEETLENS_TOKEN="$token" SCREENSHOT_DIR="$shots" \
   FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_ADMIN_PASSWORD="$admin_password" \
-  timeout 600 node --test --test-concurrency=1 --test-reporter=spec ./*.test.mjs
+  timeout 600 node --test --test-concurrency=1 --test-reporter=spec ${BROWSER_TESTS:-./*.test.mjs}

@@ -85,8 +85,8 @@ impl fmt::Display for ApiError {
             (429, _) => {
                 // The server's words ("too many attempts: retry in 900 s"), as a sentence.
                 let mut c = message.chars();
-                // ASCII only: the server words its errors in English, and Unicode case tables
-                // would cost every page ~5 KB of wasm.
+                // ASCII only: the server words its errors in English (no Unicode case tables
+                // in the wasm).
                 match c.next() {
                     Some(first) => write!(f, "{}{}.", first.to_ascii_uppercase(), c.as_str()),
                     None => write!(f, "."),
@@ -102,6 +102,23 @@ impl fmt::Display for ApiError {
 }
 
 impl std::error::Error for ApiError {}
+
+impl ApiError {
+    /// The API error an `ErrorBoundary` caught (every error thrown in the dashboard is one; any
+    /// other is shown by its text).
+    pub fn from_boundary(error: &leptos::error::Error) -> ApiError {
+        match error.downcast_ref::<ApiError>() {
+            Some(e) => e.clone(),
+            None => ApiError {
+                status: 0,
+                code: "error".into(),
+                message: error.to_string(),
+                path: String::new(),
+                field: None,
+            },
+        }
+    }
+}
 
 pub type ApiResult<T> = Result<T, ApiError>;
 
@@ -164,7 +181,7 @@ async fn send(
     if resp.ok() {
         return Ok(text);
     }
-    Err(match crate::json::from_str::<ErrorAnswer>(&text) {
+    Err(match serde_json::from_str::<ErrorAnswer>(&text) {
         Ok(b) => {
             ApiError { status, code: b.error.code, message: b.error.message, path: path.into(), field: b.error.field }
         }
@@ -179,7 +196,7 @@ async fn send(
 }
 
 fn parse<T: DeserializeOwned>(text: &str, path: &str) -> ApiResult<T> {
-    crate::json::from_str(text).map_err(|e| ApiError::local("bad_response", path, e))
+    serde_json::from_str(text).map_err(|e| ApiError::local("bad_response", path, e))
 }
 
 async fn get<T: DeserializeOwned>(path: &str, query: &[(&str, String)]) -> ApiResult<T> {

@@ -1,15 +1,12 @@
-//! The app shell: the pages by address, the header, and the login guard.
+//! The app shell: the pages by address (leptos_router), the header, and the login guard.
 
-use std::time::Duration;
-
-use leptos::either::EitherOf7;
 use leptos::prelude::*;
-use leptos::task::spawn_local;
-use leptos_router::{LazyRoute, lazy_route};
-use send_wrapper::SendWrapper;
+use leptos_router::components::{Outlet, ParentRoute, Route, Router, Routes};
+use leptos_router::hooks::{use_location, use_navigate, use_query_map};
+use leptos_router::{NavigateOptions, path};
 
 use crate::components::header::Header;
-use crate::ctx::{AppCtx, use_app};
+use crate::ctx::{AppCtx, Range, use_app};
 use crate::pages::alerts::AlertsPage;
 use crate::pages::fleet::FleetPage;
 use crate::pages::gpu_detail::GpuDetailPage;
@@ -18,108 +15,52 @@ use crate::pages::login::Login;
 use crate::pages::not_found::NotFound;
 use crate::pages::reports::ReportsPage;
 use crate::pages::settings::SettingsPage;
-use crate::router::{Page, provide_location, use_location};
-
-/// A page whose code is split off into its own wasm module (built by `frontend/build.sh` with
-/// wasm-split), fetched the first time its route is shown: the first page downloads only the
-/// app shell and its own code.
-macro_rules! lazy_page {
-    ($route:ident, $page:ident) => {
-        struct $route;
-
-        #[lazy_route]
-        impl LazyRoute for $route {
-            fn data() -> Self {
-                $route
-            }
-
-            fn view(_this: Self) -> AnyView {
-                view! { <$page/> }.into_any()
-            }
-        }
-    };
-}
-
-lazy_page!(LoginRoute, Login);
-lazy_page!(FleetRoute, FleetPage);
-lazy_page!(GpusRoute, GpusPage);
-lazy_page!(GpuDetailRoute, GpuDetailPage);
-lazy_page!(AlertsRoute, AlertsPage);
-lazy_page!(ReportsRoute, ReportsPage);
-lazy_page!(SettingsRoute, SettingsPage);
-
-/// Loads the modules of all pages behind the login (each only once).
-async fn prefetch_pages() {
-    <FleetRoute as LazyRoute>::preload().await;
-    <GpusRoute as LazyRoute>::preload().await;
-    <GpuDetailRoute as LazyRoute>::preload().await;
-    <AlertsRoute as LazyRoute>::preload().await;
-    <ReportsRoute as LazyRoute>::preload().await;
-    <SettingsRoute as LazyRoute>::preload().await;
-}
 
 #[component]
 pub fn App() -> impl IntoView {
     provide_context(AppCtx::new());
-    let location = provide_location();
-    let page = Memo::new(move |_| location.path.with(|p| Page::of(p)));
-    // The shell stays up while moving between logged-in pages; only the page inside changes.
-    let in_shell = Memo::new(move |_| page.with(Page::needs_login));
-    move || {
-        if in_shell.get() {
-            view! { <Shell page/> }.into_any()
-        } else if page.with(|p| *p == Page::Login) {
-            lazy::<LoginRoute>().into_any()
-        } else {
-            view! { <NotFound/> }.into_any()
-        }
+    view! {
+        <Router>
+            <SectionScroll/>
+            <Routes fallback=NotFound>
+                <Route path=path!("/login") view=Login/>
+                // The shell (header, navigation) stays up while moving between logged-in pages.
+                <ParentRoute path=path!("") view=Shell>
+                    <Route path=path!("") view=FleetPage/>
+                    <Route path=path!("/gpus") view=GpusPage/>
+                    <Route path=path!("/gpus/:uuid") view=GpuDetailPage/>
+                    <Route path=path!("/alerts") view=AlertsPage/>
+                    <Route path=path!("/reports") view=ReportsPage/>
+                    <Route path=path!("/settings") view=SettingsPage/>
+                </ParentRoute>
+            </Routes>
+        </Router>
     }
 }
 
-/// A lazily loaded page: nothing until its module has arrived, then the page.
-fn lazy<R: LazyRoute>() -> impl IntoView {
-    // The browser runs one thread; `Suspend` asks for `Send` futures.
-    Suspend::new(async { SendWrapper::new(R::view(R::data())).await })
-}
-
-/// The page inside the shell. Each page is its own variant, so that a new page replaces the last
-/// at once (a blank main until its module is there) rather than the last page staying on screen
-/// under the new address while the module loads.
-fn page_view(page: &Page) -> impl IntoView + use<> {
-    match page {
-        Page::Fleet => EitherOf7::A(lazy::<FleetRoute>()),
-        Page::Gpus => EitherOf7::B(lazy::<GpusRoute>()),
-        Page::GpuDetail(_) => EitherOf7::C(lazy::<GpuDetailRoute>()),
-        Page::Alerts => EitherOf7::D(lazy::<AlertsRoute>()),
-        Page::Reports => EitherOf7::E(lazy::<ReportsRoute>()),
-        Page::Settings => EitherOf7::F(lazy::<SettingsRoute>()),
-        // Drawn outside the shell (`App`).
-        Page::Login | Page::NotFound => EitherOf7::G(()),
-    }
-}
-
-/// Header + page, for a logged-in user; the login page otherwise (coming back here after).
+/// Header + page, for a logged-in user; off to the login page otherwise (coming back here after).
 #[component]
-fn Shell(page: Memo<Page>) -> impl IntoView {
+fn Shell() -> impl IntoView {
     let ctx = use_app();
     let location = use_location();
+    let navigate = use_navigate();
     let logged_in = move || ctx.me.with(Option::is_some);
-    // Not logged in: off to the login page, which comes back here after.
+    // A link with a time range (`?range=24h`) opens that range.
+    let query = use_query_map();
     Effect::new(move || {
-        if ctx.checked.get() && !logged_in() {
-            let here = location.path.get_untracked();
-            let next = String::from(js_sys::encode_uri_component(&here));
-            location.replace(&format!("/login?next={next}"));
+        if let Some(r) = query.with(|q| q.get("range")).and_then(|r| Range::parse(&r))
+            && ctx.range.get_untracked() != r
+        {
+            ctx.range.set(r);
         }
     });
-    // Once a logged-in page is up, the other pages' modules are fetched in the background, so
-    // that moving between pages does not wait for the network.
-    Effect::new(move |prefetched: Option<bool>| {
-        if prefetched == Some(true) || !logged_in() {
-            return prefetched.unwrap_or(false);
+    Effect::new(move || {
+        if ctx.checked.get() && !logged_in() {
+            let here = format!("{}{}", location.pathname.get_untracked(), location.search.get_untracked());
+            let next = String::from(js_sys::encode_uri_component(&here));
+            // In place of this address: Back must not return to the address that redirected.
+            navigate(&format!("/login?next={next}"), NavigateOptions { replace: true, ..Default::default() });
         }
-        set_timeout(|| spawn_local(prefetch_pages()), Duration::from_secs(2));
-        true
     });
     view! {
         <Show
@@ -128,8 +69,39 @@ fn Shell(page: Memo<Page>) -> impl IntoView {
         >
             <Header/>
             <main id="content" tabindex="-1">
-                {move || page.with(page_view)}
+                <Outlet/>
             </main>
         </Show>
     }
+}
+
+/// How long a link to a section of a page waits for that page to draw the section and the data
+/// above it: 240 frames, about 4 s.
+const SECTION_WAIT_FRAMES: u32 = 240;
+
+/// Scrolls to the address's fragment once the page has drawn it and nothing above it is still
+/// loading (a "Loading…" line above would push it down when its data arrives). The router's own
+/// jump happens at navigation, before the page's data is there.
+#[component]
+fn SectionScroll() -> impl IntoView {
+    let location = use_location();
+    Effect::new(move || {
+        location.pathname.track();
+        let hash = location.hash.get();
+        if let Some(id) = hash.strip_prefix('#').filter(|id| !id.is_empty()) {
+            scroll_to_section(id.to_string(), SECTION_WAIT_FRAMES);
+        }
+    });
+}
+
+fn scroll_to_section(id: String, frames_left: u32) {
+    request_animation_frame(move || {
+        let doc = document();
+        let loading = doc.query_selector("main .status[role=status]").ok().flatten().is_some();
+        match doc.get_element_by_id(&id) {
+            Some(el) if !loading || frames_left == 0 => el.scroll_into_view(),
+            _ if frames_left > 0 => scroll_to_section(id, frames_left - 1),
+            _ => {}
+        }
+    });
 }

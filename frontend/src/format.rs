@@ -8,8 +8,8 @@ const GIB: f64 = 1024.0 * 1024.0 * 1024.0;
 
 /// `v` with `decimals` digits after the point, for display: `fx(0.84, 1)` shows `0.8`.
 ///
-/// Written with integer formatting: Rust's float formatting (Grisu and Dragon with their tables,
-/// about 6 KB of gzipped wasm shared by every page) then stays out of the dashboard. Rounds half
+/// Written with integer formatting: Rust's float formatting (Grisu and Dragon with their tables)
+/// then stays out of the dashboard's wasm. Rounds half
 /// away from zero on the scaled value, which can differ from `{:.1}` in the last digit for values
 /// that sit exactly between two (0.15); a dashboard figure does not care.
 pub fn fx(v: f64, decimals: u32) -> Fixed {

@@ -6,11 +6,11 @@ mod charts;
 mod components;
 mod ctx;
 mod format;
-mod json;
+mod live;
 mod owners;
 mod pages;
-mod router;
 mod states;
+mod url_state;
 mod wire;
 
 fn main() {

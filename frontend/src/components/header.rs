@@ -6,16 +6,17 @@ use leptos::task::spawn_local;
 use crate::components::range_picker::RangePicker;
 use crate::ctx::use_app;
 use crate::format;
-use crate::router::use_location;
+use leptos_router::hooks::{use_location, use_navigate};
 
 #[component]
 pub fn Header() -> impl IntoView {
     let ctx = use_app();
-    let location = use_location();
+    let navigate = use_navigate();
     let log_out = move |_| {
+        let navigate = navigate.clone();
         spawn_local(async move {
             ctx.log_out().await;
-            location.navigate("/login");
+            navigate("/login", Default::default());
         });
     };
     let who = move || ctx.me.with(|m| m.as_ref().map(|m| m.who()).unwrap_or_default());
@@ -30,7 +31,9 @@ pub fn Header() -> impl IntoView {
         }
     };
     let live_title = move || {
-        if ctx.live.get() {
+        if ctx.live.get() && ctx.stream.connected.get() {
+            "Live: state changes and alerts as they happen, metrics every 15 seconds. Press to pause."
+        } else if ctx.live.get() {
             "Live: refreshes every 5 seconds. Press to pause."
         } else {
             "Paused. Press to resume live updates."
@@ -87,7 +90,7 @@ pub fn Header() -> impl IntoView {
 fn NavLink(href: &'static str, label: &'static str) -> impl IntoView {
     let location = use_location();
     let current = move || {
-        location.path.with(|p| {
+        location.pathname.with(|p| {
             let here = p.trim_end_matches('/');
             let on = if href == "/" { here.is_empty() } else { here == href || here.starts_with(&format!("{href}/")) };
             on.then_some("page")

@@ -1,18 +1,22 @@
-//! The time range picker: a radio group (arrow keys move between choices).
+//! The time range picker: a radio group (arrow keys move between choices), kept in the address.
 
 use leptos::prelude::*;
 
 use crate::ctx::{Range, use_app};
+use crate::url_state::query_setter;
 
 #[component]
 pub fn RangePicker() -> impl IntoView {
     let ctx = use_app();
+    // The range is kept in the address too (`?range=24h`): a link opens the same range.
+    let set_query = query_setter();
     view! {
         <fieldset class="range-picker">
             <legend class="sr-only">"Time range"</legend>
             {Range::ALL
                 .into_iter()
                 .map(|r| {
+                    let set_query = set_query.clone();
                     view! {
                         <label class="seg" title=r.long_label()>
                             <input
@@ -20,7 +24,10 @@ pub fn RangePicker() -> impl IntoView {
                                 name="range"
                                 value=r.label()
                                 prop:checked=move || ctx.range.get() == r
-                                on:change=move |_| ctx.range.set(r)
+                                on:change=move |_| {
+                                    ctx.range.set(r);
+                                    set_query("range", r.label());
+                                }
                             />
                             <span>{r.label()}</span>
                         </label>

@@ -1,7 +1,7 @@
-//! Loading and error display of a polled API value: "Loading…" until the first answer (later
-//! polls keep the page as it is), then the error of the last answer, if it failed.
+//! Loading and error display of a polled API value: "Loading…" until the first answer (a
+//! `Transition`: later polls keep the page as it is), then the error of the last answer, if it
+//! failed (an `ErrorBoundary` around the answer's outcome).
 
-use leptos::either::Either;
 use leptos::prelude::*;
 
 use crate::api::ApiError;
@@ -9,16 +9,31 @@ use crate::ctx::Outcome;
 
 #[component]
 pub fn PollStatus(
-    /// The fetch shown (a `Fetched<ApiResult<T>>` of any `T`).
+    /// The resource shown (a `LocalResource<ApiResult<T>>` of any `T`).
     #[prop(into)]
     res: Outcome,
     /// True once the page has data to show; an error then reads as "showing earlier data".
     #[prop(into)]
     has_data: Signal<bool>,
 ) -> impl IntoView {
-    move || match res.get() {
-        None => Either::Left(view! { <p class="status" role="status">"Loading…"</p> }),
-        Some(error) => Either::Right(error.map(|error| view! { <ErrorBanner error has_data/> })),
+    view! {
+        <Transition fallback=|| view! { <p class="status" role="status">"Loading…"</p> }>
+            <ErrorBoundary fallback=move |errors| view! { <ErrorBanners errors has_data/> }>
+                {move || res.get()}
+            </ErrorBoundary>
+        </Transition>
+    }
+}
+
+/// The failures caught by a [`PollStatus`] boundary (one: the last answer's).
+#[component]
+fn ErrorBanners(errors: ArcRwSignal<Errors>, has_data: Signal<bool>) -> impl IntoView {
+    move || {
+        errors
+            .with(|errors| errors.iter().map(|(_, e)| ApiError::from_boundary(e)).collect::<Vec<_>>())
+            .into_iter()
+            .map(|error| view! { <ErrorBanner error has_data/> })
+            .collect_view()
     }
 }
 

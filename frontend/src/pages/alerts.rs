@@ -8,12 +8,14 @@
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use leptos_router::hooks::use_query_map;
 use serde_json::{Map, Value, json};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
-use crate::ctx::{Fetched, latest_ok, now_ms, polled, use_app};
+use crate::ctx::{latest_ok, now_ms, polled, use_app};
 use crate::format;
+use crate::url_state::query_setter;
 use fleetlens_core::rules::{SilenceWindow, silenced_by};
 
 use crate::wire::{Alert, Channel, Rule, TestResult};
@@ -53,8 +55,14 @@ const DURATIONS: [(&str, i64); 5] = [
 pub fn AlertsPage() -> impl IntoView {
     super::set_title("Alerts");
     let ctx = use_app();
-    let status = RwSignal::new("open".to_string());
+    // The status filter lives in the address (`/alerts?status=resolved`): a view to share.
+    let query = use_query_map();
+    let status =
+        Memo::new(move |_| query.with(|q| q.get("status")).filter(|s| !s.is_empty()).unwrap_or_else(|| "open".into()));
+    let set_query = query_setter();
     let alerts = polled(move || {
+        // An alert opened, fired or resolved (the live stream): the list at once.
+        ctx.stream.alerts_changed.track();
         let s = status.get();
         async move { api::alerts(&s).await }
     });
@@ -101,8 +109,8 @@ pub fn AlertsPage() -> impl IntoView {
                 <h2 id="alerts-title">"Alert instances"</h2>
                 <label class="inline">
                     <span>"Status"</span>
-                    <select on:change=move |ev| status.set(event_target_value(&ev))>
-                        <option value="open" selected=true>"Open (firing or pending)"</option>
+                    <select on:change=move |ev| set_query("status", &event_target_value(&ev)) prop:value=move || status.get()>
+                        <option value="open">"Open (firing or pending)"</option>
                         <option value="firing">"Firing"</option>
                         <option value="pending">"Pending"</option>
                         <option value="resolved">"Resolved"</option>
@@ -317,7 +325,7 @@ fn group_row(
 
 #[component]
 fn Silences(
-    res: Fetched<api::ApiResult<crate::wire::SilenceList>>,
+    res: LocalResource<api::ApiResult<crate::wire::SilenceList>>,
     rules: Signal<Vec<Rule>>,
     refresh: Callback<()>,
 ) -> impl IntoView {
@@ -564,7 +572,7 @@ impl RuleDraft {
 const RULE_FIELDS: &[&str] = &["name", "condition", "for_s", "keep_firing_for_s", "severity", "channels"];
 
 #[component]
-fn Rules(res: Fetched<api::ApiResult<crate::wire::RuleList>>, refresh: Callback<()>) -> impl IntoView {
+fn Rules(res: LocalResource<api::ApiResult<crate::wire::RuleList>>, refresh: Callback<()>) -> impl IntoView {
     let ctx = use_app();
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
@@ -713,9 +721,9 @@ fn RuleEditor(
     saved: RwSignal<Option<String>>,
     refresh: Callback<()>,
 ) -> impl IntoView {
-    let fields = Fetched::new(api::rule_fields);
+    let fields = LocalResource::new(api::rule_fields);
     // Channels are an admin's to read; the editor is only ever open for an admin.
-    let channels = Fetched::new(api::channels);
+    let channels = LocalResource::new(api::channels);
     let checked = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
     let get = move |f: fn(&RuleDraft) -> String| move || draft.with(|d| d.as_ref().map(f).unwrap_or_default());

@@ -18,6 +18,8 @@ pub fn FleetPage() -> impl IntoView {
     super::set_title("Fleet");
     let ctx = use_app();
     let res = polled(move || {
+        // The live stream's fleet counts changed (at most every 10 s): the figures too.
+        ctx.stream.summary_changed.track();
         let (from, to) = ctx.range.get().window();
         api::fleet_summary(from, to)
     });

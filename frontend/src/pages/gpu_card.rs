@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use crate::api;
 use crate::components::meter::Meter;
 use crate::components::state_badge::StateBadge;
-use crate::ctx::{Fetched, Latest, latest_ok, now_ms, use_app};
+use crate::ctx::{Latest, latest_ok, now_ms, use_app};
 use crate::format::{self, NA};
 use crate::wire::Prices;
 use crate::{owners, states};
@@ -56,7 +56,7 @@ pub fn cost_text(name: Option<&str>, prices: Option<&Prices>) -> String {
 
 /// The organisation's prices, fetched once per page (cards fall back to list prices).
 pub fn use_prices() -> Latest<Prices> {
-    latest_ok(Fetched::new(api::prices))
+    latest_ok(LocalResource::new(api::prices))
 }
 
 #[component]

@@ -5,7 +5,10 @@
 use std::sync::Arc;
 
 use fleetlens_api::{GpuSummary, Sample, SeriesPoint, StateWindow};
+use leptos::Params;
 use leptos::prelude::*;
+use leptos_router::hooks::use_params;
+use leptos_router::params::Params;
 
 use super::gpu_card::{cost_text, efficiency_text, power_text, use_prices};
 use crate::api::{self, ApiError, ApiResult};
@@ -14,9 +17,8 @@ use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
-use crate::ctx::{Fetched, Latest, Range, latest_ok, now_ms, polled, use_app};
+use crate::ctx::{Latest, Range, latest_ok, now_ms, polled, use_app};
 use crate::format::{self, NA};
-use crate::router::{Page, use_location};
 use crate::{owners, states};
 
 /// Samples asked for per request (the API's default page).
@@ -106,9 +108,12 @@ async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResul
         }
     }
     let key = (uuid.clone(), range, anchored);
-    let (mut samples, mut note) = cache.with_value(|c| {
-        if c.key.as_ref() == Some(&key) { (c.samples.clone(), c.note.clone()) } else { (Vec::new(), None) }
-    });
+    // `try_`: the page may have been left while the answers above were on their way.
+    let (mut samples, mut note) = cache
+        .try_with_value(|c| {
+            if c.key.as_ref() == Some(&key) { (c.samples.clone(), c.note.clone()) } else { (Vec::new(), None) }
+        })
+        .unwrap_or_default();
     if samples.is_empty() {
         let first = api::samples(&uuid, from, to, LIMIT).await?;
         samples = first.samples;
@@ -145,14 +150,17 @@ fn window_s(span_ms: i64) -> u32 {
     STEPS.into_iter().find(|s| f64::from(*s) >= want).unwrap_or(86400)
 }
 
+/// The route's parameter: `/gpus/:uuid`.
+#[derive(Params, Clone, PartialEq)]
+struct GpuParams {
+    uuid: Option<String>,
+}
+
 #[component]
 pub fn GpuDetailPage() -> impl IntoView {
     let ctx = use_app();
-    let location = use_location();
-    let uuid = Memo::new(move |_| match location.path.with(|p| Page::of(p)) {
-        Page::GpuDetail(uuid) => uuid,
-        _ => String::new(),
-    });
+    let params = use_params::<GpuParams>();
+    let uuid = Memo::new(move |_| params.with(|p| p.as_ref().ok().and_then(|p| p.uuid.clone()).unwrap_or_default()));
     let cache = StoredValue::new(Cache::default());
     let res = polled(move || load(uuid.get(), ctx.range.get(), cache));
     let detail = latest_ok(res);
@@ -171,7 +179,7 @@ pub fn GpuDetailPage() -> impl IntoView {
             })
         })
     });
-    let states_res = Fetched::new(move || {
+    let states_res = LocalResource::new(move || {
         let w = window.get();
         async move {
             match w {
@@ -328,9 +336,18 @@ fn fmt_w(v: f64) -> String {
 }
 
 #[component]
-fn DetailBody(detail: Latest<Detail>, states_res: Fetched<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
+fn DetailBody(detail: Latest<Detail>, states_res: LocalResource<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
     let ctx = use_app();
-    let gpu = Latest::derive(move || detail.with(|d| d.as_ref().map(|d| d.gpu.clone())));
+    let live = use_app().stream;
+    // The GPU of the last answer, with the state the live stream told since.
+    let gpu: Latest<GpuSummary> = Memo::new(move |_| {
+        let mut gpu = detail.with(|d| d.as_ref().map(|d| d.gpu.clone()))?;
+        if let Some(p) = live.gpus.with(|g| g.get(&gpu.uuid).cloned()).filter(|p| p.last_seen_ms >= gpu.last_seen_ms) {
+            gpu.state = p.state;
+            gpu.last_seen_ms = p.last_seen_ms;
+        }
+        Some(gpu)
+    });
     let g = move |f: fn(&GpuSummary) -> String| move || gpu.with(|g| g.as_ref().map(f).unwrap_or_default());
     // From the first sample in the range (a GPU that joined late, or a short trace, fills the
     // width) to the end of the range.
@@ -483,7 +500,7 @@ fn DetailBody(detail: Latest<Detail>, states_res: Fetched<ApiResult<Vec<StateWin
 
 #[component]
 fn StatesPanel(
-    states_res: Fetched<ApiResult<Vec<StateWindow>>>,
+    states_res: LocalResource<ApiResult<Vec<StateWindow>>>,
     x_range: Signal<(i64, i64)>,
     state: Signal<Option<String>>,
 ) -> impl IntoView {

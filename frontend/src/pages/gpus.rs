@@ -5,14 +5,17 @@
 use std::collections::{BTreeSet, HashMap};
 
 use fleetlens_api::GpuSummary;
+use leptos::Params;
 use leptos::prelude::*;
+use leptos_router::hooks::use_query;
+use leptos_router::params::Params;
 
 use super::gpu_card::{GpuCard, use_prices};
 use crate::api;
 use crate::components::status::PollStatus;
-use crate::ctx::{Latest, latest_ok, polled};
-use crate::router::use_location;
-use crate::states;
+use crate::ctx::{Latest, latest_ok, polled, use_app};
+use crate::url_state::query_setter;
+use crate::{owners, states};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Sort {
@@ -29,6 +32,9 @@ impl Sort {
         (Sort::Sm, "sm", "SM activity (lowest first)"),
         (Sort::Name, "name", "Name"),
     ];
+    fn key(self) -> &'static str {
+        Sort::ALL.iter().find(|(s, _, _)| *s == self).map(|(_, k, _)| *k).unwrap_or("efficiency")
+    }
     fn parse(s: &str) -> Sort {
         Sort::ALL.iter().find(|(_, k, _)| *k == s).map(|(s, _, _)| *s).unwrap_or(Sort::Efficiency)
     }
@@ -40,6 +46,35 @@ impl Sort {
 /// (1,000 cards take ~0.6 s of scripting in one go; a step of 120 takes ~70 ms).
 const FIRST_CARDS: usize = 60;
 const CARDS_PER_FRAME: usize = 120;
+
+/// The page's view, in the address: `/gpus?state=idle&host=node-1&sort=util&q=alice`.
+#[derive(Params, Clone, PartialEq, Default)]
+struct GpusQuery {
+    state: Option<String>,
+    host: Option<String>,
+    model: Option<String>,
+    sort: Option<String>,
+    /// The search box: words that a GPU's UUID, host, model or owners (user, pod, job) contain.
+    q: Option<String>,
+}
+
+/// Whether every word of `query` (lower-cased) is in the GPU's UUID, host, model or the owners of
+/// its processes (user, pod, job).
+fn matches_search(g: &GpuSummary, query: &str) -> bool {
+    let words: Vec<String> = query.split_whitespace().map(str::to_lowercase).collect();
+    if words.is_empty() {
+        return true;
+    }
+    let mut hay = format!("{} {} {}", g.uuid, g.host, g.name.as_deref().unwrap_or(""));
+    for p in g.latest.as_ref().and_then(|s| s.processes.as_deref()).unwrap_or_default() {
+        for o in [owners::user(p), owners::pod(p), owners::job(p)].into_iter().flatten() {
+            hay.push(' ');
+            hay.push_str(&o);
+        }
+    }
+    let hay = hay.to_lowercase();
+    words.iter().all(|w| hay.contains(w.as_str()))
+}
 
 fn display_name(g: &GpuSummary) -> String {
     format!("{} {} {:05}", g.name.as_deref().unwrap_or(""), g.host, g.gpu_index.unwrap_or(0))
@@ -78,9 +113,26 @@ fn sorted(gpus: Vec<&GpuSummary>, sort: Sort) -> Vec<String> {
 #[component]
 pub fn GpusPage() -> impl IntoView {
     super::set_title("GPUs");
-    let res = polled(api::gpus);
+    let live = use_app().stream;
+    let res = polled(move || {
+        // A GPU new to the fleet (the live stream): the list at once.
+        live.gpus_added.track();
+        api::gpus()
+    });
     let data = latest_ok(res);
-    let gpus = Memo::new(move |_| data.with(|d| d.as_ref().map(|l| l.gpus.clone()).unwrap_or_default()));
+    // The last list, with the states the live stream told since (newer than the list's).
+    let gpus = Memo::new(move |_| {
+        let mut list = data.with(|d| d.as_ref().map(|l| l.gpus.clone()).unwrap_or_default());
+        live.gpus.with(|pushed| {
+            for g in &mut list {
+                if let Some(p) = pushed.get(&g.uuid).filter(|p| p.last_seen_ms >= g.last_seen_ms) {
+                    g.state.clone_from(&p.state);
+                    g.last_seen_ms = p.last_seen_ms;
+                }
+            }
+        });
+        list
+    });
     // Where each GPU sits in the list: a card finds its GPU without scanning the whole fleet.
     let position = Memo::new(move |_| {
         gpus.with(|g| g.iter().enumerate().map(|(i, g)| (g.uuid.clone(), i)).collect::<HashMap<String, usize>>())
@@ -88,16 +140,26 @@ pub fn GpusPage() -> impl IntoView {
     let has_data = Signal::derive(move || data.with(Option::is_some));
     let prices = use_prices();
 
-    let location = use_location();
-    let param = move |k: &str| location.query(k).unwrap_or_default();
-    let state_f = RwSignal::new(param("state"));
-    let host_f = RwSignal::new(param("host"));
-    let model_f = RwSignal::new(param("model"));
-    let sort = RwSignal::new(Sort::parse(&param("sort")));
+    // The filters live in the address (shareable, Back/Forward); choosing one replaces it.
+    let query = use_query::<GpusQuery>();
+    let field = move |f: fn(&GpusQuery) -> &Option<String>| {
+        Memo::new(move |_| query.with(|q| q.as_ref().ok().and_then(|q| f(q).clone()).unwrap_or_default()))
+    };
+    let state_f = field(|q| &q.state);
+    let host_f = field(|q| &q.host);
+    let model_f = field(|q| &q.model);
+    let search = field(|q| &q.q);
+    let sort_key = field(|q| &q.sort);
+    let sort = Memo::new(move |_| Sort::parse(&sort_key.get()));
+    let set_query = query_setter();
+    let on_select = move |key: &'static str| {
+        let set_query = set_query.clone();
+        move |ev: leptos::ev::Event| set_query(key, &event_target_value(&ev))
+    };
     let expanded = RwSignal::new(BTreeSet::<String>::new());
 
     let visible = Memo::new(move |_| {
-        let (st, h, m) = (state_f.get(), host_f.get(), model_f.get());
+        let (st, h, m, q) = (state_f.get(), host_f.get(), model_f.get(), search.get());
         gpus.with(|gs| {
             let keep: Vec<&GpuSummary> = gs
                 .iter()
@@ -108,6 +170,7 @@ pub fn GpusPage() -> impl IntoView {
                 })
                 .filter(|g| h.is_empty() || g.host == h)
                 .filter(|g| m.is_empty() || g.name.as_deref() == Some(m.as_str()))
+                .filter(|g| matches_search(g, &q))
                 .collect();
             sorted(keep, sort.get())
         })
@@ -118,6 +181,7 @@ pub fn GpusPage() -> impl IntoView {
         state_f.track();
         host_f.track();
         model_f.track();
+        search.track();
         sort.track();
         built.set(FIRST_CARDS);
     });
@@ -170,9 +234,18 @@ pub fn GpusPage() -> impl IntoView {
         <PollStatus res has_data/>
         <Show when=move || has_data.get()>
             <form class="toolbar" on:submit=|ev| ev.prevent_default() aria-label="Filter and sort GPUs">
+                <label class="search">
+                    <span>"Search"</span>
+                    <input
+                        type="search"
+                        placeholder="GPU, host, user, pod, job"
+                        prop:value=move || search.get()
+                        on:input=on_select("q")
+                    />
+                </label>
                 <label>
                     <span>"State"</span>
-                    <select on:change=move |ev| state_f.set(event_target_value(&ev)) prop:value=move || state_f.get()>
+                    <select on:change=on_select("state") prop:value=move || state_f.get()>
                         <option value="">"All states"</option>
                         <For each=move || present_states.get() key=|s| s.clone() let:s>
                             <option value=s.clone() selected=state_f.get_untracked() == s>
@@ -183,7 +256,7 @@ pub fn GpusPage() -> impl IntoView {
                 </label>
                 <label>
                     <span>"Host"</span>
-                    <select on:change=move |ev| host_f.set(event_target_value(&ev)) prop:value=move || host_f.get()>
+                    <select on:change=on_select("host") prop:value=move || host_f.get()>
                         <option value="">"All hosts"</option>
                         <For each=move || hosts.get() key=|s| s.clone() let:h>
                             <option value=h.clone() selected=host_f.get_untracked() == h>{h.clone()}</option>
@@ -192,7 +265,7 @@ pub fn GpusPage() -> impl IntoView {
                 </label>
                 <label>
                     <span>"Model"</span>
-                    <select on:change=move |ev| model_f.set(event_target_value(&ev)) prop:value=move || model_f.get()>
+                    <select on:change=on_select("model") prop:value=move || model_f.get()>
                         <option value="">"All models"</option>
                         <For each=move || models.get() key=|s| s.clone() let:m>
                             <option value=m.clone() selected=model_f.get_untracked() == m>{m.clone()}</option>
@@ -201,7 +274,7 @@ pub fn GpusPage() -> impl IntoView {
                 </label>
                 <label>
                     <span>"Sort by"</span>
-                    <select on:change=move |ev| sort.set(Sort::parse(&event_target_value(&ev)))>
+                    <select on:change=on_select("sort") prop:value=move || sort.get().key()>
                         {Sort::ALL
                             .iter()
                             .map(|(s, k, label)| view! { <option value=*k selected=sort.get_untracked() == *s>{*label}</option> })
@@ -225,7 +298,7 @@ pub fn GpusPage() -> impl IntoView {
                 <For each=move || visible.with(|v| v[..built.get().min(v.len())].to_vec()) key=|u| u.clone() let:uuid>
                     {
                         let u = uuid.clone();
-                        let gpu = Latest::derive(move || {
+                        let gpu: Latest<GpuSummary> = Memo::new(move |_| {
                             let at = position.with(|p| p.get(&u).copied());
                             at.and_then(|i| gpus.with(|g| g.get(i).cloned()))
                         });

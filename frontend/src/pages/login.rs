@@ -4,17 +4,18 @@
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::api::{self, ApiResult};
 use crate::ctx::use_app;
-use crate::router::use_location;
 use crate::wire::Me;
 
 #[component]
 pub fn Login() -> impl IntoView {
     super::set_title("Log in");
     let ctx = use_app();
-    let location = use_location();
+    let query = use_query_map();
+    let navigate = use_navigate();
     let email = RwSignal::new(String::new());
     let password = RwSignal::new(String::new());
     let key = RwSignal::new(String::new());
@@ -23,15 +24,15 @@ pub fn Login() -> impl IntoView {
     let busy = RwSignal::new(false);
 
     let next = move || {
-        location
-            .query("next")
+        query
+            .with_untracked(|q| q.get("next"))
             .filter(|n| n.starts_with('/') && !n.starts_with("//") && !n.starts_with("/login"))
             .unwrap_or_else(|| "/".into())
     };
     // Already logged in (a session cookie from earlier): go on.
     Effect::new(move || {
         if ctx.me.with(Option::is_some) {
-            location.navigate(&next());
+            navigate(&next(), Default::default());
         }
     });
     let finish = move |out: ApiResult<Me>, error: RwSignal<Option<String>>| {

@@ -9,24 +9,25 @@ use fleetlens_core::{GpuModel, PriceTable, SPECS};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
+use leptos_router::hooks::use_navigate;
 use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
-use crate::ctx::{Fetched, Latest, latest_ok, polled, use_app};
+use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
-use crate::router::use_location;
 use crate::wire::Prices;
 
 #[component]
 pub fn SettingsPage() -> impl IntoView {
     super::set_title("Settings");
     let ctx = use_app();
-    let location = use_location();
+    let navigate = use_navigate();
     let log_out = move |_| {
+        let navigate = navigate.clone();
         spawn_local(async move {
             ctx.log_out().await;
-            location.navigate("/login");
+            navigate("/login", Default::default());
         });
     };
     let me = move || ctx.me.get().unwrap_or_default();
@@ -743,7 +744,7 @@ fn Thresholds() -> impl IntoView {
     let ctx = use_app();
     // Read once (and after each save), not on the poll tick: a poll must not undo typing.
     let version = RwSignal::new(0u32);
-    let res = Fetched::new(move || {
+    let res = LocalResource::new(move || {
         version.track();
         api::thresholds()
     });

@@ -1,0 +1,62 @@
+//! View state kept in the address's query (`?state=idle&sort=util`), so that a view can be
+//! shared as a link and Back/Forward move between views.
+
+use leptos::prelude::*;
+use leptos_router::NavigateOptions;
+use leptos_router::hooks::{use_location, use_navigate, use_query_map};
+
+/// A setter for one query parameter of the current page: the address is replaced (no new
+/// history entry per keystroke or choice, no scroll to the top); an empty value removes it.
+pub fn query_setter() -> impl Fn(&str, &str) + Clone + 'static {
+    let navigate = use_navigate();
+    let location = use_location();
+    let query = use_query_map();
+    move |key: &str, value: &str| {
+        let mut params: Vec<(String, String)> = query.with_untracked(|q| {
+            q.into_iter().filter(|(k, _)| *k != key).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+        });
+        if !value.is_empty() {
+            params.push((key.to_string(), value.to_string()));
+        }
+        let to = with_query(&location.pathname.get_untracked(), &params);
+        navigate(&to, NavigateOptions { replace: true, scroll: false, ..Default::default() });
+    }
+}
+
+/// `path?k=v&…`, each key and value percent-encoded; `path` alone without parameters.
+pub fn with_query(path: &str, params: &[(String, String)]) -> String {
+    let mut out = path.to_string();
+    for (i, (k, v)) in params.iter().enumerate() {
+        out.push(if i == 0 { '?' } else { '&' });
+        out.push_str(&encode(k));
+        out.push('=');
+        out.push_str(&encode(v));
+    }
+    out
+}
+
+/// `encodeURIComponent`, written out so that it runs in native unit tests too.
+fn encode(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for b in s.bytes() {
+        match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'!' | b'~' | b'*' | b'\'' | b'(' | b')' => {
+                out.push(char::from(b))
+            }
+            _ => out.push_str(&format!("%{b:02X}")),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_query;
+
+    #[test]
+    fn queries_are_encoded_in_order() {
+        assert_eq!(with_query("/gpus", &[]), "/gpus");
+        let p = [("state".to_string(), "idle".to_string()), ("q".to_string(), "a b&c/é".to_string())];
+        assert_eq!(with_query("/gpus", &p), "/gpus?state=idle&q=a%20b%26c%2F%C3%A9");
+    }
+}
