@@ -169,11 +169,21 @@ async fn consume(mut resp: reqwest::Response, seen: Arc<Seen>, record_flips: boo
             if name == "resync" {
                 seen.resyncs.fetch_add(1, Ordering::Relaxed);
             }
-            if record_flips && name == "gpu_state" && block.contains(LATENCY_HOST) {
+            if record_flips && block.contains(LATENCY_HOST) {
                 let data = block.lines().find_map(|l| l.strip_prefix("data: ")).unwrap_or("{}");
                 let v: serde_json::Value = serde_json::from_str(data).unwrap_or_default();
-                let (uuid, state) = (v["uuid"].as_str().unwrap_or(""), v["state"].as_str().unwrap_or(""));
-                seen.flips.lock().unwrap().push((uuid.to_string(), state.to_string(), at));
+                // A change comes as `gpu_state`, or inside a `resync` when the fleet's changes of
+                // one reading overflowed the ring (a minute boundary flips many GPUs at once).
+                let gpus = match name {
+                    "gpu_state" => vec![v],
+                    "resync" => v["gpus"].as_array().cloned().unwrap_or_default(),
+                    _ => vec![],
+                };
+                let mut flips = seen.flips.lock().unwrap();
+                for g in gpus.iter().filter(|g| g["host"] == LATENCY_HOST) {
+                    let (uuid, state) = (g["uuid"].as_str().unwrap_or(""), g["state"].as_str().unwrap_or(""));
+                    flips.push((uuid.to_string(), state.to_string(), at));
+                }
             }
         }
     }

@@ -50,7 +50,7 @@ pub struct StreamConfig {
     /// Events an organisation's streams may fall behind by: a stream further behind skips them
     /// and gets one `resync` (the whole picture) instead. The server holds at most this many
     /// events per organisation, however slow its clients are.
-    #[arg(long, env = "FLEETLENS_STREAM_BUFFER_EVENTS", default_value_t = 1024, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
+    #[arg(long, env = "FLEETLENS_STREAM_BUFFER_EVENTS", default_value_t = 4096, value_parser = clap::value_parser!(u32).range(1..=1_000_000))]
     pub stream_buffer_events: u32,
 
     /// Without a change signal, an organisation with open streams is read again this often (a
