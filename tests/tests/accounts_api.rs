@@ -631,6 +631,8 @@ async fn a_snapshot(server: &TestServer, a_uuid: &str) -> Vec<(String, Value)> {
         "/api/v1/silences".to_string(),
         "/api/v1/jobs?from=0&to=4102444800000".to_string(),
         "/api/v1/events".to_string(),
+        "/api/v1/reclaim-policies".to_string(),
+        "/api/v1/report-routes".to_string(),
     ] {
         let v = get(server, &path, &admin()).await.body;
         let v = if path.starts_with("/api/v1/gpus/") {
@@ -709,6 +711,20 @@ async fn organisations_never_see_each_other(backend: Backend) {
     .await;
     assert!(silence.status < 300, "{}", silence.text);
     let a_silence = silence.body["id"].as_i64().unwrap();
+    // A's idle-reclaim policy and report route (docs/ACTIONS.md).
+    let policy = post(
+        &server,
+        "/api/v1/reclaim-policies",
+        &a,
+        json!({"name": "a-policy-omega", "state": "idle_held", "for_s": 3600, "grace_s": 600, "action": "webhook", "action_channel_id": a_channel}),
+    )
+    .await;
+    assert!(policy.status < 300, "{}", policy.text);
+    let a_policy = policy.body["id"].as_i64().unwrap();
+    let route =
+        post(&server, "/api/v1/report-routes", &a, json!({"channel_id": a_channel, "owner": "a-owner-sigma"})).await;
+    assert!(route.status < 300, "{}", route.text);
+    let a_route = route.body["id"].as_i64().unwrap();
     // An alert instance of A (its rule matches every sample).
     let a_alert = poll_first_id(&server, "/api/v1/alerts?status=all", &a, "alerts").await.expect("an alert of A");
 
@@ -743,6 +759,8 @@ async fn organisations_never_see_each_other(backend: Backend) {
         &a_key_prefix,
         "a-rule-zebra",
         "a-hook-secret",
+        "a-policy-omega",
+        "a-owner-sigma",
         "a-silence-comment",
         "a-job-kappa",
         "a-xid-omega",
@@ -782,6 +800,52 @@ async fn organisations_never_see_each_other(backend: Backend) {
         probe("GET", "/events", format!("/api/v1/events?gpu={a_uuid}&from=0"), None, false),
         // The live stream's snapshot (`once`: the body ends after it).
         probe("GET", "/stream", "/api/v1/stream?once=true".into(), None, false),
+        // Acting on waste (docs/ACTIONS.md): B's own lists, and A's policy, route and ids.
+        probe("GET", "/job-runs", "/api/v1/job-runs".into(), None, false),
+        probe("GET", "/job-runs/{id}", "/api/v1/job-runs/1".into(), None, true),
+        probe("GET", "/jobs/{id}/report", "/api/v1/jobs/1/report".into(), None, true),
+        probe("POST", "/jobs/{id}/end", "/api/v1/jobs/1/end".into(), Some(json!({})), true),
+        probe("GET", "/plans", "/api/v1/plans".into(), None, false),
+        probe("GET", "/reclaim-policies", "/api/v1/reclaim-policies".into(), None, false),
+        probe(
+            "POST",
+            "/reclaim-policies",
+            "/api/v1/reclaim-policies".into(),
+            Some(
+                json!({"name": "b-policy", "state": "idle_held", "for_s": 3600, "grace_s": 600, "action": "webhook", "action_channel_id": a_channel}),
+            ),
+            true,
+        ),
+        probe(
+            "GET",
+            "/reclaim-policies/{id}/dry-run",
+            format!("/api/v1/reclaim-policies/{a_policy}/dry-run"),
+            None,
+            true,
+        ),
+        probe("DELETE", "/reclaim-policies/{id}", format!("/api/v1/reclaim-policies/{a_policy}"), None, true),
+        probe("GET", "/reclaims", "/api/v1/reclaims".into(), None, false),
+        probe("GET", "/reclaims/{id}", "/api/v1/reclaims/1".into(), None, true),
+        probe("POST", "/reclaims/{id}/snooze", "/api/v1/reclaims/1/snooze".into(), Some(json!({"for_s": 3600})), true),
+        probe("GET", "/report-routes", "/api/v1/report-routes".into(), None, false),
+        probe(
+            "POST",
+            "/report-routes",
+            "/api/v1/report-routes".into(),
+            Some(json!({"channel_id": a_channel, "owner": "b-owner"})),
+            true,
+        ),
+        probe("DELETE", "/report-routes/{id}", format!("/api/v1/report-routes/{a_route}"), None, true),
+        probe("POST", "/agent/commands/take", format!("/api/v1/agent/commands/take?host={a_host}"), None, false),
+        probe(
+            "POST",
+            "/agent/commands/{id}/result",
+            "/api/v1/agent/commands/1/result".into(),
+            Some(json!({"host": a_host, "result": "killed", "detail": "b"})),
+            true,
+        ),
+        // Remote write without a protobuf body: refused (4xx), nothing of A.
+        probe("POST", "/write", "/api/v1/write".into(), None, false),
         probe(
             "POST",
             "/jobs",
