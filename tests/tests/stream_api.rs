@@ -241,7 +241,10 @@ async fn state_changes_and_alerts_arrive(backend: Backend) {
     let (mut s, snapshot) = stream(&server, &admin).await;
     assert_eq!(snapshot_gpu(&snapshot, "GPU-s1").unwrap()["state"], "offline", "{snapshot:?}");
     assert_eq!(snapshot.data["summary"]["by_state"]["offline"], 1);
-    assert_eq!(snapshot.data["alerts"], json!([]));
+    // The shipped rules may already hold the old readings pending (the engine runs every 200 ms,
+    // racing the stream's open); none has fired.
+    let alerts = snapshot.data["alerts"].as_array().expect("alerts");
+    assert!(alerts.iter().all(|a| a["status"] == "pending"), "{alerts:?}");
 
     // It reports again (hollow: util 100, SMACT 2): offline → hollow.
     ingest(&server, &admin, "node-1", samples("GPU-s1", 3, 0)).await;
