@@ -136,6 +136,9 @@ echo "==> schemathesis $(schemathesis --version 2>/dev/null | tail -n1): $MAX_EX
 # "AST constructor recursion depth mismatch" (a thread-safety bug of 3.11's AST validator),
 # an error of the tool, not of the API, seen once here on GET /api/v1/events. The hooks module
 # (scripts/schemathesis_hooks.py) sends POST /api/v1/write's binary protobuf bodies as bytes.
+# GET /api/v1/stream is left out: its answer is an endless event stream (it ends after 30 min),
+# so every generated case would wait out the request timeout; tests/tests/stream_api.rs covers
+# it (authentication, `once`, events against the API's types, caps) on both databases.
 status=0
 hooks_dir=$PWD/scripts
 (cd "$work" && SCHEMATHESIS_HOOKS=schemathesis_hooks PYTHONPATH="$hooks_dir${PYTHONPATH:+:$PYTHONPATH}" \
@@ -145,6 +148,7 @@ hooks_dir=$PWD/scripts
   --phases examples,coverage,fuzzing \
   --max-examples "$MAX_EXAMPLES" \
   --exclude-operation-id revoke_key \
+  --exclude-path /api/v1/stream \
   --workers 1 \
   --seed "${SEED:-42}" \
   --suppress-health-check all \

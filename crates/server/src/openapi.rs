@@ -144,7 +144,7 @@ error_set! {
     /// Errors of ingest: those of a JSON body, per-key concurrency and quotas.
     IngestErrors: 400, 401, 403, 409, 413, 415, 422, 429, 503;
     /// Errors of the live stream: those of a read, and its caps on open streams.
-    StreamErrors: 401, 403, 429, 503;
+    StreamErrors: 400, 401, 403, 429, 503;
     /// Errors of the login.
     LoginErrors: 400, 401, 403, 413, 415, 422, 429, 503;
     /// Errors of a password change (its check of the current password is rate-limited).

@@ -37,8 +37,23 @@ pub struct StreamQuery {
 /// The organisation's live events: `snapshot` first, then `gpu_state`, `alert`, `summary`
 /// (and `resync` for a client that fell behind), each with an `id`. See docs/API.md,
 /// "Live stream".
+/// One server-sent event as a client reads it (the OpenAPI schema of each event of the stream;
+/// `data` is the JSON text of the event's body).
+#[derive(utoipa::ToSchema)]
+#[allow(dead_code)] // documentation only: the events are written by axum's `Event`
+pub struct SseEventDoc {
+    /// `snapshot`, `resync`, `gpu_state`, `alert` or `summary`.
+    event: Option<String>,
+    /// The event's JSON body, as text.
+    data: Option<String>,
+    /// The event's sequence number in the organisation's feed.
+    id: Option<String>,
+    /// The reconnection delay in milliseconds (on the first event).
+    retry: Option<u64>,
+}
+
 #[utoipa::path(get, path = "/stream", tag = "live", params(StreamQuery), responses(
-    (status = 200, content_type = "text/event-stream", body = String,
+    (status = 200, content_type = "text/event-stream", body = SseEventDoc,
      description = "Server-sent events; each `data` is one of StreamSnapshot (`snapshot`, `resync`), GpuStateChange (`gpu_state`), AlertChange (`alert`), LiveSummary (`summary`)"),
     crate::openapi::StreamErrors))]
 pub async fn stream(
