@@ -276,7 +276,8 @@ test('keyboard: Tab reaches the advanced-metrics toggle, Enter opens it, polling
   await page.waitForFunction(() => document.querySelectorAll('dl.adv').length === 1, null, { timeout: T });
   const before = await page.locator('.live-time').textContent();
   // Two poll ticks later, the data has refreshed without reload and focus is still on the toggle.
-  await page.waitForFunction((b) => document.querySelector('.live-time')?.textContent !== b, before, { timeout: 12_000 });
+  // With the live stream open the page re-polls its metrics every 15 s (5 s without a stream).
+  await page.waitForFunction((b) => document.querySelector('.live-time')?.textContent !== b, before, { timeout: 35_000 });
   assert.equal(await page.evaluate(() => document.activeElement?.textContent), 'Hide advanced metrics');
   assert.equal(await page.locator('dl.adv').count(), 1, 'open sections survive polling');
 });
@@ -330,7 +331,8 @@ test('GPU detail over 24 hours comes from the rollups', async () => {
   await page.waitForFunction(() => /\d+ samples/.test(document.querySelector('#story-title')?.parentElement?.textContent || ''), null, { timeout: T });
   // A poll later (new samples asked for incrementally), the page still has no error.
   const before = await page.locator('.live-time').textContent();
-  await page.waitForFunction((b) => document.querySelector('.live-time')?.textContent !== b, before, { timeout: 12_000 });
+  // With the live stream open the page re-polls its metrics every 15 s (5 s without a stream).
+  await page.waitForFunction((b) => document.querySelector('.live-time')?.textContent !== b, before, { timeout: 35_000 });
   await page.waitForTimeout(500);
   assert.equal(await page.locator('.banner-error').count(), 0);
 });
