@@ -146,38 +146,15 @@ macro_rules! impl_event_store {
 }
 
 mod sqlite_impl {
-    use std::borrow::Cow;
-
-    use sqlx::{Sqlite, SqlitePool, Transaction};
-
+    use crate::dialect::sqlite::{begin, q};
     use crate::sqlite::SqliteStore;
-
-    fn q(sql: &str) -> Cow<'_, str> {
-        Cow::Borrowed(sql)
-    }
-
-    /// The write lock up front, as every SQLite write transaction here takes it.
-    async fn begin(pool: &SqlitePool) -> crate::Result<Transaction<'static, Sqlite>> {
-        Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
-    }
 
     impl_event_store!(SqliteStore, sqlx::Sqlite);
 }
 
 mod pg_impl {
-    use std::borrow::Cow;
-
-    use sqlx::{PgPool, Postgres, Transaction};
-
+    use crate::dialect::pg::{begin, q};
     use crate::postgres::PgStore;
-
-    fn q(sql: &str) -> Cow<'_, str> {
-        Cow::Owned(crate::alerts::numbered(sql))
-    }
-
-    async fn begin(pool: &PgPool) -> crate::Result<Transaction<'static, Postgres>> {
-        Ok(pool.begin().await?)
-    }
 
     impl_event_store!(PgStore, sqlx::Postgres);
 }

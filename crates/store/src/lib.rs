@@ -11,6 +11,7 @@ mod alerts_sqlite;
 pub mod changes;
 mod columns;
 mod credits;
+mod dialect;
 pub mod events;
 mod feed;
 mod ingest_rules;
