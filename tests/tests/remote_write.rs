@@ -55,7 +55,15 @@ impl Drop for Prometheus {
     }
 }
 
-fn start_prometheus(dir: &std::path::Path, exporter: &str, write_url: &str, key: &str) -> Prometheus {
+/// `max_samples_per_send`: series points per remote-write request (one H100 scrape has 68
+/// `DCGM_FI_*` series: below that, Prometheus splits scrapes over requests).
+fn start_prometheus(
+    dir: &std::path::Path,
+    exporter: &str,
+    write_url: &str,
+    key: &str,
+    max_samples_per_send: usize,
+) -> Prometheus {
     let config = format!(
         r#"global:
   scrape_interval: 1s
@@ -77,7 +85,7 @@ remote_write:
         action: keep
     queue_config:
       max_shards: 1
-      max_samples_per_send: 10000
+      max_samples_per_send: {max_samples_per_send}
       batch_send_deadline: 1s
 "#
     );
@@ -132,7 +140,7 @@ async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
     let key = ingest_key(&server).await;
     let exporter = exporter().await;
     let dir = tempfile::tempdir().unwrap();
-    let _prometheus = start_prometheus(dir.path(), &exporter, &server.url("/api/v1/write"), &key);
+    let _prometheus = start_prometheus(dir.path(), &exporter, &server.url("/api/v1/write"), &key, 10_000);
 
     // Until both H100s have a state and GPU 0 its efficiency, and each GPU has seen the
     // rotated expositions (3 distinct SM activities on GPU 0).
@@ -208,6 +216,99 @@ async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
     assert!(unknown > 0.0, "DCGM_FI_DEV_ENC_UTIL & co. are not read: {unknown}");
 }
 
+async fn get_json(server: &TestServer, path: &str) -> Value {
+    reqwest::Client::new()
+        .get(server.url(path))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
+async fn metric(server: &TestServer, name: &str) -> f64 {
+    let text = reqwest::Client::new()
+        .get(server.url("/metrics"))
+        .bearer_auth(ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in /metrics"))
+}
+
+/// The fields each H100 sample of the recorded expositions has, once all of its scrape's
+/// series arrived.
+const H100_FIELDS: [&str; 11] = [
+    "gpu_util_pct",
+    "sm_active_pct",
+    "sm_occupancy_pct",
+    "tensor_active_pct",
+    "dram_active_pct",
+    "power_w",
+    "temp_c",
+    "energy_j",
+    "sm_clock_mhz",
+    "mem_used_bytes",
+    "mem_total_bytes",
+];
+
+fleetlens_tests::for_each_backend!(a_scrape_split_over_requests_arrives_whole);
+
+/// A real Prometheus with `max_samples_per_send: 5` cuts every scrape's 68 series of the two
+/// H100s into ~14 requests: the partial samples of each GPU and timestamp merge into one with
+/// every field, and GPU 1's XID 79, repeated in every scrape, is one event.
+async fn a_scrape_split_over_requests_arrives_whole(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let server = TestServer::spawn(&db.url, &[]);
+    let key = ingest_key(&server).await;
+    let exporter = exporter().await;
+    let dir = tempfile::tempdir().unwrap();
+    let _prometheus = start_prometheus(dir.path(), &exporter, &server.url("/api/v1/write"), &key, 5);
+
+    // Until each H100 has 5 samples whose every field arrived (the newest scrape's requests may
+    // still be on their way, so the count is of complete ones).
+    let start = Instant::now();
+    let complete = |s: &Value| H100_FIELDS.iter().all(|f| !s[*f].is_null());
+    let (g0, g1) = loop {
+        let g0 = get_json(&server, &format!("/api/v1/gpus/{GPU0}/samples?from=0")).await;
+        let g1 = get_json(&server, &format!("/api/v1/gpus/{GPU1}/samples?from=0")).await;
+        let done = |g: &Value| g["samples"].as_array().map_or(0, |s| s.iter().filter(|s| complete(s)).count());
+        if done(&g0) >= 5 && done(&g1) >= 5 {
+            break (g0, g1);
+        }
+        assert!(start.elapsed() < DEADLINE, "samples not complete within {DEADLINE:?}: {g0:#}");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for g in [&g0, &g1] {
+        let samples = g["samples"].as_array().unwrap();
+        // Every sample but the newest two (whose scrape may still be arriving) has every field.
+        for s in &samples[..samples.len() - 2] {
+            assert!(complete(s), "a split scrape lost fields: {s:#}");
+            assert!(s["int_active_pct"].is_null(), "not sent, still absent: {s:#}");
+            assert!(!s["processes"][0]["owner"].is_null(), "owners: {s:#}");
+        }
+    }
+    assert!(metric(&server, "fleetlens_ingest_samples_merged_total").await >= 10.0);
+    let list = gpus(&server).await;
+    let g0 = find(&list, GPU0).unwrap();
+    assert_eq!(g0["state"], "compute_bound", "{g0:#}");
+    assert!(!g0["efficiency"].is_null(), "{g0:#}");
+
+    // XID 79 in every scrape of GPU 1: one event. GPU 0's XID is 0: none.
+    let events = get_json(&server, "/api/v1/events?from=0&kind=xid").await;
+    let events = events["events"].as_array().unwrap();
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!((events[0]["gpu"].as_str(), events[0]["xid"].as_i64()), (Some(GPU1), Some(79)), "{events:#?}");
+}
+
 fn series(name: &str, labels: &[(&str, &str)], points: &[(i64, f64)]) -> TimeSeries {
     TimeSeries::new(name, labels, points)
 }
@@ -248,10 +349,33 @@ async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backen
     };
     let (status, body) = post(&server, &key, snappy(&req), "snappy").await;
     assert_eq!(status, 200, "{body}");
-    assert_eq!(body, json!({"received": 2, "inserted": 2, "duplicates": 0, "series_unknown": 1, "series_unkeyed": 0}));
+    assert_eq!(
+        body,
+        json!({"received": 2, "inserted": 2, "merged": 0, "duplicates": 0, "series_unknown": 1, "series_unkeyed": 0})
+    );
     // Prometheus resends after a timeout: stored once.
     let (status, body) = post(&server, &key, snappy(&req), "snappy").await;
-    assert_eq!((status, &body["inserted"], &body["duplicates"]), (200, &json!(0), &json!(2)), "{body}");
+    assert_eq!((status, &body["inserted"], &body["merged"], &body["duplicates"]), (200, &json!(0), &json!(0), &json!(2)), "{body}");
+    // The rest of the first timestamp's scrape, in a request of its own: it fills the stored
+    // sample (SM activity), keeps the stored utilisation (100, not 7) and adds no sample.
+    let rest = WriteRequest {
+        timeseries: vec![
+            series("DCGM_FI_DEV_GPU_UTIL", &gpu, &[(now - 2000, 7.0)]),
+            series("DCGM_FI_PROF_PIPE_TENSOR_ACTIVE", &gpu, &[(now - 2000, 0.25)]),
+        ],
+    };
+    let (status, body) = post(&server, &key, snappy(&rest), "snappy").await;
+    assert_eq!((status, &body["inserted"], &body["merged"], &body["duplicates"]), (200, &json!(0), &json!(1), &json!(0)), "{body}");
+    let (_, body) = post(&server, &key, snappy(&rest), "snappy").await;
+    assert_eq!((&body["merged"], &body["duplicates"]), (&json!(0), &json!(1)), "a resent fill-in adds nothing: {body}");
+    let samples = get_json(&server, "/api/v1/gpus/GPU-rw-1/samples?from=0").await;
+    let first = &samples["samples"][0];
+    assert_eq!(
+        (&first["gpu_util_pct"], &first["sm_active_pct"], &first["tensor_active_pct"]),
+        (&json!(100.0), &json!(50.0), &json!(25.0)),
+        "{samples:#}"
+    );
+    assert_eq!(samples["samples"].as_array().unwrap().len(), 2);
     let list = gpus(&server).await;
     let g = find(&list, "GPU-rw-1").expect("the GPU");
     assert_eq!(g["host"], "rw-node");
@@ -303,4 +427,53 @@ async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backen
         .unwrap();
     assert_eq!(post(&server, read_key["key"].as_str().unwrap(), snappy(&req), "snappy").await.0, 403);
     assert_eq!(post(&server, "flk_nope", snappy(&req), "snappy").await.0, 401);
+}
+
+fleetlens_tests::for_each_backend!(xid_changes_become_events_once_across_restarts);
+
+/// `DCGM_FI_DEV_XID_ERRORS` (the last XID, repeated in every scrape) becomes an `xid` event when
+/// it turns to a new non-zero value, compared with the events stored: resends, repeats and a
+/// server restart add none.
+async fn xid_changes_become_events_once_across_restarts(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let mut server = TestServer::spawn(&db.url, &[]);
+    let key = ingest_key(&server).await;
+    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64;
+    let gpu = [("UUID", "GPU-xid"), ("Hostname", "xid-node"), ("gpu", "0")];
+    let scrapes = |points: &[(i64, f64)]| WriteRequest {
+        timeseries: vec![
+            series("DCGM_FI_DEV_GPU_UTIL", &gpu, &points.iter().map(|&(t, _)| (t, 50.0)).collect::<Vec<_>>()),
+            series("DCGM_FI_DEV_XID_ERRORS", &gpu, points),
+        ],
+    };
+    let xids = |server: &TestServer| {
+        let url = server.url("/api/v1/events?from=0&kind=xid&gpu=GPU-xid");
+        async move {
+            let body: Value =
+                reqwest::Client::new().get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+            body["events"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|e| (e["ts_ms"].as_i64().unwrap() - now, e["xid"].as_i64().unwrap()))
+                .collect::<Vec<_>>()
+        }
+    };
+    let t = |s: i64| now - 60_000 + s * 1000;
+    let first = scrapes(&[(t(0), 0.0), (t(1), 43.0), (t(2), 43.0)]);
+    assert_eq!(post(&server, &key, snappy(&first), "snappy").await.0, 200);
+    assert_eq!(xids(&server).await, [(t(1) - now, 43)], "0 is no XID; 43 once");
+    // Resent, and the value repeated by later scrapes: nothing new.
+    assert_eq!(post(&server, &key, snappy(&first), "snappy").await.0, 200);
+    assert_eq!(post(&server, &key, snappy(&scrapes(&[(t(3), 43.0)])), "snappy").await.0, 200);
+    assert_eq!(xids(&server).await.len(), 1);
+
+    // A restart: the comparison is with the database.
+    server.kill();
+    let server = TestServer::spawn(&db.url, &[]);
+    assert_eq!(post(&server, &key, snappy(&scrapes(&[(t(4), 43.0)])), "snappy").await.0, 200);
+    assert_eq!(xids(&server).await.len(), 1, "43 is still the last XID");
+    let later = scrapes(&[(t(5), 48.0), (t(6), 0.0), (t(7), 48.0)]);
+    assert_eq!(post(&server, &key, snappy(&later), "snappy").await.0, 200);
+    assert_eq!(xids(&server).await, [(t(5) - now, 48), (t(1) - now, 43)], "newest first");
 }

@@ -109,7 +109,7 @@ async fn ingest(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: By
     }
     let received = batch.samples.len() as u64;
     st.accepted.lock().unwrap().push(batch);
-    Json(IngestResponse { received, inserted, duplicates: received - inserted }).into_response()
+    Json(IngestResponse { received, inserted, merged: 0, duplicates: received - inserted }).into_response()
 }
 
 pub struct TestServer {

@@ -44,7 +44,12 @@ pub struct IngestResponse {
     pub received: u64,
     /// Samples newly stored.
     pub inserted: u64,
-    /// Samples already stored before (same GPU and ts_ms): ignored, the batch is idempotent.
+    /// Samples of a GPU and ts_ms stored before that filled fields the stored sample lacked
+    /// (fields present in both keep the stored value). Absent from servers before it was added.
+    #[serde(default)]
+    pub merged: u64,
+    /// Samples already stored before (same GPU and ts_ms) that added nothing: ignored, the
+    /// batch is idempotent.
     pub duplicates: u64,
 }
 

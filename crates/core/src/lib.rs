@@ -8,6 +8,7 @@ pub mod credit;
 pub mod datasheet;
 pub mod dcgm;
 pub mod energy;
+pub mod fill;
 pub mod event;
 pub mod funnel;
 pub mod jobcard;

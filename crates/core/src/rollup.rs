@@ -154,6 +154,27 @@ impl RollupBucket {
         }
     }
 
+    /// The change a stored sample's fill-in makes (see [`crate::fill`]): the signals `merged`
+    /// has and `stored` lacked, and the holder counts' difference. The sample is counted
+    /// already (count, time span, sampled time), so those stay. `flags` are the fill-in's.
+    fn add_fill(&mut self, stored: &Sample, merged: &Sample, flags: QualityFlags) {
+        for f in flags.iter() {
+            self.quality[f.index()] += 1;
+        }
+        if self.sample_count == 0 && self.first_ts_ms == 0 && self.last_ts_ms == 0 {
+            // Only fill-ins so far: the span is the stored sample's, already in the stored row.
+            self.first_ts_ms = merged.ts_ms;
+            self.last_ts_ms = merged.ts_ms;
+        }
+        self.allocated_count += i64::from(merged.is_allocated()) - i64::from(stored.is_allocated());
+        self.processes_read_count += i64::from(merged.holders_known()) - i64::from(stored.holders_known());
+        for ((stats, old), new) in self.signals.iter_mut().zip(signal_values(stored)).zip(signal_values(merged)) {
+            if old.is_none() {
+                stats.add(new);
+            }
+        }
+    }
+
     /// Merge another delta of the same GPU and bucket into this one.
     pub fn merge(&mut self, o: &RollupBucket) {
         if o.sample_count == 0 {
@@ -251,6 +272,17 @@ impl RollupAccumulator {
             .add(s, sampled_ms, flags);
     }
 
+    /// Adds what filling the stored sample `stored` of `gpu_id` up to `merged` changes (the
+    /// same GPU and timestamp; see [`crate::fill`]): the rollups then hold what they would had
+    /// `merged` arrived whole.
+    pub fn add_fill(&mut self, gpu_id: i64, stored: &Sample, merged: &Sample, flags: QualityFlags) {
+        let bucket_ms = self.resolution.bucket_start(merged.ts_ms);
+        self.buckets
+            .entry((gpu_id, bucket_ms))
+            .or_insert_with(|| RollupBucket { gpu_id, bucket_ms, ..Default::default() })
+            .add_fill(stored, merged, flags);
+    }
+
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
@@ -317,6 +349,54 @@ mod tests {
         assert_eq!(from_bucket.samples_with_process, from_samples.samples_with_process);
         assert_eq!(from_bucket.counts, from_samples.counts);
         assert_eq!(from_bucket.tensor_active_pct, None);
+    }
+
+    #[test]
+    fn partial_samples_filled_in_roll_up_like_the_whole_ones() {
+        let whole: Vec<Sample> = (0..90)
+            .map(|i| Sample {
+                processes: (i % 4 != 0).then(|| vec![crate::GpuProcess { pid: 1, ..Default::default() }]),
+                mem_used_bytes: Some(i * 1000),
+                power_w: Some(100.0 + i as f64),
+                temp_c: (i % 5 != 0).then_some(40.0),
+                ..sample(i * 1000, Some(i as f64), if i % 2 == 0 { Some(3.0) } else { None })
+            })
+            .collect();
+        // Each sample arrives in two parts: utilisation and memory first, the rest later.
+        let first_part = |s: &Sample| Sample {
+            ts_ms: s.ts_ms,
+            gpu_util_pct: s.gpu_util_pct,
+            mem_used_bytes: s.mem_used_bytes,
+            ..Default::default()
+        };
+        let mut at_once = RollupAccumulator::new(Resolution::Minute);
+        whole.iter().for_each(|s| at_once.add(1, s, 1000, QualityFlags::NONE));
+        let mut in_parts = RollupAccumulator::new(Resolution::Minute);
+        for s in &whole {
+            in_parts.add(1, &first_part(s), 1000, QualityFlags::NONE);
+        }
+        // The fill-ins in a later transaction: a delta of its own, merged like the store does
+        // (sums and counts added, min/max folded).
+        let mut fills = RollupAccumulator::new(Resolution::Minute);
+        for s in &whole {
+            let stored = first_part(s);
+            let merged = crate::fill::fill_absent(&stored, s).expect("the rest fills in");
+            assert_eq!(&merged, s);
+            fills.add_fill(1, &stored, &merged, QualityFlags::NONE);
+        }
+        let mut got = in_parts.into_buckets();
+        for (b, f) in got.iter_mut().zip(fills.into_buckets()) {
+            assert_eq!(f.sample_count, 0, "a fill-in adds no sample");
+            b.allocated_count += f.allocated_count;
+            b.processes_read_count += f.processes_read_count;
+            for (a, d) in b.signals.iter_mut().zip(f.signals.iter()) {
+                a.count += d.count;
+                a.sum += d.sum;
+                a.min = opt_fold(a.min, d.min, f64::min);
+                a.max = opt_fold(a.max, d.max, f64::max);
+            }
+        }
+        assert_eq!(got, at_once.into_buckets());
     }
 
     #[test]

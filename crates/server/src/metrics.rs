@@ -30,6 +30,8 @@ pub struct IngestCounters {
     pub requests_rejected: AtomicU64,
     pub samples_received: AtomicU64,
     pub samples_inserted: AtomicU64,
+    /// Samples that filled fields of a stored sample of the same GPU and timestamp.
+    pub samples_merged: AtomicU64,
 }
 
 pub static INGEST: IngestCounters = IngestCounters {
@@ -37,12 +39,14 @@ pub static INGEST: IngestCounters = IngestCounters {
     requests_rejected: AtomicU64::new(0),
     samples_received: AtomicU64::new(0),
     samples_inserted: AtomicU64::new(0),
+    samples_merged: AtomicU64::new(0),
 };
 
-pub fn record_ingest(received: u64, inserted: u64) {
+pub fn record_ingest(received: u64, inserted: u64, merged: u64) {
     INGEST.requests_accepted.fetch_add(1, Ordering::Relaxed);
     INGEST.samples_received.fetch_add(received, Ordering::Relaxed);
     INGEST.samples_inserted.fetch_add(inserted, Ordering::Relaxed);
+    INGEST.samples_merged.fetch_add(merged, Ordering::Relaxed);
 }
 
 pub fn record_rejected() {
@@ -260,6 +264,11 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
         ("ingest_requests_rejected", "Ingest requests rejected (4xx)", &c.requests_rejected),
         ("ingest_samples_received", "Samples received in accepted batches", &c.samples_received),
         ("ingest_samples_inserted", "Samples newly stored (duplicates excluded)", &c.samples_inserted),
+        (
+            "ingest_samples_merged",
+            "Samples that filled fields a stored sample of the same GPU and timestamp lacked (partial samples of one scrape split over remote-write requests)",
+            &c.samples_merged,
+        ),
     ] {
         registry.register(name, help, ConstCounter::new(v.load(Ordering::Relaxed)));
     }

@@ -47,6 +47,59 @@ pub struct Ignored {
 pub struct Decoded {
     pub batches: Vec<IngestBatch>,
     pub ignored: Ignored,
+    /// Non-zero `DCGM_FI_DEV_XID_ERRORS` readings, per host (in `batches`' order of hosts).
+    pub xids: BTreeMap<String, Vec<XidReading>>,
+}
+
+/// A GPU's `DCGM_FI_DEV_XID_ERRORS` at one timestamp: the last XID error it had (non-zero).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct XidReading {
+    pub uuid: String,
+    pub ts_ms: i64,
+    pub xid: u64,
+}
+
+/// The `xid` events of a host's readings: where a GPU's value differs from the last XID event
+/// stored for it (or, within the readings, the last event before), at the first timestamp
+/// that shows the new value. dcgm-exporter repeats the last XID in every scrape, and
+/// Prometheus resends what it is not sure arrived: comparing with the database, not with the
+/// previous request, keeps both from repeating the event, across restarts too.
+pub async fn xid_events(
+    store: &dyn fleetlens_store::Store,
+    org: fleetlens_store::OrgId,
+    readings: &[XidReading],
+) -> fleetlens_store::Result<Vec<fleetlens_core::GpuEvent>> {
+    let mut by_gpu: BTreeMap<&str, Vec<&XidReading>> = BTreeMap::new();
+    for r in readings {
+        by_gpu.entry(r.uuid.as_str()).or_default().push(r);
+    }
+    let mut events = Vec::new();
+    for (uuid, mut readings) in by_gpu {
+        readings.sort_by_key(|r| r.ts_ms);
+        let filter = fleetlens_store::EventFilter {
+            gpu_uuid: Some(uuid.to_string()),
+            kind: Some(fleetlens_core::GpuEventKind::Xid.as_str().to_string()),
+            from_ms: i64::MIN,
+            to_ms: i64::MAX,
+            before_id: None,
+            limit: 1,
+        };
+        let mut last = store.gpu_events(org, &filter).await?.first().and_then(|e| e.xid);
+        for r in readings {
+            let xid = i64::try_from(r.xid).unwrap_or(i64::MAX);
+            if last != Some(xid) {
+                last = Some(xid);
+                events.push(fleetlens_core::GpuEvent {
+                    ts_ms: r.ts_ms,
+                    uuid: uuid.to_string(),
+                    kind: fleetlens_core::GpuEventKind::Xid,
+                    xid: Some(r.xid),
+                    message: Some("DCGM_FI_DEV_XID_ERRORS (Prometheus remote write)".to_string()),
+                });
+            }
+        }
+    }
+    Ok(events)
 }
 
 /// The remote-write headers: `Content-Encoding: snappy` and a protobuf content type.
@@ -123,7 +176,8 @@ pub fn decode(mut proto: &[u8], limits: DecodeLimits) -> Result<Decoded, ApiErro
             )));
         }
     }
-    Ok(Decoded { batches: batches(assembler), ignored })
+    let (batches, xids) = batches(assembler);
+    Ok(Decoded { batches, ignored, xids })
 }
 
 fn add_series(assembler: &mut DcgmAssembler, series: &TimeSeries, ignored: &mut Ignored) {
@@ -149,10 +203,15 @@ fn add_series(assembler: &mut DcgmAssembler, series: &TimeSeries, ignored: &mut 
 /// The batches carry no host labels: the agent's `gpu.<uuid>.*` labels would change with
 /// whichever GPUs a request happens to hold (Prometheus cuts its requests by sample count), and
 /// what matters of them, the owners, travels in the samples.
-fn batches(assembler: DcgmAssembler) -> Vec<IngestBatch> {
+fn batches(assembler: DcgmAssembler) -> (Vec<IngestBatch>, BTreeMap<String, Vec<XidReading>>) {
     let mut per_host: BTreeMap<String, IngestBatch> = BTreeMap::new();
+    let mut xids: BTreeMap<String, Vec<XidReading>> = BTreeMap::new();
     for gpu in assembler.finish() {
         let host = gpu.host.unwrap_or_else(|| "unknown".to_string());
+        if let Some(xid) = gpu.xid {
+            let reading = XidReading { uuid: gpu.sample.uuid.clone(), ts_ms: gpu.sample.ts_ms, xid };
+            xids.entry(host.clone()).or_default().push(reading);
+        }
         per_host
             .entry(host.clone())
             .or_insert_with(|| IngestBatch {
@@ -165,7 +224,7 @@ fn batches(assembler: DcgmAssembler) -> Vec<IngestBatch> {
             .samples
             .push(gpu.sample);
     }
-    per_host.into_values().collect()
+    (per_host.into_values().collect(), xids)
 }
 
 #[cfg(test)]

@@ -16,6 +16,7 @@ pub mod events;
 mod feed;
 mod ingest_rules;
 pub mod leader;
+mod merge;
 mod pg_samples;
 mod postgres;
 pub mod reclaim;
@@ -131,6 +132,11 @@ pub struct NewApiKey<'a> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct IngestOutcome {
     pub inserted: u64,
+    /// Samples of a (GPU, timestamp) stored before that filled fields the stored one lacked
+    /// (partial samples of one scrape split over two remote-write requests): see
+    /// `fleetlens_core::fill`.
+    pub merged: u64,
+    /// Samples of a (GPU, timestamp) stored before that added nothing (an exact resend).
     pub duplicates: u64,
 }
 

@@ -78,13 +78,21 @@ impl PgStore {
             hour.add(gpu_id, s, ms, f);
         }
         let inserted = fresh.len() as u64;
+        let fills = if mode == InsertMode::SkipStored {
+            let colliding = pg_samples::not_inserted(&order, &fresh, &flag_of);
+            crate::merge::pg::fill_stored(&mut tx, &colliding).await?
+        } else {
+            Vec::new()
+        };
+        fills.iter().for_each(|f| f.accumulate(&mut minute, &mut hour));
+        let filled = fills.len() as u64;
         let merged = merge_rollups(&mut tx, "rollups_1m", minute.into_buckets(), None).await?;
         let (updates, hour_credits) = credits::recredit(&merged, &meta, self.classifier.as_ref());
         update_minute_credits(&mut tx, &updates).await?;
         merge_rollups(&mut tx, "rollups_1h", hour.into_buckets(), Some(&hour_credits)).await?;
         merge_days(&mut tx, &credits::day_credits(&hour_credits)).await?;
         tx.commit().await?;
-        Ok(IngestOutcome { inserted, duplicates: samples.len() as u64 - inserted })
+        Ok(IngestOutcome { inserted, merged: filled, duplicates: samples.len() as u64 - inserted - filled })
     }
 }
 

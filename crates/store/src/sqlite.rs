@@ -297,7 +297,10 @@ async fn write_jobs(
         let inserted_keys: HashSet<(i64, i64)> = seen;
         let sampled = credits::sampled_ms_by_key(job.samples.iter().map(|s| (ids[s.uuid.as_str()], s.ts_ms)), &before);
         let inserted = accumulate_new(job, &ids, inserted_keys, &sampled, &mut minute, &mut hour);
-        outcomes.push(IngestOutcome { inserted, duplicates: job.samples.len() as u64 - inserted });
+        let fills = crate::merge::sqlite::fill_stored(conn, &colliding(job, &ids, &existing)).await?;
+        fills.iter().for_each(|f| f.accumulate(&mut minute, &mut hour));
+        let merged = fills.len() as u64;
+        outcomes.push(IngestOutcome { inserted, merged, duplicates: job.samples.len() as u64 - inserted - merged });
     }
     let merged = merge_minutes(conn, minute.into_buckets()).await?;
     let (updates, hour_credits) = credits::recredit(&merged, &meta, classifier);
@@ -365,6 +368,28 @@ async fn existing_keys(
         before.insert(id, prior);
     }
     Ok((existing, before))
+}
+
+/// The samples of `job` whose key was stored before it (each key once, the first of the
+/// batch), with their flags: those may fill in their stored rows ([`crate::merge`]).
+fn colliding<'a>(
+    job: &'a IngestJob,
+    ids: &HashMap<String, i64>,
+    existing: &HashSet<(i64, i64)>,
+) -> Vec<(i64, &'a Sample, fleetlens_core::QualityFlags)> {
+    if existing.is_empty() {
+        return Vec::new();
+    }
+    let mut seen: HashSet<(i64, i64)> = HashSet::new();
+    job.samples
+        .iter()
+        .enumerate()
+        .filter_map(|(i, s)| {
+            let key = (ids[s.uuid.as_str()], s.ts_ms);
+            (existing.contains(&key) && seen.insert(key))
+                .then(|| (key.0, s, job.flags.get(i).copied().unwrap_or_default()))
+        })
+        .collect()
 }
 
 /// Feed the samples that this transaction newly stored into the rollup deltas; returns how

@@ -92,8 +92,8 @@ pub async fn store_batch(state: &AppState, caller: &Caller, mut batch: IngestBat
     if let Err(e) = state.store.announce_change(caller.org).await {
         tracing::warn!(error = %e, "could not signal the live streams of a stored batch");
     }
-    crate::metrics::record_ingest(received, outcome.inserted);
-    Ok(IngestResponse { received, inserted: outcome.inserted, duplicates: outcome.duplicates })
+    crate::metrics::record_ingest(received, outcome.inserted, outcome.merged);
+    Ok(IngestResponse { received, inserted: outcome.inserted, merged: outcome.merged, duplicates: outcome.duplicates })
 }
 
 /// The request body, at most `max` bytes (`--max-body-bytes`) as sent.

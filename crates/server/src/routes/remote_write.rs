@@ -25,7 +25,10 @@ pub struct RemoteWriteResponse {
     pub received: u64,
     /// GPU samples newly stored.
     pub inserted: u64,
-    /// GPU samples stored before (same GPU and timestamp): ignored.
+    /// GPU samples of a GPU and timestamp stored before that filled the fields the stored
+    /// sample lacked: the rest of a scrape whose series Prometheus split over two requests.
+    pub merged: u64,
+    /// GPU samples stored before (same GPU and timestamp) that added nothing: ignored.
     pub duplicates: u64,
     /// Series that are not dcgm-exporter fields Fleetlens reads (counted in
     /// `fleetlens_remote_write_series_ignored_total{reason="unknown"}`).
@@ -69,16 +72,22 @@ pub async fn write(
     let mut out = RemoteWriteResponse {
         received: 0,
         inserted: 0,
+        merged: 0,
         duplicates: 0,
         series_unknown: decoded.ignored.unknown,
         series_unkeyed: decoded.ignored.unkeyed,
     };
     // One batch per host, each stored whole; a host refused (quota, a GPU of another host)
     // refuses the request after the hosts before it were stored: a resend stores them once.
-    for batch in decoded.batches {
+    let mut xids = decoded.xids;
+    for mut batch in decoded.batches {
+        if let Some(readings) = xids.remove(&batch.host) {
+            batch.events = crate::remote_write::xid_events(state.store.as_ref(), caller.org, &readings).await?;
+        }
         let r = store_batch(&state, &caller, batch).await?;
         out.received += r.received;
         out.inserted += r.inserted;
+        out.merged += r.merged;
         out.duplicates += r.duplicates;
     }
     Ok(Json(out))

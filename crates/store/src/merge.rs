@@ -1,0 +1,174 @@
+//! Merge-on-insert of partial samples, for both backends (the rule: `fleetlens_core::fill`).
+//!
+//! A batch's sample whose (GPU, timestamp) is stored already is read against the stored row:
+//! when it has fields the stored one lacks, the row gets them and the rollups get what those
+//! fields add ([`fleetlens_core::RollupAccumulator::add_fill`]), so that the rollups and
+//! credits end exactly as if the whole sample had arrived at once; otherwise it is a duplicate,
+//! as before. Only samples that collide with stored ones pay for this: a batch of new samples
+//! never reads a stored row.
+
+use std::collections::HashMap;
+
+use fleetlens_core::fill::fill_absent;
+use fleetlens_core::{QualityFlags, RollupAccumulator, Sample};
+
+use crate::Result;
+use crate::columns::{self, SampleValues};
+
+/// A stored sample filled in by a batch's sample of the same GPU and timestamp.
+pub(crate) struct Fill {
+    pub gpu_id: i64,
+    /// The row before.
+    pub stored: Sample,
+    /// The row after: `stored` with the fields it lacked.
+    pub merged: Sample,
+    /// The data-quality flags of the batch's sample.
+    pub flags: QualityFlags,
+}
+
+impl Fill {
+    /// What the fill-in adds to the rollups of its minute and hour.
+    pub fn accumulate(&self, minute: &mut RollupAccumulator, hour: &mut RollupAccumulator) {
+        minute.add_fill(self.gpu_id, &self.stored, &self.merged, self.flags);
+        hour.add_fill(self.gpu_id, &self.stored, &self.merged, self.flags);
+    }
+}
+
+/// A stored sample row with its key.
+#[derive(sqlx::FromRow)]
+struct KeyedRow {
+    gpu_id: i64,
+    ts_ms: i64,
+    #[sqlx(flatten)]
+    values: SampleValues,
+}
+
+/// The fills of `colliding` (`(gpu_id, batch sample, flags)`, each key once) against the stored
+/// rows of their keys; a sample without a stored row or without anything to add is left out.
+fn fills_of(colliding: &[(i64, &Sample, QualityFlags)], rows: Vec<KeyedRow>) -> Vec<Fill> {
+    let mut stored: HashMap<(i64, i64), SampleValues> =
+        rows.into_iter().map(|r| ((r.gpu_id, r.ts_ms), r.values)).collect();
+    colliding
+        .iter()
+        .filter_map(|&(gpu_id, s, flags)| {
+            let row = stored.remove(&(gpu_id, s.ts_ms))?;
+            let stored = row.into_sample(s.ts_ms, &s.uuid, s.gpu_index, s.name.as_deref());
+            let merged = fill_absent(&stored, s)?;
+            Some(Fill { gpu_id, stored, merged, flags })
+        })
+        .collect()
+}
+
+pub(crate) mod sqlite {
+    use sqlx::SqliteConnection;
+
+    use super::*;
+    use crate::columns::Cell;
+
+    /// Reads the stored rows of `colliding` (one range probe per GPU, by the primary key) and
+    /// writes the fills; the caller is the store's only writer, so nothing changes them between.
+    pub(crate) async fn fill_stored(
+        conn: &mut SqliteConnection,
+        colliding: &[(i64, &Sample, QualityFlags)],
+    ) -> Result<Vec<Fill>> {
+        if colliding.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut spans: std::collections::BTreeMap<i64, (i64, i64)> = Default::default();
+        for &(gpu_id, s, _) in colliding {
+            let span = spans.entry(gpu_id).or_insert((s.ts_ms, s.ts_ms));
+            *span = (span.0.min(s.ts_ms), span.1.max(s.ts_ms));
+        }
+        let sql = format!(
+            "SELECT s.gpu_id, s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms BETWEEN ? AND ?",
+            columns::sample_select_list("s", "s.processes")
+        );
+        let mut rows = Vec::new();
+        for (gpu_id, (lo, hi)) in spans {
+            rows.extend(
+                sqlx::query_as::<_, KeyedRow>(&sql).bind(gpu_id).bind(lo).bind(hi).fetch_all(&mut *conn).await?,
+            );
+        }
+        let fills = fills_of(colliding, rows);
+        let sets: Vec<String> = columns::SAMPLE_COLUMNS.iter().map(|c| format!("{c} = ?")).collect();
+        let sql = format!(
+            "UPDATE samples SET {}, processes = ?, allocations = ? WHERE gpu_id = ? AND ts_ms = ?",
+            sets.join(", ")
+        );
+        for f in &fills {
+            let mut q = sqlx::query(&sql);
+            for cell in columns::sample_cells(&f.merged) {
+                q = match cell {
+                    Cell::F(v) => q.bind(v),
+                    Cell::I(v) => q.bind(v),
+                };
+            }
+            q.bind(columns::processes_json(&f.merged))
+                .bind(columns::allocations_json(&f.merged))
+                .bind(f.gpu_id)
+                .bind(f.merged.ts_ms)
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(fills)
+    }
+}
+
+pub(crate) mod pg {
+    use sqlx::{Postgres, Transaction};
+
+    use super::*;
+    use crate::pg_samples::CellColumns;
+
+    /// Reads and locks the stored rows of `colliding` (`FOR UPDATE`, in key order: a concurrent
+    /// batch filling the same row waits, then reads the row as this one left it) and writes the
+    /// fills, each in one statement.
+    pub(crate) async fn fill_stored(
+        tx: &mut Transaction<'_, Postgres>,
+        colliding: &[(i64, &Sample, QualityFlags)],
+    ) -> Result<Vec<Fill>> {
+        if colliding.is_empty() {
+            return Ok(Vec::new());
+        }
+        let gpu_ids: Vec<i64> = colliding.iter().map(|c| c.0).collect();
+        let ts: Vec<i64> = colliding.iter().map(|c| c.1.ts_ms).collect();
+        let sql = format!(
+            "SELECT s.gpu_id, s.ts_ms, {} FROM samples s \
+             JOIN UNNEST($1::int8[], $2::int8[]) AS k(gpu_id, ts_ms) ON s.gpu_id = k.gpu_id AND s.ts_ms = k.ts_ms \
+             ORDER BY s.gpu_id, s.ts_ms FOR UPDATE OF s",
+            columns::sample_select_list("s", "s.processes::text")
+        );
+        let rows: Vec<KeyedRow> = sqlx::query_as(&sql).bind(&gpu_ids).bind(&ts).fetch_all(&mut **tx).await?;
+        let fills = fills_of(colliding, rows);
+        if fills.is_empty() {
+            return Ok(fills);
+        }
+        let mut cells = CellColumns::new(&columns::sample_cells(&Sample::default()), fills.len());
+        for f in &fills {
+            cells.push(columns::sample_cells(&f.merged));
+        }
+        let gpu_col: Vec<i64> = fills.iter().map(|f| f.gpu_id).collect();
+        let ts_col: Vec<i64> = fills.iter().map(|f| f.merged.ts_ms).collect();
+        let procs: Vec<Option<String>> = fills.iter().map(|f| columns::processes_json(&f.merged)).collect();
+        let allocs: Vec<Option<String>> = fills.iter().map(|f| columns::allocations_json(&f.merged)).collect();
+        let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
+        params.extend(cells.params(3));
+        params.push(format!("${}::text[]", cells.kinds.len() + 3));
+        params.push(format!("${}::text[]", cells.kinds.len() + 4));
+        let cols = columns::SAMPLE_COLUMNS.join(", ");
+        let sets: Vec<String> = columns::SAMPLE_COLUMNS
+            .iter()
+            .chain(["processes", "allocations"].iter())
+            .map(|c| format!("{c} = t.{c}"))
+            .collect();
+        let sql = format!(
+            "UPDATE samples AS s SET {} FROM UNNEST({}) AS t(gpu_id, ts_ms, {cols}, processes, allocations) \
+             WHERE s.gpu_id = t.gpu_id AND s.ts_ms = t.ts_ms",
+            sets.join(", "),
+            params.join(", ")
+        );
+        let q = cells.bind(sqlx::query(&sql).bind(&gpu_col).bind(&ts_col));
+        q.bind(&procs).bind(&allocs).execute(&mut **tx).await?;
+        Ok(fills)
+    }
+}
