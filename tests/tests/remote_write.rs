@@ -260,8 +260,6 @@ const H100_FIELDS: [&str; 11] = [
     "mem_total_bytes",
 ];
 
-fleetlens_tests::for_each_backend!(a_scrape_split_over_requests_arrives_whole);
-
 /// A real Prometheus with `max_samples_per_send: 5` cuts every scrape's 68 series of the two
 /// H100s into ~14 requests: the partial samples of each GPU and timestamp merge into one with
 /// every field, and GPU 1's XID 79, repeated in every scrape, is one event.
@@ -332,7 +330,11 @@ async fn post(server: &TestServer, key: &str, body: Vec<u8>, encoding: &str) -> 
     (status, resp.json().await.unwrap_or(Value::Null))
 }
 
-fleetlens_tests::for_each_backend!(remote_write_is_idempotent_bounded_and_answers_4xx_json);
+fleetlens_tests::for_each_backend!(
+    remote_write_is_idempotent_bounded_and_answers_4xx_json,
+    a_scrape_split_over_requests_arrives_whole,
+    xid_changes_become_events_once_across_restarts,
+);
 
 async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backend) {
     let db = TestDatabase::new(backend).await;
@@ -428,8 +430,6 @@ async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backen
     assert_eq!(post(&server, read_key["key"].as_str().unwrap(), snappy(&req), "snappy").await.0, 403);
     assert_eq!(post(&server, "flk_nope", snappy(&req), "snappy").await.0, 401);
 }
-
-fleetlens_tests::for_each_backend!(xid_changes_become_events_once_across_restarts);
 
 /// `DCGM_FI_DEV_XID_ERRORS` (the last XID, repeated in every scrape) becomes an `xid` event when
 /// it turns to a new non-zero value, compared with the events stored: resends, repeats and a
