@@ -217,15 +217,7 @@ async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
 }
 
 async fn get_json(server: &TestServer, path: &str) -> Value {
-    reqwest::Client::new()
-        .get(server.url(path))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap()
+    reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap()
 }
 
 async fn metric(server: &TestServer, name: &str) -> f64 {
@@ -357,7 +349,11 @@ async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backen
     );
     // Prometheus resends after a timeout: stored once.
     let (status, body) = post(&server, &key, snappy(&req), "snappy").await;
-    assert_eq!((status, &body["inserted"], &body["merged"], &body["duplicates"]), (200, &json!(0), &json!(0), &json!(2)), "{body}");
+    assert_eq!(
+        (status, &body["inserted"], &body["merged"], &body["duplicates"]),
+        (200, &json!(0), &json!(0), &json!(2)),
+        "{body}"
+    );
     // The rest of the first timestamp's scrape, in a request of its own: it fills the stored
     // sample (SM activity), keeps the stored utilisation (100, not 7) and adds no sample.
     let rest = WriteRequest {
@@ -367,7 +363,11 @@ async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backen
         ],
     };
     let (status, body) = post(&server, &key, snappy(&rest), "snappy").await;
-    assert_eq!((status, &body["inserted"], &body["merged"], &body["duplicates"]), (200, &json!(0), &json!(1), &json!(0)), "{body}");
+    assert_eq!(
+        (status, &body["inserted"], &body["merged"], &body["duplicates"]),
+        (200, &json!(0), &json!(1), &json!(0)),
+        "{body}"
+    );
     let (_, body) = post(&server, &key, snappy(&rest), "snappy").await;
     assert_eq!((&body["merged"], &body["duplicates"]), (&json!(0), &json!(1)), "a resent fill-in adds nothing: {body}");
     let samples = get_json(&server, "/api/v1/gpus/GPU-rw-1/samples?from=0").await;

@@ -47,7 +47,11 @@ fn whole_samples() -> Vec<Sample> {
                 energy_j: Some(1_000_000.0 + i as f64 * 200.0),
                 mem_used_bytes: Some(if busy { 20 << 30 } else { 0 }),
                 processes: (i % 11 != 0).then(|| {
-                    if busy { vec![GpuProcess { pid: 9, used_bytes: Some(20 << 30), ..Default::default() }] } else { vec![] }
+                    if busy {
+                        vec![GpuProcess { pid: 9, used_bytes: Some(20 << 30), ..Default::default() }]
+                    } else {
+                        vec![]
+                    }
                 }),
                 ..Default::default()
             }
@@ -111,7 +115,11 @@ fn assert_same_rollups(got: &[RollupBucket], want: &[RollupBucket], what: &str) 
             (w.bucket_ms, w.sample_count, w.allocated_count, w.processes_read_count),
             "{at}"
         );
-        assert_eq!((g.first_ts_ms, g.last_ts_ms, g.sampled_ms, g.quality), (w.first_ts_ms, w.last_ts_ms, w.sampled_ms, w.quality), "{at}");
+        assert_eq!(
+            (g.first_ts_ms, g.last_ts_ms, g.sampled_ms, g.quality),
+            (w.first_ts_ms, w.last_ts_ms, w.sampled_ms, w.quality),
+            "{at}"
+        );
         for (i, (a, b)) in g.signals.iter().zip(&w.signals).enumerate() {
             assert_eq!((a.count, a.min, a.max), (b.count, b.min, b.max), "{at} signal {i}");
             assert!(close(a.sum, b.sum), "{at} signal {i}: sum {} vs {}", a.sum, b.sum);
@@ -139,8 +147,12 @@ fn assert_same_credits(got: &[BucketCredit], want: &[BucketCredit], what: &str) 
 
 /// The raw samples, rollups and credits of `got` equal those of `want`.
 async fn assert_same_store(got: &dyn Store, want: &dyn Store) {
-    let (g, w) = (got.gpu(DEFAULT_ORG, UUID).await.unwrap().unwrap(), want.gpu(DEFAULT_ORG, UUID).await.unwrap().unwrap());
-    assert_eq!(got.samples(g.id, 0, i64::MAX, 100_000).await.unwrap(), want.samples(w.id, 0, i64::MAX, 100_000).await.unwrap());
+    let (g, w) =
+        (got.gpu(DEFAULT_ORG, UUID).await.unwrap().unwrap(), want.gpu(DEFAULT_ORG, UUID).await.unwrap().unwrap());
+    assert_eq!(
+        got.samples(g.id, 0, i64::MAX, 100_000).await.unwrap(),
+        want.samples(w.id, 0, i64::MAX, 100_000).await.unwrap()
+    );
     assert_eq!((g.latest, g.first_seen_ms, g.last_seen_ms), (w.latest, w.first_seen_ms, w.last_seen_ms));
     for res in Resolution::ALL {
         let what = format!("{res:?}");
@@ -202,10 +214,8 @@ async fn concurrent_fill_ins_of_one_row_each_count_once(backend: Backend) {
 
     let (_db, split) = open(backend).await;
     ingest_in_batches(split.as_ref(), &whole.iter().map(first_part).collect::<Vec<_>>()).await;
-    let profiling: Vec<Sample> = whole
-        .iter()
-        .map(|s| Sample { temp_c: None, energy_j: None, ..second_part(s) })
-        .collect();
+    let profiling: Vec<Sample> =
+        whole.iter().map(|s| Sample { temp_c: None, energy_j: None, ..second_part(s) }).collect();
     let sensors: Vec<Sample> = whole
         .iter()
         .map(|s| Sample {
