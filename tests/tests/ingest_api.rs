@@ -42,9 +42,13 @@ async fn fixture_ingest_is_idempotent_and_reads_back(backend: Backend) {
     let body = serde_json::to_vec(&batch).unwrap();
     let (status, first) = post_ingest(&server, body.clone(), true, Some(ADMIN_TOKEN)).await;
     assert_eq!(status, 200, "{first}");
-    assert_eq!(first, json!({"received": 84, "inserted": 84, "duplicates": 0}));
+    assert_eq!(first, json!({"received": 84, "inserted": 84, "merged": 0, "duplicates": 0}));
     let (_, again) = post_ingest(&server, body, false, Some(ADMIN_TOKEN)).await;
-    assert_eq!(again, json!({"received": 84, "inserted": 0, "duplicates": 84}));
+    assert_eq!(
+        again,
+        json!({"received": 84, "inserted": 0, "merged": 0, "duplicates": 84}),
+        "an exact resend: duplicates, nothing merged"
+    );
     assert_eq!(table_counts(&db.url).await.samples, 84);
 
     let client = reqwest::Client::new();
