@@ -73,6 +73,7 @@ async fn metrics_pass_promtool_and_show_each_gpu(backend: Backend) {
     }
     assert!(text.contains("fleetlens_fleet_funnel_ratio{level=\"allocation\"}"));
     assert!(text.contains("fleetlens_ingest_samples_inserted_total 84"));
+    assert!(text.contains("fleetlens_ingest_samples_merged_total 0"), "whole samples: nothing to merge");
 
     let mut promtool = Command::new("promtool")
         .args(["check", "metrics"])
