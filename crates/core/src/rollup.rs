@@ -154,6 +154,32 @@ impl RollupBucket {
         }
     }
 
+    /// This rollup (an hour, say) with one of its parts replaced: `old` (what it holds of the
+    /// part, possibly nothing) by `new`, a superset of `old`'s samples (samples are never taken
+    /// out of a minute before its retention). Counts and sums take the difference; minimum,
+    /// maximum and the time span take `new`'s, which already covers `old`'s.
+    pub fn replace_part(&mut self, old: Option<&RollupBucket>, new: &RollupBucket) {
+        if let Some(old) = old.filter(|o| o.sample_count > 0) {
+            self.sample_count -= old.sample_count;
+            self.sampled_ms -= old.sampled_ms;
+            self.allocated_count -= old.allocated_count;
+            self.processes_read_count -= old.processes_read_count;
+            for (a, b) in self.quality.iter_mut().zip(old.quality) {
+                *a -= b;
+            }
+            for (a, b) in self.signals.iter_mut().zip(old.signals.iter()) {
+                a.count -= b.count;
+                a.sum -= b.sum;
+            }
+            // The samples left are all counted again through `new`.
+            if self.sample_count == 0 {
+                let keep = RollupBucket { gpu_id: self.gpu_id, bucket_ms: self.bucket_ms, ..Default::default() };
+                *self = keep;
+            }
+        }
+        self.merge(new);
+    }
+
     /// Merge another delta of the same GPU and bucket into this one.
     pub fn merge(&mut self, o: &RollupBucket) {
         if o.sample_count == 0 {
@@ -260,6 +286,38 @@ impl RollupAccumulator {
     }
 }
 
+/// One minute of one GPU rolled up from scratch from its raw samples: what the rollup job
+/// writes once the minute closes (and again if late samples reopen it). `samples` are the
+/// minute's samples with their data-quality flags, in any order (a repeated timestamp counts
+/// once); `before` the GPU's stored timestamps just before the minute, ascending (its sampled
+/// time continues from them, as ingest's does: `crate::window::sampled_ms_since_previous`).
+/// Equal to merging the per-batch deltas of the same samples when they arrived in time order.
+pub fn minute_from_samples(
+    gpu_id: i64,
+    minute_ms: i64,
+    before: &[i64],
+    samples: &mut [(Sample, QualityFlags)],
+    offline_missing_intervals: u32,
+) -> RollupBucket {
+    samples.sort_by_key(|(s, _)| s.ts_ms);
+    let mut acc = RollupBucket { gpu_id, bucket_ms: minute_ms, ..Default::default() };
+    let mut ts: Vec<i64> = samples.iter().map(|(s, _)| s.ts_ms).collect();
+    ts.dedup();
+    let cut = before.partition_point(|t| ts.first().is_some_and(|first| t < first));
+    let sampled = crate::window::sampled_ms_since_previous(&before[..cut], &ts, offline_missing_intervals);
+    let mut last = None;
+    let mut i = 0;
+    for (s, flags) in samples.iter() {
+        if last == Some(s.ts_ms) {
+            continue;
+        }
+        last = Some(s.ts_ms);
+        acc.add(s, sampled[i], *flags);
+        i += 1;
+    }
+    acc
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -339,5 +397,69 @@ mod tests {
         let whole = whole.into_buckets().remove(0);
         assert_eq!((whole.sampled_ms, whole.quality[QualityFlag::EnergyCounterBackwards.index()]), (10_000, 4));
         assert_eq!(merged, whole);
+    }
+
+    #[test]
+    fn a_minute_rolled_up_from_scratch_equals_the_per_batch_deltas() {
+        // 3 minutes at 1 Hz with a 10-s hole, some flags, some absent values, in batches of 7.
+        let samples: Vec<(Sample, QualityFlags)> = (0..180)
+            .filter(|i| !(70..80).contains(i))
+            .map(|i| {
+                let mut f = QualityFlags::NONE;
+                if i % 17 == 0 {
+                    f.insert(QualityFlag::ActivityOver100);
+                }
+                let s = Sample {
+                    power_w: Some(100.0 + (i % 13) as f64),
+                    processes: (i % 5 != 0).then(Vec::new),
+                    ..sample(1_000_000 + i * 1000, Some((i % 100) as f64), (i % 3 != 0).then_some(i as f64 / 3.0))
+                };
+                (s, f)
+            })
+            .collect();
+        let ts: Vec<i64> = samples.iter().map(|(s, _)| s.ts_ms).collect();
+        let mut per_batch = RollupAccumulator::new(Resolution::Minute);
+        for (i, chunk) in samples.chunks(7).enumerate() {
+            let before = &ts[..i * 7];
+            let batch: Vec<i64> = chunk.iter().map(|(s, _)| s.ts_ms).collect();
+            let before = &before[before.len().saturating_sub(4)..];
+            let ms = crate::window::sampled_ms_since_previous(before, &batch, 3);
+            for ((s, f), ms) in chunk.iter().zip(ms) {
+                per_batch.add(3, s, ms, *f);
+            }
+        }
+        for want in per_batch.into_buckets() {
+            let minute = want.bucket_ms;
+            let prior: Vec<i64> = ts.iter().copied().filter(|t| *t < minute).collect();
+            let prior = &prior[prior.len().saturating_sub(4)..];
+            // Out of order, with a repeat: the minute is the same.
+            let mut mine: Vec<(Sample, QualityFlags)> =
+                samples.iter().filter(|(s, _)| Resolution::Minute.bucket_start(s.ts_ms) == minute).cloned().collect();
+            mine.reverse();
+            mine.push(mine[3].clone());
+            let got = minute_from_samples(3, minute, prior, &mut mine, 3);
+            assert_eq!(got, want, "minute {minute}");
+        }
+    }
+
+    #[test]
+    fn replacing_a_minute_inside_its_hour_equals_rolling_the_hour_up_again() {
+        let minute = |from: i64, n: i64| {
+            let mut acc = RollupAccumulator::new(Resolution::Minute);
+            (0..n).for_each(|i| {
+                acc.add(1, &sample(from + i * 1000, Some((from / 1000 + i) as f64), None), 1000, QualityFlags::NONE)
+            });
+            acc.into_buckets().remove(0)
+        };
+        let (a, b_old, b_new) = (minute(0, 60), minute(60_000, 20), minute(60_000, 50));
+        let mut hour = a.clone();
+        hour.merge(&b_old);
+        hour.replace_part(Some(&b_old), &b_new);
+        let mut want = a.clone();
+        want.merge(&b_new);
+        assert_eq!(hour, want);
+        let mut fresh = a.clone();
+        fresh.replace_part(None, &b_new);
+        assert_eq!(fresh, want);
     }
 }
