@@ -189,11 +189,16 @@ fn is_retryable(e: &StoreError) -> bool {
 
 /// The stored rows alone, which the `Store` reads complete with the open minutes.
 impl PgStore {
-    /// The rollup job's transaction for the minutes marked before `cutoff_ms`.
+    /// The rollup job: the minutes marked before `cutoff_ms`, one transaction per chunk of GPUs
+    /// (a minute, its hour and day and its mark always go together).
     async fn close_before(&self, cutoff_ms: i64) -> Result<u64> {
-        let mut tx = self.pool.begin().await?;
-        let written = close::close_in(&mut tx, cutoff_ms, Some(" FOR UPDATE OF p"), self.classifier.as_ref()).await?;
-        tx.commit().await?;
+        let mut written = 0;
+        for (gpu_lo, gpu_hi) in close::close_chunks(&self.pool, cutoff_ms).await? {
+            let mut tx = self.pool.begin().await?;
+            let scope = PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi };
+            written += close::close_in(&mut tx, scope, Some(" FOR UPDATE OF p"), self.classifier.as_ref()).await?;
+            tx.commit().await?;
+        }
         Ok(written)
     }
 

@@ -42,13 +42,17 @@ pub const MIN_LATENESS_MS: i64 = 60_000;
 const CLOSE_MARGIN_MS: i64 = 60_000;
 
 const MINUTE_MS: i64 = 60_000;
+/// GPUs per transaction of the job: each holds SQLite's write lock (ingest waits) for the reads
+/// and writes of this many GPUs' closed minutes.
+pub(crate) const GPUS_PER_CLOSE: usize = 200;
 const HOUR_MS: i64 = 3_600_000;
 
 /// Which marked minutes to load.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum PendingScope {
-    /// Every minute that started before this time (the job's cutoff).
-    ClosedBefore(i64),
+    /// Every minute that started before `cutoff_ms` (the job's cutoff), of the GPUs with ids in
+    /// `[gpu_lo, gpu_hi]` (the job works through the fleet in chunks of GPUs).
+    ClosedBefore { cutoff_ms: i64, gpu_lo: i64, gpu_hi: i64 },
     /// An organisation's minutes starting in `[from, to)`.
     Org { org: OrgId, from_ms: i64, to_ms: i64 },
     /// One GPU's minutes starting in `[from, to)`.
@@ -61,7 +65,9 @@ impl PendingScope {
     /// A condition on `p` (rollup_pending) and `g` (gpus) with `?` placeholders, and its binds.
     pub(crate) fn condition(self) -> (String, Vec<i64>) {
         match self {
-            PendingScope::ClosedBefore(cutoff) => ("p.minute_ms < ?".into(), vec![cutoff]),
+            PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi } => {
+                ("p.minute_ms < ? AND p.gpu_id >= ? AND p.gpu_id <= ?".into(), vec![cutoff_ms, gpu_lo, gpu_hi])
+            }
             PendingScope::Org { org, from_ms, to_ms } => {
                 ("g.org_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![org, from_ms, to_ms])
             }
@@ -279,18 +285,27 @@ pub(crate) fn overlay_credits(stored: Vec<BucketCredit>, res: Resolution, open: 
     let mut rows: BTreeMap<(i64, i64), BucketCredit> =
         stored.into_iter().map(|c| ((c.gpu_id, c.bucket_ms), c)).collect();
     for m in open {
-        let bucket_ms = res.bucket_start(m.minute_ms());
-        let row = rows.entry((m.gpu_id(), bucket_ms)).or_insert_with(|| BucketCredit {
-            gpu_id: m.gpu_id(),
-            bucket_ms,
-            credit: Credit::default(),
-        });
+        let key = (m.gpu_id(), res.bucket_start(m.minute_ms()));
         match res {
-            Resolution::Minute => row.credit = m.credit,
-            Resolution::Hour => row.credit.add_scaled(&m.credit_delta(), 1.0),
+            // A marked minute without samples (the minute after a late sample's) has no row.
+            Resolution::Minute if m.bucket.sample_count == 0 => {
+                rows.remove(&key);
+            }
+            Resolution::Minute => {
+                rows.insert(key, BucketCredit { gpu_id: key.0, bucket_ms: key.1, credit: m.credit });
+            }
+            Resolution::Hour => {
+                let delta = m.credit_delta();
+                if !delta.is_zero() {
+                    rows.entry(key)
+                        .or_insert_with(|| BucketCredit { gpu_id: key.0, bucket_ms: key.1, credit: Credit::default() })
+                        .credit
+                        .add_scaled(&delta, 1.0);
+                }
+            }
         }
     }
-    rows.into_values().filter(|c| !(c.credit.is_zero() && res == Resolution::Minute)).collect()
+    rows.into_values().collect()
 }
 
 /// A chart point of a rollup bucket (what `series_select` reads from a stored row).
@@ -679,15 +694,28 @@ macro_rules! impl_rollup_close {
             Ok(())
         }
 
-        /// The job's work inside its transaction: write the minutes marked before `cutoff_ms`,
-        /// sum their hours and days again, remove their marks. Returns the minutes written.
+        /// The GPUs with minutes marked before `cutoff_ms`, in chunks of
+        /// [`rc::GPUS_PER_CLOSE`] (first id, last id): one job transaction each.
+        pub(crate) async fn close_chunks(pool: &$pool, cutoff_ms: i64) -> $crate::Result<Vec<(i64, i64)>> {
+            let ids: Vec<i64> = sqlx::query_scalar(&$q(
+                "SELECT DISTINCT gpu_id FROM rollup_pending WHERE minute_ms < ? ORDER BY gpu_id",
+            ))
+            .bind(cutoff_ms)
+            .fetch_all(pool)
+            .await?;
+            Ok(ids.chunks(rc::GPUS_PER_CLOSE).map(|c| (c[0], c[c.len() - 1])).collect())
+        }
+
+        /// The job's work inside one transaction: write the minutes of `scope` (a
+        /// [`PendingScope::ClosedBefore`]), sum their hours and days again, remove their
+        /// marks. Returns the minutes written.
         pub(crate) async fn close_in(
             conn: &mut Conn,
-            cutoff_ms: i64,
+            scope: PendingScope,
             lock: Option<&str>,
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<u64> {
-            let open = load_open(conn, PendingScope::ClosedBefore(cutoff_ms), lock, classifier).await?;
+            let open = load_open(conn, scope, lock, classifier).await?;
             if open.is_empty() {
                 return Ok(0);
             }

@@ -472,11 +472,16 @@ fn bounded_chunks<T>(items: &[T], max: usize) -> Vec<&[T]> {
 
 /// The stored rows alone, which the `Store` reads complete with the open minutes.
 impl SqliteStore {
-    /// The rollup job's transaction for the minutes marked before `cutoff_ms`.
+    /// The rollup job: the minutes marked before `cutoff_ms`, one transaction per chunk of GPUs
+    /// (a minute, its hour and day and its mark always go together).
     async fn close_before(&self, cutoff_ms: i64) -> Result<u64> {
-        let mut tx = crate::dialect::sqlite::begin(&self.pool).await?;
-        let written = close::close_in(&mut tx, cutoff_ms, None, self.classifier.as_ref()).await?;
-        tx.commit().await?;
+        let mut written = 0;
+        for (gpu_lo, gpu_hi) in close::close_chunks(&self.pool, cutoff_ms).await? {
+            let mut tx = crate::dialect::sqlite::begin(&self.pool).await?;
+            let scope = PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi };
+            written += close::close_in(&mut tx, scope, None, self.classifier.as_ref()).await?;
+            tx.commit().await?;
+        }
         Ok(written)
     }
 
