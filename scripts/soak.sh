@@ -101,7 +101,9 @@ run_one() {
   # visibility map; SQLite: the dbstat virtual table, pages of the table and its indexes).
   local bytes=""
   if [ "$backend" = postgres ]; then
-    psql -X -q "$db_url" -c "VACUUM ANALYZE samples, rollups_1m, rollups_1h" >/dev/null
+    psql -X -q "$db_url" -c "VACUUM ANALYZE samples, rollups_1m, rollups_1h, rollup_pending" >/dev/null
+    # The marks of the minutes the rollup job has not written yet (issue 21, part 3).
+    echo "rollup_pending: $(sql "$db_url" "SELECT count(*) FROM rollup_pending") rows, $(sql "$db_url" "SELECT pg_total_relation_size('rollup_pending')") bytes" >&2
     bytes=$(sql "$db_url" "SELECT pg_total_relation_size('samples') || ',' || pg_total_relation_size('rollups_1m') || ',' || pg_total_relation_size('rollups_1h')")
   else
     local per_table="SELECT sum(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = '@TABLE@')"

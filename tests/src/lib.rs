@@ -158,6 +158,8 @@ impl TestServer {
             // The recorded fixtures keep their timestamps: raw retention must not age them out
             // while the suite runs (a test of retention passes its own --raw-retention).
             .env("FLEETLENS_RAW_RETENTION", "36500d")
+            // The rollup job looks for closed minutes every second (tests wait for it).
+            .env("FLEETLENS_ROLLUP_INTERVAL", "1s")
             .env("RUST_LOG", std::env::var("TEST_LOG").unwrap_or_else(|_| "warn".into()))
             .stdout(Stdio::piped())
             .stderr(if std::env::var_os("TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() });
@@ -280,6 +282,65 @@ pub async fn table_counts(db_url: &str) -> TableCounts {
         sqlx::query_as(SQL).fetch_one(&mut c).await.expect("count")
     };
     TableCounts { samples, gpus, rollups_1m, rollups_1h }
+}
+
+/// How the stored rollups account for the raw samples (rollups are written once per minute by
+/// the server's rollup job; the minutes it has not written yet are marked in `rollup_pending`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollupAccounting {
+    /// Samples counted: by their written minute row, or, in a minute not written yet, one each.
+    pub counted: i64,
+    /// Written minutes whose sample count differs from their raw samples.
+    pub wrong_minutes: i64,
+    /// Hours whose sample count differs from the sum of their written minutes.
+    pub wrong_hours: i64,
+    /// Minutes not written yet.
+    pub open_minutes: i64,
+}
+
+pub async fn rollup_accounting(db_url: &str) -> RollupAccounting {
+    const OPEN: &str =
+        "EXISTS (SELECT 1 FROM rollup_pending p WHERE p.gpu_id = r.gpu_id AND p.minute_ms = r.bucket_ms)";
+    let sql = format!(
+        "SELECT CAST((SELECT coalesce(sum(r.sample_count), 0) FROM rollups_1m r WHERE NOT {OPEN}) AS BIGINT) \
+         + (SELECT count(*) FROM samples s WHERE EXISTS (SELECT 1 FROM rollup_pending p \
+            WHERE p.gpu_id = s.gpu_id AND p.minute_ms = s.ts_ms - s.ts_ms % 60000)), \
+         (SELECT count(*) FROM rollups_1m r JOIN (SELECT gpu_id, ts_ms - ts_ms % 60000 AS b, count(*) AS c FROM samples \
+            GROUP BY gpu_id, ts_ms - ts_ms % 60000) x ON x.gpu_id = r.gpu_id AND x.b = r.bucket_ms \
+            WHERE r.sample_count <> x.c AND NOT {OPEN}), \
+         (SELECT count(*) FROM rollups_1h h WHERE h.sample_count <> (SELECT sum(r.sample_count) FROM rollups_1m r \
+            WHERE r.gpu_id = h.gpu_id AND r.bucket_ms >= h.bucket_ms AND r.bucket_ms < h.bucket_ms + 3600000)), \
+         (SELECT count(*) FROM rollup_pending)"
+    );
+    let (counted, wrong_minutes, wrong_hours, open_minutes): (i64, i64, i64, i64) = if db_url.starts_with("sqlite:") {
+        let mut c = sqlx::SqliteConnection::connect(db_url).await.expect("open sqlite");
+        sqlx::query_as(&sql).fetch_one(&mut c).await.expect("accounting")
+    } else {
+        let mut c = sqlx::PgConnection::connect(db_url).await.expect("open postgres");
+        sqlx::query_as(&sql).fetch_one(&mut c).await.expect("accounting")
+    };
+    RollupAccounting { counted, wrong_minutes, wrong_hours, open_minutes }
+}
+
+/// Wait until the server's rollup job has written every marked minute that started before
+/// `before_ms` (the minutes that closed: see `FLEETLENS_ROLLUP_LATENESS`).
+pub async fn wait_rollups_written(db_url: &str, before_ms: i64, timeout: std::time::Duration) {
+    let sql = "SELECT count(*) FROM rollup_pending WHERE minute_ms < $1";
+    let deadline = std::time::Instant::now() + timeout;
+    loop {
+        let left: i64 = if db_url.starts_with("sqlite:") {
+            let mut c = sqlx::SqliteConnection::connect(db_url).await.expect("open sqlite");
+            sqlx::query_scalar(&sql.replace("$1", "?")).bind(before_ms).fetch_one(&mut c).await.expect("pending")
+        } else {
+            let mut c = sqlx::PgConnection::connect(db_url).await.expect("open postgres");
+            sqlx::query_scalar(sql).bind(before_ms).fetch_one(&mut c).await.expect("pending")
+        };
+        if left == 0 {
+            return;
+        }
+        assert!(std::time::Instant::now() < deadline, "the rollup job left {left} closed minutes unwritten");
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
 }
 
 /// The recorded H200 trace, one JSON object per line.

@@ -122,17 +122,11 @@ fn write_trace(dir: &std::path::Path, gpus: usize, per_gpu: usize) -> std::path:
 async fn assert_exactly_once(db: &TestDatabase, total: i64) {
     let counts = table_counts(&db.url).await;
     assert_eq!(counts.samples, total, "every sample stored");
-    // Rollups count each stored sample once: no duplicates slipped in through retries.
-    let rollup_total: i64 = if db.url.starts_with("sqlite:") {
-        use sqlx::Connection;
-        let mut c = sqlx::SqliteConnection::connect(&db.url).await.unwrap();
-        sqlx::query_scalar("SELECT sum(sample_count) FROM rollups_1h").fetch_one(&mut c).await.unwrap()
-    } else {
-        use sqlx::Connection;
-        let mut c = sqlx::PgConnection::connect(&db.url).await.unwrap();
-        sqlx::query_scalar("SELECT sum(sample_count)::int8 FROM rollups_1h").fetch_one(&mut c).await.unwrap()
-    };
-    assert_eq!(rollup_total, total, "rollups count every sample exactly once");
+    // Rollups count each stored sample once: no duplicates slipped in through retries, and
+    // the rollup job (running every second, killed with the server) wrote each minute whole.
+    let acc = fleetlens_tests::rollup_accounting(&db.url).await;
+    assert_eq!(acc.counted, total, "rollups count every sample exactly once: {acc:?}");
+    assert_eq!((acc.wrong_minutes, acc.wrong_hours), (0, 0), "{acc:?}");
 }
 
 async fn server_killed_and_restarted_while_agent_sends(backend: Backend) {

@@ -252,6 +252,9 @@ async fn both_replicas_ingesting_one_gpu_count_each_sample_once() {
     while let Some(r) = set.join_next().await {
         r.unwrap();
     }
+    // The minutes are 7-10 minutes old: the rollup job (on whichever replica leads it) writes
+    // them within a run or two.
+    fleetlens_tests::wait_rollups_written(&db.url, i64::MAX, Duration::from_secs(30)).await;
     let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
     let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql);
     let samples = count("SELECT count(*) FROM samples").fetch_one(&mut conn).await.unwrap();

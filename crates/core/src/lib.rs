@@ -32,7 +32,7 @@ mod classify_tests;
 mod fixture_tests;
 
 pub use owners::{OwnerGroup, OwnerKey, minute_shares};
-pub use rollup::{ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats};
+pub use rollup::{ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats, minute_from_samples};
 pub use sample::{GpuProcess, PodAllocation, ProcessOwner, Sample};
 pub use validate::{ValidationError, validate_sample};
 

@@ -137,6 +137,16 @@ impl QualityFlags {
         self.0 == 0
     }
 
+    /// The flags as stored: bit `QualityFlag::index` per flag.
+    pub fn bits(self) -> i64 {
+        i64::from(self.0)
+    }
+
+    /// Flags from [`QualityFlags::bits`]; unknown bits are ignored.
+    pub fn from_bits(bits: i64) -> QualityFlags {
+        QualityFlags((bits & ((1 << QualityFlag::ALL.len()) - 1)) as u8)
+    }
+
     pub fn iter(self) -> impl Iterator<Item = QualityFlag> {
         QualityFlag::ALL.into_iter().filter(move |f| self.contains(*f))
     }

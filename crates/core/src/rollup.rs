@@ -154,25 +154,30 @@ impl RollupBucket {
         }
     }
 
-    /// The change a stored sample's fill-in makes (see [`crate::fill`]): the signals `merged`
-    /// has and `stored` lacked, and the holder counts' difference. The sample is counted
-    /// already (count, time span, sampled time), so those stay. `flags` are the fill-in's.
-    fn add_fill(&mut self, stored: &Sample, merged: &Sample, flags: QualityFlags) {
-        for f in flags.iter() {
-            self.quality[f.index()] += 1;
-        }
-        if self.sample_count == 0 && self.first_ts_ms == 0 && self.last_ts_ms == 0 {
-            // Only fill-ins so far: the span is the stored sample's, already in the stored row.
-            self.first_ts_ms = merged.ts_ms;
-            self.last_ts_ms = merged.ts_ms;
-        }
-        self.allocated_count += i64::from(merged.is_allocated()) - i64::from(stored.is_allocated());
-        self.processes_read_count += i64::from(merged.holders_known()) - i64::from(stored.holders_known());
-        for ((stats, old), new) in self.signals.iter_mut().zip(signal_values(stored)).zip(signal_values(merged)) {
-            if old.is_none() {
-                stats.add(new);
+    /// This rollup (an hour, say) with one of its parts replaced: `old` (what it holds of the
+    /// part, possibly nothing) by `new`, a superset of `old`'s samples (samples are never taken
+    /// out of a minute before its retention). Counts and sums take the difference; minimum,
+    /// maximum and the time span take `new`'s, which already covers `old`'s.
+    pub fn replace_part(&mut self, old: Option<&RollupBucket>, new: &RollupBucket) {
+        if let Some(old) = old.filter(|o| o.sample_count > 0) {
+            self.sample_count -= old.sample_count;
+            self.sampled_ms -= old.sampled_ms;
+            self.allocated_count -= old.allocated_count;
+            self.processes_read_count -= old.processes_read_count;
+            for (a, b) in self.quality.iter_mut().zip(old.quality) {
+                *a -= b;
+            }
+            for (a, b) in self.signals.iter_mut().zip(old.signals.iter()) {
+                a.count -= b.count;
+                a.sum -= b.sum;
+            }
+            // The samples left are all counted again through `new`.
+            if self.sample_count == 0 {
+                let keep = RollupBucket { gpu_id: self.gpu_id, bucket_ms: self.bucket_ms, ..Default::default() };
+                *self = keep;
             }
         }
+        self.merge(new);
     }
 
     /// Merge another delta of the same GPU and bucket into this one.
@@ -272,17 +277,6 @@ impl RollupAccumulator {
             .add(s, sampled_ms, flags);
     }
 
-    /// Adds what filling the stored sample `stored` of `gpu_id` up to `merged` changes (the
-    /// same GPU and timestamp; see [`crate::fill`]): the rollups then hold what they would had
-    /// `merged` arrived whole.
-    pub fn add_fill(&mut self, gpu_id: i64, stored: &Sample, merged: &Sample, flags: QualityFlags) {
-        let bucket_ms = self.resolution.bucket_start(merged.ts_ms);
-        self.buckets
-            .entry((gpu_id, bucket_ms))
-            .or_insert_with(|| RollupBucket { gpu_id, bucket_ms, ..Default::default() })
-            .add_fill(stored, merged, flags);
-    }
-
     pub fn is_empty(&self) -> bool {
         self.buckets.is_empty()
     }
@@ -290,6 +284,38 @@ impl RollupAccumulator {
     pub fn into_buckets(self) -> Vec<RollupBucket> {
         self.buckets.into_values().collect()
     }
+}
+
+/// One minute of one GPU rolled up from scratch from its raw samples: what the rollup job
+/// writes once the minute closes (and again if late samples reopen it). `samples` are the
+/// minute's samples with their data-quality flags, in any order (a repeated timestamp counts
+/// once); `before` the GPU's stored timestamps just before the minute, ascending (its sampled
+/// time continues from them, as ingest's does: `crate::window::sampled_ms_since_previous`).
+/// Equal to merging the per-batch deltas of the same samples when they arrived in time order.
+pub fn minute_from_samples(
+    gpu_id: i64,
+    minute_ms: i64,
+    before: &[i64],
+    samples: &mut [(Sample, QualityFlags)],
+    offline_missing_intervals: u32,
+) -> RollupBucket {
+    samples.sort_by_key(|(s, _)| s.ts_ms);
+    let mut acc = RollupBucket { gpu_id, bucket_ms: minute_ms, ..Default::default() };
+    let mut ts: Vec<i64> = samples.iter().map(|(s, _)| s.ts_ms).collect();
+    ts.dedup();
+    let cut = before.partition_point(|t| ts.first().is_some_and(|first| t < first));
+    let sampled = crate::window::sampled_ms_since_previous(&before[..cut], &ts, offline_missing_intervals);
+    let mut last = None;
+    let mut i = 0;
+    for (s, flags) in samples.iter() {
+        if last == Some(s.ts_ms) {
+            continue;
+        }
+        last = Some(s.ts_ms);
+        acc.add(s, sampled[i], *flags);
+        i += 1;
+    }
+    acc
 }
 
 #[cfg(test)]
@@ -352,54 +378,6 @@ mod tests {
     }
 
     #[test]
-    fn partial_samples_filled_in_roll_up_like_the_whole_ones() {
-        let whole: Vec<Sample> = (0..90)
-            .map(|i| Sample {
-                processes: (i % 4 != 0).then(|| vec![crate::GpuProcess { pid: 1, ..Default::default() }]),
-                mem_used_bytes: Some(i * 1000),
-                power_w: Some(100.0 + i as f64),
-                temp_c: (i % 5 != 0).then_some(40.0),
-                ..sample(i * 1000, Some(i as f64), if i % 2 == 0 { Some(3.0) } else { None })
-            })
-            .collect();
-        // Each sample arrives in two parts: utilisation and memory first, the rest later.
-        let first_part = |s: &Sample| Sample {
-            ts_ms: s.ts_ms,
-            gpu_util_pct: s.gpu_util_pct,
-            mem_used_bytes: s.mem_used_bytes,
-            ..Default::default()
-        };
-        let mut at_once = RollupAccumulator::new(Resolution::Minute);
-        whole.iter().for_each(|s| at_once.add(1, s, 1000, QualityFlags::NONE));
-        let mut in_parts = RollupAccumulator::new(Resolution::Minute);
-        for s in &whole {
-            in_parts.add(1, &first_part(s), 1000, QualityFlags::NONE);
-        }
-        // The fill-ins in a later transaction: a delta of its own, merged like the store does
-        // (sums and counts added, min/max folded).
-        let mut fills = RollupAccumulator::new(Resolution::Minute);
-        for s in &whole {
-            let stored = first_part(s);
-            let merged = crate::fill::fill_absent(&stored, s).expect("the rest fills in");
-            assert_eq!(&merged, s);
-            fills.add_fill(1, &stored, &merged, QualityFlags::NONE);
-        }
-        let mut got = in_parts.into_buckets();
-        for (b, f) in got.iter_mut().zip(fills.into_buckets()) {
-            assert_eq!(f.sample_count, 0, "a fill-in adds no sample");
-            b.allocated_count += f.allocated_count;
-            b.processes_read_count += f.processes_read_count;
-            for (a, d) in b.signals.iter_mut().zip(f.signals.iter()) {
-                a.count += d.count;
-                a.sum += d.sum;
-                a.min = opt_fold(a.min, d.min, f64::min);
-                a.max = opt_fold(a.max, d.max, f64::max);
-            }
-        }
-        assert_eq!(got, at_once.into_buckets());
-    }
-
-    #[test]
     fn merging_deltas_equals_one_pass() {
         let flags = |s: &Sample| {
             let mut f = QualityFlags::NONE;
@@ -419,5 +397,69 @@ mod tests {
         let whole = whole.into_buckets().remove(0);
         assert_eq!((whole.sampled_ms, whole.quality[QualityFlag::EnergyCounterBackwards.index()]), (10_000, 4));
         assert_eq!(merged, whole);
+    }
+
+    #[test]
+    fn a_minute_rolled_up_from_scratch_equals_the_per_batch_deltas() {
+        // 3 minutes at 1 Hz with a 10-s hole, some flags, some absent values, in batches of 7.
+        let samples: Vec<(Sample, QualityFlags)> = (0..180)
+            .filter(|i| !(70..80).contains(i))
+            .map(|i| {
+                let mut f = QualityFlags::NONE;
+                if i % 17 == 0 {
+                    f.insert(QualityFlag::ActivityOver100);
+                }
+                let s = Sample {
+                    power_w: Some(100.0 + (i % 13) as f64),
+                    processes: (i % 5 != 0).then(Vec::new),
+                    ..sample(1_000_000 + i * 1000, Some((i % 100) as f64), (i % 3 != 0).then_some(i as f64 / 3.0))
+                };
+                (s, f)
+            })
+            .collect();
+        let ts: Vec<i64> = samples.iter().map(|(s, _)| s.ts_ms).collect();
+        let mut per_batch = RollupAccumulator::new(Resolution::Minute);
+        for (i, chunk) in samples.chunks(7).enumerate() {
+            let before = &ts[..i * 7];
+            let batch: Vec<i64> = chunk.iter().map(|(s, _)| s.ts_ms).collect();
+            let before = &before[before.len().saturating_sub(4)..];
+            let ms = crate::window::sampled_ms_since_previous(before, &batch, 3);
+            for ((s, f), ms) in chunk.iter().zip(ms) {
+                per_batch.add(3, s, ms, *f);
+            }
+        }
+        for want in per_batch.into_buckets() {
+            let minute = want.bucket_ms;
+            let prior: Vec<i64> = ts.iter().copied().filter(|t| *t < minute).collect();
+            let prior = &prior[prior.len().saturating_sub(4)..];
+            // Out of order, with a repeat: the minute is the same.
+            let mut mine: Vec<(Sample, QualityFlags)> =
+                samples.iter().filter(|(s, _)| Resolution::Minute.bucket_start(s.ts_ms) == minute).cloned().collect();
+            mine.reverse();
+            mine.push(mine[3].clone());
+            let got = minute_from_samples(3, minute, prior, &mut mine, 3);
+            assert_eq!(got, want, "minute {minute}");
+        }
+    }
+
+    #[test]
+    fn replacing_a_minute_inside_its_hour_equals_rolling_the_hour_up_again() {
+        let minute = |from: i64, n: i64| {
+            let mut acc = RollupAccumulator::new(Resolution::Minute);
+            (0..n).for_each(|i| {
+                acc.add(1, &sample(from + i * 1000, Some((from / 1000 + i) as f64), None), 1000, QualityFlags::NONE)
+            });
+            acc.into_buckets().remove(0)
+        };
+        let (a, b_old, b_new) = (minute(0, 60), minute(60_000, 20), minute(60_000, 50));
+        let mut hour = a.clone();
+        hour.merge(&b_old);
+        hour.replace_part(Some(&b_old), &b_new);
+        let mut want = a.clone();
+        want.merge(&b_new);
+        assert_eq!(hour, want);
+        let mut fresh = a.clone();
+        fresh.replace_part(None, &b_new);
+        assert_eq!(fresh, want);
     }
 }

@@ -50,6 +50,17 @@ pub struct Config {
     #[arg(long, env = "FLEETLENS_ROLLUP_1H_RETENTION", default_value = "400d", value_parser = humantime::parse_duration)]
     pub rollup_1h_retention: Duration,
 
+    /// How long after its end a minute waits before the rollup job writes its rollup and credit
+    /// once (docs/ARCHITECTURE.md, "Rollups written once"): samples arriving within this bound
+    /// are in that one write; later ones reopen the minute and it is written again. At least
+    /// 60 s. Reads include the minutes not written yet, so this changes no answer.
+    #[arg(long, env = "FLEETLENS_ROLLUP_LATENESS", default_value = "2m", value_parser = humantime::parse_duration)]
+    pub rollup_lateness: Duration,
+
+    /// How often the rollup job looks for closed minutes to write.
+    #[arg(long, env = "FLEETLENS_ROLLUP_INTERVAL", default_value = "10s", value_parser = humantime::parse_duration)]
+    pub rollup_interval: Duration,
+
     /// How often the retention job runs.
     #[arg(long, env = "FLEETLENS_RETENTION_INTERVAL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub retention_interval: Duration,

@@ -5,13 +5,15 @@
 //! so with several replicas on one database exactly one runs it, and another takes over as soon
 //! as the leader's database session ends (a crash, `kill -9`, a network cut). The jobs:
 //! - `alert_engine` (alerts::engine): rule evaluation; also fenced by its lease row;
+//! - `rollups` (below): writing each closed minute's rollup and credit once, then its hour and
+//!   day ([`Store::close_minutes`]);
 //! - `retention` (below): deleting what is older than the retention policy;
 //! - `maintenance` (below): vacuuming the tables ingest updates in place, where the database's
 //!   autovacuum is off ([`Store::maintain`]).
 //!
 //! Not leader-only, by design: the notification outbox sender runs on every replica and claims
 //! each message with a row lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL), a finer lock than
-//! one per job; rollups are written inside each ingest transaction (no job at all).
+//! one per job.
 //!
 //! Which jobs this process leads, and how many runs each did, show in `GET /healthz` and
 //! `/metrics` (`fleetlens_job_leader`, `fleetlens_job_runs`).
@@ -31,6 +33,8 @@ use crate::time::now_ms;
 pub const ALERT_ENGINE: &str = "alert_engine";
 /// The retention job's name.
 pub const RETENTION: &str = "retention";
+/// The rollup job's name.
+pub const ROLLUPS: &str = "rollups";
 /// The maintenance job's name.
 pub const MAINTENANCE: &str = "maintenance";
 
@@ -88,6 +92,25 @@ pub async fn retention_loop(store: Arc<dyn Store>, config: Arc<Config>) {
             }
             Err(e) => {
                 tracing::warn!(error = %e, "retention failed; will retry next interval");
+                false
+            }
+        }
+    })
+    .await
+}
+
+/// Write the closed minutes' rollups every `rollup_interval`, on the one replica that holds the
+/// rollup lock. A run that fails wrote nothing (one transaction); the next one does it again.
+pub async fn rollup_loop(store: Arc<dyn Store>, config: Arc<Config>) {
+    let lateness = i64::try_from(config.rollup_lateness.as_millis()).unwrap_or(i64::MAX);
+    leader_loop(store.as_ref(), ROLLUPS, config.rollup_interval, config.rollup_interval, || async {
+        match store.close_minutes(now_ms(), lateness).await {
+            Ok(written) => {
+                tracing::debug!(minutes = written, "rollups written");
+                true
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "writing rollups failed; will retry next interval");
                 false
             }
         }

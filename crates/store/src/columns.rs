@@ -256,15 +256,6 @@ pub(crate) fn quality_columns() -> Vec<String> {
     fleetlens_core::QualityFlag::ALL.iter().map(|f| format!("q_{}", f.as_str())).collect()
 }
 
-/// `SET` clause adding incoming credit deltas (`excluded`) to a stored hour row.
-pub(crate) fn credit_add_set(table: &str) -> String {
-    fleetlens_core::Credit::column_names()
-        .iter()
-        .map(|c| format!("{c} = {table}.{c} + excluded.{c}"))
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// A [`crate::BucketCredit`] from a row of `gpu_id, bucket_ms` and then the credit columns in
 /// order, read by position: reports read hundreds of thousands of these rows.
 pub(crate) fn bucket_credit_from_row<R>(row: &R) -> Result<crate::BucketCredit, sqlx::Error>
@@ -285,33 +276,8 @@ where
     })
 }
 
-/// `SET` clause merging an incoming delta (`excluded`) into a stored rollup row. `least` and
-/// `greatest` are the backend's NULL-ignoring min/max expressions.
-pub(crate) fn rollup_merge_set(
-    table: &str,
-    least: fn(&str, &str) -> String,
-    greatest: fn(&str, &str) -> String,
-) -> String {
-    let mut sets = vec![
-        format!("sample_count = {table}.sample_count + excluded.sample_count"),
-        format!("allocated_count = {table}.allocated_count + excluded.allocated_count"),
-        format!("processes_read_count = {table}.processes_read_count + excluded.processes_read_count"),
-        format!("first_ts_ms = {}", least(&format!("{table}.first_ts_ms"), "excluded.first_ts_ms")),
-        format!("last_ts_ms = {}", greatest(&format!("{table}.last_ts_ms"), "excluded.last_ts_ms")),
-        format!("sampled_ms = {table}.sampled_ms + excluded.sampled_ms"),
-    ];
-    sets.extend(quality_columns().iter().map(|c| format!("{c} = {table}.{c} + excluded.{c}")));
-    for s in ROLLUP_SIGNALS {
-        sets.push(format!("{s}_count = {table}.{s}_count + excluded.{s}_count"));
-        sets.push(format!("{s}_sum = {table}.{s}_sum + excluded.{s}_sum"));
-        sets.push(format!("{s}_min = {}", least(&format!("{table}.{s}_min"), &format!("excluded.{s}_min"))));
-        sets.push(format!("{s}_max = {}", greatest(&format!("{table}.{s}_max"), &format!("excluded.{s}_max"))));
-    }
-    sets.join(", ")
-}
-
-/// `RETURNING` list of a minute-rollup merge, read back by [`merged_from_row`]: the key, the
-/// merged rollup and the credit it had stored, in that order.
+/// Column list of a stored minute with its credit, read back by [`merged_from_row`]: the key,
+/// the rollup and the credit, in that order.
 pub(crate) fn merged_returning() -> &'static str {
     static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         let mut cols = vec!["gpu_id".to_string(), "bucket_ms".to_string()];
@@ -322,8 +288,8 @@ pub(crate) fn merged_returning() -> &'static str {
     LIST.as_str()
 }
 
-/// A merged minute and its stored credit from a row of [`merged_returning`], read by position:
-/// every ingest reads its merged minutes back, and a lookup by name hashes the name per cell.
+/// A stored minute and its credit from a row of [`merged_returning`], read by position: a
+/// lookup by name hashes the name per cell.
 pub(crate) fn merged_from_row<R>(row: &R) -> Result<(RollupBucket, fleetlens_core::Credit), sqlx::Error>
 where
     R: sqlx::Row,

@@ -20,6 +20,7 @@ mod merge;
 mod pg_samples;
 mod postgres;
 pub mod reclaim;
+pub mod rollup_close;
 mod sqlite;
 
 use std::sync::Arc;
@@ -442,8 +443,8 @@ pub trait Store:
     async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKey>>;
 
     /// Store a validated batch from one host, idempotent per (GPU uuid, ts_ms); updates the
-    /// GPU registry and merges the new samples into the 1-minute and 1-hour rollups in the
-    /// same transaction. Returns once the batch is durably committed. No quota and no host
+    /// GPU registry and marks the minutes of the new samples for the rollup job
+    /// ([`Store::close_minutes`]) in the same transaction. Returns once the batch is durably committed. No quota and no host
     /// rule apply (tools and tests): the server ingests with [`Store::ingest_with`].
     async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
         self.ingest_with(org, host, samples, Vec::new(), None).await
@@ -517,6 +518,13 @@ pub trait Store:
 
     /// Total raw samples stored (all organisations); for metrics and tests.
     async fn sample_count(&self) -> Result<u64>;
+
+    /// The rollup job (see [`rollup_close`]): writes the 1-minute rollups and credits of the
+    /// minutes that ended at least `lateness_ms` (at least [`rollup_close::MIN_LATENESS_MS`])
+    /// before `now_ms` and have new samples, from their raw samples, then sums their hours and
+    /// days again, in one transaction. Returns the minutes written. Reads include the minutes
+    /// not written yet, so this only decides when the rows are written, never what reads see.
+    async fn close_minutes(&self, now_ms: i64, lateness_ms: i64) -> Result<u64>;
 
     /// Delete what is older than the policy allows, measured back from `now_ms`.
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport>;

@@ -1,16 +1,16 @@
 //! Merge-on-insert of partial samples, for both backends (the rule: `fleetlens_core::fill`).
 //!
 //! A batch's sample whose (GPU, timestamp) is stored already is read against the stored row:
-//! when it has fields the stored one lacks, the row gets them and the rollups get what those
-//! fields add ([`fleetlens_core::RollupAccumulator::add_fill`]), so that the rollups and
-//! credits end exactly as if the whole sample had arrived at once; otherwise it is a duplicate,
+//! when it has fields the stored one lacks, the row gets them and its minute is marked for the
+//! rollup job again ([`mark_fills`]), so that the rollups and credits end exactly as if the
+//! whole sample had arrived at once; otherwise it is a duplicate,
 //! as before. Only samples that collide with stored ones pay for this: a batch of new samples
 //! never reads a stored row.
 
 use std::collections::HashMap;
 
 use fleetlens_core::fill::fill_absent;
-use fleetlens_core::{QualityFlags, RollupAccumulator, Sample};
+use fleetlens_core::{QualityFlags, Sample};
 
 use crate::Result;
 use crate::columns::{self, SampleValues};
@@ -18,19 +18,21 @@ use crate::columns::{self, SampleValues};
 /// A stored sample filled in by a batch's sample of the same GPU and timestamp.
 pub(crate) struct Fill {
     pub gpu_id: i64,
-    /// The row before.
-    pub stored: Sample,
     /// The row after: `stored` with the fields it lacked.
     pub merged: Sample,
     /// The data-quality flags of the batch's sample.
     pub flags: QualityFlags,
 }
 
-impl Fill {
-    /// What the fill-in adds to the rollups of its minute and hour.
-    pub fn accumulate(&self, minute: &mut RollupAccumulator, hour: &mut RollupAccumulator) {
-        minute.add_fill(self.gpu_id, &self.stored, &self.merged, self.flags);
-        hour.add_fill(self.gpu_id, &self.stored, &self.merged, self.flags);
+/// Add the fills' keys to the minutes to (re)write and their flags to those to store: the
+/// rollup job then writes their minutes from the filled rows, so the rollups and credits end
+/// as if the whole samples had arrived at once.
+pub(crate) fn mark_fills(fills: &[Fill], new_keys: &mut Vec<(i64, i64)>, flagged: &mut Vec<(i64, i64, i64)>) {
+    for f in fills {
+        new_keys.push((f.gpu_id, f.merged.ts_ms));
+        if !f.flags.is_empty() {
+            flagged.push((f.gpu_id, f.merged.ts_ms, f.flags.bits()));
+        }
     }
 }
 
@@ -54,7 +56,7 @@ fn fills_of(colliding: &[(i64, &Sample, QualityFlags)], rows: Vec<KeyedRow>) -> 
             let row = stored.remove(&(gpu_id, s.ts_ms))?;
             let stored = row.into_sample(s.ts_ms, &s.uuid, s.gpu_index, s.name.as_deref());
             let merged = fill_absent(&stored, s)?;
-            Some(Fill { gpu_id, stored, merged, flags })
+            Some(Fill { gpu_id, merged, flags })
         })
         .collect()
 }

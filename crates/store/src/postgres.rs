@@ -2,19 +2,20 @@
 //! per table, whatever the batch size). Rows are written in a fixed key order so concurrent
 //! transactions cannot deadlock on each other's index entries.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use fleetlens_core::{CREDIT_COLUMNS, Credit, Resolution, RollupAccumulator, RollupBucket, Sample};
+use fleetlens_core::{Credit, Resolution, RollupBucket, Sample};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Row, Transaction};
 
 use crate::columns::{self, GpuRow, SampleRow};
-use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
+use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
-use crate::pg_samples::{self, CellColumns, InsertMode};
+use crate::pg_samples::{self, InsertMode};
+use crate::rollup_close::{self as rc, PendingScope, minute_range};
 use crate::{
     ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
 };
@@ -56,8 +57,7 @@ impl PgStore {
         if let Some(rules) = rules {
             check_rules(&mut tx, org, host, samples, rules).await?;
         }
-        let mut meta = HashMap::new();
-        let ids = upsert_gpus(&mut tx, org, host, samples, &mut meta).await?;
+        let ids = upsert_gpus(&mut tx, org, host, samples).await?;
         // Flags by sample (its address is its identity here: `order` holds references).
         let flag_of: HashMap<usize, fleetlens_core::QualityFlags> =
             samples.iter().zip(flags).map(|(s, f)| (s as *const Sample as usize, *f)).collect();
@@ -66,17 +66,7 @@ impl PgStore {
         let mut order: Vec<(i64, &Sample)> = samples.iter().map(|s| (ids[s.uuid.as_str()], s)).collect();
         order.sort_by_key(|&(gpu_id, s)| (gpu_id, s.ts_ms));
 
-        let before = previous_timestamps(&mut tx, &order).await?;
-        let sampled = credits::sampled_ms_by_key(order.iter().map(|&(gpu_id, s)| (gpu_id, s.ts_ms)), &before);
         let fresh = pg_samples::insert(&mut tx, &order, mode).await?;
-        let mut minute = RollupAccumulator::new(Resolution::Minute);
-        let mut hour = RollupAccumulator::new(Resolution::Hour);
-        for &(gpu_id, s) in &fresh {
-            let ms = sampled.get(&(gpu_id, s.ts_ms)).copied().unwrap_or_default();
-            let f = flag_of.get(&(s as *const Sample as usize)).copied().unwrap_or_default();
-            minute.add(gpu_id, s, ms, f);
-            hour.add(gpu_id, s, ms, f);
-        }
         let inserted = fresh.len() as u64;
         let fills = if mode == InsertMode::SkipStored {
             let colliding = pg_samples::not_inserted(&order, &fresh, &flag_of);
@@ -84,13 +74,19 @@ impl PgStore {
         } else {
             Vec::new()
         };
-        fills.iter().for_each(|f| f.accumulate(&mut minute, &mut hour));
         let filled = fills.len() as u64;
-        let merged = merge_rollups(&mut tx, "rollups_1m", minute.into_buckets(), None).await?;
-        let (updates, hour_credits) = credits::recredit(&merged, &meta, self.classifier.as_ref());
-        update_minute_credits(&mut tx, &updates).await?;
-        merge_rollups(&mut tx, "rollups_1h", hour.into_buckets(), Some(&hour_credits)).await?;
-        merge_days(&mut tx, &credits::day_credits(&hour_credits)).await?;
+        let mut new_keys: Vec<(i64, i64)> = fresh.iter().map(|&(gpu_id, s)| (gpu_id, s.ts_ms)).collect();
+        let mut flagged: Vec<(i64, i64, i64)> = fresh
+            .iter()
+            .filter_map(|&(gpu_id, s)| {
+                let f = flag_of.get(&(s as *const Sample as usize)).copied().unwrap_or_default();
+                (!f.is_empty()).then(|| (gpu_id, s.ts_ms, f.bits()))
+            })
+            .collect();
+        // A filled-in sample changes its minute: the minute is written (again) from the rows.
+        crate::merge::mark_fills(&fills, &mut new_keys, &mut flagged);
+        // The rollups of these samples are written once their minutes close (`rollup_close`).
+        close::mark_new(&mut tx, &new_keys, &flagged, crate::rollup_close::wall_clock_ms()).await?;
         tx.commit().await?;
         Ok(IngestOutcome { inserted, merged: filled, duplicates: samples.len() as u64 - inserted - filled })
     }
@@ -145,46 +141,11 @@ async fn check_rules(
     Ok(())
 }
 
-/// Each GPU's newest stored timestamps before its first sample in `order` (sorted by GPU and
-/// time), ascending: one statement for the batch.
-async fn previous_timestamps(
-    tx: &mut Transaction<'_, Postgres>,
-    order: &[(i64, &Sample)],
-) -> Result<HashMap<i64, Vec<i64>>> {
-    let mut gpu_ids: Vec<i64> = Vec::new();
-    let mut firsts: Vec<i64> = Vec::new();
-    for &(gpu_id, s) in order {
-        if gpu_ids.last() != Some(&gpu_id) {
-            gpu_ids.push(gpu_id);
-            firsts.push(s.ts_ms);
-        }
-    }
-    let rows: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT t.g, p.ts_ms FROM UNNEST($1::int8[], $2::int8[]) AS t(g, lo) \
-         CROSS JOIN LATERAL (SELECT ts_ms FROM samples WHERE gpu_id = t.g AND ts_ms < t.lo \
-         ORDER BY ts_ms DESC LIMIT $3) p",
-    )
-    .bind(&gpu_ids)
-    .bind(&firsts)
-    .bind(credits::PREVIOUS_TIMESTAMPS)
-    .fetch_all(&mut **tx)
-    .await?;
-    let mut out: HashMap<i64, Vec<i64>> = HashMap::new();
-    for (g, ts) in rows {
-        out.entry(g).or_default().push(ts);
-    }
-    for v in out.values_mut() {
-        v.sort_unstable();
-    }
-    Ok(out)
-}
-
 async fn upsert_gpus(
     tx: &mut Transaction<'_, Postgres>,
     org: OrgId,
     host: &str,
     samples: &[Sample],
-    meta: &mut HashMap<i64, GpuMeta>,
 ) -> Result<HashMap<String, i64>> {
     let gpus = columns::gpu_upserts(samples);
     let uuids: Vec<&str> = gpus.iter().map(|g| g.uuid).collect();
@@ -224,137 +185,9 @@ async fn upsert_gpus(
     .await?;
     let mut ids = HashMap::with_capacity(rows.len());
     for row in rows {
-        let id: i64 = row.try_get(0)?;
-        ids.insert(row.try_get::<String, _>(1)?, id);
-        meta.insert(id, GpuMeta { org, power_limit_w: row.try_get(2)?, mem_total_bytes: row.try_get(3)? });
+        ids.insert(row.try_get::<String, _>(1)?, row.try_get::<i64, _>(0)?);
     }
     Ok(ids)
-}
-
-/// PostgreSQL's LEAST/GREATEST already ignore NULLs.
-fn least(a: &str, b: &str) -> String {
-    format!("LEAST({a}, {b})")
-}
-
-fn greatest(a: &str, b: &str) -> String {
-    format!("GREATEST({a}, {b})")
-}
-
-/// Merge rollup deltas into `table`. For the minute table (no `credits`) the merged rows come
-/// back with the credits they had stored; for the hour table the credit changes are added.
-async fn merge_rollups(
-    tx: &mut Transaction<'_, Postgres>,
-    table: &str,
-    buckets: Vec<RollupBucket>,
-    credits: Option<&BTreeMap<(i64, i64), Credit>>,
-) -> Result<Vec<(RollupBucket, Credit)>> {
-    if buckets.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut cols = columns::rollup_columns();
-    let mut cells = CellColumns::new(&columns::rollup_cells(&buckets[0]), buckets.len());
-    for b in &buckets {
-        cells.push(columns::rollup_cells(b));
-    }
-    let mut credit_cols: Vec<Vec<f64>> = Vec::new();
-    if let Some(credits) = credits {
-        cols.extend(Credit::column_names());
-        credit_cols = (0..CREDIT_COLUMNS).map(|_| Vec::with_capacity(buckets.len())).collect();
-        for b in &buckets {
-            let c = credits.get(&(b.gpu_id, b.bucket_ms)).copied().unwrap_or_default();
-            for (col, v) in credit_cols.iter_mut().zip(c.to_cells()) {
-                col.push(v);
-            }
-        }
-    }
-    let gpu_ids: Vec<i64> = buckets.iter().map(|b| b.gpu_id).collect();
-    let bucket_ms: Vec<i64> = buckets.iter().map(|b| b.bucket_ms).collect();
-    let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
-    params.extend(cells.params(3));
-    let first_credit = cells.kinds.len() + 3;
-    params.extend((0..credit_cols.len()).map(|i| format!("${}::float8[]", first_credit + i)));
-    let col_list = cols.join(", ");
-    let mut set = columns::rollup_merge_set(table, least, greatest);
-    if credits.is_some() {
-        set = format!("{set}, {}", columns::credit_add_set(table));
-    }
-    let sql = format!(
-        "INSERT INTO {table} (gpu_id, bucket_ms, {col_list}) \
-         SELECT * FROM UNNEST({}) AS t(gpu_id, bucket_ms, {col_list}) \
-         ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET {set}{}",
-        params.join(", "),
-        if credits.is_none() { format!(" RETURNING {}", columns::merged_returning()) } else { String::new() }
-    );
-    let mut q = cells.bind(sqlx::query(&sql).bind(&gpu_ids).bind(&bucket_ms));
-    for col in &credit_cols {
-        q = q.bind(col);
-    }
-    let rows = q.fetch_all(&mut **tx).await?;
-    Ok(rows.iter().map(columns::merged_from_row).collect::<Result<Vec<_>, _>>()?)
-}
-
-/// Add the hours' credit changes to their days (`credits_1d`), in one statement of the ingest
-/// transaction (in key order, like the hours).
-async fn merge_days(tx: &mut Transaction<'_, Postgres>, days: &BTreeMap<(i64, i64), Credit>) -> Result<()> {
-    if days.is_empty() {
-        return Ok(());
-    }
-    let cols = Credit::column_names();
-    let gpu_ids: Vec<i64> = days.keys().map(|k| k.0).collect();
-    let day_ms: Vec<i64> = days.keys().map(|k| k.1).collect();
-    let mut values: Vec<Vec<f64>> = (0..CREDIT_COLUMNS).map(|_| Vec::with_capacity(days.len())).collect();
-    for credit in days.values() {
-        for (col, v) in values.iter_mut().zip(credit.to_cells()) {
-            col.push(v);
-        }
-    }
-    let params: Vec<String> = (0..CREDIT_COLUMNS).map(|i| format!("${}::float8[]", i + 3)).collect();
-    let col_list = cols.join(", ");
-    let sql = format!(
-        "INSERT INTO credits_1d (gpu_id, day_ms, {col_list}) \
-         SELECT * FROM UNNEST($1::int8[], $2::int8[], {}) AS t(gpu_id, day_ms, {col_list}) \
-         ON CONFLICT (gpu_id, day_ms) DO UPDATE SET {}",
-        params.join(", "),
-        columns::credit_add_set("credits_1d")
-    );
-    let mut q = sqlx::query(&sql).bind(&gpu_ids).bind(&day_ms);
-    for col in &values {
-        q = q.bind(col);
-    }
-    q.execute(&mut **tx).await?;
-    Ok(())
-}
-
-/// Store the new credits of the minutes whose credit changed, in one statement.
-async fn update_minute_credits(tx: &mut Transaction<'_, Postgres>, updates: &[MinuteUpdate]) -> Result<()> {
-    if updates.is_empty() {
-        return Ok(());
-    }
-    let cols = Credit::column_names();
-    let gpu_ids: Vec<i64> = updates.iter().map(|u| u.gpu_id).collect();
-    let buckets: Vec<i64> = updates.iter().map(|u| u.bucket_ms).collect();
-    let states: Vec<&str> = updates.iter().map(|u| u.state.as_str()).collect();
-    let mut values: Vec<Vec<f64>> = (0..CREDIT_COLUMNS).map(|_| Vec::with_capacity(updates.len())).collect();
-    for u in updates {
-        for (col, v) in values.iter_mut().zip(u.credit.to_cells()) {
-            col.push(v);
-        }
-    }
-    let params: Vec<String> = (0..CREDIT_COLUMNS).map(|i| format!("${}::float8[]", i + 4)).collect();
-    let sets: Vec<String> = cols.iter().map(|c| format!("{c} = t.{c}")).collect();
-    let sql = format!(
-        "UPDATE rollups_1m r SET state = t.state, {} FROM UNNEST($1::int8[], $2::int8[], $3::text[], {}) \
-         AS t(gpu_id, bucket_ms, state, {}) WHERE r.gpu_id = t.gpu_id AND r.bucket_ms = t.bucket_ms",
-        sets.join(", "),
-        params.join(", "),
-        cols.join(", ")
-    );
-    let mut q = sqlx::query(&sql).bind(&gpu_ids).bind(&buckets).bind(&states);
-    for col in &values {
-        q = q.bind(col);
-    }
-    q.execute(&mut **tx).await?;
-    Ok(())
 }
 
 /// Deadlocks (40P01) and serialization failures (40001) are retryable by definition.
@@ -363,8 +196,271 @@ fn is_retryable(e: &StoreError) -> bool {
         if matches!(db.code().as_deref(), Some("40P01") | Some("40001")))
 }
 
+/// The stored rows alone, which the `Store` reads complete with the open minutes.
+impl PgStore {
+    /// The rollup job: the minutes marked before `cutoff_ms`, one transaction per chunk of GPUs
+    /// (a minute, its hour and day and its mark always go together).
+    async fn close_before(&self, cutoff_ms: i64) -> Result<u64> {
+        let mut written = 0;
+        for (gpu_lo, gpu_hi) in close::close_chunks(&self.pool, cutoff_ms).await? {
+            let mut tx = self.pool.begin().await?;
+            let scope = PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi };
+            written += close::close_in(&mut tx, scope, Some(" FOR UPDATE OF p"), self.classifier.as_ref()).await?;
+            tx.commit().await?;
+        }
+        Ok(written)
+    }
+
+    async fn stored_latest_minutes(&self, org: OrgId) -> Result<Vec<crate::LatestMinute>> {
+        Ok(sqlx::query_as(
+            "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
+             FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id \
+             AND r.bucket_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000 WHERE g.org_id = $1",
+        )
+        .bind(org)
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn stored_rollups(
+        &self,
+        gpu_id: i64,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RollupBucket>> {
+        let sql = format!(
+            "SELECT gpu_id, bucket_ms, {} FROM {} WHERE gpu_id = $1 AND bucket_ms >= $2 AND bucket_ms < $3 ORDER BY bucket_ms",
+            columns::rollup_columns().join(", "),
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| columns::rollup_from_row(r, gpu_id).map_err(StoreError::from)).collect()
+    }
+
+    async fn stored_org_rollups(
+        &self,
+        org: OrgId,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RollupBucket>> {
+        let sql = format!(
+            "SELECT r.* FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = $1 AND r.bucket_ms >= $2 AND r.bucket_ms < $3 ORDER BY r.gpu_id, r.bucket_ms",
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        rows.iter().map(|r| columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err(StoreError::from)).collect()
+    }
+
+    async fn stored_credits(
+        &self,
+        org: OrgId,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<crate::BucketCredit>> {
+        let sql = format!(
+            "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = $1 AND r.bucket_ms >= $2 AND r.bucket_ms < $3",
+            Credit::column_names().iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", "),
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+    }
+
+    async fn stored_hour_credit_split(
+        &self,
+        org: OrgId,
+        from_ms: i64,
+        end_ms: i64,
+        first_whole_ms: i64,
+        last_whole_ms: i64,
+    ) -> Result<crate::HourCreditSplit> {
+        const H: i64 = 3_600_000;
+        let floor_from = from_ms.div_euclid(H) * H;
+        let last_start = last_whole_ms - H;
+        if first_whole_ms > last_start {
+            // No whole hour inside the period: every hour is partial.
+            let partial = self.stored_credits(org, Resolution::Hour, floor_from, end_ms).await?;
+            return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
+        }
+        let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
+        let partial = crate::accounts::numbered(&partial);
+        // Four independent statements at once, each on its own pooled connection (and so its
+        // own PostgreSQL backend process).
+        let whole_part = |sql: String, nested_loop: bool| async move {
+            let sql = crate::accounts::numbered(&sql);
+            let mut tx = self.pool.begin().await?;
+            // Statements this short gain nothing from JIT compilation (~0.5 s for these).
+            sqlx::query("SET LOCAL jit = off").execute(&mut *tx).await?;
+            if nested_loop {
+                // The hours before and after each GPU's days are ranges whose bounds depend on
+                // the GPU: the planner cannot estimate them and would hash-join the whole hour
+                // table, so it is told to look them up per GPU (a nested loop over the key).
+                for knob in ["SET LOCAL enable_hashjoin = off", "SET LOCAL enable_mergejoin = off"] {
+                    sqlx::query(knob).execute(&mut *tx).await?;
+                }
+            }
+            let rows = sqlx::query(&sql).bind(org).fetch_all(&mut *tx).await?;
+            tx.commit().await?;
+            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+        };
+        let partial = async {
+            let rows = sqlx::query(&partial)
+                .bind(org)
+                .bind(floor_from)
+                .bind(first_whole_ms)
+                .bind(org)
+                .bind(last_start)
+                .bind(end_ms)
+                .bind(org)
+                .bind(first_whole_ms)
+                .bind(last_start)
+                .bind(org)
+                .bind(first_whole_ms)
+                .bind(last_start)
+                .fetch_all(&self.pool)
+                .await?;
+            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+        };
+        let (days, before, after, partial) = tokio::try_join!(
+            whole_part(whole.days, false),
+            whole_part(whole.hours_before, true),
+            whole_part(whole.hours_after, true),
+            partial
+        )?;
+        let whole = crate::sum_per_gpu(days.into_iter().chain(before).chain(after).collect());
+        Ok(crate::HourCreditSplit { whole, partial })
+    }
+
+    async fn stored_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
+        let rows: Vec<(i64, Option<f64>)> = sqlx::query_as(
+            "SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = $1 AND r.bucket_ms > $2 - 3600000 AND r.bucket_ms < $3 GROUP BY r.gpu_id",
+        )
+        .bind(org)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
+    }
+
+    async fn stored_series(
+        &self,
+        gpu_id: i64,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<crate::SeriesRow>> {
+        let sql = format!(
+            "{} WHERE gpu_id = $1 AND bucket_ms >= $2 AND bucket_ms < $3 ORDER BY bucket_ms",
+            crate::series_select(res).replace("NULL AS state", "NULL::text AS state")
+        );
+        Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
+    }
+}
+
+/// The rollup job's loads and writes on PostgreSQL (`rollup_close`).
+mod close {
+    crate::rollup_close::impl_rollup_close!(sqlx::Postgres, crate::dialect::pg::q, "s.processes::text", sqlx::PgPool);
+}
+
 #[async_trait]
 impl Store for PgStore {
+    async fn latest_minutes(&self, org: OrgId) -> Result<Vec<crate::LatestMinute>> {
+        let read = || self.stored_latest_minutes(org);
+        let (stored, open) =
+            close::with_open(&self.pool, PendingScope::OrgLatest(org), self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_latest(stored, &open))
+    }
+
+    async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
+        let read = || self.stored_rollups(gpu_id, res, from_ms, to_ms);
+        let (lo, hi) = minute_range(res, from_ms, to_ms);
+        let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
+        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_rollups(stored, res, &open))
+    }
+
+    async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
+        let read = || self.stored_org_rollups(org, res, from_ms, to_ms);
+        let (lo, hi) = minute_range(res, from_ms, to_ms);
+        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_rollups(stored, res, &open))
+    }
+
+    async fn org_credits(
+        &self,
+        org: OrgId,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<crate::BucketCredit>> {
+        let read = || self.stored_credits(org, res, from_ms, to_ms);
+        let (lo, hi) = minute_range(res, from_ms, to_ms);
+        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_credits(stored, res, &open))
+    }
+
+    async fn org_hour_credit_split(
+        &self,
+        org: OrgId,
+        from_ms: i64,
+        end_ms: i64,
+        first_whole_ms: i64,
+        last_whole_ms: i64,
+    ) -> Result<crate::HourCreditSplit> {
+        let read = || self.stored_hour_credit_split(org, from_ms, end_ms, first_whole_ms, last_whole_ms);
+        let (lo, hi) = minute_range(Resolution::Hour, from_ms.div_euclid(3_600_000) * 3_600_000, end_ms);
+        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+        let (mut split, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        if !open.is_empty() {
+            let spans = self
+                .gpu_identities(org)
+                .await?
+                .into_iter()
+                .map(|g| (g.id, (g.first_seen_ms, g.last_seen_ms)))
+                .collect();
+            let period = rc::SplitPeriod { from_ms, end_ms, first_whole_ms, last_whole_ms };
+            rc::overlay_split(&mut split, &open, &spans, period);
+        }
+        Ok(split)
+    }
+
+    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
+        let read = || self.stored_peak_mem(org, from_ms, to_ms);
+        let (lo, hi) = minute_range(Resolution::Hour, from_ms - 3_600_000 + 1, to_ms);
+        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_peak_mem(stored, &open))
+    }
+
+    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<crate::SeriesRow>> {
+        let (lo, hi) = minute_range(res, from_ms, to_ms);
+        let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
+        match res {
+            Resolution::Minute => {
+                let read = || self.stored_series(gpu_id, res, from_ms, to_ms);
+                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                Ok(rc::overlay_minute_series(stored, &open))
+            }
+            // Hours from their rollups, with the open minutes in (the chart columns are theirs).
+            Resolution::Hour => {
+                Ok(self.rollups(gpu_id, res, from_ms, to_ms).await?.iter().map(|b| rc::series_row(b, None)).collect())
+            }
+        }
+    }
+
+    async fn close_minutes(&self, now_ms: i64, lateness_ms: i64) -> Result<u64> {
+        self.close_before(rc::close_cutoff(now_ms, lateness_ms)).await
+    }
+
     fn backend(&self) -> &'static str {
         "postgres"
     }
@@ -511,17 +607,6 @@ impl Store for PgStore {
             .collect())
     }
 
-    async fn latest_minutes(&self, org: OrgId) -> Result<Vec<crate::LatestMinute>> {
-        Ok(sqlx::query_as(
-            "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
-             FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id \
-             AND r.bucket_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000 WHERE g.org_id = $1",
-        )
-        .bind(org)
-        .fetch_all(&self.pool)
-        .await?)
-    }
-
     async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
         let sql = format!(
             "{} WHERE g.org_id = $1 ORDER BY g.host, g.gpu_index, g.uuid",
@@ -560,108 +645,6 @@ impl Store for PgStore {
         Ok(rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect())
     }
 
-    async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
-        let sql = format!(
-            "SELECT gpu_id, bucket_ms, {} FROM {} WHERE gpu_id = $1 AND bucket_ms >= $2 AND bucket_ms < $3 ORDER BY bucket_ms",
-            columns::rollup_columns().join(", "),
-            crate::rollup_table(res)
-        );
-        let rows = sqlx::query(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-        rows.iter().map(|r| columns::rollup_from_row(r, gpu_id).map_err(StoreError::from)).collect()
-    }
-
-    async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
-        let sql = format!(
-            "SELECT r.* FROM {} r JOIN gpus g ON g.id = r.gpu_id \
-             WHERE g.org_id = $1 AND r.bucket_ms >= $2 AND r.bucket_ms < $3 ORDER BY r.gpu_id, r.bucket_ms",
-            crate::rollup_table(res)
-        );
-        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-        rows.iter().map(|r| columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err(StoreError::from)).collect()
-    }
-
-    async fn org_credits(
-        &self,
-        org: OrgId,
-        res: Resolution,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<crate::BucketCredit>> {
-        let sql = format!(
-            "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
-             WHERE g.org_id = $1 AND r.bucket_ms >= $2 AND r.bucket_ms < $3",
-            Credit::column_names().iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", "),
-            crate::rollup_table(res)
-        );
-        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-        Ok(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
-    }
-
-    async fn org_hour_credit_split(
-        &self,
-        org: OrgId,
-        from_ms: i64,
-        end_ms: i64,
-        first_whole_ms: i64,
-        last_whole_ms: i64,
-    ) -> Result<crate::HourCreditSplit> {
-        const H: i64 = 3_600_000;
-        let floor_from = from_ms.div_euclid(H) * H;
-        let last_start = last_whole_ms - H;
-        if first_whole_ms > last_start {
-            // No whole hour inside the period: every hour is partial.
-            let partial = self.org_credits(org, Resolution::Hour, floor_from, end_ms).await?;
-            return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
-        }
-        let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
-        let partial = crate::accounts::numbered(&partial);
-        // Four independent statements at once, each on its own pooled connection (and so its
-        // own PostgreSQL backend process).
-        let whole_part = |sql: String, nested_loop: bool| async move {
-            let sql = crate::accounts::numbered(&sql);
-            let mut tx = self.pool.begin().await?;
-            // Statements this short gain nothing from JIT compilation (~0.5 s for these).
-            sqlx::query("SET LOCAL jit = off").execute(&mut *tx).await?;
-            if nested_loop {
-                // The hours before and after each GPU's days are ranges whose bounds depend on
-                // the GPU: the planner cannot estimate them and would hash-join the whole hour
-                // table, so it is told to look them up per GPU (a nested loop over the key).
-                for knob in ["SET LOCAL enable_hashjoin = off", "SET LOCAL enable_mergejoin = off"] {
-                    sqlx::query(knob).execute(&mut *tx).await?;
-                }
-            }
-            let rows = sqlx::query(&sql).bind(org).fetch_all(&mut *tx).await?;
-            tx.commit().await?;
-            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
-        };
-        let partial = async {
-            let rows = sqlx::query(&partial)
-                .bind(org)
-                .bind(floor_from)
-                .bind(first_whole_ms)
-                .bind(org)
-                .bind(last_start)
-                .bind(end_ms)
-                .bind(org)
-                .bind(first_whole_ms)
-                .bind(last_start)
-                .bind(org)
-                .bind(first_whole_ms)
-                .bind(last_start)
-                .fetch_all(&self.pool)
-                .await?;
-            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
-        };
-        let (days, before, after, partial) = tokio::try_join!(
-            whole_part(whole.days, false),
-            whole_part(whole.hours_before, true),
-            whole_part(whole.hours_after, true),
-            partial
-        )?;
-        let whole = crate::sum_per_gpu(days.into_iter().chain(before).chain(after).collect());
-        Ok(crate::HourCreditSplit { whole, partial })
-    }
-
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::ProcessList>> {
         // Process lists rarely change within a minute: group identical ones (each sample still
         // counts once), so a report parses a few lists per GPU-minute instead of 60.
@@ -689,32 +672,11 @@ impl Store for PgStore {
             .collect())
     }
 
-    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
-        let rows: Vec<(i64, Option<f64>)> = sqlx::query_as(
-            "SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
-             WHERE g.org_id = $1 AND r.bucket_ms > $2 - 3600000 AND r.bucket_ms < $3 GROUP BY r.gpu_id",
-        )
-        .bind(org)
-        .bind(from_ms)
-        .bind(to_ms)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
-    }
-
     async fn settings_by_key(&self, key: &str) -> Result<Vec<(OrgId, String)>> {
         Ok(sqlx::query_as("SELECT org_id, value FROM org_settings WHERE key = $1")
             .bind(key)
             .fetch_all(&self.pool)
             .await?)
-    }
-
-    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<crate::SeriesRow>> {
-        let sql = format!(
-            "{} WHERE gpu_id = $1 AND bucket_ms >= $2 AND bucket_ms < $3 ORDER BY bucket_ms",
-            crate::series_select(res).replace("NULL AS state", "NULL::text AS state")
-        );
-        Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
     }
 
     async fn setting(&self, org: OrgId, key: &str) -> Result<Option<String>> {
@@ -822,10 +784,15 @@ impl Store for PgStore {
     }
 
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
+        // Minutes whose raw samples are about to go are written first (what the job would do).
+        self.close_before(now_ms - policy.raw_ms).await?;
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();
+        let mut flags_deleted = 0;
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),
+            // The flags go with their samples.
+            ("sample_flags", policy.raw_ms, "ts_ms", &mut flags_deleted),
             ("rollups_1m", policy.rollup_1m_ms, "bucket_ms", &mut report.rollups_1m),
             ("rollups_1h", policy.rollup_1h_ms, "bucket_ms", &mut report.rollups_1h),
         ] {

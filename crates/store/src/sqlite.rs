@@ -9,14 +9,15 @@ use std::time::Duration;
 use async_trait::async_trait;
 use std::sync::Arc;
 
-use fleetlens_core::{Credit, Resolution, RollupAccumulator, RollupBucket, Sample};
+use fleetlens_core::{Credit, Resolution, RollupBucket, Sample};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::columns::{self, Cell, GpuRow, SampleRow};
-use crate::credits::{self, GpuMeta, MinuteClassifier, MinuteUpdate};
+use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
+use crate::rollup_close::{self as rc, PendingScope, minute_range};
 use crate::{
     ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
 };
@@ -59,6 +60,8 @@ const RETENTION_GPUS_PER_STEP: usize = 500;
 
 pub struct SqliteStore {
     pool: SqlitePool,
+    /// Credits the minutes that the rollup job writes and that reads add as open minutes.
+    classifier: Arc<dyn MinuteClassifier>,
     writer: mpsc::Sender<WriteJob>,
     /// One process: change signals stay in it.
     changes: crate::changes::LocalChanges,
@@ -67,7 +70,6 @@ pub struct SqliteStore {
 /// What the writer task owns.
 struct Writer {
     conn: SqliteConnection,
-    classifier: Arc<dyn MinuteClassifier>,
 }
 
 fn options(url: &str) -> Result<SqliteConnectOptions> {
@@ -116,8 +118,8 @@ impl SqliteStore {
         migrating.close().await?;
         let conn = SqliteConnection::connect_with(&opts).await?;
         let (tx, rx) = mpsc::channel(1024);
-        tokio::spawn(writer_loop(Writer { conn, classifier }, rx));
-        Ok(Self { pool, writer: tx, changes: Default::default() })
+        tokio::spawn(writer_loop(Writer { conn }, rx));
+        Ok(Self { pool, classifier, writer: tx, changes: Default::default() })
     }
 
     /// The read/write pool (the alert store's queries use it; ingest goes through the writer).
@@ -237,7 +239,7 @@ async fn day_retention_step(conn: &mut SqliteConnection, job: &RetentionJob) -> 
 /// One transaction for all jobs; returns one outcome per job.
 async fn write_group(w: &mut Writer, jobs: &[IngestJob]) -> Result<Vec<IngestOutcome>> {
     sqlx::query("BEGIN IMMEDIATE").execute(&mut w.conn).await?;
-    match write_jobs(&mut w.conn, w.classifier.as_ref(), jobs).await {
+    match write_jobs(&mut w.conn, jobs).await {
         Ok(outcomes) => {
             sqlx::query("COMMIT").execute(&mut w.conn).await?;
             Ok(outcomes)
@@ -249,23 +251,17 @@ async fn write_group(w: &mut Writer, jobs: &[IngestJob]) -> Result<Vec<IngestOut
     }
 }
 
-async fn write_jobs(
-    conn: &mut SqliteConnection,
-    classifier: &dyn MinuteClassifier,
-    jobs: &[IngestJob],
-) -> Result<Vec<IngestOutcome>> {
-    let mut minute = RollupAccumulator::new(Resolution::Minute);
-    let mut hour = RollupAccumulator::new(Resolution::Hour);
+async fn write_jobs(conn: &mut SqliteConnection, jobs: &[IngestJob]) -> Result<Vec<IngestOutcome>> {
     let mut outcomes = Vec::with_capacity(jobs.len());
-    let mut meta: std::collections::HashMap<i64, GpuMeta> = std::collections::HashMap::new();
+    let (mut new_keys, mut flagged) = (Vec::new(), Vec::new());
     for job in jobs {
         if let Some(rules) = &job.rules {
             check_rules(conn, job.org, &job.host, &job.samples, rules).await?;
         }
-        let ids = upsert_gpus(conn, job.org, &job.host, &job.samples, &mut meta).await?;
+        let ids = upsert_gpus(conn, job.org, &job.host, &job.samples).await?;
         // The writer is the only one writing, so "new" can be decided before inserting: probe
         // each GPU's time span once (a cheap index range, usually empty), insert only the rest.
-        let (existing, before) = existing_keys(conn, &job.samples, &ids).await?;
+        let existing = existing_keys(conn, &job.samples, &ids).await?;
         let mut seen: HashSet<(i64, i64)> = HashSet::with_capacity(job.samples.len());
         let fresh: Vec<&Sample> = job
             .samples
@@ -294,52 +290,24 @@ async fn write_jobs(
                 return Err(StoreError::Invalid(format!("inserted {done} of {} new samples", chunk.len())));
             }
         }
-        let inserted_keys: HashSet<(i64, i64)> = seen;
-        let sampled = credits::sampled_ms_by_key(job.samples.iter().map(|s| (ids[s.uuid.as_str()], s.ts_ms)), &before);
-        let inserted = accumulate_new(job, &ids, inserted_keys, &sampled, &mut minute, &mut hour);
+        let inserted = collect_new(job, &ids, seen, &mut new_keys, &mut flagged);
         let fills = crate::merge::sqlite::fill_stored(conn, &colliding(job, &ids, &existing)).await?;
-        fills.iter().for_each(|f| f.accumulate(&mut minute, &mut hour));
+        // A filled-in sample changes its minute: the minute is written (again) from the rows.
+        crate::merge::mark_fills(&fills, &mut new_keys, &mut flagged);
         let merged = fills.len() as u64;
         outcomes.push(IngestOutcome { inserted, merged, duplicates: job.samples.len() as u64 - inserted - merged });
     }
-    let merged = merge_minutes(conn, minute.into_buckets()).await?;
-    let (updates, hour_credits) = credits::recredit(&merged, &meta, classifier);
-    update_minute_credits(conn, &updates).await?;
-    merge_hours(conn, hour.into_buckets(), &hour_credits).await?;
-    merge_days(conn, &credits::day_credits(&hour_credits)).await?;
+    // The rollups of these samples are written once their minutes close (`rollup_close`).
+    close::mark_new(conn, &new_keys, &flagged, crate::rollup_close::wall_clock_ms()).await?;
     Ok(outcomes)
 }
 
-/// Store the new credits of the minutes whose classification or credit changed: one
-/// `UPDATE … FROM (VALUES …)` per chunk.
-async fn update_minute_credits(conn: &mut SqliteConnection, updates: &[MinuteUpdate]) -> Result<()> {
-    let cols = Credit::column_names();
-    let sets: Vec<String> = cols.iter().map(|c| format!("{c} = v.{c}")).collect();
-    for chunk in bounded_chunks(updates, 32_000 / (cols.len() + 3)) {
-        let mut qb: QueryBuilder<Sqlite> =
-            QueryBuilder::new(format!("WITH v(gpu_id, bucket_ms, state, {}) AS (", cols.join(", ")));
-        qb.push_values(chunk, |mut b, u| {
-            b.push_bind(u.gpu_id).push_bind(u.bucket_ms).push_bind(u.state.as_str());
-            for v in u.credit.to_cells() {
-                b.push_bind(v);
-            }
-        });
-        qb.push(format!(
-            ") UPDATE rollups_1m SET state = v.state, {} FROM v \
-             WHERE rollups_1m.gpu_id = v.gpu_id AND rollups_1m.bucket_ms = v.bucket_ms",
-            sets.join(", ")
-        ));
-        qb.build().execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-/// Keys of `samples` already stored, and each GPU's newest stored timestamps before the batch
-/// (ascending, for its sampled time): two index range probes per GPU of the batch.
+/// Keys of `samples` already stored: one index range probe per GPU of the batch.
 async fn existing_keys(
     conn: &mut SqliteConnection,
     samples: &[Sample],
     ids: &HashMap<String, i64>,
-) -> Result<(HashSet<(i64, i64)>, std::collections::HashMap<i64, Vec<i64>>)> {
+) -> Result<HashSet<(i64, i64)>> {
     let mut spans: HashMap<i64, (i64, i64)> = HashMap::new();
     for s in samples {
         let id = ids[s.uuid.as_str()];
@@ -347,7 +315,6 @@ async fn existing_keys(
         *span = (span.0.min(s.ts_ms), span.1.max(s.ts_ms));
     }
     let mut existing = HashSet::new();
-    let mut before = std::collections::HashMap::new();
     for (id, (lo, hi)) in spans {
         let found: Vec<i64> =
             sqlx::query_scalar("SELECT ts_ms FROM samples WHERE gpu_id = ? AND ts_ms BETWEEN ? AND ?")
@@ -357,17 +324,8 @@ async fn existing_keys(
                 .fetch_all(&mut *conn)
                 .await?;
         existing.extend(found.into_iter().map(|ts| (id, ts)));
-        let mut prior: Vec<i64> =
-            sqlx::query_scalar("SELECT ts_ms FROM samples WHERE gpu_id = ? AND ts_ms < ? ORDER BY ts_ms DESC LIMIT ?")
-                .bind(id)
-                .bind(lo)
-                .bind(credits::PREVIOUS_TIMESTAMPS)
-                .fetch_all(&mut *conn)
-                .await?;
-        prior.reverse();
-        before.insert(id, prior);
     }
-    Ok((existing, before))
+    Ok(existing)
 }
 
 /// The samples of `job` whose key was stored before it (each key once, the first of the
@@ -392,15 +350,15 @@ fn colliding<'a>(
         .collect()
 }
 
-/// Feed the samples that this transaction newly stored into the rollup deltas; returns how
-/// many there were. Only new samples count, so a resent batch changes no rollup.
-fn accumulate_new(
+/// The keys of the samples that this transaction newly stored (into `new_keys`) and the flags
+/// of those that had any (into `flagged`); returns how many there were. Only new samples count,
+/// so a resent batch marks no minute.
+fn collect_new(
     job: &IngestJob,
     ids: &HashMap<String, i64>,
     mut inserted_keys: HashSet<(i64, i64)>,
-    sampled: &std::collections::HashMap<(i64, i64), i64>,
-    minute: &mut RollupAccumulator,
-    hour: &mut RollupAccumulator,
+    new_keys: &mut Vec<(i64, i64)>,
+    flagged: &mut Vec<(i64, i64, i64)>,
 ) -> u64 {
     let mut inserted = 0;
     for (i, s) in job.samples.iter().enumerate() {
@@ -408,10 +366,11 @@ fn accumulate_new(
         // remove(): a sample repeated inside one batch counts once.
         if inserted_keys.remove(&key) {
             inserted += 1;
+            new_keys.push(key);
             let flags = job.flags.get(i).copied().unwrap_or_default();
-            let ms = sampled.get(&key).copied().unwrap_or_default();
-            minute.add(key.0, s, ms, flags);
-            hour.add(key.0, s, ms, flags);
+            if !flags.is_empty() {
+                flagged.push((key.0, key.1, flags.bits()));
+            }
         }
     }
     inserted
@@ -468,7 +427,6 @@ async fn upsert_gpus(
     org: OrgId,
     host: &str,
     samples: &[Sample],
-    meta: &mut std::collections::HashMap<i64, GpuMeta>,
 ) -> Result<HashMap<String, i64>> {
     let gpus = columns::gpu_upserts(samples);
     let mut ids = HashMap::with_capacity(gpus.len());
@@ -490,9 +448,7 @@ async fn upsert_gpus(
         });
         qb.push(GPU_UPSERT_TAIL);
         for row in qb.build().fetch_all(&mut *conn).await? {
-            let id: i64 = row.try_get(0)?;
-            ids.insert(row.try_get::<String, _>(1)?, id);
-            meta.insert(id, GpuMeta { org, power_limit_w: row.try_get(2)?, mem_total_bytes: row.try_get(3)? });
+            ids.insert(row.try_get::<String, _>(1)?, row.try_get(0)?);
         }
     }
     Ok(ids)
@@ -509,15 +465,6 @@ const GPU_UPSERT_TAIL: &str = " ON CONFLICT (org_id, uuid) DO UPDATE SET \
     last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms), \
     last_live_ms = max(gpus.last_live_ms, excluded.last_live_ms) \
     RETURNING id, uuid, power_limit_w, mem_total_bytes";
-
-/// SQLite's two-argument min/max return NULL if either side is NULL; these ignore NULLs.
-fn least(a: &str, b: &str) -> String {
-    format!("min(coalesce({a}, {b}), coalesce({b}, {a}))")
-}
-
-fn greatest(a: &str, b: &str) -> String {
-    format!("max(coalesce({a}, {b}), coalesce({b}, {a}))")
-}
 
 /// Most rows in one multi-row statement (see [`bounded_chunks`]).
 const MAX_STATEMENT_ROWS: usize = 256;
@@ -549,87 +496,120 @@ fn bounded_chunks<T>(items: &[T], max: usize) -> Vec<&[T]> {
     out
 }
 
-/// Rows of a multi-row rollup upsert that fit SQLite's bound-variable limit.
-fn rollups_per_statement(columns: usize) -> usize {
-    32_000 / (columns + 2)
-}
-
-/// Merge minute deltas; returns each merged row with the credit it had stored.
-async fn merge_minutes(conn: &mut SqliteConnection, buckets: Vec<RollupBucket>) -> Result<Vec<(RollupBucket, Credit)>> {
-    let cols = columns::rollup_columns();
-    let mut merged = Vec::with_capacity(buckets.len());
-    for chunk in bounded_chunks(&buckets, rollups_per_statement(cols.len())) {
-        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO rollups_1m (gpu_id, bucket_ms, ");
-        qb.push(cols.join(", ")).push(") ");
-        qb.push_values(chunk, |mut b, r| {
-            b.push_bind(r.gpu_id).push_bind(r.bucket_ms);
-            push_cells(&mut b, columns::rollup_cells(r));
-        });
-        qb.push(" ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET ");
-        qb.push(columns::rollup_merge_set("rollups_1m", least, greatest));
-        qb.push(" RETURNING ").push(columns::merged_returning());
-        for row in qb.build().fetch_all(&mut *conn).await? {
-            merged.push(columns::merged_from_row(&row)?);
+/// The stored rows alone, which the `Store` reads complete with the open minutes.
+impl SqliteStore {
+    /// The rollup job: the minutes marked before `cutoff_ms`, one transaction per chunk of GPUs
+    /// (a minute, its hour and day and its mark always go together).
+    async fn close_before(&self, cutoff_ms: i64) -> Result<u64> {
+        let mut written = 0;
+        for (gpu_lo, gpu_hi) in close::close_chunks(&self.pool, cutoff_ms).await? {
+            let mut tx = crate::dialect::sqlite::begin(&self.pool).await?;
+            let scope = PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi };
+            written += close::close_in(&mut tx, scope, None, self.classifier.as_ref()).await?;
+            tx.commit().await?;
         }
+        Ok(written)
     }
-    Ok(merged)
-}
 
-/// Merge hour deltas: signals, plus the credit changes of their minutes.
-async fn merge_hours(
-    conn: &mut SqliteConnection,
-    buckets: Vec<RollupBucket>,
-    credits: &std::collections::BTreeMap<(i64, i64), Credit>,
-) -> Result<()> {
-    let mut cols = columns::rollup_columns();
-    cols.extend(Credit::column_names());
-    for chunk in bounded_chunks(&buckets, rollups_per_statement(cols.len())) {
-        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO rollups_1h (gpu_id, bucket_ms, ");
-        qb.push(cols.join(", ")).push(") ");
-        qb.push_values(chunk, |mut b, r| {
-            b.push_bind(r.gpu_id).push_bind(r.bucket_ms);
-            push_cells(&mut b, columns::rollup_cells(r));
-            let credit = credits.get(&(r.gpu_id, r.bucket_ms)).copied().unwrap_or_default();
-            for v in credit.to_cells() {
-                b.push_bind(v);
-            }
-        });
-        qb.push(" ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET ");
-        qb.push(columns::rollup_merge_set("rollups_1h", least, greatest));
-        qb.push(", ").push(columns::credit_add_set("rollups_1h"));
-        qb.build().execute(&mut *conn).await?;
+    async fn stored_credits(
+        &self,
+        org: OrgId,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<crate::BucketCredit>> {
+        let sql = format!(
+            "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?",
+            Credit::column_names().iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", "),
+            crate::rollup_table(res)
+        );
+        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+        Ok(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
     }
-    Ok(())
-}
 
-/// Add the hours' credit changes to their days (`credits_1d`), in the ingest transaction.
-async fn merge_days(conn: &mut SqliteConnection, days: &std::collections::BTreeMap<(i64, i64), Credit>) -> Result<()> {
-    let cols = Credit::column_names();
-    let days: Vec<_> = days.iter().collect();
-    for chunk in bounded_chunks(&days, rollups_per_statement(cols.len())) {
-        let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO credits_1d (gpu_id, day_ms, ");
-        qb.push(cols.join(", ")).push(") ");
-        qb.push_values(chunk, |mut b, (key, credit)| {
-            let (gpu_id, day_ms) = **key;
-            b.push_bind(gpu_id).push_bind(day_ms);
-            for v in credit.to_cells() {
-                b.push_bind(v);
-            }
-        });
-        qb.push(" ON CONFLICT (gpu_id, day_ms) DO UPDATE SET ");
-        qb.push(columns::credit_add_set("credits_1d"));
-        qb.build().execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-fn push_cells(b: &mut sqlx::query_builder::Separated<'_, '_, Sqlite, &'static str>, cells: Vec<Cell>) {
-    for cell in cells {
-        match cell {
-            Cell::F(v) => b.push_bind(v),
-            Cell::I(v) => b.push_bind(v),
+    async fn stored_hour_credit_split(
+        &self,
+        org: OrgId,
+        from_ms: i64,
+        end_ms: i64,
+        first_whole_ms: i64,
+        last_whole_ms: i64,
+    ) -> Result<crate::HourCreditSplit> {
+        const H: i64 = 3_600_000;
+        let floor_from = from_ms.div_euclid(H) * H;
+        let last_start = last_whole_ms - H;
+        if first_whole_ms > last_start {
+            // No whole hour inside the period: every hour is partial.
+            let partial = self.stored_credits(org, Resolution::Hour, floor_from, end_ms).await?;
+            return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
+        }
+        let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
+        // Four independent statements at once, each on its own pooled connection (and so its
+        // own SQLite thread): WAL readers do not block each other.
+        let whole_part = |sql: String| async move {
+            let rows = sqlx::query(&sql).bind(org).fetch_all(&self.pool).await?;
+            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
         };
+        let partial = async {
+            let rows = sqlx::query(&partial)
+                .bind(org)
+                .bind(floor_from)
+                .bind(first_whole_ms)
+                .bind(org)
+                .bind(last_start)
+                .bind(end_ms)
+                .bind(org)
+                .bind(first_whole_ms)
+                .bind(last_start)
+                .bind(org)
+                .bind(first_whole_ms)
+                .bind(last_start)
+                .fetch_all(&self.pool)
+                .await?;
+            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+        };
+        let (days, before, after, partial) = tokio::try_join!(
+            whole_part(whole.days),
+            whole_part(whole.hours_before),
+            whole_part(whole.hours_after),
+            partial
+        )?;
+        let whole = crate::sum_per_gpu(days.into_iter().chain(before).chain(after).collect());
+        Ok(crate::HourCreditSplit { whole, partial })
     }
+
+    async fn stored_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
+        let rows: Vec<(i64, Option<f64>)> = sqlx::query_as(
+            "SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
+             WHERE g.org_id = ? AND r.bucket_ms > ? - 3600000 AND r.bucket_ms < ? GROUP BY r.gpu_id",
+        )
+        .bind(org)
+        .bind(from_ms)
+        .bind(to_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
+    }
+
+    async fn stored_series(
+        &self,
+        gpu_id: i64,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<crate::SeriesRow>> {
+        let sql = format!(
+            "{} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
+            crate::series_select(res)
+        );
+        Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
+    }
+}
+
+/// The rollup job's loads and writes on SQLite (`rollup_close`).
+mod close {
+    crate::rollup_close::impl_rollup_close!(sqlx::Sqlite, crate::dialect::sqlite::q, "s.processes", sqlx::SqlitePool);
 }
 
 #[async_trait]
@@ -767,14 +747,19 @@ impl Store for SqliteStore {
     }
 
     async fn latest_minutes(&self, org: OrgId) -> Result<Vec<crate::LatestMinute>> {
-        Ok(sqlx::query_as(
-            "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
+        let read = || async {
+            Ok(sqlx::query_as(
+                "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
              FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id \
              AND r.bucket_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000 WHERE g.org_id = ?",
-        )
-        .bind(org)
-        .fetch_all(&self.pool)
-        .await?)
+            )
+            .bind(org)
+            .fetch_all(&self.pool)
+            .await?)
+        };
+        let (stored, open) =
+            close::with_open(&self.pool, PendingScope::OrgLatest(org), self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_latest(stored, &open))
     }
 
     async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
@@ -819,8 +804,14 @@ impl Store for SqliteStore {
             columns::rollup_columns().join(", "),
             crate::rollup_table(res)
         );
-        let rows = sqlx::query(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-        rows.iter().map(|r| columns::rollup_from_row(r, gpu_id).map_err(StoreError::from)).collect()
+        let read = || async {
+            let rows = sqlx::query(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+            rows.iter().map(|r| columns::rollup_from_row(r, gpu_id).map_err(StoreError::from)).collect()
+        };
+        let (lo, hi) = minute_range(res, from_ms, to_ms);
+        let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
+        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_rollups(stored, res, &open))
     }
 
     async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
@@ -829,8 +820,14 @@ impl Store for SqliteStore {
              WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ? ORDER BY r.gpu_id, r.bucket_ms",
             crate::rollup_table(res)
         );
-        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-        rows.iter().map(|r| columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err(StoreError::from)).collect()
+        let read = || async {
+            let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+            rows.iter().map(|r| columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err(StoreError::from)).collect()
+        };
+        let (lo, hi) = minute_range(res, from_ms, to_ms);
+        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_rollups(stored, res, &open))
     }
 
     async fn org_credits(
@@ -840,14 +837,11 @@ impl Store for SqliteStore {
         from_ms: i64,
         to_ms: i64,
     ) -> Result<Vec<crate::BucketCredit>> {
-        let sql = format!(
-            "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
-             WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?",
-            Credit::column_names().iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", "),
-            crate::rollup_table(res)
-        );
-        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-        Ok(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+        let read = || self.stored_credits(org, res, from_ms, to_ms);
+        let (lo, hi) = minute_range(res, from_ms, to_ms);
+        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_credits(stored, res, &open))
     }
 
     async fn org_hour_credit_split(
@@ -858,47 +852,49 @@ impl Store for SqliteStore {
         first_whole_ms: i64,
         last_whole_ms: i64,
     ) -> Result<crate::HourCreditSplit> {
-        const H: i64 = 3_600_000;
-        let floor_from = from_ms.div_euclid(H) * H;
-        let last_start = last_whole_ms - H;
-        if first_whole_ms > last_start {
-            // No whole hour inside the period: every hour is partial.
-            let partial = self.org_credits(org, Resolution::Hour, floor_from, end_ms).await?;
-            return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
+        let read = || self.stored_hour_credit_split(org, from_ms, end_ms, first_whole_ms, last_whole_ms);
+        let (lo, hi) = minute_range(Resolution::Hour, from_ms.div_euclid(3_600_000) * 3_600_000, end_ms);
+        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+        let (mut split, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        if !open.is_empty() {
+            let spans = self
+                .gpu_identities(org)
+                .await?
+                .into_iter()
+                .map(|g| (g.id, (g.first_seen_ms, g.last_seen_ms)))
+                .collect();
+            let period = rc::SplitPeriod { from_ms, end_ms, first_whole_ms, last_whole_ms };
+            rc::overlay_split(&mut split, &open, &spans, period);
         }
-        let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
-        // Four independent statements at once, each on its own pooled connection (and so its
-        // own SQLite thread): WAL readers do not block each other.
-        let whole_part = |sql: String| async move {
-            let rows = sqlx::query(&sql).bind(org).fetch_all(&self.pool).await?;
-            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
-        };
-        let partial = async {
-            let rows = sqlx::query(&partial)
-                .bind(org)
-                .bind(floor_from)
-                .bind(first_whole_ms)
-                .bind(org)
-                .bind(last_start)
-                .bind(end_ms)
-                .bind(org)
-                .bind(first_whole_ms)
-                .bind(last_start)
-                .bind(org)
-                .bind(first_whole_ms)
-                .bind(last_start)
-                .fetch_all(&self.pool)
-                .await?;
-            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
-        };
-        let (days, before, after, partial) = tokio::try_join!(
-            whole_part(whole.days),
-            whole_part(whole.hours_before),
-            whole_part(whole.hours_after),
-            partial
-        )?;
-        let whole = crate::sum_per_gpu(days.into_iter().chain(before).chain(after).collect());
-        Ok(crate::HourCreditSplit { whole, partial })
+        Ok(split)
+    }
+
+    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
+        let read = || self.stored_peak_mem(org, from_ms, to_ms);
+        let (lo, hi) = minute_range(Resolution::Hour, from_ms - 3_600_000 + 1, to_ms);
+        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+        Ok(rc::overlay_peak_mem(stored, &open))
+    }
+
+    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<crate::SeriesRow>> {
+        let (lo, hi) = minute_range(res, from_ms, to_ms);
+        let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
+        match res {
+            Resolution::Minute => {
+                let read = || self.stored_series(gpu_id, res, from_ms, to_ms);
+                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                Ok(rc::overlay_minute_series(stored, &open))
+            }
+            // Hours from their rollups, with the open minutes in (the chart columns are theirs).
+            Resolution::Hour => {
+                Ok(self.rollups(gpu_id, res, from_ms, to_ms).await?.iter().map(|b| rc::series_row(b, None)).collect())
+            }
+        }
+    }
+
+    async fn close_minutes(&self, now_ms: i64, lateness_ms: i64) -> Result<u64> {
+        self.close_before(rc::close_cutoff(now_ms, lateness_ms)).await
     }
 
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::ProcessList>> {
@@ -928,32 +924,11 @@ impl Store for SqliteStore {
             .collect())
     }
 
-    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
-        let rows: Vec<(i64, Option<f64>)> = sqlx::query_as(
-            "SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
-             WHERE g.org_id = ? AND r.bucket_ms > ? - 3600000 AND r.bucket_ms < ? GROUP BY r.gpu_id",
-        )
-        .bind(org)
-        .bind(from_ms)
-        .bind(to_ms)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
-    }
-
     async fn settings_by_key(&self, key: &str) -> Result<Vec<(OrgId, String)>> {
         Ok(sqlx::query_as("SELECT org_id, value FROM org_settings WHERE key = ?")
             .bind(key)
             .fetch_all(&self.pool)
             .await?)
-    }
-
-    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<crate::SeriesRow>> {
-        let sql = format!(
-            "{} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
-            crate::series_select(res)
-        );
-        Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
     }
 
     async fn setting(&self, org: OrgId, key: &str) -> Result<Option<String>> {
@@ -1012,11 +987,15 @@ impl Store for SqliteStore {
     }
 
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
+        // Minutes whose raw samples are about to go are written first (what the job would do).
+        self.close_before(now_ms - policy.raw_ms).await?;
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();
-        let mut days_deleted = 0;
+        let (mut days_deleted, mut flags_deleted) = (0, 0);
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),
+            // The flags go with their samples.
+            ("sample_flags", policy.raw_ms, "ts_ms", &mut flags_deleted),
             ("rollups_1m", policy.rollup_1m_ms, "bucket_ms", &mut report.rollups_1m),
             ("rollups_1h", policy.rollup_1h_ms, "bucket_ms", &mut report.rollups_1h),
             // After the hours (see `day_retention_step`).

@@ -21,7 +21,11 @@ fleetlens_tests::for_each_backend!(
     the_feed_reads_many_gpus_at_once,
     maintenance_clears_the_garbage_of_in_place_updates,
     ingest_rules_refuse_whole_batches_and_admins_move_gpus,
+    rollups_written_once_equal_the_per_sample_reference,
 );
+
+/// A time after every test's samples: the rollup job then writes every marked minute.
+const LATER: i64 = 4_000_000_000_000;
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
     let db = TestDatabase::new(backend).await;
@@ -337,6 +341,24 @@ async fn hour_credit_split_partitions_the_period(backend: Backend) {
     let split = store.org_hour_credit_split(DEFAULT_ORG, t0 + 10 * M, t0 + 50 * M, t0 + H, t0).await.unwrap();
     assert!(split.whole.is_empty());
     assert_eq!(split.partial.len(), 2, "hour 0 of a and b");
+    // The same split once the rollup job has written the minutes (read from stored rows alone).
+    let open_split = store.org_hour_credit_split(DEFAULT_ORG, from, end, t0 + H, t0 + 5 * H).await.unwrap();
+    assert!(store.close_minutes(LATER, 120_000).await.unwrap() > 0);
+    let stored_split = store.org_hour_credit_split(DEFAULT_ORG, from, end, t0 + H, t0 + 5 * H).await.unwrap();
+    assert_same_credits(&open_split.whole, &stored_split.whole, "whole");
+    assert_same_credits(&open_split.partial, &stored_split.partial, "partial");
+}
+
+fn assert_same_credits(a: &[fleetlens_store::BucketCredit], b: &[fleetlens_store::BucketCredit], label: &str) {
+    let key = |r: &fleetlens_store::BucketCredit| (r.gpu_id, r.bucket_ms);
+    let (mut a, mut b) = (a.to_vec(), b.to_vec());
+    a.sort_by_key(key);
+    b.sort_by_key(key);
+    assert_eq!(a.iter().map(key).collect::<Vec<_>>(), b.iter().map(key).collect::<Vec<_>>(), "{label}: rows");
+    for (x, y) in a.iter().zip(&b) {
+        let diff = x.credit.minus(&y.credit).to_cells().iter().map(|v| v.abs()).fold(0.0, f64::max);
+        assert!(diff < 1e-6, "{label}: GPU {} bucket {} differs by {diff}", x.gpu_id, x.bucket_ms);
+    }
 }
 
 /// `org_hour_credit_split` over several days: the whole days come from the day credits
@@ -401,6 +423,9 @@ async fn whole_days_give_the_sums_of_their_hours(backend: Backend) {
         }
     };
     assert_eq!(check("ingested").await, 3, "c: whole hours, no whole day");
+    // The rollup job writes the minutes, their hours and their days: the same sums.
+    assert!(store.close_minutes(LATER, 120_000).await.unwrap() > 0);
+    assert_eq!(check("written").await, 3);
     // Retention cuts day 1 (of a's and b's whole days) at 6 h 17 min: the day's credits are
     // those of its remaining hours.
     let cutoff = day0 + D + 6 * H + 17 * M;
@@ -445,13 +470,18 @@ async fn the_feed_reads_many_gpus_at_once(backend: Backend) {
 
 async fn maintenance_clears_the_garbage_of_in_place_updates(backend: Backend) {
     let (db, store) = open(backend).await;
-    // Ten batches into the same minutes: each merges into (updates) the same rollup rows.
+    // Ten batches into the same minutes mark them; the rollup job writes them and removes the
+    // marks (the garbage left now), then a late batch reopens them and they are written again
+    // (an update of each minute row).
     let now = 1_700_000_040_000i64;
     for gpu in 0..20 {
         let samples = synthetic(&format!("GPU-m{gpu}"), now, 60, 1000);
-        for batch in samples.chunks(6) {
+        for batch in samples[..54].chunks(6) {
             store.ingest(DEFAULT_ORG, "h", batch.to_vec()).await.unwrap();
         }
+        store.close_minutes(LATER, 120_000).await.unwrap();
+        store.ingest(DEFAULT_ORG, "h", samples[54..].to_vec()).await.unwrap();
+        store.close_minutes(LATER, 120_000).await.unwrap();
     }
     let gpu = store.gpu(DEFAULT_ORG, "GPU-m3").await.unwrap().unwrap();
     let before = store.rollups(gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
@@ -474,7 +504,7 @@ async fn maintenance_clears_the_garbage_of_in_place_updates(backend: Backend) {
     }
     // The ingest connections report their row counts to the statistics within a second or so.
     let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
-    let dead = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'rollups_1m'";
+    let dead = "SELECT n_dead_tup FROM pg_stat_user_tables WHERE relname = 'rollup_pending'";
     let mut report = None;
     for _ in 0..50 {
         if sqlx::query_scalar::<_, i64>(dead).fetch_one(&pool).await.unwrap() > 0 {
@@ -483,12 +513,14 @@ async fn maintenance_clears_the_garbage_of_in_place_updates(backend: Backend) {
         }
         tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     }
-    let report = report.expect("the updates left dead rollup rows");
+    let report = report.expect("the removed marks left dead rows");
     assert!(!report.autovacuum);
-    assert!(report.vacuumed.iter().any(|t| t == "rollups_1m"), "rollups_1m vacuumed: {report:?}");
+    // The minute rows are written once (and once more when late samples reopen them): 20
+    // dead versions for 20 rows stay below autovacuum's threshold; the marks are the garbage.
+    assert!(report.vacuumed.iter().any(|t| t == "rollup_pending"), "the marks vacuumed: {report:?}");
     assert_eq!(sqlx::query_scalar::<_, i64>(dead).fetch_one(&pool).await.unwrap(), 0, "no dead rows left");
     let analysed: bool =
-        sqlx::query_scalar("SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'rollups_1m'")
+        sqlx::query_scalar("SELECT last_analyze IS NOT NULL FROM pg_stat_user_tables WHERE relname = 'rollup_pending'")
             .fetch_one(&pool)
             .await
             .unwrap();
@@ -550,4 +582,183 @@ async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend
     // Without rules (tools, tests), nothing is checked.
     store.ingest(DEFAULT_ORG, "n9", batch(&["G7", "G8"], t)).await.unwrap();
     assert_eq!(store.gpus(DEFAULT_ORG).await.unwrap().len(), 5);
+}
+
+/// What the rollup job writes (and what reads add for the minutes not written yet) equals the
+/// rollups and credits of the same samples merged one by one in time order (what ingest used to
+/// write), computed by core's pure functions: with batches out of order, late samples that
+/// reopen written minutes, data-quality flags, and a sample resent.
+async fn rollups_written_once_equal_the_per_sample_reference(backend: Backend) {
+    use fleetlens_core::QualityFlag;
+    const M: i64 = 60_000;
+    let (db, store) = open(backend).await;
+    let t0 = 1_790_000_000_000i64.div_euclid(3_600_000) * 3_600_000 + 17 * M;
+    // Two GPUs, 100 minutes at 2 s; every 97th sample arrives late, every 41st is flagged.
+    let mut all: Vec<(Sample, QualityFlags)> = Vec::new();
+    for uuid in ["GPU-w1", "GPU-w2"] {
+        for s in synthetic(uuid, t0, 3000, 2000) {
+            let mut f = QualityFlags::NONE;
+            if (s.ts_ms / 2000) % 41 == 0 {
+                f.insert(QualityFlag::EnergyCounterBackwards);
+            }
+            all.push((s, f));
+        }
+    }
+    let late = |s: &Sample| (s.ts_ms / 2000) % 97 == 5;
+    let (on_time, late_ones): (Vec<_>, Vec<_>) = all.iter().cloned().partition(|(s, _)| !late(s));
+    let mut batches: Vec<Vec<(Sample, QualityFlags)>> = on_time.chunks(150).map(<[_]>::to_vec).collect();
+    batches.sort_by_key(|b| (b[0].0.ts_ms / 1000 * 37) % 101);
+    let send = |batch: Vec<(Sample, QualityFlags)>| {
+        let store = store.clone();
+        async move {
+            let (samples, flags): (Vec<Sample>, Vec<QualityFlags>) = batch.into_iter().unzip();
+            store.ingest_with(DEFAULT_ORG, "h", samples, flags, None).await.unwrap();
+        }
+    };
+    for b in batches {
+        send(b).await;
+    }
+    let ids: Vec<i64> = {
+        let mut v = Vec::new();
+        for uuid in ["GPU-w1", "GPU-w2"] {
+            v.push(store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap().id);
+        }
+        v
+    };
+    let check = |arrived: Vec<(Sample, QualityFlags)>, label: &'static str| {
+        let store = store.clone();
+        let ids = ids.clone();
+        async move {
+            let (minutes, hours, minute_credits, hour_credits) = reference(&arrived, &ids);
+            for (i, gpu) in ids.iter().enumerate() {
+                let got_m = store.rollups(*gpu, Resolution::Minute, 0, i64::MAX).await.unwrap();
+                let want_m: Vec<_> = minutes.iter().filter(|b| b.gpu_id == *gpu).cloned().collect();
+                assert_same_buckets(&got_m, &want_m, label, "minutes");
+                let got_h = store.rollups(*gpu, Resolution::Hour, 0, i64::MAX).await.unwrap();
+                let want_h: Vec<_> = hours.iter().filter(|b| b.gpu_id == *gpu).cloned().collect();
+                assert_same_buckets(&got_h, &want_h, label, "hours");
+                let series = store.series(*gpu, Resolution::Minute, 0, i64::MAX).await.unwrap();
+                assert_eq!(series.len(), want_m.len(), "{label}: series points of GPU {i}");
+                assert!(series.iter().all(|p| p.state.is_some()), "{label}: every minute has its state");
+            }
+            let got = store.org_credits(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
+            assert_same_credits(&got, &minute_credits, &format!("{label}: minute credits"));
+            let got = store.org_credits(DEFAULT_ORG, Resolution::Hour, 0, i64::MAX).await.unwrap();
+            assert_same_credits(&got, &hour_credits, &format!("{label}: hour credits"));
+        }
+    };
+    check(on_time.clone(), "open").await;
+    assert!(pending(&db, backend).await > 0);
+    // The job writes every minute once: the stored rows alone give the same answers.
+    let written = store.close_minutes(LATER, 120_000).await.unwrap();
+    assert_eq!(written as usize, 2 * 100, "each GPU-minute written once");
+    assert_eq!(pending(&db, backend).await, 0, "no mark left");
+    check(on_time.clone(), "written").await;
+    // Nothing more to write, and a resent batch marks nothing.
+    assert_eq!(store.close_minutes(LATER, 120_000).await.unwrap(), 0);
+    send(on_time[..150].to_vec()).await;
+    assert_eq!(pending(&db, backend).await, 0, "a resent batch adds no sample and no mark");
+    // Late samples reopen their minutes: reads include them at once, the job writes them again.
+    for b in late_ones.chunks(20) {
+        send(b.to_vec()).await;
+    }
+    check(all.clone(), "reopened").await;
+    store.close_minutes(LATER, 120_000).await.unwrap();
+    assert_eq!(pending(&db, backend).await, 0);
+    check(all.clone(), "rewritten").await;
+    // A job that has not reached the lateness bound writes nothing yet.
+    let newest = all.iter().map(|(s, _)| s.ts_ms).max().unwrap();
+    send(vec![(synthetic("GPU-w1", newest + 2000, 1, 2000).remove(0), QualityFlags::NONE)]).await;
+    assert_eq!(store.close_minutes(newest + 2000 + 60_000, 120_000).await.unwrap(), 0, "within the lateness bound");
+    assert!(store.close_minutes(newest + 2000 + 200_000, 120_000).await.unwrap() > 0);
+}
+
+/// Marks left in `rollup_pending`.
+async fn pending(db: &TestDatabase, backend: Backend) -> i64 {
+    let sql = "SELECT count(*) FROM rollup_pending";
+    match backend {
+        Backend::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap()
+        }
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            sqlx::query_scalar(sql).fetch_one(&pool).await.unwrap()
+        }
+    }
+}
+
+/// The rollups and credits of `arrived` (GPU i has uuid GPU-w{i+1} and id `ids[i]`) as ingest
+/// used to write them: each GPU's samples merged one by one in time order, each counting the
+/// time since the previous one (`sampled_ms_since_previous`), each minute credited from its
+/// rollup, each hour the sum of its minutes.
+#[allow(clippy::type_complexity)]
+fn reference(
+    arrived: &[(Sample, QualityFlags)],
+    ids: &[i64],
+) -> (
+    Vec<fleetlens_core::RollupBucket>,
+    Vec<fleetlens_core::RollupBucket>,
+    Vec<fleetlens_store::BucketCredit>,
+    Vec<fleetlens_store::BucketCredit>,
+) {
+    let (mut minutes, mut hours) =
+        (RollupAccumulator::new(Resolution::Minute), RollupAccumulator::new(Resolution::Hour));
+    for (i, gpu) in ids.iter().enumerate() {
+        let uuid = format!("GPU-w{}", i + 1);
+        let mut mine: Vec<&(Sample, QualityFlags)> = arrived.iter().filter(|(s, _)| s.uuid == uuid).collect();
+        mine.sort_by_key(|(s, _)| s.ts_ms);
+        mine.dedup_by_key(|(s, _)| s.ts_ms);
+        let ts: Vec<i64> = mine.iter().map(|(s, _)| s.ts_ms).collect();
+        let sampled =
+            fleetlens_core::sampled_ms_since_previous(&[], &ts, Thresholds::default().offline_missing_intervals);
+        for ((s, f), ms) in mine.into_iter().zip(sampled) {
+            minutes.add(*gpu, s, ms, *f);
+            hours.add(*gpu, s, ms, *f);
+        }
+    }
+    let minutes = minutes.into_buckets();
+    let th = Thresholds::default();
+    let mut minute_credits = Vec::new();
+    let mut hour_credits: std::collections::BTreeMap<(i64, i64), Credit> = Default::default();
+    for b in &minutes {
+        let (c, _) = Credit::of_minute(b, None, None, &th);
+        minute_credits.push(fleetlens_store::BucketCredit { gpu_id: b.gpu_id, bucket_ms: b.bucket_ms, credit: c });
+        hour_credits.entry((b.gpu_id, Resolution::Hour.bucket_start(b.bucket_ms))).or_default().add_scaled(&c, 1.0);
+    }
+    let hour_credits = hour_credits
+        .into_iter()
+        .map(|((gpu_id, bucket_ms), credit)| fleetlens_store::BucketCredit { gpu_id, bucket_ms, credit })
+        .collect();
+    (minutes, hours.into_buckets(), minute_credits, hour_credits)
+}
+
+fn assert_same_buckets(
+    got: &[fleetlens_core::RollupBucket],
+    want: &[fleetlens_core::RollupBucket],
+    label: &str,
+    what: &str,
+) {
+    assert_eq!(
+        got.iter().map(|b| b.bucket_ms).collect::<Vec<_>>(),
+        want.iter().map(|b| b.bucket_ms).collect::<Vec<_>>(),
+        "{label}: {what} buckets"
+    );
+    for (s, e) in got.iter().zip(want) {
+        let at = format!("{label}: {what} {}", s.bucket_ms);
+        assert_eq!(
+            (s.sample_count, s.allocated_count, s.processes_read_count),
+            (e.sample_count, e.allocated_count, e.processes_read_count),
+            "{at}"
+        );
+        assert_eq!(
+            (s.first_ts_ms, s.last_ts_ms, s.sampled_ms, s.quality),
+            (e.first_ts_ms, e.last_ts_ms, e.sampled_ms, e.quality),
+            "{at}"
+        );
+        for (a, b) in s.signals.iter().zip(&e.signals) {
+            assert_eq!((a.count, a.min, a.max), (b.count, b.min, b.max), "{at}");
+            assert!((a.sum - b.sum).abs() < 1e-6 * b.sum.abs().max(1.0), "{at}: sum {} vs {}", a.sum, b.sum);
+        }
+    }
 }

@@ -1,0 +1,805 @@
+//! Rollups written once (issue 21, part 3). Ingest stores the raw samples and marks each
+//! (GPU, minute) it added samples to in `rollup_pending`; it no longer merges every batch into
+//! the minute, hour and day rows (on PostgreSQL each merge left a dead version of a wide row:
+//! 1.4–6.7 KB per minute row). The rollup job ([`close_minutes`], leader-elected, run by the
+//! server every few seconds) takes the minutes that closed more than the lateness bound ago,
+//! rolls each up from its raw samples (`fleetlens_core::minute_from_samples`), credits it, writes
+//! its `rollups_1m` row once, sums its hour and day again from their minutes and hours, and
+//! removes the marks, all in one transaction: a crash before the commit leaves the marks (the
+//! next run does the minutes again), after it leaves nothing to redo, so no minute is counted
+//! twice or lost.
+//!
+//! A sample that arrives after its minute closed marks the minute again (and the next minute,
+//! whose first sample's sampled time may continue from it): the next run rolls it up again from
+//! all its raw samples. So a late sample is never dropped, whatever its lateness, as long as its
+//! raw rows are kept; the lateness bound only decides how long a minute waits before it is
+//! written, i.e. how often a minute is written twice.
+//!
+//! Reads stay current: every read of rollups or credits adds the marked (open) minutes, computed
+//! from their raw samples the same way ([`load_open`], `overlay_*` below), in place of what is
+//! stored for them.
+
+use std::collections::{BTreeMap, HashMap};
+
+use fleetlens_core::{Credit, QualityFlags, Resolution, RollupBucket, Sample, Thresholds, WorkloadState};
+
+use crate::credits::MinuteClassifier;
+use crate::{BucketCredit, HourCreditSplit, LatestMinute, OrgId, SeriesRow};
+
+/// How long after its end a minute waits before the job writes it, by default: samples of a
+/// minute that arrive within this bound of its end are in its one write. Agents send every few
+/// seconds and spool on failure; two minutes covers a batch that was retried once.
+pub const DEFAULT_LATENESS_MS: i64 = 120_000;
+
+/// The least lateness bound the job may be given (`--rollup-lateness`).
+pub const MIN_LATENESS_MS: i64 = 60_000;
+
+/// Ingest marks a minute with `ON CONFLICT DO NOTHING` (no row lock, no new row version) while
+/// it is this far from being closed by any replica's job (whose lateness is at least
+/// [`MIN_LATENESS_MS`]); closer than that, with a row lock that waits for a running job, so
+/// that the job cannot remove a mark set after it read the samples (PostgreSQL). Covers clock
+/// differences between replicas.
+const CLOSE_MARGIN_MS: i64 = 60_000;
+
+const MINUTE_MS: i64 = 60_000;
+/// GPUs per transaction of the job: each holds SQLite's write lock (ingest waits) for the reads
+/// and writes of this many GPUs' closed minutes.
+pub(crate) const GPUS_PER_CLOSE: usize = 200;
+const HOUR_MS: i64 = 3_600_000;
+
+/// Which marked minutes to load.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum PendingScope {
+    /// Every minute that started before `cutoff_ms` (the job's cutoff), of the GPUs with ids in
+    /// `[gpu_lo, gpu_hi]` (the job works through the fleet in chunks of GPUs).
+    ClosedBefore { cutoff_ms: i64, gpu_lo: i64, gpu_hi: i64 },
+    /// An organisation's minutes starting in `[from, to)`.
+    Org { org: OrgId, from_ms: i64, to_ms: i64 },
+    /// One GPU's minutes starting in `[from, to)`.
+    Gpu { gpu_id: i64, from_ms: i64, to_ms: i64 },
+    /// The minute of each GPU's newest sample, for an organisation.
+    OrgLatest(OrgId),
+}
+
+impl PendingScope {
+    /// A condition on `p` (rollup_pending) and `g` (gpus) with `?` placeholders, and its binds.
+    pub(crate) fn condition(self) -> (String, Vec<i64>) {
+        match self {
+            PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi } => {
+                ("p.minute_ms < ? AND p.gpu_id >= ? AND p.gpu_id <= ?".into(), vec![cutoff_ms, gpu_lo, gpu_hi])
+            }
+            PendingScope::Org { org, from_ms, to_ms } => {
+                ("g.org_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![org, from_ms, to_ms])
+            }
+            PendingScope::Gpu { gpu_id, from_ms, to_ms } => {
+                ("p.gpu_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![gpu_id, from_ms, to_ms])
+            }
+            PendingScope::OrgLatest(org) => (
+                "g.org_id = ? AND p.minute_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000".into(),
+                vec![org],
+            ),
+        }
+    }
+}
+
+/// Now, as Unix milliseconds (ingest's side of [`mark_needs_lock`]).
+pub(crate) fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64)
+}
+
+/// The minutes whose open rollups a read of `res` buckets starting in `[from_ms, to_ms)` needs:
+/// `[lo, hi)` of minute starts (an hour holds the minutes that start inside it).
+pub(crate) fn minute_range(res: Resolution, from_ms: i64, to_ms: i64) -> (i64, i64) {
+    let b = res.bucket_ms();
+    let ceil = |t: i64| t.div_euclid(b).saturating_mul(b).saturating_add(if t.rem_euclid(b) == 0 { 0 } else { b });
+    (ceil(from_ms), ceil(to_ms))
+}
+
+/// The minutes a batch marks: each minute it added samples to, and the minute after it (the
+/// sampled time of that minute's first sample continues from this one's last, so a late sample
+/// can change it; for the current minute the mark is the next minute's anyway).
+pub(crate) fn minutes_to_mark(new_keys: impl IntoIterator<Item = (i64, i64)>) -> Vec<(i64, i64)> {
+    let mut out: Vec<(i64, i64)> = Vec::new();
+    for (gpu_id, ts) in new_keys {
+        let m = Resolution::Minute.bucket_start(ts);
+        out.push((gpu_id, m));
+        out.push((gpu_id, m + MINUTE_MS));
+    }
+    out.sort_unstable();
+    out.dedup();
+    out
+}
+
+/// True when a mark of `minute_ms` must wait for a running job (see [`CLOSE_MARGIN_MS`]).
+pub(crate) fn mark_needs_lock(minute_ms: i64, now_ms: i64) -> bool {
+    minute_ms + MINUTE_MS + MIN_LATENESS_MS <= now_ms + CLOSE_MARGIN_MS
+}
+
+/// The job's cutoff: minutes that start before it ended at least `lateness_ms` before `now_ms`.
+pub fn close_cutoff(now_ms: i64, lateness_ms: i64) -> i64 {
+    now_ms - MINUTE_MS - lateness_ms.max(MIN_LATENESS_MS) + 1
+}
+
+/// A marked minute's key and what the classifier needs of its GPU: gpu_id, minute_ms,
+/// organisation, power limit, memory size.
+pub(crate) type PendingKey = (i64, i64, OrgId, Option<f64>, Option<i64>);
+/// (gpu_id, bucket start) pairs.
+pub(crate) type GpuBuckets = Vec<(i64, i64)>;
+
+/// A marked minute's raw material, as loaded.
+#[derive(Debug, Default)]
+pub(crate) struct RawMinute {
+    pub gpu_id: i64,
+    pub minute_ms: i64,
+    pub org: OrgId,
+    pub power_limit_w: Option<f64>,
+    pub mem_total_bytes: Option<i64>,
+    pub samples: Vec<(Sample, QualityFlags)>,
+    /// The GPU's stored timestamps just before the minute, ascending.
+    pub before: Vec<i64>,
+    /// What `rollups_1m` holds for the minute (a minute reopened by a late sample).
+    pub stored: Option<(RollupBucket, Credit)>,
+}
+
+/// A marked minute rolled up from its raw samples.
+#[derive(Debug, Clone)]
+pub(crate) struct OpenMinute {
+    pub bucket: RollupBucket,
+    pub credit: Credit,
+    pub state: WorkloadState,
+    pub stored: Option<(RollupBucket, Credit)>,
+}
+
+impl OpenMinute {
+    pub fn gpu_id(&self) -> i64 {
+        self.bucket.gpu_id
+    }
+
+    pub fn minute_ms(&self) -> i64 {
+        self.bucket.bucket_ms
+    }
+
+    /// The credit this minute adds to its hour and day beyond what they hold.
+    pub fn credit_delta(&self) -> Credit {
+        match &self.stored {
+            Some((_, old)) => self.credit.minus(old),
+            None => self.credit,
+        }
+    }
+}
+
+/// Roll up and credit loaded minutes.
+pub(crate) fn roll_up(raw: Vec<RawMinute>, classifier: &dyn MinuteClassifier) -> Vec<OpenMinute> {
+    let missing = Thresholds::default().offline_missing_intervals;
+    raw.into_iter()
+        .map(|mut m| {
+            let bucket = fleetlens_core::minute_from_samples(m.gpu_id, m.minute_ms, &m.before, &mut m.samples, missing);
+            let (credit, state) = classifier.credit(m.org, &bucket, m.power_limit_w, m.mem_total_bytes);
+            OpenMinute { bucket, credit, state, stored: m.stored }
+        })
+        .collect()
+}
+
+/// Assemble [`RawMinute`]s from the four loads (keys with GPU facts; samples; timestamps
+/// before; stored rows), each keyed by (gpu_id, minute_ms).
+pub(crate) fn assemble(
+    keys: Vec<PendingKey>,
+    samples: Vec<((i64, i64), Sample, QualityFlags)>,
+    before: Vec<((i64, i64), i64)>,
+    stored: Vec<(RollupBucket, Credit)>,
+) -> Vec<RawMinute> {
+    let mut by_key: BTreeMap<(i64, i64), RawMinute> = keys
+        .into_iter()
+        .map(|(gpu_id, minute_ms, org, power_limit_w, mem_total_bytes)| {
+            (
+                (gpu_id, minute_ms),
+                RawMinute { gpu_id, minute_ms, org, power_limit_w, mem_total_bytes, ..Default::default() },
+            )
+        })
+        .collect();
+    for (key, s, f) in samples {
+        if let Some(m) = by_key.get_mut(&key) {
+            m.samples.push((s, f));
+        }
+    }
+    for (key, ts) in before {
+        if let Some(m) = by_key.get_mut(&key) {
+            m.before.push(ts);
+        }
+    }
+    for (b, c) in stored {
+        if let Some(m) = by_key.get_mut(&(b.gpu_id, b.bucket_ms)) {
+            m.stored = Some((b, c));
+        }
+    }
+    by_key
+        .into_values()
+        .map(|mut m| {
+            m.before.sort_unstable();
+            m
+        })
+        .collect()
+}
+
+/// The GPU hours and UTC days whose rows the job must sum again after writing `minutes`.
+pub(crate) fn touched_hours_and_days(minutes: &[OpenMinute]) -> (GpuBuckets, GpuBuckets) {
+    let mut hours: Vec<(i64, i64)> =
+        minutes.iter().map(|m| (m.gpu_id(), Resolution::Hour.bucket_start(m.minute_ms()))).collect();
+    hours.sort_unstable();
+    hours.dedup();
+    let mut days: Vec<(i64, i64)> =
+        hours.iter().map(|&(g, h)| (g, h.div_euclid(crate::DAY_MS) * crate::DAY_MS)).collect();
+    days.dedup();
+    (hours, days)
+}
+
+/// Stored minute rows with the open minutes in place of theirs, ordered by GPU then time.
+pub(crate) fn overlay_minutes(stored: Vec<RollupBucket>, open: &[OpenMinute]) -> Vec<RollupBucket> {
+    if open.is_empty() {
+        return stored;
+    }
+    let mut rows: BTreeMap<(i64, i64), RollupBucket> =
+        stored.into_iter().map(|b| ((b.gpu_id, b.bucket_ms), b)).collect();
+    for m in open {
+        if m.bucket.sample_count > 0 {
+            rows.insert((m.gpu_id(), m.minute_ms()), m.bucket.clone());
+        } else {
+            rows.remove(&(m.gpu_id(), m.minute_ms()));
+        }
+    }
+    rows.into_values().collect()
+}
+
+/// Stored rollups of `res` with the open minutes in.
+pub(crate) fn overlay_rollups(stored: Vec<RollupBucket>, res: Resolution, open: &[OpenMinute]) -> Vec<RollupBucket> {
+    match res {
+        Resolution::Minute => overlay_minutes(stored, open),
+        Resolution::Hour => overlay_hours(stored, open),
+    }
+}
+
+/// Stored hour rows with the open minutes in place of what they hold of them.
+pub(crate) fn overlay_hours(stored: Vec<RollupBucket>, open: &[OpenMinute]) -> Vec<RollupBucket> {
+    if open.is_empty() {
+        return stored;
+    }
+    let mut rows: BTreeMap<(i64, i64), RollupBucket> =
+        stored.into_iter().map(|b| ((b.gpu_id, b.bucket_ms), b)).collect();
+    for m in open {
+        let hour = Resolution::Hour.bucket_start(m.minute_ms());
+        let row = rows.entry((m.gpu_id(), hour)).or_insert_with(|| RollupBucket {
+            gpu_id: m.gpu_id(),
+            bucket_ms: hour,
+            ..Default::default()
+        });
+        row.replace_part(m.stored.as_ref().map(|(b, _)| b), &m.bucket);
+    }
+    rows.into_values().filter(|b| b.sample_count > 0).collect()
+}
+
+/// Stored credits (minutes or hours) with the open minutes' credits in place of theirs.
+pub(crate) fn overlay_credits(stored: Vec<BucketCredit>, res: Resolution, open: &[OpenMinute]) -> Vec<BucketCredit> {
+    if open.is_empty() {
+        return stored;
+    }
+    let mut rows: BTreeMap<(i64, i64), BucketCredit> =
+        stored.into_iter().map(|c| ((c.gpu_id, c.bucket_ms), c)).collect();
+    for m in open {
+        let key = (m.gpu_id(), res.bucket_start(m.minute_ms()));
+        match res {
+            // A marked minute without samples (the minute after a late sample's) has no row.
+            Resolution::Minute if m.bucket.sample_count == 0 => {
+                rows.remove(&key);
+            }
+            Resolution::Minute => {
+                rows.insert(key, BucketCredit { gpu_id: key.0, bucket_ms: key.1, credit: m.credit });
+            }
+            Resolution::Hour => {
+                let delta = m.credit_delta();
+                if !delta.is_zero() {
+                    rows.entry(key)
+                        .or_insert_with(|| BucketCredit { gpu_id: key.0, bucket_ms: key.1, credit: Credit::default() })
+                        .credit
+                        .add_scaled(&delta, 1.0);
+                }
+            }
+        }
+    }
+    rows.into_values().collect()
+}
+
+/// A chart point of a rollup bucket (what `series_select` reads from a stored row).
+pub(crate) fn series_row(b: &RollupBucket, state: Option<String>) -> SeriesRow {
+    let st = |name: &str| b.signal(name).copied().unwrap_or_default();
+    let (util, sm, occ, tensor, dram, mem, power, temp) = (
+        st("gpu_util_pct"),
+        st("sm_active_pct"),
+        st("sm_occupancy_pct"),
+        st("tensor_active_pct"),
+        st("dram_active_pct"),
+        st("mem_used_bytes"),
+        st("power_w"),
+        st("temp_c"),
+    );
+    SeriesRow {
+        bucket_ms: b.bucket_ms,
+        sample_count: b.sample_count,
+        gpu_util_pct_sum: util.sum,
+        gpu_util_pct_count: util.count,
+        gpu_util_pct_max: util.max,
+        sm_active_pct_sum: sm.sum,
+        sm_active_pct_count: sm.count,
+        sm_active_pct_min: sm.min,
+        sm_occupancy_pct_sum: occ.sum,
+        sm_occupancy_pct_count: occ.count,
+        tensor_active_pct_sum: tensor.sum,
+        tensor_active_pct_count: tensor.count,
+        dram_active_pct_sum: dram.sum,
+        dram_active_pct_count: dram.count,
+        mem_used_bytes_max: mem.max,
+        power_w_sum: power.sum,
+        power_w_count: power.count,
+        temp_c_sum: temp.sum,
+        temp_c_count: temp.count,
+        state,
+    }
+}
+
+/// Stored minute chart points with the open minutes' in place of theirs.
+pub(crate) fn overlay_minute_series(stored: Vec<SeriesRow>, open: &[OpenMinute]) -> Vec<SeriesRow> {
+    if open.is_empty() {
+        return stored;
+    }
+    let mut rows: BTreeMap<i64, SeriesRow> = stored.into_iter().map(|r| (r.bucket_ms, r)).collect();
+    for m in open {
+        if m.bucket.sample_count > 0 {
+            rows.insert(m.minute_ms(), series_row(&m.bucket, Some(m.state.as_str().to_string())));
+        } else {
+            rows.remove(&m.minute_ms());
+        }
+    }
+    rows.into_values().collect()
+}
+
+/// Each GPU's newest minute with the open minutes in place of theirs (`open` loaded with
+/// [`PendingScope::OrgLatest`]).
+pub(crate) fn overlay_latest(stored: Vec<LatestMinute>, open: &[OpenMinute]) -> Vec<LatestMinute> {
+    if open.is_empty() {
+        return stored;
+    }
+    let mut rows: BTreeMap<i64, LatestMinute> = stored.into_iter().map(|m| (m.gpu_id, m)).collect();
+    for m in open.iter().filter(|m| m.bucket.sample_count > 0) {
+        rows.insert(
+            m.gpu_id(),
+            LatestMinute {
+                gpu_id: m.gpu_id(),
+                bucket_ms: m.minute_ms(),
+                state: Some(m.state.as_str().to_string()),
+                sample_count: m.bucket.sample_count,
+                first_ts_ms: m.bucket.first_ts_ms,
+                last_ts_ms: m.bucket.last_ts_ms,
+            },
+        );
+    }
+    rows.into_values().collect()
+}
+
+/// Peak memory per GPU with the open minutes' peaks.
+pub(crate) fn overlay_peak_mem(stored: Vec<(i64, i64)>, open: &[OpenMinute]) -> Vec<(i64, i64)> {
+    let mut peaks: BTreeMap<i64, i64> = stored.into_iter().collect();
+    for m in open {
+        if let Some(max) = m.bucket.signal("mem_used_bytes").and_then(|s| s.max) {
+            let peak = peaks.entry(m.gpu_id()).or_insert(max as i64);
+            *peak = (*peak).max(max as i64);
+        }
+    }
+    peaks.into_iter().collect()
+}
+
+/// The GPU facts the billing split needs: first sample, newest sample.
+pub(crate) type GpuSpans = HashMap<i64, (i64, i64)>;
+
+/// The report period of [`crate::Store::org_hour_credit_split`].
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct SplitPeriod {
+    pub from_ms: i64,
+    pub end_ms: i64,
+    pub first_whole_ms: i64,
+    pub last_whole_ms: i64,
+}
+
+/// Add the open minutes' credit changes to a billing split, each to the row its hour falls in
+/// by the rules of `hour_credit_split_sql` (whole hours summed per GPU, the others one row each;
+/// hours outside the GPU's credited span weigh nothing and are left out).
+pub(crate) fn overlay_split(split: &mut HourCreditSplit, open: &[OpenMinute], spans: &GpuSpans, p: SplitPeriod) {
+    const H: i64 = HOUR_MS;
+    let floor_from = p.from_ms.div_euclid(H) * H;
+    let last_start = p.last_whole_ms - H;
+    let any_whole = p.first_whole_ms <= last_start;
+    for m in open {
+        let delta = m.credit_delta();
+        if delta.is_zero() {
+            continue;
+        }
+        let (gpu_id, h) = (m.gpu_id(), Resolution::Hour.bucket_start(m.minute_ms()));
+        if h < floor_from || h >= p.end_ms {
+            continue;
+        }
+        let Some(&(first_seen, last_seen)) = spans.get(&gpu_id) else { continue };
+        let credited_to = (last_seen.div_euclid(MINUTE_MS) + 1) * MINUTE_MS;
+        let partial = !any_whole
+            || h < p.first_whole_ms
+            || h > last_start
+            || (h == first_seen.div_euclid(H) * H && h < first_seen)
+            || (h == (credited_to - 1).div_euclid(H) * H && h >= first_seen && h + H > credited_to);
+        if partial {
+            match split.partial.iter_mut().find(|r| r.gpu_id == gpu_id && r.bucket_ms == h) {
+                Some(row) => row.credit.add_scaled(&delta, 1.0),
+                None => split.partial.push(BucketCredit { gpu_id, bucket_ms: h, credit: delta }),
+            }
+        } else if h >= first_seen.max(p.first_whole_ms) && h + H <= credited_to {
+            match split.whole.iter_mut().find(|r| r.gpu_id == gpu_id) {
+                Some(row) => {
+                    row.bucket_ms = row.bucket_ms.min(h);
+                    row.credit.add_scaled(&delta, 1.0);
+                }
+                None => split.whole.push(BucketCredit { gpu_id, bucket_ms: h, credit: delta }),
+            }
+        }
+    }
+    split.whole.sort_by_key(|r| r.gpu_id);
+}
+
+/// True when every minute of `open` is still marked (`marked`, loaded after the stored rows):
+/// no job run wrote any of them in between, so the stored rows read do not hold them yet.
+pub(crate) fn still_open(open: &[OpenMinute], marked: &[(i64, i64)]) -> bool {
+    let marked: std::collections::HashSet<&(i64, i64)> = marked.iter().collect();
+    open.iter().all(|m| marked.contains(&(m.gpu_id(), m.minute_ms())))
+}
+
+/// SQL of the loads, for a scope condition (see [`PendingScope::condition`]); `?` placeholders.
+pub(crate) struct LoadSql {
+    pub keys: String,
+    pub samples: String,
+    pub before: String,
+    pub stored: String,
+}
+
+pub(crate) fn load_sql(condition: &str, processes_expr: &str) -> LoadSql {
+    let from = "FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id";
+    LoadSql {
+        keys: format!(
+            "SELECT p.gpu_id, p.minute_ms, g.org_id, g.power_limit_w, g.mem_total_bytes {from} WHERE {condition} \
+             ORDER BY p.gpu_id, p.minute_ms"
+        ),
+        samples: format!(
+            "SELECT p.gpu_id, p.minute_ms, s.ts_ms, {}, f.flags AS quality_flags {from} \
+             JOIN samples s ON s.gpu_id = p.gpu_id AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000 \
+             LEFT JOIN sample_flags f ON f.gpu_id = s.gpu_id AND f.ts_ms = s.ts_ms WHERE {condition}",
+            crate::columns::sample_select_list("s", processes_expr)
+        ),
+        // The GPU's last `PREVIOUS_TIMESTAMPS` timestamps before the minute: one range along the
+        // primary key from the oldest of them (or from the start when there are fewer).
+        before: format!(
+            "SELECT p.gpu_id, p.minute_ms, t.ts_ms {from} JOIN samples t ON t.gpu_id = p.gpu_id \
+             AND t.ts_ms < p.minute_ms AND t.ts_ms >= COALESCE((SELECT u.ts_ms FROM samples u \
+             WHERE u.gpu_id = p.gpu_id AND u.ts_ms < p.minute_ms ORDER BY u.ts_ms DESC LIMIT 1 OFFSET {}), -9223372036854775807) \
+             WHERE {condition}",
+            crate::credits::PREVIOUS_TIMESTAMPS - 1
+        ),
+        stored: format!(
+            "SELECT {} {from} JOIN rollups_1m r ON r.gpu_id = p.gpu_id AND r.bucket_ms = p.minute_ms WHERE {condition}",
+            crate::columns::merged_returning().split(", ").map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
+/// `INSERT … SELECT` that writes one GPU-hour of `rollups_1h` (and its credit) as the sum of its
+/// minutes in `rollups_1m`, replacing the row; binds: gpu_id, hour start, hour end.
+pub(crate) fn hour_from_minutes_sql() -> String {
+    let mut cols = crate::columns::rollup_columns();
+    cols.extend(Credit::column_names());
+    let agg: Vec<String> = cols
+        .iter()
+        .map(|c| {
+            let f = if c == "first_ts_ms" || c.ends_with("_min") {
+                "MIN"
+            } else if c == "last_ts_ms" || c.ends_with("_max") {
+                "MAX"
+            } else {
+                "SUM"
+            };
+            format!("{f}(r.{c})")
+        })
+        .collect();
+    let set: Vec<String> = cols.iter().map(|c| format!("{c} = excluded.{c}")).collect();
+    format!(
+        "INSERT INTO rollups_1h (gpu_id, bucket_ms, {}) SELECT r.gpu_id, MIN(r.bucket_ms) - MIN(r.bucket_ms) % {HOUR_MS}, {} \
+         FROM rollups_1m r WHERE r.gpu_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ? GROUP BY r.gpu_id \
+         ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET {}",
+        cols.join(", "),
+        agg.join(", "),
+        set.join(", ")
+    )
+}
+
+/// `INSERT` (upsert) of whole minute rows, their state and credit, for a query builder: the
+/// column list after `(gpu_id, bucket_ms, `.
+pub(crate) fn minute_columns() -> Vec<String> {
+    let mut cols = crate::columns::rollup_columns();
+    cols.push("state".into());
+    cols.extend(Credit::column_names());
+    cols
+}
+
+pub(crate) fn minute_upsert_tail() -> String {
+    let set: Vec<String> = minute_columns().iter().map(|c| format!("{c} = excluded.{c}")).collect();
+    format!(" ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET {}", set.join(", "))
+}
+
+/// The per-backend loads, the job and the marks. `$db`: the sqlx database; `$q`: its
+/// placeholder rewrite; `$processes`: how it selects the process list as text.
+macro_rules! impl_rollup_close {
+    ($db:ty, $q:path, $processes:expr, $pool:ty) => {
+        use sqlx::Row as _;
+
+        use $crate::rollup_close::{self as rc, OpenMinute, PendingScope};
+
+        type Conn = <$db as sqlx::Database>::Connection;
+
+        #[derive(sqlx::FromRow)]
+        struct PendingSampleRow {
+            gpu_id: i64,
+            minute_ms: i64,
+            ts_ms: i64,
+            #[sqlx(flatten)]
+            values: $crate::columns::SampleValues,
+            quality_flags: Option<i64>,
+        }
+
+        fn bind_all<'q>(
+            mut query: sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>,
+            binds: &[i64],
+        ) -> sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>> {
+            for b in binds {
+                query = query.bind(*b);
+            }
+            query
+        }
+
+        /// The marked minutes of `scope`, rolled up from their raw samples; `lock`: take the
+        /// marks' row locks (the job, on PostgreSQL) before reading their samples.
+        pub(crate) async fn load_open(
+            conn: &mut Conn,
+            scope: PendingScope,
+            lock: Option<&str>,
+            classifier: &dyn $crate::credits::MinuteClassifier,
+        ) -> $crate::Result<Vec<OpenMinute>> {
+            let (cond, binds) = scope.condition();
+            let sql = rc::load_sql(&cond, $processes);
+            let keys_sql = format!("{}{}", sql.keys, lock.unwrap_or(""));
+            let keys: Vec<rc::PendingKey> = bind_all(sqlx::query(&$q(&keys_sql)), &binds)
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?, r.try_get(2)?, r.try_get(3)?, r.try_get(4)?)))
+                .collect::<Result<_, sqlx::Error>>()?;
+            if keys.is_empty() {
+                return Ok(Vec::new());
+            }
+            let samples_sql = $q(&sql.samples).into_owned();
+            let mut q = sqlx::query_as::<_, PendingSampleRow>(&samples_sql);
+            for b in &binds {
+                q = q.bind(*b);
+            }
+            let samples = q
+                .fetch_all(&mut *conn)
+                .await?
+                .into_iter()
+                .map(|r| {
+                    let f = fleetlens_core::QualityFlags::from_bits(r.quality_flags.unwrap_or(0));
+                    ((r.gpu_id, r.minute_ms), r.values.into_sample(r.ts_ms, "", None, None), f)
+                })
+                .collect();
+            let before = bind_all(sqlx::query(&$q(&sql.before)), &binds)
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map(|r| Ok(((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?)))
+                .collect::<Result<_, sqlx::Error>>()?;
+            let stored = bind_all(sqlx::query(&$q(&sql.stored)), &binds)
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map($crate::columns::merged_from_row)
+                .collect::<Result<_, sqlx::Error>>()?;
+            Ok(rc::roll_up(rc::assemble(keys, samples, before, stored), classifier))
+        }
+
+        /// A read of stored rows (`read`) with the open minutes of `scope` that complete it.
+        /// The marks are loaded before and checked after the read: a job run that wrote some
+        /// of them in between (so the stored rows may hold them too) makes it read again.
+        pub(crate) async fn with_open<T, Fut>(
+            pool: &$pool,
+            scope: PendingScope,
+            classifier: &dyn $crate::credits::MinuteClassifier,
+            read: impl Fn() -> Fut,
+        ) -> $crate::Result<(T, Vec<OpenMinute>)>
+        where
+            Fut: std::future::Future<Output = $crate::Result<T>>,
+        {
+            let mut attempt = 0;
+            loop {
+                // The connection goes back to the pool while `read` runs (it may take several).
+                let open = load_open(&mut *pool.acquire().await?, scope, None, classifier).await?;
+                let stored = read().await?;
+                if open.is_empty()
+                    || attempt == 3
+                    || rc::still_open(&open, &marked(&mut *pool.acquire().await?, scope).await?)
+                {
+                    return Ok((stored, open));
+                }
+                attempt += 1;
+            }
+        }
+
+        /// The keys still marked in `scope`.
+        pub(crate) async fn marked(conn: &mut Conn, scope: PendingScope) -> $crate::Result<Vec<(i64, i64)>> {
+            let (cond, binds) = scope.condition();
+            let sql = format!(
+                "SELECT p.gpu_id, p.minute_ms FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id WHERE {cond}"
+            );
+            Ok(bind_all(sqlx::query(&$q(&sql)), &binds)
+                .fetch_all(&mut *conn)
+                .await?
+                .iter()
+                .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                .collect::<Result<_, sqlx::Error>>()?)
+        }
+
+        /// Mark the minutes of newly stored samples (`new_keys`: gpu_id, ts_ms) and store the
+        /// flags of those that had any; in the ingest transaction.
+        pub(crate) async fn mark_new(
+            conn: &mut Conn,
+            new_keys: &[(i64, i64)],
+            flags: &[(i64, i64, i64)],
+            now_ms: i64,
+        ) -> $crate::Result<()> {
+            let marks = rc::minutes_to_mark(new_keys.iter().copied());
+            let (locked, free): (Vec<_>, Vec<_>) =
+                marks.into_iter().partition(|&(_, m)| rc::mark_needs_lock(m, now_ms));
+            for (rows, tail) in [
+                (&free, " ON CONFLICT (gpu_id, minute_ms) DO NOTHING"),
+                (&locked, " ON CONFLICT (gpu_id, minute_ms) DO UPDATE SET minute_ms = excluded.minute_ms"),
+            ] {
+                for chunk in rows.chunks(1000) {
+                    let mut qb: sqlx::QueryBuilder<$db> =
+                        sqlx::QueryBuilder::new("INSERT INTO rollup_pending (gpu_id, minute_ms) ");
+                    qb.push_values(chunk, |mut b, &(g, m)| {
+                        b.push_bind(g).push_bind(m);
+                    });
+                    qb.push(tail);
+                    qb.build().execute(&mut *conn).await?;
+                }
+            }
+            for chunk in flags.chunks(1000) {
+                let mut qb: sqlx::QueryBuilder<$db> =
+                    sqlx::QueryBuilder::new("INSERT INTO sample_flags (gpu_id, ts_ms, flags) ");
+                qb.push_values(chunk, |mut b, &(g, t, f)| {
+                    b.push_bind(g).push_bind(t).push_bind(f);
+                });
+                // A conflict is a filled-in sample ([`crate::merge`]): it has both parts' flags.
+                qb.push(" ON CONFLICT (gpu_id, ts_ms) DO UPDATE SET flags = sample_flags.flags | excluded.flags");
+                qb.build().execute(&mut *conn).await?;
+            }
+            Ok(())
+        }
+
+        /// The GPUs with minutes marked before `cutoff_ms`, in chunks of
+        /// [`rc::GPUS_PER_CLOSE`] (first id, last id): one job transaction each.
+        pub(crate) async fn close_chunks(pool: &$pool, cutoff_ms: i64) -> $crate::Result<Vec<(i64, i64)>> {
+            let ids: Vec<i64> = sqlx::query_scalar(&$q(
+                "SELECT DISTINCT gpu_id FROM rollup_pending WHERE minute_ms < ? ORDER BY gpu_id",
+            ))
+            .bind(cutoff_ms)
+            .fetch_all(pool)
+            .await?;
+            Ok(ids.chunks(rc::GPUS_PER_CLOSE).map(|c| (c[0], c[c.len() - 1])).collect())
+        }
+
+        /// The job's work inside one transaction: write the minutes of `scope` (a
+        /// [`PendingScope::ClosedBefore`]), sum their hours and days again, remove their
+        /// marks. Returns the minutes written.
+        pub(crate) async fn close_in(
+            conn: &mut Conn,
+            scope: PendingScope,
+            lock: Option<&str>,
+            classifier: &dyn $crate::credits::MinuteClassifier,
+        ) -> $crate::Result<u64> {
+            let open = load_open(conn, scope, lock, classifier).await?;
+            if open.is_empty() {
+                return Ok(0);
+            }
+            let cols = rc::minute_columns();
+            let written: Vec<&OpenMinute> = open.iter().filter(|m| m.bucket.sample_count > 0).collect();
+            for chunk in written.chunks(256) {
+                let mut qb: sqlx::QueryBuilder<$db> =
+                    sqlx::QueryBuilder::new("INSERT INTO rollups_1m (gpu_id, bucket_ms, ");
+                qb.push(cols.join(", ")).push(") ");
+                qb.push_values(chunk, |mut b, m| {
+                    b.push_bind(m.gpu_id()).push_bind(m.minute_ms());
+                    for cell in $crate::columns::rollup_cells(&m.bucket) {
+                        match cell {
+                            $crate::columns::Cell::F(v) => b.push_bind(v),
+                            $crate::columns::Cell::I(v) => b.push_bind(v),
+                        };
+                    }
+                    b.push_bind(m.state.as_str());
+                    for v in m.credit.to_cells() {
+                        b.push_bind(v);
+                    }
+                });
+                qb.push(rc::minute_upsert_tail());
+                qb.build().execute(&mut *conn).await?;
+            }
+            // A reopened minute that has no samples left (retention took them): nothing to hold.
+            for m in open.iter().filter(|m| m.bucket.sample_count == 0 && m.stored.is_some()) {
+                sqlx::query(&$q("DELETE FROM rollups_1m WHERE gpu_id = ? AND bucket_ms = ?"))
+                    .bind(m.gpu_id())
+                    .bind(m.minute_ms())
+                    .execute(&mut *conn)
+                    .await?;
+            }
+            let (hours, days) = rc::touched_hours_and_days(&open);
+            let hour_sql = $q(&rc::hour_from_minutes_sql()).into_owned();
+            for (gpu_id, h) in hours {
+                sqlx::query(&hour_sql).bind(gpu_id).bind(h).bind(h + 3_600_000).execute(&mut *conn).await?;
+            }
+            let day_sql =
+                $q(&$crate::day_credits_from_hours_sql("r.gpu_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?"))
+                    .into_owned();
+            for (gpu_id, d) in days {
+                sqlx::query(&$q("DELETE FROM credits_1d WHERE gpu_id = ? AND day_ms = ?"))
+                    .bind(gpu_id)
+                    .bind(d)
+                    .execute(&mut *conn)
+                    .await?;
+                sqlx::query(&day_sql).bind(gpu_id).bind(d).bind(d + $crate::DAY_MS).execute(&mut *conn).await?;
+            }
+            for chunk in open.chunks(500) {
+                let mut qb: sqlx::QueryBuilder<$db> =
+                    sqlx::QueryBuilder::new("DELETE FROM rollup_pending WHERE (gpu_id, minute_ms) IN (");
+                let mut list = qb.separated(", ");
+                for m in chunk {
+                    list.push("(")
+                        .push_bind_unseparated(m.gpu_id())
+                        .push_unseparated(", ")
+                        .push_bind_unseparated(m.minute_ms())
+                        .push_unseparated(")");
+                }
+                qb.push(")");
+                qb.build().execute(&mut *conn).await?;
+            }
+            Ok(written.len() as u64)
+        }
+    };
+}
+
+pub(crate) use impl_rollup_close;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn marks_cover_each_minute_and_the_next() {
+        let marks = minutes_to_mark([(1, 61_000), (1, 65_000), (2, 0), (1, 130_000)]);
+        assert_eq!(marks, [(1, 60_000), (1, 120_000), (1, 180_000), (2, 0), (2, 60_000)]);
+        // The current and the previous minute are marked without a lock; older ones wait.
+        assert!(!mark_needs_lock(540_000, 600_000));
+        assert!(mark_needs_lock(480_000, 600_000));
+        // The job never takes a minute that ingest marks without a lock, even 59 s ahead.
+        assert!(close_cutoff(600_000 + 59_000, MIN_LATENESS_MS) <= 540_000 - 60_000 + 59_000 + 1);
+        assert_eq!(close_cutoff(600_000, 0), 480_001);
+    }
+}
