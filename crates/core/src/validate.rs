@@ -149,6 +149,10 @@ pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), Vali
             ("container", &a.container),
             ("resource", &a.resource),
             ("device_id", &a.device_id),
+            ("team", a.team.as_ref().unwrap_or(&String::new())),
+            ("pod_user", a.pod_user.as_ref().unwrap_or(&String::new())),
+            ("job_kind", a.job_kind.as_ref().unwrap_or(&String::new())),
+            ("job_name", a.job_name.as_ref().unwrap_or(&String::new())),
         ] {
             if text.len() > 1024 {
                 return Err(err(index, &format!("allocations[{i}].{f}"), "longer than 1024 bytes"));

@@ -22,14 +22,16 @@ const MAX_PENDING: usize = 100_000;
 pub fn sightings(host: &str, samples: &[Sample]) -> Vec<JobSighting> {
     let mut by_key: HashMap<String, (ProcessOwner, BTreeSet<String>, i64, i64)> = HashMap::new();
     for s in samples {
-        for p in s.processes.iter().flatten() {
+        // The holders: a pod the kubelet allocated the GPU to is a run even with no process seen.
+        let Some(holders) = s.holders() else { continue };
+        for p in holders.iter() {
             let Some(local) = run_key(p) else { continue };
             let key = global_run_key(host, &local);
             let e = by_key.entry(key).or_insert_with(|| {
                 let mut owner = p.owner.clone().unwrap_or_default();
-                if owner.user.is_none() {
-                    owner.user = p.user.clone().or_else(|| owner.job_user.clone());
-                }
+                // The pod's declared owner, else the Unix user, else the Slurm job's user.
+                owner.user =
+                    owner.pod_user.clone().or(owner.user).or_else(|| p.user.clone()).or_else(|| owner.job_user.clone());
                 (owner, BTreeSet::new(), s.ts_ms, s.ts_ms)
             });
             e.1.insert(s.uuid.trim().to_string());
