@@ -170,7 +170,7 @@ async fn a_jobsets_idle_gpu_is_its_teams_users_and_jobs_waste(backend: Backend) 
         }
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
-    assert_eq!(run["run_key"], "jobset:ml/llm-pretrain", "{run}");
+    assert_eq!(run["key"], "jobset:ml/llm-pretrain", "{run}");
     assert_eq!(run["owner"]["job_kind"], "JobSet", "{run}");
     assert_eq!(run["owner"]["user"], "bob", "{run}");
     assert_eq!(run["owner"]["team"], "research", "{run}");

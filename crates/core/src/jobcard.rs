@@ -489,6 +489,16 @@ mod tests {
         let with = |o: ProcessOwner| GpuProcess { pid: 42, owner: Some(o), ..Default::default() };
         let slurm = ProcessOwner { job_id: Some("77".into()), namespace: Some("ml".into()), ..Default::default() };
         assert_eq!(run_key(&with(slurm)).as_deref(), Some("slurm:77"));
+        // A Kubernetes job: every pod of it, on every node, is one run of its kind and name.
+        let jobset = ProcessOwner {
+            job_id: Some("ml/llm".into()),
+            job_kind: Some("JobSet".into()),
+            namespace: Some("ml".into()),
+            pod_name: Some("llm-workers-0-0".into()),
+            ..Default::default()
+        };
+        assert_eq!(run_key(&with(jobset)).as_deref(), Some("jobset:ml/llm"));
+        assert_eq!(global_run_key("node-1", "jobset:ml/llm"), "jobset:ml/llm");
         let pod = ProcessOwner {
             namespace: Some("ml".into()),
             pod_name: Some("nb".into()),

@@ -208,6 +208,22 @@ mod tests {
         assert_eq!(OwnerKey::parse("job"), Ok(Some(OwnerKey::Job)));
         assert_eq!(OwnerKey::parse("holder"), Ok(Some(OwnerKey::Holder)));
         assert_eq!(OwnerKey::Holder.as_string(), "holder");
+        assert_eq!(OwnerKey::parse("namespace_team"), Ok(Some(OwnerKey::NamespaceTeam)));
+        assert_eq!(OwnerKey::NamespaceTeam.as_string(), "namespace_team");
+        // A pod's declared owner beats the container's Unix user; the team is the namespace's.
+        let p = proc_(
+            1,
+            None,
+            ProcessOwner {
+                user: Some("root".into()),
+                pod_user: Some("alice".into()),
+                team: Some("research".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(OwnerKey::User.value_of(&p).as_deref(), Some("alice"));
+        assert_eq!(OwnerKey::NamespaceTeam.value_of(&p).as_deref(), Some("research"));
+        assert_eq!(OwnerKey::User.value_of(&proc_(2, None, user("root"))).as_deref(), Some("root"));
         assert_eq!(OwnerKey::parse("label:RUN_ID"), Ok(Some(OwnerKey::Label("RUN_ID".into()))));
         assert_eq!(OwnerKey::parse("team"), Ok(None));
         assert!(OwnerKey::parse("label:").is_err());

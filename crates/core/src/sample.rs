@@ -477,6 +477,19 @@ mod holder_tests {
         assert_eq!(pod_of(&h[1]), (Some("ml"), Some("nb")));
         assert_eq!(pod_of(&h[2]), (Some("ml"), Some("nb")));
         assert_eq!(h[2].owner.as_ref().unwrap().user.as_deref(), Some("alice"));
+        // The pod's Kubernetes metadata reaches the processes of the pod that lack it.
+        let mut meta = alloc("ml", "nb", "GPU-1");
+        meta.team = Some("research".into());
+        meta.pod_user = Some("alice".into());
+        meta.job_kind = Some("RayJob".into());
+        meta.job_name = Some("tune".into());
+        let h = holders(Some(&procs), std::slice::from_ref(&meta)).unwrap();
+        let o = h[1].owner.as_ref().unwrap();
+        assert_eq!((o.team.as_deref(), o.pod_user.as_deref()), (Some("research"), Some("alice")));
+        assert_eq!((o.job_id.as_deref(), o.job_kind.as_deref()), (Some("ml/tune"), Some("RayJob")));
+        assert_eq!(h[0], seen, "another pod's process keeps its own");
+        let alone = holders(Some(&[]), &[meta]).unwrap();
+        assert_eq!(alone[0].owner.as_ref().unwrap().job_id.as_deref(), Some("ml/tune"));
         // Several pods: which one a process serves is not known.
         let two = [alloc("ml", "a", "GPU-1::0"), alloc("ml", "b", "GPU-1::1")];
         assert_eq!(holders(Some(&procs), &two).unwrap().as_ref(), procs.as_slice());

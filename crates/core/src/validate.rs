@@ -174,10 +174,16 @@ mod tests {
             container: "c".into(),
             resource: "nvidia.com/gpu".into(),
             device_id: "GPU-1".into(),
+            ..Default::default()
         };
         let mut s = ok_sample();
         s.allocations = vec![alloc("ml", "nb")];
         assert_eq!(validate_sample(0, &s, NOW), Ok(()));
+        let mut long_team = alloc("ml", "nb");
+        long_team.team = Some("t".repeat(1025));
+        s.allocations = vec![long_team];
+        assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, "allocations[0].team");
+        s.allocations = vec![alloc("ml", "nb")];
         s.allocations = vec![alloc("", "nb")];
         assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, "allocations[0]");
         s.allocations = vec![alloc("ml", &"x".repeat(1025))];

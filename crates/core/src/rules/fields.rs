@@ -301,7 +301,7 @@ impl<'a> Observation<'a> {
                 (Some(u), Some(t)) if t > 0 => Value::Num(u as f64 / t as f64 * 100.0),
                 _ => Value::Absent,
             },
-            "owner_user" | "owner_namespace" | "owner_pod" | "owner_job" | "owner_container" => {
+            "owner_user" | "owner_namespace" | "owner_pod" | "owner_job" | "owner_container" | "owner_team" => {
                 owners_of(s, name).map_or(Value::Absent, |v| Value::Text(Cow::Owned(v)))
             }
             "process_count" => s.processes.as_ref().map_or(Value::Absent, |p| Value::Num(p.len() as f64)),
@@ -373,6 +373,24 @@ mod tests {
         assert!(c.matches(&o));
         let c = crate::rules::expr::Condition::parse("owner_job == \"1\"").unwrap();
         assert_eq!(c.eval(&o), crate::rules::expr::Truth::Unknown, "absent is unknown");
+        assert_eq!(o.value("owner_team"), Value::Absent);
+
+        // A pod only the kubelet names, with its Kubernetes metadata: its team, owner and job.
+        s.processes = Some(vec![]);
+        s.allocations = vec![crate::sample::PodAllocation {
+            namespace: "ml".into(),
+            pod: "llm-0".into(),
+            team: Some("research".into()),
+            pod_user: Some("bob".into()),
+            job_kind: Some("JobSet".into()),
+            job_name: Some("llm".into()),
+            ..Default::default()
+        }];
+        let o = Observation::of_sample(&s, WorkloadState::IdleHeld, 0.0, "h", None);
+        assert_eq!(o.value("owner_team").display(), "research");
+        assert_eq!(o.value("owner_user").display(), "bob");
+        assert_eq!(o.value("owner_job").display(), "ml/llm");
+        assert_eq!(o.value("owner_pod").display(), "ml/llm-0");
     }
 
     #[test]

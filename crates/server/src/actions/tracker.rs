@@ -151,6 +151,28 @@ mod tests {
         // The Slurm job's user stands in for the Unix user.
         assert_eq!(got[1].owner.user.as_deref(), Some("dave"));
 
+        // A GPU the kubelet gave a JobSet's pod, no process seen: the job is a run, its pod's
+        // declared owner its user.
+        let held = Sample {
+            ts_ms: 6_000,
+            uuid: "GPU-d".into(),
+            processes: Some(vec![]),
+            allocations: vec![fleetlens_core::PodAllocation {
+                namespace: "ml".into(),
+                pod: "llm-workers-0-0".into(),
+                pod_user: Some("erin".into()),
+                job_kind: Some("JobSet".into()),
+                job_name: Some("llm".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let k8s = sightings("node-2", &[held]);
+        assert_eq!(k8s.len(), 1, "{k8s:?}");
+        assert_eq!(k8s[0].run_key, "jobset:ml/llm");
+        assert_eq!(k8s[0].owner.user.as_deref(), Some("erin"));
+        assert_eq!(k8s[0].owner.job_kind.as_deref(), Some("JobSet"));
+
         let tracker = JobTracker::default();
         tracker.add(1, got.clone());
         let mut later = got[1].clone();
