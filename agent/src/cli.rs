@@ -175,6 +175,31 @@ pub struct Cli {
     #[arg(long, env = "FLEETLENS_KUBELET_REFRESH", default_value = "10s", value_parser = parse_positive_duration)]
     pub kubelet_refresh: Duration,
 
+    /// Pod and namespace metadata from the Kubernetes API (read-only watches of this node's
+    /// pods and of the namespaces): the namespace's team, the pod's owner and its job ride on
+    /// the samples. `auto`: the cluster the agent runs in (its service account, or
+    /// `$KUBECONFIG`) when `KUBERNETES_SERVICE_HOST` is set; `off`; or an `http(s)://` URL with
+    /// no credentials (`kubectl proxy`).
+    #[arg(long, env = "FLEETLENS_KUBE_METADATA", value_name = "auto|off|URL", default_value = "auto", value_parser = parse_kube_metadata)]
+    pub kube_metadata: KubeMetadata,
+
+    /// This node's name, whose pods are watched (the DaemonSet gives `spec.nodeName`). Default:
+    /// `--host`.
+    #[arg(long, env = "FLEETLENS_KUBE_NODE")]
+    pub kube_node: Option<String>,
+
+    /// Namespace label that names the namespace's team.
+    #[arg(long, env = "FLEETLENS_KUBE_TEAM_LABEL", default_value = crate::kube_meta::DEFAULT_TEAM_LABEL)]
+    pub kube_team_label: String,
+
+    /// Pod label that names the pod's owner.
+    #[arg(long, env = "FLEETLENS_KUBE_USER_LABEL", default_value = crate::kube_meta::DEFAULT_USER_LABEL)]
+    pub kube_user_label: String,
+
+    /// Pod annotation that names the pod's owner (wins over the label where both are set).
+    #[arg(long, env = "FLEETLENS_KUBE_USER_ANNOTATION")]
+    pub kube_user_annotation: Option<String>,
+
     /// Log format on stderr. The level comes from `RUST_LOG` (default `info`).
     #[arg(long, env = "FLEETLENS_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -192,6 +217,22 @@ fn parse_server_url(s: &str) -> Result<String, String> {
         return Err(format!("scheme `{}` is not supported; use http:// or https://", url.scheme()));
     }
     Ok(s.trim_end_matches('/').to_string())
+}
+
+/// `--kube-metadata`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum KubeMetadata {
+    Auto,
+    Off,
+    Url(String),
+}
+
+fn parse_kube_metadata(s: &str) -> Result<KubeMetadata, String> {
+    match s.trim() {
+        "auto" => Ok(KubeMetadata::Auto),
+        "off" | "" => Ok(KubeMetadata::Off),
+        url => parse_server_url(url).map(KubeMetadata::Url),
+    }
 }
 
 fn parse_positive_duration(s: &str) -> Result<Duration, String> {
@@ -299,6 +340,10 @@ mod tests {
         assert_eq!(cli.proc_root, PathBuf::from("/proc"));
         assert_eq!(cli.kubelet_socket, PathBuf::from("/var/lib/kubelet/pod-resources/kubelet.sock"));
         assert_eq!(cli.kubelet_refresh, Duration::from_secs(10));
+        assert_eq!(cli.kube_metadata, KubeMetadata::Auto);
+        assert_eq!(cli.kube_team_label, "fleetlens.io/team");
+        assert_eq!(cli.kube_user_label, "app.kubernetes.io/part-of");
+        assert_eq!((cli.kube_node, cli.kube_user_annotation), (None, None));
     }
 
     #[test]
@@ -350,6 +395,14 @@ mod tests {
             "/run/kubelet.sock",
             "--kubelet-refresh",
             "30s",
+            "--kube-metadata",
+            "http://127.0.0.1:8001/",
+            "--kube-node",
+            "gpu-7",
+            "--kube-team-label",
+            "example.com/team",
+            "--kube-user-annotation",
+            "example.com/owner",
         ])
         .unwrap();
         assert_eq!(cli.server, "https://fleet.example.com");
@@ -368,6 +421,10 @@ mod tests {
         assert_eq!(cli.label_from_env, vec!["EXPERIMENT_ID".to_string(), "RUN".to_string()]);
         assert_eq!(cli.kubelet_socket, PathBuf::from("/run/kubelet.sock"));
         assert_eq!(cli.kubelet_refresh, Duration::from_secs(30));
+        assert_eq!(cli.kube_metadata, KubeMetadata::Url("http://127.0.0.1:8001".into()));
+        assert_eq!(cli.kube_node.as_deref(), Some("gpu-7"));
+        assert_eq!(cli.kube_team_label, "example.com/team");
+        assert_eq!(cli.kube_user_annotation.as_deref(), Some("example.com/owner"));
     }
 
     #[test]
@@ -387,6 +444,7 @@ mod tests {
             ["--nvml-energy-every", "-1"],
             ["--source", "dcgm:"],
             ["--kubelet-refresh", "0s"],
+            ["--kube-metadata", "unix:///tmp/x"],
         ] {
             let r = Cli::try_parse_from(std::iter::once("fleetlens-agent").chain(args));
             assert!(r.is_err(), "{args:?} should be rejected");

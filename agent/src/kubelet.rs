@@ -89,6 +89,8 @@ impl AllocationTable {
                             container: c.name.clone(),
                             resource: d.resource_name.clone(),
                             device_id: id.clone(),
+                            // The pod's metadata comes from the Kubernetes API (`kube_meta`).
+                            ..PodAllocation::default()
                         });
                     }
                 }

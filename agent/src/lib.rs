@@ -5,6 +5,7 @@
 
 pub mod cli;
 pub mod collector;
+pub mod kube_meta;
 pub mod kubelet;
 pub mod pusher;
 pub mod reclaim;

@@ -8,8 +8,9 @@ use std::time::Duration;
 use anyhow::Context;
 use clap::error::ErrorKind;
 use clap::{CommandFactory, Parser};
-use fleetlens_agent::cli::{Cli, LogFormat};
+use fleetlens_agent::cli::{Cli, KubeMetadata, LogFormat};
 use fleetlens_agent::collector::{self, CollectorConfig};
+use fleetlens_agent::kube_meta::{self, ApiEndpoint, KubeMeta, KubeMetaError, MetaConfig, WithKubeMeta};
 use fleetlens_agent::kubelet::WithKubelet;
 use fleetlens_agent::pusher::{Backoff, Mode, Pusher, PusherConfig};
 use fleetlens_agent::source::{self, GpuSource, SourceOptions, SourceSpec};
@@ -72,6 +73,12 @@ async fn agent_main() -> ExitCode {
     } else {
         Box::new(WithKubelet::new(src, cli.kubelet_socket.clone(), cli.kubelet_refresh))
     };
+    // Pod and namespace metadata from the Kubernetes API, on the allocations and processes.
+    let src = match kube_metadata(&cli).await {
+        Ok(Some(meta)) => Box::new(WithKubeMeta::new(src, meta)) as Box<dyn GpuSource>,
+        Ok(None) => src,
+        Err(e) => Cli::command().error(ErrorKind::ValueValidation, e.to_string()).exit(),
+    };
     match run(cli, src).await {
         Ok(code) => code,
         Err(e) => {
@@ -79,6 +86,31 @@ async fn agent_main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The Kubernetes API watches `--kube-metadata` asks for: `auto` only inside a cluster, and
+/// only with a node name to watch the pods of.
+async fn kube_metadata(cli: &Cli) -> Result<Option<KubeMeta>, KubeMetaError> {
+    let endpoint = match &cli.kube_metadata {
+        KubeMetadata::Off => return Ok(None),
+        KubeMetadata::Auto if std::env::var_os("KUBERNETES_SERVICE_HOST").is_none() => return Ok(None),
+        KubeMetadata::Auto => ApiEndpoint::Inferred,
+        KubeMetadata::Url(url) => ApiEndpoint::Url(url.clone()),
+    };
+    let Some(node) = cli.kube_node.clone().or_else(|| cli.host.clone()).filter(|n| !n.is_empty()) else {
+        tracing::warn!("Kubernetes metadata needs this node's name (--kube-node, or --host): not read");
+        return Ok(None);
+    };
+    let client = kube_meta::client(&endpoint).await?;
+    Ok(Some(KubeMeta::start(
+        client,
+        MetaConfig {
+            node,
+            team_label: cli.kube_team_label.clone(),
+            user_label: cli.kube_user_label.clone(),
+            user_annotation: cli.kube_user_annotation.clone().filter(|a| !a.is_empty()),
+        },
+    )))
 }
 
 fn init_logging(format: LogFormat) {

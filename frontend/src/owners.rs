@@ -3,11 +3,12 @@
 
 use fleetlens_api::GpuProcess;
 
-/// The process's user: the owner's user, else the process's `user` (older agents), else the
-/// Slurm job user.
+/// The process's user: its pod's declared owner (Kubernetes metadata), else the owner's user,
+/// else the process's `user` (older agents), else the Slurm job user.
 pub fn user(p: &GpuProcess) -> Option<String> {
     let o = p.owner.as_ref();
-    o.and_then(|o| o.user.clone())
+    o.and_then(|o| o.pod_user.clone())
+        .or_else(|| o.and_then(|o| o.user.clone()))
         .or_else(|| p.user.clone())
         .or_else(|| o.and_then(|o| o.job_user.clone()))
         .filter(|u| !u.is_empty())
@@ -24,13 +25,15 @@ pub fn pod(p: &GpuProcess) -> Option<String> {
     }
 }
 
-/// The Slurm job: `job 4242`, with its partition where known.
+/// The job: a Slurm job `job 4242`, with its partition where known; a Kubernetes job with its
+/// kind, `JobSet ml/llm-pretrain`.
 pub fn job(p: &GpuProcess) -> Option<String> {
     let o = p.owner.as_ref()?;
     let id = o.job_id.as_ref()?;
-    Some(match &o.job_partition {
-        Some(part) => format!("job {id} ({part})"),
-        None => format!("job {id}"),
+    Some(match (&o.job_kind, &o.job_partition) {
+        (Some(kind), _) => format!("{kind} {id}"),
+        (None, Some(part)) => format!("job {id} ({part})"),
+        (None, None) => format!("job {id}"),
     })
 }
 

@@ -366,7 +366,7 @@ test('GPU detail: the processes table shows their owners', async () => {
   assert.ok(row, 'a detail page lists a process');
   const table = page.locator('table.proc-table');
   const heads = await table.locator('thead th').allTextContents();
-  assert.deepEqual(heads, ['PID', 'User', 'Pod', 'Container', 'Slurm job', 'Command', 'Memory', 'SM %']);
+  assert.deepEqual(heads, ['PID', 'User', 'Pod', 'Container', 'Job', 'Command', 'Memory', 'SM %']);
   assert.match(await table.locator('caption').textContent(), /owners/);
   assert.match(await row.locator('td[data-col="user"]').textContent(), SIM_USER);
   const pod = (await row.locator('td[data-col="pod"]').textContent()).trim();

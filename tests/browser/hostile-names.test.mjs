@@ -31,6 +31,9 @@ const FORMULA_NAME = '=HYPERLINK("http://evil","x")';
 const LONG_NAME = '@' + 'W'.repeat(255);
 const LONG_UUID = 'GPU-hostile-long-name';
 const HOSTILE_UUIDS = [PWN_UUID, DETAIL_UUID, BIDI_UUID, LONG_UUID];
+/** A GPU the kubelet gave a JobSet's pod (issue 28): no process, the pod's Kubernetes metadata. */
+const K8S_UUID = 'GPU-k8s-held';
+const K8S_POD = 'llm-pretrain-workers-0-0-x8k2p';
 
 let browser;
 let context;
@@ -116,7 +119,27 @@ async function injected(p) {
 
 const CLEAN = { pwned: 'undefined', imgs: 0, svgOnload: 0, scripts: 0 };
 
+/** Three idle samples of a GPU allocated to a JobSet's pod, its owner label hostile. */
+async function ingestKubernetesHeld() {
+  const now = Date.now();
+  const allocation = {
+    namespace: 'ml', pod: K8S_POD, container: 'trainer', resource: 'nvidia.com/gpu', device_id: K8S_UUID,
+    team: 'research', pod_user: PWN_OWNER, job_kind: 'JobSet', job_name: 'llm-pretrain',
+  };
+  const body = {
+    host: 'k8s-node-1',
+    samples: [0, 1, 2].map((i) => ({
+      ts_ms: now - 3000 + i * 1000, uuid: K8S_UUID, gpu_index: 0, name: 'NVIDIA H100 80GB HBM3',
+      gpu_util_pct: 0, sm_active_pct: 0, mem_used_bytes: 0, mem_total_bytes: 80 * 2 ** 30, power_w: 70,
+      processes: [], allocations: [allocation],
+    })),
+  };
+  const res = await api('/api/v1/ingest', { method: 'POST', body: JSON.stringify(body) });
+  assert.equal(res.status, 200, `ingest k8s-node-1: ${await res.text()}`);
+}
+
 before(async () => {
+  await ingestKubernetesHeld();
   await ingest(PWN_HOST, [
     [PWN_UUID, PWN_NAME, PWN_OWNER],
     [DETAIL_UUID, PWN_NAME, PWN_OWNER],
@@ -196,6 +219,33 @@ test('GPU detail: hostile host, name and process owner as text, and no script ru
   assert.ok(text.includes(PWN_HOST), 'the host shown as text');
   await page.waitForTimeout(500);
   await shot(page, '31-hostile-gpu-detail');
+  assert.deepEqual(await injected(page), CLEAN);
+});
+
+test('GPU detail: the kubelet\'s pod with its team, owner and job (Kubernetes metadata)', async () => {
+  await page.goto(`${URL}/gpus/${K8S_UUID}`);
+  const pods = page.locator('section', { has: page.locator('#alloc-title') });
+  await pods.locator('table.alloc-table tbody tr').first().waitFor({ timeout: T });
+  const cell = async (col) => (await pods.locator(`td[data-col="${col}"]`).first().textContent()).trim();
+  assert.equal(await cell('pod'), `ml/${K8S_POD}`);
+  assert.equal(await cell('container'), 'trainer');
+  assert.equal(await cell('resource'), 'nvidia.com/gpu');
+  assert.equal(await cell('team'), 'research');
+  assert.equal(await cell('owner'), PWN_OWNER, 'a hostile owner label shown as text');
+  assert.equal(await cell('job'), 'JobSet ml/llm-pretrain');
+  const procs = page.locator('section', { has: page.locator('#proc-title') });
+  assert.match(await procs.textContent(), /No process on this GPU/);
+  await shot(page, '32-kubernetes-pod-gpu-detail');
+  assert.deepEqual(await injected(page), CLEAN);
+
+  // Reports: the holder and the namespace team are groupings; the pod's team has a row.
+  await page.goto(`${URL}/reports`);
+  const select = page.locator('section', { has: page.locator('#billing-title') }).locator('select');
+  await select.waitFor({ timeout: T });
+  const values = await select.locator('option').evaluateAll((os) => os.map((o) => o.value));
+  for (const v of ['holder', 'namespace_team', 'job']) assert.ok(values.includes(v), `group by ${v}: ${values}`);
+  await select.selectOption('namespace_team');
+  await page.locator('table.data tbody tr', { hasText: 'research' }).first().waitFor({ timeout: T });
   assert.deepEqual(await injected(page), CLEAN);
 });
 

@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection;
 
+pub mod kube_api;
 pub mod kubelet;
 
 /// Where the tests find PostgreSQL (trust auth). Override with `FLEETLENS_TEST_PG`.

@@ -226,6 +226,8 @@ pub fn owner_of(
         job_user: var(SLURM_JOB_USER),
         job_partition: var(SLURM_JOB_PARTITION),
         labels: label_vars.iter().filter_map(|n| Some((n.clone(), var(n)?))).collect::<BTreeMap<_, _>>(),
+        // From the Kubernetes API, not /proc (`kube_meta`).
+        ..ProcessOwner::default()
     };
     (!owner.is_empty()).then_some(owner)
 }

@@ -18,14 +18,19 @@ use crate::sample::GpuProcess;
 use crate::state::WorkloadState;
 use crate::thresholds::{GIB, Thresholds};
 
-/// The run a process belongs to, without its host: `slurm:<job id>`, `pod:<namespace>/<name>`
-/// (or `pod:<uid>`), `container:<id>`, else `pid:<pid>` for a process whose user is known.
-/// `None`: nobody can be told (no owner at all), so no card.
+/// The run a process belongs to, without its host: `slurm:<job id>`, a Kubernetes job as
+/// `<kind, lower case>:<namespace>/<name>` (`jobset:ml/llm-pretrain`: every pod of the job, on
+/// every node, is one run), `pod:<namespace>/<name>` (or `pod:<uid>`), `container:<id>`, else
+/// `pid:<pid>` for a process whose user is known. `None`: nobody can be told (no owner at
+/// all), so no card.
 pub fn run_key(p: &GpuProcess) -> Option<String> {
     let o = p.owner.as_ref();
     let known = |v: Option<&String>| v.filter(|s| !s.trim().is_empty()).cloned();
     if let Some(job) = known(o.and_then(|o| o.job_id.as_ref())) {
-        return Some(format!("slurm:{job}"));
+        return Some(match known(o.and_then(|o| o.job_kind.as_ref())) {
+            Some(kind) => format!("{}:{job}", kind.to_ascii_lowercase()),
+            None => format!("slurm:{job}"),
+        });
     }
     let (ns, name) = (known(o.and_then(|o| o.namespace.as_ref())), known(o.and_then(|o| o.pod_name.as_ref())));
     match (ns, name, known(o.and_then(|o| o.pod_uid.as_ref()))) {
@@ -484,6 +489,16 @@ mod tests {
         let with = |o: ProcessOwner| GpuProcess { pid: 42, owner: Some(o), ..Default::default() };
         let slurm = ProcessOwner { job_id: Some("77".into()), namespace: Some("ml".into()), ..Default::default() };
         assert_eq!(run_key(&with(slurm)).as_deref(), Some("slurm:77"));
+        // A Kubernetes job: every pod of it, on every node, is one run of its kind and name.
+        let jobset = ProcessOwner {
+            job_id: Some("ml/llm".into()),
+            job_kind: Some("JobSet".into()),
+            namespace: Some("ml".into()),
+            pod_name: Some("llm-workers-0-0".into()),
+            ..Default::default()
+        };
+        assert_eq!(run_key(&with(jobset)).as_deref(), Some("jobset:ml/llm"));
+        assert_eq!(global_run_key("node-1", "jobset:ml/llm"), "jobset:ml/llm");
         let pod = ProcessOwner {
             namespace: Some("ml".into()),
             pod_name: Some("nb".into()),

@@ -17,7 +17,8 @@ use crate::sample::GpuProcess;
 /// What owner rows are grouped by.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub enum OwnerKey {
-    /// The Unix user of the process (else the Slurm job user).
+    /// The pod's owner from its Kubernetes metadata where known, else the Unix user of the
+    /// process, else the Slurm job user.
     User,
     /// Whoever is known to hold the GPU: the user as [`OwnerKey::User`], else the pod
     /// (`namespace/name`, as [`OwnerKey::Pod`]) — a GPU the kubelet allocated to a pod whose
@@ -25,9 +26,12 @@ pub enum OwnerKey {
     Holder,
     /// The Kubernetes namespace.
     Namespace,
+    /// The team of the pod's namespace (its `fleetlens.io/team` label, read by the agent's
+    /// `--kube-metadata`). Not the GPU's Fleetlens team (`group_by=team`).
+    NamespaceTeam,
     /// The pod: `namespace/name` where both are known, the name alone, else the pod UID.
     Pod,
-    /// The Slurm job id.
+    /// The job: the Slurm job id, or a Kubernetes job's `namespace/name`.
     Job,
     /// The value of a `--label-from-env` variable.
     Label(String),
@@ -70,6 +74,7 @@ impl OwnerKey {
             "user" => OwnerKey::User,
             "holder" => OwnerKey::Holder,
             "namespace" => OwnerKey::Namespace,
+            "namespace_team" => OwnerKey::NamespaceTeam,
             "pod" => OwnerKey::Pod,
             "job" => OwnerKey::Job,
             _ => match s.strip_prefix("label:") {
@@ -93,6 +98,7 @@ impl OwnerKey {
             OwnerKey::User => "user".into(),
             OwnerKey::Holder => "holder".into(),
             OwnerKey::Namespace => "namespace".into(),
+            OwnerKey::NamespaceTeam => "namespace_team".into(),
             OwnerKey::Pod => "pod".into(),
             OwnerKey::Job => "job".into(),
             OwnerKey::Label(n) => format!("label:{n}"),
@@ -105,8 +111,13 @@ impl OwnerKey {
         let o = p.owner.as_ref();
         let field = |f: fn(&crate::ProcessOwner) -> &Option<String>| o.and_then(|o| f(o).clone());
         let v = match self {
-            OwnerKey::User => field(|o| &o.user).or_else(|| p.user.clone()).or_else(|| field(|o| &o.job_user)),
+            // A pod's declared owner beats the container's Unix user (root, or a bare UID).
+            OwnerKey::User => field(|o| &o.pod_user)
+                .or_else(|| field(|o| &o.user))
+                .or_else(|| p.user.clone())
+                .or_else(|| field(|o| &o.job_user)),
             OwnerKey::Namespace => field(|o| &o.namespace),
+            OwnerKey::NamespaceTeam => field(|o| &o.team),
             OwnerKey::Pod => match (field(|o| &o.namespace), field(|o| &o.pod_name)) {
                 (Some(ns), Some(name)) => Some(format!("{ns}/{name}")),
                 (None, Some(name)) => Some(name),
@@ -197,6 +208,22 @@ mod tests {
         assert_eq!(OwnerKey::parse("job"), Ok(Some(OwnerKey::Job)));
         assert_eq!(OwnerKey::parse("holder"), Ok(Some(OwnerKey::Holder)));
         assert_eq!(OwnerKey::Holder.as_string(), "holder");
+        assert_eq!(OwnerKey::parse("namespace_team"), Ok(Some(OwnerKey::NamespaceTeam)));
+        assert_eq!(OwnerKey::NamespaceTeam.as_string(), "namespace_team");
+        // A pod's declared owner beats the container's Unix user; the team is the namespace's.
+        let p = proc_(
+            1,
+            None,
+            ProcessOwner {
+                user: Some("root".into()),
+                pod_user: Some("alice".into()),
+                team: Some("research".into()),
+                ..Default::default()
+            },
+        );
+        assert_eq!(OwnerKey::User.value_of(&p).as_deref(), Some("alice"));
+        assert_eq!(OwnerKey::NamespaceTeam.value_of(&p).as_deref(), Some("research"));
+        assert_eq!(OwnerKey::User.value_of(&proc_(2, None, user("root"))).as_deref(), Some("root"));
         assert_eq!(OwnerKey::parse("label:RUN_ID"), Ok(Some(OwnerKey::Label("RUN_ID".into()))));
         assert_eq!(OwnerKey::parse("team"), Ok(None));
         assert!(OwnerKey::parse("label:").is_err());

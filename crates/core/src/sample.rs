@@ -104,6 +104,37 @@ pub struct PodAllocation {
     /// `GPU-<uuid>::<n>` for a time-sliced replica, or an index).
     #[serde(default)]
     pub device_id: String,
+    /// From the Kubernetes API (the agent's `--kube-metadata`), left out where unknown: the team
+    /// of the pod's namespace (its `fleetlens.io/team` label, or the configured one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    /// The pod's owner: its `app.kubernetes.io/part-of` label, or the configured label or
+    /// annotation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_user: Option<String>,
+    /// The job the pod runs for, from its owner references: its kind (`Job`, `JobSet`,
+    /// `RayJob`, `PyTorchJob`, … or Kueue's `Workload`) and its name in the pod's namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_name: Option<String>,
+}
+
+impl PodAllocation {
+    /// The Kubernetes metadata as a process owner's fields (pod, namespace, team, pod user,
+    /// job as `namespace/name` with its kind).
+    pub fn owner(&self) -> ProcessOwner {
+        let known = |v: &str| Some(v.to_string()).filter(|s| !s.is_empty());
+        ProcessOwner {
+            namespace: known(&self.namespace),
+            pod_name: known(&self.pod),
+            team: self.team.clone(),
+            pod_user: self.pod_user.clone(),
+            job_id: self.job_name.as_ref().map(|j| format!("{}/{j}", self.namespace)),
+            job_kind: self.job_name.as_ref().and(self.job_kind.clone()),
+            ..ProcessOwner::default()
+        }
+    }
 }
 
 /// Most pod allocations one sample may carry (time-slicing gives a GPU out many times).
@@ -201,6 +232,7 @@ pub struct ProcessOwner {
     pub namespace: Option<String>,
     /// Slurm job id, user and partition (`SLURM_JOB_ID`, `SLURM_JOB_USER`,
     /// `SLURM_JOB_PARTITION` of the process environment; the job id also from the cgroup path).
+    /// A Kubernetes job (see `job_kind`): `namespace/name`.
     #[serde(default)]
     pub job_id: Option<String>,
     #[serde(default)]
@@ -210,6 +242,18 @@ pub struct ProcessOwner {
     /// `--label-from-env VAR` values: variable name → value, for the variables the process has.
     #[serde(default)]
     pub labels: std::collections::BTreeMap<String, String>,
+    /// The kind of a Kubernetes job (`Job`, `JobSet`, `RayJob`, `PyTorchJob`, `Workload`, …)
+    /// named by `job_id`; absent for a Slurm job. From the pod's owner references (the agent's
+    /// `--kube-metadata`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub job_kind: Option<String>,
+    /// The team of the pod's namespace (its `fleetlens.io/team` label, or the configured one).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub team: Option<String>,
+    /// The pod's owner from its Kubernetes metadata (`app.kubernetes.io/part-of`, or the
+    /// configured label or annotation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_user: Option<String>,
 }
 
 impl ProcessOwner {
@@ -219,7 +263,7 @@ impl ProcessOwner {
     }
 
     /// Every text field with its name (for validation and alert labels).
-    pub fn fields(&self) -> [(&'static str, Option<&str>); 8] {
+    pub fn fields(&self) -> [(&'static str, Option<&str>); 11] {
         [
             ("user", self.user.as_deref()),
             ("container_id", self.container_id.as_deref()),
@@ -229,6 +273,9 @@ impl ProcessOwner {
             ("job_id", self.job_id.as_deref()),
             ("job_user", self.job_user.as_deref()),
             ("job_partition", self.job_partition.as_deref()),
+            ("job_kind", self.job_kind.as_deref()),
+            ("team", self.team.as_deref()),
+            ("pod_user", self.pod_user.as_deref()),
         ]
     }
 }
@@ -307,28 +354,35 @@ pub fn holders<'a>(
     allocations: &[PodAllocation],
 ) -> Option<std::borrow::Cow<'a, [GpuProcess]>> {
     use std::borrow::Cow;
-    let mut pods: Vec<(&str, &str)> = allocations.iter().map(|a| (a.namespace.as_str(), a.pod.as_str())).collect();
-    pods.sort_unstable();
-    pods.dedup();
+    // One allocation per pod (time-slicing lists a pod once per replica).
+    let mut pods: Vec<&PodAllocation> = allocations.iter().collect();
+    pods.sort_unstable_by(|a, b| (&a.namespace, &a.pod).cmp(&(&b.namespace, &b.pod)));
+    pods.dedup_by(|a, b| (&a.namespace, &a.pod) == (&b.namespace, &b.pod));
     match (processes, pods.as_slice()) {
         (p, []) => p.map(Cow::Borrowed),
         (None | Some([]), pods) => Some(Cow::Owned(
-            pods.iter()
-                .map(|(ns, pod)| GpuProcess {
-                    pid: 0,
-                    owner: Some(ProcessOwner {
-                        namespace: Some(ns.to_string()).filter(|s| !s.is_empty()),
-                        pod_name: Some(pod.to_string()).filter(|s| !s.is_empty()),
-                        ..ProcessOwner::default()
-                    }),
-                    ..GpuProcess::default()
-                })
-                .collect(),
+            pods.iter().map(|a| GpuProcess { pid: 0, owner: Some(a.owner()), ..GpuProcess::default() }).collect(),
         )),
-        (Some(procs), [(ns, pod)]) => {
+        (Some(procs), [pod]) => {
             let names_no_pod =
                 |p: &GpuProcess| p.owner.as_ref().is_none_or(|o| o.pod_name.is_none() && o.namespace.is_none());
-            if !procs.iter().any(names_no_pod) {
+            let of_pod = |p: &GpuProcess| {
+                p.owner.as_ref().is_some_and(|o| {
+                    o.namespace.as_deref() == Some(pod.namespace.as_str())
+                        && o.pod_name.as_deref() == Some(pod.pod.as_str())
+                })
+            };
+            // The pod's metadata (team, pod user, job) that its processes do not carry yet.
+            let lacks_meta = |p: &GpuProcess| {
+                let meta = pod.owner();
+                of_pod(p)
+                    && p.owner.as_ref().is_some_and(|o| {
+                        (o.team.is_none() && meta.team.is_some())
+                            || (o.pod_user.is_none() && meta.pod_user.is_some())
+                            || (o.job_id.is_none() && meta.job_id.is_some())
+                    })
+            };
+            if !procs.iter().any(|p| names_no_pod(p) || lacks_meta(p)) {
                 return Some(Cow::Borrowed(procs));
             }
             Some(Cow::Owned(
@@ -336,10 +390,17 @@ pub fn holders<'a>(
                     .iter()
                     .map(|p| {
                         let mut p = p.clone();
-                        if names_no_pod(&p) {
+                        if names_no_pod(&p) || of_pod(&p) {
+                            let meta = pod.owner();
                             let o = p.owner.get_or_insert_with(ProcessOwner::default);
-                            o.namespace = Some(ns.to_string()).filter(|s| !s.is_empty());
-                            o.pod_name = Some(pod.to_string()).filter(|s| !s.is_empty());
+                            o.namespace = o.namespace.take().or(meta.namespace);
+                            o.pod_name = o.pod_name.take().or(meta.pod_name);
+                            o.team = o.team.take().or(meta.team);
+                            o.pod_user = o.pod_user.take().or(meta.pod_user);
+                            if o.job_id.is_none() {
+                                o.job_id = meta.job_id;
+                                o.job_kind = meta.job_kind;
+                            }
                         }
                         p
                     })
@@ -361,6 +422,7 @@ mod holder_tests {
             container: "main".into(),
             resource: "nvidia.com/gpu".into(),
             device_id: dev.into(),
+            ..Default::default()
         }
     }
 
@@ -415,6 +477,19 @@ mod holder_tests {
         assert_eq!(pod_of(&h[1]), (Some("ml"), Some("nb")));
         assert_eq!(pod_of(&h[2]), (Some("ml"), Some("nb")));
         assert_eq!(h[2].owner.as_ref().unwrap().user.as_deref(), Some("alice"));
+        // The pod's Kubernetes metadata reaches the processes of the pod that lack it.
+        let mut meta = alloc("ml", "nb", "GPU-1");
+        meta.team = Some("research".into());
+        meta.pod_user = Some("alice".into());
+        meta.job_kind = Some("RayJob".into());
+        meta.job_name = Some("tune".into());
+        let h = holders(Some(&procs), std::slice::from_ref(&meta)).unwrap();
+        let o = h[1].owner.as_ref().unwrap();
+        assert_eq!((o.team.as_deref(), o.pod_user.as_deref()), (Some("research"), Some("alice")));
+        assert_eq!((o.job_id.as_deref(), o.job_kind.as_deref()), (Some("ml/tune"), Some("RayJob")));
+        assert_eq!(h[0], seen, "another pod's process keeps its own");
+        let alone = holders(Some(&[]), &[meta]).unwrap();
+        assert_eq!(alone[0].owner.as_ref().unwrap().job_id.as_deref(), Some("ml/tune"));
         // Several pods: which one a process serves is not known.
         let two = [alloc("ml", "a", "GPU-1::0"), alloc("ml", "b", "GPU-1::1")];
         assert_eq!(holders(Some(&procs), &two).unwrap().as_ref(), procs.as_slice());

@@ -149,6 +149,10 @@ pub fn validate_sample(index: usize, s: &Sample, now_ms: i64) -> Result<(), Vali
             ("container", &a.container),
             ("resource", &a.resource),
             ("device_id", &a.device_id),
+            ("team", a.team.as_ref().unwrap_or(&String::new())),
+            ("pod_user", a.pod_user.as_ref().unwrap_or(&String::new())),
+            ("job_kind", a.job_kind.as_ref().unwrap_or(&String::new())),
+            ("job_name", a.job_name.as_ref().unwrap_or(&String::new())),
         ] {
             if text.len() > 1024 {
                 return Err(err(index, &format!("allocations[{i}].{f}"), "longer than 1024 bytes"));
@@ -170,10 +174,16 @@ mod tests {
             container: "c".into(),
             resource: "nvidia.com/gpu".into(),
             device_id: "GPU-1".into(),
+            ..Default::default()
         };
         let mut s = ok_sample();
         s.allocations = vec![alloc("ml", "nb")];
         assert_eq!(validate_sample(0, &s, NOW), Ok(()));
+        let mut long_team = alloc("ml", "nb");
+        long_team.team = Some("t".repeat(1025));
+        s.allocations = vec![long_team];
+        assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, "allocations[0].team");
+        s.allocations = vec![alloc("ml", "nb")];
         s.allocations = vec![alloc("", "nb")];
         assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, "allocations[0]");
         s.allocations = vec![alloc("ml", &"x".repeat(1025))];

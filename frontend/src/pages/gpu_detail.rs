@@ -10,6 +10,7 @@ use leptos::prelude::*;
 use leptos_router::hooks::use_params;
 use leptos_router::params::Params;
 
+use super::gpu_allocations::Allocations;
 use super::gpu_card::{cost_text, efficiency_text, power_text, use_prices};
 use crate::api::{self, ApiError, ApiResult};
 use crate::charts::line_chart::{LineChart, nice_ceil};
@@ -490,6 +491,7 @@ fn DetailBody(detail: Latest<Detail>, states_res: LocalResource<ApiResult<Vec<St
             <h2 id="proc-title">"Processes"</h2>
             <Processes gpu/>
         </section>
+        <Allocations gpu/>
 
         <section class="card" aria-labelledby="now-title">
             <h2 id="now-title">"Latest sample"</h2>
@@ -565,7 +567,7 @@ fn Processes(gpu: Latest<GpuSummary>) -> impl IntoView {
                                 <th scope="col">"User"</th>
                                 <th scope="col">"Pod"</th>
                                 <th scope="col">"Container"</th>
-                                <th scope="col">"Slurm job"</th>
+                                <th scope="col">"Job"</th>
                                 <th scope="col">"Command"</th>
                                 <th scope="col" class="num">"Memory"</th>
                                 <th scope="col" class="num">"SM %"</th>

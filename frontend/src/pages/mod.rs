@@ -2,6 +2,7 @@
 
 pub mod alerts;
 pub mod fleet;
+pub mod gpu_allocations;
 pub mod gpu_card;
 pub mod gpu_detail;
 pub mod gpus;

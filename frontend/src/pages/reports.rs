@@ -66,9 +66,11 @@ pub fn ReportsPage() -> impl IntoView {
                         <option value="model">"Model"</option>
                         <optgroup label="Process owner (raw samples)">
                             <option value="user">"User"</option>
+                            <option value="holder">"Holder (user, else pod)"</option>
                             <option value="namespace">"Namespace"</option>
+                            <option value="namespace_team">"Namespace team"</option>
                             <option value="pod">"Pod"</option>
-                            <option value="job">"Slurm job"</option>
+                            <option value="job">"Job (Slurm, Kubernetes)"</option>
                         </optgroup>
                     </select>
                 </label>
@@ -237,9 +239,11 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
                                     "gpu" => "GPU",
                                     "model" => "Model",
                                     "user" => "User",
+                                    "holder" => "Holder",
                                     "namespace" => "Namespace",
+                                    "namespace_team" => "Namespace team",
                                     "pod" => "Pod",
-                                    "job" => "Slurm job",
+                                    "job" => "Job",
                                     g if g.starts_with("label:") => "Label",
                                     _ => "Host",
                                 }}

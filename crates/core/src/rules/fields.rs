@@ -101,7 +101,10 @@ pub const FIELDS: &[FieldDef] = &[
     t("gpu_name", "GPU model as NVML names it"),
     n("gpu_index", "", "GPU index on its host"),
     t("team", "team that owns the host (the agent's `team` label)"),
-    t("owner_user", "Unix (else Slurm) user of the GPU's processes; several: sorted, joined by \", \""),
+    t(
+        "owner_user",
+        "owner of the GPU's holders: the pod's owner label, else the Unix (else Slurm) user; several: sorted, joined by \", \"",
+    ),
     t(
         "owner_namespace",
         "Kubernetes namespace of the GPU's processes (where their environment names it) or of the pods the kubelet allocated it to",
@@ -110,12 +113,14 @@ pub const FIELDS: &[FieldDef] = &[
         "owner_pod",
         "Kubernetes pod of the GPU's processes, or the pods the kubelet allocated it to: namespace/name, else the pod UID",
     ),
-    t("owner_job", "Slurm job id of the GPU's processes"),
+    t("owner_job", "job of the GPU's holders: Slurm job id, or a Kubernetes job's namespace/name"),
+    t("owner_team", "team of the GPU's pods' namespaces (their fleetlens.io/team label, from the Kubernetes API)"),
     t("owner_container", "container of the GPU's processes (docker://…, containerd://…, …)"),
 ];
 
 /// The owner fields (also alert labels when known).
-pub const OWNER_FIELDS: [&str; 5] = ["owner_user", "owner_namespace", "owner_pod", "owner_job", "owner_container"];
+pub const OWNER_FIELDS: [&str; 6] =
+    ["owner_user", "owner_namespace", "owner_pod", "owner_job", "owner_container", "owner_team"];
 
 /// The owners of a sample's processes for one owner field: the distinct known values, sorted,
 /// joined by ", "; `None` when no process has one (or the list was not read).
@@ -126,6 +131,7 @@ pub fn owners_of(s: &Sample, field: &str) -> Option<String> {
         "owner_namespace" => Some(OwnerKey::Namespace),
         "owner_pod" => Some(OwnerKey::Pod),
         "owner_job" => Some(OwnerKey::Job),
+        "owner_team" => Some(OwnerKey::NamespaceTeam),
         "owner_container" => None,
         _ => return None,
     };
@@ -295,7 +301,7 @@ impl<'a> Observation<'a> {
                 (Some(u), Some(t)) if t > 0 => Value::Num(u as f64 / t as f64 * 100.0),
                 _ => Value::Absent,
             },
-            "owner_user" | "owner_namespace" | "owner_pod" | "owner_job" | "owner_container" => {
+            "owner_user" | "owner_namespace" | "owner_pod" | "owner_job" | "owner_container" | "owner_team" => {
                 owners_of(s, name).map_or(Value::Absent, |v| Value::Text(Cow::Owned(v)))
             }
             "process_count" => s.processes.as_ref().map_or(Value::Absent, |p| Value::Num(p.len() as f64)),
@@ -367,6 +373,24 @@ mod tests {
         assert!(c.matches(&o));
         let c = crate::rules::expr::Condition::parse("owner_job == \"1\"").unwrap();
         assert_eq!(c.eval(&o), crate::rules::expr::Truth::Unknown, "absent is unknown");
+        assert_eq!(o.value("owner_team"), Value::Absent);
+
+        // A pod only the kubelet names, with its Kubernetes metadata: its team, owner and job.
+        s.processes = Some(vec![]);
+        s.allocations = vec![crate::sample::PodAllocation {
+            namespace: "ml".into(),
+            pod: "llm-0".into(),
+            team: Some("research".into()),
+            pod_user: Some("bob".into()),
+            job_kind: Some("JobSet".into()),
+            job_name: Some("llm".into()),
+            ..Default::default()
+        }];
+        let o = Observation::of_sample(&s, WorkloadState::IdleHeld, 0.0, "h", None);
+        assert_eq!(o.value("owner_team").display(), "research");
+        assert_eq!(o.value("owner_user").display(), "bob");
+        assert_eq!(o.value("owner_job").display(), "ml/llm");
+        assert_eq!(o.value("owner_pod").display(), "ml/llm-0");
     }
 
     #[test]

@@ -156,6 +156,7 @@ impl Notification {
             ("owner_pod", "pod"),
             ("owner_job", "job"),
             ("owner_container", "container"),
+            ("owner_team", "team"),
         ]
         .iter()
         .filter_map(|(label, word)| self.labels.get(*label).map(|v| format!("{word} {v}")))

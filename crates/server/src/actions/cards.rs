@@ -287,8 +287,13 @@ pub fn owner_text(run: &JobRunRecord) -> String {
         (None, Some(p)) => parts.push(p.clone()),
         _ => {}
     }
-    if let Some(j) = &o.job_id {
-        parts.push(format!("Slurm job {j}"));
+    match (&o.job_id, &o.job_kind) {
+        (Some(j), Some(kind)) => parts.push(format!("{kind} {j}")),
+        (Some(j), None) => parts.push(format!("Slurm job {j}")),
+        _ => {}
+    }
+    if let Some(team) = &o.team {
+        parts.push(format!("team {team}"));
     }
     if parts.is_empty() { "unknown owner".into() } else { parts.join(" · ") }
 }

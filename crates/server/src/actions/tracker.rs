@@ -22,14 +22,16 @@ const MAX_PENDING: usize = 100_000;
 pub fn sightings(host: &str, samples: &[Sample]) -> Vec<JobSighting> {
     let mut by_key: HashMap<String, (ProcessOwner, BTreeSet<String>, i64, i64)> = HashMap::new();
     for s in samples {
-        for p in s.processes.iter().flatten() {
+        // The holders: a pod the kubelet allocated the GPU to is a run even with no process seen.
+        let Some(holders) = s.holders() else { continue };
+        for p in holders.iter() {
             let Some(local) = run_key(p) else { continue };
             let key = global_run_key(host, &local);
             let e = by_key.entry(key).or_insert_with(|| {
                 let mut owner = p.owner.clone().unwrap_or_default();
-                if owner.user.is_none() {
-                    owner.user = p.user.clone().or_else(|| owner.job_user.clone());
-                }
+                // The pod's declared owner, else the Unix user, else the Slurm job's user.
+                owner.user =
+                    owner.pod_user.clone().or(owner.user).or_else(|| p.user.clone()).or_else(|| owner.job_user.clone());
                 (owner, BTreeSet::new(), s.ts_ms, s.ts_ms)
             });
             e.1.insert(s.uuid.trim().to_string());
@@ -148,6 +150,28 @@ mod tests {
         assert_eq!((got[1].first_ms, got[1].last_ms), (1_000, 3_000));
         // The Slurm job's user stands in for the Unix user.
         assert_eq!(got[1].owner.user.as_deref(), Some("dave"));
+
+        // A GPU the kubelet gave a JobSet's pod, no process seen: the job is a run, its pod's
+        // declared owner its user.
+        let held = Sample {
+            ts_ms: 6_000,
+            uuid: "GPU-d".into(),
+            processes: Some(vec![]),
+            allocations: vec![fleetlens_core::PodAllocation {
+                namespace: "ml".into(),
+                pod: "llm-workers-0-0".into(),
+                pod_user: Some("erin".into()),
+                job_kind: Some("JobSet".into()),
+                job_name: Some("llm".into()),
+                ..Default::default()
+            }],
+            ..Default::default()
+        };
+        let k8s = sightings("node-2", &[held]);
+        assert_eq!(k8s.len(), 1, "{k8s:?}");
+        assert_eq!(k8s[0].run_key, "jobset:ml/llm");
+        assert_eq!(k8s[0].owner.user.as_deref(), Some("erin"));
+        assert_eq!(k8s[0].owner.job_kind.as_deref(), Some("JobSet"));
 
         let tracker = JobTracker::default();
         tracker.add(1, got.clone());

@@ -292,6 +292,7 @@ mod tests {
             container: "notebook".into(),
             resource: "nvidia.com/gpu".into(),
             device_id: "GPU-1".into(),
+            ..Default::default()
         };
         let lists = vec![ProcessList {
             gpu_id: 1,

@@ -1,4 +1,4 @@
-//! `GET /api/v1/reports/billing?from=&to=&group_by=team|host|gpu|model|user|holder|namespace|pod|job|label:<name>&format=json|csv`.
+//! `GET /api/v1/reports/billing?from=&to=&group_by=team|host|gpu|model|user|holder|namespace|namespace_team|pod|job|label:<name>&format=json|csv`.
 
 use axum::Json;
 use axum::extract::{Query, State};
@@ -28,9 +28,10 @@ pub struct BillingQuery {
     /// Period end, RFC 3339 or Unix milliseconds (default: now).
     pub to: Option<String>,
     /// Rows per team, host, GPU (default) or GPU model; or per owner of the GPU processes: `user`,
-    /// `namespace`, `pod`, `job` (Slurm) or `label:<name>` (a `--label-from-env` variable), from
+    /// `holder`, `namespace`, `namespace_team` (the namespace's `fleetlens.io/team` label), `pod`,
+    /// `job` (Slurm, or a Kubernetes job's `namespace/name`) or `label:<name>` (a `--label-from-env` variable), from
     /// the raw samples (the raw retention, 7 days by default; default period for these: all of it).
-    #[param(pattern = "^(team|host|gpu|model|user|holder|namespace|pod|job|label:.+)$")]
+    #[param(pattern = "^(team|host|gpu|model|user|holder|namespace|namespace_team|pod|job|label:.+)$")]
     pub group_by: Option<String>,
     /// `json` (default) or `csv`.
     #[param(pattern = "^(json|csv)$")]
@@ -63,7 +64,7 @@ pub async fn billing(
         Some(_) => None,
         None => Some(OwnerKey::parse(group_name).map_err(unprocessable)?.ok_or_else(|| {
             unprocessable(format!(
-                "{group_name:?}: use team, host, gpu, model, user, holder, namespace, pod, job or label:<name>"
+                "{group_name:?}: use team, host, gpu, model, user, holder, namespace, namespace_team, pod, job or label:<name>"
             ))
         })?),
     };
