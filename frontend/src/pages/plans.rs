@@ -9,7 +9,7 @@ use leptos::prelude::*;
 
 use crate::api::actions;
 use crate::components::status::PollStatus;
-use crate::ctx::{Latest, latest_ok, polled, use_app};
+use crate::ctx::{Latest, latest_ok, use_app};
 use crate::format;
 
 /// A link to the card of the newest run of a key.
@@ -49,7 +49,11 @@ fn evidence_head() -> impl IntoView {
 #[component]
 pub fn PlansSection(data: Latest<FleetSummary>) -> impl IntoView {
     let ctx = use_app();
-    let res = polled(move || {
+    // Plans are read again when the range changes or the summary's plan saving does (the
+    // summary computes the same plans on every poll): not on every poll tick.
+    let saving = Memo::new(move |_| data.with(|d| d.as_ref().and_then(|d| d.plan_saving_per_month)));
+    let res = LocalResource::new(move || {
+        saving.track();
         let (from, to) = ctx.range.get().window();
         async move { actions::plans(from, to).await }
     });

@@ -200,7 +200,7 @@ fn Policies() -> impl IntoView {
                                         "agent_kill" => "SIGTERM by the host's agent (if opted in)".to_string(),
                                         _ => format!("webhook to {}", channel_name(&chs, p.action_channel_id, "?")),
                                     };
-                                    let aria_dry = format!("Dry run of {n} over the past week");
+                                    let aria_dry = format!("Dry run (7 days) of {n}");
                                     let aria_delete = format!("Delete policy {n}");
                                     let on_confirm = Callback::new({ let n = n.clone(); move |()| delete(id, n.clone()) });
                                     let p2 = p.clone();
@@ -445,7 +445,7 @@ fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<i64>) -> impl I
                 <h3 id=heading_id>{format!("{} on {} · {}", r.gpu, r.host, who)}</h3>
                 <span class="pill" class:pill-ok=r.status == "cancelled" class:pill-muted=r.status != "cancelled" data-testid="reclaim-status">{status}</span>
                 {open.then(|| view! {
-                    <button type="button" class="btn" aria-label=format!("Snooze the reclaim of {} for an hour", r.gpu) on:click=move |_| on_snooze.run(id)>"Snooze 1 h"</button>
+                    <button type="button" class="btn" aria-label=format!("Snooze 1 h: the reclaim of {}", r.gpu) on:click=move |_| on_snooze.run(id)>"Snooze 1 h"</button>
                 })}
             </div>
             <p class="muted small">{format!("Run {} · PID {} · in the state since {}", r.run_key, r.pid, format::date_time(r.state_since_ms))}</p>
