@@ -180,8 +180,8 @@ fn Card(card: JobCard) -> impl IntoView {
         .advice
         .iter()
         .map(|a| {
-            let amount = a.amount.map(|m| format!(" ({})", format::money(m, &card.currency)));
-            view! { <li data-advice=a.code.clone()><strong>{a.code.replace('_', " ")}</strong>": "{a.text.clone()}{amount}</li> }
+            // The text carries its own numbers and money (`amount` is the same money, for machines).
+            view! { <li data-advice=a.code.clone()><strong>{a.code.replace('_', " ")}</strong>": "{a.text.clone()}</li> }
         })
         .collect_view();
     let no_advice = card.advice.is_empty();

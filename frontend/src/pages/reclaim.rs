@@ -33,6 +33,15 @@ fn step_label(step: &str) -> &'static str {
     }
 }
 
+/// Money held by a step: "—" without a price; a held amount under a cent is not shown as $0.00.
+fn held(v: Option<f64>, currency: &str) -> String {
+    match v {
+        None => "—".into(),
+        Some(v) if v > 0.0 && v < 0.01 => format!("under {}", format::money(0.01, currency)),
+        Some(v) => format::money(v, currency),
+    }
+}
+
 /// Seconds in words: `7200` → `2 h`, `90` → `90 s`.
 fn seconds(s: i64) -> String {
     format::duration_ms(s * 1000)
@@ -433,7 +442,7 @@ fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<i64>) -> impl I
                     <td>{format::date_time(s.at_ms)}</td>
                     <th scope="row">{step_label(&s.step)}</th>
                     <td>{s.actor.clone()}</td>
-                    <td class="num">{format::opt_money(s.dollars_held, &currency).replace("no price set", "—")}</td>
+                    <td class="num">{held(s.dollars_held, &currency)}</td>
                     <td class="small">{s.detail.clone()}</td>
                 </tr>
             }
@@ -496,6 +505,13 @@ mod tests {
         assert_eq!(dry_run_headline(&d, "idle_held"), "4 actions, $312 of idle held GPU-time freed");
         let one = DryRun { actions: 1, freed_cost: None, freed_gpu_hours: 2.5, ..d };
         assert_eq!(dry_run_headline(&one, "stalled"), "1 action, 2.5 GPU-hours of stalled GPU-time freed");
+    }
+
+    #[test]
+    fn money_held_under_a_cent_is_not_zero() {
+        assert_eq!(held(Some(0.0042), "USD"), "under $0.01");
+        assert_eq!(held(Some(1.5), "USD"), "$1.50");
+        assert_eq!(held(None, "USD"), "—");
     }
 
     #[test]
