@@ -410,6 +410,34 @@ test('Reclaim: a report route and a policy made in the forms; the dry run; a liv
   liveAgent = null;
 });
 
+test('a viewer reads jobs, cards and reclaims, and gets no admin forms and no end button', async () => {
+  const viewer = { email: 'act-viewer@example.com', password: 'act-viewer-password-1' };
+  const made = await api('/api/v1/users', { method: 'POST', body: JSON.stringify({ ...viewer, name: 'Act Viewer', role: 'viewer' }) });
+  assert.ok([200, 201, 409].includes(made.status), JSON.stringify(made.body));
+  const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
+  const p = await ctx.newPage();
+  try {
+    await p.goto(URL + '/login');
+    await p.locator('#email').waitFor({ timeout: T });
+    await p.fill('#email', viewer.email);
+    await p.fill('#password', viewer.password);
+    await p.click('form[aria-label="Log in"] button[type="submit"]');
+    await p.waitForURL(URL + '/', { timeout: T });
+    // A running run (the simulated fleet's processes keep theirs open): no end button for a viewer.
+    const running = (await api('/api/v1/job-runs?status=running&limit=1')).body;
+    assert.ok(running.length === 1, 'a running run');
+    await p.goto(`${URL}/jobs/${running[0].id}`);
+    await p.locator('[data-testid=no-card]').waitFor({ timeout: T });
+    assert.equal(await p.locator('[data-testid=end-run]').count(), 0);
+    await p.goto(`${URL}/reclaim`);
+    await p.locator('table.route-table').waitFor({ timeout: T });
+    assert.equal(await p.locator('form[aria-label="New reclaim policy"], form[aria-label="New report route"]').count(), 0);
+    assert.equal(await p.locator('table.route-table button', { hasText: 'Delete' }).count(), 0);
+  } finally {
+    await ctx.close();
+  }
+});
+
 test('no uncaught errors on the console', () => {
   assert.deepEqual(consoleErrors, []);
 });
