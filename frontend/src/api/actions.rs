@@ -54,9 +54,12 @@ pub struct RunFilter {
     pub status: String,
 }
 
+/// The most runs the Jobs page asks for (the newest first).
+pub const RUN_LIMIT: usize = 500;
+
 /// `GET /api/v1/job-runs?from=&to=&owner=&team=&status=`
 pub async fn job_runs(from_ms: i64, to_ms: i64, filter: &RunFilter) -> ApiResult<Vec<JobRun>> {
-    let mut q = vec![("from", from_ms.to_string()), ("to", to_ms.to_string()), ("limit", "500".to_string())];
+    let mut q = vec![("from", from_ms.to_string()), ("to", to_ms.to_string()), ("limit", RUN_LIMIT.to_string())];
     if !filter.owner.trim().is_empty() {
         q.push(("owner", filter.owner.trim().to_string()));
     }

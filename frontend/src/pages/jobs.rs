@@ -189,7 +189,13 @@ pub fn JobsPage() -> impl IntoView {
                 <h2 id="job-runs-title">"Runs"</h2>
                 {move || {
                     let runs = data.get().unwrap_or_default();
-                    view! { <RunTable runs teams=teams.get()/> }
+                    let capped = (runs.len() >= actions::RUN_LIMIT).then(|| view! {
+                        <p class="banner banner-info">{format!("Showing the newest {} runs (and their sums above): narrow the range or filter by owner or team to see the rest.", actions::RUN_LIMIT)}</p>
+                    });
+                    view! {
+                        {capped}
+                        <RunTable runs teams=teams.get()/>
+                    }
                 }}
             </section>
         </Show>
