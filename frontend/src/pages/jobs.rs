@@ -8,8 +8,8 @@ use std::collections::BTreeMap;
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
+use crate::api;
 use crate::api::actions::{self, JobRun, RunFilter};
-use crate::api::{self};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::ctx::{latest_ok, polled, use_app};
