@@ -17,6 +17,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+pub mod actions;
+
 use crate::wire::{
     AlertList, Channel, ChannelList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule,
     RuleFields, RuleList, Silence, SilenceList, Team, TestResult, User,

@@ -11,8 +11,11 @@ use crate::pages::alerts::AlertsPage;
 use crate::pages::fleet::FleetPage;
 use crate::pages::gpu_detail::GpuDetailPage;
 use crate::pages::gpus::GpusPage;
+use crate::pages::job_card::JobCardPage;
+use crate::pages::jobs::JobsPage;
 use crate::pages::login::Login;
 use crate::pages::not_found::NotFound;
+use crate::pages::reclaim::ReclaimPage;
 use crate::pages::reports::ReportsPage;
 use crate::pages::settings::SettingsPage;
 
@@ -30,6 +33,9 @@ pub fn App() -> impl IntoView {
                     <Route path=path!("/gpus") view=GpusPage/>
                     <Route path=path!("/gpus/:uuid") view=GpuDetailPage/>
                     <Route path=path!("/alerts") view=AlertsPage/>
+                    <Route path=path!("/jobs") view=JobsPage/>
+                    <Route path=path!("/jobs/:id") view=JobCardPage/>
+                    <Route path=path!("/reclaim") view=ReclaimPage/>
                     <Route path=path!("/reports") view=ReportsPage/>
                     <Route path=path!("/settings") view=SettingsPage/>
                 </ParentRoute>

@@ -65,6 +65,8 @@ for (const [name, path, ready] of [
   ['GPU detail', `/gpus/${FIXTURE_UUID}`, '#proc-title'],
   ['alerts', '/alerts', '#rules-title'],
   ['reports', '/reports', '#billing-title'],
+  ['jobs', '/jobs', '#job-runs-title'],
+  ['reclaim', '/reclaim', '#reclaims-title'],
   ['settings', '/settings', '#prices-title'],
   ['not found', '/no-such-page', 'h1'],
 ]) {

@@ -132,7 +132,7 @@ test('login: a wrong password is refused with a message; email and password star
   await page.waitForURL(URL + '/gpus', { timeout: T });
   expectedFailures.delete('/api/v1/auth/login');
   const nav = page.locator('nav[aria-label="Main"] a');
-  assert.deepEqual(await nav.allTextContents(), ['Fleet', 'GPUs', 'Alerts', 'Reports', 'Settings']);
+  assert.deepEqual(await nav.allTextContents(), ['Fleet', 'GPUs', 'Alerts', 'Jobs', 'Reclaim', 'Reports', 'Settings']);
   assert.equal(await page.locator('nav[aria-label="Main"] a[aria-current="page"]').textContent(), 'GPUs');
   // The user and role are in the header; the session is an HttpOnly cookie, not in storage.
   await waitForText(page.locator('[data-testid="whoami"]'), /admin/);

@@ -56,6 +56,8 @@ pub fn Header() -> impl IntoView {
                 <NavLink href="/" label="Fleet"/>
                 <NavLink href="/gpus" label="GPUs"/>
                 <NavLink href="/alerts" label="Alerts"/>
+                <NavLink href="/jobs" label="Jobs"/>
+                <NavLink href="/reclaim" label="Reclaim"/>
                 <NavLink href="/reports" label="Reports"/>
                 <NavLink href="/settings" label="Settings"/>
             </nav>

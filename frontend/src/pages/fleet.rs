@@ -12,6 +12,7 @@ use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
+use crate::pages::plans::PlansSection;
 
 #[component]
 pub fn FleetPage() -> impl IntoView {
@@ -121,6 +122,7 @@ fn FleetBody(data: Latest<FleetSummary>) -> impl IntoView {
             </div>
             <Owners data/>
         </section>
+        <PlansSection data/>
         <p class="muted small">{d(|d| d.price_source.clone())}</p>
     }
 }

@@ -6,8 +6,13 @@ pub mod gpu_allocations;
 pub mod gpu_card;
 pub mod gpu_detail;
 pub mod gpus;
+pub mod job_card;
+pub mod jobs;
 pub mod login;
 pub mod not_found;
+pub mod plans;
+pub mod reclaim;
+pub mod report_routes;
 pub mod reports;
 pub mod settings;
 

@@ -1,0 +1,221 @@
+//! Report routes (docs/ACTIONS.md "Sending cards"): which notification channel gets the report
+//! cards of whose jobs (an owner, a team, both, or anyone), and the bar under which a card is
+//! not sent. Everyone reads them; admins create and delete them.
+
+use leptos::ev::SubmitEvent;
+use leptos::prelude::*;
+use leptos::task::spawn_local;
+
+use crate::api::actions::{self, NewReportRoute};
+use crate::api::{self, ApiError};
+use crate::components::status::{ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::ctx::{latest_ok, polled, use_app};
+use crate::wire::{Channel, Team};
+
+/// A number typed in a form: empty means the server's default.
+fn opt_number(s: &str) -> Result<Option<f64>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(None);
+    }
+    s.parse::<f64>().map(Some).map_err(|_| format!("“{s}” is not a number"))
+}
+
+fn channel_name(channels: &[Channel], id: i64) -> String {
+    channels
+        .iter()
+        .find(|c| c.id == id)
+        .map(|c| format!("{} ({})", c.name, c.kind))
+        .unwrap_or_else(|| format!("channel {id}"))
+}
+
+#[component]
+pub fn ReportRoutes() -> impl IntoView {
+    let ctx = use_app();
+    let res = polled(actions::report_routes);
+    let routes = latest_ok(res);
+    let has_data = Signal::derive(move || routes.with(Option::is_some));
+    let channels_res = LocalResource::new(api::channels);
+    let channels = Memo::new(move |_| {
+        channels_res.with(|c| c.as_ref().and_then(|c| c.as_ref().ok()).map(|c| c.channels.clone())).unwrap_or_default()
+    });
+    let teams_res = LocalResource::new(api::teams);
+    let teams =
+        Memo::new(move |_| teams_res.with(|t| t.as_ref().and_then(|t| t.as_ref().ok().cloned())).unwrap_or_default());
+    let owner = RwSignal::new(String::new());
+    let team = RwSignal::new(String::new());
+    let channel = RwSignal::new(String::new());
+    let min_hours = RwSignal::new(String::new());
+    let min_waste = RwSignal::new(String::new());
+    let error = RwSignal::new(None::<ApiError>);
+    let saved = RwSignal::new(None::<String>);
+    let confirm = RwSignal::new(None::<i64>);
+    let done = move |out: Result<String, ApiError>| {
+        match out {
+            Ok(m) => {
+                error.set(None);
+                saved.set(Some(m));
+            }
+            Err(e) => {
+                saved.set(None);
+                error.set(Some(e));
+            }
+        }
+        res.refetch();
+    };
+    let local_error = move |field: &str, message: String| ApiError {
+        status: 422,
+        code: "invalid".into(),
+        message,
+        path: "/api/v1/report-routes".into(),
+        field: Some(field.into()),
+    };
+    let submit = move |ev: SubmitEvent| {
+        ev.prevent_default();
+        let (hours, waste) = match (opt_number(&min_hours.get_untracked()), opt_number(&min_waste.get_untracked())) {
+            (Ok(h), Ok(w)) => (h, w),
+            (Err(m), _) => return done(Err(local_error("min_gpu_hours", m))),
+            (_, Err(m)) => return done(Err(local_error("min_waste_pct", m))),
+        };
+        let Ok(channel_id) = channel.get_untracked().parse::<i64>() else {
+            return done(Err(local_error("channel_id", "choose a channel".into())));
+        };
+        let o = owner.get_untracked().trim().to_string();
+        let route = NewReportRoute {
+            team_id: team.get_untracked().parse().ok(),
+            owner: (!o.is_empty()).then_some(o),
+            channel_id,
+            min_gpu_hours: hours,
+            min_waste_pct: waste,
+        };
+        spawn_local(async move {
+            let out = actions::create_report_route(&route).await.map(|r| {
+                format!(
+                    "Cards of {} now go to channel {}.",
+                    r.owner.as_deref().unwrap_or("anyone's jobs"),
+                    r.channel_id
+                )
+            });
+            if out.is_ok() {
+                owner.set(String::new());
+            }
+            done(out);
+        });
+    };
+    let delete = move |id: i64| {
+        confirm.set(None);
+        spawn_local(
+            async move { done(actions::delete_report_route(id).await.map(|()| "Report route deleted.".into())) },
+        );
+    };
+    let owner_error = about(error, "owner");
+    let channel_error = about(error, "channel_id");
+
+    view! {
+        <section class="card" aria-labelledby="routes-title">
+            <h2 id="routes-title">"Report routes"</h2>
+            <p class="muted">
+                "When a job ends, its report card goes to the channel of the most specific matching route (owner and team, owner, team, then anyone), once, and only if the job had at least the route's GPU-hours and wasted at least its share."
+            </p>
+            <PollStatus res has_data/>
+            {move || {
+                let list = routes.get().unwrap_or_default();
+                if list.is_empty() {
+                    return view! { <p class="empty">"No report route: cards are computed but sent nowhere."</p> }.into_any();
+                }
+                let admin = ctx.is_admin();
+                let (chs, tms): (Vec<Channel>, Vec<Team>) = (channels.get(), teams.get());
+                view! {
+                    <div class="table-wrap">
+                        <table class="data route-table">
+                            <caption class="sr-only">"Report routes"</caption>
+                            <thead>
+                                <tr>
+                                    <th scope="col">"Owner"</th>
+                                    <th scope="col">"Team"</th>
+                                    <th scope="col">"Channel"</th>
+                                    <th scope="col" class="num">"At least GPU-hours"</th>
+                                    <th scope="col" class="num">"At least wasted"</th>
+                                    <th scope="col"><span class="sr-only">"Actions"</span></th>
+                                </tr>
+                            </thead>
+                            <tbody>
+                                {list.into_iter().map(|r| {
+                                    let id = r.id;
+                                    let who = r.owner.clone().unwrap_or_else(|| "anyone".into());
+                                    let team = r.team_id.map(|t| tms.iter().find(|x| x.id == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
+                                    let aria_label = format!("Delete the route of {who}");
+                                    let on_confirm = Callback::new(move |()| delete(id));
+                                    view! {
+                                        <tr data-route-id=id.to_string()>
+                                            <th scope="row">{who.clone()}</th>
+                                            <td>{team}</td>
+                                            <td>{channel_name(&chs, r.channel_id)}</td>
+                                            <td class="num">{crate::format::fx(r.min_gpu_hours, 2).to_string()}</td>
+                                            <td class="num">{crate::format::pct(r.min_waste_pct)}</td>
+                                            <td>{admin.then(|| view! {
+                                                <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
+                                            })}</td>
+                                        </tr>
+                                    }
+                                }).collect_view()}
+                            </tbody>
+                        </table>
+                    </div>
+                }
+                .into_any()
+            }}
+            <Show when=move || ctx.is_admin()>
+                <form class="form-grid" on:submit=submit novalidate aria-label="New report route">
+                    <label for="route-owner">
+                        <span>"Owner (empty: anyone)"</span>
+                        <input id="route-owner" aria-invalid=move || owner_error().is_some().to_string() prop:value=move || owner.get() on:input=move |ev| owner.set(event_target_value(&ev))/>
+                    </label>
+                    <label for="route-team">
+                        <span>"Team"</span>
+                        <select id="route-team" on:change=move |ev| team.set(event_target_value(&ev))>
+                            <option value="">"Any team"</option>
+                            {move || teams.get().into_iter().map(|t| view! { <option value=t.id.to_string()>{t.name.clone()}</option> }).collect_view()}
+                        </select>
+                    </label>
+                    <label for="route-channel">
+                        <span>"Channel"</span>
+                        <select id="route-channel" aria-invalid=move || channel_error().is_some().to_string() on:change=move |ev| channel.set(event_target_value(&ev))>
+                            <option value="">"Choose a channel"</option>
+                            {move || channels.get().into_iter().filter(|c| c.kind != "alertmanager").map(|c| view! {
+                                <option value=c.id.to_string()>{format!("{} ({})", c.name, c.kind)}</option>
+                            }).collect_view()}
+                        </select>
+                    </label>
+                    <label for="route-hours">
+                        <span>"At least GPU-hours (default 0.5)"</span>
+                        <input id="route-hours" inputmode="decimal" prop:value=move || min_hours.get() on:input=move |ev| min_hours.set(event_target_value(&ev))/>
+                    </label>
+                    <label for="route-waste">
+                        <span>"At least wasted, % (default 20)"</span>
+                        <input id="route-waste" inputmode="decimal" prop:value=move || min_waste.get() on:input=move |ev| min_waste.set(event_target_value(&ev))/>
+                    </label>
+                    <button type="submit" class="btn-primary">"Add route"</button>
+                </form>
+                <FieldError error field="owner" label="Owner"/>
+                <FieldError error field="channel_id" label="Channel"/>
+                <FieldError error field="min_gpu_hours" label="At least GPU-hours"/>
+                <FieldError error field="min_waste_pct" label="At least wasted"/>
+            </Show>
+            <FormError error fields=&["owner", "channel_id", "min_gpu_hours", "min_waste_pct"]/>
+            <Saved saved/>
+        </section>
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::opt_number;
+
+    #[test]
+    fn empty_numbers_take_the_servers_default() {
+        assert_eq!(opt_number("  "), Ok(None));
+        assert_eq!(opt_number("0.25"), Ok(Some(0.25)));
+        assert!(opt_number("lots").is_err());
+    }
+}
