@@ -49,6 +49,13 @@ pub struct Cli {
     #[arg(long, env = "FLEETLENS_FLUSH_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
     pub flush_interval: Duration,
 
+    /// Send a host's readings at once, without waiting for `--flush-interval`, when one of its
+    /// GPUs turns idle, idle-held, stalled or back to work (judged per reading with the default
+    /// thresholds): an open dashboard shows the change about a second later instead of up to a
+    /// flush interval later. At most one extra request per host per flush interval.
+    #[arg(long, env = "FLEETLENS_FLUSH_ON_STATE_CHANGE", default_value_t = true, action = clap::ArgAction::Set)]
+    pub flush_on_state_change: bool,
+
     /// Directory of the on-disk spool of unsent batches.
     #[arg(long, env = "FLEETLENS_SPOOL_DIR", default_value = "./fleetlens-spool")]
     pub spool_dir: PathBuf,
@@ -328,6 +335,7 @@ mod tests {
         assert_eq!(cli.source, SourceSpec::Nvml);
         assert_eq!(cli.interval, Duration::from_secs(1));
         assert_eq!(cli.flush_interval, Duration::from_secs(5));
+        assert!(cli.flush_on_state_change);
         assert_eq!(cli.batch_max, 5000);
         assert_eq!(cli.nvml_util_window, crate::source::UtilWindowMode::Kernel);
         assert_eq!(cli.spool_max_bytes, 1 << 30);
@@ -360,6 +368,8 @@ mod tests {
             "500ms",
             "--flush-interval",
             "10s",
+            "--flush-on-state-change",
+            "false",
             "--spool-dir",
             "/tmp/s",
             "--spool-max-bytes",
@@ -409,6 +419,7 @@ mod tests {
         assert_eq!(cli.source, SourceSpec::Simulate(16));
         assert_eq!(cli.interval, Duration::from_millis(500));
         assert_eq!(cli.flush_interval, Duration::from_secs(10));
+        assert!(!cli.flush_on_state_change);
         assert_eq!(cli.spool_max_bytes, 64 << 20);
         assert_eq!(cli.speed, Some(10.0));
         assert_eq!(cli.labels, vec![("team".to_string(), "ml".to_string())]);

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use fleetlens_core::{GpuEvent, Sample};
+use fleetlens_core::{GpuEvent, Sample, Thresholds, WindowAggregate, WorkloadState, classify};
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
@@ -27,7 +27,43 @@ pub struct CollectorConfig {
     /// Stop after one reading of a live source (replay always runs to its end).
     pub once: bool,
     pub labels: BTreeMap<String, String>,
+    /// Seal a host's batch with the reading in which one of its GPUs changed its
+    /// [`StateClass`], instead of at the end of the flush interval (`--flush-on-state-change`):
+    /// an open dashboard then hears of the change within a second or so. At most once per host
+    /// per flush interval: a GPU that flaps every reading costs one request more per interval,
+    /// and the server's learnt delivery cadence (which allows for the silence between batches
+    /// before a GPU counts as offline) stays above half the flush interval.
+    pub flush_on_state_change: bool,
 }
+
+/// What a single reading says a GPU is doing, coarsely: the distinctions an open dashboard
+/// must show at once (free, held while idle, hung, working). The finer working states (hollow,
+/// starved, memory-bound …) are judged over a window on the server; a single reading of a
+/// sawtooth job flaps between them, and sealing a batch per flap would cost a request per
+/// reading for nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StateClass {
+    Idle,
+    IdleHeld,
+    Stalled,
+    Working,
+}
+
+impl StateClass {
+    /// The class of one sample under the default thresholds (the agent does not know the
+    /// organisation's own: a trigger for sending sooner, not a verdict).
+    pub fn of(sample: &Sample) -> StateClass {
+        let agg = WindowAggregate::from_samples(std::iter::once(sample));
+        match classify(&agg, &DEFAULT_THRESHOLDS).state {
+            WorkloadState::Idle => StateClass::Idle,
+            WorkloadState::IdleHeld => StateClass::IdleHeld,
+            WorkloadState::Stalled => StateClass::Stalled,
+            _ => StateClass::Working,
+        }
+    }
+}
+
+static DEFAULT_THRESHOLDS: std::sync::LazyLock<Thresholds> = std::sync::LazyLock::new(Thresholds::default);
 
 impl CollectorConfig {
     /// True when a batch whose first reading arrived `age` ago should be sealed now, with the
@@ -70,6 +106,10 @@ struct Batcher {
     source_labels: BTreeMap<String, BTreeMap<String, String>>,
     /// The source's completion of samples at sealing time.
     finisher: Option<Arc<dyn Finisher>>,
+    /// Each GPU's [`StateClass`] in its newest reading (by UUID).
+    classes: std::collections::HashMap<String, StateClass>,
+    /// When each host's batch was last sealed early for a change of class.
+    sealed_early: std::collections::HashMap<String, Instant>,
     sum: CollectSummary,
 }
 
@@ -101,6 +141,41 @@ impl Batcher {
         }
         self.sum.samples += n as u64;
         self.wake.notify_one();
+        Ok(())
+    }
+
+    /// True when one of `samples` puts its GPU in another [`StateClass`] than its reading
+    /// before (a GPU seen for the first time is no change).
+    fn class_changed(&mut self, samples: &[Sample]) -> bool {
+        let mut changed = false;
+        for s in samples {
+            let class = StateClass::of(s);
+            match self.classes.get_mut(&s.uuid) {
+                Some(old) if *old != class => {
+                    *old = class;
+                    changed = true;
+                }
+                Some(_) => {}
+                None => {
+                    self.classes.insert(s.uuid.clone(), class);
+                }
+            }
+        }
+        changed
+    }
+
+    /// Seal `host`'s open batch now (a GPU of it changed class), unless it was sealed early
+    /// less than a flush interval ago.
+    async fn seal_early(&mut self, host: &str, now: Instant) -> Result<(), SpoolError> {
+        if self.sealed_early.get(host).is_some_and(|t| now.saturating_duration_since(*t) < self.cfg.flush_every) {
+            return Ok(());
+        }
+        self.sealed_early.insert(host.to_string(), now);
+        if let Some(samples) = self.pending.remove(host)
+            && (!samples.is_empty() || self.pending_events.contains_key(host))
+        {
+            self.spool_batch(host, samples).await?;
+        }
         Ok(())
     }
 
@@ -167,6 +242,8 @@ pub async fn run(
         pending_events: BTreeMap::new(),
         source_labels: BTreeMap::new(),
         finisher,
+        classes: std::collections::HashMap::new(),
+        sealed_early: std::collections::HashMap::new(),
         sum: CollectSummary::default(),
     };
     // When the open batch got its first reading.
@@ -196,8 +273,15 @@ pub async fn run(
             None => break Err(CollectError::Source(SourceError::Failed("the source's task stopped".into()))),
         };
         let now = Instant::now();
+        let mut changed_hosts = Vec::new();
         for h in hosts {
+            if b.cfg.flush_on_state_change && b.class_changed(&h.samples) {
+                changed_hosts.push(h.host.clone());
+            }
             b.add(h.host, h.samples, h.labels, h.events).await?;
+        }
+        for host in &changed_hosts {
+            b.seal_early(host, now).await?;
         }
         if once_live {
             b.sum.finished = true;
@@ -350,6 +434,7 @@ mod tests {
             reading_interval: Duration::ZERO,
             once: true,
             labels: [("team".to_string(), "ml".to_string())].into_iter().collect(),
+            flush_on_state_change: false,
         };
         let (_tx, rx) = watch::channel(false);
         let src = Box::new(Fixed { ticks: 10, per_host: 3, t: 0 });
@@ -423,6 +508,7 @@ mod tests {
             reading_interval: Duration::ZERO,
             once: false,
             labels: BTreeMap::new(),
+            flush_on_state_change: false,
         };
         let (_tx, rx) = watch::channel(false);
         let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
@@ -487,6 +573,7 @@ mod tests {
             reading_interval: Duration::ZERO,
             once: true,
             labels: BTreeMap::new(),
+            flush_on_state_change: false,
         };
         let (_tx, rx) = watch::channel(false);
         let sum = run(Box::new(Failing { n: 0 }), spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
@@ -533,7 +620,14 @@ mod tests {
     }
 
     fn live_cfg(flush_every: Duration, reading_interval: Duration, batch_max: usize) -> CollectorConfig {
-        CollectorConfig { batch_max, flush_every, reading_interval, once: false, labels: BTreeMap::new() }
+        CollectorConfig {
+            batch_max,
+            flush_every,
+            reading_interval,
+            once: false,
+            labels: BTreeMap::new(),
+            flush_on_state_change: false,
+        }
     }
 
     /// The readings (`ts_ms`) of each spooled batch, oldest first.
@@ -626,5 +720,99 @@ mod tests {
         let sum = task.await.unwrap().unwrap();
         assert_eq!(batches(&spool), [vec![1, 2, 3, 4, 5], vec![6, 7, 8]]);
         assert_eq!((sum.samples, sum.batches, sum.finished), (8, 2, false));
+    }
+
+    /// Two hosts of one GPU each, a reading per second: `a`'s GPU is busy in the readings
+    /// `busy` says, idle in the others; `b`'s stays idle.
+    struct Flipping {
+        readings: i64,
+        busy: fn(i64) -> bool,
+        n: i64,
+    }
+
+    fn idle(ts_ms: i64, uuid: &str) -> Sample {
+        Sample {
+            ts_ms,
+            uuid: uuid.into(),
+            gpu_util_pct: Some(0.0),
+            sm_active_pct: Some(0.0),
+            mem_used_bytes: Some(0),
+            processes: Some(vec![]),
+            ..Default::default()
+        }
+    }
+
+    #[async_trait]
+    impl GpuSource for Flipping {
+        fn describe(&self) -> String {
+            "flipping".into()
+        }
+        fn is_live(&self) -> bool {
+            true
+        }
+        async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
+            if self.n > 0 {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            if self.n == self.readings {
+                return Ok(None);
+            }
+            self.n += 1;
+            let mut a = idle(self.n, "GPU-a");
+            if (self.busy)(self.n) {
+                a.gpu_util_pct = Some(100.0);
+                a.sm_active_pct = Some(95.0);
+                a.tensor_active_pct = Some(80.0);
+                a.mem_used_bytes = Some(40 << 30);
+                a.processes = Some(vec![fleetlens_core::GpuProcess { pid: 7, ..Default::default() }]);
+            }
+            Ok(Some(vec![HostSamples::new("a", vec![a]), HostSamples::new("b", vec![idle(self.n, "GPU-b")])]))
+        }
+    }
+
+    #[test]
+    fn one_reading_gives_the_coarse_class() {
+        assert_eq!(StateClass::of(&idle(1, "g")), StateClass::Idle);
+        let held = Sample { mem_used_bytes: Some(4 << 30), ..idle(1, "g") };
+        assert_eq!(StateClass::of(&held), StateClass::IdleHeld);
+        let stalled = Sample {
+            gpu_util_pct: Some(100.0),
+            sm_active_pct: Some(1.0),
+            power_w: Some(100.0),
+            power_limit_w: Some(700.0),
+            processes: Some(vec![fleetlens_core::GpuProcess { pid: 7, ..Default::default() }]),
+            ..idle(1, "g")
+        };
+        assert_eq!(StateClass::of(&stalled), StateClass::Stalled);
+        let hollow = Sample { sm_active_pct: Some(10.0), power_w: Some(400.0), ..stalled.clone() };
+        assert_eq!(StateClass::of(&hollow), StateClass::Working);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_host_whose_gpu_changes_class_is_sent_with_that_reading() {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
+        let (_tx, rx) = watch::channel(false);
+        let sec = Duration::from_secs(1);
+        let cfg = CollectorConfig { flush_on_state_change: true, ..live_cfg(5 * sec, sec, 5000) };
+        // Busy from reading 7, idle again at 9 (2 s after the early seal at 7: too soon for
+        // another), busy again at 13 (6 s after it).
+        let src = Flipping { readings: 15, busy: |n| (7..9).contains(&n) || n >= 13, n: 0 };
+        run(Box::new(src), spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        let by_host = |host: &str| -> Vec<Vec<i64>> {
+            spool
+                .peek(|s| s.entries())
+                .iter()
+                .map(|e| decode(&spool.peek(|s| s.read(e)).unwrap()))
+                .filter(|b| b.host == host)
+                .map(|b| b.samples.iter().map(|s| s.ts_ms).collect())
+                .collect()
+        };
+        // Reading 7 turns a's GPU busy: a's open batch goes with it, not at reading 10 (then
+        // a keeps the common flush timer: one request more for the change). Reading 9 waits
+        // for the timer; reading 13 goes at once again.
+        assert_eq!(by_host("a"), [vec![1, 2, 3, 4, 5], vec![6, 7], vec![8, 9, 10], vec![11, 12, 13], vec![14, 15]]);
+        // b's GPU changed nothing: its batches keep the flush interval.
+        assert_eq!(by_host("b"), [vec![1, 2, 3, 4, 5], vec![6, 7, 8, 9, 10], vec![11, 12, 13, 14, 15]]);
     }
 }

@@ -171,6 +171,7 @@ async fn run(cli: Cli, src: Box<dyn GpuSource>) -> anyhow::Result<ExitCode> {
         reading_interval: if live { cli.interval } else { Duration::ZERO },
         once: cli.once,
         labels: cli.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
+        flush_on_state_change: cli.flush_on_state_change,
     };
     let mut collector = tokio::spawn(collector::run(src, spool.clone(), wake.clone(), ccfg, stop_rx));
     let mut push = tokio::spawn({

@@ -40,6 +40,7 @@ async fn spool_fixture(dir: &Path, batch_max: usize) -> SharedSpool {
         reading_interval: Duration::ZERO,
         once: true,
         labels: BTreeMap::new(),
+        flush_on_state_change: false,
     };
     let (_tx, rx) = watch::channel(false);
     collector::run(src, spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
@@ -228,6 +229,7 @@ async fn follows_the_collector_live() {
         reading_interval: Duration::ZERO,
         once: false,
         labels: BTreeMap::from([("team".into(), "ml".into())]),
+        flush_on_state_change: false,
     };
     let (_stop_tx, stop_rx) = watch::channel(false);
     let collected = collector::run(src, spool.clone(), wake, cfg, stop_rx).await.unwrap();

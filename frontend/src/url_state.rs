@@ -8,16 +8,24 @@ use leptos_router::hooks::{use_location, use_navigate, use_query_map};
 /// A setter for one query parameter of the current page: the address is replaced (no new
 /// history entry per keystroke or choice, no scroll to the top); an empty value removes it.
 pub fn query_setter() -> impl Fn(&str, &str) + Clone + 'static {
+    let set = query_updater();
+    move |key: &str, value: &str| set(&[(key, value)])
+}
+
+/// [`query_setter`] for several parameters at once (one address change): each `(key, value)`
+/// replaces that key's value; an empty value removes the key.
+pub fn query_updater() -> impl Fn(&[(&str, &str)]) + Clone + 'static {
     let navigate = use_navigate();
     let location = use_location();
     let query = use_query_map();
-    move |key: &str, value: &str| {
+    move |changes: &[(&str, &str)]| {
         let mut params: Vec<(String, String)> = query.with_untracked(|q| {
-            q.into_iter().filter(|(k, _)| *k != key).map(|(k, v)| (k.to_string(), v.to_string())).collect()
+            q.into_iter()
+                .filter(|(k, _)| !changes.iter().any(|(c, _)| c == k))
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect()
         });
-        if !value.is_empty() {
-            params.push((key.to_string(), value.to_string()));
-        }
+        params.extend(changes.iter().filter(|(_, v)| !v.is_empty()).map(|(k, v)| (k.to_string(), v.to_string())));
         let to = with_query(&location.pathname.get_untracked(), &params);
         navigate(&to, NavigateOptions { replace: true, scroll: false, ..Default::default() });
     }

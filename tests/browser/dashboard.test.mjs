@@ -211,6 +211,30 @@ test('GPUs page: a card shows the owner of its processes, nothing when unknown',
   await shot('03b-gpus-owners');
 });
 
+test('GPUs page: the search box finds GPUs by their owner (user, pod or job) and by host', async () => {
+  await page.goto(URL + '/gpus');
+  await page.waitForFunction(() => document.querySelectorAll('.gpu-card .gpu-owner').length > 0, null, { timeout: 30_000 });
+  // Live updates paused: the simulated jobs come and go, the list the search filters stays put.
+  await page.locator('header button.live').click();
+  await page.waitForFunction(() => document.querySelector('header button.live')?.getAttribute('aria-pressed') === 'false');
+  const search = page.locator('form[aria-label="Filter and sort GPUs"] input[type="search"]');
+  const owner = (await page.locator('.gpu-card .gpu-owner').first().textContent()).replace(/^Owner: /, '');
+  const [user, where] = owner.split(' · ');
+  const host = (await page.locator('.gpu-card', { has: page.locator('.gpu-owner') }).first().locator('.gpu-place').textContent()).split(' · ')[0].trim();
+  for (const [words, shown] of [[user, '.gpu-owner'], [where, '.gpu-owner'], [host, '.gpu-place']]) {
+    await search.fill(words);
+    await page.waitForURL((u) => u.searchParams.get('q') === words, { timeout: T });
+    await page.waitForFunction(([w, sel]) => {
+      const cards = [...document.querySelectorAll('.gpu-card')];
+      return cards.length > 0 && cards.every((c) => (c.querySelector(sel)?.textContent || '').toLowerCase().includes(w.toLowerCase()));
+    }, [words, shown], { timeout: T });
+  }
+  await search.fill('');
+  await page.waitForURL((u) => !u.searchParams.has('q'), { timeout: T });
+  await page.locator('header button.live').click();
+  await page.waitForFunction(() => document.querySelector('header button.live')?.getAttribute('aria-pressed') === 'true');
+});
+
 test('GPUs page: "Show advanced metrics" reveals occupancy, tensor, DRAM; n/a for FP64', async () => {
   const fixture = page.locator(`.gpu-card[data-uuid="${FIXTURE_UUID}"]`);
   assert.equal(await fixture.locator('dl.adv').count(), 0);
@@ -335,6 +359,90 @@ test('GPU detail over 24 hours comes from the rollups', async () => {
   await page.waitForFunction((b) => document.querySelector('.live-time')?.textContent !== b, before, { timeout: 35_000 });
   await page.waitForTimeout(500);
   assert.equal(await page.locator('.banner-error').count(), 0);
+});
+
+test('GPU detail: dragging across a chart zooms to that time (in the address), hovering reads the values out, the keyboard does both', async () => {
+  await page.goto(`${URL}/gpus/${FIXTURE_UUID}?range=1h`);
+  const chart = page.locator('figure.chart', { hasText: 'Kernel utilization vs SM activity' });
+  const svg = chart.locator('svg.chart-svg');
+  await svg.waitFor({ timeout: T });
+  await page.waitForFunction(() => /\d+ samples/.test(document.querySelector('#story-title')?.parentElement?.textContent || ''), null, { timeout: T });
+  // The trace's GPU has not reported within the hour: the chart spans its samples, from the
+  // first to the last (+1 ms).
+  const gpu = (await (await api('/api/v1/gpus')).json()).gpus.find((g) => g.uuid === FIXTURE_UUID);
+  const [x0, x1] = [gpu.first_seen_ms, gpu.last_seen_ms + 1];
+  const span = x1 - x0;
+  const box = await svg.boundingBox();
+  // viewBox 1160 units wide, the plot from 56 to 1150 (charts/line_chart.rs margins).
+  const unit = box.width / 1160;
+  const xAt = (frac) => box.x + (56 + frac * (1160 - 66)) * unit;
+  const yMid = box.y + box.height / 2;
+
+  // Hover: a cursor line and a read-out of each series' value at that time, equal to the
+  // sample nearest to it.
+  await page.mouse.move(xAt(0.5), yMid);
+  const readout = chart.locator('.chart-readout');
+  await waitForText(readout, /Kernel utilization \d+(\.\d)?%, SM activity \d+(\.\d)?%/);
+  assert.equal(await chart.locator('line.cursor').count(), 1, 'a cursor at the pointer');
+  const at = Number(await readout.getAttribute('data-at-ms'));
+  assert.ok(Math.abs(at - (x0 + span / 2)) <= span * 0.01, `read-out time ${at} at the middle of ${x0}..${x1}`);
+  const { samples } = await (await api(`/api/v1/gpus/${FIXTURE_UUID}/samples?from=${x0}&to=${x1}`)).json();
+  const nearest = samples.reduce((best, s) => (Math.abs(s.ts_ms - at) < Math.abs(best.ts_ms - at) ? s : best));
+  const shown = Number((await readout.textContent()).match(/Kernel utilization (\d+(?:\.\d)?)%/)[1]);
+  assert.ok(Math.abs(shown - nearest.gpu_util_pct) <= 0.5, `read-out ${shown}% vs the sample's ${nearest.gpu_util_pct}%`);
+  await page.mouse.move(box.x + box.width / 2, box.y - 40);
+  await waitForText(readout, /^$/);
+
+  // Drag from 30 % to 60 % of the plot with real mouse events: the page zooms to that range
+  // and the address holds it.
+  await page.mouse.move(xAt(0.3), yMid);
+  await page.mouse.down();
+  await page.mouse.move(xAt(0.45), yMid, { steps: 5 });
+  await waitForText(readout, /^Selected .* release to zoom\.$/);
+  assert.equal(await chart.locator('rect.brush-sel').count(), 1, 'the selection is drawn');
+  await page.mouse.move(xAt(0.6), yMid, { steps: 5 });
+  await page.mouse.up();
+  await page.waitForURL(/[?&]from=\d+.*&to=\d+/, { timeout: T });
+  const zoomed = new globalThis.URL(page.url()).searchParams;
+  const [from, to] = [Number(zoomed.get('from')), Number(zoomed.get('to'))];
+  assert.ok(Math.abs(from - (x0 + 0.3 * span)) <= span * 0.01, `from ${from}: 30 % into ${x0}..${x1}`);
+  assert.ok(Math.abs(to - (x0 + 0.6 * span)) <= span * 0.01, `to ${to}: 60 % into ${x0}..${x1}`);
+  assert.equal(zoomed.get('range'), '1h', 'the range stays in the address');
+  await waitForText(page.locator('[data-testid="zoom"]'), /^Zoomed to .* \(\d+ s\)\./);
+  // Every chart now spans the zoomed range: its summary names it and its lines hold only the
+  // samples inside it.
+  const inside = samples.filter((s) => s.ts_ms >= from && s.ts_ms < to).length;
+  await page.waitForFunction((n) => new RegExp(`^${n} samples$`).test(
+    document.querySelector('#story-title')?.parentElement?.querySelector('.small')?.textContent || ''), inside, { timeout: T });
+  assert.equal(await chart.locator('rect.brush-sel').count(), 0, 'the selection is gone once applied');
+  await shot('05c-gpu-detail-zoomed');
+
+  // A link with the zoom opens the same view.
+  const shared = await context.newPage();
+  await shared.goto(page.url());
+  await shared.locator('[data-testid="zoom"]').waitFor({ timeout: T });
+  await shared.close();
+
+  // The keyboard: focus the chart, End puts the cursor at the end, Shift+Left ×10 selects,
+  // Enter zooms to the selection.
+  await chart.locator('.chart-focus').focus();
+  await page.keyboard.press('End');
+  await waitForText(readout, /Kernel utilization/);
+  for (let i = 0; i < 10; i++) await page.keyboard.press('Shift+ArrowLeft');
+  await waitForText(readout, /^Selected .* Enter zooms, Escape cancels\.$/);
+  await page.keyboard.press('Enter');
+  await page.waitForFunction((f) => new globalThis.URL(location.href).searchParams.get('from') !== f, String(from), { timeout: T });
+  const keyed = new globalThis.URL(page.url()).searchParams;
+  const [kFrom, kTo] = [Number(keyed.get('from')), Number(keyed.get('to'))];
+  assert.equal(kTo, to, 'the keyboard selection ends at the end of the zoomed range');
+  // Ten steps of a 60th of the chart's span (from its first sample, up to a second after
+  // \`from\`, to \`to\`).
+  assert.ok(Math.abs(kTo - kFrom - (to - from) / 6) <= (to - from) / 60, `ten steps of 1/60 of ${to - from} ms: ${kTo - kFrom}`);
+
+  // The reset button goes back to the range picker's window.
+  await page.locator('[data-testid="zoom"] button').click();
+  await page.waitForFunction(() => !new globalThis.URL(location.href).searchParams.has('from'), null, { timeout: T });
+  assert.equal(await page.locator('[data-testid="zoom"]').count(), 0);
 });
 
 test('GPU detail of a live simulated GPU', async () => {

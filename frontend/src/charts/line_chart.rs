@@ -1,9 +1,12 @@
 //! A time-series line chart in SVG. Optional shading between the first two series shows a
 //! gap (kernel utilization above SM activity: the GPU "busy" with its SMs idle). The SVG is
 //! built once and its paths follow the data, so an open data table stays open across polls.
+//! Pointing at a chart reads its values out; dragging across it zooms the page (`brush.rs`).
 
 use leptos::prelude::*;
+use wasm_bindgen::JsCast;
 
+use super::brush::{self, Brush};
 use super::series::{Series, bucket, max_gap};
 use crate::format::{self, NA};
 
@@ -143,6 +146,10 @@ pub fn LineChart(
     #[prop(default = 560.0)]
     width: f64,
     #[prop(default = 200.0)] height: f64,
+    /// Called with the time range a reader selected on the chart (a drag, or Shift+arrows and
+    /// Enter); without it the chart only reads values out.
+    #[prop(optional)]
+    on_brush: Option<Callback<(i64, i64)>>,
 ) -> impl IntoView {
     let content = Memo::new(move |_| {
         series.with(|ss| {
@@ -180,7 +187,7 @@ pub fn LineChart(
         Content::NoSamples => view! { <p class="chart-empty">"No samples in this range."</p> }.into_any(),
         Content::NotMeasured => view! { <p class="chart-empty na">{NA}</p> }.into_any(),
         Content::Data => {
-            chart_svg(Spec { title, fmt, gap, w: width, h: height }, series, x_range, y_max, limit).into_any()
+            chart_svg(Spec { title, fmt, gap, w: width, h: height, on_brush }, series, x_range, y_max, limit).into_any()
         }
     };
 
@@ -207,6 +214,7 @@ struct Spec {
     gap: bool,
     w: f64,
     h: f64,
+    on_brush: Option<Callback<(i64, i64)>>,
 }
 
 fn chart_svg(
@@ -216,7 +224,7 @@ fn chart_svg(
     y_max: Signal<f64>,
     limit: Option<Signal<Option<f64>>>,
 ) -> impl IntoView {
-    let Spec { title, fmt, gap, w, h } = spec;
+    let Spec { title, fmt, gap, w, h, on_brush } = spec;
     // Downsampled series for drawing, recomputed when the data changes.
     let drawn = Memo::new(move |_| {
         let (x0, x1) = x_range.get();
@@ -293,16 +301,108 @@ fn chart_svg(
         format!("{title}, {} to {}: {}.", format::date_time(x0), format::date_time(x1), parts.join("; "))
     };
 
+    let brush = Brush::default();
+    // The time under a pointer event: its place across the SVG (the target of every pointer
+    // event: its children take none, CSS `.chart-svg *`), in viewBox units.
+    let time_of = move |ev: &web_sys::PointerEvent| -> Option<i64> {
+        let el = ev.current_target()?.dyn_into::<web_sys::Element>().ok()?;
+        let units = f64::from(ev.offset_x()) / f64::from(el.client_width().max(1)) * w;
+        Some(brush::time_at((units - ML) / (w - ML - MR), x_range.get_untracked()))
+    };
+    let min_span = move || {
+        let (x0, x1) = x_range.get_untracked();
+        brush::min_drag_span(x1 - x0, w - ML - MR)
+    };
+    let zoom = move |range: Option<(i64, i64)>| {
+        if let (Some(range), Some(cb)) = (range, on_brush) {
+            cb.run(range);
+        }
+    };
+    let on_pointerdown = move |ev: web_sys::PointerEvent| {
+        if on_brush.is_none() || ev.button() != 0 {
+            return;
+        }
+        if let Some(t) = time_of(&ev) {
+            // Moves and the release keep coming here when the pointer leaves the chart.
+            if let Some(el) = ev.current_target().and_then(|t| t.dyn_into::<web_sys::Element>().ok()) {
+                let _ = el.set_pointer_capture(ev.pointer_id());
+            }
+            ev.prevent_default();
+            brush.press(t);
+        }
+    };
+    let on_pointermove = move |ev: web_sys::PointerEvent| {
+        if let Some(t) = time_of(&ev) {
+            brush.hover(t);
+        }
+    };
+    let on_pointerup = move |_: web_sys::PointerEvent| {
+        if brush.dragging.get_untracked() {
+            zoom(brush.release(min_span()));
+        }
+    };
+    let on_keydown = move |ev: web_sys::KeyboardEvent| {
+        let (range, handled) = brush.key(&ev.key(), ev.shift_key() && on_brush.is_some(), x_range.get_untracked());
+        if handled {
+            ev.prevent_default();
+        }
+        zoom(range);
+    };
+    let cursor = move || {
+        brush.at.get().map(|t| {
+            let s = scale();
+            let x = s.x(t);
+            view! { <line class="cursor" x1=px(x) x2=px(x) y1=px(MT) y2=px(MT + s.ph())></line> }
+        })
+    };
+    let selection = move || {
+        brush.sel.get().map(|(a, b)| {
+            let s = scale();
+            let (l, r) = (s.x(a.min(b)), s.x(a.max(b)));
+            view! { <rect class="brush-sel" x=px(l) y=px(MT) width=px(r - l) height=px(s.ph())></rect> }
+        })
+    };
+    let read_out = move || {
+        if let Some((a, b)) = brush.sel.get() {
+            let (a, b) = (a.min(b), a.max(b));
+            let how = if brush.dragging.get() { "release to zoom" } else { "Enter zooms, Escape cancels" };
+            return format!(
+                "Selected {} to {} ({}): {how}.",
+                format::date_time(a),
+                format::date_time(b),
+                format::duration_ms(b - a)
+            );
+        }
+        brush.at.get().map(|t| series.with(|ss| brush::readout(ss, t, fmt))).unwrap_or_default()
+    };
+    let keys = if on_brush.is_some() {
+        "Left and Right arrows read the values over time; Shift with an arrow selects a time range, Enter zooms to it."
+    } else {
+        "Left and Right arrows read the values over time."
+    };
+
     view! {
-        <div class="chart-scroll">
-        <svg class="chart-svg" viewBox=format!("0 0 {} {}", px(w), px(h)) role="img" aria-label=summary>
+        <div class="chart-scroll chart-focus" tabindex="0" role="group" aria-label=format!("{title}. {keys}")
+            on:keydown=on_keydown
+            on:blur=move |_| brush.clear()
+        >
+        <svg class="chart-svg" class:brushable=on_brush.is_some() viewBox=format!("0 0 {} {}", px(w), px(h)) role="img" aria-label=summary
+            on:pointerdown=on_pointerdown
+            on:pointermove=on_pointermove
+            on:pointerup=on_pointerup
+            on:pointercancel=move |_| brush.clear()
+            on:pointerleave=move |_| brush.leave()
+        >
             <g>{y_ticks}</g>
             <g>{x_ticks}</g>
             {gap_area}
             {lines}
             {limit_line}
+            {selection}
+            {cursor}
         </svg>
         </div>
+        <p class="chart-readout" aria-live="polite" data-at-ms=move || brush.at.get().map(|t| t.to_string())>{read_out}</p>
         <DataTable series x_range fmt/>
     }
 }

@@ -3,13 +3,14 @@
 use leptos::prelude::*;
 
 use crate::ctx::{Range, use_app};
-use crate::url_state::query_setter;
+use crate::url_state::query_updater;
 
 #[component]
 pub fn RangePicker() -> impl IntoView {
     let ctx = use_app();
-    // The range is kept in the address too (`?range=24h`): a link opens the same range.
-    let set_query = query_setter();
+    // The range is kept in the address too (`?range=24h`): a link opens the same range. A
+    // choice here ends a zoom brushed on a chart (`from`, `to`).
+    let set_query = query_updater();
     view! {
         <fieldset class="range-picker">
             <legend class="sr-only">"Time range"</legend>
@@ -26,7 +27,7 @@ pub fn RangePicker() -> impl IntoView {
                                 prop:checked=move || ctx.range.get() == r
                                 on:change=move |_| {
                                     ctx.range.set(r);
-                                    set_query("range", r.label());
+                                    set_query(&[("range", r.label()), ("from", ""), ("to", "")]);
                                 }
                             />
                             <span>{r.label()}</span>

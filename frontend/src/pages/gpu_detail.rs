@@ -7,7 +7,7 @@ use std::sync::Arc;
 use fleetlens_api::{GpuSummary, Sample, SeriesPoint, StateWindow};
 use leptos::Params;
 use leptos::prelude::*;
-use leptos_router::hooks::use_params;
+use leptos_router::hooks::{use_params, use_query_map};
 use leptos_router::params::Params;
 
 use super::gpu_allocations::Allocations;
@@ -20,6 +20,7 @@ use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::ctx::{Latest, Range, latest_ok, now_ms, polled, use_app};
 use crate::format::{self, NA};
+use crate::url_state::query_updater;
 use crate::{owners, states};
 
 /// Samples asked for per request (the API's default page).
@@ -57,15 +58,36 @@ fn point_sample(p: &SeriesPoint) -> Sample {
     }
 }
 
-/// Samples already fetched for (uuid, range, anchored): polls only ask for newer ones.
+/// Samples already fetched for (uuid, range, anchored, zoom): polls only ask for newer ones.
 #[derive(Default)]
 struct Cache {
-    key: Option<(String, Range, bool)>,
+    key: Option<(String, Range, bool, Option<Zoom>)>,
     samples: Vec<Sample>,
     note: Option<String>,
 }
 
-async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResult<Detail> {
+/// A time range brushed on a chart (`?from=&to=`, Unix ms): the page shows it instead of the
+/// range picker's window until the picker is used or the zoom is reset.
+pub type Zoom = (i64, i64);
+
+/// The zoom of the address's `from` and `to`, if both are times and `from` is before `to`.
+fn parse_zoom(from: Option<String>, to: Option<String>) -> Option<Zoom> {
+    let (from, to) = (from?.parse::<i64>().ok()?, to?.parse::<i64>().ok()?);
+    (0 <= from && from < to).then_some((from, to))
+}
+
+/// Raw samples up to an hour, one-minute rollups up to a day, one-hour rollups beyond.
+fn resolution_for(span_ms: i64) -> Option<&'static str> {
+    if span_ms <= Range::Hour.ms() {
+        None
+    } else if span_ms <= Range::Day.ms() {
+        Some("1m")
+    } else {
+        Some("1h")
+    }
+}
+
+async fn load(uuid: String, range: Range, zoom: Option<Zoom>, cache: StoredValue<Cache>) -> ApiResult<Detail> {
     let list = api::gpus().await?;
     let gpu = list.gpus.into_iter().find(|g| g.uuid == uuid).ok_or_else(|| ApiError {
         status: 404,
@@ -77,16 +99,17 @@ async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResul
     // A server without the field (or a failed request) just shows no notice.
     let data_quality = api::gpu_data_quality(&uuid).await.unwrap_or_default();
     let now = now_ms();
-    let anchored = gpu.last_seen_ms < now - range.ms();
-    let to = if anchored { gpu.last_seen_ms + 1 } else { now + 1 };
-    let from = to - range.ms();
+    let (from, to, anchored) = match zoom {
+        Some((from, to)) => (from, to, false),
+        None => {
+            let anchored = gpu.last_seen_ms < now - range.ms();
+            let to = if anchored { gpu.last_seen_ms + 1 } else { now + 1 };
+            (to - range.ms(), to, anchored)
+        }
+    };
     // Beyond an hour, charts come from the rollups (1-minute or 1-hour means), when the
     // server has them.
-    let resolution = match range {
-        Range::Hour => None,
-        Range::Day => Some("1m"),
-        Range::Week | Range::Month => Some("1h"),
-    };
+    let resolution = resolution_for(to - from);
     if let Some(res) = resolution {
         match api::series(&uuid, from, to, res).await {
             Ok(series) => {
@@ -108,7 +131,7 @@ async fn load(uuid: String, range: Range, cache: StoredValue<Cache>) -> ApiResul
             Err(e) => return Err(e),
         }
     }
-    let key = (uuid.clone(), range, anchored);
+    let key = (uuid.clone(), range, anchored, zoom);
     // `try_`: the page may have been left while the answers above were on their way.
     let (mut samples, mut note) = cache
         .try_with_value(|c| {
@@ -162,8 +185,10 @@ pub fn GpuDetailPage() -> impl IntoView {
     let ctx = use_app();
     let params = use_params::<GpuParams>();
     let uuid = Memo::new(move |_| params.with(|p| p.as_ref().ok().and_then(|p| p.uuid.clone()).unwrap_or_default()));
+    let query = use_query_map();
+    let zoom = Memo::new(move |_| query.with(|q| parse_zoom(q.get("from"), q.get("to"))));
     let cache = StoredValue::new(Cache::default());
-    let res = polled(move || load(uuid.get(), ctx.range.get(), cache));
+    let res = polled(move || load(uuid.get(), ctx.range.get(), zoom.get(), cache));
     let detail = latest_ok(res);
     let has_data = Signal::derive(move || detail.with(Option::is_some));
     Effect::new(move || {
@@ -194,7 +219,7 @@ pub fn GpuDetailPage() -> impl IntoView {
         <nav class="crumbs" aria-label="Breadcrumb"><a href="/gpus">"GPUs"</a> " / " <span>{move || uuid.get()}</span></nav>
         <PollStatus res has_data/>
         <Show when=move || has_data.get()>
-            <DetailBody detail states_res/>
+            <DetailBody detail states_res zoom/>
             <GpuAlerts uuid/>
         </Show>
     }
@@ -337,8 +362,26 @@ fn fmt_w(v: f64) -> String {
 }
 
 #[component]
-fn DetailBody(detail: Latest<Detail>, states_res: LocalResource<ApiResult<Vec<StateWindow>>>) -> impl IntoView {
+fn DetailBody(
+    detail: Latest<Detail>,
+    states_res: LocalResource<ApiResult<Vec<StateWindow>>>,
+    zoom: Memo<Option<Zoom>>,
+) -> impl IntoView {
     let ctx = use_app();
+    // A range brushed on any chart goes into the address (like the range picker's choice);
+    // `zoom` follows the address.
+    let set_query = query_updater();
+    let brushed = RwSignal::new(None::<Zoom>);
+    let set_zoom = Callback::new(move |range: Zoom| brushed.set(Some(range)));
+    Effect::new({
+        let set_query = set_query.clone();
+        move || {
+            if let Some((from, to)) = brushed.get() {
+                set_query(&[("from", &from.to_string()), ("to", &to.to_string())]);
+            }
+        }
+    });
+    let reset_zoom = move |_: leptos::ev::MouseEvent| set_query(&[("from", ""), ("to", "")]);
     let live = use_app().stream;
     // The GPU of the last answer, with the state the live stream told since.
     let gpu: Latest<GpuSummary> = Memo::new(move |_| {
@@ -456,6 +499,15 @@ fn DetailBody(detail: Latest<Detail>, states_res: LocalResource<ApiResult<Vec<St
             </div>
         </div>
         {move || anchored_note().map(|t| view! { <p class="banner banner-info">{t}</p> })}
+        {move || zoom.get().map(|(from, to)| {
+            let reset_zoom = reset_zoom.clone();
+            view! {
+                <p class="banner banner-info zoom-bar" data-testid="zoom">
+                    "Zoomed to " {format::date_time(from)} " – " {format::date_time(to)} " (" {format::duration_ms(to - from)} "). "
+                    <button type="button" class="btn" on:click=reset_zoom>"Show the whole " {ctx.range.get_untracked().long_label()}</button>
+                </p>
+            }
+        })}
         {move || note().map(|t| view! { <p class="banner banner-info">{t}</p> })}
         {move || quality_notes().into_iter().map(|t| view! { <p class="banner banner-info" data-testid="data-quality">{t}</p> }).collect_view()}
 
@@ -471,6 +523,7 @@ fn DetailBody(detail: Latest<Detail>, states_res: LocalResource<ApiResult<Vec<St
                 gap=true
                 width=1160.0
                 height=260.0
+                on_brush=set_zoom
             />
             <p class="muted small">{sample_count}</p>
         </section>
@@ -481,10 +534,10 @@ fn DetailBody(detail: Latest<Detail>, states_res: LocalResource<ApiResult<Vec<St
         </section>
 
         <div class="chart-grid">
-            <section class="card"><LineChart title="Tensor activity and SM occupancy" series=tensor x_range y_max=100.0 fmt=fmt_pct/></section>
-            <section class="card"><LineChart title="DRAM activity" series=dram x_range y_max=100.0 fmt=fmt_pct/></section>
-            <section class="card"><LineChart title="Memory used" series=mem x_range y_max=mem_max fmt=fmt_gib/></section>
-            <section class="card"><LineChart title="Power" series=power x_range y_max=power_max fmt=fmt_w limit=power_limit/></section>
+            <section class="card"><LineChart title="Tensor activity and SM occupancy" series=tensor x_range y_max=100.0 fmt=fmt_pct on_brush=set_zoom/></section>
+            <section class="card"><LineChart title="DRAM activity" series=dram x_range y_max=100.0 fmt=fmt_pct on_brush=set_zoom/></section>
+            <section class="card"><LineChart title="Memory used" series=mem x_range y_max=mem_max fmt=fmt_gib on_brush=set_zoom/></section>
+            <section class="card"><LineChart title="Power" series=power x_range y_max=power_max fmt=fmt_w limit=power_limit on_brush=set_zoom/></section>
         </div>
 
         <section class="card" aria-labelledby="proc-title">
