@@ -263,7 +263,9 @@ macro_rules! for_each_backend {
 }
 
 /// Row counts of the data tables, read straight from the database, to prove that a rejected
-/// request changed nothing.
+/// request changed nothing. The rollup counts are the GPU-minutes and GPU-hours that have a
+/// rollup, written (`rollups_1m`, `rollups_1h`) or still open (marked in `rollup_pending`, with
+/// samples): the same whether or not the server's rollup job has written them yet.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TableCounts {
     pub samples: i64,
@@ -273,14 +275,20 @@ pub struct TableCounts {
 }
 
 pub async fn table_counts(db_url: &str) -> TableCounts {
-    const SQL: &str = "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM gpus), \
-                       (SELECT count(*) FROM rollups_1m), (SELECT count(*) FROM rollups_1h)";
+    const OPEN: &str = "SELECT p.gpu_id, p.minute_ms FROM rollup_pending p WHERE EXISTS (SELECT 1 FROM samples s \
+                        WHERE s.gpu_id = p.gpu_id AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000)";
+    let sql = format!(
+        "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM gpus), \
+         (SELECT count(*) FROM (SELECT gpu_id, bucket_ms FROM rollups_1m UNION {OPEN}) m), \
+         (SELECT count(*) FROM (SELECT gpu_id, bucket_ms FROM rollups_1h UNION \
+            SELECT o.gpu_id, o.minute_ms - o.minute_ms % 3600000 FROM ({OPEN}) o) h)"
+    );
     let (samples, gpus, rollups_1m, rollups_1h): (i64, i64, i64, i64) = if db_url.starts_with("sqlite:") {
         let mut c = sqlx::SqliteConnection::connect(db_url).await.expect("open sqlite");
-        sqlx::query_as(SQL).fetch_one(&mut c).await.expect("count")
+        sqlx::query_as(&sql).fetch_one(&mut c).await.expect("count")
     } else {
         let mut c = sqlx::PgConnection::connect(db_url).await.expect("open postgres");
-        sqlx::query_as(SQL).fetch_one(&mut c).await.expect("count")
+        sqlx::query_as(&sql).fetch_one(&mut c).await.expect("count")
     };
     TableCounts { samples, gpus, rollups_1m, rollups_1h }
 }

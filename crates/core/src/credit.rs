@@ -1,8 +1,8 @@
 //! Credits: what one minute of one GPU adds to the accounts — seconds, wasted seconds and
-//! energy per workload state, and the funnel sums. A minute's credit is computed once from its
-//! rollup when its samples arrive and stored with it; an hour's credit is the sum of its
-//! minutes' credits, kept up to date by adding (new − old) whenever a minute changes. Reports
-//! then add credits instead of re-classifying raw data.
+//! energy per workload state, and the funnel sums. A minute's credit is computed from its
+//! rollup when the rollup job writes the minute and stored with it; an hour's credit is the sum
+//! of its minutes' credits (a minute not written yet adds its credit, or its change, on read:
+//! [`Credit::minus`]). Reports then add credits instead of re-classifying raw data.
 
 use serde::{Deserialize, Serialize};
 

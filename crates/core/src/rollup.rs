@@ -1,6 +1,6 @@
-//! Rollups: per GPU and time bucket, count / sum / min / max of the main signals.
-//! They are built from the samples as they arrive (deltas merged into stored rows), so a
-//! rollup never has to re-read raw data, and they merge associatively.
+//! Rollups: per GPU and time bucket, count / sum / min / max of the main signals. A minute is
+//! rolled up from its raw samples once it has closed ([`minute_from_samples`], written by the
+//! store's rollup job); buckets merge associatively, so an hour is the merge of its minutes.
 
 use std::collections::BTreeMap;
 

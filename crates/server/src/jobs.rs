@@ -38,9 +38,9 @@ pub const ROLLUPS: &str = "rollups";
 /// The maintenance job's name.
 pub const MAINTENANCE: &str = "maintenance";
 
-/// How often the maintenance job runs. The rollup rows of the current minute are updated on
-/// every ingest (2,000 GPUs at 1 Hz leave ~4,000 dead row versions a second on PostgreSQL);
-/// a minute keeps that garbage to a few times the live rows.
+/// How often the maintenance job runs. Ingest updates the GPU rows, and the rollup job deletes
+/// the marks of the minutes it wrote and rewrites their hours (dead row versions on
+/// PostgreSQL); a minute keeps that garbage to a few times the live rows.
 const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Per job: does this process lead it, and how many runs it has completed here.

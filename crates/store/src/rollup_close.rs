@@ -38,8 +38,9 @@ pub const MIN_LATENESS_MS: i64 = 60_000;
 /// it is this far from being closed by any replica's job (whose lateness is at least
 /// [`MIN_LATENESS_MS`]); closer than that, with a row lock that waits for a running job, so
 /// that the job cannot remove a mark set after it read the samples (PostgreSQL). Covers clock
-/// differences between replicas.
-const CLOSE_MARGIN_MS: i64 = 60_000;
+/// differences between replicas of up to this much: so the current minute, and the previous
+/// one for its first 30 s, are marked without a lock.
+const CLOSE_MARGIN_MS: i64 = 30_000;
 
 const MINUTE_MS: i64 = 60_000;
 /// GPUs per transaction of the job: each holds SQLite's write lock (ingest waits) for the reads
@@ -795,11 +796,16 @@ mod tests {
     fn marks_cover_each_minute_and_the_next() {
         let marks = minutes_to_mark([(1, 61_000), (1, 65_000), (2, 0), (1, 130_000)]);
         assert_eq!(marks, [(1, 60_000), (1, 120_000), (1, 180_000), (2, 0), (2, 60_000)]);
-        // The current and the previous minute are marked without a lock; older ones wait.
-        assert!(!mark_needs_lock(540_000, 600_000));
+        // At 10:00 + 20 s the minute that ended 20 s ago is marked without a lock; at + 40 s
+        // it waits; older ones always wait.
+        assert!(!mark_needs_lock(540_000, 620_000));
+        assert!(mark_needs_lock(540_000, 640_000));
         assert!(mark_needs_lock(480_000, 600_000));
-        // The job never takes a minute that ingest marks without a lock, even 59 s ahead.
-        assert!(close_cutoff(600_000 + 59_000, MIN_LATENESS_MS) <= 540_000 - 60_000 + 59_000 + 1);
+        // A job whose clock runs up to 29 s ahead never takes a minute marked without a lock.
+        for now in (600_000..720_000).step_by(1_000) {
+            let free = (0..=now).step_by(60_000).filter(|m| !mark_needs_lock(*m, now)).min().unwrap();
+            assert!(close_cutoff(now + 29_000, MIN_LATENESS_MS) <= free, "at {now}");
+        }
         assert_eq!(close_cutoff(600_000, 0), 480_001);
     }
 }

@@ -197,6 +197,25 @@ async fn main() -> Result<()> {
     let samples =
         args.gpus as i64 * args.hours * 3600 / args.interval_s + args.series_gpus as i64 * (24 - args.hours) * 60;
     eprintln!("loaded {samples} samples in {:.1} s", t.elapsed().as_secs_f64());
+    // Steady state: the server's rollup job has written the closed minutes (a fleet that has
+    // been reporting for hours has only its last few minutes open), so wait for it.
+    let t = Instant::now();
+    let closed_before = now - 4 * 60_000;
+    let pending_sql = format!("SELECT count(*) FROM rollup_pending WHERE minute_ms < {closed_before}");
+    loop {
+        let left: i64 = if db_url.starts_with("sqlite:") {
+            let mut c = sqlx::SqliteConnection::connect(&db_url).await?;
+            sqlx::query_scalar(&pending_sql).fetch_one(&mut c).await?
+        } else {
+            let mut c = sqlx::PgConnection::connect(&db_url).await?;
+            sqlx::query_scalar(&pending_sql).fetch_one(&mut c).await?
+        };
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    eprintln!("rollup job wrote the closed minutes in {:.1} s", t.elapsed().as_secs_f64());
 
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
     let summary_urls: Vec<String> =
