@@ -12,9 +12,8 @@ const DASH: &str = "—";
 #[component]
 pub fn Allocations(gpu: Latest<GpuSummary>) -> impl IntoView {
     move || {
-        let allocations = gpu.with(|g| {
-            g.as_ref().and_then(|g| g.latest.as_ref()).map(|s| s.allocations.clone()).unwrap_or_default()
-        });
+        let allocations =
+            gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref()).map(|s| s.allocations.clone()).unwrap_or_default());
         if allocations.is_empty() {
             return None;
         }
