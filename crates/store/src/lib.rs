@@ -30,6 +30,7 @@ pub use fleetlens_core::{Resolution, RollupBucket, Sample};
 pub use crate::accounts::AccountStore;
 pub use crate::actions::ActionStore;
 pub use crate::alerts::AlertStore;
+pub use crate::blocks::format::{BlockError, decode as decode_block, encode as encode_block};
 pub use crate::blocks::{SEAL_LATENESS_MS, SPAN_MS as BLOCK_SPAN_MS, SealReport};
 pub use crate::changes::{Change, ChangeListener};
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};

@@ -20,9 +20,12 @@
 //! greatest common divisor removed.
 //!
 //! A *dictionary column* starts with a tag: [`ABSENT`] (every sample lacks it), else the
-//! distinct JSON texts (u32 count, each u32 length + UTF-8), then per sample its index into
+//! distinct JSON texts (u32 count; u32 length and u32 deflated length of the texts, each a u32
+//! length + UTF-8, deflated together), then per sample its index into
 //! them, 0 meaning absent and k the k-th text: [`CONSTANT`] with one u32, or [`ALL`] with a
 //! u32-length pco chunk of u32 indices. Absent stays absent everywhere: never a 0 reading.
+
+use std::io::{Read, Write};
 
 use fleetlens_core::{GpuProcess, Sample};
 
@@ -81,7 +84,7 @@ pub(crate) const PRECISION: [Precision; 23] = {
 
 /// A block that cannot be read back: corruption, or a version this build does not know.
 #[derive(Debug, thiserror::Error)]
-pub(crate) enum BlockError {
+pub enum BlockError {
     #[error("sample block: {0}")]
     Malformed(&'static str),
     #[error("sample block format version {0} is newer than this server knows ({FORMAT_VERSION})")]
@@ -98,7 +101,7 @@ impl From<BlockError> for crate::StoreError {
 
 /// Encode `samples` (ascending, distinct `ts_ms`; identity fields are not stored: the GPU row
 /// has them). At most `u32::MAX` samples.
-pub(crate) fn encode(samples: &[Sample]) -> Vec<u8> {
+pub fn encode(samples: &[Sample]) -> Vec<u8> {
     let n = samples.len();
     let mut out = Vec::with_capacity(64 + n * 8);
     out.extend_from_slice(MAGIC);
@@ -138,7 +141,7 @@ pub(crate) fn encode(samples: &[Sample]) -> Vec<u8> {
 }
 
 /// Decode a block: its samples, ascending, with empty identity fields.
-pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
+pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
     let mut r = Reader(bytes);
     if r.take(4)? != MAGIC {
         return Err(BlockError::Malformed("not a sample block"));
@@ -166,10 +169,10 @@ pub(crate) fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
     }
     for (s, p) in out.iter_mut().zip(r.dictionary(n)?) {
         // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
-        s.processes = p.and_then(|p| serde_json::from_str::<Vec<GpuProcess>>(p).ok());
+        s.processes = p.and_then(|p| serde_json::from_str::<Vec<GpuProcess>>(&p).ok());
     }
     for (s, a) in out.iter_mut().zip(r.dictionary(n)?) {
-        s.allocations = columns::parse_allocations(a);
+        s.allocations = columns::parse_allocations(a.as_deref());
     }
     if !r.0.is_empty() {
         return Err(BlockError::Malformed("bytes after the last column"));
@@ -357,10 +360,19 @@ fn put_dictionary(out: &mut Vec<u8>, texts: impl Iterator<Item = Option<String>>
     let constant = ids.iter().all(|&i| i == ids[0]);
     out.push(if constant { CONSTANT } else { ALL });
     out.extend_from_slice(&(dict.len() as u32).to_le_bytes());
+    // The texts deflated together: a process list whose memory or SM share changes every
+    // second is a new entry each time, differing from the last in a few digits.
+    let mut texts = Vec::new();
     for text in &dict {
-        out.extend_from_slice(&(text.len() as u32).to_le_bytes());
-        out.extend_from_slice(text.as_bytes());
+        texts.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        texts.extend_from_slice(text.as_bytes());
     }
+    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(&texts).expect("deflating into memory");
+    let deflated = z.finish().expect("deflating into memory");
+    out.extend_from_slice(&(texts.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(deflated.len() as u32).to_le_bytes());
+    out.extend_from_slice(&deflated);
     if constant {
         out.extend_from_slice(&ids[0].to_le_bytes());
     } else {
@@ -427,16 +439,28 @@ impl<'a> Reader<'a> {
         Ok(present.into_iter().map(|p| if p { values.next() } else { None }).collect())
     }
 
-    fn dictionary(&mut self, n: usize) -> Result<Vec<Option<&'a str>>, BlockError> {
+    fn dictionary(&mut self, n: usize) -> Result<Vec<Option<std::rc::Rc<str>>>, BlockError> {
         let tag = self.u8()?;
         if tag == ABSENT {
             return Ok(vec![None; n]);
         }
         let entries = self.u32()? as usize;
-        let mut dict = Vec::with_capacity(entries.min(n));
+        let inflated_len = self.u32()? as usize;
+        let deflated_len = self.u32()? as usize;
+        let mut inflated = Vec::with_capacity(inflated_len.min(64 << 20));
+        flate2::read::DeflateDecoder::new(self.take(deflated_len)?)
+            .take(inflated_len as u64)
+            .read_to_end(&mut inflated)
+            .map_err(|_| BlockError::Malformed("dictionary does not inflate"))?;
+        if inflated.len() != inflated_len {
+            return Err(BlockError::Malformed("dictionary shorter than stated"));
+        }
+        let mut texts = Reader(&inflated);
+        let mut dict: Vec<std::rc::Rc<str>> = Vec::with_capacity(entries.min(n));
         for _ in 0..entries {
-            let len = self.u32()? as usize;
-            dict.push(std::str::from_utf8(self.take(len)?).map_err(|_| BlockError::Malformed("text not UTF-8"))?);
+            let len = texts.u32()? as usize;
+            let text = std::str::from_utf8(texts.take(len)?).map_err(|_| BlockError::Malformed("text not UTF-8"))?;
+            dict.push(text.into());
         }
         let ids: Vec<u32> = match tag {
             CONSTANT => vec![self.u32()?; n],
@@ -446,9 +470,10 @@ impl<'a> Reader<'a> {
         ids.into_iter()
             .map(|id| match id {
                 0 => Ok(None),
-                k => {
-                    dict.get(k as usize - 1).map(|t| Some(*t)).ok_or(BlockError::Malformed("index outside dictionary"))
-                }
+                k => dict
+                    .get(k as usize - 1)
+                    .map(|t| Some(t.clone()))
+                    .ok_or(BlockError::Malformed("index outside dictionary")),
             })
             .collect()
     }
