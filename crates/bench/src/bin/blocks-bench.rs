@@ -240,6 +240,20 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
     }
     let seal_s = t.elapsed().as_secs_f64();
     assert_eq!(store.sample_count().await?, total);
+    // One GPU's sealed hour as `GET /gpus/{uuid}/samples` reads it (in process, no HTTP).
+    let gpus = store.gpu_identities(fleetlens_store::DEFAULT_ORG).await?;
+    let mut times = Vec::new();
+    for (i, g) in gpus.iter().cycle().take(50).enumerate() {
+        let t = Instant::now();
+        let got = store.samples(g.id, plan.first_ts_ms(), plan.first_ts_ms() + H, 10_000).await?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(got.len(), plan.samples_per_gpu, "read {i}");
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "{backend}: one sealed GPU-hour through Store::samples: p50 {:.1} ms, max {:.1} ms (50 reads)",
+        times[25], times[49]
+    );
     drop(store);
     println!(
         "{backend}: {total} samples ingested in {ingest_s:.1} s (in process), {} blocks / {} samples sealed in {seal_s:.1} s",

@@ -55,6 +55,15 @@ pub(crate) fn span_start(ts_ms: i64) -> i64 {
     ts_ms.div_euclid(SPAN_MS) * SPAN_MS
 }
 
+/// Whether samples from `lo_ms` on may lie in a sealed block, as far as this process's clock
+/// tells: a block holds an hour that ended [`SEAL_LATENESS_MS`] before the sealer's clock, so
+/// nothing of the current hour is sealed unless that clock runs more than the lateness ahead of
+/// ours. Live batches (the current hour) skip the lookup of blocks on the ingest path.
+pub(crate) fn may_be_sealed(lo_ms: i64) -> bool {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    lo_ms < span_start(now_ms)
+}
+
 /// Sealed and open samples of one GPU as one list, ascending by time; a timestamp in both
 /// keeps the sealed sample (the first stored, as ingest keeps the first).
 pub(crate) fn merge(sealed: Vec<Sample>, open: Vec<Sample>) -> Vec<Sample> {

@@ -174,15 +174,22 @@ pub(crate) async fn check_batch<'a>(
     let gpus: Vec<i64> = spans.iter().map(|s| s.0).collect();
     let los: Vec<i64> = spans.iter().map(|s| s.1).collect();
     let his: Vec<i64> = spans.iter().map(|s| s.2).collect();
-    let inside: Vec<(i64, Vec<u8>)> = sqlx::query_as(
-        "SELECT b.gpu_id, b.payload FROM UNNEST($1::int8[], $2::int8[], $3::int8[]) AS t(g, lo, hi) \
+    // Only spans reaching back before the current hour can meet a block (live batches: none).
+    let old: Vec<usize> = (0..spans.len()).filter(|&i| super::may_be_sealed(los[i])).collect();
+    let pick = |v: &[i64]| old.iter().map(|&i| v[i]).collect::<Vec<i64>>();
+    let inside: Vec<(i64, Vec<u8>)> = if old.is_empty() {
+        Vec::new()
+    } else {
+        sqlx::query_as(
+            "SELECT b.gpu_id, b.payload FROM UNNEST($1::int8[], $2::int8[], $3::int8[]) AS t(g, lo, hi) \
          JOIN sample_blocks b ON b.gpu_id = t.g AND b.start_ms <= t.hi AND b.end_ms > t.lo",
-    )
-    .bind(&gpus)
-    .bind(&los)
-    .bind(&his)
-    .fetch_all(&mut **tx)
-    .await?;
+        )
+        .bind(pick(&gpus))
+        .bind(pick(&los))
+        .bind(pick(&his))
+        .fetch_all(&mut **tx)
+        .await?
+    };
     let mut sealed: std::collections::HashSet<(i64, i64)> = Default::default();
     for (gpu_id, payload) in &inside {
         sealed.extend(format::decode_timestamps(payload)?.into_iter().map(|t| (*gpu_id, t)));

@@ -129,6 +129,9 @@ pub(crate) async fn org_samples(
 /// Sealed timestamps of `gpu_id` in `[lo, hi]` (ingest: a resent sample whose hour was sealed
 /// is a duplicate).
 pub(crate) async fn timestamps_within(conn: &mut SqliteConnection, gpu_id: i64, lo: i64, hi: i64) -> Result<Vec<i64>> {
+    if !super::may_be_sealed(lo) {
+        return Ok(Vec::new());
+    }
     super::timestamps_within(&payloads(&mut *conn, gpu_id, lo, hi + 1).await?, lo, hi)
 }
 
