@@ -167,12 +167,13 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
             set_column(s, col, f, i);
         }
     }
-    for (s, p) in out.iter_mut().zip(r.dictionary(n)?) {
-        // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
-        s.processes = p.and_then(|p| serde_json::from_str::<Vec<GpuProcess>>(&p).ok());
+    // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
+    let processes = r.dictionary(n, |t| serde_json::from_str::<Vec<GpuProcess>>(t).ok())?;
+    for (s, p) in out.iter_mut().zip(processes) {
+        s.processes = p.flatten();
     }
-    for (s, a) in out.iter_mut().zip(r.dictionary(n)?) {
-        s.allocations = columns::parse_allocations(a.as_deref());
+    for (s, a) in out.iter_mut().zip(r.dictionary(n, |t| columns::parse_allocations(Some(t)))?) {
+        s.allocations = a.unwrap_or_default();
     }
     if !r.0.is_empty() {
         return Err(BlockError::Malformed("bytes after the last column"));
@@ -439,7 +440,9 @@ impl<'a> Reader<'a> {
         Ok(present.into_iter().map(|p| if p { values.next() } else { None }).collect())
     }
 
-    fn dictionary(&mut self, n: usize) -> Result<Vec<Option<std::rc::Rc<str>>>, BlockError> {
+    /// A dictionary column, each distinct text turned into a `T` once (a block of a busy hour
+    /// repeats a few lists thousands of times).
+    fn dictionary<T: Clone>(&mut self, n: usize, parse: impl Fn(&str) -> T) -> Result<Vec<Option<T>>, BlockError> {
         let tag = self.u8()?;
         if tag == ABSENT {
             return Ok(vec![None; n]);
@@ -456,11 +459,11 @@ impl<'a> Reader<'a> {
             return Err(BlockError::Malformed("dictionary shorter than stated"));
         }
         let mut texts = Reader(&inflated);
-        let mut dict: Vec<std::rc::Rc<str>> = Vec::with_capacity(entries.min(n));
+        let mut dict: Vec<T> = Vec::with_capacity(entries.min(n));
         for _ in 0..entries {
             let len = texts.u32()? as usize;
             let text = std::str::from_utf8(texts.take(len)?).map_err(|_| BlockError::Malformed("text not UTF-8"))?;
-            dict.push(text.into());
+            dict.push(parse(text));
         }
         let ids: Vec<u32> = match tag {
             CONSTANT => vec![self.u32()?; n],
