@@ -250,6 +250,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
     tokio::spawn(live.listen());
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));
     tokio::spawn(crate::jobs::rollup_loop(store.clone(), state.config.clone()));
+    tokio::spawn(crate::jobs::sealing_loop(store.clone(), state.config.clone()));
     tokio::spawn(crate::jobs::maintenance_loop(store.clone()));
     let rejoin_ms = crate::alerts::ms(state.config.actions.job_end_after);
     tokio::spawn(crate::actions::tracker::flush_loop(state.job_tracker.clone(), store.clone(), rejoin_ms));

@@ -65,6 +65,11 @@ pub struct Config {
     #[arg(long, env = "FLEETLENS_RETENTION_INTERVAL", default_value = "1h", value_parser = humantime::parse_duration)]
     pub retention_interval: Duration,
 
+    /// How often the sealing job moves the raw samples of closed GPU-hours into compressed
+    /// column blocks (an hour is sealed once it ended `fleetlens_store::SEAL_LATENESS_MS` ago).
+    #[arg(long, env = "FLEETLENS_SEAL_INTERVAL", default_value = "1m", value_parser = humantime::parse_duration)]
+    pub seal_interval: Duration,
+
     /// Largest accepted request body, compressed, in bytes.
     #[arg(long, env = "FLEETLENS_MAX_BODY_BYTES", default_value_t = 16 * 1024 * 1024)]
     pub max_body_bytes: usize,

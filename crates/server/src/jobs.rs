@@ -8,6 +8,8 @@
 //! - `rollups` (below): writing each closed minute's rollup and credit once, then its hour and
 //!   day ([`Store::close_minutes`]);
 //! - `retention` (below): deleting what is older than the retention policy;
+//! - `sealing` (below): moving the raw samples of closed GPU-hours into compressed column
+//!   blocks ([`Store::seal_closed_hours`]);
 //! - `maintenance` (below): vacuuming the tables ingest updates in place, where the database's
 //!   autovacuum is off ([`Store::maintain`]).
 //!
@@ -35,6 +37,12 @@ pub const ALERT_ENGINE: &str = "alert_engine";
 pub const RETENTION: &str = "retention";
 /// The rollup job's name.
 pub const ROLLUPS: &str = "rollups";
+/// The sealing job's name.
+pub const SEALING: &str = "sealing";
+/// Blocks one sealing pass writes at most: one short transaction each, and the job yields
+/// between passes, so a backlog (the first start after an upgrade converts every stored row)
+/// is worked off while ingest goes on.
+const SEAL_BLOCKS_PER_PASS: u64 = 500;
 /// The maintenance job's name.
 pub const MAINTENANCE: &str = "maintenance";
 
@@ -114,6 +122,38 @@ pub async fn rollup_loop(store: Arc<dyn Store>, config: Arc<Config>) {
                 false
             }
         }
+    })
+    .await
+}
+
+/// Seal the closed GPU-hours every `seal_interval` on the one replica that holds the sealing
+/// lock, pass after pass until none is left. The first run waits a whole interval: a server
+/// that starts after an outage first takes the agents' spooled samples, which may still belong
+/// to the hours about to be sealed.
+pub async fn sealing_loop(store: Arc<dyn Store>, config: Arc<Config>) {
+    let every = config.seal_interval;
+    leader_loop(store.as_ref(), SEALING, every, every, || async {
+        let (mut blocks, mut samples) = (0, 0);
+        loop {
+            match store.seal_closed_hours(now_ms(), SEAL_BLOCKS_PER_PASS).await {
+                Ok(r) => {
+                    blocks += r.blocks;
+                    samples += r.samples;
+                    if !r.more {
+                        break;
+                    }
+                    tokio::task::yield_now().await;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, blocks, samples, "sealing failed; will retry next interval");
+                    return false;
+                }
+            }
+        }
+        if blocks > 0 {
+            tracing::info!(blocks, samples, "sealed raw samples into blocks");
+        }
+        true
     })
     .await
 }

@@ -8,6 +8,7 @@ pub mod actions;
 pub mod alerts;
 mod alerts_pg;
 mod alerts_sqlite;
+mod blocks;
 pub mod changes;
 mod columns;
 mod credits;
@@ -31,6 +32,8 @@ pub use fleetlens_core::{Resolution, RollupBucket, Sample};
 pub use crate::accounts::AccountStore;
 pub use crate::actions::ActionStore;
 pub use crate::alerts::AlertStore;
+pub use crate::blocks::format::{BlockError, decode as decode_block, encode as encode_block};
+pub use crate::blocks::{SEAL_LATENESS_MS, SPAN_MS as BLOCK_SPAN_MS, SealReport};
 pub use crate::changes::{Change, ChangeListener};
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
 pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
@@ -401,7 +404,7 @@ pub struct RetentionPolicy {
     pub rollup_1h_ms: i64,
 }
 
-const DAY_MS: i64 = 86_400_000;
+pub(crate) const DAY_MS: i64 = 86_400_000;
 
 impl Default for RetentionPolicy {
     /// Raw samples 7 days, rollups 400 days.
@@ -516,7 +519,8 @@ pub trait Store:
     /// Jobs of `org` overlapping `[from_ms, to_ms)`.
     async fn jobs(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<JobRecord>>;
 
-    /// Total raw samples stored (all organisations); for metrics and tests.
+    /// Total raw samples stored (all organisations), open rows and sealed blocks; for metrics
+    /// and tests.
     async fn sample_count(&self) -> Result<u64>;
 
     /// The rollup job (see [`rollup_close`]): writes the 1-minute rollups and credits of the
@@ -525,6 +529,12 @@ pub trait Store:
     /// days again, in one transaction. Returns the minutes written. Reads include the minutes
     /// not written yet, so this only decides when the rows are written, never what reads see.
     async fn close_minutes(&self, now_ms: i64, lateness_ms: i64) -> Result<u64>;
+
+    /// Seal the raw samples of every GPU-hour that ended at least [`SEAL_LATENESS_MS`] before
+    /// `now_ms` into compressed column blocks (see `blocks`), at most `max_blocks` blocks this
+    /// pass. Each block is written and its rows deleted in one transaction. Rows stored before
+    /// blocks existed are converted by the first passes the same way.
+    async fn seal_closed_hours(&self, now_ms: i64, max_blocks: u64) -> Result<SealReport>;
 
     /// Delete what is older than the policy allows, measured back from `now_ms`.
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport>;

@@ -11,6 +11,7 @@ use fleetlens_core::{Credit, Resolution, RollupBucket, Sample};
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Row, Transaction};
 
+use crate::blocks;
 use crate::columns::{self, GpuRow, SampleRow};
 use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
@@ -29,6 +30,15 @@ pub struct PgStore {
 }
 
 impl PgStore {
+    /// The newest sample of GPUs whose newest hour is sealed (no open row holds it).
+    async fn fill_sealed_latest(&self, records: &mut [GpuRecord]) -> Result<()> {
+        let missing = blocks::missing_latest(records);
+        if !missing.is_empty() {
+            blocks::fill_latest(records, blocks::pg::latest_blocks(&self.pool, &missing).await?)?;
+        }
+        Ok(())
+    }
+
     pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
         let opts: PgConnectOptions = url.parse()?;
         let pool = PgPoolOptions::new()
@@ -66,6 +76,8 @@ impl PgStore {
         let mut order: Vec<(i64, &Sample)> = samples.iter().map(|s| (ids[s.uuid.as_str()], s)).collect();
         order.sort_by_key(|&(gpu_id, s)| (gpu_id, s.ts_ms));
 
+        // Late samples for sealed hours: those hours go back to open rows first.
+        blocks::pg::unseal_for_batch(&mut tx, &order).await?;
         let fresh = pg_samples::insert(&mut tx, &order, mode).await?;
         let inserted = fresh.len() as u64;
         let fills = if mode == InsertMode::SkipStored {
@@ -613,13 +625,17 @@ impl Store for PgStore {
             columns::gpu_select("s.processes::text")
         );
         let rows: Vec<GpuRow> = sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(GpuRow::into_record).collect())
+        let mut records: Vec<GpuRecord> = rows.into_iter().map(GpuRow::into_record).collect();
+        self.fill_sealed_latest(&mut records).await?;
+        Ok(records)
     }
 
     async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>> {
         let sql = format!("{} WHERE g.org_id = $1 AND g.uuid = $2", columns::gpu_select("s.processes::text"));
         let row: Option<GpuRow> = sqlx::query_as(&sql).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
-        Ok(row.map(GpuRow::into_record))
+        let mut records: Vec<GpuRecord> = row.into_iter().map(GpuRow::into_record).collect();
+        self.fill_sealed_latest(&mut records).await?;
+        Ok(records.pop())
     }
 
     async fn samples(&self, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>> {
@@ -642,7 +658,13 @@ impl Store for PgStore {
             .fetch_all(&self.pool)
             .await?;
         let index = index.and_then(|i| u32::try_from(i).ok());
-        Ok(rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect())
+        let open: Vec<Sample> =
+            rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
+        let sealed = blocks::pg::samples(&self.pool, gpu_id, from_ms, to_ms).await?;
+        let sealed = sealed.into_iter().map(|s| blocks::with_identity(s, &uuid, index, name.as_deref())).collect();
+        let mut merged = blocks::merge(sealed, open);
+        merged.truncate(limit as usize);
+        Ok(merged)
     }
 
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::ProcessList>> {
@@ -660,6 +682,8 @@ impl Store for PgStore {
         .bind(to_ms)
         .fetch_all(&self.pool)
         .await?;
+        let sealed = blocks::pg::org_samples(&self.pool, org, from_ms, to_ms).await?;
+        let rows = blocks::add_sealed_process_groups(rows, sealed);
         Ok(rows
             .into_iter()
             .map(|(gpu_id, minute_ms, p, a, n)| crate::ProcessList {
@@ -731,7 +755,11 @@ impl Store for PgStore {
 
     async fn sample_count(&self) -> Result<u64> {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
-        Ok(n as u64)
+        Ok(n as u64 + blocks::pg::count(&self.pool).await?)
+    }
+
+    async fn seal_closed_hours(&self, now_ms: i64, max_blocks: u64) -> Result<crate::SealReport> {
+        blocks::pg::seal(&self.pool, now_ms, max_blocks).await
     }
 
     fn job_lock(&self, job: &str) -> Box<dyn crate::leader::JobLock> {
@@ -788,6 +816,7 @@ impl Store for PgStore {
         self.close_before(now_ms - policy.raw_ms).await?;
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();
+        report.samples += blocks::pg::drop_before(&self.pool, now_ms - policy.raw_ms).await?;
         let mut flags_deleted = 0;
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),

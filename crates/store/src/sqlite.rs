@@ -14,6 +14,7 @@ use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, S
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
+use crate::blocks;
 use crate::columns::{self, Cell, GpuRow, SampleRow};
 use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
@@ -96,6 +97,15 @@ const WRITER_CACHE_KIB: &str = "-65536";
 const READER_CACHE_KIB: &str = "-8192";
 
 impl SqliteStore {
+    /// The newest sample of GPUs whose newest hour is sealed (no open row holds it).
+    async fn fill_sealed_latest(&self, records: &mut [GpuRecord]) -> Result<()> {
+        let missing = blocks::missing_latest(records);
+        if !missing.is_empty() {
+            blocks::fill_latest(records, blocks::sqlite::latest_blocks(&self.pool, &missing).await?)?;
+        }
+        Ok(())
+    }
+
     pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
         let opts = options(url)?;
         // Only the writer checkpoints the WAL. A pooled connection's small write (the alert
@@ -316,6 +326,9 @@ async fn existing_keys(
     }
     let mut existing = HashSet::new();
     for (id, (lo, hi)) in spans {
+        // A late sample for a sealed hour: the hour goes back to open rows first (see
+        // `blocks::sqlite::unseal_within`), so the probe below sees its samples.
+        blocks::sqlite::unseal_within(conn, id, lo, hi).await?;
         let found: Vec<i64> =
             sqlx::query_scalar("SELECT ts_ms FROM samples WHERE gpu_id = ? AND ts_ms BETWEEN ? AND ?")
                 .bind(id)
@@ -766,13 +779,17 @@ impl Store for SqliteStore {
         let sql =
             format!("{} WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid", columns::gpu_select("s.processes"));
         let rows: Vec<GpuRow> = sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?;
-        Ok(rows.into_iter().map(GpuRow::into_record).collect())
+        let mut records: Vec<GpuRecord> = rows.into_iter().map(GpuRow::into_record).collect();
+        self.fill_sealed_latest(&mut records).await?;
+        Ok(records)
     }
 
     async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>> {
         let sql = format!("{} WHERE g.org_id = ? AND g.uuid = ?", columns::gpu_select("s.processes"));
         let row: Option<GpuRow> = sqlx::query_as(&sql).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
-        Ok(row.map(GpuRow::into_record))
+        let mut records: Vec<GpuRecord> = row.into_iter().map(GpuRow::into_record).collect();
+        self.fill_sealed_latest(&mut records).await?;
+        Ok(records.pop())
     }
 
     async fn samples(&self, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>> {
@@ -795,7 +812,13 @@ impl Store for SqliteStore {
             .fetch_all(&self.pool)
             .await?;
         let index = index.and_then(|i| u32::try_from(i).ok());
-        Ok(rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect())
+        let open: Vec<Sample> =
+            rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
+        let sealed = blocks::sqlite::samples(&self.pool, gpu_id, from_ms, to_ms).await?;
+        let sealed = sealed.into_iter().map(|s| blocks::with_identity(s, &uuid, index, name.as_deref())).collect();
+        let mut merged = blocks::merge(sealed, open);
+        merged.truncate(limit as usize);
+        Ok(merged)
     }
 
     async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
@@ -912,6 +935,8 @@ impl Store for SqliteStore {
         .bind(to_ms)
         .fetch_all(&self.pool)
         .await?;
+        let sealed = blocks::sqlite::org_samples(&self.pool, org, from_ms, to_ms).await?;
+        let rows = blocks::add_sealed_process_groups(rows, sealed);
         Ok(rows
             .into_iter()
             .map(|(gpu_id, minute_ms, p, a, n)| crate::ProcessList {
@@ -983,7 +1008,11 @@ impl Store for SqliteStore {
 
     async fn sample_count(&self) -> Result<u64> {
         let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
-        Ok(n as u64)
+        Ok(n as u64 + blocks::sqlite::count(&self.pool).await?)
+    }
+
+    async fn seal_closed_hours(&self, now_ms: i64, max_blocks: u64) -> Result<crate::SealReport> {
+        blocks::sqlite::seal(&self.pool, now_ms, max_blocks).await
     }
 
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
@@ -991,6 +1020,7 @@ impl Store for SqliteStore {
         self.close_before(now_ms - policy.raw_ms).await?;
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();
+        report.samples += blocks::sqlite::drop_before(&self.pool, now_ms - policy.raw_ms).await?;
         let (mut days_deleted, mut flags_deleted) = (0, 0);
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),

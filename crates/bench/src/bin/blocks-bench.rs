@@ -1,0 +1,337 @@
+//! Raw samples at rest (issue 21): the codec comparison and the bytes per GPU-sample.
+//!
+//! 1. Codecs: the hours of the simulated fleet (`data.rs`, with ±25 ms of timestamp jitter per
+//!    sample) and the recorded H100/H200 traces, each GPU-hour encoded (a) as the store seals it
+//!    (pco per column, `fleetlens_store::encode_block`) and (b) as zlib level 9 over the same
+//!    columns at the same stored precision, delta-encoded (timestamps delta-of-delta), zigzag
+//!    varints: the "zstd over deltas" family, with the codec already in the workspace.
+//! 2. At rest: `--gpus` GPUs × one hour ingested through the store (in process), sealed, then
+//!    the database measured: SQLite after a checkpoint and VACUUM (the file), PostgreSQL after
+//!    VACUUM (`pg_database_size` and per table).
+//!
+//! cargo build --release -p fleetlens-bench --bin blocks-bench
+//! target/release/blocks-bench --gpus 1000 --backend all
+
+#[allow(dead_code)]
+#[path = "../data.rs"]
+mod data;
+
+use std::io::Write;
+use std::time::Instant;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+use fleetlens_core::Sample;
+use sqlx::Connection;
+
+#[derive(Parser, Debug)]
+struct Args {
+    /// sqlite, postgres, all, or none (the codec comparison only).
+    #[arg(long, default_value = "all")]
+    backend: String,
+    #[arg(long, default_value_t = 1000)]
+    gpus: usize,
+    /// GPUs of the simulated fleet in the codec comparison.
+    #[arg(long, default_value_t = 200)]
+    codec_gpus: usize,
+    #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
+    pg_admin: String,
+}
+
+const H: i64 = 3_600_000;
+
+/// The simulated fleet's hour of GPU `g`, with per-sample jitter of up to ±25 ms.
+fn simulated_hour(plan: &data::Plan, g: usize) -> Vec<Sample> {
+    (0..plan.samples_per_gpu)
+        .map(|t| {
+            let mut s = data::sample(plan, g, t);
+            let h = (g as i64 * 7_919 + t as i64 * 104_729) % 51;
+            s.ts_ms += h - 25;
+            s
+        })
+        .collect()
+}
+
+fn recorded_traces() -> Result<Vec<Vec<Sample>>> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/fixtures");
+    let mut out = Vec::new();
+    for name in ["nvml-h100-truth.jsonl", "nvml-h200-phases.jsonl"] {
+        let text = std::fs::read_to_string(root.join(name)).with_context(|| name.to_string())?;
+        let mut v: Vec<Sample> = text.lines().map(serde_json::from_str).collect::<Result<_, _>>()?;
+        v.sort_by_key(|s| s.ts_ms);
+        v.dedup_by_key(|s| s.ts_ms);
+        out.push(v);
+    }
+    Ok(out)
+}
+
+/// The stored-precision scale of each real column (as docs/METRICS.md lists); 1 = exact.
+fn columns(s: &Sample) -> [(Option<f64>, f64); 23] {
+    [
+        (s.gpu_util_pct, 100.0),
+        (s.mem_util_pct, 100.0),
+        (s.mem_used_bytes.map(|v| v as f64), 1.0),
+        (s.mem_total_bytes.map(|v| v as f64), 1.0),
+        (s.power_w, 1000.0),
+        (s.power_limit_w, 1000.0),
+        (s.energy_j, 1000.0),
+        (s.temp_c, 100.0),
+        (s.sm_clock_mhz, 10.0),
+        (s.throttle_reasons.map(|v| v as f64), 1.0),
+        (s.sm_active_pct, 100.0),
+        (s.gr_engine_active_pct, 100.0),
+        (s.sm_occupancy_pct, 100.0),
+        (s.tensor_active_pct, 100.0),
+        (s.dram_active_pct, 100.0),
+        (s.fp16_active_pct, 100.0),
+        (s.fp32_active_pct, 100.0),
+        (s.fp64_active_pct, 100.0),
+        (s.int_active_pct, 100.0),
+        (s.pcie_tx_mib_s, 1000.0),
+        (s.pcie_rx_mib_s, 1000.0),
+        (s.nvlink_tx_mib_s, 1000.0),
+        (s.nvlink_rx_mib_s, 1000.0),
+    ]
+}
+
+fn varint(out: &mut Vec<u8>, v: i64) {
+    let mut z = ((v << 1) ^ (v >> 63)) as u64;
+    while z >= 0x80 {
+        out.push((z as u8) | 0x80);
+        z >>= 7;
+    }
+    out.push(z as u8);
+}
+
+/// zlib (level 9) over delta-encoded columns at the stored precision; the process lists and
+/// allocations as dictionary indices, the dictionary's JSON included.
+fn zlib_deltas(samples: &[Sample]) -> usize {
+    let mut raw = Vec::new();
+    let (mut prev_ts, mut prev_delta) = (0i64, 0i64);
+    for s in samples {
+        let d = s.ts_ms - prev_ts;
+        varint(&mut raw, d - prev_delta);
+        prev_delta = d;
+        prev_ts = s.ts_ms;
+    }
+    for col in 0..23 {
+        let mut prev = 0i64;
+        for s in samples {
+            let (v, scale) = columns(s)[col];
+            match v {
+                None => raw.push(0),
+                Some(v) => {
+                    raw.push(1);
+                    let q = (v * scale).round() as i64;
+                    varint(&mut raw, q - prev);
+                    prev = q;
+                }
+            }
+        }
+    }
+    let mut dict: Vec<String> = Vec::new();
+    for s in samples {
+        for text in [
+            s.processes.as_ref().map(|p| serde_json::to_string(p).unwrap()),
+            (!s.allocations.is_empty()).then(|| serde_json::to_string(&s.allocations).unwrap()),
+        ] {
+            let id = match text {
+                None => 0,
+                Some(t) => match dict.iter().position(|d| *d == t) {
+                    Some(i) => i + 1,
+                    None => {
+                        dict.push(t);
+                        dict.len()
+                    }
+                },
+            };
+            varint(&mut raw, id as i64);
+        }
+    }
+    for d in &dict {
+        raw.extend_from_slice(d.as_bytes());
+    }
+    let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(&raw).unwrap();
+    z.finish().unwrap().len()
+}
+
+/// Split `samples` into GPU-hours aligned to the hour.
+fn hours(samples: &[Sample]) -> Vec<&[Sample]> {
+    samples.chunk_by(|a, b| a.ts_ms.div_euclid(H) == b.ts_ms.div_euclid(H)).collect()
+}
+
+fn codec_row(what: &str, blocks: &[&[Sample]]) {
+    let n: usize = blocks.iter().map(|b| b.len()).sum();
+    let t = Instant::now();
+    let pco: usize = blocks.iter().map(|b| fleetlens_store::encode_block(b).len()).sum();
+    let pco_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    for b in blocks {
+        let back = fleetlens_store::decode_block(&fleetlens_store::encode_block(b)).unwrap();
+        assert_eq!(back.len(), b.len());
+    }
+    let roundtrip_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let zlib: usize = blocks.iter().map(|b| zlib_deltas(b)).sum();
+    let zlib_s = t.elapsed().as_secs_f64();
+    println!(
+        "| {what} | {} | {n} | {:.2} B/sample (encode {:.0} ns/sample, encode+decode {:.0} ns/sample) | {:.2} B/sample (encode {:.0} ns/sample) |",
+        blocks.len(),
+        pco as f64 / n as f64,
+        pco_s * 1e9 / n as f64,
+        roundtrip_s * 1e9 / n as f64,
+        zlib as f64 / n as f64,
+        zlib_s * 1e9 / n as f64,
+    );
+}
+
+async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (url, pg_name) = if backend == "sqlite" {
+        (format!("sqlite://{}", dir.path().join("bench.db").display()), None)
+    } else {
+        let name = format!("fleetlens_blocks_bench_{}", std::process::id());
+        let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut c).await?;
+        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
+        (format!("{}/{name}", args.pg_admin.rsplit_once('/').context("pg url")?.0), Some(name))
+    };
+    let store = fleetlens_store::connect(&url).await?;
+    let t = Instant::now();
+    let total = (plan.gpus * plan.samples_per_gpu) as u64;
+    // Each host's hour in 60-s batches, as agents would send them (8 GPUs × 60 samples).
+    for start in (0..plan.samples_per_gpu).step_by(60) {
+        let mut tasks = Vec::new();
+        for host in 0..plan.hosts() {
+            let mut batch = Vec::new();
+            for g in host * data::GPUS_PER_HOST..((host + 1) * data::GPUS_PER_HOST).min(plan.gpus) {
+                for t in start..(start + 60).min(plan.samples_per_gpu) {
+                    let mut s = data::sample(plan, g, t);
+                    s.ts_ms += (g as i64 * 7_919 + t as i64 * 104_729) % 51 - 25;
+                    batch.push(s);
+                }
+            }
+            let store = store.clone();
+            tasks.push(tokio::spawn(async move {
+                store.ingest(fleetlens_store::DEFAULT_ORG, &data::host_name(host), batch).await
+            }));
+            if tasks.len() == 16 {
+                for task in tasks.drain(..) {
+                    task.await??;
+                }
+            }
+        }
+        for task in tasks {
+            task.await??;
+        }
+    }
+    let ingest_s = t.elapsed().as_secs_f64();
+    let t = Instant::now();
+    let now = plan.last_ts_ms() + 2 * H;
+    let mut sealed = fleetlens_store::SealReport::default();
+    loop {
+        let r = store.seal_closed_hours(now, 1000).await?;
+        sealed.blocks += r.blocks;
+        sealed.samples += r.samples;
+        if !r.more {
+            break;
+        }
+    }
+    let seal_s = t.elapsed().as_secs_f64();
+    assert_eq!(store.sample_count().await?, total);
+    // One GPU's sealed hour as `GET /gpus/{uuid}/samples` reads it (in process, no HTTP).
+    let gpus = store.gpu_identities(fleetlens_store::DEFAULT_ORG).await?;
+    let mut times = Vec::new();
+    for (i, g) in gpus.iter().cycle().take(50).enumerate() {
+        let t = Instant::now();
+        let got = store.samples(g.id, plan.first_ts_ms(), plan.first_ts_ms() + H, 10_000).await?;
+        times.push(t.elapsed().as_secs_f64() * 1e3);
+        assert_eq!(got.len(), plan.samples_per_gpu, "read {i}");
+    }
+    times.sort_by(f64::total_cmp);
+    println!(
+        "{backend}: one sealed GPU-hour through Store::samples: p50 {:.1} ms, max {:.1} ms (50 reads)",
+        times[25], times[49]
+    );
+    drop(store);
+    println!(
+        "{backend}: {total} samples ingested in {ingest_s:.1} s (in process), {} blocks / {} samples sealed in {seal_s:.1} s",
+        sealed.blocks, sealed.samples
+    );
+    let per = |bytes: i64| bytes as f64 / total as f64;
+    if backend == "sqlite" {
+        let mut c = sqlx::SqliteConnection::connect(&url).await?;
+        sqlx::query("PRAGMA wal_checkpoint(TRUNCATE)").execute(&mut c).await?;
+        sqlx::query("VACUUM").execute(&mut c).await?;
+        let payload: i64 =
+            sqlx::query_scalar("SELECT sum(length(payload)) FROM sample_blocks").fetch_one(&mut c).await?;
+        let pages: i64 = sqlx::query_scalar("PRAGMA page_count").fetch_one(&mut c).await?;
+        let page: i64 = sqlx::query_scalar("PRAGMA page_size").fetch_one(&mut c).await?;
+        c.close().await?;
+        let file = std::fs::metadata(dir.path().join("bench.db"))?.len() as i64;
+        let wal = std::fs::metadata(dir.path().join("bench.db-wal")).map(|m| m.len() as i64).unwrap_or(0);
+        println!(
+            "sqlite: block payloads {:.2} B/sample; whole database file {:.2} B/sample ({} B, {} pages of {page}; WAL {wal} B) including rollups and credits",
+            per(payload),
+            per(file + wal),
+            file,
+            pages
+        );
+    } else {
+        let mut c = sqlx::PgConnection::connect(&url).await?;
+        sqlx::query("VACUUM ANALYZE").execute(&mut c).await?;
+        sqlx::query("CHECKPOINT").execute(&mut c).await?;
+        let payload: i64 =
+            sqlx::query_scalar("SELECT sum(length(payload))::int8 FROM sample_blocks").fetch_one(&mut c).await?;
+        let blocks: i64 = sqlx::query_scalar(
+            "SELECT sum(pg_total_relation_size(relid))::int8 FROM pg_partition_tree('sample_blocks')",
+        )
+        .fetch_one(&mut c)
+        .await?;
+        let open: i64 = sqlx::query_scalar("SELECT pg_total_relation_size('samples')").fetch_one(&mut c).await?;
+        let tables: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT relname::text, pg_total_relation_size(relid) FROM pg_stat_user_tables ORDER BY 2 DESC LIMIT 6",
+        )
+        .fetch_all(&mut c)
+        .await?;
+        let db: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())").fetch_one(&mut c).await?;
+        let empty: i64 = sqlx::query_scalar("SELECT pg_database_size('template1')").fetch_one(&mut c).await?;
+        c.close().await?;
+        println!(
+            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open samples table {:.2} B/sample; database minus an empty one {:.2} B/sample",
+            per(payload),
+            per(blocks),
+            per(open),
+            per(db - empty)
+        );
+        for (name, bytes) in tables {
+            println!("  {name}: {bytes} B ({:.2} B/sample)", per(bytes));
+        }
+        let mut admin = sqlx::PgConnection::connect(&args.pg_admin).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", pg_name.unwrap())).execute(&mut admin).await?;
+    }
+    Ok(())
+}
+
+#[tokio::main]
+async fn main() -> Result<()> {
+    let args = Args::parse();
+    // Hour-aligned: one block per GPU.
+    let base = (1_795_000_000_000 / H) * H + 30_000;
+    let codec_plan = data::Plan { gpus: args.codec_gpus, samples_per_gpu: 3560, ts_per_batch: 60, base_ts_ms: base };
+    println!("| data | GPU-hours | samples | pco blocks (as sealed) | zlib-9 over deltas |");
+    println!("|---|---|---|---|---|");
+    let sim: Vec<Vec<Sample>> = (0..codec_plan.gpus).map(|g| simulated_hour(&codec_plan, g)).collect();
+    codec_row("simulated fleet, jitter ±25 ms", &sim.iter().map(Vec::as_slice).collect::<Vec<_>>());
+    let traces = recorded_traces()?;
+    let blocks: Vec<&[Sample]> = traces.iter().flat_map(|t| hours(t)).collect();
+    codec_row("recorded H100 + H200 traces", &blocks);
+    let plan = data::Plan { gpus: args.gpus, samples_per_gpu: 3560, ts_per_batch: 60, base_ts_ms: base };
+    for backend in ["sqlite", "postgres"] {
+        if args.backend == backend || args.backend == "all" {
+            at_rest(&args, backend, &plan).await?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,585 @@
+//! The byte format of a sealed block: the raw samples of one GPU over one span (an hour), one
+//! column per signal.
+//!
+//! ```text
+//! header   "FLSB", format version (u8), n (u32 LE): the samples in the block, ts ascending
+//! ts       numbers column of the n timestamps (ms)
+//! 23 cols  one numbers column per measurement, in `columns::SAMPLE_COLUMNS` order
+//! 2 cols   one dictionary column each: processes (JSON), allocations (JSON)
+//! ```
+//!
+//! A *numbers column* starts with a tag byte: the low nibble says which samples have a value
+//! ([`ABSENT`]: none, [`CONSTANT`]: all, one value stored once, [`ALL`]: all, [`SOME`]: a
+//! validity bitmap of ⌈n/8⌉ bytes follows, bit i of byte i/8 set when sample i has a value);
+//! bit [`RAW_F64`] set means the values are the `f64` bits as measured instead of integers at
+//! the column's stored precision ([`Precision`]), for a value that does not fit one (only an
+//! absurdly large reading). Then the present values: a constant as 8 bytes LE, else a u32 LE
+//! length and a pcodec (`pco`) standalone chunk of the values. pco finds the delta order itself:
+//! timestamps come out delta-of-delta (regular sampling costs a few bits each, jitter a few
+//! more), counters (energy) as deltas, gauges as plain integers with their common range and
+//! greatest common divisor removed.
+//!
+//! A *dictionary column* starts with a tag: [`ABSENT`] (every sample lacks it), else the
+//! distinct JSON texts (u32 count; u32 length and u32 deflated length of the texts, each a u32
+//! length + UTF-8, deflated together), then per sample its index into
+//! them, 0 meaning absent and k the k-th text: [`CONSTANT`] with one u32, or [`ALL`] with a
+//! u32-length pco chunk of u32 indices. Absent stays absent everywhere: never a 0 reading.
+
+use std::io::{Read, Write};
+
+use fleetlens_core::{GpuProcess, Sample};
+
+use crate::columns::{self, Cell, SAMPLE_COLUMNS};
+
+const MAGIC: &[u8; 4] = b"FLSB";
+/// Bump when the layout changes; readers keep decoding every older version they know.
+pub(crate) const FORMAT_VERSION: u8 = 1;
+
+const ABSENT: u8 = 0;
+const CONSTANT: u8 = 1;
+const ALL: u8 = 2;
+const SOME: u8 = 3;
+const RAW_F64: u8 = 0x10;
+
+/// How a measurement is kept at rest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Precision {
+    /// An integer column, kept exactly.
+    Exact,
+    /// A real number rounded to the nearest multiple of `1 / scale` (`scale` a power of ten).
+    Scaled(i64),
+}
+
+/// The stored precision of each column of [`SAMPLE_COLUMNS`], in that order (docs/METRICS.md,
+/// "Stored precision", lists the same). Finer than any source reports (NVML percentages are
+/// integers, DCGM's ratios carry 3-4 significant digits, power is read in mW).
+pub(crate) const PRECISION: [Precision; 23] = {
+    use Precision::{Exact, Scaled};
+    [
+        Scaled(100),  // gpu_util_pct: 0.01 percentage points
+        Scaled(100),  // mem_util_pct
+        Exact,        // mem_used_bytes
+        Exact,        // mem_total_bytes
+        Scaled(1000), // power_w: 1 mW
+        Scaled(1000), // power_limit_w
+        Scaled(1000), // energy_j: 1 mJ
+        Scaled(100),  // temp_c: 0.01 °C
+        Scaled(10),   // sm_clock_mhz: 0.1 MHz
+        Exact,        // throttle_reasons
+        Scaled(100),  // sm_active_pct
+        Scaled(100),  // gr_engine_active_pct
+        Scaled(100),  // sm_occupancy_pct
+        Scaled(100),  // tensor_active_pct
+        Scaled(100),  // dram_active_pct
+        Scaled(100),  // fp16_active_pct
+        Scaled(100),  // fp32_active_pct
+        Scaled(100),  // fp64_active_pct
+        Scaled(100),  // int_active_pct
+        Scaled(1000), // pcie_tx_mib_s: 0.001 MiB/s
+        Scaled(1000), // pcie_rx_mib_s
+        Scaled(1000), // nvlink_tx_mib_s
+        Scaled(1000), // nvlink_rx_mib_s
+    ]
+};
+
+/// A block that cannot be read back: corruption, or a version this build does not know.
+#[derive(Debug, thiserror::Error)]
+pub enum BlockError {
+    #[error("sample block: {0}")]
+    Malformed(&'static str),
+    #[error("sample block format version {0} is newer than this server knows ({FORMAT_VERSION})")]
+    Version(u8),
+    #[error("sample block column: {0}")]
+    Codec(#[from] pco::errors::PcoError),
+}
+
+impl From<BlockError> for crate::StoreError {
+    fn from(e: BlockError) -> Self {
+        crate::StoreError::Invalid(e.to_string())
+    }
+}
+
+/// Encode `samples` (ascending, distinct `ts_ms`; identity fields are not stored: the GPU row
+/// has them). At most `u32::MAX` samples.
+pub fn encode(samples: &[Sample]) -> Vec<u8> {
+    let n = samples.len();
+    let mut out = Vec::with_capacity(64 + n * 8);
+    out.extend_from_slice(MAGIC);
+    out.push(FORMAT_VERSION);
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    let ts: Vec<Option<i64>> = samples.iter().map(|s| Some(s.ts_ms)).collect();
+    put_ints(&mut out, &ts);
+    let cells: Vec<[Cell; 23]> = samples.iter().map(columns::sample_cells).collect();
+    for (col, precision) in PRECISION.iter().enumerate() {
+        let values: Vec<Option<f64>> = cells
+            .iter()
+            .map(|c| match c[col] {
+                Cell::F(v) => v,
+                Cell::I(v) => v.map(|v| v as f64),
+            })
+            .collect();
+        match *precision {
+            Precision::Exact => {
+                let ints: Vec<Option<i64>> = cells
+                    .iter()
+                    .map(|c| match c[col] {
+                        Cell::I(v) => v,
+                        Cell::F(v) => v.map(|v| v as i64),
+                    })
+                    .collect();
+                put_ints(&mut out, &ints);
+            }
+            Precision::Scaled(scale) => match quantize(&values, scale) {
+                Some(ints) => put_ints(&mut out, &ints),
+                None => put_raw_f64(&mut out, &values),
+            },
+        }
+    }
+    put_dictionary(&mut out, samples.iter().map(columns::processes_json));
+    put_dictionary(&mut out, samples.iter().map(columns::allocations_json));
+    out
+}
+
+/// Decode a block: its samples, ascending, with empty identity fields.
+pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
+    let mut r = Reader(bytes);
+    if r.take(4)? != MAGIC {
+        return Err(BlockError::Malformed("not a sample block"));
+    }
+    let version = r.u8()?;
+    if version != FORMAT_VERSION {
+        return Err(BlockError::Version(version));
+    }
+    let n = r.u32()? as usize;
+    let ts = r.numbers(n)?;
+    let mut out: Vec<Sample> = Vec::with_capacity(n);
+    for t in ts {
+        out.push(Sample {
+            ts_ms: t.ok_or(BlockError::Malformed("a sample without time"))?.as_i64(),
+            ..Default::default()
+        });
+    }
+    for (col, precision) in PRECISION.iter().enumerate() {
+        let values = r.numbers(n)?;
+        for (s, v) in out.iter_mut().zip(values) {
+            let f = v.map(|v| v.as_f64(*precision));
+            let i = v.map(Number::as_i64);
+            set_column(s, col, f, i);
+        }
+    }
+    // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
+    let processes = r.dictionary(n, |t| serde_json::from_str::<Vec<GpuProcess>>(t).ok())?;
+    for (s, p) in out.iter_mut().zip(processes) {
+        s.processes = p.flatten();
+    }
+    for (s, a) in out.iter_mut().zip(r.dictionary(n, |t| columns::parse_allocations(Some(t)))?) {
+        s.allocations = a.unwrap_or_default();
+    }
+    if !r.0.is_empty() {
+        return Err(BlockError::Malformed("bytes after the last column"));
+    }
+    Ok(out)
+}
+
+/// Put the measurement `col` ([`SAMPLE_COLUMNS`] order) into `s`: `f` for real columns, `i`
+/// for integer ones.
+fn set_column(s: &mut Sample, col: usize, f: Option<f64>, i: Option<i64>) {
+    match SAMPLE_COLUMNS[col] {
+        "gpu_util_pct" => s.gpu_util_pct = f,
+        "mem_util_pct" => s.mem_util_pct = f,
+        "mem_used_bytes" => s.mem_used_bytes = i,
+        "mem_total_bytes" => s.mem_total_bytes = i,
+        "power_w" => s.power_w = f,
+        "power_limit_w" => s.power_limit_w = f,
+        "energy_j" => s.energy_j = f,
+        "temp_c" => s.temp_c = f,
+        "sm_clock_mhz" => s.sm_clock_mhz = f,
+        "throttle_reasons" => s.throttle_reasons = i.map(|t| t as u64),
+        "sm_active_pct" => s.sm_active_pct = f,
+        "gr_engine_active_pct" => s.gr_engine_active_pct = f,
+        "sm_occupancy_pct" => s.sm_occupancy_pct = f,
+        "tensor_active_pct" => s.tensor_active_pct = f,
+        "dram_active_pct" => s.dram_active_pct = f,
+        "fp16_active_pct" => s.fp16_active_pct = f,
+        "fp32_active_pct" => s.fp32_active_pct = f,
+        "fp64_active_pct" => s.fp64_active_pct = f,
+        "int_active_pct" => s.int_active_pct = f,
+        "pcie_tx_mib_s" => s.pcie_tx_mib_s = f,
+        "pcie_rx_mib_s" => s.pcie_rx_mib_s = f,
+        "nvlink_tx_mib_s" => s.nvlink_tx_mib_s = f,
+        "nvlink_rx_mib_s" => s.nvlink_rx_mib_s = f,
+        other => unreachable!("column {other} has no field"),
+    }
+}
+
+/// Integers at `scale`, or `None` when a value does not fit one exactly representable in f64
+/// (beyond 2^53 the decoded value would not be the stored integer over the scale).
+fn quantize(values: &[Option<f64>], scale: i64) -> Option<Vec<Option<i64>>> {
+    const LIMIT: f64 = (1u64 << 53) as f64;
+    values
+        .iter()
+        .map(|v| match v {
+            None => Some(None),
+            Some(v) => {
+                let q = (v * scale as f64).round();
+                (q.is_finite() && q.abs() < LIMIT).then_some(Some(q as i64))
+            }
+        })
+        .collect()
+}
+
+/// A decoded value: an integer (exact or scaled) or measured f64 bits.
+#[derive(Debug, Clone, Copy)]
+enum Number {
+    Int(i64),
+    Raw(f64),
+}
+
+impl Number {
+    fn as_i64(self) -> i64 {
+        match self {
+            Number::Int(i) => i,
+            Number::Raw(f) => f as i64,
+        }
+    }
+
+    /// Division by the integer scale (not multiplication by its inverse): the stored value
+    /// `37.25` comes back as the same f64 that parsing "37.25" gives.
+    fn as_f64(self, precision: Precision) -> f64 {
+        match (self, precision) {
+            (Number::Int(i), Precision::Scaled(scale)) => i as f64 / scale as f64,
+            (Number::Int(i), Precision::Exact) => i as f64,
+            (Number::Raw(f), _) => f,
+        }
+    }
+}
+
+fn presence(values: &[Option<impl Copy + PartialEq>]) -> u8 {
+    let present = values.iter().filter(|v| v.is_some()).count();
+    if present == 0 {
+        ABSENT
+    } else if present < values.len() {
+        SOME
+    } else if values.iter().all(|v| *v == values[0]) {
+        CONSTANT
+    } else {
+        ALL
+    }
+}
+
+fn put_bitmap(out: &mut Vec<u8>, values: &[Option<impl Copy>]) {
+    let mut bitmap = vec![0u8; values.len().div_ceil(8)];
+    for (i, v) in values.iter().enumerate() {
+        if v.is_some() {
+            bitmap[i / 8] |= 1 << (i % 8);
+        }
+    }
+    out.extend_from_slice(&bitmap);
+}
+
+fn put_chunk<T: pco::data_types::Number>(out: &mut Vec<u8>, values: &[T]) {
+    let chunk = pco::standalone::simple_compress(values, &pco::ChunkConfig::default())
+        .expect("pco compresses any non-empty slice of numbers");
+    out.extend_from_slice(&(chunk.len() as u32).to_le_bytes());
+    out.extend_from_slice(&chunk);
+}
+
+fn put_ints(out: &mut Vec<u8>, values: &[Option<i64>]) {
+    let tag = presence(values);
+    out.push(tag);
+    match tag {
+        ABSENT => {}
+        CONSTANT => out.extend_from_slice(&values[0].expect("present").to_le_bytes()),
+        _ => {
+            if tag == SOME {
+                put_bitmap(out, values);
+            }
+            let present: Vec<i64> = values.iter().flatten().copied().collect();
+            put_chunk(out, &present);
+        }
+    }
+}
+
+fn put_raw_f64(out: &mut Vec<u8>, values: &[Option<f64>]) {
+    // Compare bits: a constant column of one value stays CONSTANT.
+    let bits: Vec<Option<u64>> = values.iter().map(|v| v.map(f64::to_bits)).collect();
+    let tag = presence(&bits);
+    out.push(tag | RAW_F64);
+    match tag {
+        ABSENT => {}
+        CONSTANT => out.extend_from_slice(&bits[0].expect("present").to_le_bytes()),
+        _ => {
+            if tag == SOME {
+                put_bitmap(out, values);
+            }
+            let present: Vec<f64> = values.iter().flatten().copied().collect();
+            put_chunk(out, &present);
+        }
+    }
+}
+
+fn put_dictionary(out: &mut Vec<u8>, texts: impl Iterator<Item = Option<String>>) {
+    let mut dict: Vec<String> = Vec::new();
+    let mut index: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
+    let mut last: Option<(String, u32)> = None;
+    let ids: Vec<u32> = texts
+        .map(|t| match t {
+            None => 0,
+            // Consecutive samples mostly repeat the list: skip the hash lookup then.
+            Some(t) if last.as_ref().is_some_and(|(l, _)| *l == t) => last.as_ref().expect("checked").1,
+            Some(t) => {
+                let id = *index.entry(t.clone()).or_insert_with(|| {
+                    dict.push(t.clone());
+                    dict.len() as u32
+                });
+                last = Some((t, id));
+                id
+            }
+        })
+        .collect();
+    if dict.is_empty() {
+        out.push(ABSENT);
+        return;
+    }
+    let constant = ids.iter().all(|&i| i == ids[0]);
+    out.push(if constant { CONSTANT } else { ALL });
+    out.extend_from_slice(&(dict.len() as u32).to_le_bytes());
+    // The texts deflated together: a process list whose memory or SM share changes every
+    // second is a new entry each time, differing from the last in a few digits.
+    let mut texts = Vec::new();
+    for text in &dict {
+        texts.extend_from_slice(&(text.len() as u32).to_le_bytes());
+        texts.extend_from_slice(text.as_bytes());
+    }
+    let mut z = flate2::write::DeflateEncoder::new(Vec::new(), flate2::Compression::best());
+    z.write_all(&texts).expect("deflating into memory");
+    let deflated = z.finish().expect("deflating into memory");
+    out.extend_from_slice(&(texts.len() as u32).to_le_bytes());
+    out.extend_from_slice(&(deflated.len() as u32).to_le_bytes());
+    out.extend_from_slice(&deflated);
+    if constant {
+        out.extend_from_slice(&ids[0].to_le_bytes());
+    } else {
+        put_chunk(out, &ids);
+    }
+}
+
+struct Reader<'a>(&'a [u8]);
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize) -> Result<&'a [u8], BlockError> {
+        if self.0.len() < n {
+            return Err(BlockError::Malformed("truncated"));
+        }
+        let (head, rest) = self.0.split_at(n);
+        self.0 = rest;
+        Ok(head)
+    }
+
+    fn u8(&mut self) -> Result<u8, BlockError> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32, BlockError> {
+        Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
+    }
+
+    fn u64(&mut self) -> Result<u64, BlockError> {
+        Ok(u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes")))
+    }
+
+    fn chunk<T: pco::data_types::Number>(&mut self, expected: usize) -> Result<Vec<T>, BlockError> {
+        let len = self.u32()? as usize;
+        let values: Vec<T> = pco::standalone::simple_decompress(self.take(len)?)?;
+        if values.len() != expected {
+            return Err(BlockError::Malformed("column length differs from its presence"));
+        }
+        Ok(values)
+    }
+
+    fn numbers(&mut self, n: usize) -> Result<Vec<Option<Number>>, BlockError> {
+        let tag = self.u8()?;
+        let raw = tag & RAW_F64 != 0;
+        let present: Vec<bool> = match tag & !RAW_F64 {
+            ABSENT => return Ok(vec![None; n]),
+            CONSTANT => {
+                let bits = self.u64()?;
+                let v = if raw { Number::Raw(f64::from_bits(bits)) } else { Number::Int(bits as i64) };
+                return Ok(vec![Some(v); n]);
+            }
+            ALL => vec![true; n],
+            SOME => {
+                let bitmap = self.take(n.div_ceil(8))?;
+                (0..n).map(|i| bitmap[i / 8] & (1 << (i % 8)) != 0).collect()
+            }
+            _ => return Err(BlockError::Malformed("unknown column tag")),
+        };
+        let count = present.iter().filter(|p| **p).count();
+        let mut values: Box<dyn Iterator<Item = Number>> = if raw {
+            Box::new(self.chunk::<f64>(count)?.into_iter().map(Number::Raw))
+        } else {
+            Box::new(self.chunk::<i64>(count)?.into_iter().map(Number::Int))
+        };
+        Ok(present.into_iter().map(|p| if p { values.next() } else { None }).collect())
+    }
+
+    /// A dictionary column, each distinct text turned into a `T` once (a block of a busy hour
+    /// repeats a few lists thousands of times).
+    fn dictionary<T: Clone>(&mut self, n: usize, parse: impl Fn(&str) -> T) -> Result<Vec<Option<T>>, BlockError> {
+        let tag = self.u8()?;
+        if tag == ABSENT {
+            return Ok(vec![None; n]);
+        }
+        let entries = self.u32()? as usize;
+        let inflated_len = self.u32()? as usize;
+        let deflated_len = self.u32()? as usize;
+        let mut inflated = Vec::with_capacity(inflated_len.min(64 << 20));
+        flate2::read::DeflateDecoder::new(self.take(deflated_len)?)
+            .take(inflated_len as u64)
+            .read_to_end(&mut inflated)
+            .map_err(|_| BlockError::Malformed("dictionary does not inflate"))?;
+        if inflated.len() != inflated_len {
+            return Err(BlockError::Malformed("dictionary shorter than stated"));
+        }
+        let mut texts = Reader(&inflated);
+        let mut dict: Vec<T> = Vec::with_capacity(entries.min(n));
+        for _ in 0..entries {
+            let len = texts.u32()? as usize;
+            let text = std::str::from_utf8(texts.take(len)?).map_err(|_| BlockError::Malformed("text not UTF-8"))?;
+            dict.push(parse(text));
+        }
+        let ids: Vec<u32> = match tag {
+            CONSTANT => vec![self.u32()?; n],
+            ALL => self.chunk(n)?,
+            _ => return Err(BlockError::Malformed("unknown dictionary tag")),
+        };
+        ids.into_iter()
+            .map(|id| match id {
+                0 => Ok(None),
+                k => dict
+                    .get(k as usize - 1)
+                    .map(|t| Some(t.clone()))
+                    .ok_or(BlockError::Malformed("index outside dictionary")),
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use fleetlens_core::PodAllocation;
+
+    use super::*;
+
+    fn proc(pid: u32, used: i64) -> GpuProcess {
+        GpuProcess { pid, used_bytes: Some(used), command: Some("python train.py".into()), ..GpuProcess::default() }
+    }
+
+    /// An hour of one GPU at ~1 Hz with jitter, changing processes, gaps in some signals.
+    fn hour() -> Vec<Sample> {
+        let mut energy = 1.0e9;
+        (0..3600i64)
+            .map(|i| {
+                let ts = 1_700_000_000_000 + i * 1000 + (i * 37 % 23) - 11;
+                energy += 312.25 + (i % 7) as f64;
+                Sample {
+                    ts_ms: ts,
+                    gpu_util_pct: Some((i % 101) as f64),
+                    mem_util_pct: (i % 5 != 0).then_some(12.5),
+                    mem_used_bytes: Some(40_000_000_000 + i * 4096),
+                    mem_total_bytes: Some(150_754_820_096),
+                    power_w: Some(312.125 + (i % 13) as f64),
+                    power_limit_w: Some(700.0),
+                    energy_j: Some(energy),
+                    temp_c: Some(41.0 + (i % 3) as f64),
+                    sm_clock_mhz: Some(1980.0),
+                    throttle_reasons: Some(if i % 50 == 0 { 0x4 } else { 0 }),
+                    sm_active_pct: Some(87.31),
+                    tensor_active_pct: (i > 1800).then_some(43.07),
+                    processes: Some(if i < 2000 {
+                        vec![proc(11, 1 << 30)]
+                    } else {
+                        vec![proc(11, 1 << 30), proc(12, 5)]
+                    }),
+                    allocations: if i % 2 == 0 {
+                        vec![PodAllocation {
+                            namespace: "ml".into(),
+                            pod: "train-0".into(),
+                            container: "main".into(),
+                            ..Default::default()
+                        }]
+                    } else {
+                        Vec::new()
+                    },
+                    ..Sample::default()
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_block_reads_back_what_was_sealed() {
+        let samples = hour();
+        let bytes = encode(&samples);
+        assert_eq!(decode(&bytes).unwrap(), samples);
+        // Far below the ~380 B a row takes.
+        assert!(bytes.len() < samples.len() * 40, "{} B for {} samples", bytes.len(), samples.len());
+    }
+
+    #[test]
+    fn absent_stays_absent_never_zero() {
+        let samples = vec![
+            Sample { ts_ms: 1, gpu_util_pct: Some(0.0), processes: Some(Vec::new()), ..Sample::default() },
+            Sample { ts_ms: 2, ..Sample::default() },
+            Sample { ts_ms: 3, gpu_util_pct: Some(0.0), mem_used_bytes: Some(0), ..Sample::default() },
+        ];
+        let back = decode(&encode(&samples)).unwrap();
+        assert_eq!(back, samples);
+        assert_eq!(back[1].gpu_util_pct, None);
+        assert_eq!(back[0].processes, Some(Vec::new()), "an empty list read is not an unread list");
+        assert_eq!(back[1].processes, None);
+        assert_eq!(back[2].mem_used_bytes, Some(0));
+    }
+
+    #[test]
+    fn values_are_kept_at_the_documented_precision() {
+        let s = Sample {
+            ts_ms: 5,
+            gpu_util_pct: Some(33.333_333),
+            power_w: Some(250.123_456),
+            energy_j: Some(123_456_789.000_4),
+            temp_c: Some(40.004),
+            pcie_tx_mib_s: Some(0.000_4),
+            ..Sample::default()
+        };
+        let back = &decode(&encode(std::slice::from_ref(&s))).unwrap()[0];
+        assert_eq!(back.gpu_util_pct, Some(33.33));
+        assert_eq!(back.power_w, Some(250.123));
+        assert_eq!(back.energy_j, Some(123_456_789.0));
+        assert_eq!(back.temp_c, Some(40.0));
+        assert_eq!(back.pcie_tx_mib_s, Some(0.0));
+        // Values at the precision come back as the same f64 as their decimal text.
+        let exact = Sample { ts_ms: 6, gpu_util_pct: Some(0.07), power_w: Some(0.3), ..Sample::default() };
+        assert_eq!(decode(&encode(std::slice::from_ref(&exact))).unwrap()[0], exact);
+    }
+
+    #[test]
+    fn a_value_beyond_the_integer_range_is_kept_as_measured() {
+        let s = Sample { ts_ms: 1, energy_j: Some(1.0e300), pcie_rx_mib_s: Some(-7.5e250), ..Sample::default() };
+        let t = Sample { ts_ms: 2, energy_j: Some(2.5), ..Sample::default() };
+        assert_eq!(decode(&encode(&[s.clone(), t.clone()])).unwrap(), vec![s, t]);
+    }
+
+    #[test]
+    fn corrupt_or_newer_blocks_are_refused() {
+        let bytes = encode(&hour()[..10]);
+        assert!(matches!(decode(&bytes[..bytes.len() - 3]), Err(BlockError::Malformed(_) | BlockError::Codec(_))));
+        let mut newer = bytes.clone();
+        newer[4] = FORMAT_VERSION + 1;
+        assert!(matches!(decode(&newer), Err(BlockError::Version(_))));
+        assert!(decode(b"nope").is_err());
+        let mut trailing = bytes;
+        trailing.push(0);
+        assert!(decode(&trailing).is_err());
+    }
+}

@@ -1,0 +1,195 @@
+//! Raw samples at rest in sealed column blocks (issue 21).
+//!
+//! New samples land as rows of `samples` (the *open* data: append-only, one row per GPU and
+//! timestamp, what ingest has always written). Once an hour of a GPU has closed and no sample
+//! for it is expected any more (its end is [`SEAL_LATENESS_MS`] in the past), the sealing job
+//! ([`crate::Store::seal_closed_hours`], run by the leader of the `sealing` job) moves its rows
+//! into one row of `sample_blocks`: the samples of that GPU-hour encoded column by column
+//! ([`format`]), about 15-20 B a sample instead of ~400. Deleting the rows and writing the block
+//! happen in one transaction, so a crash at any point leaves either the rows or the block.
+//!
+//! A batch with a sample for an hour already sealed (a spool drained late) first turns that
+//! hour's block back into open rows, in the ingest transaction: the rows then hold the whole
+//! hour, so a resent sample stays a duplicate, a partial one fills in (merge-on-insert), and the
+//! rollup job, which writes a minute from its raw rows, sees all of the minute. The hour is
+//! sealed again once its minutes are written: sealing leaves alone the hours of a GPU from its
+//! oldest minute still marked for the rollup job on. Should a key still be in both (a resend
+//! racing the seal of its hour on PostgreSQL), reads keep the block's sample.
+//!
+//! Every read of raw samples merges both: [`merge`].
+
+pub(crate) mod format;
+pub(crate) mod pg;
+pub(crate) mod sqlite;
+
+use fleetlens_core::Sample;
+
+/// The span of one block: an hour of one GPU, `[start_ms, start_ms + SPAN_MS)`, aligned to
+/// the hour. An hour at 1 Hz is 3,600 samples: enough for the codec to find the columns'
+/// patterns (its fixed costs are a few hundred bytes per block), little enough that a one-hour
+/// read decodes one block.
+pub const SPAN_MS: i64 = 3_600_000;
+
+/// How long after an hour ends it is sealed. Later samples still land (as open rows, merged
+/// by reads and by the next seal), but a seal rewrites a whole block, so an hour should be
+/// complete first: agents send every few seconds, and a spool drained after an outage of the
+/// server is the only regular source of late samples.
+pub const SEAL_LATENESS_MS: i64 = 10 * 60_000;
+
+/// What one sealing pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SealReport {
+    /// Blocks written (new ones, and sealed ones rewritten with late samples).
+    pub blocks: u64,
+    /// Open rows moved into blocks.
+    pub samples: u64,
+    /// The pass stopped at its limit with hours left to seal.
+    pub more: bool,
+}
+
+/// Hours that end at or before this are sealed at `now_ms`.
+pub(crate) fn horizon(now_ms: i64) -> i64 {
+    (now_ms - SEAL_LATENESS_MS).div_euclid(SPAN_MS) * SPAN_MS
+}
+
+/// Hours of one GPU that end at or before this are sealed: `horizon`, but never an hour from
+/// the GPU's oldest minute still waiting for the rollup job (`pending`) on, because the job
+/// writes a minute from its raw rows.
+pub(crate) fn gpu_horizon(horizon: i64, pending_minute_ms: Option<i64>) -> i64 {
+    pending_minute_ms.map_or(horizon, |m| horizon.min(span_start(m)))
+}
+
+/// The start of the block holding `ts_ms`.
+pub(crate) fn span_start(ts_ms: i64) -> i64 {
+    ts_ms.div_euclid(SPAN_MS) * SPAN_MS
+}
+
+/// Whether samples from `lo_ms` on may lie in a sealed block, as far as this process's clock
+/// tells: a block holds an hour that ended [`SEAL_LATENESS_MS`] before the sealer's clock, so
+/// nothing of the current hour is sealed unless that clock runs more than the lateness ahead of
+/// ours. Live batches (the current hour) skip the lookup of blocks on the ingest path.
+pub(crate) fn may_be_sealed(lo_ms: i64) -> bool {
+    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
+    lo_ms < span_start(now_ms)
+}
+
+/// Sealed and open samples of one GPU as one list, ascending by time; a timestamp in both
+/// keeps the sealed sample (the first stored, as ingest keeps the first).
+pub(crate) fn merge(sealed: Vec<Sample>, open: Vec<Sample>) -> Vec<Sample> {
+    if open.is_empty() {
+        return sealed;
+    }
+    if sealed.is_empty() {
+        return open;
+    }
+    let mut out = Vec::with_capacity(sealed.len() + open.len());
+    let mut open = open.into_iter().peekable();
+    for s in sealed {
+        while let Some(o) = open.next_if(|o| o.ts_ms <= s.ts_ms) {
+            if o.ts_ms < s.ts_ms {
+                out.push(o);
+            }
+        }
+        out.push(s);
+    }
+    out.extend(open);
+    out
+}
+
+/// Decode `payloads` (blocks of one GPU in time order) and keep the samples in
+/// `[from_ms, to_ms)`.
+pub(crate) fn decode_range(payloads: &[Vec<u8>], from_ms: i64, to_ms: i64) -> crate::Result<Vec<Sample>> {
+    let mut out = Vec::new();
+    for payload in payloads {
+        out.extend(format::decode(payload)?.into_iter().filter(|s| s.ts_ms >= from_ms && s.ts_ms < to_ms));
+    }
+    Ok(out)
+}
+
+/// A process-list group of [`crate::Store::org_process_lists`] as the SQL returns it: GPU,
+/// minute, processes JSON, allocations JSON, samples.
+pub(crate) type ProcessGroup = (i64, i64, Option<String>, Option<String>, i64);
+
+/// Add the groups of sealed samples (`(gpu_id, samples)`) to the groups of the open rows:
+/// one group per GPU, minute and distinct lists, ordered by GPU and minute.
+pub(crate) fn add_sealed_process_groups(open: Vec<ProcessGroup>, sealed: Vec<(i64, Vec<Sample>)>) -> Vec<ProcessGroup> {
+    if sealed.is_empty() {
+        return open;
+    }
+    type Key = (i64, i64, Option<String>, Option<String>);
+    let mut groups: std::collections::BTreeMap<Key, i64> = std::collections::BTreeMap::new();
+    for (gpu, minute, p, a, n) in open {
+        *groups.entry((gpu, minute, p, a)).or_default() += n;
+    }
+    for (gpu, samples) in sealed {
+        for s in samples {
+            let minute = s.ts_ms.div_euclid(60_000) * 60_000;
+            let key = (gpu, minute, crate::columns::processes_json(&s), crate::columns::allocations_json(&s));
+            *groups.entry(key).or_default() += 1;
+        }
+    }
+    groups.into_iter().map(|((gpu, minute, p, a), n)| (gpu, minute, p, a, n)).collect()
+}
+
+/// Give a sealed sample the identity of its GPU (blocks do not store it).
+pub(crate) fn with_identity(mut s: Sample, uuid: &str, gpu_index: Option<u32>, name: Option<&str>) -> Sample {
+    s.uuid = uuid.to_string();
+    s.gpu_index = gpu_index;
+    s.name = name.map(str::to_string);
+    s
+}
+
+/// GPUs of `records` whose newest sample is not an open row (its hour was sealed): their ids.
+pub(crate) fn missing_latest(records: &[crate::GpuRecord]) -> Vec<i64> {
+    records.iter().filter(|r| r.latest.is_none() && r.last_seen_ms > 0).map(|r| r.id).collect()
+}
+
+/// Fill the newest sample of `records` from the blocks holding each GPU's `last_seen_ms`
+/// (`(gpu_id, payload)`).
+pub(crate) fn fill_latest(records: &mut [crate::GpuRecord], blocks: Vec<(i64, Vec<u8>)>) -> crate::Result<()> {
+    for (gpu_id, payload) in blocks {
+        let Some(r) = records.iter_mut().find(|r| r.id == gpu_id && r.latest.is_none()) else { continue };
+        let found = format::decode(&payload)?.into_iter().find(|s| s.ts_ms == r.last_seen_ms);
+        r.latest = found.map(|s| with_identity(s, &r.uuid, r.gpu_index, r.name.as_deref()));
+    }
+    Ok(())
+}
+
+/// The measurement columns as `RETURNING`/`SELECT` list without a table alias.
+pub(crate) fn plain_select_list() -> String {
+    let mut cols: Vec<&str> = crate::columns::SAMPLE_COLUMNS.to_vec();
+    cols.extend(["processes", "allocations"]);
+    cols.join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(ts: i64, util: f64) -> Sample {
+        Sample { ts_ms: ts, gpu_util_pct: Some(util), ..Sample::default() }
+    }
+
+    #[test]
+    fn merge_interleaves_and_the_sealed_sample_wins() {
+        let merged = merge(vec![s(2, 1.0), s(4, 1.0), s(6, 1.0)], vec![s(1, 2.0), s(4, 2.0), s(5, 2.0), s(9, 2.0)]);
+        let got: Vec<(i64, f64)> = merged.iter().map(|s| (s.ts_ms, s.gpu_util_pct.unwrap())).collect();
+        assert_eq!(got, [(1, 2.0), (2, 1.0), (4, 1.0), (5, 2.0), (6, 1.0), (9, 2.0)]);
+    }
+
+    #[test]
+    fn the_horizon_lags_the_lateness_and_is_hour_aligned() {
+        let h = SPAN_MS;
+        assert_eq!(horizon(10 * h + SEAL_LATENESS_MS), 10 * h);
+        assert_eq!(horizon(10 * h + SEAL_LATENESS_MS - 1), 9 * h);
+        assert_eq!(span_start(10 * h + 5), 10 * h);
+    }
+
+    #[test]
+    fn hours_with_minutes_waiting_for_the_rollup_job_stay_open() {
+        let h = SPAN_MS;
+        assert_eq!(gpu_horizon(10 * h, None), 10 * h);
+        assert_eq!(gpu_horizon(10 * h, Some(7 * h + 5 * 60_000)), 7 * h, "the pending minute's hour is not sealed");
+        assert_eq!(gpu_horizon(10 * h, Some(12 * h)), 10 * h);
+    }
+}

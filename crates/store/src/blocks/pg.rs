@@ -1,0 +1,253 @@
+//! Sealed blocks on PostgreSQL: sealing, the sealed side of raw-sample reads, and retention.
+//!
+//! `sample_blocks` is range-partitioned by day on `start_ms` (migration 0019): one partition
+//! `sample_blocks_day_<days since 1970-01-01>` per UTC day, created by the sealing job before
+//! it writes the day's first block, so that retention detaches and drops whole days instead of
+//! deleting (and later vacuuming) row by row.
+
+use fleetlens_core::Sample;
+use sqlx::{PgPool, Postgres, Transaction};
+
+use super::{SPAN_MS, SealReport, format};
+use crate::columns::SampleRow;
+use crate::{DAY_MS, Result};
+
+const PARTITION_PREFIX: &str = "sample_blocks_day_";
+
+/// Seal every closed GPU-hour of open rows, at most `max_blocks` of them.
+pub(crate) async fn seal(pool: &PgPool, now_ms: i64, max_blocks: u64) -> Result<SealReport> {
+    let horizon = super::horizon(now_ms);
+    let oldest: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT g.id, o.ts FROM gpus g CROSS JOIN LATERAL (SELECT min(ts_ms) AS ts FROM samples WHERE gpu_id = g.id) o \
+         WHERE o.ts < $1 ORDER BY g.id",
+    )
+    .bind(horizon)
+    .fetch_all(pool)
+    .await?;
+    let mut report = SealReport::default();
+    let mut partitions: std::collections::HashSet<i64> = Default::default();
+    for (gpu_id, oldest) in oldest {
+        let pending: Option<i64> = sqlx::query_scalar("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = $1")
+            .bind(gpu_id)
+            .fetch_one(pool)
+            .await?;
+        let horizon = super::gpu_horizon(horizon, pending);
+        let mut next = Some(oldest);
+        while let Some(ts) = next.filter(|&t| t < horizon) {
+            if report.blocks >= max_blocks {
+                report.more = true;
+                return Ok(report);
+            }
+            let start = super::span_start(ts);
+            let day = start.div_euclid(DAY_MS);
+            if partitions.insert(day) {
+                ensure_partition(pool, day).await?;
+            }
+            report.samples += seal_one(pool, gpu_id, start).await?;
+            report.blocks += 1;
+            next = sqlx::query_scalar("SELECT min(ts_ms) FROM samples WHERE gpu_id = $1 AND ts_ms >= $2")
+                .bind(gpu_id)
+                .bind(start + SPAN_MS)
+                .fetch_one(pool)
+                .await?;
+        }
+    }
+    Ok(report)
+}
+
+/// Create the partition of day `day` (days since the epoch) unless it exists.
+pub(crate) async fn ensure_partition(pool: &PgPool, day: i64) -> Result<()> {
+    let sql = format!(
+        "CREATE TABLE IF NOT EXISTS {PARTITION_PREFIX}{day} PARTITION OF sample_blocks FOR VALUES FROM ({}) TO ({})",
+        day * DAY_MS,
+        (day + 1) * DAY_MS
+    );
+    match sqlx::query(&sql).execute(pool).await {
+        Ok(_) => Ok(()),
+        // Two processes creating the same day at once: the loser's catalog insert collides.
+        Err(sqlx::Error::Database(db)) if matches!(db.code().as_deref(), Some("23505" | "42P07")) => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Move the open rows of one GPU-hour into its block in one transaction (see the SQLite
+/// twin): exactly the rows deleted are written, rows committed meanwhile stay open.
+async fn seal_one(pool: &PgPool, gpu_id: i64, start: i64) -> Result<u64> {
+    let mut tx = pool.begin().await?;
+    let sql = format!(
+        "DELETE FROM samples WHERE gpu_id = $1 AND ts_ms >= $2 AND ts_ms < $3 RETURNING ts_ms, {}",
+        super::plain_select_list()
+    );
+    let rows: Vec<SampleRow> =
+        sqlx::query_as(&sql).bind(gpu_id).bind(start).bind(start + SPAN_MS).fetch_all(&mut *tx).await?;
+    let moved = rows.len() as u64;
+    let mut open: Vec<Sample> = rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, "", None, None)).collect();
+    open.sort_by_key(|s| s.ts_ms);
+    // FOR UPDATE: a second sealer (a replica that just took over) waits instead of rewriting
+    // the block from the same old version.
+    let sealed: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT payload FROM sample_blocks WHERE gpu_id = $1 AND start_ms = $2 FOR UPDATE")
+            .bind(gpu_id)
+            .bind(start)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let sealed = match sealed {
+        Some(p) => format::decode(&p)?,
+        None => Vec::new(),
+    };
+    let samples = super::merge(sealed, open);
+    sqlx::query(
+        "INSERT INTO sample_blocks (gpu_id, start_ms, end_ms, n, payload) VALUES ($1, $2, $3, $4, $5) \
+         ON CONFLICT (gpu_id, start_ms) DO UPDATE SET end_ms = excluded.end_ms, n = excluded.n, payload = excluded.payload",
+    )
+    .bind(gpu_id)
+    .bind(start)
+    .bind(start + SPAN_MS)
+    .bind(samples.len() as i32)
+    .bind(format::encode(&samples))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(moved)
+}
+
+/// Sealed samples of one GPU in `[from_ms, to_ms)` (identity fields empty).
+pub(crate) async fn samples(pool: &PgPool, gpu_id: i64, from_ms: i64, to_ms: i64) -> Result<Vec<Sample>> {
+    // `start_ms > from - span` lets the planner prune the day partitions (it cannot from
+    // `end_ms`): a block starts at most one span before the first sample it holds.
+    let payloads: Vec<Vec<u8>> = sqlx::query_scalar(
+        "SELECT payload FROM sample_blocks WHERE gpu_id = $1 AND start_ms < $2 AND start_ms > $3 - $4 \
+         AND end_ms > $3 ORDER BY start_ms",
+    )
+    .bind(gpu_id)
+    .bind(to_ms)
+    .bind(from_ms)
+    .bind(SPAN_MS)
+    .fetch_all(pool)
+    .await?;
+    super::decode_range(&payloads, from_ms, to_ms)
+}
+
+/// Sealed samples of every GPU of `org` in `[from_ms, to_ms)`, per GPU.
+pub(crate) async fn org_samples(
+    pool: &PgPool,
+    org: crate::OrgId,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(i64, Vec<Sample>)>> {
+    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT b.gpu_id, b.payload FROM sample_blocks b JOIN gpus g ON g.id = b.gpu_id \
+         WHERE g.org_id = $1 AND b.start_ms < $2 AND b.start_ms > $3 - $4 AND b.end_ms > $3 \
+         ORDER BY b.gpu_id, b.start_ms",
+    )
+    .bind(org)
+    .bind(to_ms)
+    .bind(from_ms)
+    .bind(SPAN_MS)
+    .fetch_all(pool)
+    .await?;
+    let mut out: Vec<(i64, Vec<Sample>)> = Vec::new();
+    for (gpu_id, payload) in rows {
+        let decoded = super::decode_range(std::slice::from_ref(&payload), from_ms, to_ms)?;
+        match out.last_mut() {
+            Some((g, list)) if *g == gpu_id => list.extend(decoded),
+            _ => out.push((gpu_id, decoded)),
+        }
+    }
+    Ok(out)
+}
+
+/// Ingest: the blocks of sealed hours that the batch's samples (`order`, sorted by GPU and
+/// time) fall in go back to open rows in the ingest transaction (see `blocks`), locked first
+/// so a sealer rewriting one waits. One statement finds them; it finds nothing, cheaply, for
+/// live data. Returns the samples unsealed.
+pub(crate) async fn unseal_for_batch(tx: &mut Transaction<'_, Postgres>, order: &[(i64, &Sample)]) -> Result<u64> {
+    let mut spans: Vec<(i64, i64, i64)> = Vec::new();
+    for &(gpu_id, s) in order {
+        match spans.last_mut() {
+            Some((g, _, hi)) if *g == gpu_id => *hi = s.ts_ms,
+            _ => spans.push((gpu_id, s.ts_ms, s.ts_ms)),
+        }
+    }
+    // Only spans reaching back before the current hour can meet a block (live batches: none).
+    spans.retain(|s| super::may_be_sealed(s.1));
+    if spans.is_empty() {
+        return Ok(0);
+    }
+    let blocks: Vec<(i64, i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT b.gpu_id, b.start_ms, b.payload FROM UNNEST($1::int8[], $2::int8[], $3::int8[]) AS t(g, lo, hi) \
+         JOIN sample_blocks b ON b.gpu_id = t.g AND b.start_ms <= t.hi AND b.end_ms > t.lo \
+         ORDER BY b.gpu_id, b.start_ms FOR UPDATE OF b",
+    )
+    .bind(spans.iter().map(|s| s.0).collect::<Vec<i64>>())
+    .bind(spans.iter().map(|s| s.1).collect::<Vec<i64>>())
+    .bind(spans.iter().map(|s| s.2).collect::<Vec<i64>>())
+    .fetch_all(&mut **tx)
+    .await?;
+    let mut unsealed = 0;
+    for (gpu_id, start, payload) in blocks {
+        let samples = format::decode(&payload)?;
+        let rows: Vec<(i64, &Sample)> = samples.iter().map(|s| (gpu_id, s)).collect();
+        crate::pg_samples::insert(tx, &rows, crate::pg_samples::InsertMode::SkipStored).await?;
+        sqlx::query("DELETE FROM sample_blocks WHERE gpu_id = $1 AND start_ms = $2")
+            .bind(gpu_id)
+            .bind(start)
+            .execute(&mut **tx)
+            .await?;
+        unsealed += samples.len() as u64;
+    }
+    Ok(unsealed)
+}
+
+/// The blocks holding the newest sample of each GPU of `gpu_ids`: `(gpu_id, payload)`.
+pub(crate) async fn latest_blocks(pool: &PgPool, gpu_ids: &[i64]) -> Result<Vec<(i64, Vec<u8>)>> {
+    if gpu_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    Ok(sqlx::query_as(&format!(
+        "SELECT b.gpu_id, b.payload FROM gpus g JOIN sample_blocks b ON b.gpu_id = g.id \
+         AND b.start_ms = (g.last_seen_ms / {SPAN_MS}) * {SPAN_MS} WHERE g.id = ANY($1)"
+    ))
+    .bind(gpu_ids)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Sealed samples in all.
+pub(crate) async fn count(pool: &PgPool) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar("SELECT coalesce(sum(n), 0)::int8 FROM sample_blocks").fetch_one(pool).await?;
+    Ok(n as u64)
+}
+
+/// Retention: detach and drop the day partitions wholly older than `cutoff_ms`, then delete
+/// the blocks wholly older than it in the day it falls in; returns the samples they held.
+pub(crate) async fn drop_before(pool: &PgPool, cutoff_ms: i64) -> Result<u64> {
+    let names: Vec<String> = sqlx::query_scalar(
+        "SELECT c.relname::text FROM pg_inherits i JOIN pg_class c ON c.oid = i.inhrelid \
+         WHERE i.inhparent = 'sample_blocks'::regclass",
+    )
+    .fetch_all(pool)
+    .await?;
+    let mut removed = 0u64;
+    for name in names {
+        let Some(day) = name.strip_prefix(PARTITION_PREFIX).and_then(|d| d.parse::<i64>().ok()) else { continue };
+        if (day + 1) * DAY_MS > cutoff_ms {
+            continue;
+        }
+        let n: i64 =
+            sqlx::query_scalar(&format!("SELECT coalesce(sum(n), 0)::int8 FROM {name}")).fetch_one(pool).await?;
+        // Detached first: the drop then takes no lock on the parent that reads would queue on.
+        sqlx::query(&format!("ALTER TABLE sample_blocks DETACH PARTITION {name}")).execute(pool).await?;
+        sqlx::query(&format!("DROP TABLE {name}")).execute(pool).await?;
+        removed += n as u64;
+    }
+    let ns: Vec<i32> = sqlx::query_scalar(
+        "DELETE FROM sample_blocks WHERE start_ms >= $2 AND start_ms < $1 AND end_ms <= $1 RETURNING n",
+    )
+    .bind(cutoff_ms)
+    .bind(cutoff_ms.div_euclid(DAY_MS) * DAY_MS)
+    .fetch_all(pool)
+    .await?;
+    removed += ns.iter().map(|&n| n as u64).sum::<u64>();
+    Ok(removed)
+}

@@ -1,0 +1,224 @@
+//! Sealed blocks on SQLite: sealing, the sealed side of raw-sample reads, and retention.
+
+use fleetlens_core::Sample;
+use sqlx::{SqliteConnection, SqlitePool};
+
+use super::{SPAN_MS, SealReport, format};
+use crate::Result;
+use crate::columns::SampleRow;
+
+/// Seal every closed GPU-hour of open rows, at most `max_blocks` of them.
+pub(crate) async fn seal(pool: &SqlitePool, now_ms: i64, max_blocks: u64) -> Result<SealReport> {
+    let horizon = super::horizon(now_ms);
+    // Each GPU's oldest open sample: one index probe per GPU (a scan of the open rows for old
+    // ones would read every row each pass).
+    let oldest: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT id, oldest FROM (SELECT g.id, (SELECT min(s.ts_ms) FROM samples s WHERE s.gpu_id = g.id) AS oldest \
+         FROM gpus g) WHERE oldest < ? ORDER BY id",
+    )
+    .bind(horizon)
+    .fetch_all(pool)
+    .await?;
+    let mut report = SealReport::default();
+    for (gpu_id, oldest) in oldest {
+        let pending: Option<i64> = sqlx::query_scalar("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ?")
+            .bind(gpu_id)
+            .fetch_one(pool)
+            .await?;
+        let horizon = super::gpu_horizon(horizon, pending);
+        let mut next = Some(oldest);
+        while let Some(ts) = next.filter(|&t| t < horizon) {
+            if report.blocks >= max_blocks {
+                report.more = true;
+                return Ok(report);
+            }
+            let start = super::span_start(ts);
+            report.samples += seal_one(pool, gpu_id, start).await?;
+            report.blocks += 1;
+            next = sqlx::query_scalar("SELECT min(ts_ms) FROM samples WHERE gpu_id = ? AND ts_ms >= ?")
+                .bind(gpu_id)
+                .bind(start + SPAN_MS)
+                .fetch_one(pool)
+                .await?;
+        }
+    }
+    Ok(report)
+}
+
+/// Move the open rows of one GPU-hour into its block, in one transaction: the rows deleted are
+/// exactly those written into the block (`DELETE … RETURNING`), merged with the block sealed
+/// before, if any. Returns the rows moved.
+async fn seal_one(pool: &SqlitePool, gpu_id: i64, start: i64) -> Result<u64> {
+    let mut tx = pool.begin().await?;
+    // The DELETE first: it takes the write lock at once (waiting out the writer's commit)
+    // instead of upgrading a read transaction, which SQLite would refuse while others write.
+    let sql = format!(
+        "DELETE FROM samples WHERE gpu_id = ? AND ts_ms >= ? AND ts_ms < ? RETURNING ts_ms, {}",
+        super::plain_select_list()
+    );
+    let rows: Vec<SampleRow> =
+        sqlx::query_as(&sql).bind(gpu_id).bind(start).bind(start + SPAN_MS).fetch_all(&mut *tx).await?;
+    let moved = rows.len() as u64;
+    let mut open: Vec<Sample> = rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, "", None, None)).collect();
+    open.sort_by_key(|s| s.ts_ms);
+    let sealed: Option<Vec<u8>> =
+        sqlx::query_scalar("SELECT payload FROM sample_blocks WHERE gpu_id = ? AND start_ms = ?")
+            .bind(gpu_id)
+            .bind(start)
+            .fetch_optional(&mut *tx)
+            .await?;
+    let sealed = match sealed {
+        Some(p) => format::decode(&p)?,
+        None => Vec::new(),
+    };
+    let samples = super::merge(sealed, open);
+    sqlx::query(
+        "INSERT INTO sample_blocks (gpu_id, start_ms, end_ms, n, payload) VALUES (?, ?, ?, ?, ?) \
+         ON CONFLICT (gpu_id, start_ms) DO UPDATE SET end_ms = excluded.end_ms, n = excluded.n, payload = excluded.payload",
+    )
+    .bind(gpu_id)
+    .bind(start)
+    .bind(start + SPAN_MS)
+    .bind(samples.len() as i64)
+    .bind(format::encode(&samples))
+    .execute(&mut *tx)
+    .await?;
+    tx.commit().await?;
+    Ok(moved)
+}
+
+/// Payloads of one GPU's blocks overlapping `[from_ms, to_ms)`, in time order.
+async fn payloads(conn: impl sqlx::SqliteExecutor<'_>, gpu_id: i64, from_ms: i64, to_ms: i64) -> Result<Vec<Vec<u8>>> {
+    Ok(sqlx::query_scalar(
+        "SELECT payload FROM sample_blocks WHERE gpu_id = ? AND start_ms < ? AND end_ms > ? ORDER BY start_ms",
+    )
+    .bind(gpu_id)
+    .bind(to_ms)
+    .bind(from_ms)
+    .fetch_all(conn)
+    .await?)
+}
+
+/// Sealed samples of one GPU in `[from_ms, to_ms)` (identity fields empty).
+pub(crate) async fn samples(pool: &SqlitePool, gpu_id: i64, from_ms: i64, to_ms: i64) -> Result<Vec<Sample>> {
+    super::decode_range(&payloads(pool, gpu_id, from_ms, to_ms).await?, from_ms, to_ms)
+}
+
+/// Sealed samples of every GPU of `org` in `[from_ms, to_ms)`, per GPU.
+pub(crate) async fn org_samples(
+    pool: &SqlitePool,
+    org: crate::OrgId,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<(i64, Vec<Sample>)>> {
+    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT b.gpu_id, b.payload FROM sample_blocks b JOIN gpus g ON g.id = b.gpu_id \
+         WHERE g.org_id = ? AND b.start_ms < ? AND b.end_ms > ? ORDER BY b.gpu_id, b.start_ms",
+    )
+    .bind(org)
+    .bind(to_ms)
+    .bind(from_ms)
+    .fetch_all(pool)
+    .await?;
+    let mut out: Vec<(i64, Vec<Sample>)> = Vec::new();
+    for (gpu_id, payload) in rows {
+        let decoded = super::decode_range(std::slice::from_ref(&payload), from_ms, to_ms)?;
+        match out.last_mut() {
+            Some((g, list)) if *g == gpu_id => list.extend(decoded),
+            _ => out.push((gpu_id, decoded)),
+        }
+    }
+    Ok(out)
+}
+
+/// Ingest of samples of `gpu_id` in `[lo, hi]`, some of which may fall in sealed hours (a
+/// spool drained late): those hours' blocks go back to open rows in the ingest transaction.
+/// The rows then hold the whole hour again, so the rollup job (which writes a minute from its
+/// raw rows), the duplicate probe and merge-on-insert all see every sample of it; the next
+/// sealing pass seals the hour again. Returns the samples unsealed. Live batches (the current
+/// hour) skip the lookup.
+pub(crate) async fn unseal_within(conn: &mut SqliteConnection, gpu_id: i64, lo: i64, hi: i64) -> Result<u64> {
+    if !super::may_be_sealed(lo) {
+        return Ok(0);
+    }
+    let blocks: Vec<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT start_ms, payload FROM sample_blocks WHERE gpu_id = ? AND start_ms <= ? AND end_ms > ?")
+            .bind(gpu_id)
+            .bind(hi)
+            .bind(lo)
+            .fetch_all(&mut *conn)
+            .await?;
+    let mut unsealed = 0;
+    for (start, payload) in blocks {
+        let samples = format::decode(&payload)?;
+        for chunk in samples.chunks(ROWS_PER_INSERT) {
+            let mut qb: sqlx::QueryBuilder<sqlx::Sqlite> =
+                sqlx::QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, ");
+            qb.push(crate::columns::SAMPLE_COLUMNS.join(", ")).push(", processes, allocations) ");
+            qb.push_values(chunk, |mut b, s| {
+                b.push_bind(gpu_id).push_bind(s.ts_ms);
+                for cell in crate::columns::sample_cells(s) {
+                    match cell {
+                        crate::columns::Cell::F(v) => b.push_bind(v),
+                        crate::columns::Cell::I(v) => b.push_bind(v),
+                    };
+                }
+                b.push_bind(crate::columns::processes_json(s));
+                b.push_bind(crate::columns::allocations_json(s));
+            });
+            // A key in both (cannot happen on the one writer, but a row is never overwritten).
+            qb.push(" ON CONFLICT (gpu_id, ts_ms) DO NOTHING");
+            qb.build().execute(&mut *conn).await?;
+        }
+        sqlx::query("DELETE FROM sample_blocks WHERE gpu_id = ? AND start_ms = ?")
+            .bind(gpu_id)
+            .bind(start)
+            .execute(&mut *conn)
+            .await?;
+        unsealed += samples.len() as u64;
+    }
+    Ok(unsealed)
+}
+
+/// Rows per INSERT when unsealing: under SQLite's 32,766 bound parameters.
+const ROWS_PER_INSERT: usize = 32_000 / (crate::columns::SAMPLE_COLUMNS.len() + 4);
+
+/// The blocks holding the newest sample of each GPU of `gpu_ids`: `(gpu_id, payload)`.
+pub(crate) async fn latest_blocks(pool: &SqlitePool, gpu_ids: &[i64]) -> Result<Vec<(i64, Vec<u8>)>> {
+    if gpu_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids = serde_json::to_string(gpu_ids).expect("integers serialise");
+    Ok(sqlx::query_as(&format!(
+        "SELECT b.gpu_id, b.payload FROM gpus g JOIN sample_blocks b ON b.gpu_id = g.id \
+         AND b.start_ms = (g.last_seen_ms / {SPAN_MS}) * {SPAN_MS} WHERE g.id IN (SELECT value FROM json_each(?))"
+    ))
+    .bind(ids)
+    .fetch_all(pool)
+    .await?)
+}
+
+/// Sealed samples in all.
+pub(crate) async fn count(pool: &SqlitePool) -> Result<u64> {
+    let n: i64 = sqlx::query_scalar("SELECT coalesce(sum(n), 0) FROM sample_blocks").fetch_one(pool).await?;
+    Ok(n as u64)
+}
+
+/// Retention: delete the blocks wholly older than `cutoff_ms`, one short statement per chunk;
+/// returns the samples they held.
+pub(crate) async fn drop_before(pool: &SqlitePool, cutoff_ms: i64) -> Result<u64> {
+    let mut removed = 0u64;
+    loop {
+        // One block row per GPU-hour: 1,000 rows is a fleet of 1,000 GPUs' hour.
+        let ns: Vec<i64> = sqlx::query_scalar(
+            "DELETE FROM sample_blocks WHERE rowid IN (SELECT rowid FROM sample_blocks WHERE end_ms <= ? LIMIT 1000) RETURNING n",
+        )
+        .bind(cutoff_ms)
+        .fetch_all(pool)
+        .await?;
+        removed += ns.iter().sum::<i64>() as u64;
+        if ns.len() < 1000 {
+            return Ok(removed);
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! Sealing raw samples into column blocks (issue 21), on SQLite and on PostgreSQL: every read
+//! of raw samples answers the same before and after, nothing is lost or duplicated, late and
+//! resent samples behave as before sealing, retention removes whole blocks.
+
+use std::sync::Arc;
+
+use fleetlens_core::{GpuProcess, PodAllocation, Resolution, Sample};
+use fleetlens_store::{BLOCK_SPAN_MS, DEFAULT_ORG, RetentionPolicy, SEAL_LATENESS_MS, Store};
+use fleetlens_tests::{Backend, TestDatabase, fixture};
+
+fleetlens_tests::for_each_backend!(
+    sealing_moves_rows_into_blocks_and_reads_answer_the_same,
+    sealed_keys_stay_duplicates_and_late_samples_merge,
+    open_hours_stay_open_until_the_lateness_passed,
+    stored_rows_of_an_older_release_are_converted,
+    retention_removes_whole_blocks,
+);
+
+const H: i64 = BLOCK_SPAN_MS;
+/// An hour boundary.
+const T0: i64 = 1_700_002_800_000;
+
+async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
+    let db = TestDatabase::new(backend).await;
+    let store = fleetlens_store::connect(&db.url).await.expect("connect");
+    (db, store)
+}
+
+/// `n` samples of one GPU every `step_ms` from `start_ms`, with jitter, processes and pod
+/// allocations that change, and signals that come and go; values at their stored precision.
+fn samples(uuid: &str, start_ms: i64, n: i64, step_ms: i64) -> Vec<Sample> {
+    (0..n)
+        .map(|i| Sample {
+            ts_ms: start_ms + i * step_ms + (i * 7919) % 40,
+            uuid: uuid.into(),
+            gpu_index: Some(3),
+            name: Some("NVIDIA H100 80GB HBM3".into()),
+            gpu_util_pct: Some((i % 101) as f64),
+            sm_active_pct: if i % 3 == 0 { None } else { Some((i % 50) as f64 + 0.25) },
+            tensor_active_pct: Some(((i * 7) % 100) as f64 + 0.01),
+            mem_used_bytes: Some(i * 1_000_003),
+            mem_total_bytes: Some(85_520_809_984),
+            power_w: Some(100.125 + (i % 17) as f64),
+            power_limit_w: Some(700.0),
+            energy_j: Some(1.0e6 + i as f64 * 110.5),
+            temp_c: Some(40.0 + (i % 4) as f64),
+            throttle_reasons: (i % 10 == 0).then_some(4),
+            processes: match i % 5 {
+                0 => None,
+                1 | 2 => Some(vec![]),
+                _ => Some(vec![GpuProcess { pid: 42, used_bytes: Some(1 << 30), ..Default::default() }]),
+            },
+            allocations: if i % 4 == 0 {
+                vec![PodAllocation { namespace: "ml".into(), pod: format!("p{}", i / 400), ..Default::default() }]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        })
+        .collect()
+}
+
+/// What the raw-sample reads answer for `org`'s GPUs over everything.
+async fn answers(store: &dyn Store) -> (Vec<Vec<Sample>>, Vec<fleetlens_store::ProcessList>, Vec<Option<Sample>>, u64) {
+    let gpus = store.gpus(DEFAULT_ORG).await.unwrap();
+    let mut raw = Vec::new();
+    for g in &gpus {
+        raw.push(store.samples(g.id, 0, i64::MAX, 1_000_000).await.unwrap());
+    }
+    let mut lists = store.org_process_lists(DEFAULT_ORG, 0, i64::MAX).await.unwrap();
+    // Ordered by GPU and minute; the lists inside a minute in no particular order.
+    lists.sort_by_cached_key(|l| (l.gpu_id, l.minute_ms, format!("{:?} {:?}", l.processes, l.allocations)));
+    let latest = gpus.into_iter().map(|g| g.latest).collect();
+    (raw, lists, latest, store.sample_count().await.unwrap())
+}
+
+async fn sealing_moves_rows_into_blocks_and_reads_answer_the_same(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    // Two GPUs over three and a half hours, one stopping earlier (its newest sample sealed).
+    store.ingest(DEFAULT_ORG, "h1", samples("GPU-a", T0 - 1000, 3 * 3600 + 1800, 1000)).await.unwrap();
+    store.ingest(DEFAULT_ORG, "h1", samples("GPU-b", T0 + 200, 5000, 1000)).await.unwrap();
+    let before = answers(store.as_ref()).await;
+    let rollups_before = store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    let now = T0 + 3 * H + SEAL_LATENESS_MS;
+    // A small limit: the passes continue where the last stopped.
+    let mut blocks = 0;
+    let mut moved = 0;
+    loop {
+        let report = store.seal_closed_hours(now, 3).await.unwrap();
+        blocks += report.blocks;
+        moved += report.samples;
+        if !report.more {
+            break;
+        }
+    }
+    // GPU-a: the second before T0 and three whole hours; its last half hour is in an hour that
+    // has not closed (it stays open rows). GPU-b: two hours, its newest sample sealed.
+    assert_eq!(blocks, 4 + 2);
+    assert_eq!(moved, 1 + 3 * 3600 + 5000);
+    assert_eq!(store.seal_closed_hours(now, 100).await.unwrap(), Default::default(), "nothing left to seal");
+    let after = answers(store.as_ref()).await;
+    assert_eq!(after.0, before.0, "raw samples");
+    assert_eq!(after.1, before.1, "process lists");
+    assert_eq!(after.2, before.2, "each GPU's newest sample");
+    assert_eq!(after.3, before.3, "sample count");
+    assert!(after.2[1].is_some());
+    // Windows cut inside blocks, and limits.
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-a").await.unwrap().unwrap();
+    let window = store.samples(gpu.id, T0 + 1234, T0 + 2 * H + 99, 1_000_000).await.unwrap();
+    let expected: Vec<Sample> =
+        before.0[0].iter().filter(|s| s.ts_ms >= T0 + 1234 && s.ts_ms < T0 + 2 * H + 99).cloned().collect();
+    assert_eq!(window, expected);
+    let first = store.samples(gpu.id, T0 + H - 5000, i64::MAX, 10).await.unwrap();
+    assert_eq!(first, expected.iter().filter(|s| s.ts_ms >= T0 + H - 5000).take(10).cloned().collect::<Vec<_>>());
+    assert_eq!(store.rollups(gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 5);
+    assert_eq!(store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap(), rollups_before);
+}
+
+async fn sealed_keys_stay_duplicates_and_late_samples_merge(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let batch = samples("GPU-late", T0, 3600, 1000);
+    store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    let now = T0 + 2 * H;
+    assert_eq!(store.seal_closed_hours(now, 100).await.unwrap().samples, 3600);
+    let rollups = store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    // The whole batch again (an agent that did not get the answer): all duplicates.
+    let again = store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    assert_eq!((again.inserted, again.duplicates), (0, 3600));
+    assert_eq!(store.sample_count().await.unwrap(), 3600);
+    assert_eq!(store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap(), rollups);
+    // A late sample in the sealed hour (between two sealed ones), and one resent with it.
+    let mut late = batch[100].clone();
+    late.ts_ms += 500;
+    late.gpu_util_pct = Some(77.0);
+    let outcome = store.ingest(DEFAULT_ORG, "h", vec![late.clone(), batch[5].clone()]).await.unwrap();
+    assert_eq!((outcome.inserted, outcome.duplicates), (1, 1));
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-late").await.unwrap().unwrap();
+    let mut expected = batch.clone();
+    expected.insert(101, late.clone());
+    assert_eq!(store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap(), expected, "read merges the open row");
+    assert_eq!(store.sample_count().await.unwrap(), 3601);
+    // The minute's rollup counts it once.
+    let minute = (late.ts_ms / 60_000) * 60_000;
+    let m = store.rollups(gpu.id, Resolution::Minute, minute, minute + 1).await.unwrap();
+    assert_eq!(m[0].sample_count, 61);
+    // The next pass rewrites the block with it.
+    let report = store.seal_closed_hours(now, 100).await.unwrap();
+    assert_eq!((report.blocks, report.samples), (1, 1));
+    assert_eq!(store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap(), expected);
+    assert_eq!(store.sample_count().await.unwrap(), 3601);
+}
+
+async fn open_hours_stay_open_until_the_lateness_passed(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    store.ingest(DEFAULT_ORG, "h", samples("GPU-open", T0, 3600, 1000)).await.unwrap();
+    // The hour ended, but less than the lateness ago.
+    assert_eq!(store.seal_closed_hours(T0 + H + SEAL_LATENESS_MS - 1, 100).await.unwrap().blocks, 0);
+    assert_eq!(store.seal_closed_hours(T0 + H + SEAL_LATENESS_MS, 100).await.unwrap().blocks, 1);
+}
+
+/// A database written before blocks existed holds only rows: the first passes convert them.
+/// The recorded H200 trace (real readings, with values finer than the stored precision) reads
+/// back within that precision.
+async fn stored_rows_of_an_older_release_are_converted(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let trace: Vec<Sample> = std::fs::read_to_string(fixture("nvml-h200-phases.jsonl"))
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    store.ingest(DEFAULT_ORG, "gpu-node-01", trace.clone()).await.unwrap();
+    let gpu = store.gpu(DEFAULT_ORG, &trace[0].uuid).await.unwrap().unwrap();
+    let last = trace.iter().map(|s| s.ts_ms).max().unwrap();
+    let report = store.seal_closed_hours(last + 2 * H, 100).await.unwrap();
+    assert_eq!(report.samples, trace.len() as u64);
+    let back = store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap();
+    assert_eq!(back.len(), trace.len());
+    for (b, t) in back.iter().zip(&trace) {
+        assert_within_precision(b, t);
+    }
+    assert_within_precision(
+        &store.gpu(DEFAULT_ORG, &trace[0].uuid).await.unwrap().unwrap().latest.unwrap(),
+        trace.last().unwrap(),
+    );
+}
+
+/// Equal but for real numbers, which may differ by half their stored step (at most 0.005).
+fn assert_within_precision(got: &Sample, want: &Sample) {
+    fn walk(path: &str, a: &serde_json::Value, b: &serde_json::Value) {
+        use serde_json::Value::*;
+        match (a, b) {
+            (Number(x), Number(y)) => {
+                let (x, y) = (x.as_f64().unwrap(), y.as_f64().unwrap());
+                assert!((x - y).abs() <= 0.005 + 1e-9 * y.abs(), "{path}: {x} vs {y}");
+            }
+            (Object(x), Object(y)) => {
+                assert_eq!(x.keys().collect::<Vec<_>>(), y.keys().collect::<Vec<_>>(), "{path}");
+                for (k, v) in x {
+                    walk(&format!("{path}.{k}"), v, &y[k]);
+                }
+            }
+            (Array(x), Array(y)) => {
+                assert_eq!(x.len(), y.len(), "{path}");
+                for (i, (v, w)) in x.iter().zip(y).enumerate() {
+                    walk(&format!("{path}[{i}]"), v, w);
+                }
+            }
+            _ => assert_eq!(a, b, "{path}"),
+        }
+    }
+    walk("sample", &serde_json::to_value(got).unwrap(), &serde_json::to_value(want).unwrap());
+}
+
+async fn retention_removes_whole_blocks(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let day = 86_400_000i64;
+    // Three days of 4 samples an hour, sealed; retention keeps the newest day and a half.
+    store.ingest(DEFAULT_ORG, "h", samples("GPU-ret", T0, 3 * 24 * 4, 900_000)).await.unwrap();
+    let end = T0 + 3 * day;
+    let report = store.seal_closed_hours(end + H, 10_000).await.unwrap();
+    assert_eq!((report.blocks, report.samples), (72, 288));
+    let now = end + day / 2;
+    let policy = RetentionPolicy { raw_ms: 2 * day, ..RetentionPolicy::default() };
+    let removed = store.apply_retention(policy, now).await.unwrap();
+    // Everything in hours ending at or before now - 2 days = T0 + 1.5 days: 36 hours.
+    assert_eq!(removed.samples, 36 * 4);
+    assert_eq!(store.sample_count().await.unwrap(), 36 * 4);
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-ret").await.unwrap().unwrap();
+    let left = store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap();
+    assert_eq!(left.len(), 36 * 4);
+    assert!(left[0].ts_ms >= now - 2 * day);
+    assert_eq!(store.apply_retention(policy, now).await.unwrap().samples, 0);
+}
