@@ -20,6 +20,16 @@ const H: i64 = BLOCK_SPAN_MS;
 /// An hour boundary.
 const T0: i64 = 1_700_002_800_000;
 
+/// A time after every test's samples: the rollup job then writes every marked minute.
+const LATER: i64 = 4_000_000_000_000;
+
+/// A sealing pass at `now` after the rollup job wrote every minute (sealing leaves the hours
+/// whose minutes wait for the job).
+async fn seal(store: &Arc<dyn Store>, now: i64, max_blocks: u64) -> fleetlens_store::SealReport {
+    store.close_minutes(LATER, 120_000).await.unwrap();
+    store.seal_closed_hours(now, max_blocks).await.unwrap()
+}
+
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
     let db = TestDatabase::new(backend).await;
     let store = fleetlens_store::connect(&db.url).await.expect("connect");
@@ -86,7 +96,7 @@ async fn sealing_moves_rows_into_blocks_and_reads_answer_the_same(backend: Backe
     let mut blocks = 0;
     let mut moved = 0;
     loop {
-        let report = store.seal_closed_hours(now, 3).await.unwrap();
+        let report = seal(&store, now, 3).await;
         blocks += report.blocks;
         moved += report.samples;
         if !report.more {
@@ -97,7 +107,7 @@ async fn sealing_moves_rows_into_blocks_and_reads_answer_the_same(backend: Backe
     // has not closed (it stays open rows). GPU-b: two hours, its newest sample sealed.
     assert_eq!(blocks, 4 + 2);
     assert_eq!(moved, 1 + 3 * 3600 + 5000);
-    assert_eq!(store.seal_closed_hours(now, 100).await.unwrap(), Default::default(), "nothing left to seal");
+    assert_eq!(seal(&store, now, 100).await, Default::default(), "nothing left to seal");
     let after = answers(store.as_ref()).await;
     assert_eq!(after.0, before.0, "raw samples");
     assert_eq!(after.1, before.1, "process lists");
@@ -121,7 +131,7 @@ async fn sealed_keys_stay_duplicates_and_late_samples_merge(backend: Backend) {
     let batch = samples("GPU-late", T0, 3600, 1000);
     store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
     let now = T0 + 2 * H;
-    assert_eq!(store.seal_closed_hours(now, 100).await.unwrap().samples, 3600);
+    assert_eq!(seal(&store, now, 100).await.samples, 3600);
     let rollups = store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
     // The whole batch again (an agent that did not get the answer): all duplicates.
     let again = store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
@@ -143,9 +153,12 @@ async fn sealed_keys_stay_duplicates_and_late_samples_merge(backend: Backend) {
     let minute = (late.ts_ms / 60_000) * 60_000;
     let m = store.rollups(gpu.id, Resolution::Minute, minute, minute + 1).await.unwrap();
     assert_eq!(m[0].sample_count, 61);
-    // The next pass rewrites the block with it.
-    let report = store.seal_closed_hours(now, 100).await.unwrap();
-    assert_eq!((report.blocks, report.samples), (1, 1));
+    // The late sample turned its hour back into open rows, and its minute waits for the
+    // rollup job: no pass seals the hour before the job wrote the minute.
+    assert_eq!(store.seal_closed_hours(now, 100).await.unwrap(), Default::default());
+    // Then the next pass seals the hour again, with it.
+    let report = seal(&store, now, 100).await;
+    assert_eq!((report.blocks, report.samples), (1, 3601));
     assert_eq!(store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap(), expected);
     assert_eq!(store.sample_count().await.unwrap(), 3601);
 }
@@ -154,8 +167,8 @@ async fn open_hours_stay_open_until_the_lateness_passed(backend: Backend) {
     let (_db, store) = open(backend).await;
     store.ingest(DEFAULT_ORG, "h", samples("GPU-open", T0, 3600, 1000)).await.unwrap();
     // The hour ended, but less than the lateness ago.
-    assert_eq!(store.seal_closed_hours(T0 + H + SEAL_LATENESS_MS - 1, 100).await.unwrap().blocks, 0);
-    assert_eq!(store.seal_closed_hours(T0 + H + SEAL_LATENESS_MS, 100).await.unwrap().blocks, 1);
+    assert_eq!(seal(&store, T0 + H + SEAL_LATENESS_MS - 1, 100).await.blocks, 0);
+    assert_eq!(seal(&store, T0 + H + SEAL_LATENESS_MS, 100).await.blocks, 1);
 }
 
 /// A database written before blocks existed holds only rows: the first passes convert them.
@@ -171,7 +184,7 @@ async fn stored_rows_of_an_older_release_are_converted(backend: Backend) {
     store.ingest(DEFAULT_ORG, "gpu-node-01", trace.clone()).await.unwrap();
     let gpu = store.gpu(DEFAULT_ORG, &trace[0].uuid).await.unwrap().unwrap();
     let last = trace.iter().map(|s| s.ts_ms).max().unwrap();
-    let report = store.seal_closed_hours(last + 2 * H, 100).await.unwrap();
+    let report = seal(&store, last + 2 * H, 100).await;
     assert_eq!(report.samples, trace.len() as u64);
     let back = store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap();
     assert_eq!(back.len(), trace.len());
@@ -217,7 +230,7 @@ async fn retention_removes_whole_blocks(backend: Backend) {
     // Three days of 4 samples an hour, sealed; retention keeps the newest day and a half.
     store.ingest(DEFAULT_ORG, "h", samples("GPU-ret", T0, 3 * 24 * 4, 900_000)).await.unwrap();
     let end = T0 + 3 * day;
-    let report = store.seal_closed_hours(end + H, 10_000).await.unwrap();
+    let report = seal(&store, end + H, 10_000).await;
     assert_eq!((report.blocks, report.samples), (72, 288));
     let now = end + day / 2;
     let policy = RetentionPolicy { raw_ms: 2 * day, ..RetentionPolicy::default() };
