@@ -152,6 +152,9 @@ async fn stopped_agent_keeps_its_spool_for_the_next_start() {
             "30",
             "--retry-max-delay",
             "50ms",
+            // Batches by size and interval only: the test counts them.
+            "--flush-on-state-change",
+            "false",
         ]
         .map(String::from)
         .to_vec()
@@ -194,6 +197,9 @@ async fn rejected_batch_fails_the_once_run() {
         "--once",
         "--spool-dir",
         spool.path().to_str().unwrap(),
+        // Batches by size and interval only: the test counts them.
+        "--flush-on-state-change",
+        "false",
     ]))
     .await;
     assert_eq!(o.status.code(), Some(1));

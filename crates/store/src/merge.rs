@@ -36,6 +36,11 @@ pub(crate) fn mark_fills(fills: &[Fill], new_keys: &mut Vec<(i64, i64)>, flagged
     }
 }
 
+/// Stored rows a data-quality rule flagged are left as they are: the rule dropped some of
+/// their fields on purpose (e.g. an energy counter that went backwards against the GPU's
+/// previous sample), and a resend, judged without that history, must not put them back.
+const UNFLAGGED: &str = "AND NOT EXISTS (SELECT 1 FROM sample_flags f WHERE f.gpu_id = s.gpu_id AND f.ts_ms = s.ts_ms)";
+
 /// A stored sample row with its key.
 #[derive(sqlx::FromRow)]
 struct KeyedRow {
@@ -82,7 +87,7 @@ pub(crate) mod sqlite {
             *span = (span.0.min(s.ts_ms), span.1.max(s.ts_ms));
         }
         let sql = format!(
-            "SELECT s.gpu_id, s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms BETWEEN ? AND ?",
+            "SELECT s.gpu_id, s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms BETWEEN ? AND ? {UNFLAGGED}",
             columns::sample_select_list("s", "s.processes")
         );
         let mut rows = Vec::new();
@@ -137,7 +142,7 @@ pub(crate) mod pg {
         let sql = format!(
             "SELECT s.gpu_id, s.ts_ms, {} FROM samples s \
              JOIN UNNEST($1::int8[], $2::int8[]) AS k(gpu_id, ts_ms) ON s.gpu_id = k.gpu_id AND s.ts_ms = k.ts_ms \
-             ORDER BY s.gpu_id, s.ts_ms FOR UPDATE OF s",
+             {UNFLAGGED} ORDER BY s.gpu_id, s.ts_ms FOR UPDATE OF s",
             columns::sample_select_list("s", "s.processes::text")
         );
         let rows: Vec<KeyedRow> = sqlx::query_as(&sql).bind(&gpu_ids).bind(&ts).fetch_all(&mut **tx).await?;
