@@ -26,7 +26,7 @@ use crate::{
 /// Rows a group commit gathers at most before it commits.
 const MAX_GROUP_ROWS: usize = 100_000;
 /// SQLite allows 32,766 bound variables per statement.
-const SAMPLE_ROWS_PER_STATEMENT: usize = 32_000 / (SAMPLE_COLS + 3);
+pub(crate) const SAMPLE_ROWS_PER_STATEMENT: usize = 32_000 / (SAMPLE_COLS + 3);
 const SAMPLE_COLS: usize = columns::SAMPLE_COLUMNS.len();
 /// Rows deleted per retention statement, so the writer lock is never held long.
 const RETENTION_CHUNK: i64 = 20_000;
@@ -281,21 +281,9 @@ async fn write_jobs(conn: &mut SqliteConnection, jobs: &[IngestJob]) -> Result<V
                 !existing.contains(&key) && seen.insert(key)
             })
             .collect();
-        for chunk in bounded_chunks(&fresh, SAMPLE_ROWS_PER_STATEMENT) {
-            let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, ");
-            qb.push(columns::SAMPLE_COLUMNS.join(", ")).push(", processes, allocations) ");
-            qb.push_values(chunk, |mut b, s| {
-                b.push_bind(ids[s.uuid.as_str()]).push_bind(s.ts_ms);
-                for cell in columns::sample_cells(s) {
-                    match cell {
-                        Cell::F(v) => b.push_bind(v),
-                        Cell::I(v) => b.push_bind(v),
-                    };
-                }
-                b.push_bind(columns::processes_json(s));
-                b.push_bind(columns::allocations_json(s));
-            });
-            let done = qb.build().execute(&mut *conn).await?.rows_affected();
+        let rows: Vec<(i64, &Sample)> = fresh.iter().map(|s| (ids[s.uuid.as_str()], *s)).collect();
+        for chunk in bounded_chunks(&rows, SAMPLE_ROWS_PER_STATEMENT) {
+            let done = insert_sample_rows(conn, chunk, "").await?;
             if done != chunk.len() as u64 {
                 return Err(StoreError::Invalid(format!("inserted {done} of {} new samples", chunk.len())));
             }
@@ -482,6 +470,31 @@ const GPU_UPSERT_TAIL: &str = " ON CONFLICT (org_id, uuid) DO UPDATE SET \
 /// Most rows in one multi-row statement (see [`bounded_chunks`]).
 const MAX_STATEMENT_ROWS: usize = 256;
 
+/// Insert `rows` (`(gpu_id, sample)`, at most [`SAMPLE_ROWS_PER_STATEMENT`]) into `samples`
+/// in one statement, `tail` (e.g. an `ON CONFLICT` clause) after the values; returns the rows
+/// inserted. Ingest and the unsealing of a block (`blocks::sqlite`) write rows this way.
+pub(crate) async fn insert_sample_rows(
+    conn: &mut SqliteConnection,
+    rows: &[(i64, &Sample)],
+    tail: &str,
+) -> Result<u64> {
+    let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, ");
+    qb.push(columns::SAMPLE_COLUMNS.join(", ")).push(", processes, allocations) ");
+    qb.push_values(rows, |mut b, &(gpu_id, s)| {
+        b.push_bind(gpu_id).push_bind(s.ts_ms);
+        for cell in columns::sample_cells(s) {
+            match cell {
+                Cell::F(v) => b.push_bind(v),
+                Cell::I(v) => b.push_bind(v),
+            };
+        }
+        b.push_bind(columns::processes_json(s));
+        b.push_bind(columns::allocations_json(s));
+    });
+    qb.push(tail);
+    Ok(qb.build().execute(&mut *conn).await?.rows_affected())
+}
+
 /// `items` in chunks of at most `max` whose lengths come from a fixed set: full chunks of
 /// `max`, then the rest in falling powers of two. Each length of a multi-row statement is its
 /// own SQL text and so its own prepared statement in the connection's cache (sqlx keeps 100),
@@ -491,7 +504,7 @@ const MAX_STATEMENT_ROWS: usize = 256;
 /// log2(`max`) + 2 lengths, and at most [`MAX_STATEMENT_ROWS`] rows: the cached statements of
 /// all kinds together stay a few megabytes, while a 256-row statement already spreads its fixed
 /// cost over enough rows.
-fn bounded_chunks<T>(items: &[T], max: usize) -> Vec<&[T]> {
+pub(crate) fn bounded_chunks<T>(items: &[T], max: usize) -> Vec<&[T]> {
     let max = max.clamp(1, MAX_STATEMENT_ROWS);
     let mut out = Vec::with_capacity(items.len() / max + usize::BITS as usize);
     let mut rest = items;

@@ -151,24 +151,10 @@ pub(crate) async fn unseal_within(conn: &mut SqliteConnection, gpu_id: i64, lo: 
     let mut unsealed = 0;
     for (start, payload) in blocks {
         let samples = format::decode(&payload)?;
-        for chunk in samples.chunks(ROWS_PER_INSERT) {
-            let mut qb: sqlx::QueryBuilder<sqlx::Sqlite> =
-                sqlx::QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, ");
-            qb.push(crate::columns::SAMPLE_COLUMNS.join(", ")).push(", processes, allocations) ");
-            qb.push_values(chunk, |mut b, s| {
-                b.push_bind(gpu_id).push_bind(s.ts_ms);
-                for cell in crate::columns::sample_cells(s) {
-                    match cell {
-                        crate::columns::Cell::F(v) => b.push_bind(v),
-                        crate::columns::Cell::I(v) => b.push_bind(v),
-                    };
-                }
-                b.push_bind(crate::columns::processes_json(s));
-                b.push_bind(crate::columns::allocations_json(s));
-            });
+        let rows: Vec<(i64, &Sample)> = samples.iter().map(|s| (gpu_id, s)).collect();
+        for chunk in crate::sqlite::bounded_chunks(&rows, crate::sqlite::SAMPLE_ROWS_PER_STATEMENT) {
             // A key in both (cannot happen on the one writer, but a row is never overwritten).
-            qb.push(" ON CONFLICT (gpu_id, ts_ms) DO NOTHING");
-            qb.build().execute(&mut *conn).await?;
+            crate::sqlite::insert_sample_rows(conn, chunk, " ON CONFLICT (gpu_id, ts_ms) DO NOTHING").await?;
         }
         sqlx::query("DELETE FROM sample_blocks WHERE gpu_id = ? AND start_ms = ?")
             .bind(gpu_id)
@@ -179,9 +165,6 @@ pub(crate) async fn unseal_within(conn: &mut SqliteConnection, gpu_id: i64, lo: 
     }
     Ok(unsealed)
 }
-
-/// Rows per INSERT when unsealing: under SQLite's 32,766 bound parameters.
-const ROWS_PER_INSERT: usize = 32_000 / (crate::columns::SAMPLE_COLUMNS.len() + 4);
 
 /// The blocks holding the newest sample of each GPU of `gpu_ids`: `(gpu_id, payload)`.
 pub(crate) async fn latest_blocks(pool: &SqlitePool, gpu_ids: &[i64]) -> Result<Vec<(i64, Vec<u8>)>> {
