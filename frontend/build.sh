@@ -24,12 +24,20 @@ fi
 # one codegen unit); it is defined here so that the workspace profiles stay as they are.
 # FRONTEND_PROFILE=dev builds unoptimised (quick, large) for debugging.
 profile="${FRONTEND_PROFILE:-wasm-release}"
+# FRONTEND_OPT_LEVEL picks rustc's and wasm-opt's optimisation level: z (smallest, the default),
+# s, or 1-3 (faster code, a larger download).
+opt_level="${FRONTEND_OPT_LEVEL:-z}"
+case "$opt_level" in
+  [0-3]) opt_toml="$opt_level" ;;
+  s | z) opt_toml="\"$opt_level\"" ;;
+  *) echo "FRONTEND_OPT_LEVEL must be z, s or 0-3, not '$opt_level'" >&2; exit 2 ;;
+esac
 # `erase_components` is a plain cfg of Leptos (stable): type-erased component views, which
 # compile faster and give a smaller wasm.
 export CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS="${CARGO_TARGET_WASM32_UNKNOWN_UNKNOWN_RUSTFLAGS:---cfg erase_components}"
 cargo build --quiet -p fleetlens-frontend --target wasm32-unknown-unknown --profile "$profile" \
   --config 'profile.wasm-release.inherits="release"' \
-  --config 'profile.wasm-release.opt-level="z"' \
+  --config "profile.wasm-release.opt-level=$opt_toml" \
   --config 'profile.wasm-release.lto="fat"' \
   --config 'profile.wasm-release.codegen-units=1'
 profile_dir="$profile"
@@ -48,7 +56,7 @@ if [ "${FRONTEND_WASM_OPT:-1}" = "1" ]; then
     echo "==> installing binaryen $binaryen_version (npm) into $tools"
     npm install --silent --prefix "$tools" --no-audit --no-fund --no-save "binaryen@$binaryen_version" >/dev/null
   fi
-  "$tools/node_modules/.bin/wasm-opt" -Oz --strip-debug --strip-producers --strip-target-features \
+  "$tools/node_modules/.bin/wasm-opt" "-O$opt_level" --strip-debug --strip-producers --strip-target-features \
     --enable-bulk-memory --enable-nontrapping-float-to-int --enable-sign-ext --enable-multivalue \
     --enable-reference-types "$out.tmp/fleetlens_bg.wasm" -o "$out.tmp/fleetlens_bg.wasm"
 fi

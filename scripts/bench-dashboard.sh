@@ -2,7 +2,9 @@
 # Dashboard budgets (issue 23; a benchmark, not CI): the size of what the browser downloads
 # (information), and with a fleet of N simulated GPUs (default 1,000) the time from navigating
 # to the GPUs page until it is usable and until all N cards are drawn, in headless Chromium, on
-# loopback and on a throttled link (tests/browser/bench-gpus-page.mjs).
+# loopback and on a throttled link (tests/browser/bench-gpus-page.mjs); then, under the same
+# fleet, how soon a state change at an agent shows on an open GPU page and GPUs page
+# (tests/browser/bench-live-page.mjs; BENCH_LIVE_FLIPS=0 skips it).
 #
 #   scripts/bench-dashboard.sh              # build release server + agent + dashboard, 1,000 GPUs
 #   BENCH_GPUS=2000 SKIP_BUILD=1 scripts/bench-dashboard.sh
@@ -70,3 +72,34 @@ echo "    $n GPUs reporting"
 echo "==> GPUs page in headless Chromium (load average: $(cut -d' ' -f1-3 /proc/loadavg))"
 FLEETLENS_URL="$url" FLEETLENS_ADMIN_EMAIL="$email" FLEETLENS_ADMIN_PASSWORD="$password" \
   FLEETLENS_BENCH_GPUS="$gpus" node tests/browser/bench-gpus-page.mjs
+
+flips="${BENCH_LIVE_FLIPS:-4}"
+if [ "$flips" -gt 0 ]; then
+  echo "==> live push: a state change at the agent until an open page shows it ($flips flips, under the same fleet)"
+  # 8 GPUs of host bench-live replayed at 1x: idle in even minutes, busy in odd ones, from now.
+  python3 - "$tmp/live.jsonl" "$((flips + 2))" <<'PY'
+import json, sys, time
+path, minutes = sys.argv[1], int(sys.argv[2])
+start = int(time.time()) * 1000
+end = (start // 60000 + 1 + minutes) * 60000
+with open(path, "w") as out:
+    for ts in range(start, end, 1000):
+        busy = (ts // 60000) % 2 == 1
+        for g in range(8):
+            out.write(json.dumps({
+                "host": "bench-live", "ts_ms": ts, "uuid": f"GPU-live-{g}", "gpu_index": g,
+                "name": "NVIDIA H100 80GB HBM3",
+                "gpu_util_pct": 100.0 if busy else 0.0, "sm_active_pct": 95.0 if busy else 0.0,
+                "sm_occupancy_pct": 60.0 if busy else 0.0, "tensor_active_pct": 80.0 if busy else 0.0,
+                "dram_active_pct": 30.0 if busy else 0.0, "mem_used_bytes": (40 << 30) if busy else 0,
+                "mem_total_bytes": 80 << 30, "power_w": 650.0 if busy else 70.0, "power_limit_w": 700.0,
+                "processes": [{"pid": 4242, "used_bytes": 40 << 30}] if busy else [],
+            }) + "\n")
+PY
+  target/$profile/fleetlens-agent --server "$url" --api-key "$token" --source "replay:$tmp/live.jsonl" \
+    --speed 1 --spool-dir "$tmp/spool-live" 2>>"$tmp/agents.err" &
+  pids+=($!)
+  echo "    load average: $(cut -d' ' -f1-3 /proc/loadavg)"
+  FLEETLENS_URL="$url" FLEETLENS_ADMIN_EMAIL="$email" FLEETLENS_ADMIN_PASSWORD="$password" \
+    FLEETLENS_LIVE_UUID=GPU-live-0 FLEETLENS_LIVE_FLIPS="$flips" node tests/browser/bench-live-page.mjs
+fi

@@ -40,12 +40,14 @@ impl Sort {
     }
 }
 
-/// Cards built in the first frame: more than fill a 4K screen (5 columns × 6 rows). The rest
-/// follow `CARDS_PER_FRAME` at a time, one step per animation frame, so that a fleet of
-/// thousands is on screen and answers input at once instead of after its last card is built
-/// (1,000 cards take ~0.6 s of scripting in one go; a step of 120 takes ~70 ms).
-const FIRST_CARDS: usize = 60;
-const CARDS_PER_FRAME: usize = 120;
+/// Cards built in the first frame: more than fill a 1440p window (4 columns × 4 rows of 236 px).
+/// The rest follow `CARDS_PER_FRAME` at a time, one step per animation frame, so that a fleet of
+/// thousands is on screen and answers input at once instead of after its last card is built.
+/// A card takes ~0.6 ms to build on the 2-core benchmark machine (docs/BENCHMARKS.md): a step
+/// of 20 stays inside one 60 Hz frame, where a step of 120 held the main thread ~70 ms per frame
+/// and delayed every input by as much while the fleet was drawn.
+const FIRST_CARDS: usize = 40;
+const CARDS_PER_FRAME: usize = 20;
 
 /// The page's view, in the address: `/gpus?state=idle&host=node-1&sort=util&q=alice`.
 #[derive(Params, Clone, PartialEq, Default)]
