@@ -80,6 +80,8 @@ async function coldLoad(throttle) {
     for (const e of performance.getEntriesByType('resource')) {
       const name = new globalThis.URL(e.name).pathname;
       if (!(name in at)) at[name] = [Math.round(e.startTime), Math.round(e.responseEnd)];
+      // index.html preloads the wasm: a second fetch of it means the preload went unused.
+      else if (name.endsWith('.wasm')) errors.push(`${name} fetched twice (its preload unused)`);
     }
     return at;
   }));
