@@ -81,10 +81,11 @@ async function coldLoad(throttle) {
       const name = new globalThis.URL(e.name).pathname;
       if (!(name in at)) at[name] = [Math.round(e.startTime), Math.round(e.responseEnd)];
       // index.html preloads the wasm: a second fetch of it means the preload went unused.
-      else if (name.endsWith('.wasm')) errors.push(`${name} fetched twice (its preload unused)`);
+      else if (name.endsWith('.wasm')) at.twice = name;
     }
     return at;
   }));
+  if (breakdown.at(-1).twice) errors.push(`${breakdown.at(-1).twice} fetched twice (its preload unused)`);
   await ctx.close();
   return out;
 }
