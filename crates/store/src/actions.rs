@@ -58,7 +58,7 @@ pub struct JobRunFilter {
 
 /// Where the report cards of a team's (any team's: `team_id` None) owner (anyone's: `owner`
 /// None) jobs go, and the bar a card must pass to be sent.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReportRoute {
     pub id: i64,
     pub org_id: OrgId,
@@ -146,17 +146,7 @@ macro_rules! impl_action_store {
         }
 
         fn route_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::actions::ReportRoute> {
-            use sqlx::Row as _;
-            Ok($crate::actions::ReportRoute {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                team_id: r.try_get("team_id")?,
-                owner: r.try_get("owner")?,
-                channel_id: r.try_get("channel_id")?,
-                min_gpu_hours: r.try_get("min_gpu_hours")?,
-                min_waste_pct: r.try_get("min_waste_pct")?,
-                created_ms: r.try_get("created_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         #[async_trait::async_trait]
