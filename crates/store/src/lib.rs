@@ -1,5 +1,9 @@
 //! Fleetlens storage. One [`Store`] trait, a SQLite and a PostgreSQL implementation, chosen by
 //! the URL scheme in [`connect`]. Timestamps are Unix milliseconds everywhere in storage.
+//!
+//! Both implementations run one body of SQL, with the differences between the databases in a
+//! thin layer: see [`dialect`] (also for how to add a query). A unique key taken on either
+//! database is [`StoreError::Conflict`].
 
 pub mod accounts;
 pub mod actions;

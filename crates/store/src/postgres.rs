@@ -6,20 +6,16 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use async_trait::async_trait;
-use fleetlens_core::{Credit, Resolution, RollupBucket, Sample};
+use fleetlens_core::Sample;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
 use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Row, Transaction};
 
 use crate::blocks;
-use crate::columns::{self, GpuRow, SampleRow};
+use crate::columns;
 use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
 use crate::pg_samples::{self, InsertMode};
-use crate::rollup_close::{self as rc, PendingScope, minute_range};
-use crate::{
-    ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
-};
+use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, StoreError};
 
 /// Transactions that lose a deadlock or serialization race are retried this many times.
 const MAX_ATTEMPTS: u32 = 5;

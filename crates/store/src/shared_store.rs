@@ -49,7 +49,8 @@ macro_rules! impl_store {
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::BucketCredit>> {
-                let columns = fleetlens_core::Credit::column_names().iter().map(|c| format!("r.{c}"));
+                let columns = fleetlens_core::Credit::column_names();
+                let columns = columns.iter().map(|c| format!("r.{c}"));
                 let sql = format!(
                     "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
                      WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?",

@@ -6,22 +6,18 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use std::sync::Arc;
 
-use fleetlens_core::{Credit, Resolution, RollupBucket, Sample};
+use fleetlens_core::Sample;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::blocks;
-use crate::columns::{self, Cell, GpuRow, SampleRow};
+use crate::columns::{self, Cell};
 use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
-use crate::rollup_close::{self as rc, PendingScope, minute_range};
-use crate::{
-    ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
-};
+use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, StoreError};
 
 /// Rows a group commit gathers at most before it commits.
 const MAX_GROUP_ROWS: usize = 100_000;
