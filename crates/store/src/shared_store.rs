@@ -42,6 +42,36 @@ macro_rules! impl_store {
                 Ok(())
             }
 
+            /// Rollup rows with `from_ms <= bucket_ms < to_ms` of the GPUs `r` (rollups) and `g`
+            /// (gpus) where `condition` holds (bound to `key`), ordered by GPU then time, with the
+            /// open minutes of `scope(first minute, end)` in.
+            async fn rollups_where(
+                &self,
+                condition: &str,
+                key: i64,
+                res: $crate::Resolution,
+                from_ms: i64,
+                to_ms: i64,
+                scope: impl FnOnce(i64, i64) -> PendingScope,
+            ) -> $crate::Result<Vec<$crate::RollupBucket>> {
+                use sqlx::Row as _;
+                let sql = format!(
+                    "SELECT r.* FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+                     WHERE {condition} AND r.bucket_ms >= ? AND r.bucket_ms < ? ORDER BY r.gpu_id, r.bucket_ms",
+                    $crate::rollup_table(res)
+                );
+                let sql = q(&sql);
+                let read = || async {
+                    let rows = sqlx::query(&sql).bind(key).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+                    rows.iter()
+                        .map(|r| $crate::columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err($crate::StoreError::from))
+                        .collect()
+                };
+                let (lo, hi) = minute_range(res, from_ms, to_ms);
+                let (stored, open) = close::with_open(&self.pool, scope(lo, hi), self.classifier.as_ref(), read).await?;
+                Ok(rc::overlay_rollups(stored, res, &open))
+            }
+
             async fn stored_credits(
                 &self,
                 org: $crate::OrgId,
@@ -264,21 +294,8 @@ macro_rules! impl_store {
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
-                let sql = format!(
-                    "SELECT gpu_id, bucket_ms, {} FROM {} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? \
-                     ORDER BY bucket_ms",
-                    $crate::columns::rollup_columns().join(", "),
-                    $crate::rollup_table(res)
-                );
-                let sql = q(&sql);
-                let read = || async {
-                    let rows = sqlx::query(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-                    rows.iter().map(|r| $crate::columns::rollup_from_row(r, gpu_id).map_err($crate::StoreError::from)).collect()
-                };
-                let (lo, hi) = minute_range(res, from_ms, to_ms);
-                let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
-                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-                Ok(rc::overlay_rollups(stored, res, &open))
+                let scope = |lo, hi| PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
+                self.rollups_where("r.gpu_id = ?", gpu_id, res, from_ms, to_ms, scope).await
             }
 
             async fn org_rollups(
@@ -288,23 +305,8 @@ macro_rules! impl_store {
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
-                use sqlx::Row as _;
-                let sql = format!(
-                    "SELECT r.* FROM {} r JOIN gpus g ON g.id = r.gpu_id \
-                     WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ? ORDER BY r.gpu_id, r.bucket_ms",
-                    $crate::rollup_table(res)
-                );
-                let sql = q(&sql);
-                let read = || async {
-                    let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-                    rows.iter()
-                        .map(|r| $crate::columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err($crate::StoreError::from))
-                        .collect()
-                };
-                let (lo, hi) = minute_range(res, from_ms, to_ms);
-                let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
-                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-                Ok(rc::overlay_rollups(stored, res, &open))
+                let scope = |lo, hi| PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                self.rollups_where("g.org_id = ?", org, res, from_ms, to_ms, scope).await
             }
 
             async fn org_credits(

@@ -180,6 +180,24 @@ pub(crate) fn merge(sealed: Vec<Sample>, open: Vec<Sample>) -> Vec<Sample> {
     out
 }
 
+/// Blocks `(gpu_id, payload)` in GPU order decoded to their samples in `[from_ms, to_ms)`,
+/// one list per GPU.
+pub(crate) fn decode_per_gpu(
+    blocks: Vec<(i64, Vec<u8>)>,
+    from_ms: i64,
+    to_ms: i64,
+) -> crate::Result<Vec<(i64, Vec<Sample>)>> {
+    let mut out: Vec<(i64, Vec<Sample>)> = Vec::new();
+    for (gpu_id, payload) in blocks {
+        let decoded = decode_range(std::slice::from_ref(&payload), from_ms, to_ms)?;
+        match out.last_mut() {
+            Some((g, list)) if *g == gpu_id => list.extend(decoded),
+            _ => out.push((gpu_id, decoded)),
+        }
+    }
+    Ok(out)
+}
+
 /// Decode `payloads` (blocks of one GPU in time order) and keep the samples in
 /// `[from_ms, to_ms)`.
 pub(crate) fn decode_range(payloads: &[Vec<u8>], from_ms: i64, to_ms: i64) -> crate::Result<Vec<Sample>> {

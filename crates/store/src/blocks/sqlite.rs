@@ -58,15 +58,7 @@ pub(crate) async fn org_samples(
     .bind(from_ms)
     .fetch_all(pool)
     .await?;
-    let mut out: Vec<(i64, Vec<Sample>)> = Vec::new();
-    for (gpu_id, payload) in rows {
-        let decoded = super::decode_range(std::slice::from_ref(&payload), from_ms, to_ms)?;
-        match out.last_mut() {
-            Some((g, list)) if *g == gpu_id => list.extend(decoded),
-            _ => out.push((gpu_id, decoded)),
-        }
-    }
-    Ok(out)
+    super::decode_per_gpu(rows, from_ms, to_ms)
 }
 
 /// Ingest of samples of `gpu_id` in `[lo, hi]`, some of which may fall in sealed hours (a
