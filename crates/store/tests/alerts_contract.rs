@@ -124,7 +124,10 @@ async fn rules_round_trip_and_names_are_unique(backend: Backend) {
         (vec!["busy_but_hollow".to_string(), "*".into()], "host")
     );
     let taken = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 6).await.unwrap_err();
-    assert!(taken.is_conflict(), "name taken: {taken}");
+    assert!(
+        matches!(&taken, fleetlens_store::StoreError::Conflict { what } if what == "alert_rules"),
+        "a name taken is a conflict on the table, on either database: {taken:?}"
+    );
     let b = store.insert_alert_rule(DEFAULT_ORG, &rule("other"), 6).await.unwrap();
     let mut edit = rule("hollow2");
     edit.enabled = false;
