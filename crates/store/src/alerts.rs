@@ -25,12 +25,13 @@ use async_trait::async_trait;
 use fleetlens_core::rules::Matchers;
 use serde_json::Value as Json;
 
+use crate::json_text::JsonText;
 use crate::{OrgId, Result};
 
 /// Name of the job lease that the alert engine holds (one replica evaluates at a time).
 pub const ALERT_ENGINE_JOB: &str = "alert-engine";
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRuleRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -40,14 +41,17 @@ pub struct AlertRuleRecord {
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
     pub severity: String,
+    #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
+    #[sqlx(try_from = "JsonText<Vec<i64>>")]
     pub channels: Vec<i64>,
     pub enabled: bool,
     /// Key of the shipped rule this one started as.
     pub builtin: Option<String>,
     /// Rules whose alerts this rule's open alerts hold back (keys, names, `*`, `state:<s>`).
+    #[sqlx(try_from = "JsonText<Vec<String>>")]
     pub inhibits: Vec<String>,
     /// Where: `gpu`, `host` or `job`.
     pub inhibit_scope: String,
@@ -73,7 +77,7 @@ pub struct NewAlertRule {
     pub inhibit_scope: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ChannelRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -89,6 +93,7 @@ pub struct ChannelRecord {
     pub created_ms: i64,
     pub updated_ms: i64,
     /// What a notification group's key is made of (`rule`, `owner`, label names).
+    #[sqlx(try_from = "JsonText<Vec<String>>")]
     pub group_by: Vec<String>,
     /// A new group's first message waits this long for more members.
     pub group_wait_s: i64,
@@ -116,10 +121,11 @@ pub struct NewChannel {
     pub digest_at_min: i64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct SilenceRecord {
     pub id: i64,
     pub org_id: OrgId,
+    #[sqlx(try_from = "JsonText<Matchers>")]
     pub matchers: Matchers,
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,
@@ -163,8 +169,16 @@ impl AlertStatus {
     }
 }
 
+impl TryFrom<String> for AlertStatus {
+    type Error = crate::StoreError;
+
+    fn try_from(s: String) -> Result<Self> {
+        AlertStatus::parse(&s).ok_or_else(|| crate::StoreError::Invalid(format!("alert status {s:?}")))
+    }
+}
+
 /// One alert instance (a rule on a GPU, from pending to resolved).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -173,6 +187,7 @@ pub struct AlertRecord {
     /// From the GPU registry (empty if the GPU is gone).
     pub gpu_uuid: String,
     pub host: String,
+    #[sqlx(try_from = "String")]
     pub status: AlertStatus,
     pub active_since_ms: i64,
     pub fired_at_ms: Option<i64>,
@@ -181,10 +196,12 @@ pub struct AlertRecord {
     pub last_eval_ms: i64,
     pub rule_name: String,
     pub severity: String,
+    #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
     pub labels: BTreeMap<String, String>,
     pub fingerprint: String,
     pub summary: String,
     /// Values that matched, condition, state, advice, the channels notified, …
+    #[sqlx(try_from = "JsonText<Json>")]
     pub details: Json,
     pub silenced_by: Option<i64>,
     /// The open alert that holds this one's notifications back (inhibition).
@@ -584,95 +601,19 @@ macro_rules! impl_alert_store {
         type Row = <$db as sqlx::Database>::Row;
 
         fn rule_from_row(r: &Row) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::AlertRuleRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                name: r.try_get("name")?,
-                condition: r.try_get("condition")?,
-                for_s: r.try_get("for_s")?,
-                keep_firing_for_s: r.try_get("keep_firing_for_s")?,
-                repeat_interval_s: r.try_get("repeat_interval_s")?,
-                severity: r.try_get("severity")?,
-                labels: $crate::alerts::from_json(&r.try_get::<String, _>("labels")?),
-                description: r.try_get("description")?,
-                advice: r.try_get("advice")?,
-                channels: $crate::alerts::from_json(&r.try_get::<String, _>("channels")?),
-                enabled: r.try_get("enabled")?,
-                builtin: r.try_get("builtin")?,
-                created_ms: r.try_get("created_ms")?,
-                updated_ms: r.try_get("updated_ms")?,
-                inhibits: $crate::alerts::from_json(&r.try_get::<String, _>("inhibits")?),
-                inhibit_scope: r.try_get("inhibit_scope")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn channel_from_row(r: &Row) -> $crate::Result<$crate::alerts::ChannelRecord> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::ChannelRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                name: r.try_get("name")?,
-                kind: r.try_get("kind")?,
-                url: r.try_get("url")?,
-                is_default: r.try_get("is_default")?,
-                min_interval_ms: r.try_get("min_interval_ms")?,
-                next_send_ms: r.try_get("next_send_ms")?,
-                created_ms: r.try_get("created_ms")?,
-                updated_ms: r.try_get("updated_ms")?,
-                group_by: $crate::alerts::from_json(&r.try_get::<String, _>("group_by")?),
-                group_wait_s: r.try_get("group_wait_s")?,
-                group_interval_s: r.try_get("group_interval_s")?,
-                digest: r.try_get("digest")?,
-                digest_at_min: r.try_get("digest_at_min")?,
-                digest_last_ms: r.try_get("digest_last_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn silence_from_row(r: &Row) -> $crate::Result<$crate::alerts::SilenceRecord> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::SilenceRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                matchers: $crate::alerts::from_json(&r.try_get::<String, _>("matchers")?),
-                starts_at_ms: r.try_get("starts_at_ms")?,
-                ends_at_ms: r.try_get("ends_at_ms")?,
-                comment: r.try_get("comment")?,
-                created_by: r.try_get("created_by")?,
-                created_ms: r.try_get("created_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn alert_from_row(r: &Row) -> $crate::Result<$crate::alerts::AlertRecord> {
-            use sqlx::Row as _;
-            let status: String = r.try_get("status")?;
-            Ok($crate::alerts::AlertRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                rule_id: r.try_get("rule_id")?,
-                gpu_id: r.try_get("gpu_id")?,
-                gpu_uuid: r.try_get("gpu_uuid")?,
-                host: r.try_get("host")?,
-                status: $crate::alerts::AlertStatus::parse(&status)
-                    .ok_or_else(|| $crate::StoreError::Invalid(format!("alert status {status:?}")))?,
-                active_since_ms: r.try_get("active_since_ms")?,
-                fired_at_ms: r.try_get("fired_at_ms")?,
-                resolved_at_ms: r.try_get("resolved_at_ms")?,
-                last_match_ms: r.try_get("last_match_ms")?,
-                last_eval_ms: r.try_get("last_eval_ms")?,
-                rule_name: r.try_get("rule_name")?,
-                severity: r.try_get("severity")?,
-                labels: $crate::alerts::from_json(&r.try_get::<String, _>("labels")?),
-                fingerprint: r.try_get("fingerprint")?,
-                summary: r.try_get("summary")?,
-                details: serde_json::from_str(&r.try_get::<String, _>("details")?).unwrap_or(serde_json::Value::Null),
-                silenced_by: r.try_get("silenced_by")?,
-                inhibited_by: r.try_get("inhibited_by")?,
-                notified_firing: r.try_get("notified_firing")?,
-                last_notified_ms: r.try_get("last_notified_ms")?,
-                repeat_seq: r.try_get("repeat_seq")?,
-                updated_ms: r.try_get("updated_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn outbox_from_row(r: &Row) -> $crate::Result<$crate::alerts::OutboxRecord> {

@@ -16,6 +16,7 @@ mod dialect;
 pub mod events;
 mod feed;
 mod ingest_rules;
+mod json_text;
 pub mod leader;
 mod merge;
 mod pg_samples;
