@@ -50,4 +50,5 @@ json_text_into!(
     BTreeMap<String, String>,
     serde_json::Value,
     fleetlens_core::rules::Matchers,
+    fleetlens_core::ProcessOwner,
 );

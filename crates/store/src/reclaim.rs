@@ -5,6 +5,7 @@ use async_trait::async_trait;
 use fleetlens_core::ProcessOwner;
 
 use crate::alerts::NewNotification;
+use crate::json_text::JsonText;
 use crate::{OrgId, Result};
 
 /// A policy as stored.
@@ -29,7 +30,7 @@ pub struct ReclaimPolicyRecord {
 }
 
 /// One reclaim of one GPU.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -38,6 +39,7 @@ pub struct ReclaimRecord {
     pub host: String,
     pub run_key: String,
     pub pid: i64,
+    #[sqlx(try_from = "JsonText<ProcessOwner>")]
     pub owner: ProcessOwner,
     pub state_since_ms: i64,
     pub noticed_ms: i64,
@@ -150,24 +152,7 @@ macro_rules! impl_reclaim_store {
         }
 
         fn reclaim_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimRecord> {
-            use sqlx::Row as _;
-            Ok($crate::reclaim::ReclaimRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                policy_id: r.try_get("policy_id")?,
-                gpu_uuid: r.try_get("gpu_uuid")?,
-                host: r.try_get("host")?,
-                run_key: r.try_get("run_key")?,
-                pid: r.try_get("pid")?,
-                owner: serde_json::from_str(&r.try_get::<String, _>("owner")?).unwrap_or_default(),
-                state_since_ms: r.try_get("state_since_ms")?,
-                noticed_ms: r.try_get("noticed_ms")?,
-                snoozed_until_ms: r.try_get("snoozed_until_ms")?,
-                acted_ms: r.try_get("acted_ms")?,
-                closed_ms: r.try_get("closed_ms")?,
-                status: r.try_get("status")?,
-                updated_ms: r.try_get("updated_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn log_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimLogEntry> {
