@@ -543,7 +543,7 @@ pub async fn bootstrap(store: &dyn Store, config: &AccountsConfig) -> Result<(),
             match created {
                 Ok(_) => tracing::info!(%email, "admin user from FLEETLENS_ADMIN_EMAIL created"),
                 // Another replica starting at the same time created it.
-                Err(e) if fleetlens_store::accounts::is_conflict(&e) => {}
+                Err(e) if e.is_conflict() => {}
                 Err(e) => return Err(e),
             }
         }

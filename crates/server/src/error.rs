@@ -68,7 +68,15 @@ pub enum ApiError {
     #[error("{0}")]
     UnsupportedMedia(String),
     #[error("storage unavailable")]
-    Store(#[from] StoreError),
+    Store(StoreError),
+}
+
+impl From<StoreError> for ApiError {
+    /// A unique key taken ([`StoreError::Conflict`]) is the client's conflict (409); every other
+    /// store failure is the server's (503).
+    fn from(e: StoreError) -> Self {
+        if e.is_conflict() { ApiError::Conflict(e.to_string()) } else { ApiError::Store(e) }
+    }
 }
 
 impl ApiError {

@@ -1,8 +1,8 @@
 //! Storage of accounts: organisations, teams, users, dashboard sessions, API keys with their
 //! owners, teams and last-used time, and the team assignment of hosts and GPUs.
 //!
-//! One trait, [`AccountStore`], implemented for [`crate::SqliteStore`] (accounts_sqlite.rs)
-//! and [`crate::PgStore`] (accounts_pg.rs) from one body of SQL ([`impl_account_store`]).
+//! One trait, [`AccountStore`], implemented for [`crate::SqliteStore`] and [`crate::PgStore`]
+//! from one body of SQL ([`impl_account_store`], with [`crate::dialect`]).
 //! Every method that reads or changes something of an organisation takes the [`OrgId`] and
 //! filters by it: an id of another organisation is "not found", never that organisation's row.
 //!
@@ -245,20 +245,12 @@ pub enum Assigned {
     NoTeam,
 }
 
-/// Whether `e` is a unique-constraint violation (a name or email already taken).
-pub fn is_conflict(e: &StoreError) -> bool {
-    match e {
-        StoreError::Database(sqlx::Error::Database(d)) => d.is_unique_violation(),
-        _ => false,
-    }
-}
-
 #[async_trait]
 pub trait AccountStore: Send + Sync {
     async fn org(&self, org: OrgId) -> Result<Option<OrgRecord>>;
     async fn orgs(&self) -> Result<Vec<OrgRecord>>;
 
-    /// A unique violation ([`is_conflict`]) if the organisation has a team of this name.
+    /// [`StoreError::Conflict`] if the organisation has a team of this name.
     async fn create_team(&self, org: OrgId, name: &str, now_ms: i64) -> Result<TeamRecord>;
     async fn teams(&self, org: OrgId) -> Result<Vec<TeamRecord>>;
     async fn team(&self, org: OrgId, id: TeamId) -> Result<Option<TeamRecord>>;
@@ -268,7 +260,7 @@ pub trait AccountStore: Send + Sync {
     /// Add (`member`) or remove a user; false if the team or the user is not in `org`.
     async fn set_team_member(&self, org: OrgId, team: TeamId, user: UserId, member: bool) -> Result<bool>;
 
-    /// A unique violation ([`is_conflict`]) if the email is taken (in any organisation).
+    /// [`StoreError::Conflict`] if the email is taken (in any organisation).
     async fn create_user(&self, user: NewUser<'_>) -> Result<UserRecord>;
     async fn users(&self, org: OrgId) -> Result<Vec<UserRecord>>;
     async fn user(&self, org: OrgId, id: UserId) -> Result<Option<UserRecord>>;
@@ -339,22 +331,6 @@ pub(crate) const KEY_COLS: &str =
     "k.id, k.org_id, k.name, k.prefix, k.scopes, k.created_ms, k.revoked_ms, k.user_id, k.team_id, k.last_used_ms";
 pub(crate) const GPU_TEAM_SQL: &str = "SELECT g.id, g.uuid, g.host, g.team_id, t.name AS team_name, g.team_source \
      FROM gpus g LEFT JOIN teams t ON t.id = g.team_id WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid";
-
-/// `?` placeholders → `$1, $2, …` (PostgreSQL). The SQL here has no `?` inside literals.
-pub(crate) fn numbered(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 16);
-    let mut n = 0;
-    for c in sql.chars() {
-        if c == '?' {
-            n += 1;
-            out.push('$');
-            out.push_str(&n.to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
 
 pub(crate) fn role_from_text(text: &str) -> Result<Role> {
     Role::parse(text).ok_or_else(|| StoreError::Invalid(format!("unknown role {text:?} in the database")))
@@ -1121,4 +1097,20 @@ macro_rules! impl_account_store {
     };
 }
 
-pub(crate) use impl_account_store;
+mod sqlite_impl {
+    use sqlx::Sqlite;
+
+    use crate::dialect::sqlite::{begin, q};
+    use crate::sqlite::SqliteStore;
+
+    impl_account_store!(SqliteStore, Sqlite);
+}
+
+mod pg_impl {
+    use sqlx::Postgres;
+
+    use crate::dialect::pg::{begin, q};
+    use crate::postgres::PgStore;
+
+    impl_account_store!(PgStore, Postgres);
+}

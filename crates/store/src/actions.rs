@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use fleetlens_core::ProcessOwner;
 
 use crate::alerts::NewNotification;
+use crate::json_text::JsonText;
 use crate::{OrgId, Result};
 
 /// Processes of one run seen in a batch of samples (or several, merged).
@@ -21,13 +22,15 @@ pub struct JobSighting {
 }
 
 /// A stored job run.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct JobRunRecord {
     pub id: i64,
     pub org_id: OrgId,
     pub run_key: String,
     pub host: String,
+    #[sqlx(try_from = "JsonText<ProcessOwner>")]
     pub owner: ProcessOwner,
+    #[sqlx(try_from = "JsonText<Vec<String>>")]
     pub gpu_uuids: Vec<String>,
     /// First and last sample that showed its processes.
     pub first_ms: i64,
@@ -58,7 +61,7 @@ pub struct JobRunFilter {
 
 /// Where the report cards of a team's (any team's: `team_id` None) owner (anyone's: `owner`
 /// None) jobs go, and the bar a card must pass to be sent.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReportRoute {
     pub id: i64,
     pub org_id: OrgId,
@@ -125,38 +128,11 @@ pub fn union(a: &[String], b: &[String]) -> Vec<String> {
 macro_rules! impl_action_store {
     ($store:ty, $db:ty) => {
         fn run_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::actions::JobRunRecord> {
-            use sqlx::Row as _;
-            Ok($crate::actions::JobRunRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                run_key: r.try_get("run_key")?,
-                host: r.try_get("host")?,
-                owner: serde_json::from_str(&r.try_get::<String, _>("owner")?).unwrap_or_default(),
-                gpu_uuids: serde_json::from_str(&r.try_get::<String, _>("gpu_uuids")?).unwrap_or_default(),
-                first_ms: r.try_get("first_ms")?,
-                last_ms: r.try_get("last_ms")?,
-                end_requested_ms: r.try_get("end_requested_ms")?,
-                ended_ms: r.try_get("ended_ms")?,
-                end_reason: r.try_get("end_reason")?,
-                team_id: r.try_get("team_id")?,
-                card: r.try_get("card")?,
-                notified_channel_id: r.try_get("notified_channel_id")?,
-                updated_ms: r.try_get("updated_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn route_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::actions::ReportRoute> {
-            use sqlx::Row as _;
-            Ok($crate::actions::ReportRoute {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                team_id: r.try_get("team_id")?,
-                owner: r.try_get("owner")?,
-                channel_id: r.try_get("channel_id")?,
-                min_gpu_hours: r.try_get("min_gpu_hours")?,
-                min_waste_pct: r.try_get("min_waste_pct")?,
-                created_ms: r.try_get("created_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         #[async_trait::async_trait]

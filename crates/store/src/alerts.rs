@@ -1,8 +1,8 @@
 //! Storage of alerting: rules, notification channels, silences, alert instances with the
 //! engine's state, the durable notification outbox and its delivery log.
 //!
-//! One trait, [`AlertStore`], implemented for [`crate::SqliteStore`] (alerts_sqlite.rs) and
-//! [`crate::PgStore`] (alerts_pg.rs) from one body of SQL ([`impl_alert_store`]): the
+//! One trait, [`AlertStore`], implemented for [`crate::SqliteStore`] and [`crate::PgStore`]
+//! from one body of SQL ([`impl_alert_store`], with [`crate::dialect`]): the
 //! backends differ only in how a write transaction starts (SQLite takes the write lock up
 //! front with `BEGIN IMMEDIATE`), in how parameters are written (`?` / `$n`), and in how a
 //! sender claims outbox rows (PostgreSQL locks the channel rows `FOR UPDATE SKIP LOCKED`, so
@@ -25,12 +25,13 @@ use async_trait::async_trait;
 use fleetlens_core::rules::Matchers;
 use serde_json::Value as Json;
 
+use crate::json_text::JsonText;
 use crate::{OrgId, Result};
 
 /// Name of the job lease that the alert engine holds (one replica evaluates at a time).
 pub const ALERT_ENGINE_JOB: &str = "alert-engine";
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRuleRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -40,14 +41,17 @@ pub struct AlertRuleRecord {
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
     pub severity: String,
+    #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
+    #[sqlx(try_from = "JsonText<Vec<i64>>")]
     pub channels: Vec<i64>,
     pub enabled: bool,
     /// Key of the shipped rule this one started as.
     pub builtin: Option<String>,
     /// Rules whose alerts this rule's open alerts hold back (keys, names, `*`, `state:<s>`).
+    #[sqlx(try_from = "JsonText<Vec<String>>")]
     pub inhibits: Vec<String>,
     /// Where: `gpu`, `host` or `job`.
     pub inhibit_scope: String,
@@ -73,7 +77,7 @@ pub struct NewAlertRule {
     pub inhibit_scope: String,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ChannelRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -89,6 +93,7 @@ pub struct ChannelRecord {
     pub created_ms: i64,
     pub updated_ms: i64,
     /// What a notification group's key is made of (`rule`, `owner`, label names).
+    #[sqlx(try_from = "JsonText<Vec<String>>")]
     pub group_by: Vec<String>,
     /// A new group's first message waits this long for more members.
     pub group_wait_s: i64,
@@ -116,10 +121,11 @@ pub struct NewChannel {
     pub digest_at_min: i64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct SilenceRecord {
     pub id: i64,
     pub org_id: OrgId,
+    #[sqlx(try_from = "JsonText<Matchers>")]
     pub matchers: Matchers,
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,
@@ -163,8 +169,16 @@ impl AlertStatus {
     }
 }
 
+impl TryFrom<String> for AlertStatus {
+    type Error = crate::StoreError;
+
+    fn try_from(s: String) -> Result<Self> {
+        AlertStatus::parse(&s).ok_or_else(|| crate::StoreError::Invalid(format!("alert status {s:?}")))
+    }
+}
+
 /// One alert instance (a rule on a GPU, from pending to resolved).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -173,6 +187,7 @@ pub struct AlertRecord {
     /// From the GPU registry (empty if the GPU is gone).
     pub gpu_uuid: String,
     pub host: String,
+    #[sqlx(try_from = "String")]
     pub status: AlertStatus,
     pub active_since_ms: i64,
     pub fired_at_ms: Option<i64>,
@@ -181,10 +196,12 @@ pub struct AlertRecord {
     pub last_eval_ms: i64,
     pub rule_name: String,
     pub severity: String,
+    #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
     pub labels: BTreeMap<String, String>,
     pub fingerprint: String,
     pub summary: String,
     /// Values that matched, condition, state, advice, the channels notified, …
+    #[sqlx(try_from = "JsonText<Json>")]
     pub details: Json,
     pub silenced_by: Option<i64>,
     /// The open alert that holds this one's notifications back (inhibition).
@@ -237,7 +254,7 @@ pub struct AlertChange {
 }
 
 /// The engine's position on one GPU.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuCursor {
     pub gpu_id: i64,
     pub org_id: OrgId,
@@ -314,7 +331,7 @@ pub struct GpuBrief {
     pub last_live_ms: i64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct OutboxRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -363,7 +380,7 @@ pub struct DeliveryResult {
 }
 
 /// One line of the delivery log.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DeliveryRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -399,15 +416,6 @@ pub struct DeliveryFilter {
     pub limit: i64,
 }
 
-/// Outcome of an update that can miss or collide.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Written<T> {
-    Done(T),
-    NotFound,
-    /// Another row of the organisation already has this name.
-    NameTaken,
-}
-
 #[async_trait]
 pub trait AlertStore: Send + Sync {
     // Rules -----------------------------------------------------------------------------------
@@ -415,15 +423,17 @@ pub trait AlertStore: Send + Sync {
     /// Every organisation's rules (for the engine).
     async fn all_alert_rules(&self) -> Result<Vec<AlertRuleRecord>>;
     async fn alert_rule(&self, org: OrgId, id: i64) -> Result<Option<AlertRuleRecord>>;
-    /// `None` when the organisation already has a rule of that name.
-    async fn insert_alert_rule(&self, org: OrgId, rule: &NewAlertRule, now_ms: i64) -> Result<Option<AlertRuleRecord>>;
+    /// [`crate::StoreError::Conflict`] when the organisation already has a rule of that name.
+    async fn insert_alert_rule(&self, org: OrgId, rule: &NewAlertRule, now_ms: i64) -> Result<AlertRuleRecord>;
+    /// `None` when the organisation has no rule `id`; [`crate::StoreError::Conflict`] when
+    /// another of its rules has the new name.
     async fn update_alert_rule(
         &self,
         org: OrgId,
         id: i64,
         rule: &NewAlertRule,
         now_ms: i64,
-    ) -> Result<Written<AlertRuleRecord>>;
+    ) -> Result<Option<AlertRuleRecord>>;
     async fn delete_alert_rule(&self, org: OrgId, id: i64) -> Result<bool>;
     /// Insert the shipped rules (key, rule) the organisation has never been given; returns
     /// how many were inserted. A key is given once, so a deleted default stays deleted.
@@ -432,19 +442,18 @@ pub trait AlertStore: Send + Sync {
     // Channels --------------------------------------------------------------------------------
     async fn notification_channels(&self, org: OrgId) -> Result<Vec<ChannelRecord>>;
     async fn notification_channel(&self, org: OrgId, id: i64) -> Result<Option<ChannelRecord>>;
-    async fn insert_notification_channel(
-        &self,
-        org: OrgId,
-        channel: &NewChannel,
-        now_ms: i64,
-    ) -> Result<Option<ChannelRecord>>;
+    /// [`crate::StoreError::Conflict`] when the organisation already has a channel of that name.
+    async fn insert_notification_channel(&self, org: OrgId, channel: &NewChannel, now_ms: i64)
+    -> Result<ChannelRecord>;
+    /// `None` when the organisation has no channel `id`; [`crate::StoreError::Conflict`] when
+    /// another of its channels has the new name.
     async fn update_notification_channel(
         &self,
         org: OrgId,
         id: i64,
         channel: &NewChannel,
         now_ms: i64,
-    ) -> Result<Written<ChannelRecord>>;
+    ) -> Result<Option<ChannelRecord>>;
     /// Delete the channel; its undelivered messages are marked failed.
     async fn delete_notification_channel(&self, org: OrgId, id: i64, now_ms: i64) -> Result<bool>;
 
@@ -533,6 +542,35 @@ pub trait AlertStore: Send + Sync {
     async fn deliveries(&self, org: OrgId, filter: &DeliveryFilter) -> Result<Vec<DeliveryRecord>>;
 }
 
+/// The columns of an alert rule that a [`NewAlertRule`] sets (its spec), in bind order.
+pub(crate) const RULE_SPEC_COLS: [&str; 13] = [
+    "name",
+    "condition",
+    "for_s",
+    "keep_firing_for_s",
+    "repeat_interval_s",
+    "severity",
+    "labels",
+    "description",
+    "advice",
+    "channels",
+    "enabled",
+    "inhibits",
+    "inhibit_scope",
+];
+/// The columns of a notification channel that a [`NewChannel`] sets, in bind order.
+pub(crate) const CHANNEL_SPEC_COLS: [&str; 10] = [
+    "name",
+    "kind",
+    "url",
+    "is_default",
+    "min_interval_ms",
+    "group_by",
+    "group_wait_s",
+    "group_interval_s",
+    "digest",
+    "digest_at_min",
+];
 pub(crate) const RULE_COLS: &str = "id, org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, severity, \
      labels, description, advice, channels, enabled, builtin, created_ms, updated_ms, inhibits, inhibit_scope";
 pub(crate) const CHANNEL_COLS: &str = "id, org_id, name, kind, url, is_default, min_interval_ms, next_send_ms, created_ms, updated_ms, group_by, \
@@ -555,173 +593,74 @@ pub(crate) fn from_json<T: serde::de::DeserializeOwned + Default>(text: &str) ->
     serde_json::from_str(text).unwrap_or_default()
 }
 
-/// `?` placeholders → `$1, $2, …` (PostgreSQL). The SQL here has no `?` inside literals.
-pub(crate) fn numbered(sql: &str) -> String {
-    let mut out = String::with_capacity(sql.len() + 16);
-    let mut n = 0;
-    for c in sql.chars() {
-        if c == '?' {
-            n += 1;
-            out.push('$');
-            out.push_str(&n.to_string());
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// The SQL of [`AlertStore`], for one backend. The invoking module provides:
 /// `fn q(sql: &str) -> Cow<str>` (placeholders), `async fn begin(&Pool) -> Result<Transaction>`
-/// (a write transaction) and `const LOCK_CHANNELS: &str` (the claim's row-lock clause).
+/// (a write transaction) and `const LOCK_SKIP_LOCKED: &str` (the claim's row-lock clause).
 macro_rules! impl_alert_store {
     ($store:ty, $db:ty) => {
         type Row = <$db as sqlx::Database>::Row;
 
         fn rule_from_row(r: &Row) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::AlertRuleRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                name: r.try_get("name")?,
-                condition: r.try_get("condition")?,
-                for_s: r.try_get("for_s")?,
-                keep_firing_for_s: r.try_get("keep_firing_for_s")?,
-                repeat_interval_s: r.try_get("repeat_interval_s")?,
-                severity: r.try_get("severity")?,
-                labels: $crate::alerts::from_json(&r.try_get::<String, _>("labels")?),
-                description: r.try_get("description")?,
-                advice: r.try_get("advice")?,
-                channels: $crate::alerts::from_json(&r.try_get::<String, _>("channels")?),
-                enabled: r.try_get("enabled")?,
-                builtin: r.try_get("builtin")?,
-                created_ms: r.try_get("created_ms")?,
-                updated_ms: r.try_get("updated_ms")?,
-                inhibits: $crate::alerts::from_json(&r.try_get::<String, _>("inhibits")?),
-                inhibit_scope: r.try_get("inhibit_scope")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn channel_from_row(r: &Row) -> $crate::Result<$crate::alerts::ChannelRecord> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::ChannelRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                name: r.try_get("name")?,
-                kind: r.try_get("kind")?,
-                url: r.try_get("url")?,
-                is_default: r.try_get("is_default")?,
-                min_interval_ms: r.try_get("min_interval_ms")?,
-                next_send_ms: r.try_get("next_send_ms")?,
-                created_ms: r.try_get("created_ms")?,
-                updated_ms: r.try_get("updated_ms")?,
-                group_by: $crate::alerts::from_json(&r.try_get::<String, _>("group_by")?),
-                group_wait_s: r.try_get("group_wait_s")?,
-                group_interval_s: r.try_get("group_interval_s")?,
-                digest: r.try_get("digest")?,
-                digest_at_min: r.try_get("digest_at_min")?,
-                digest_last_ms: r.try_get("digest_last_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn silence_from_row(r: &Row) -> $crate::Result<$crate::alerts::SilenceRecord> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::SilenceRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                matchers: $crate::alerts::from_json(&r.try_get::<String, _>("matchers")?),
-                starts_at_ms: r.try_get("starts_at_ms")?,
-                ends_at_ms: r.try_get("ends_at_ms")?,
-                comment: r.try_get("comment")?,
-                created_by: r.try_get("created_by")?,
-                created_ms: r.try_get("created_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn alert_from_row(r: &Row) -> $crate::Result<$crate::alerts::AlertRecord> {
-            use sqlx::Row as _;
-            let status: String = r.try_get("status")?;
-            Ok($crate::alerts::AlertRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                rule_id: r.try_get("rule_id")?,
-                gpu_id: r.try_get("gpu_id")?,
-                gpu_uuid: r.try_get("gpu_uuid")?,
-                host: r.try_get("host")?,
-                status: $crate::alerts::AlertStatus::parse(&status)
-                    .ok_or_else(|| $crate::StoreError::Invalid(format!("alert status {status:?}")))?,
-                active_since_ms: r.try_get("active_since_ms")?,
-                fired_at_ms: r.try_get("fired_at_ms")?,
-                resolved_at_ms: r.try_get("resolved_at_ms")?,
-                last_match_ms: r.try_get("last_match_ms")?,
-                last_eval_ms: r.try_get("last_eval_ms")?,
-                rule_name: r.try_get("rule_name")?,
-                severity: r.try_get("severity")?,
-                labels: $crate::alerts::from_json(&r.try_get::<String, _>("labels")?),
-                fingerprint: r.try_get("fingerprint")?,
-                summary: r.try_get("summary")?,
-                details: serde_json::from_str(&r.try_get::<String, _>("details")?).unwrap_or(serde_json::Value::Null),
-                silenced_by: r.try_get("silenced_by")?,
-                inhibited_by: r.try_get("inhibited_by")?,
-                notified_firing: r.try_get("notified_firing")?,
-                last_notified_ms: r.try_get("last_notified_ms")?,
-                repeat_seq: r.try_get("repeat_seq")?,
-                updated_ms: r.try_get("updated_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn outbox_from_row(r: &Row) -> $crate::Result<$crate::alerts::OutboxRecord> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::OutboxRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                alert_id: r.try_get("alert_id")?,
-                channel_id: r.try_get("channel_id")?,
-                kind: r.try_get("kind")?,
-                seq: r.try_get("seq")?,
-                payload: r.try_get("payload")?,
-                status: r.try_get("status")?,
-                attempts: r.try_get("attempts")?,
-                next_attempt_ms: r.try_get("next_attempt_ms")?,
-                last_error: r.try_get("last_error")?,
-                last_status_code: r.try_get("last_status_code")?,
-                created_ms: r.try_get("created_ms")?,
-                delivered_ms: r.try_get("delivered_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn delivery_from_row(r: &Row) -> $crate::Result<$crate::alerts::DeliveryRecord> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::DeliveryRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                outbox_id: r.try_get("outbox_id")?,
-                alert_id: r.try_get("alert_id")?,
-                channel_id: r.try_get("channel_id")?,
-                kind: r.try_get("kind")?,
-                attempt: r.try_get("attempt")?,
-                at_ms: r.try_get("at_ms")?,
-                outcome: r.try_get("outcome")?,
-                status_code: r.try_get("status_code")?,
-                error: r.try_get("error")?,
-                duration_ms: r.try_get("duration_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn cursor_from_row(r: &Row) -> $crate::Result<$crate::alerts::GpuCursor> {
-            use sqlx::Row as _;
-            Ok($crate::alerts::GpuCursor {
-                gpu_id: r.try_get("gpu_id")?,
-                org_id: r.try_get("org_id")?,
-                last_ts_ms: r.try_get("last_ts_ms")?,
-                state: r.try_get("state")?,
-                state_since_ms: r.try_get("state_since_ms")?,
-                interval_ms: r.try_get("interval_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
-        fn is_unique_violation(e: &sqlx::Error) -> bool {
-            matches!(e, sqlx::Error::Database(d) if d.is_unique_violation())
+        type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
+
+        /// Binds a rule's [`RULE_SPEC_COLS`]($crate::alerts::RULE_SPEC_COLS), in their order.
+        fn bind_rule<'q>(query: Query<'q>, rule: &'q $crate::alerts::NewAlertRule) -> Query<'q> {
+            query
+                .bind(&rule.name)
+                .bind(&rule.condition)
+                .bind(rule.for_s)
+                .bind(rule.keep_firing_for_s)
+                .bind(rule.repeat_interval_s)
+                .bind(&rule.severity)
+                .bind($crate::alerts::to_json(&rule.labels))
+                .bind(&rule.description)
+                .bind(&rule.advice)
+                .bind($crate::alerts::to_json(&rule.channels))
+                .bind(rule.enabled)
+                .bind($crate::alerts::to_json(&rule.inhibits))
+                .bind(&rule.inhibit_scope)
+        }
+
+        /// Binds a channel's [`CHANNEL_SPEC_COLS`]($crate::alerts::CHANNEL_SPEC_COLS), in their order.
+        fn bind_channel<'q>(query: Query<'q>, ch: &'q $crate::alerts::NewChannel) -> Query<'q> {
+            query
+                .bind(&ch.name)
+                .bind(&ch.kind)
+                .bind(&ch.url)
+                .bind(ch.is_default)
+                .bind(ch.min_interval_ms)
+                .bind($crate::alerts::to_json(&ch.group_by))
+                .bind(ch.group_wait_s)
+                .bind(ch.group_interval_s)
+                .bind(&ch.digest)
+                .bind(ch.digest_at_min)
         }
 
         #[async_trait::async_trait]
@@ -753,33 +692,17 @@ macro_rules! impl_alert_store {
                 org: $crate::OrgId,
                 rule: &$crate::alerts::NewAlertRule,
                 now_ms: i64,
-            ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
+            ) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
                 let sql = format!(
-                    "INSERT INTO alert_rules (org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, \
-                     severity, labels, description, advice, channels, enabled, created_ms, updated_ms, inhibits, inhibit_scope) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING RETURNING {}",
+                    "INSERT INTO alert_rules (org_id, created_ms, updated_ms, {}) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {}",
+                    $crate::alerts::RULE_SPEC_COLS.join(", "),
                     $crate::alerts::RULE_COLS
                 );
-                let row = sqlx::query(&q(&sql))
-                    .bind(org)
-                    .bind(&rule.name)
-                    .bind(&rule.condition)
-                    .bind(rule.for_s)
-                    .bind(rule.keep_firing_for_s)
-                    .bind(rule.repeat_interval_s)
-                    .bind(&rule.severity)
-                    .bind($crate::alerts::to_json(&rule.labels))
-                    .bind(&rule.description)
-                    .bind(&rule.advice)
-                    .bind($crate::alerts::to_json(&rule.channels))
-                    .bind(rule.enabled)
-                    .bind(now_ms)
-                    .bind(now_ms)
-                    .bind($crate::alerts::to_json(&rule.inhibits))
-                    .bind(&rule.inhibit_scope)
-                    .fetch_optional(self.pool())
-                    .await?;
-                row.as_ref().map(rule_from_row).transpose()
+                let sql = q(&sql);
+                let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
+                let row = bind_rule(query, rule).fetch_one(self.pool()).await?;
+                rule_from_row(&row)
             }
 
             async fn update_alert_rule(
@@ -788,38 +711,19 @@ macro_rules! impl_alert_store {
                 id: i64,
                 rule: &$crate::alerts::NewAlertRule,
                 now_ms: i64,
-            ) -> $crate::Result<$crate::alerts::Written<$crate::alerts::AlertRuleRecord>> {
+            ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
+                let sets = $crate::alerts::RULE_SPEC_COLS.map(|c| format!("{c} = ?")).join(", ");
                 let sql = format!(
-                    "UPDATE alert_rules SET name = ?, condition = ?, for_s = ?, keep_firing_for_s = ?, \
-                     repeat_interval_s = ?, severity = ?, labels = ?, description = ?, advice = ?, channels = ?, \
-                     enabled = ?, updated_ms = ?, inhibits = ?, inhibit_scope = ? WHERE org_id = ? AND id = ? RETURNING {}",
+                    "UPDATE alert_rules SET {sets}, updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
                     $crate::alerts::RULE_COLS
                 );
-                let result = sqlx::query(&q(&sql))
-                    .bind(&rule.name)
-                    .bind(&rule.condition)
-                    .bind(rule.for_s)
-                    .bind(rule.keep_firing_for_s)
-                    .bind(rule.repeat_interval_s)
-                    .bind(&rule.severity)
-                    .bind($crate::alerts::to_json(&rule.labels))
-                    .bind(&rule.description)
-                    .bind(&rule.advice)
-                    .bind($crate::alerts::to_json(&rule.channels))
-                    .bind(rule.enabled)
+                let row = bind_rule(sqlx::query(&q(&sql)), rule)
                     .bind(now_ms)
-                    .bind($crate::alerts::to_json(&rule.inhibits))
-                    .bind(&rule.inhibit_scope)
                     .bind(org)
                     .bind(id)
                     .fetch_optional(self.pool())
-                    .await;
-                match result {
-                    Ok(Some(row)) => Ok($crate::alerts::Written::Done(rule_from_row(&row)?)),
-                    Ok(None) => Ok($crate::alerts::Written::NotFound),
-                    Err(e) if is_unique_violation(&e) => Ok($crate::alerts::Written::NameTaken),
-                    Err(e) => Err(e.into()),
-                }
+                    .await?;
+                row.as_ref().map(rule_from_row).transpose()
             }
 
             async fn delete_alert_rule(&self, org: $crate::OrgId, id: i64) -> $crate::Result<bool> {
@@ -838,6 +742,12 @@ macro_rules! impl_alert_store {
                 rules: &[(String, $crate::alerts::NewAlertRule)],
                 now_ms: i64,
             ) -> $crate::Result<u64> {
+                let insert = format!(
+                    "INSERT INTO alert_rules (org_id, builtin, created_ms, updated_ms, {}) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
+                    $crate::alerts::RULE_SPEC_COLS.join(", ")
+                );
+                let insert = q(&insert);
                 let mut tx = begin(self.pool()).await?;
                 let mut inserted = 0;
                 for (key, rule) in rules {
@@ -853,32 +763,8 @@ macro_rules! impl_alert_store {
                     if fresh == 0 {
                         continue;
                     }
-                    inserted += sqlx::query(&q(
-                        "INSERT INTO alert_rules (org_id, name, condition, for_s, keep_firing_for_s, repeat_interval_s, \
-                         severity, labels, description, advice, channels, enabled, builtin, created_ms, updated_ms, \
-                         inhibits, inhibit_scope) \
-                         VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    ))
-                    .bind(org)
-                    .bind(&rule.name)
-                    .bind(&rule.condition)
-                    .bind(rule.for_s)
-                    .bind(rule.keep_firing_for_s)
-                    .bind(rule.repeat_interval_s)
-                    .bind(&rule.severity)
-                    .bind($crate::alerts::to_json(&rule.labels))
-                    .bind(&rule.description)
-                    .bind(&rule.advice)
-                    .bind($crate::alerts::to_json(&rule.channels))
-                    .bind(rule.enabled)
-                    .bind(key)
-                    .bind(now_ms)
-                    .bind(now_ms)
-                    .bind($crate::alerts::to_json(&rule.inhibits))
-                    .bind(&rule.inhibit_scope)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
+                    let query = sqlx::query(&insert).bind(org).bind(key).bind(now_ms).bind(now_ms);
+                    inserted += bind_rule(query, rule).execute(&mut *tx).await?.rows_affected();
                 }
                 tx.commit().await?;
                 Ok(inserted)
@@ -914,31 +800,17 @@ macro_rules! impl_alert_store {
                 org: $crate::OrgId,
                 ch: &$crate::alerts::NewChannel,
                 now_ms: i64,
-            ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
+            ) -> $crate::Result<$crate::alerts::ChannelRecord> {
                 let sql = format!(
-                    "INSERT INTO notification_channels (org_id, name, kind, url, is_default, min_interval_ms, \
-                     next_send_ms, created_ms, updated_ms, group_by, group_wait_s, group_interval_s, digest, \
-                     digest_at_min) VALUES (?, ?, ?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?) \
-                     ON CONFLICT DO NOTHING RETURNING {}",
+                    "INSERT INTO notification_channels (org_id, next_send_ms, created_ms, updated_ms, {}) \
+                     VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {}",
+                    $crate::alerts::CHANNEL_SPEC_COLS.join(", "),
                     $crate::alerts::CHANNEL_COLS
                 );
-                let row = sqlx::query(&q(&sql))
-                    .bind(org)
-                    .bind(&ch.name)
-                    .bind(&ch.kind)
-                    .bind(&ch.url)
-                    .bind(ch.is_default)
-                    .bind(ch.min_interval_ms)
-                    .bind(now_ms)
-                    .bind(now_ms)
-                    .bind($crate::alerts::to_json(&ch.group_by))
-                    .bind(ch.group_wait_s)
-                    .bind(ch.group_interval_s)
-                    .bind(&ch.digest)
-                    .bind(ch.digest_at_min)
-                    .fetch_optional(self.pool())
-                    .await?;
-                row.as_ref().map(channel_from_row).transpose()
+                let sql = q(&sql);
+                let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
+                let row = bind_channel(query, ch).fetch_one(self.pool()).await?;
+                channel_from_row(&row)
             }
 
             async fn update_notification_channel(
@@ -947,38 +819,24 @@ macro_rules! impl_alert_store {
                 id: i64,
                 ch: &$crate::alerts::NewChannel,
                 now_ms: i64,
-            ) -> $crate::Result<$crate::alerts::Written<$crate::alerts::ChannelRecord>> {
+            ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
+                // The right-hand sides read the row as it was: a changed digest schedule starts over.
+                let sets = $crate::alerts::CHANNEL_SPEC_COLS.map(|c| format!("{c} = ?")).join(", ");
                 let sql = format!(
-                    "UPDATE notification_channels SET name = ?, kind = ?, url = ?, is_default = ?, min_interval_ms = ?, \
-                     updated_ms = ?, group_by = ?, group_wait_s = ?, group_interval_s = ?, \
-                     digest_last_ms = CASE WHEN digest = ? AND digest_at_min = ? THEN digest_last_ms ELSE 0 END, \
-                     digest = ?, digest_at_min = ? WHERE org_id = ? AND id = ? RETURNING {}",
+                    "UPDATE notification_channels SET {sets}, updated_ms = ?, \
+                     digest_last_ms = CASE WHEN digest = ? AND digest_at_min = ? THEN digest_last_ms ELSE 0 END \
+                     WHERE org_id = ? AND id = ? RETURNING {}",
                     $crate::alerts::CHANNEL_COLS
                 );
-                let result = sqlx::query(&q(&sql))
-                    .bind(&ch.name)
-                    .bind(&ch.kind)
-                    .bind(&ch.url)
-                    .bind(ch.is_default)
-                    .bind(ch.min_interval_ms)
+                let row = bind_channel(sqlx::query(&q(&sql)), ch)
                     .bind(now_ms)
-                    .bind($crate::alerts::to_json(&ch.group_by))
-                    .bind(ch.group_wait_s)
-                    .bind(ch.group_interval_s)
-                    .bind(&ch.digest)
-                    .bind(ch.digest_at_min)
                     .bind(&ch.digest)
                     .bind(ch.digest_at_min)
                     .bind(org)
                     .bind(id)
                     .fetch_optional(self.pool())
-                    .await;
-                match result {
-                    Ok(Some(row)) => Ok($crate::alerts::Written::Done(channel_from_row(&row)?)),
-                    Ok(None) => Ok($crate::alerts::Written::NotFound),
-                    Err(e) if is_unique_violation(&e) => Ok($crate::alerts::Written::NameTaken),
-                    Err(e) => Err(e.into()),
-                }
+                    .await?;
+                row.as_ref().map(channel_from_row).transpose()
             }
 
             async fn delete_notification_channel(&self, org: $crate::OrgId, id: i64, now_ms: i64) -> $crate::Result<bool> {
@@ -1479,7 +1337,7 @@ macro_rules! impl_alert_store {
                      (SELECT 1 FROM alert_outbox o WHERE o.channel_id = c.id AND o.status IN ('pending', 'sending')) \
                      ORDER BY c.next_send_ms, c.id LIMIT ?{}",
                     $crate::alerts::CHANNEL_COLS,
-                    LOCK_CHANNELS
+                    LOCK_SKIP_LOCKED
                 );
                 let channels = sqlx::query(&q(&sql)).bind(now_ms).bind(max.max(1)).fetch_all(&mut *tx).await?;
                 let mut claimed = Vec::new();
@@ -1702,12 +1560,20 @@ macro_rules! impl_alert_store {
     };
 }
 
-pub(crate) use impl_alert_store;
+mod sqlite_impl {
+    use sqlx::Sqlite;
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn placeholders_are_numbered() {
-        assert_eq!(super::numbered("a = ? AND (? IS NULL OR b = ?)"), "a = $1 AND ($2 IS NULL OR b = $3)");
-    }
+    use crate::dialect::sqlite::{LOCK_SKIP_LOCKED, begin, q};
+    use crate::sqlite::SqliteStore;
+
+    impl_alert_store!(SqliteStore, Sqlite);
+}
+
+mod pg_impl {
+    use sqlx::Postgres;
+
+    use crate::dialect::pg::{LOCK_SKIP_LOCKED, begin, q};
+    use crate::postgres::PgStore;
+
+    impl_alert_store!(PgStore, Postgres);
 }

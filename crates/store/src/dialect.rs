@@ -1,6 +1,31 @@
-//! What the macro-generated stores (`impl_event_store!`, `impl_action_store!`,
-//! `impl_reclaim_store!`) need of each database: `q` turns the shared SQL's `?` placeholders
-//! into the dialect's, and `begin` opens a write transaction.
+//! What the shared SQL needs of each database, and how to add a query.
+//!
+//! Both stores run one body of SQL. Each part of the store (`impl_store!` for the core of
+//! [`crate::Store`], `impl_account_store!`, `impl_alert_store!`, `impl_action_store!`,
+//! `impl_reclaim_store!`, `impl_event_store!`, `impl_rollup_close!`, the blocks' `impl_seal!`)
+//! is a `macro_rules!` body instantiated once per database, where this module's `sqlite` or
+//! `pg` items are in scope. The SQL is written once, with `?` placeholders; the differences
+//! between the databases live here:
+//! - `q` turns `?` into the dialect's placeholders (`$1, $2, …` on PostgreSQL);
+//! - `begin` opens a write transaction (SQLite takes the write lock up front, `BEGIN
+//!   IMMEDIATE`, so a read-then-write never fails on a lock upgrade);
+//! - `LOCK_SKIP_LOCKED`, `CLOSE_LOCK` are row-lock clauses (PostgreSQL has replicas that
+//!   claim at once; SQLite's write transaction is already exclusive);
+//! - `PROCESSES_TEXT` reads the `processes` column (`jsonb` on PostgreSQL) as text.
+//!
+//! Why macros and not functions generic over `DB: sqlx::Database`: a generic query needs a
+//! bound for every bound type and the executor (`for<'c> &'c mut DB::Connection: Executor<'c,
+//! Database = DB>`, `i64: Encode<'q, DB> + Type<DB>`, … per type and per function), which
+//! outgrows the SQL it wraps; a macro body type-checks once per database with concrete types.
+//!
+//! How to add a query: write it in the family's macro body with `?` placeholders, run it as
+//! `sqlx::query(&q(sql))` (or `query_as` into a `#[derive(sqlx::FromRow)]` struct), take write
+//! transactions with `begin(pool)`, and build dynamic SQL (optional filters, `IN` lists) with
+//! `sqlx::QueryBuilder` and `push_bind`, which numbers placeholders itself. What only one
+//! database can do (PostgreSQL's `COPY`, SQLite's single writer) stays in `postgres.rs` /
+//! `sqlite.rs`; a statement whose text differs by dialect gets a constant here.
+//!
+//! A unique-key violation on either database arrives as [`crate::StoreError::Conflict`].
 
 pub(crate) mod sqlite {
     use std::borrow::Cow;
@@ -15,6 +40,13 @@ pub(crate) mod sqlite {
     pub(crate) async fn begin(pool: &SqlitePool) -> crate::Result<Transaction<'static, Sqlite>> {
         Ok(pool.begin_with("BEGIN IMMEDIATE").await?)
     }
+
+    /// No row locks in SQLite: the write transaction is already exclusive.
+    pub(crate) const LOCK_SKIP_LOCKED: &str = "";
+    /// The rollup job's claim of marked minutes (none: see `LOCK_SKIP_LOCKED`).
+    pub(crate) const CLOSE_LOCK: Option<&str> = None;
+    /// `samples.processes` (alias `s`) as text: stored as text.
+    pub(crate) const PROCESSES_TEXT: &str = "s.processes";
 }
 
 pub(crate) mod pg {
@@ -23,10 +55,42 @@ pub(crate) mod pg {
     use sqlx::{PgPool, Postgres, Transaction};
 
     pub(crate) fn q(sql: &str) -> Cow<'_, str> {
-        Cow::Owned(crate::alerts::numbered(sql))
+        Cow::Owned(super::numbered(sql))
     }
 
     pub(crate) async fn begin(pool: &PgPool) -> crate::Result<Transaction<'static, Postgres>> {
         Ok(pool.begin().await?)
+    }
+
+    /// Several replicas claim at once without waiting on each other, and never two of them the
+    /// same rows.
+    pub(crate) const LOCK_SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
+    /// The rollup job locks the marks it closes: a mark set meanwhile by ingest waits for it.
+    pub(crate) const CLOSE_LOCK: Option<&str> = Some(" FOR UPDATE OF p");
+    /// `samples.processes` (alias `s`, `jsonb`) as text.
+    pub(crate) const PROCESSES_TEXT: &str = "s.processes::text";
+}
+
+/// `?` placeholders → `$1, $2, …` (PostgreSQL). The shared SQL has no `?` inside literals.
+pub(crate) fn numbered(sql: &str) -> String {
+    let mut out = String::with_capacity(sql.len() + 16);
+    let mut n = 0;
+    for c in sql.chars() {
+        if c == '?' {
+            n += 1;
+            out.push('$');
+            out.push_str(&n.to_string());
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn placeholders_are_numbered() {
+        assert_eq!(super::numbered("a = ? AND (? IS NULL OR b = ?)"), "a = $1 AND ($2 IS NULL OR b = $3)");
     }
 }

@@ -7,7 +7,7 @@ use fleetlens_core::GpuEvent;
 use crate::{OrgId, Result};
 
 /// A stored event.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuEventRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -52,18 +52,7 @@ pub(crate) const COLS: &str = "id, org_id, gpu_uuid, host, ts_ms, kind, xid, mes
 macro_rules! impl_event_store {
     ($store:ty, $db:ty) => {
         fn event_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::events::GpuEventRecord> {
-            use sqlx::Row as _;
-            Ok($crate::events::GpuEventRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                gpu_uuid: r.try_get("gpu_uuid")?,
-                host: r.try_get("host")?,
-                ts_ms: r.try_get("ts_ms")?,
-                kind: r.try_get("kind")?,
-                xid: r.try_get("xid")?,
-                message: r.try_get("message")?,
-                received_ms: r.try_get("received_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         #[async_trait::async_trait]

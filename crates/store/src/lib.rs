@@ -1,13 +1,13 @@
 //! Fleetlens storage. One [`Store`] trait, a SQLite and a PostgreSQL implementation, chosen by
 //! the URL scheme in [`connect`]. Timestamps are Unix milliseconds everywhere in storage.
+//!
+//! Both implementations run one body of SQL, with the differences between the databases in a
+//! thin layer: see [`dialect`] (also for how to add a query). A unique key taken on either
+//! database is [`StoreError::Conflict`].
 
 pub mod accounts;
-mod accounts_pg;
-mod accounts_sqlite;
 pub mod actions;
 pub mod alerts;
-mod alerts_pg;
-mod alerts_sqlite;
 mod blocks;
 pub mod changes;
 mod columns;
@@ -16,12 +16,14 @@ mod dialect;
 pub mod events;
 mod feed;
 mod ingest_rules;
+mod json_text;
 pub mod leader;
 mod merge;
 mod pg_samples;
 mod postgres;
 pub mod reclaim;
 pub mod rollup_close;
+mod shared_store;
 mod sqlite;
 
 use std::sync::Arc;
@@ -50,7 +52,12 @@ pub const DEFAULT_ORG: OrgId = 1;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
-    Database(#[from] sqlx::Error),
+    Database(#[source] sqlx::Error),
+    /// A write that would store a second row under a unique key (a name or an email taken):
+    /// every unique-key violation of either database arrives as this, never as `Database`.
+    /// `what` names the table.
+    #[error("a {what} row with this key exists already")]
+    Conflict { what: String },
     #[error("migration failed: {0}")]
     Migrate(#[from] sqlx::migrate::MigrateError),
     #[error("unsupported database url {0:?}: use sqlite://PATH or postgres://…")]
@@ -71,6 +78,30 @@ pub enum StoreError {
         "GPU {uuid} belongs to host {owner:?}, not {host:?}: a GPU stays with its host unless an admin moves it (PUT /api/v1/gpus/{{uuid}}/host); nothing was stored"
     )]
     GpuOnOtherHost { uuid: String, owner: String, host: String },
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        match &e {
+            sqlx::Error::Database(db) if db.is_unique_violation() => {
+                StoreError::Conflict { what: conflict_table(&**db).unwrap_or("stored").to_string() }
+            }
+            _ => StoreError::Database(e),
+        }
+    }
+}
+
+impl StoreError {
+    /// A unique key taken (see [`StoreError::Conflict`]).
+    pub fn is_conflict(&self) -> bool {
+        matches!(self, StoreError::Conflict { .. })
+    }
+}
+
+/// The table of a unique violation: PostgreSQL names it; SQLite only in its message
+/// (`UNIQUE constraint failed: table.column, …`).
+fn conflict_table(db: &dyn sqlx::error::DatabaseError) -> Option<&str> {
+    db.table().or_else(|| db.message().split_once("failed: ")?.1.split('.').next())
 }
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
@@ -205,7 +236,7 @@ pub(crate) fn series_select(res: Resolution) -> String {
          sm_active_pct_sum, sm_active_pct_count, sm_active_pct_min, sm_occupancy_pct_sum, sm_occupancy_pct_count, \
          tensor_active_pct_sum, tensor_active_pct_count, dram_active_pct_sum, dram_active_pct_count, \
          mem_used_bytes_max, power_w_sum, power_w_count, temp_c_sum, temp_c_count, {} AS state FROM {}",
-        if res == Resolution::Minute { "state" } else { "NULL" },
+        if res == Resolution::Minute { "state" } else { "CAST(NULL AS TEXT)" },
         rollup_table(res)
     )
 }
@@ -616,41 +647,100 @@ fn api_key_from_new(id: i64, key: &NewApiKey<'_>) -> ApiKey {
     }
 }
 
-fn api_key_from_row<R>(row: &R) -> Result<ApiKey>
-where
-    R: sqlx::Row,
-    for<'a> &'a str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
-    String: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
-{
-    Ok(ApiKey {
-        id: row.try_get("id")?,
-        org_id: row.try_get("org_id")?,
-        name: row.try_get("name")?,
-        prefix: row.try_get("prefix")?,
-        scopes: scopes_from_text(&row.try_get::<String, _>("scopes")?),
-        created_ms: row.try_get("created_ms")?,
-        revoked_ms: row.try_get("revoked_ms")?,
-    })
+/// An `api_keys` row as stored (scopes as comma-separated text).
+#[derive(sqlx::FromRow)]
+pub(crate) struct ApiKeyRow {
+    id: i64,
+    org_id: OrgId,
+    name: String,
+    prefix: String,
+    scopes: String,
+    created_ms: i64,
+    revoked_ms: Option<i64>,
 }
 
-fn job_from_row<R>(row: &R) -> Result<JobRecord>
+impl From<ApiKeyRow> for ApiKey {
+    fn from(r: ApiKeyRow) -> Self {
+        ApiKey {
+            id: r.id,
+            org_id: r.org_id,
+            name: r.name,
+            prefix: r.prefix,
+            scopes: scopes_from_text(&r.scopes),
+            created_ms: r.created_ms,
+            revoked_ms: r.revoked_ms,
+        }
+    }
+}
+
+/// An API key from a row holding the `api_keys` columns.
+fn api_key_from_row<'r, R: sqlx::Row>(row: &'r R) -> Result<ApiKey>
 where
-    R: sqlx::Row,
-    for<'a> &'a str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
-    f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
-    String: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    ApiKeyRow: sqlx::FromRow<'r, R>,
 {
-    let uuids: String = row.try_get("gpu_uuids")?;
-    Ok(JobRecord {
-        id: row.try_get("id")?,
-        name: row.try_get("name")?,
-        gpu_uuids: serde_json::from_str(&uuids).map_err(|e| StoreError::Invalid(format!("job gpu list: {e}")))?,
-        from_ms: row.try_get("from_ms")?,
-        to_ms: row.try_get("to_ms")?,
-        precision: row.try_get("precision")?,
-        achieved_flops_per_s: row.try_get("achieved_flops_per_s")?,
-        created_ms: row.try_get("created_ms")?,
-    })
+    Ok(<ApiKeyRow as sqlx::FromRow<R>>::from_row(row)?.into())
+}
+
+/// A `gpus` row without its newest sample.
+#[derive(sqlx::FromRow)]
+pub(crate) struct GpuIdentityRow {
+    id: i64,
+    uuid: String,
+    host: String,
+    gpu_index: Option<i64>,
+    name: Option<String>,
+    mem_total_bytes: Option<i64>,
+    power_limit_w: Option<f64>,
+    first_seen_ms: i64,
+    last_seen_ms: i64,
+    last_live_ms: i64,
+}
+
+impl From<GpuIdentityRow> for GpuRecord {
+    fn from(r: GpuIdentityRow) -> Self {
+        GpuRecord {
+            id: r.id,
+            uuid: r.uuid,
+            host: r.host,
+            gpu_index: r.gpu_index.and_then(|i| u32::try_from(i).ok()),
+            name: r.name,
+            mem_total_bytes: r.mem_total_bytes,
+            power_limit_w: r.power_limit_w,
+            first_seen_ms: r.first_seen_ms,
+            last_seen_ms: r.last_seen_ms,
+            last_live_ms: r.last_live_ms,
+            latest: None,
+        }
+    }
+}
+
+/// A `jobs` row as stored (the GPU list as JSON text).
+#[derive(sqlx::FromRow)]
+pub(crate) struct JobRow {
+    id: i64,
+    name: String,
+    gpu_uuids: String,
+    from_ms: i64,
+    to_ms: i64,
+    precision: String,
+    achieved_flops_per_s: f64,
+    created_ms: i64,
+}
+
+impl TryFrom<JobRow> for JobRecord {
+    type Error = StoreError;
+
+    fn try_from(r: JobRow) -> Result<Self> {
+        Ok(JobRecord {
+            id: r.id,
+            name: r.name,
+            gpu_uuids: serde_json::from_str(&r.gpu_uuids)
+                .map_err(|e| StoreError::Invalid(format!("job gpu list: {e}")))?,
+            from_ms: r.from_ms,
+            to_ms: r.to_ms,
+            precision: r.precision,
+            achieved_flops_per_s: r.achieved_flops_per_s,
+            created_ms: r.created_ms,
+        })
+    }
 }

@@ -82,9 +82,9 @@ pub(crate) fn not_inserted<'a>(
         .collect()
 }
 
-/// A unique violation (23505): some of the batch is stored already.
+/// A unique violation: some of the batch is stored already.
 pub(crate) fn is_unique_violation(e: &StoreError) -> bool {
-    matches!(e, StoreError::Database(sqlx::Error::Database(db)) if db.code().as_deref() == Some("23505"))
+    e.is_conflict()
 }
 
 /// `INSERT … ON CONFLICT DO NOTHING` of `unique` (distinct keys): the keys stored by it.

@@ -5,10 +5,11 @@ use async_trait::async_trait;
 use fleetlens_core::ProcessOwner;
 
 use crate::alerts::NewNotification;
+use crate::json_text::JsonText;
 use crate::{OrgId, Result};
 
 /// A policy as stored.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimPolicyRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -29,7 +30,7 @@ pub struct ReclaimPolicyRecord {
 }
 
 /// One reclaim of one GPU.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimRecord {
     pub id: i64,
     pub org_id: OrgId,
@@ -38,6 +39,7 @@ pub struct ReclaimRecord {
     pub host: String,
     pub run_key: String,
     pub pid: i64,
+    #[sqlx(try_from = "JsonText<ProcessOwner>")]
     pub owner: ProcessOwner,
     pub state_since_ms: i64,
     pub noticed_ms: i64,
@@ -50,7 +52,7 @@ pub struct ReclaimRecord {
 }
 
 /// A step of a reclaim.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimLogEntry {
     pub id: i64,
     pub org_id: OrgId,
@@ -67,7 +69,7 @@ pub struct ReclaimLogEntry {
 }
 
 /// A kill request for an agent.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AgentCommand {
     pub id: i64,
     pub org_id: OrgId,
@@ -146,73 +148,19 @@ macro_rules! impl_reclaim_store {
         type Row = <$db as sqlx::Database>::Row;
 
         fn policy_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimPolicyRecord> {
-            use sqlx::Row as _;
-            Ok($crate::reclaim::ReclaimPolicyRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                name: r.try_get("name")?,
-                state: r.try_get("state")?,
-                for_s: r.try_get("for_s")?,
-                grace_s: r.try_get("grace_s")?,
-                action: r.try_get("action")?,
-                action_channel_id: r.try_get("action_channel_id")?,
-                notice_channel_id: r.try_get("notice_channel_id")?,
-                enabled: r.try_get("enabled")?,
-                created_ms: r.try_get("created_ms")?,
-                updated_ms: r.try_get("updated_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn reclaim_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimRecord> {
-            use sqlx::Row as _;
-            Ok($crate::reclaim::ReclaimRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                policy_id: r.try_get("policy_id")?,
-                gpu_uuid: r.try_get("gpu_uuid")?,
-                host: r.try_get("host")?,
-                run_key: r.try_get("run_key")?,
-                pid: r.try_get("pid")?,
-                owner: serde_json::from_str(&r.try_get::<String, _>("owner")?).unwrap_or_default(),
-                state_since_ms: r.try_get("state_since_ms")?,
-                noticed_ms: r.try_get("noticed_ms")?,
-                snoozed_until_ms: r.try_get("snoozed_until_ms")?,
-                acted_ms: r.try_get("acted_ms")?,
-                closed_ms: r.try_get("closed_ms")?,
-                status: r.try_get("status")?,
-                updated_ms: r.try_get("updated_ms")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn log_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimLogEntry> {
-            use sqlx::Row as _;
-            Ok($crate::reclaim::ReclaimLogEntry {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                reclaim_id: r.try_get("reclaim_id")?,
-                step: r.try_get("step")?,
-                actor: r.try_get("actor")?,
-                dollars_held: r.try_get("dollars_held")?,
-                at_ms: r.try_get("at_ms")?,
-                detail: r.try_get("detail")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         fn command_from_row(r: &Row) -> $crate::Result<$crate::reclaim::AgentCommand> {
-            use sqlx::Row as _;
-            Ok($crate::reclaim::AgentCommand {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                host: r.try_get("host")?,
-                reclaim_id: r.try_get("reclaim_id")?,
-                gpu_uuid: r.try_get("gpu_uuid")?,
-                pid: r.try_get("pid")?,
-                owner_user: r.try_get("owner_user")?,
-                created_ms: r.try_get("created_ms")?,
-                taken_ms: r.try_get("taken_ms")?,
-                done_ms: r.try_get("done_ms")?,
-                result: r.try_get("result")?,
-            })
+            Ok(sqlx::FromRow::from_row(r)?)
         }
 
         async fn write_extras(

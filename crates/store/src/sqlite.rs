@@ -6,22 +6,18 @@ use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
 use std::str::FromStr;
 use std::time::Duration;
 
-use async_trait::async_trait;
 use std::sync::Arc;
 
-use fleetlens_core::{Credit, Resolution, RollupBucket, Sample};
+use fleetlens_core::Sample;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::blocks;
-use crate::columns::{self, Cell, GpuRow, SampleRow};
+use crate::columns::{self, Cell};
 use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
-use crate::rollup_close::{self as rc, PendingScope, minute_range};
-use crate::{
-    ApiKey, GpuRecord, IngestOutcome, NewApiKey, OrgId, Result, RetentionPolicy, RetentionReport, Store, StoreError,
-};
+use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, StoreError};
 
 /// Rows a group commit gathers at most before it commits.
 const MAX_GROUP_ROWS: usize = 100_000;
@@ -97,15 +93,6 @@ const WRITER_CACHE_KIB: &str = "-65536";
 const READER_CACHE_KIB: &str = "-8192";
 
 impl SqliteStore {
-    /// The newest sample of GPUs whose newest hour is sealed (no open row holds it).
-    async fn fill_sealed_latest(&self, records: &mut [GpuRecord]) -> Result<()> {
-        let missing = blocks::missing_latest(records);
-        if !missing.is_empty() {
-            blocks::fill_latest(records, blocks::sqlite::latest_blocks(&self.pool, &missing).await?)?;
-        }
-        Ok(())
-    }
-
     pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
         let opts = options(url)?;
         // Only the writer checkpoints the WAL. A pooled connection's small write (the alert
@@ -522,114 +509,12 @@ pub(crate) fn bounded_chunks<T>(items: &[T], max: usize) -> Vec<&[T]> {
     out
 }
 
-/// The stored rows alone, which the `Store` reads complete with the open minutes.
 impl SqliteStore {
-    /// The rollup job: the minutes marked before `cutoff_ms`, one transaction per chunk of GPUs
-    /// (a minute, its hour and day and its mark always go together).
-    async fn close_before(&self, cutoff_ms: i64) -> Result<u64> {
-        let mut written = 0;
-        for (gpu_lo, gpu_hi) in close::close_chunks(&self.pool, cutoff_ms).await? {
-            let mut tx = crate::dialect::sqlite::begin(&self.pool).await?;
-            let scope = PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi };
-            written += close::close_in(&mut tx, scope, None, self.classifier.as_ref()).await?;
-            tx.commit().await?;
-        }
-        Ok(written)
-    }
-
-    async fn stored_credits(
-        &self,
-        org: OrgId,
-        res: Resolution,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<crate::BucketCredit>> {
-        let sql = format!(
-            "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
-             WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?",
-            Credit::column_names().iter().map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", "),
-            crate::rollup_table(res)
-        );
-        let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+    /// One statement of [`crate::whole_credit_sql`] (for `impl_store!`): WAL readers do not block
+    /// each other, so each runs on its own pooled connection.
+    async fn whole_credit_rows(&self, sql: &str, org: OrgId, _nested_loop: bool) -> Result<Vec<crate::BucketCredit>> {
+        let rows = sqlx::query(sql).bind(org).fetch_all(&self.pool).await?;
         Ok(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
-    }
-
-    async fn stored_hour_credit_split(
-        &self,
-        org: OrgId,
-        from_ms: i64,
-        end_ms: i64,
-        first_whole_ms: i64,
-        last_whole_ms: i64,
-    ) -> Result<crate::HourCreditSplit> {
-        const H: i64 = 3_600_000;
-        let floor_from = from_ms.div_euclid(H) * H;
-        let last_start = last_whole_ms - H;
-        if first_whole_ms > last_start {
-            // No whole hour inside the period: every hour is partial.
-            let partial = self.stored_credits(org, Resolution::Hour, floor_from, end_ms).await?;
-            return Ok(crate::HourCreditSplit { whole: Vec::new(), partial });
-        }
-        let (whole, partial) = crate::hour_credit_split_sql(first_whole_ms, last_start);
-        // Four independent statements at once, each on its own pooled connection (and so its
-        // own SQLite thread): WAL readers do not block each other.
-        let whole_part = |sql: String| async move {
-            let rows = sqlx::query(&sql).bind(org).fetch_all(&self.pool).await?;
-            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
-        };
-        let partial = async {
-            let rows = sqlx::query(&partial)
-                .bind(org)
-                .bind(floor_from)
-                .bind(first_whole_ms)
-                .bind(org)
-                .bind(last_start)
-                .bind(end_ms)
-                .bind(org)
-                .bind(first_whole_ms)
-                .bind(last_start)
-                .bind(org)
-                .bind(first_whole_ms)
-                .bind(last_start)
-                .fetch_all(&self.pool)
-                .await?;
-            Ok::<_, StoreError>(rows.iter().map(columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
-        };
-        let (days, before, after, partial) = tokio::try_join!(
-            whole_part(whole.days),
-            whole_part(whole.hours_before),
-            whole_part(whole.hours_after),
-            partial
-        )?;
-        let whole = crate::sum_per_gpu(days.into_iter().chain(before).chain(after).collect());
-        Ok(crate::HourCreditSplit { whole, partial })
-    }
-
-    async fn stored_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
-        let rows: Vec<(i64, Option<f64>)> = sqlx::query_as(
-            "SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
-             WHERE g.org_id = ? AND r.bucket_ms > ? - 3600000 AND r.bucket_ms < ? GROUP BY r.gpu_id",
-        )
-        .bind(org)
-        .bind(from_ms)
-        .bind(to_ms)
-        .fetch_all(&self.pool)
-        .await?;
-        Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
-    }
-
-    async fn stored_series(
-        &self,
-        gpu_id: i64,
-        res: Resolution,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<crate::SeriesRow>> {
-        let sql = format!(
-            "{} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
-            crate::series_select(res)
-        );
-        Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
     }
 }
 
@@ -638,8 +523,7 @@ mod close {
     crate::rollup_close::impl_rollup_close!(sqlx::Sqlite, crate::dialect::sqlite::q, "s.processes", sqlx::SqlitePool);
 }
 
-#[async_trait]
-impl Store for SqliteStore {
+crate::shared_store::impl_store!(SqliteStore, sqlite, {
     fn backend(&self) -> &'static str {
         "sqlite"
     }
@@ -661,46 +545,6 @@ impl Store for SqliteStore {
         Ok(())
     }
 
-    async fn create_org(&self, name: &str, now_ms: i64) -> Result<OrgId> {
-        Ok(sqlx::query_scalar("INSERT INTO orgs (name, created_ms) VALUES (?, ?) RETURNING id")
-            .bind(name)
-            .bind(now_ms)
-            .fetch_one(&self.pool)
-            .await?)
-    }
-
-    async fn insert_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey> {
-        let row = sqlx::query(
-            "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
-        )
-        .bind(key.org_id)
-        .bind(key.name)
-        .bind(key.prefix)
-        .bind(key.key_hash)
-        .bind(crate::scopes_to_text(key.scopes))
-        .bind(key.created_ms)
-        .fetch_one(&self.pool)
-        .await?;
-        Ok(crate::api_key_from_new(row.try_get(0)?, &key))
-    }
-
-    async fn ensure_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey> {
-        if let Some(existing) = self.api_key_by_hash(key.key_hash).await? {
-            return Ok(existing);
-        }
-        self.insert_api_key(key).await
-    }
-
-    async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKey>> {
-        let row = sqlx::query(
-            "SELECT id, org_id, name, prefix, scopes, created_ms, revoked_ms FROM api_keys WHERE key_hash = ?",
-        )
-        .bind(key_hash)
-        .fetch_optional(&self.pool)
-        .await?;
-        row.map(|r| crate::api_key_from_row(&r)).transpose()
-    }
-
     async fn ingest_with(
         &self,
         org: OrgId,
@@ -716,316 +560,6 @@ impl Store for SqliteStore {
         let job = IngestJob { org, host: host.to_string(), samples, rules, flags, reply };
         self.writer.send(WriteJob::Ingest(job)).await.map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
-    }
-
-    async fn move_gpu(&self, org: OrgId, uuid: &str, host: &str) -> Result<bool> {
-        let done = sqlx::query("UPDATE gpus SET host = ? WHERE org_id = ? AND uuid = ?")
-            .bind(host)
-            .bind(org)
-            .bind(uuid)
-            .execute(&self.pool)
-            .await?
-            .rows_affected();
-        Ok(done > 0)
-    }
-
-    async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
-        #[allow(clippy::type_complexity)]
-        let rows: Vec<(i64, String, String, Option<i64>, Option<String>, Option<i64>, Option<f64>, i64, i64, i64)> =
-            sqlx::query_as(
-                "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms \
-             FROM gpus WHERE org_id = ? ORDER BY host, gpu_index, uuid",
-            )
-            .bind(org)
-            .fetch_all(&self.pool)
-            .await?;
-        Ok(rows
-            .into_iter()
-            .map(
-                |(
-                    id,
-                    uuid,
-                    host,
-                    gpu_index,
-                    name,
-                    mem_total_bytes,
-                    power_limit_w,
-                    first_seen_ms,
-                    last_seen_ms,
-                    last_live_ms,
-                )| {
-                    GpuRecord {
-                        id,
-                        uuid,
-                        host,
-                        gpu_index: gpu_index.and_then(|i| u32::try_from(i).ok()),
-                        name,
-                        mem_total_bytes,
-                        power_limit_w,
-                        first_seen_ms,
-                        last_seen_ms,
-                        last_live_ms,
-                        latest: None,
-                    }
-                },
-            )
-            .collect())
-    }
-
-    async fn latest_minutes(&self, org: OrgId) -> Result<Vec<crate::LatestMinute>> {
-        let read = || async {
-            Ok(sqlx::query_as(
-                "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
-             FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id \
-             AND r.bucket_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000 WHERE g.org_id = ?",
-            )
-            .bind(org)
-            .fetch_all(&self.pool)
-            .await?)
-        };
-        let (stored, open) =
-            close::with_open(&self.pool, PendingScope::OrgLatest(org), self.classifier.as_ref(), read).await?;
-        Ok(rc::overlay_latest(stored, &open))
-    }
-
-    async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
-        let sql =
-            format!("{} WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid", columns::gpu_select("s.processes"));
-        let rows: Vec<GpuRow> = sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?;
-        let mut records: Vec<GpuRecord> = rows.into_iter().map(GpuRow::into_record).collect();
-        self.fill_sealed_latest(&mut records).await?;
-        Ok(records)
-    }
-
-    async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>> {
-        let sql = format!("{} WHERE g.org_id = ? AND g.uuid = ?", columns::gpu_select("s.processes"));
-        let row: Option<GpuRow> = sqlx::query_as(&sql).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
-        let mut records: Vec<GpuRecord> = row.into_iter().map(GpuRow::into_record).collect();
-        self.fill_sealed_latest(&mut records).await?;
-        Ok(records.pop())
-    }
-
-    async fn samples(&self, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>> {
-        let ident = sqlx::query("SELECT uuid, gpu_index, name FROM gpus WHERE id = ?")
-            .bind(gpu_id)
-            .fetch_optional(&self.pool)
-            .await?;
-        let Some(ident) = ident else { return Ok(Vec::new()) };
-        let (uuid, index, name): (String, Option<i64>, Option<String>) =
-            (ident.try_get(0)?, ident.try_get(1)?, ident.try_get(2)?);
-        let sql = format!(
-            "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? ORDER BY s.ts_ms LIMIT ?",
-            columns::sample_select_list("s", "s.processes")
-        );
-        let rows: Vec<SampleRow> = sqlx::query_as(&sql)
-            .bind(gpu_id)
-            .bind(from_ms)
-            .bind(to_ms)
-            .bind(i64::from(limit))
-            .fetch_all(&self.pool)
-            .await?;
-        let index = index.and_then(|i| u32::try_from(i).ok());
-        let open: Vec<Sample> =
-            rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
-        let sealed = blocks::sqlite::samples(&self.pool, gpu_id, from_ms, to_ms).await?;
-        let sealed = sealed.into_iter().map(|s| blocks::with_identity(s, &uuid, index, name.as_deref())).collect();
-        let mut merged = blocks::merge(sealed, open);
-        merged.truncate(limit as usize);
-        Ok(merged)
-    }
-
-    async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
-        let sql = format!(
-            "SELECT gpu_id, bucket_ms, {} FROM {} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
-            columns::rollup_columns().join(", "),
-            crate::rollup_table(res)
-        );
-        let read = || async {
-            let rows = sqlx::query(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-            rows.iter().map(|r| columns::rollup_from_row(r, gpu_id).map_err(StoreError::from)).collect()
-        };
-        let (lo, hi) = minute_range(res, from_ms, to_ms);
-        let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
-        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-        Ok(rc::overlay_rollups(stored, res, &open))
-    }
-
-    async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
-        let sql = format!(
-            "SELECT r.* FROM {} r JOIN gpus g ON g.id = r.gpu_id \
-             WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ? ORDER BY r.gpu_id, r.bucket_ms",
-            crate::rollup_table(res)
-        );
-        let read = || async {
-            let rows = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-            rows.iter().map(|r| columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err(StoreError::from)).collect()
-        };
-        let (lo, hi) = minute_range(res, from_ms, to_ms);
-        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
-        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-        Ok(rc::overlay_rollups(stored, res, &open))
-    }
-
-    async fn org_credits(
-        &self,
-        org: OrgId,
-        res: Resolution,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<crate::BucketCredit>> {
-        let read = || self.stored_credits(org, res, from_ms, to_ms);
-        let (lo, hi) = minute_range(res, from_ms, to_ms);
-        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
-        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-        Ok(rc::overlay_credits(stored, res, &open))
-    }
-
-    async fn org_hour_credit_split(
-        &self,
-        org: OrgId,
-        from_ms: i64,
-        end_ms: i64,
-        first_whole_ms: i64,
-        last_whole_ms: i64,
-    ) -> Result<crate::HourCreditSplit> {
-        let read = || self.stored_hour_credit_split(org, from_ms, end_ms, first_whole_ms, last_whole_ms);
-        let (lo, hi) = minute_range(Resolution::Hour, from_ms.div_euclid(3_600_000) * 3_600_000, end_ms);
-        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
-        let (mut split, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-        if !open.is_empty() {
-            let spans = self
-                .gpu_identities(org)
-                .await?
-                .into_iter()
-                .map(|g| (g.id, (g.first_seen_ms, g.last_seen_ms)))
-                .collect();
-            let period = rc::SplitPeriod { from_ms, end_ms, first_whole_ms, last_whole_ms };
-            rc::overlay_split(&mut split, &open, &spans, period);
-        }
-        Ok(split)
-    }
-
-    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>> {
-        let read = || self.stored_peak_mem(org, from_ms, to_ms);
-        let (lo, hi) = minute_range(Resolution::Hour, from_ms - 3_600_000 + 1, to_ms);
-        let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
-        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-        Ok(rc::overlay_peak_mem(stored, &open))
-    }
-
-    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<crate::SeriesRow>> {
-        let (lo, hi) = minute_range(res, from_ms, to_ms);
-        let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
-        match res {
-            Resolution::Minute => {
-                let read = || self.stored_series(gpu_id, res, from_ms, to_ms);
-                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-                Ok(rc::overlay_minute_series(stored, &open))
-            }
-            // Hours from their rollups, with the open minutes in (the chart columns are theirs).
-            Resolution::Hour => {
-                Ok(self.rollups(gpu_id, res, from_ms, to_ms).await?.iter().map(|b| rc::series_row(b, None)).collect())
-            }
-        }
-    }
-
-    async fn close_minutes(&self, now_ms: i64, lateness_ms: i64) -> Result<u64> {
-        self.close_before(rc::close_cutoff(now_ms, lateness_ms)).await
-    }
-
-    async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::ProcessList>> {
-        // Process lists rarely change within a minute: group identical ones (each sample still
-        // counts once), so a report parses a few lists per GPU-minute instead of 60.
-        let rows: Vec<(i64, i64, Option<String>, Option<String>, i64)> = sqlx::query_as(
-            "SELECT s.gpu_id, (s.ts_ms / 60000) * 60000 AS minute_ms, s.processes AS procs, \
-             s.allocations AS allocs, count(*) AS n \
-             FROM samples s JOIN gpus g ON g.id = s.gpu_id \
-             WHERE g.org_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
-             GROUP BY s.gpu_id, minute_ms, procs, allocs ORDER BY s.gpu_id, minute_ms",
-        )
-        .bind(org)
-        .bind(from_ms)
-        .bind(to_ms)
-        .fetch_all(&self.pool)
-        .await?;
-        let sealed = blocks::sqlite::org_samples(&self.pool, org, from_ms, to_ms).await?;
-        let rows = blocks::add_sealed_process_groups(rows, sealed);
-        Ok(rows
-            .into_iter()
-            .map(|(gpu_id, minute_ms, p, a, n)| crate::ProcessList {
-                gpu_id,
-                minute_ms,
-                processes: p.and_then(|p| serde_json::from_str(&p).ok()),
-                allocations: columns::parse_allocations(a.as_deref()),
-                samples: u32::try_from(n).unwrap_or(u32::MAX),
-            })
-            .collect())
-    }
-
-    async fn settings_by_key(&self, key: &str) -> Result<Vec<(OrgId, String)>> {
-        Ok(sqlx::query_as("SELECT org_id, value FROM org_settings WHERE key = ?")
-            .bind(key)
-            .fetch_all(&self.pool)
-            .await?)
-    }
-
-    async fn setting(&self, org: OrgId, key: &str) -> Result<Option<String>> {
-        Ok(sqlx::query_scalar("SELECT value FROM org_settings WHERE org_id = ? AND key = ?")
-            .bind(org)
-            .bind(key)
-            .fetch_optional(&self.pool)
-            .await?)
-    }
-
-    async fn put_setting(&self, org: OrgId, key: &str, value: &str, now_ms: i64) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO org_settings (org_id, key, value, updated_ms) VALUES (?, ?, ?, ?) \
-             ON CONFLICT (org_id, key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms",
-        )
-        .bind(org)
-        .bind(key)
-        .bind(value)
-        .bind(now_ms)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
-    }
-
-    async fn insert_job(&self, org: OrgId, job: &crate::JobRecord) -> Result<i64> {
-        Ok(sqlx::query_scalar(
-            "INSERT INTO jobs (org_id, name, gpu_uuids, from_ms, to_ms, precision, achieved_flops_per_s, created_ms) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-        )
-        .bind(org)
-        .bind(&job.name)
-        .bind(serde_json::to_string(&job.gpu_uuids).expect("uuids serialize"))
-        .bind(job.from_ms)
-        .bind(job.to_ms)
-        .bind(&job.precision)
-        .bind(job.achieved_flops_per_s)
-        .bind(job.created_ms)
-        .fetch_one(&self.pool)
-        .await?)
-    }
-
-    async fn jobs(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<crate::JobRecord>> {
-        let rows =
-            sqlx::query("SELECT * FROM jobs WHERE org_id = ? AND to_ms > ? AND from_ms < ? ORDER BY from_ms, id")
-                .bind(org)
-                .bind(from_ms)
-                .bind(to_ms)
-                .fetch_all(&self.pool)
-                .await?;
-        rows.iter().map(crate::job_from_row).collect()
-    }
-
-    async fn sample_count(&self) -> Result<u64> {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
-        Ok(n as u64 + blocks::sqlite::count(&self.pool).await?)
-    }
-
-    async fn seal_closed_hours(&self, now_ms: i64, max_blocks: u64) -> Result<crate::SealReport> {
-        blocks::sqlite::seal(&self.pool, now_ms, max_blocks).await
     }
 
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {
@@ -1061,7 +595,7 @@ impl Store for SqliteStore {
         }
         Ok(report)
     }
-}
+});
 
 #[cfg(test)]
 mod tests {

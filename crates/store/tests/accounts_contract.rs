@@ -3,9 +3,7 @@
 use std::sync::Arc;
 
 use fleetlens_core::Sample;
-use fleetlens_store::accounts::{
-    Assigned, GpuTeam, NewSession, NewUser, Role, TeamSource, UserUpdate, expand_scopes, is_conflict,
-};
+use fleetlens_store::accounts::{Assigned, GpuTeam, NewSession, NewUser, Role, TeamSource, UserUpdate, expand_scopes};
 use fleetlens_store::{DEFAULT_ORG, NewApiKey, Scope, Store, hash_api_key};
 use fleetlens_tests::{Backend, TestDatabase};
 
@@ -52,7 +50,7 @@ async fn teams_are_unique_per_organisation_and_scoped(backend: Backend) {
     let b = store.create_org("b", T0).await.unwrap();
     let ml = store.create_team(DEFAULT_ORG, "ml", T0).await.unwrap();
     let err = store.create_team(DEFAULT_ORG, "ml", T0).await.unwrap_err();
-    assert!(is_conflict(&err), "{err}");
+    assert!(err.is_conflict(), "{err}");
     let b_ml = store.create_team(b, "ml", T0).await.expect("same name in another organisation");
     assert_ne!(ml.id, b_ml.id);
 
@@ -86,7 +84,7 @@ async fn users_round_trip_and_emails_are_unique(backend: Backend) {
     assert_eq!(admin.role, Role::Admin);
     assert_eq!(admin.disabled_ms, None);
     let err = store.create_user(user(b, "root@a.example", Role::Viewer)).await.unwrap_err();
-    assert!(is_conflict(&err), "emails are unique across organisations: {err}");
+    assert!(err.is_conflict(), "emails are unique across organisations: {err}");
 
     let (found, hash) = store.user_for_login("root@a.example").await.unwrap().unwrap();
     assert_eq!(found, admin);

@@ -53,7 +53,6 @@ async fn channel(store: &dyn Store) -> i64 {
             T0,
         )
         .await
-        .unwrap()
         .expect("a new channel")
         .id
 }

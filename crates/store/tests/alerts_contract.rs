@@ -7,7 +7,7 @@ use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
-    EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed, Written,
+    EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed,
 };
 use fleetlens_store::{DEFAULT_ORG, Store};
 use fleetlens_tests::{Backend, TestDatabase};
@@ -116,25 +116,29 @@ fn ok() -> DeliveryResult {
 
 async fn rules_round_trip_and_names_are_unique(backend: Backend) {
     let (_db, store) = open(backend).await;
-    let a = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap().unwrap();
+    let a = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap();
     assert_eq!((a.name.as_str(), a.for_s, a.channels.clone(), a.enabled), ("hollow", 300, vec![3, 1], true));
     assert_eq!(a.labels["page"], "no");
     assert_eq!(
         (a.inhibits.clone(), a.inhibit_scope.as_str()),
         (vec!["busy_but_hollow".to_string(), "*".into()], "host")
     );
-    assert!(store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 6).await.unwrap().is_none(), "name taken");
-    let b = store.insert_alert_rule(DEFAULT_ORG, &rule("other"), 6).await.unwrap().unwrap();
+    let taken = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 6).await.unwrap_err();
+    assert!(
+        matches!(&taken, fleetlens_store::StoreError::Conflict { what } if what == "alert_rules"),
+        "a name taken is a conflict on the table, on either database: {taken:?}"
+    );
+    let b = store.insert_alert_rule(DEFAULT_ORG, &rule("other"), 6).await.unwrap();
     let mut edit = rule("hollow2");
     edit.enabled = false;
     edit.for_s = 3;
-    let Written::Done(e) = store.update_alert_rule(DEFAULT_ORG, a.id, &edit, 9).await.unwrap() else { panic!() };
+    let e = store.update_alert_rule(DEFAULT_ORG, a.id, &edit, 9).await.unwrap().unwrap();
     assert_eq!((e.name.as_str(), e.for_s, e.enabled, e.created_ms, e.updated_ms), ("hollow2", 3, false, 5, 9));
-    assert_eq!(store.update_alert_rule(DEFAULT_ORG, b.id, &edit, 9).await.unwrap(), Written::NameTaken);
-    assert_eq!(store.update_alert_rule(DEFAULT_ORG, 999, &edit, 9).await.unwrap(), Written::NotFound);
+    assert!(store.update_alert_rule(DEFAULT_ORG, b.id, &edit, 9).await.unwrap_err().is_conflict(), "name taken");
+    assert_eq!(store.update_alert_rule(DEFAULT_ORG, 999, &edit, 9).await.unwrap(), None, "no such rule");
     let other = store.create_org("other", 0).await.unwrap();
     assert!(store.alert_rule(other, a.id).await.unwrap().is_none(), "organisations are apart");
-    assert!(store.insert_alert_rule(other, &rule("hollow2"), 6).await.unwrap().is_some(), "names are per org");
+    store.insert_alert_rule(other, &rule("hollow2"), 6).await.expect("names are per org");
     assert_eq!(store.alert_rules(DEFAULT_ORG).await.unwrap().len(), 2);
     assert_eq!(store.all_alert_rules().await.unwrap().len(), 3);
     assert!(!store.delete_alert_rule(other, a.id).await.unwrap());
@@ -158,15 +162,13 @@ async fn defaults_are_seeded_once(backend: Backend) {
 
 async fn channels_and_silences(backend: Backend) {
     let (_db, store) = open(backend).await;
-    let c = store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 1000), 1).await.unwrap().unwrap();
+    let c = store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 1000), 1).await.unwrap();
     assert_eq!((c.kind.as_str(), c.min_interval_ms, c.next_send_ms), ("webhook", 1000, 0));
-    assert!(store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 0), 1).await.unwrap().is_none());
+    assert!(store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 0), 1).await.unwrap_err().is_conflict());
     let mut edit = channel("ops-slack", 1000);
     edit.kind = "slack".into();
     edit.is_default = true;
-    let Written::Done(c2) = store.update_notification_channel(DEFAULT_ORG, c.id, &edit, 2).await.unwrap() else {
-        panic!()
-    };
+    let c2 = store.update_notification_channel(DEFAULT_ORG, c.id, &edit, 2).await.unwrap().unwrap();
     assert_eq!((c2.name.as_str(), c2.kind.as_str(), c2.is_default), ("ops-slack", "slack", true));
     // Deleting a channel fails its undelivered messages.
     let id = store.enqueue_notification(DEFAULT_ORG, None, &note(c.id, "test"), 3).await.unwrap().unwrap();
@@ -195,7 +197,7 @@ async fn channels_and_silences(backend: Backend) {
 async fn a_transition_is_written_once(backend: Backend) {
     let (_db, store) = open(backend).await;
     let g = gpu(&store, "GPU-a").await;
-    let ch = store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 0), 1).await.unwrap().unwrap();
+    let ch = store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 0), 1).await.unwrap();
     let open = EvalWrite {
         now_ms: 100,
         changes: vec![AlertChange {
@@ -292,8 +294,8 @@ async fn a_transition_is_written_once(backend: Backend) {
 
 async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     let (_db, store) = open(backend).await;
-    let slow = store.insert_notification_channel(DEFAULT_ORG, &channel("slack", 1000), 1).await.unwrap().unwrap();
-    let fast = store.insert_notification_channel(DEFAULT_ORG, &channel("hook", 0), 1).await.unwrap().unwrap();
+    let slow = store.insert_notification_channel(DEFAULT_ORG, &channel("slack", 1000), 1).await.unwrap();
+    let fast = store.insert_notification_channel(DEFAULT_ORG, &channel("hook", 0), 1).await.unwrap();
     let mut ids = Vec::new();
     for (i, ch) in [slow.id, slow.id, fast.id].into_iter().enumerate() {
         let n = NewNotification { channel_id: ch, kind: "test".into(), seq: i as i64, payload: format!("{i}") };
@@ -363,9 +365,8 @@ async fn concurrent_senders_claim_each_message_once(backend: Backend) {
     let (_db, store) = open(backend).await;
     let mut channels = Vec::new();
     for i in 0..4 {
-        channels.push(
-            store.insert_notification_channel(DEFAULT_ORG, &channel(&format!("c{i}"), 0), 1).await.unwrap().unwrap().id,
-        );
+        channels
+            .push(store.insert_notification_channel(DEFAULT_ORG, &channel(&format!("c{i}"), 0), 1).await.unwrap().id);
     }
     let total = 60;
     for i in 0..total {
@@ -439,7 +440,7 @@ async fn cursors_leases_and_host_labels(backend: Backend) {
 /// (SQLite reused max(id) until migration 0009 rebuilt the tables with AUTOINCREMENT.)
 async fn ids_of_deleted_rows_are_never_reused(backend: Backend) {
     let (_db, store) = open(backend).await;
-    let r1 = store.insert_alert_rule(DEFAULT_ORG, &rule("first"), 1).await.unwrap().unwrap();
+    let r1 = store.insert_alert_rule(DEFAULT_ORG, &rule("first"), 1).await.unwrap();
     let gpu_id = gpu(&store, "GPU-ids").await;
     let open = EvalWrite {
         now_ms: 2,
@@ -452,16 +453,16 @@ async fn ids_of_deleted_rows_are_never_reused(backend: Backend) {
     };
     assert!(store.apply_alert_changes(&open).await.unwrap().alert_ids[0].is_some());
     assert!(store.delete_alert_rule(DEFAULT_ORG, r1.id).await.unwrap());
-    let r2 = store.insert_alert_rule(DEFAULT_ORG, &rule("second"), 3).await.unwrap().unwrap();
+    let r2 = store.insert_alert_rule(DEFAULT_ORG, &rule("second"), 3).await.unwrap();
     assert!(r2.id > r1.id, "rule id {} reused after deleting rule {}", r2.id, r1.id);
     let filter = AlertFilter { rule_id: Some(r2.id), limit: 100, ..Default::default() };
     assert!(store.alerts(DEFAULT_ORG, &filter).await.unwrap().is_empty(), "the new rule has no alerts of the old one");
     let kept = AlertFilter { rule_id: Some(r1.id), limit: 100, ..Default::default() };
     assert_eq!(store.alerts(DEFAULT_ORG, &kept).await.unwrap().len(), 1, "the deleted rule's alert is kept");
 
-    let c1 = store.insert_notification_channel(DEFAULT_ORG, &channel("c1", 0), 1).await.unwrap().unwrap();
+    let c1 = store.insert_notification_channel(DEFAULT_ORG, &channel("c1", 0), 1).await.unwrap();
     assert!(store.delete_notification_channel(DEFAULT_ORG, c1.id, 2).await.unwrap());
-    let c2 = store.insert_notification_channel(DEFAULT_ORG, &channel("c2", 0), 3).await.unwrap().unwrap();
+    let c2 = store.insert_notification_channel(DEFAULT_ORG, &channel("c2", 0), 3).await.unwrap();
     assert!(c2.id > c1.id, "channel id {} reused after deleting channel {}", c2.id, c1.id);
 
     let t1 = store.create_team(DEFAULT_ORG, "t1", 1).await.unwrap();
@@ -473,8 +474,8 @@ async fn ids_of_deleted_rows_are_never_reused(backend: Backend) {
 async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
     use fleetlens_store::alerts::{AlertGroupRecord, GroupChange, GroupWrite};
     let (_db, store) = open(backend).await;
-    let r = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 1).await.unwrap().unwrap();
-    let ch = store.insert_notification_channel(DEFAULT_ORG, &channel("c", 0), 1).await.unwrap().unwrap();
+    let r = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 1).await.unwrap();
+    let ch = store.insert_notification_channel(DEFAULT_ORG, &channel("c", 0), 1).await.unwrap();
     assert_eq!((ch.group_by.len(), ch.group_interval_s, ch.digest.as_str(), ch.digest_last_ms), (3, 300, "", 0));
     let g = gpu(&store, "GPU-g").await;
     // One firing alert, inhibited by nothing yet.
@@ -541,7 +542,7 @@ async fn digests_advance_once_per_period(backend: Backend) {
     let (_db, store) = open(backend).await;
     let mut spec = channel("digest", 0);
     spec.digest = "daily".into();
-    let ch = store.insert_notification_channel(DEFAULT_ORG, &spec, 1).await.unwrap().unwrap();
+    let ch = store.insert_notification_channel(DEFAULT_ORG, &spec, 1).await.unwrap();
     assert_eq!((ch.digest.as_str(), ch.digest_at_min, ch.digest_last_ms), ("daily", 540, 0));
     assert!(store.advance_digest(DEFAULT_ORG, ch.id, 0, 1000, None, 5).await.unwrap());
     let msg = NewNotification { channel_id: ch.id, kind: "digest".into(), seq: 2000, payload: "{}".into() };
@@ -550,13 +551,9 @@ async fn digests_advance_once_per_period(backend: Backend) {
     assert_eq!(store.outbox_backlog().await.unwrap(), 1, "one digest");
     assert_eq!(store.notification_channel(DEFAULT_ORG, ch.id).await.unwrap().unwrap().digest_last_ms, 2000);
     // Changing the schedule restarts the clock; other edits keep it.
-    let Written::Done(c) = store.update_notification_channel(DEFAULT_ORG, ch.id, &spec, 8).await.unwrap() else {
-        panic!()
-    };
+    let c = store.update_notification_channel(DEFAULT_ORG, ch.id, &spec, 8).await.unwrap().unwrap();
     assert_eq!(c.digest_last_ms, 2000);
     spec.digest = "weekly".into();
-    let Written::Done(c) = store.update_notification_channel(DEFAULT_ORG, ch.id, &spec, 9).await.unwrap() else {
-        panic!()
-    };
+    let c = store.update_notification_channel(DEFAULT_ORG, ch.id, &spec, 9).await.unwrap().unwrap();
     assert_eq!((c.digest.as_str(), c.digest_last_ms), ("weekly", 0));
 }

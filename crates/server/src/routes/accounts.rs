@@ -18,7 +18,7 @@ use axum::http::{Extensions, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use fleetlens_store::accounts::{
     ApiKeyInfo, Assigned, GpuTeam, HostRecord, NewSession, NewUser, OrgRecord, Role, TeamRecord, UserRecord,
-    UserUpdate, expand_scopes, is_conflict,
+    UserUpdate, expand_scopes,
 };
 use fleetlens_store::{NewApiKey, Scope, StoreError, hash_api_key};
 use serde::de::DeserializeOwned;
@@ -199,7 +199,7 @@ fn not_found(what: &str) -> ApiError {
 }
 
 fn conflict_or(e: StoreError, message: &str) -> ApiError {
-    if is_conflict(&e) { ApiError::Conflict(message.into()) } else { ApiError::Store(e) }
+    if e.is_conflict() { ApiError::Conflict(message.into()) } else { ApiError::Store(e) }
 }
 
 /// The one answer to a new user's email that is taken, wherever it is taken.
@@ -570,7 +570,7 @@ pub async fn create_user(
         .await;
     match created {
         Ok(user) => Ok((StatusCode::CREATED, Json(user.into()))),
-        Err(e) if is_conflict(&e) => {
+        Err(e) if e.is_conflict() => {
             // Emails are unique across the install (login needs only the email), so a taken
             // address cannot be given out twice. The answer never says where it is taken, and
             // these refusals are rate-limited per organisation, so an org admin cannot sweep

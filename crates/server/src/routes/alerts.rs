@@ -18,7 +18,7 @@ use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, Matchers, RuleError, RuleSpec, SEVERITIES};
 use fleetlens_store::alerts::{
     AlertFilter, AlertRecord, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
-    NewNotification, NewSilence, OutboxRecord, SilenceRecord, Written,
+    NewNotification, NewSilence, OutboxRecord, SilenceRecord,
 };
 use fleetlens_store::{OrgId, Scope, Store, StoreError};
 use serde::de::DeserializeOwned;
@@ -48,7 +48,7 @@ impl From<ApiError> for AlertsError {
 
 impl From<StoreError> for AlertsError {
     fn from(e: StoreError) -> Self {
-        AlertsError::Api(ApiError::Store(e))
+        AlertsError::Api(e.into())
     }
 }
 
@@ -75,6 +75,11 @@ type Res<T> = Result<T, AlertsError>;
 
 fn invalid(field: &str, message: impl Into<String>) -> AlertsError {
     AlertsError::Api(ApiError::Unprocessable { field: field.into(), message: message.into() })
+}
+
+/// A write by name that found the name taken ([`StoreError::Conflict`]) says which name.
+fn name_taken<'a>(what: &'static str, name: &'a str) -> impl FnOnce(StoreError) -> AlertsError + 'a {
+    move |e| if e.is_conflict() { AlertsError::Conflict(format!("a {what} named {name:?} exists")) } else { e.into() }
 }
 
 fn not_found(what: &str) -> AlertsError {
@@ -259,11 +264,8 @@ pub async fn create_rule(
     let mut rule = new_rule(&spec, channels, enabled.unwrap_or(true));
     rule.inhibits = inhibits;
     rule.inhibit_scope = inhibit_scope;
-    let stored = state
-        .store
-        .insert_alert_rule(caller.org, &rule, now_ms())
-        .await?
-        .ok_or_else(|| AlertsError::Conflict(format!("a rule named {:?} exists", rule.name)))?;
+    let stored =
+        state.store.insert_alert_rule(caller.org, &rule, now_ms()).await.map_err(name_taken("rule", &rule.name))?;
     state.alerts.wake_engine();
     Ok((StatusCode::CREATED, Json(stored.into())))
 }
@@ -306,11 +308,12 @@ pub async fn put_rule(
     let mut rule = new_rule(&spec, channels, enabled.unwrap_or(current.enabled));
     rule.inhibits = inhibits;
     rule.inhibit_scope = inhibit_scope;
-    let out = match state.store.update_alert_rule(caller.org, id, &rule, now_ms()).await? {
-        Written::Done(r) => r,
-        Written::NotFound => return Err(not_found("alert rule")),
-        Written::NameTaken => return Err(AlertsError::Conflict(format!("a rule named {:?} exists", rule.name))),
-    };
+    let out = state
+        .store
+        .update_alert_rule(caller.org, id, &rule, now_ms())
+        .await
+        .map_err(name_taken("rule", &rule.name))?
+        .ok_or_else(|| not_found("alert rule"))?;
     state.alerts.wake_engine();
     Ok(Json(out.into()))
 }
@@ -544,8 +547,8 @@ pub async fn create_channel(
     let c = state
         .store
         .insert_notification_channel(caller.org, &spec, now_ms())
-        .await?
-        .ok_or_else(|| AlertsError::Conflict(format!("a channel named {:?} exists", spec.name)))?;
+        .await
+        .map_err(name_taken("channel", &spec.name))?;
     Ok((StatusCode::CREATED, Json(c.into())))
 }
 
@@ -567,11 +570,13 @@ pub async fn put_channel(
     let current =
         state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
     let spec = channel_spec(parse_body(&body)?, Some(&current))?;
-    match state.store.update_notification_channel(caller.org, id, &spec, now_ms()).await? {
-        Written::Done(c) => Ok(Json(c.into())),
-        Written::NotFound => Err(not_found("notification channel")),
-        Written::NameTaken => Err(AlertsError::Conflict(format!("a channel named {:?} exists", spec.name))),
-    }
+    let c = state
+        .store
+        .update_notification_channel(caller.org, id, &spec, now_ms())
+        .await
+        .map_err(name_taken("channel", &spec.name))?
+        .ok_or_else(|| not_found("notification channel"))?;
+    Ok(Json(c.into()))
 }
 
 #[utoipa::path(delete, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]

@@ -22,6 +22,90 @@ pub(crate) mod format;
 pub(crate) mod pg;
 pub(crate) mod sqlite;
 
+/// `seal` (every closed GPU-hour of open rows, at most `max_blocks` of them) and its
+/// `seal_one` for one database (see [`crate::dialect`]). The invoking module provides `q`,
+/// `OLDEST_OPEN_SQL` (each GPU's oldest open sample before the bound horizon: `(gpu_id, ts)`),
+/// `BLOCK_LOCK` (the row lock of the block read back) and `async fn before_day(&Pool, day)`
+/// (called before the first block of each day of a pass).
+macro_rules! impl_seal {
+    ($pool:ty) => {
+        /// Seal every closed GPU-hour of open rows, at most `max_blocks` of them.
+        pub(crate) async fn seal(pool: &$pool, now_ms: i64, max_blocks: u64) -> Result<super::SealReport> {
+            let horizon = super::horizon(now_ms);
+            let oldest: Vec<(i64, i64)> = sqlx::query_as(&q(OLDEST_OPEN_SQL)).bind(horizon).fetch_all(pool).await?;
+            let mut report = super::SealReport::default();
+            let mut days: std::collections::HashSet<i64> = Default::default();
+            for (gpu_id, oldest) in oldest {
+                let pending: Option<i64> =
+                    sqlx::query_scalar(&q("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ?"))
+                        .bind(gpu_id)
+                        .fetch_one(pool)
+                        .await?;
+                let horizon = super::gpu_horizon(horizon, pending);
+                let mut next = Some(oldest);
+                while let Some(ts) = next.filter(|&t| t < horizon) {
+                    if report.blocks >= max_blocks {
+                        report.more = true;
+                        return Ok(report);
+                    }
+                    let start = super::span_start(ts);
+                    let day = start.div_euclid(crate::DAY_MS);
+                    if days.insert(day) {
+                        before_day(pool, day).await?;
+                    }
+                    report.samples += seal_one(pool, gpu_id, start).await?;
+                    report.blocks += 1;
+                    next = sqlx::query_scalar(&q("SELECT min(ts_ms) FROM samples WHERE gpu_id = ? AND ts_ms >= ?"))
+                        .bind(gpu_id)
+                        .bind(start + SPAN_MS)
+                        .fetch_one(pool)
+                        .await?;
+                }
+            }
+            Ok(report)
+        }
+
+        /// Move the open rows of one GPU-hour into its block, in one transaction: the rows
+        /// deleted are exactly those written into the block (`DELETE … RETURNING`; rows
+        /// committed meanwhile stay open), merged with the block sealed before, if any.
+        /// Returns the rows moved.
+        async fn seal_one(pool: &$pool, gpu_id: i64, start: i64) -> Result<u64> {
+            let mut tx = pool.begin().await?;
+            let sql = format!(
+                "DELETE FROM samples WHERE gpu_id = ? AND ts_ms >= ? AND ts_ms < ? RETURNING ts_ms, {}",
+                super::plain_select_list()
+            );
+            let rows: Vec<crate::columns::SampleRow> =
+                sqlx::query_as(&q(&sql)).bind(gpu_id).bind(start).bind(start + SPAN_MS).fetch_all(&mut *tx).await?;
+            let moved = rows.len() as u64;
+            let mut open: Vec<Sample> =
+                rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, "", None, None)).collect();
+            open.sort_by_key(|s| s.ts_ms);
+            let sql = format!("SELECT payload FROM sample_blocks WHERE gpu_id = ? AND start_ms = ?{BLOCK_LOCK}");
+            let sealed: Option<Vec<u8>> =
+                sqlx::query_scalar(&q(&sql)).bind(gpu_id).bind(start).fetch_optional(&mut *tx).await?;
+            let sealed = match sealed {
+                Some(p) => format::decode(&p)?,
+                None => Vec::new(),
+            };
+            let samples = super::merge(sealed, open);
+            sqlx::query(&q("INSERT INTO sample_blocks (gpu_id, start_ms, end_ms, n, payload) VALUES (?, ?, ?, ?, ?) \
+                 ON CONFLICT (gpu_id, start_ms) DO UPDATE SET end_ms = excluded.end_ms, n = excluded.n, \
+                 payload = excluded.payload"))
+            .bind(gpu_id)
+            .bind(start)
+            .bind(start + SPAN_MS)
+            .bind(i32::try_from(samples.len()).unwrap_or(i32::MAX))
+            .bind(format::encode(&samples))
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(moved)
+        }
+    };
+}
+use impl_seal;
+
 use fleetlens_core::Sample;
 
 /// The span of one block: an hour of one GPU, `[start_ms, start_ms + SPAN_MS)`, aligned to
@@ -94,6 +178,24 @@ pub(crate) fn merge(sealed: Vec<Sample>, open: Vec<Sample>) -> Vec<Sample> {
     }
     out.extend(open);
     out
+}
+
+/// Blocks `(gpu_id, payload)` in GPU order decoded to their samples in `[from_ms, to_ms)`,
+/// one list per GPU.
+pub(crate) fn decode_per_gpu(
+    blocks: Vec<(i64, Vec<u8>)>,
+    from_ms: i64,
+    to_ms: i64,
+) -> crate::Result<Vec<(i64, Vec<Sample>)>> {
+    let mut out: Vec<(i64, Vec<Sample>)> = Vec::new();
+    for (gpu_id, payload) in blocks {
+        let decoded = decode_range(std::slice::from_ref(&payload), from_ms, to_ms)?;
+        match out.last_mut() {
+            Some((g, list)) if *g == gpu_id => list.extend(decoded),
+            _ => out.push((gpu_id, decoded)),
+        }
+    }
+    Ok(out)
 }
 
 /// Decode `payloads` (blocks of one GPU in time order) and keep the samples in

@@ -8,52 +8,26 @@
 use fleetlens_core::Sample;
 use sqlx::{PgPool, Postgres, Transaction};
 
-use super::{SPAN_MS, SealReport, format};
-use crate::columns::SampleRow;
+use super::{SPAN_MS, format};
+use crate::dialect::pg::q;
 use crate::{DAY_MS, Result};
 
 const PARTITION_PREFIX: &str = "sample_blocks_day_";
 
-/// Seal every closed GPU-hour of open rows, at most `max_blocks` of them.
-pub(crate) async fn seal(pool: &PgPool, now_ms: i64, max_blocks: u64) -> Result<SealReport> {
-    let horizon = super::horizon(now_ms);
-    let oldest: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT g.id, o.ts FROM gpus g CROSS JOIN LATERAL (SELECT min(ts_ms) AS ts FROM samples WHERE gpu_id = g.id) o \
-         WHERE o.ts < $1 ORDER BY g.id",
-    )
-    .bind(horizon)
-    .fetch_all(pool)
-    .await?;
-    let mut report = SealReport::default();
-    let mut partitions: std::collections::HashSet<i64> = Default::default();
-    for (gpu_id, oldest) in oldest {
-        let pending: Option<i64> = sqlx::query_scalar("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = $1")
-            .bind(gpu_id)
-            .fetch_one(pool)
-            .await?;
-        let horizon = super::gpu_horizon(horizon, pending);
-        let mut next = Some(oldest);
-        while let Some(ts) = next.filter(|&t| t < horizon) {
-            if report.blocks >= max_blocks {
-                report.more = true;
-                return Ok(report);
-            }
-            let start = super::span_start(ts);
-            let day = start.div_euclid(DAY_MS);
-            if partitions.insert(day) {
-                ensure_partition(pool, day).await?;
-            }
-            report.samples += seal_one(pool, gpu_id, start).await?;
-            report.blocks += 1;
-            next = sqlx::query_scalar("SELECT min(ts_ms) FROM samples WHERE gpu_id = $1 AND ts_ms >= $2")
-                .bind(gpu_id)
-                .bind(start + SPAN_MS)
-                .fetch_one(pool)
-                .await?;
-        }
-    }
-    Ok(report)
+/// Each GPU's oldest open sample, where it is before the horizon: one index probe per GPU.
+const OLDEST_OPEN_SQL: &str = "SELECT g.id, o.ts FROM gpus g CROSS JOIN LATERAL \
+     (SELECT min(ts_ms) AS ts FROM samples WHERE gpu_id = g.id) o WHERE o.ts < ? ORDER BY g.id";
+
+/// A second sealer (a replica that just took over) waits instead of rewriting the block from
+/// the same old version.
+const BLOCK_LOCK: &str = " FOR UPDATE";
+
+/// A block of a new day needs the day's partition.
+async fn before_day(pool: &PgPool, day: i64) -> Result<()> {
+    ensure_partition(pool, day).await
 }
+
+super::impl_seal!(PgPool);
 
 /// Create the partition of day `day` (days since the epoch) unless it exists.
 pub(crate) async fn ensure_partition(pool: &PgPool, day: i64) -> Result<()> {
@@ -68,47 +42,6 @@ pub(crate) async fn ensure_partition(pool: &PgPool, day: i64) -> Result<()> {
         Err(sqlx::Error::Database(db)) if matches!(db.code().as_deref(), Some("23505" | "42P07")) => Ok(()),
         Err(e) => Err(e.into()),
     }
-}
-
-/// Move the open rows of one GPU-hour into its block in one transaction (see the SQLite
-/// twin): exactly the rows deleted are written, rows committed meanwhile stay open.
-async fn seal_one(pool: &PgPool, gpu_id: i64, start: i64) -> Result<u64> {
-    let mut tx = pool.begin().await?;
-    let sql = format!(
-        "DELETE FROM samples WHERE gpu_id = $1 AND ts_ms >= $2 AND ts_ms < $3 RETURNING ts_ms, {}",
-        super::plain_select_list()
-    );
-    let rows: Vec<SampleRow> =
-        sqlx::query_as(&sql).bind(gpu_id).bind(start).bind(start + SPAN_MS).fetch_all(&mut *tx).await?;
-    let moved = rows.len() as u64;
-    let mut open: Vec<Sample> = rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, "", None, None)).collect();
-    open.sort_by_key(|s| s.ts_ms);
-    // FOR UPDATE: a second sealer (a replica that just took over) waits instead of rewriting
-    // the block from the same old version.
-    let sealed: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT payload FROM sample_blocks WHERE gpu_id = $1 AND start_ms = $2 FOR UPDATE")
-            .bind(gpu_id)
-            .bind(start)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let sealed = match sealed {
-        Some(p) => format::decode(&p)?,
-        None => Vec::new(),
-    };
-    let samples = super::merge(sealed, open);
-    sqlx::query(
-        "INSERT INTO sample_blocks (gpu_id, start_ms, end_ms, n, payload) VALUES ($1, $2, $3, $4, $5) \
-         ON CONFLICT (gpu_id, start_ms) DO UPDATE SET end_ms = excluded.end_ms, n = excluded.n, payload = excluded.payload",
-    )
-    .bind(gpu_id)
-    .bind(start)
-    .bind(start + SPAN_MS)
-    .bind(samples.len() as i32)
-    .bind(format::encode(&samples))
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(moved)
 }
 
 /// Sealed samples of one GPU in `[from_ms, to_ms)` (identity fields empty).
@@ -146,15 +79,7 @@ pub(crate) async fn org_samples(
     .bind(SPAN_MS)
     .fetch_all(pool)
     .await?;
-    let mut out: Vec<(i64, Vec<Sample>)> = Vec::new();
-    for (gpu_id, payload) in rows {
-        let decoded = super::decode_range(std::slice::from_ref(&payload), from_ms, to_ms)?;
-        match out.last_mut() {
-            Some((g, list)) if *g == gpu_id => list.extend(decoded),
-            _ => out.push((gpu_id, decoded)),
-        }
-    }
-    Ok(out)
+    super::decode_per_gpu(rows, from_ms, to_ms)
 }
 
 /// Ingest: the blocks of sealed hours that the batch's samples (`order`, sorted by GPU and

@@ -3,89 +3,27 @@
 use fleetlens_core::Sample;
 use sqlx::{SqliteConnection, SqlitePool};
 
-use super::{SPAN_MS, SealReport, format};
+use super::{SPAN_MS, format};
 use crate::Result;
-use crate::columns::SampleRow;
+use crate::dialect::sqlite::q;
 
-/// Seal every closed GPU-hour of open rows, at most `max_blocks` of them.
-pub(crate) async fn seal(pool: &SqlitePool, now_ms: i64, max_blocks: u64) -> Result<SealReport> {
-    let horizon = super::horizon(now_ms);
-    // Each GPU's oldest open sample: one index probe per GPU (a scan of the open rows for old
-    // ones would read every row each pass).
-    let oldest: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT id, oldest FROM (SELECT g.id, (SELECT min(s.ts_ms) FROM samples s WHERE s.gpu_id = g.id) AS oldest \
-         FROM gpus g) WHERE oldest < ? ORDER BY id",
-    )
-    .bind(horizon)
-    .fetch_all(pool)
-    .await?;
-    let mut report = SealReport::default();
-    for (gpu_id, oldest) in oldest {
-        let pending: Option<i64> = sqlx::query_scalar("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ?")
-            .bind(gpu_id)
-            .fetch_one(pool)
-            .await?;
-        let horizon = super::gpu_horizon(horizon, pending);
-        let mut next = Some(oldest);
-        while let Some(ts) = next.filter(|&t| t < horizon) {
-            if report.blocks >= max_blocks {
-                report.more = true;
-                return Ok(report);
-            }
-            let start = super::span_start(ts);
-            report.samples += seal_one(pool, gpu_id, start).await?;
-            report.blocks += 1;
-            next = sqlx::query_scalar("SELECT min(ts_ms) FROM samples WHERE gpu_id = ? AND ts_ms >= ?")
-                .bind(gpu_id)
-                .bind(start + SPAN_MS)
-                .fetch_one(pool)
-                .await?;
-        }
-    }
-    Ok(report)
+/// Each GPU's oldest open sample, where it is before the horizon: one index probe per GPU (a
+/// scan of the open rows for old ones would read every row each pass).
+const OLDEST_OPEN_SQL: &str = "SELECT id, oldest FROM (SELECT g.id, (SELECT min(s.ts_ms) FROM samples s \
+     WHERE s.gpu_id = g.id) AS oldest FROM gpus g) WHERE oldest < ? ORDER BY id";
+
+/// Blocks are rewritten under SQLite's one write lock: nothing to lock.
+const BLOCK_LOCK: &str = "";
+
+/// Nothing to prepare before a block of a new day.
+async fn before_day(_pool: &SqlitePool, _day: i64) -> Result<()> {
+    Ok(())
 }
 
-/// Move the open rows of one GPU-hour into its block, in one transaction: the rows deleted are
-/// exactly those written into the block (`DELETE … RETURNING`), merged with the block sealed
-/// before, if any. Returns the rows moved.
-async fn seal_one(pool: &SqlitePool, gpu_id: i64, start: i64) -> Result<u64> {
-    let mut tx = pool.begin().await?;
-    // The DELETE first: it takes the write lock at once (waiting out the writer's commit)
-    // instead of upgrading a read transaction, which SQLite would refuse while others write.
-    let sql = format!(
-        "DELETE FROM samples WHERE gpu_id = ? AND ts_ms >= ? AND ts_ms < ? RETURNING ts_ms, {}",
-        super::plain_select_list()
-    );
-    let rows: Vec<SampleRow> =
-        sqlx::query_as(&sql).bind(gpu_id).bind(start).bind(start + SPAN_MS).fetch_all(&mut *tx).await?;
-    let moved = rows.len() as u64;
-    let mut open: Vec<Sample> = rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, "", None, None)).collect();
-    open.sort_by_key(|s| s.ts_ms);
-    let sealed: Option<Vec<u8>> =
-        sqlx::query_scalar("SELECT payload FROM sample_blocks WHERE gpu_id = ? AND start_ms = ?")
-            .bind(gpu_id)
-            .bind(start)
-            .fetch_optional(&mut *tx)
-            .await?;
-    let sealed = match sealed {
-        Some(p) => format::decode(&p)?,
-        None => Vec::new(),
-    };
-    let samples = super::merge(sealed, open);
-    sqlx::query(
-        "INSERT INTO sample_blocks (gpu_id, start_ms, end_ms, n, payload) VALUES (?, ?, ?, ?, ?) \
-         ON CONFLICT (gpu_id, start_ms) DO UPDATE SET end_ms = excluded.end_ms, n = excluded.n, payload = excluded.payload",
-    )
-    .bind(gpu_id)
-    .bind(start)
-    .bind(start + SPAN_MS)
-    .bind(samples.len() as i64)
-    .bind(format::encode(&samples))
-    .execute(&mut *tx)
-    .await?;
-    tx.commit().await?;
-    Ok(moved)
-}
+// The seal's DELETE comes first in its transaction: it takes the write lock at once (waiting
+// out the writer's commit) instead of upgrading a read transaction, which SQLite would refuse
+// while others write.
+super::impl_seal!(SqlitePool);
 
 /// Payloads of one GPU's blocks overlapping `[from_ms, to_ms)`, in time order.
 async fn payloads(conn: impl sqlx::SqliteExecutor<'_>, gpu_id: i64, from_ms: i64, to_ms: i64) -> Result<Vec<Vec<u8>>> {
@@ -120,15 +58,7 @@ pub(crate) async fn org_samples(
     .bind(from_ms)
     .fetch_all(pool)
     .await?;
-    let mut out: Vec<(i64, Vec<Sample>)> = Vec::new();
-    for (gpu_id, payload) in rows {
-        let decoded = super::decode_range(std::slice::from_ref(&payload), from_ms, to_ms)?;
-        match out.last_mut() {
-            Some((g, list)) if *g == gpu_id => list.extend(decoded),
-            _ => out.push((gpu_id, decoded)),
-        }
-    }
-    Ok(out)
+    super::decode_per_gpu(rows, from_ms, to_ms)
 }
 
 /// Ingest of samples of `gpu_id` in `[lo, hi]`, some of which may fall in sealed hours (a

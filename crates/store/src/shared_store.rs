@@ -1,0 +1,504 @@
+//! The part of [`Store`](crate::Store) that is the same SQL on both databases, written once
+//! ([`impl_store`], see [`crate::dialect`]). What only one database does (SQLite's single
+//! writer and its group commit, PostgreSQL's `COPY`, advisory locks, `LISTEN`/`NOTIFY`,
+//! vacuuming, retention) is passed in by the backend, as the methods of its own.
+
+/// `impl Store for $store`, in a module `shared` of the invoking module. The invoking module
+/// provides `mod close` (its `impl_rollup_close!`), the fields `pool` and `classifier` of
+/// `$store`, and an inherent `async fn whole_credit_rows(&self, sql: &str, org: OrgId,
+/// nested_loop: bool) -> Result<Vec<BucketCredit>>` (one statement of
+/// [`crate::whole_credit_sql`], which PostgreSQL plans with hints). `$dialect` names the
+/// database's module in both [`crate::dialect`] and [`crate::blocks`]. The braces hold the
+/// backend's own `Store` methods; they see the invoking module's names (`use super::*`).
+macro_rules! impl_store {
+    ($store:ident, $dialect:ident, { $($own:tt)* }) => {
+    mod shared {
+        use super::*;
+        use $crate::dialect::$dialect::{CLOSE_LOCK, PROCESSES_TEXT, begin, q};
+        use $crate::rollup_close::{self as rc, PendingScope, minute_range};
+
+        /// The stored rows alone, which the `Store` reads complete with the open minutes.
+        impl $store {
+            /// The rollup job: the minutes marked before `cutoff_ms`, one transaction per chunk
+            /// of GPUs (a minute, its hour and day and its mark always go together).
+            pub(super) async fn close_before(&self, cutoff_ms: i64) -> $crate::Result<u64> {
+                let mut written = 0;
+                for (gpu_lo, gpu_hi) in close::close_chunks(&self.pool, cutoff_ms).await? {
+                    let mut tx = begin(&self.pool).await?;
+                    let scope = PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi };
+                    written += close::close_in(&mut tx, scope, CLOSE_LOCK, self.classifier.as_ref()).await?;
+                    tx.commit().await?;
+                }
+                Ok(written)
+            }
+
+            /// The newest sample of GPUs whose newest hour is sealed (no open row holds it).
+            async fn fill_sealed_latest(&self, records: &mut [$crate::GpuRecord]) -> $crate::Result<()> {
+                let missing = $crate::blocks::missing_latest(records);
+                if !missing.is_empty() {
+                    let latest = $crate::blocks::$dialect::latest_blocks(&self.pool, &missing).await?;
+                    $crate::blocks::fill_latest(records, latest)?;
+                }
+                Ok(())
+            }
+
+            /// Rollup rows with `from_ms <= bucket_ms < to_ms` of the GPUs `r` (rollups) and `g`
+            /// (gpus) where `condition` holds (bound to `key`), ordered by GPU then time, with the
+            /// open minutes of `scope(first minute, end)` in.
+            async fn rollups_where(
+                &self,
+                condition: &str,
+                key: i64,
+                res: $crate::Resolution,
+                from_ms: i64,
+                to_ms: i64,
+                scope: impl FnOnce(i64, i64) -> PendingScope,
+            ) -> $crate::Result<Vec<$crate::RollupBucket>> {
+                use sqlx::Row as _;
+                let sql = format!(
+                    "SELECT r.* FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+                     WHERE {condition} AND r.bucket_ms >= ? AND r.bucket_ms < ? ORDER BY r.gpu_id, r.bucket_ms",
+                    $crate::rollup_table(res)
+                );
+                let sql = q(&sql);
+                let read = || async {
+                    let rows = sqlx::query(&sql).bind(key).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+                    rows.iter()
+                        .map(|r| $crate::columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err($crate::StoreError::from))
+                        .collect()
+                };
+                let (lo, hi) = minute_range(res, from_ms, to_ms);
+                let (stored, open) = close::with_open(&self.pool, scope(lo, hi), self.classifier.as_ref(), read).await?;
+                Ok(rc::overlay_rollups(stored, res, &open))
+            }
+
+            async fn stored_credits(
+                &self,
+                org: $crate::OrgId,
+                res: $crate::Resolution,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> $crate::Result<Vec<$crate::BucketCredit>> {
+                let columns = fleetlens_core::Credit::column_names();
+                let columns = columns.iter().map(|c| format!("r.{c}"));
+                let sql = format!(
+                    "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
+                     WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?",
+                    columns.collect::<Vec<_>>().join(", "),
+                    $crate::rollup_table(res)
+                );
+                let rows = sqlx::query(&q(&sql)).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+                Ok(rows.iter().map($crate::columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+            }
+
+            async fn stored_hour_credit_split(
+                &self,
+                org: $crate::OrgId,
+                from_ms: i64,
+                end_ms: i64,
+                first_whole_ms: i64,
+                last_whole_ms: i64,
+            ) -> $crate::Result<$crate::HourCreditSplit> {
+                const H: i64 = 3_600_000;
+                let floor_from = from_ms.div_euclid(H) * H;
+                let last_start = last_whole_ms - H;
+                if first_whole_ms > last_start {
+                    // No whole hour inside the period: every hour is partial.
+                    let partial = self.stored_credits(org, $crate::Resolution::Hour, floor_from, end_ms).await?;
+                    return Ok($crate::HourCreditSplit { whole: Vec::new(), partial });
+                }
+                let (whole, partial) = $crate::hour_credit_split_sql(first_whole_ms, last_start);
+                // Four independent statements at once, each on its own pooled connection (its
+                // own SQLite thread, or PostgreSQL backend process).
+                let partial = async {
+                    let rows = sqlx::query(&q(&partial))
+                        .bind(org)
+                        .bind(floor_from)
+                        .bind(first_whole_ms)
+                        .bind(org)
+                        .bind(last_start)
+                        .bind(end_ms)
+                        .bind(org)
+                        .bind(first_whole_ms)
+                        .bind(last_start)
+                        .bind(org)
+                        .bind(first_whole_ms)
+                        .bind(last_start)
+                        .fetch_all(&self.pool)
+                        .await?;
+                    Ok::<_, $crate::StoreError>(
+                        rows.iter().map($crate::columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?,
+                    )
+                };
+                let (days_sql, before_sql, after_sql) = (q(&whole.days), q(&whole.hours_before), q(&whole.hours_after));
+                let (days, before, after, partial) = tokio::try_join!(
+                    self.whole_credit_rows(&days_sql, org, false),
+                    self.whole_credit_rows(&before_sql, org, true),
+                    self.whole_credit_rows(&after_sql, org, true),
+                    partial
+                )?;
+                let whole = $crate::sum_per_gpu(days.into_iter().chain(before).chain(after).collect());
+                Ok($crate::HourCreditSplit { whole, partial })
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::Store for $store {
+            $($own)*
+
+            async fn create_org(&self, name: &str, now_ms: i64) -> $crate::Result<$crate::OrgId> {
+                Ok(sqlx::query_scalar(&q("INSERT INTO orgs (name, created_ms) VALUES (?, ?) RETURNING id"))
+                    .bind(name)
+                    .bind(now_ms)
+                    .fetch_one(&self.pool)
+                    .await?)
+            }
+
+            async fn insert_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
+                let id: i64 = sqlx::query_scalar(&q(
+                    "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES (?, ?, ?, ?, ?, ?) \
+                     RETURNING id",
+                ))
+                .bind(key.org_id)
+                .bind(key.name)
+                .bind(key.prefix)
+                .bind(key.key_hash)
+                .bind($crate::scopes_to_text(key.scopes))
+                .bind(key.created_ms)
+                .fetch_one(&self.pool)
+                .await?;
+                Ok($crate::api_key_from_new(id, &key))
+            }
+
+            async fn ensure_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
+                // Several replicas may bootstrap the same key at once: the unique hash decides.
+                sqlx::query(&q(
+                    "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES (?, ?, ?, ?, ?, ?) \
+                     ON CONFLICT (key_hash) DO NOTHING",
+                ))
+                .bind(key.org_id)
+                .bind(key.name)
+                .bind(key.prefix)
+                .bind(key.key_hash)
+                .bind($crate::scopes_to_text(key.scopes))
+                .bind(key.created_ms)
+                .execute(&self.pool)
+                .await?;
+                self.api_key_by_hash(key.key_hash)
+                    .await?
+                    .ok_or_else(|| $crate::StoreError::Invalid("api key vanished after insert".into()))
+            }
+
+            async fn api_key_by_hash(&self, key_hash: &str) -> $crate::Result<Option<$crate::ApiKey>> {
+                let row: Option<$crate::ApiKeyRow> = sqlx::query_as(&q(
+                    "SELECT id, org_id, name, prefix, scopes, created_ms, revoked_ms FROM api_keys WHERE key_hash = ?",
+                ))
+                .bind(key_hash)
+                .fetch_optional(&self.pool)
+                .await?;
+                Ok(row.map(Into::into))
+            }
+
+            async fn move_gpu(&self, org: $crate::OrgId, uuid: &str, host: &str) -> $crate::Result<bool> {
+                let done = sqlx::query(&q("UPDATE gpus SET host = ? WHERE org_id = ? AND uuid = ?"))
+                    .bind(host)
+                    .bind(org)
+                    .bind(uuid)
+                    .execute(&self.pool)
+                    .await?
+                    .rows_affected();
+                Ok(done > 0)
+            }
+
+            async fn gpu_identities(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::GpuRecord>> {
+                let rows: Vec<$crate::GpuIdentityRow> = sqlx::query_as(&q(
+                    "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, \
+                     last_seen_ms, last_live_ms FROM gpus WHERE org_id = ? ORDER BY host, gpu_index, uuid",
+                ))
+                .bind(org)
+                .fetch_all(&self.pool)
+                .await?;
+                Ok(rows.into_iter().map(Into::into).collect())
+            }
+
+            async fn gpus(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::GpuRecord>> {
+                let sql = format!(
+                    "{} WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid",
+                    $crate::columns::gpu_select(PROCESSES_TEXT)
+                );
+                let rows: Vec<$crate::columns::GpuRow> = sqlx::query_as(&q(&sql)).bind(org).fetch_all(&self.pool).await?;
+                let mut records: Vec<$crate::GpuRecord> = rows.into_iter().map($crate::columns::GpuRow::into_record).collect();
+                self.fill_sealed_latest(&mut records).await?;
+                Ok(records)
+            }
+
+            async fn gpu(&self, org: $crate::OrgId, uuid: &str) -> $crate::Result<Option<$crate::GpuRecord>> {
+                let sql = format!("{} WHERE g.org_id = ? AND g.uuid = ?", $crate::columns::gpu_select(PROCESSES_TEXT));
+                let row: Option<$crate::columns::GpuRow> =
+                    sqlx::query_as(&q(&sql)).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
+                let mut records: Vec<$crate::GpuRecord> = row.into_iter().map($crate::columns::GpuRow::into_record).collect();
+                self.fill_sealed_latest(&mut records).await?;
+                Ok(records.pop())
+            }
+
+            async fn latest_minutes(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::LatestMinute>> {
+                let sql = q("SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
+                     FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id \
+                     AND r.bucket_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000 WHERE g.org_id = ?");
+                let read = || async { Ok(sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?) };
+                let scope = PendingScope::OrgLatest(org);
+                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                Ok(rc::overlay_latest(stored, &open))
+            }
+
+            async fn samples(
+                &self,
+                gpu_id: i64,
+                from_ms: i64,
+                to_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<Vec<fleetlens_core::Sample>> {
+                let ident: Option<(String, Option<i64>, Option<String>)> =
+                    sqlx::query_as(&q("SELECT uuid, gpu_index, name FROM gpus WHERE id = ?"))
+                        .bind(gpu_id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                let Some((uuid, index, name)) = ident else { return Ok(Vec::new()) };
+                let sql = format!(
+                    "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
+                     ORDER BY s.ts_ms LIMIT ?",
+                    $crate::columns::sample_select_list("s", PROCESSES_TEXT)
+                );
+                let rows: Vec<$crate::columns::SampleRow> = sqlx::query_as(&q(&sql))
+                    .bind(gpu_id)
+                    .bind(from_ms)
+                    .bind(to_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await?;
+                let index = index.and_then(|i| u32::try_from(i).ok());
+                let open: Vec<fleetlens_core::Sample> =
+                    rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
+                let sealed = $crate::blocks::$dialect::samples(&self.pool, gpu_id, from_ms, to_ms).await?;
+                let sealed =
+                    sealed.into_iter().map(|s| $crate::blocks::with_identity(s, &uuid, index, name.as_deref())).collect();
+                let mut merged = $crate::blocks::merge(sealed, open);
+                merged.truncate(limit as usize);
+                Ok(merged)
+            }
+
+            async fn rollups(
+                &self,
+                gpu_id: i64,
+                res: $crate::Resolution,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> $crate::Result<Vec<$crate::RollupBucket>> {
+                let scope = |lo, hi| PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
+                self.rollups_where("r.gpu_id = ?", gpu_id, res, from_ms, to_ms, scope).await
+            }
+
+            async fn org_rollups(
+                &self,
+                org: $crate::OrgId,
+                res: $crate::Resolution,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> $crate::Result<Vec<$crate::RollupBucket>> {
+                let scope = |lo, hi| PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                self.rollups_where("g.org_id = ?", org, res, from_ms, to_ms, scope).await
+            }
+
+            async fn org_credits(
+                &self,
+                org: $crate::OrgId,
+                res: $crate::Resolution,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> $crate::Result<Vec<$crate::BucketCredit>> {
+                let read = || self.stored_credits(org, res, from_ms, to_ms);
+                let (lo, hi) = minute_range(res, from_ms, to_ms);
+                let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                Ok(rc::overlay_credits(stored, res, &open))
+            }
+
+            async fn org_hour_credit_split(
+                &self,
+                org: $crate::OrgId,
+                from_ms: i64,
+                end_ms: i64,
+                first_whole_ms: i64,
+                last_whole_ms: i64,
+            ) -> $crate::Result<$crate::HourCreditSplit> {
+                let read = || self.stored_hour_credit_split(org, from_ms, end_ms, first_whole_ms, last_whole_ms);
+                let (lo, hi) = minute_range($crate::Resolution::Hour, from_ms.div_euclid(3_600_000) * 3_600_000, end_ms);
+                let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                let (mut split, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                if !open.is_empty() {
+                    let spans = self
+                        .gpu_identities(org)
+                        .await?
+                        .into_iter()
+                        .map(|g| (g.id, (g.first_seen_ms, g.last_seen_ms)))
+                        .collect();
+                    let period = rc::SplitPeriod { from_ms, end_ms, first_whole_ms, last_whole_ms };
+                    rc::overlay_split(&mut split, &open, &spans, period);
+                }
+                Ok(split)
+            }
+
+            async fn org_peak_mem(&self, org: $crate::OrgId, from_ms: i64, to_ms: i64) -> $crate::Result<Vec<(i64, i64)>> {
+                let sql = q("SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
+                     WHERE g.org_id = ? AND r.bucket_ms > ? - 3600000 AND r.bucket_ms < ? GROUP BY r.gpu_id");
+                let read = || async {
+                    let rows: Vec<(i64, Option<f64>)> =
+                        sqlx::query_as(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+                    Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
+                };
+                let (lo, hi) = minute_range($crate::Resolution::Hour, from_ms - 3_600_000 + 1, to_ms);
+                let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                Ok(rc::overlay_peak_mem(stored, &open))
+            }
+
+            async fn series(
+                &self,
+                gpu_id: i64,
+                res: $crate::Resolution,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> $crate::Result<Vec<$crate::SeriesRow>> {
+                match res {
+                    $crate::Resolution::Minute => {
+                        let sql = format!(
+                            "{} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
+                            $crate::series_select(res)
+                        );
+                        let sql = q(&sql);
+                        let read = || async {
+                            Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
+                        };
+                        let (lo, hi) = minute_range(res, from_ms, to_ms);
+                        let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
+                        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                        Ok(rc::overlay_minute_series(stored, &open))
+                    }
+                    // Hours from their rollups, with the open minutes in (the chart columns are theirs).
+                    $crate::Resolution::Hour => Ok(self
+                        .rollups(gpu_id, res, from_ms, to_ms)
+                        .await?
+                        .iter()
+                        .map(|b| rc::series_row(b, None))
+                        .collect()),
+                }
+            }
+
+            async fn close_minutes(&self, now_ms: i64, lateness_ms: i64) -> $crate::Result<u64> {
+                self.close_before(rc::close_cutoff(now_ms, lateness_ms)).await
+            }
+
+            async fn org_process_lists(
+                &self,
+                org: $crate::OrgId,
+                from_ms: i64,
+                to_ms: i64,
+            ) -> $crate::Result<Vec<$crate::ProcessList>> {
+                // Process lists rarely change within a minute: group identical ones (each sample
+                // still counts once), so a report parses a few lists per GPU-minute instead of 60.
+                let sql = format!(
+                    "SELECT s.gpu_id, (s.ts_ms / 60000) * 60000 AS minute_ms, {} AS procs, \
+                     s.allocations AS allocs, count(*) AS n \
+                     FROM samples s JOIN gpus g ON g.id = s.gpu_id \
+                     WHERE g.org_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
+                     GROUP BY s.gpu_id, minute_ms, procs, allocs ORDER BY s.gpu_id, minute_ms",
+                    PROCESSES_TEXT
+                );
+                let rows: Vec<(i64, i64, Option<String>, Option<String>, i64)> =
+                    sqlx::query_as(&q(&sql)).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+                let sealed = $crate::blocks::$dialect::org_samples(&self.pool, org, from_ms, to_ms).await?;
+                let rows = $crate::blocks::add_sealed_process_groups(rows, sealed);
+                Ok(rows
+                    .into_iter()
+                    .map(|(gpu_id, minute_ms, p, a, n)| $crate::ProcessList {
+                        gpu_id,
+                        minute_ms,
+                        processes: p.and_then(|p| serde_json::from_str(&p).ok()),
+                        allocations: $crate::columns::parse_allocations(a.as_deref()),
+                        samples: u32::try_from(n).unwrap_or(u32::MAX),
+                    })
+                    .collect())
+            }
+
+            async fn settings_by_key(&self, key: &str) -> $crate::Result<Vec<($crate::OrgId, String)>> {
+                Ok(sqlx::query_as(&q("SELECT org_id, value FROM org_settings WHERE key = ?"))
+                    .bind(key)
+                    .fetch_all(&self.pool)
+                    .await?)
+            }
+
+            async fn setting(&self, org: $crate::OrgId, key: &str) -> $crate::Result<Option<String>> {
+                Ok(sqlx::query_scalar(&q("SELECT value FROM org_settings WHERE org_id = ? AND key = ?"))
+                    .bind(org)
+                    .bind(key)
+                    .fetch_optional(&self.pool)
+                    .await?)
+            }
+
+            async fn put_setting(&self, org: $crate::OrgId, key: &str, value: &str, now_ms: i64) -> $crate::Result<()> {
+                sqlx::query(&q(
+                    "INSERT INTO org_settings (org_id, key, value, updated_ms) VALUES (?, ?, ?, ?) \
+                     ON CONFLICT (org_id, key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms",
+                ))
+                .bind(org)
+                .bind(key)
+                .bind(value)
+                .bind(now_ms)
+                .execute(&self.pool)
+                .await?;
+                Ok(())
+            }
+
+            async fn insert_job(&self, org: $crate::OrgId, job: &$crate::JobRecord) -> $crate::Result<i64> {
+                Ok(sqlx::query_scalar(&q(
+                    "INSERT INTO jobs (org_id, name, gpu_uuids, from_ms, to_ms, precision, achieved_flops_per_s, created_ms) \
+                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                ))
+                .bind(org)
+                .bind(&job.name)
+                .bind(serde_json::to_string(&job.gpu_uuids).expect("uuids serialize"))
+                .bind(job.from_ms)
+                .bind(job.to_ms)
+                .bind(&job.precision)
+                .bind(job.achieved_flops_per_s)
+                .bind(job.created_ms)
+                .fetch_one(&self.pool)
+                .await?)
+            }
+
+            async fn jobs(&self, org: $crate::OrgId, from_ms: i64, to_ms: i64) -> $crate::Result<Vec<$crate::JobRecord>> {
+                let rows: Vec<$crate::JobRow> = sqlx::query_as(&q(
+                    "SELECT * FROM jobs WHERE org_id = ? AND to_ms > ? AND from_ms < ? ORDER BY from_ms, id",
+                ))
+                .bind(org)
+                .bind(from_ms)
+                .bind(to_ms)
+                .fetch_all(&self.pool)
+                .await?;
+                rows.into_iter().map($crate::JobRecord::try_from).collect()
+            }
+
+            async fn sample_count(&self) -> $crate::Result<u64> {
+                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
+                Ok(n as u64 + $crate::blocks::$dialect::count(&self.pool).await?)
+            }
+
+            async fn seal_closed_hours(&self, now_ms: i64, max_blocks: u64) -> $crate::Result<$crate::SealReport> {
+                $crate::blocks::$dialect::seal(&self.pool, now_ms, max_blocks).await
+            }
+        }
+    }
+    };
+}
+
+pub(crate) use impl_store;
