@@ -10,7 +10,6 @@
 //! See also `alerts_api::two_replicas_send_each_transition_once` (both senders on one outbox).
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,15 +17,12 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
+use fleetlens_tests::http::{call, now_ms, serve_local, wait_for};
+use fleetlens_tests::{Backend, TestDatabase, TestServer};
 use serde_json::{Value, json};
 use sqlx::Connection;
 
 const FAST: &[&str] = &["--alert-retry-base", "200ms", "--alert-eval-interval", "200ms", "--retention-interval", "1s"];
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// (message id, body) of every POST the receiver answered 200.
 type Log = Arc<Mutex<Vec<(Option<String>, Value)>>>;
@@ -37,24 +33,9 @@ async fn receiver() -> (String, Log) {
         log.lock().unwrap().push((id, serde_json::from_slice(&body).unwrap_or(Value::Null)));
         StatusCode::OK
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
     let log: Log = Arc::default();
-    let app = Router::new().fallback(record).with_state(log.clone());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = serve_local(Router::new().fallback(record).with_state(log.clone())).await;
     (format!("http://{addr}/hook"), log)
-}
-
-async fn call(server: &TestServer, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, server.url(path)).bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
 }
 
 /// This replica's job leadership from `GET /healthz`: job → (leader, runs).
@@ -66,21 +47,6 @@ async fn jobs(server: &TestServer) -> HashMap<String, (bool, u64)> {
             o.iter().map(|(k, s)| (k.clone(), (s["leader"].as_bool().unwrap(), s["runs"].as_u64().unwrap()))).collect()
         })
         .unwrap_or_default()
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Which of `servers` leads `job`; panics unless exactly one does (checked `checks` times).
