@@ -5,9 +5,7 @@ use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
 use fleetlens_tests::http::get_json;
-use fleetlens_tests::{
-    ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture, fixture_lines, table_counts,
-};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, fixture, fixture_lines, table_counts};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(
@@ -32,7 +30,7 @@ fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
 
 async fn samples_of(server: &TestServer, uuid: &str) -> Vec<Value> {
     let resp: Value =
-        get_json(&server, &format!("/api/v1/gpus/{uuid}/samples?from=0&to=4102444800000&limit=100000")).await;
+        get_json(server, &format!("/api/v1/gpus/{uuid}/samples?from=0&to=4102444800000&limit=100000")).await;
     assert_eq!(resp["truncated"], json!(false));
     resp["samples"].as_array().expect("samples").clone()
 }

@@ -5,7 +5,7 @@
 //! time in `offline`. On SQLite and PostgreSQL.
 
 use fleetlens_tests::http::{get_ok, now_ms};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture_lines};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, fixture_lines};
 use serde_json::Value;
 
 fleetlens_tests::for_each_backend!(

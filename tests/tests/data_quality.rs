@@ -3,7 +3,7 @@
 //! on the GPU detail. On SQLite and PostgreSQL.
 
 use fleetlens_tests::http::{get_ok, get_text, ingest_ok, now_ms};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
+use fleetlens_tests::{Backend, TestDatabase, TestServer};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(impossible_readings_are_flagged_counted_and_kept_out_of_means);

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use fleetlens_tests::http::{get, now_ms, post};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, table_counts};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, table_counts};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(events_are_stored_once_listed_and_alerted_on, malformed_events_reject_the_batch);

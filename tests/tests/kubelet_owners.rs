@@ -6,7 +6,7 @@
 
 use std::time::Duration;
 
-use fleetlens_tests::http::{alerts_of_rule, close, create_rule, get, now_ms, post, report_row, set_price};
+use fleetlens_tests::http::{alerts_of_rule, close, create_rule, get, now_ms, report_row, set_price};
 use fleetlens_tests::kubelet::StandInKubelet;
 use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, run_agent};
 use serde_json::json;

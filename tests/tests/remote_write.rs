@@ -114,12 +114,12 @@ remote_write:
 
 async fn ingest_key(server: &TestServer) -> String {
     let created: Value =
-        post_json(&server, "/api/v1/api-keys", json!({"name": "prometheus", "scopes": ["ingest"]})).await;
+        post_json(server, "/api/v1/api-keys", json!({"name": "prometheus", "scopes": ["ingest"]})).await;
     created["key"].as_str().expect("key").to_string()
 }
 
 async fn gpus(server: &TestServer) -> Vec<Value> {
-    let body: Value = get_json(&server, "/api/v1/gpus").await;
+    let body: Value = get_json(server, "/api/v1/gpus").await;
     body["gpus"].as_array().cloned().unwrap_or_default()
 }
 

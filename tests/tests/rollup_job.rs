@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use fleetlens_tests::http::{get_ok, ingest_ok, now_ms};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, rollup_accounting, wait_rollups_written};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, rollup_accounting, wait_rollups_written};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(killed_while_writing_rollups_loses_and_doubles_nothing);
@@ -33,7 +33,7 @@ fn minute(start: i64, m: i64, g: i64) -> Vec<Value> {
 }
 
 async fn post(server: &TestServer, samples: Vec<Value>) {
-    ingest_ok(&server, json!({"host": "rj-node", "samples": samples})).await;
+    ingest_ok(server, json!({"host": "rj-node", "samples": samples})).await;
 }
 
 /// The answers that read rollups and credits: billing per GPU (hour and day credits), the

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::http::{get_json, now_ms};
+use fleetlens_tests::http::get_json;
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, hollow_samples};
 use serde_json::{Value, json};
 

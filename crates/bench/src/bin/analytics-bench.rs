@@ -4,11 +4,10 @@
 //!
 //! cargo run --release -p fleetlens-bench --bin analytics-bench -- --backend sqlite --gpus 10000
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
 use fleetlens_api::{GpuProcess, IngestBatch, Sample};
 use fleetlens_bench::scratch::{ScratchDb, percentile, start_server};

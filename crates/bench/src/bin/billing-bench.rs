@@ -13,8 +13,6 @@
 //! cargo build --release -p fleetlens-server -p fleetlens-bench
 //! target/release/billing-bench --backend sqlite --gpus 10000 --days 30
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};

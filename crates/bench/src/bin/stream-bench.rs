@@ -16,8 +16,8 @@
 //!
 //! cargo run --release -p fleetlens-bench --bin stream-bench -- --backend postgres --gpus 2000
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
