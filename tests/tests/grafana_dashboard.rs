@@ -59,7 +59,6 @@ fn query(prometheus: &str, expr: &str) -> Result<Value, String> {
 async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     let db = TestDatabase::new(Backend::Sqlite).await;
     let server = TestServer::spawn(&db.url, &[]);
-    let client = reqwest::Client::new();
     // The recorded H200 trace, moved to end now: busy and idle phases, so there is waste.
     let lines = fixture_lines_ending_at(now_ms() - 1000);
     ingest_ok(&server, json!({"host": "gpu-node-01", "labels": {"team": "vision"}, "samples": lines})).await;

@@ -71,7 +71,6 @@ async fn kill_9_during_sealing_loses_and_duplicates_nothing(backend: Backend) {
     let before = {
         // No sealing in this first server's lifetime.
         let server = TestServer::spawn(&db.url, &["--seal-interval", "1h"]);
-        let client = reqwest::Client::new();
         for g in 0..GPUS {
             for chunk in samples(g, start).chunks(5_000) {
                 ingest_ok(&server, json!({"host": format!("node-{}", g / 8), "samples": chunk})).await;
