@@ -3,33 +3,12 @@
 mod common;
 
 use std::collections::HashSet;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{API_KEY, ServerState, fixture};
+use common::{API_KEY, ServerState, agent_command as agent, fixture};
 use tokio::process::Command;
-
-fn agent(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fleetlens-agent"));
-    c.args(args)
-        // Keep the environment from changing the flags' defaults.
-        .env_remove("FLEETLENS_SERVER")
-        .env_remove("FLEETLENS_API_KEY")
-        .env_remove("FLEETLENS_SOURCE")
-        .env_remove("FLEETLENS_SPOOL_DIR")
-        .env_remove("FLEETLENS_HOST")
-        .env_remove("FLEETLENS_INTERVAL")
-        .env_remove("FLEETLENS_SPOOL_MAX_BYTES")
-        .env_remove("FLEETLENS_BATCH_MAX")
-        .env_remove("FLEETLENS_LOG_FORMAT")
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    c
-}
 
 /// The arguments of a `--once` run from `source` to the server at `url`, spooling in `spool`,
 /// then `extra`.
@@ -47,8 +26,8 @@ async fn run_once(url: &str, source: &str, extra: &[&str]) -> (Output, tempfile:
     (o, spool)
 }
 
-async fn output(mut cmd: Command) -> Output {
-    tokio::time::timeout(Duration::from_secs(20), cmd.output()).await.expect("agent finished in time").unwrap()
+async fn output(cmd: Command) -> Output {
+    common::finish(cmd, Duration::from_secs(20)).await
 }
 
 fn stderr(o: &Output) -> String {
