@@ -401,6 +401,16 @@ pub fn fixture_lines() -> Vec<serde_json::Value> {
         .collect()
 }
 
+/// One synthetic H100 sample at `ts` with these utilisation and SM activity, no process list.
+pub fn h100_sample(uuid: &str, ts: i64, util: f64, smact: f64) -> serde_json::Value {
+    serde_json::json!({
+        "ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
+        "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
+        "tensor_active_pct": 0.0, "dram_active_pct": 5.0, "mem_used_bytes": 8i64 << 30,
+        "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
+    })
+}
+
 /// `n` 1-Hz hollow samples (util 100 %, SM activity 2 %, one process holding 8 GiB) of an H100,
 /// the last one `age_ms` + 1 s before now.
 pub fn hollow_samples(uuid: &str, n: i64, age_ms: i64) -> Vec<serde_json::Value> {

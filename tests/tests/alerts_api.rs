@@ -12,7 +12,8 @@ use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use fleetlens_tests::http::{call_at, now_ms, serve_on, wait_for};
 use fleetlens_tests::{
-    Backend, TestDatabase, TestServer, agent_command, fixture_lines, replay_fixture_once, validate_slack_messages,
+    Backend, TestDatabase, TestServer, agent_command, fixture_lines, h100_sample, replay_fixture_once,
+    validate_slack_messages,
 };
 use serde_json::{Value, json};
 
@@ -158,15 +159,11 @@ impl Api {
     }
 }
 
-/// One synthetic H100 sample.
+/// One synthetic H100 sample, one process holding its memory.
 fn sample(uuid: &str, ts: i64, util: f64, smact: f64) -> Value {
-    json!({
-        "ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
-        "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
-        "tensor_active_pct": 0.0, "dram_active_pct": 5.0, "mem_used_bytes": 8i64 << 30,
-        "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
-        "processes": [{"pid": 7, "used_bytes": 8i64 << 30}],
-    })
+    let mut s = h100_sample(uuid, ts, util, smact);
+    s["processes"] = json!([{"pid": 7, "used_bytes": 8i64 << 30}]);
+    s
 }
 
 /// `n` 1-Hz samples ending just before now: hollow (util 100, SMACT 2) for the first

@@ -18,7 +18,7 @@ use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
 use fleetlens_tests::http::{call, now_ms, serve_local, wait_for};
-use fleetlens_tests::{Backend, TestDatabase, TestServer};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, h100_sample};
 use serde_json::{Value, json};
 use sqlx::Connection;
 
@@ -73,20 +73,10 @@ async fn sole_leader(servers: &[&TestServer], job: &str) -> usize {
     leader
 }
 
-/// One synthetic H100 sample.
-fn sample(uuid: &str, ts: i64, util: f64, smact: f64) -> Value {
-    json!({
-        "ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
-        "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
-        "tensor_active_pct": 0.0, "dram_active_pct": 5.0, "mem_used_bytes": 8i64 << 30,
-        "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
-    })
-}
-
 /// 8 samples ending just before now: hollow for 4 (fires a 2 s rule), healthy after (resolves).
 fn hollow_then_healthy(uuid: &str) -> Vec<Value> {
     let start = now_ms() - 9000;
-    (0..8).map(|i| sample(uuid, start + i * 1000, 100.0, if i < 4 { 2.0 } else { 95.0 })).collect()
+    (0..8).map(|i| h100_sample(uuid, start + i * 1000, 100.0, if i < 4 { 2.0 } else { 95.0 })).collect()
 }
 
 async fn ingest(server: &TestServer, host: &str, samples: Vec<Value>) {
@@ -195,8 +185,8 @@ async fn both_replicas_ingesting_one_gpu_count_each_sample_once() {
     let all: Vec<Value> = (0..n)
         .flat_map(|i| {
             [
-                sample("GPU-shared", start + i * 1000, (i % 100) as f64, 50.0),
-                sample("GPU-other", start + i * 1000, 1.0, 1.0),
+                h100_sample("GPU-shared", start + i * 1000, (i % 100) as f64, 50.0),
+                h100_sample("GPU-other", start + i * 1000, 1.0, 1.0),
             ]
         })
         .collect();
