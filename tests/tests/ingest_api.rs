@@ -48,7 +48,6 @@ async fn fixture_ingest_is_idempotent_and_reads_back(backend: Backend) {
     );
     assert_eq!(table_counts(&db.url).await.samples, 84);
 
-    let client = reqwest::Client::new();
     let gpus: Value = get_json(&server, "/api/v1/gpus").await;
     let gpu = &gpus["gpus"][0];
     assert_eq!(gpu["host"], "gpu-node-01");

@@ -47,12 +47,15 @@ async fn exporter() -> String {
 }
 
 /// A Prometheus child, killed when dropped, and its directory (configuration and TSDB).
-struct Prometheus(Child, tempfile::TempDir);
+struct Prometheus {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }
 
@@ -63,7 +66,7 @@ async fn prometheus_writing_to(server: &TestServer, max_samples_per_send: usize)
     let exporter = exporter().await;
     let dir = tempfile::tempdir().unwrap();
     let child = start_prometheus(dir.path(), &exporter, &server.url("/api/v1/write"), &key, max_samples_per_send);
-    Prometheus(child, dir)
+    Prometheus { child, _dir: dir }
 }
 
 /// `max_samples_per_send`: series points per remote-write request (one H100 scrape has 68

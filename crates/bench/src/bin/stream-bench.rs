@@ -27,7 +27,6 @@ use clap::Parser;
 use fleetlens_api::Sample;
 use fleetlens_bench::child::ChildGuard;
 use fleetlens_bench::scratch::{ScratchDb, percentile, start_server};
-use sqlx::Connection;
 
 #[derive(Parser, Debug)]
 struct Args {
