@@ -22,7 +22,7 @@ fn once<'a>(url: &'a str, source: &'a str, spool: &'a str, extra: &[&'a str]) ->
 /// fresh directory: its output, and the directory.
 async fn run_once(url: &str, source: &str, extra: &[&str]) -> (Output, tempfile::TempDir) {
     let spool = tempfile::tempdir().unwrap();
-    let o = output(agent(&once(url, source, spool.path().to_str().unwrap(), extra))).await;
+    let o = output(agent(once(url, source, spool.path().to_str().unwrap(), extra))).await;
     (o, spool)
 }
 
@@ -88,7 +88,7 @@ async fn stopped_agent_keeps_its_spool_for_the_next_start() {
     let src = format!("replay:{}", fixture().display());
     // Batches by size and interval only: the test counts them.
     let extra = ["--batch-max", "30", "--retry-max-delay", "50ms", "--flush-on-state-change", "false"];
-    let mut child = agent(&once(&down.url, &src, dir, &extra)).spawn().unwrap();
+    let mut child = agent(once(&down.url, &src, dir, &extra)).spawn().unwrap();
     common::wait_until("the agent retried", || down.state.requests() >= 3).await;
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
@@ -102,7 +102,7 @@ async fn stopped_agent_keeps_its_spool_for_the_next_start() {
     // Next start, server up: the spooled batches go first, then the replay's own (the same
     // samples again, which the server deduplicates).
     let server = common::start(ServerState::new([])).await;
-    let o = output(agent(&once(&server.url, &src, dir, &extra))).await;
+    let o = output(agent(once(&server.url, &src, dir, &extra))).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("left by an earlier run"));
     assert_eq!(server.state.stored_count(), 84);
