@@ -176,14 +176,8 @@ pub async fn ingest_ok(server: &TestServer, body: Value) {
 
 /// A POST of `body` with the admin key whose answer must be JSON, whatever the status.
 pub async fn post_json(server: &TestServer, path: &str, body: Value) -> Value {
-    let resp = reqwest::Client::new()
-        .post(server.url(path))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .expect("request");
-    resp.json().await.expect("a JSON body")
+    let req = reqwest::Client::new().post(server.url(path)).bearer_auth(ADMIN_TOKEN);
+    req.json(&body).send().await.expect("request").json().await.expect("a JSON body")
 }
 
 /// A POST with the admin key that must answer 201 Created: the created resource.
