@@ -647,6 +647,24 @@ mod tests {
         (sum, batches(&spool))
     }
 
+    /// `src` collecting under `cfg` into a fresh spool in the background: the spool's directory
+    /// (to keep while the test runs), the spool, the stop switch and the run.
+    fn start_live(
+        src: Live,
+        cfg: CollectorConfig,
+    ) -> (
+        tempfile::TempDir,
+        SharedSpool,
+        watch::Sender<bool>,
+        tokio::task::JoinHandle<Result<CollectSummary, CollectError>>,
+    ) {
+        let dir = tempfile::tempdir().unwrap();
+        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let task = tokio::spawn(run(Box::new(src), spool.clone(), Arc::new(Notify::new()), cfg, stop_rx));
+        (dir, spool, stop_tx, task)
+    }
+
     #[tokio::test(start_paused = true)]
     async fn one_batch_per_flush_interval() {
         let sec = Duration::from_secs(1);
@@ -681,17 +699,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_stalled_source_still_gets_its_batch_sealed_and_shutdown_spools_the_rest() {
         let sec = Duration::from_secs(1);
-        let dir = tempfile::tempdir().unwrap();
-        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
-        let (stop_tx, stop_rx) = watch::channel(false);
         let src = Live { period: sec, readings: 2, n: 0, stall_after: true };
-        let task = tokio::spawn(run(
-            Box::new(src),
-            spool.clone(),
-            Arc::new(Notify::new()),
-            live_cfg(5 * sec, sec, 5000),
-            stop_rx,
-        ));
+        let (_dir, spool, stop_tx, task) = start_live(src, live_cfg(5 * sec, sec, 5000));
         // Two readings (t = 0, 1 s), then nothing: sealed one interval after the flush was due.
         tokio::time::sleep(Duration::from_millis(5500)).await;
         assert!(batches(&spool).is_empty());
@@ -703,17 +712,8 @@ mod tests {
         assert_eq!(sum.samples, 2);
 
         // A shutdown in the middle of a flush interval spools what was read so far.
-        let dir = tempfile::tempdir().unwrap();
-        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
-        let (stop_tx, stop_rx) = watch::channel(false);
         let src = Live { period: sec, readings: 100, n: 0, stall_after: false };
-        let task = tokio::spawn(run(
-            Box::new(src),
-            spool.clone(),
-            Arc::new(Notify::new()),
-            live_cfg(5 * sec, sec, 5000),
-            stop_rx,
-        ));
+        let (_dir, spool, stop_tx, task) = start_live(src, live_cfg(5 * sec, sec, 5000));
         tokio::time::sleep(Duration::from_millis(7500)).await;
         assert_eq!(batches(&spool), [vec![1, 2, 3, 4, 5]]);
         stop_tx.send(true).unwrap();

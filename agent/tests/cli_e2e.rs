@@ -3,36 +3,31 @@
 mod common;
 
 use std::collections::HashSet;
-use std::process::{Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use axum::http::StatusCode;
-use common::{API_KEY, ServerState, fixture};
+use common::{API_KEY, ServerState, agent_command as agent, fixture};
 use tokio::process::Command;
 
-fn agent(args: &[&str]) -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_fleetlens-agent"));
-    c.args(args)
-        // Keep the environment from changing the flags' defaults.
-        .env_remove("FLEETLENS_SERVER")
-        .env_remove("FLEETLENS_API_KEY")
-        .env_remove("FLEETLENS_SOURCE")
-        .env_remove("FLEETLENS_SPOOL_DIR")
-        .env_remove("FLEETLENS_HOST")
-        .env_remove("FLEETLENS_INTERVAL")
-        .env_remove("FLEETLENS_SPOOL_MAX_BYTES")
-        .env_remove("FLEETLENS_BATCH_MAX")
-        .env_remove("FLEETLENS_LOG_FORMAT")
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .kill_on_drop(true);
-    c
+/// The arguments of a `--once` run from `source` to the server at `url`, spooling in `spool`,
+/// then `extra`.
+fn once<'a>(url: &'a str, source: &'a str, spool: &'a str, extra: &[&'a str]) -> Vec<&'a str> {
+    let mut args = vec!["--server", url, "--api-key", API_KEY, "--source", source, "--once", "--spool-dir", spool];
+    args.extend_from_slice(extra);
+    args
 }
 
-async fn output(mut cmd: Command) -> Output {
-    tokio::time::timeout(Duration::from_secs(20), cmd.output()).await.expect("agent finished in time").unwrap()
+/// A `--once` run from `source` to the server at `url` with `extra` arguments, spooling in a
+/// fresh directory: its output, and the directory.
+async fn run_once(url: &str, source: &str, extra: &[&str]) -> (Output, tempfile::TempDir) {
+    let spool = tempfile::tempdir().unwrap();
+    let o = output(agent(once(url, source, spool.path().to_str().unwrap(), extra))).await;
+    (o, spool)
+}
+
+async fn output(cmd: Command) -> Output {
+    common::finish(cmd, Duration::from_secs(20)).await
 }
 
 fn stderr(o: &Output) -> String {
@@ -42,24 +37,8 @@ fn stderr(o: &Output) -> String {
 #[tokio::test]
 async fn replay_once_backfills_the_trace_through_503s() {
     let server = common::start(ServerState::new([StatusCode::SERVICE_UNAVAILABLE; 2])).await;
-    let spool = tempfile::tempdir().unwrap();
     let src = format!("replay:{}", fixture().display());
-    let o = output(agent(&[
-        "--server",
-        &server.url,
-        "--api-key",
-        API_KEY,
-        "--source",
-        &src,
-        "--once",
-        "--spool-dir",
-        spool.path().to_str().unwrap(),
-        "--batch-max",
-        "20",
-        "--retry-max-delay",
-        "100ms",
-    ]))
-    .await;
+    let (o, spool) = run_once(&server.url, &src, &["--batch-max", "20", "--retry-max-delay", "100ms"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
     let got = server.state.accepted_samples();
     let unique: HashSet<(String, i64)> = got.iter().map(|(_, u, t)| (u.clone(), *t)).collect();
@@ -78,24 +57,8 @@ async fn replay_once_backfills_the_trace_through_503s() {
 #[tokio::test]
 async fn host_flag_overrides_the_trace_and_json_logs() {
     let server = common::start(ServerState::new([])).await;
-    let spool = tempfile::tempdir().unwrap();
     let src = format!("replay:{}", fixture().display());
-    let o = output(agent(&[
-        "--server",
-        &server.url,
-        "--api-key",
-        API_KEY,
-        "--source",
-        &src,
-        "--once",
-        "--host",
-        "other-node",
-        "--spool-dir",
-        spool.path().to_str().unwrap(),
-        "--log-format",
-        "json",
-    ]))
-    .await;
+    let (o, _spool) = run_once(&server.url, &src, &["--host", "other-node", "--log-format", "json"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(server.state.accepted_samples().iter().all(|(h, _, _)| h == "other-node"));
     let err = stderr(&o);
@@ -107,21 +70,7 @@ async fn host_flag_overrides_the_trace_and_json_logs() {
 #[tokio::test]
 async fn simulate_once_sends_one_interval() {
     let server = common::start(ServerState::new([])).await;
-    let spool = tempfile::tempdir().unwrap();
-    let o = output(agent(&[
-        "--server",
-        &server.url,
-        "--api-key",
-        API_KEY,
-        "--source",
-        "simulate:10",
-        "--once",
-        "--seed",
-        "3",
-        "--spool-dir",
-        spool.path().to_str().unwrap(),
-    ]))
-    .await;
+    let (o, _spool) = run_once(&server.url, "simulate:10", &["--seed", "3"]).await;
     assert!(o.status.success(), "{}", stderr(&o));
     let acc = server.state.accepted.lock().unwrap();
     let hosts: Vec<&str> = acc.iter().map(|b| b.host.as_str()).collect();
@@ -137,29 +86,9 @@ async fn stopped_agent_keeps_its_spool_for_the_next_start() {
     let spool = tempfile::tempdir().unwrap();
     let dir = spool.path().to_str().unwrap();
     let src = format!("replay:{}", fixture().display());
-    let args = |url: &str| -> Vec<String> {
-        [
-            "--server",
-            url,
-            "--api-key",
-            API_KEY,
-            "--source",
-            &src,
-            "--once",
-            "--spool-dir",
-            dir,
-            "--batch-max",
-            "30",
-            "--retry-max-delay",
-            "50ms",
-            // Batches by size and interval only: the test counts them.
-            "--flush-on-state-change",
-            "false",
-        ]
-        .map(String::from)
-        .to_vec()
-    };
-    let mut child = agent(&args(&down.url).iter().map(String::as_str).collect::<Vec<_>>()).spawn().unwrap();
+    // Batches by size and interval only: the test counts them.
+    let extra = ["--batch-max", "30", "--retry-max-delay", "50ms", "--flush-on-state-change", "false"];
+    let mut child = agent(once(&down.url, &src, dir, &extra)).spawn().unwrap();
     common::wait_until("the agent retried", || down.state.requests() >= 3).await;
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
@@ -173,7 +102,7 @@ async fn stopped_agent_keeps_its_spool_for_the_next_start() {
     // Next start, server up: the spooled batches go first, then the replay's own (the same
     // samples again, which the server deduplicates).
     let server = common::start(ServerState::new([])).await;
-    let o = output(agent(&args(&server.url).iter().map(String::as_str).collect::<Vec<_>>())).await;
+    let o = output(agent(once(&server.url, &src, dir, &extra))).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("left by an earlier run"));
     assert_eq!(server.state.stored_count(), 84);
@@ -185,23 +114,9 @@ async fn rejected_batch_fails_the_once_run() {
     let mut state = ServerState::new([]);
     state.reject = Some(Box::new(|_| true));
     let server = common::start(state).await;
-    let spool = tempfile::tempdir().unwrap();
     let src = format!("replay:{}", fixture().display());
-    let o = output(agent(&[
-        "--server",
-        &server.url,
-        "--api-key",
-        API_KEY,
-        "--source",
-        &src,
-        "--once",
-        "--spool-dir",
-        spool.path().to_str().unwrap(),
-        // Batches by size and interval only: the test counts them.
-        "--flush-on-state-change",
-        "false",
-    ]))
-    .await;
+    // Batches by size and interval only: the test counts them.
+    let (o, spool) = run_once(&server.url, &src, &["--flush-on-state-change", "false"]).await;
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).contains("rejected"), "{}", stderr(&o));
     assert_eq!(server.state.requests(), 1, "never retried");

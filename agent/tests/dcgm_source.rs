@@ -4,7 +4,6 @@
 mod common;
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use axum::http::StatusCode;
@@ -208,26 +207,22 @@ async fn agent_binary_ships_dcgm_samples() {
     let url = exporter(fixture("dcgm-exporter-3.3-h100x2.prom"), 0).await;
     let server = common::start(ServerState::new([])).await;
     let spool = tempfile::tempdir().unwrap();
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetlens-agent"))
-        .args([
-            "--server",
-            &server.url,
-            "--api-key",
-            API_KEY,
-            "--source",
-            &format!("dcgm:{url}"),
-            "--once",
-            "--spool-dir",
-            spool.path().to_str().unwrap(),
-            "--label",
-            "team=ml",
-        ])
-        .env_remove("FLEETLENS_HOST")
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(20), out).await.unwrap().unwrap();
+    let source = format!("dcgm:{url}");
+    let spool_dir = spool.path().to_str().unwrap();
+    let agent = common::agent_command([
+        "--server",
+        &server.url,
+        "--api-key",
+        API_KEY,
+        "--source",
+        &source,
+        "--once",
+        "--spool-dir",
+        spool_dir,
+        "--label",
+        "team=ml",
+    ]);
+    let out = common::finish(agent, Duration::from_secs(20)).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("XID error reported by DCGM"), "{stderr}");

@@ -5,7 +5,6 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -186,18 +185,10 @@ async fn agent_binary_sends_allocations() {
     let _server = serve(kubelet.clone(), &socket);
     let server = common::start(ServerState::new([])).await;
     let trace = trace(dir.path(), 5);
-    let out = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetlens-agent"))
-        .args(["--server", &server.url, "--api-key", API_KEY, "--once", "--source"])
-        .arg(format!("replay:{}", trace.display()))
-        .arg("--spool-dir")
-        .arg(dir.path().join("spool"))
-        .arg("--kubelet-socket")
-        .arg(&socket)
-        .env("RUST_LOG", "info")
-        .stdin(Stdio::null())
-        .kill_on_drop(true)
-        .output();
-    let out = tokio::time::timeout(Duration::from_secs(30), out).await.unwrap().unwrap();
+    let mut agent = common::agent_command(["--server", &server.url, "--api-key", API_KEY, "--once", "--source"]);
+    agent.arg(format!("replay:{}", trace.display()));
+    agent.arg("--spool-dir").arg(dir.path().join("spool")).arg("--kubelet-socket").arg(&socket);
+    let out = common::finish(agent, Duration::from_secs(30)).await;
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{stderr}");
     assert!(stderr.contains("reading GPU allocations from the kubelet"), "{stderr}");

@@ -4,28 +4,18 @@
 //   FLEETLENS_URL, FLEETLENS_ADMIN_EMAIL, FLEETLENS_ADMIN_PASSWORD
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import { createRequire } from 'node:module';
-import { chromium } from 'playwright-core';
+import { EMAIL, PASSWORD, T, URL, launchChromium, seriousViolations } from './helpers.mjs';
 
-const URL = process.env.FLEETLENS_URL;
-const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
-const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
 assert.ok(URL && EMAIL && PASSWORD, 'FLEETLENS_URL, FLEETLENS_ADMIN_EMAIL/PASSWORD must be set (run scripts/browser-test.sh)');
 
 const FIXTURE_UUID = 'GPU-b8c24ac0-038a-26bb-9696-7e629bc4f276';
-const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
-const T = 15_000;
 
 let browser;
 let context;
 let page;
 
 before(async () => {
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   // axe is injected as a script of its own: the dashboard's Content-Security-Policy would refuse it.
   context = await browser.newContext({ viewport: { width: 1280, height: 900 }, bypassCSP: true });
   page = await context.newPage();
@@ -34,21 +24,6 @@ before(async () => {
 after(async () => {
   await browser?.close();
 });
-
-/** Waits until the page has drawn its data (no "Loading…" left), then runs axe-core on it and
- * returns the serious and critical violations, one line each. */
-async function seriousViolations(p, ready) {
-  await p.locator(ready).first().waitFor({ timeout: T });
-  await p.waitForFunction(() => !document.querySelector('main .status[role=status]'), null, { timeout: T });
-  await p.addScriptTag({ path: AXE });
-  const violations = await p.evaluate(async () => {
-    const r = await globalThis.axe.run(document, { resultTypes: ['violations'] });
-    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' ')) }));
-  });
-  return violations
-    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-    .map((v) => `${v.impact} ${v.id} (${v.help}): ${v.nodes.slice(0, 5).join(', ')}`);
-}
 
 test('login page: no serious or critical accessibility violations', async () => {
   await page.goto(URL + '/login');

@@ -4,18 +4,12 @@
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
+import { EMAIL, PASSWORD, SHOTS, T, TOKEN, URL, api, launchChromium, waitForText } from './helpers.mjs';
 
-const URL = process.env.FLEETLENS_URL;
-const TOKEN = process.env.FLEETLENS_TOKEN;
-const SHOTS = process.env.SCREENSHOT_DIR || '/tmp';
-const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
-const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
 assert.ok(URL && TOKEN && EMAIL && PASSWORD, 'FLEETLENS_URL, FLEETLENS_TOKEN, FLEETLENS_ADMIN_EMAIL/PASSWORD must be set (run scripts/browser-test.sh)');
 
 const FIXTURE_UUID = 'GPU-b8c24ac0-038a-26bb-9696-7e629bc4f276';
 const NULL_SM_UUID = 'GPU-00000000-0000-4000-8000-0000000000aa';
-const T = 15_000;
 
 let browser;
 let context;
@@ -27,26 +21,6 @@ const consoleErrors = [];
 // `/api/v1/stream`: the dashboard's probe for the live stream (`?once=true`); a server without
 // it answers 404 and the dashboard polls instead.
 const expectedFailures = new Set(['/api/v1/auth/me', '/api/v1/stream']);
-
-async function api(pathAndQuery, init = {}) {
-  const res = await fetch(URL + pathAndQuery, {
-    ...init,
-    headers: { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json', ...(init.headers || {}) },
-  });
-  return res;
-}
-
-/** Polls until the locator's text matches, returns the text. */
-async function waitForText(locator, re, timeout = T) {
-  const end = Date.now() + timeout;
-  let last = '';
-  while (Date.now() < end) {
-    last = (await locator.first().textContent().catch(() => '')) || '';
-    if (re.test(last)) return last;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.fail(`text ${JSON.stringify(last.slice(0, 300))} never matched ${re}`);
-}
 
 async function shot(name) {
   await page.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
@@ -84,11 +58,7 @@ before(async () => {
     if (r.status === 404) expectedFailures.add(p);
   }
 
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   page = await context.newPage();
   page.on('console', (msg) => {

@@ -7,16 +7,11 @@
 // FLEETLENS_URL, FLEETLENS_TOKEN, FLEETLENS_ADMIN_EMAIL, FLEETLENS_ADMIN_PASSWORD, SCREENSHOT_DIR.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import path from 'node:path';
-import { chromium } from 'playwright-core';
+import {
+  EMAIL, PASSWORD, T, TOKEN, URL, api, launchChromium, logIn, shot, watchConsole,
+} from './helpers.mjs';
 
-const URL = process.env.FLEETLENS_URL;
-const TOKEN = process.env.FLEETLENS_TOKEN;
-const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
-const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
-const SHOTS = process.env.SCREENSHOT_DIR || '/tmp';
 assert.ok(URL && TOKEN && EMAIL && PASSWORD, 'run scripts/browser-test.sh');
-const T = 15_000;
 
 const PWN_HOST = '<img src=x onerror="window.__pwned=1">';
 const PWN_UUID = 'GPU-"><img src=x onerror=window.__pwned=2>';
@@ -42,29 +37,7 @@ const consoleErrors = [];
 // `/api/v1/stream`: the dashboard's probe for the live stream (`?once=true`); a server without
 // it answers 404 and the dashboard polls instead.
 const expectedFailures = new Set(['/api/v1/auth/me', '/api/v1/stream']);
-
-async function api(pathAndQuery, init = {}) {
-  return fetch(URL + pathAndQuery, {
-    ...init,
-    headers: { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json', ...(init.headers || {}) },
-  });
-}
-
-function watch(p) {
-  p.on('console', (msg) => {
-    if (msg.type() !== 'error') return;
-    const url = msg.location()?.url || '';
-    const pathname = new globalThis.URL(url || 'http://x/').pathname;
-    const expected = /Failed to load resource/.test(msg.text()) && expectedFailures.has(pathname);
-    if (!expected) consoleErrors.push({ text: msg.text(), url });
-  });
-  p.on('pageerror', (err) => consoleErrors.push({ text: `uncaught: ${err.message}`, url: p.url() }));
-}
-
-async function shot(p, name) {
-  await p.waitForTimeout(200);
-  await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
-}
+const watch = (p) => watchConsole(p, consoleErrors, expectedFailures);
 
 function samples(uuid, name, owner) {
   const now = Date.now();
@@ -148,20 +121,11 @@ before(async () => {
     [BIDI_UUID, FORMULA_NAME, FORMULA_NAME],
     [LONG_UUID, LONG_NAME, LONG_NAME],
   ]);
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   page = await context.newPage();
   watch(page);
-  await page.goto(URL + '/login');
-  await page.locator('#email').waitFor({ timeout: T });
-  await page.fill('#email', EMAIL);
-  await page.fill('#password', PASSWORD);
-  await page.click('form[aria-label="Log in"] button[type="submit"]');
-  await page.waitForURL(URL + '/', { timeout: T });
+  await logIn(page);
 });
 
 after(async () => {

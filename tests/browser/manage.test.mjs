@@ -6,21 +6,16 @@
 // FLEETLENS_ADMIN_EMAIL, FLEETLENS_ADMIN_PASSWORD, SCREENSHOT_DIR.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import http from 'node:http';
 import path from 'node:path';
-import { chromium } from 'playwright-core';
+import {
+  EMAIL, PASSWORD, SHOTS, T, TOKEN, URL, api, launchChromium, logIn, shot, startReceiver, waitForText, watchConsole,
+} from './helpers.mjs';
 
-const URL = process.env.FLEETLENS_URL;
-const TOKEN = process.env.FLEETLENS_TOKEN;
-const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
-const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
-const SHOTS = process.env.SCREENSHOT_DIR || '/tmp';
 assert.ok(URL && TOKEN && EMAIL && PASSWORD, 'run scripts/browser-test.sh');
 
 const FIXTURE_UUID = 'GPU-b8c24ac0-038a-26bb-9696-7e629bc4f276';
 const VIEWER = { email: 'viewer@example.com', password: 'viewer-password-1' };
 const RULE = 'Browser: any GPU reporting';
-const T = 15_000;
 
 let browser;
 let context;
@@ -35,51 +30,10 @@ const consoleErrors = [];
 // it answers 404 and the dashboard polls instead.
 const expectedFailures = new Set(['/api/v1/auth/me', '/api/v1/stream']);
 
-async function api(pathAndQuery, init = {}) {
-  return fetch(URL + pathAndQuery, {
-    ...init,
-    headers: { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json', ...(init.headers || {}) },
-  });
-}
-
-async function waitForText(locator, re, timeout = T) {
-  const end = Date.now() + timeout;
-  let last = '';
-  while (Date.now() < end) {
-    last = (await locator.first().textContent().catch(() => '')) || '';
-    if (re.test(last)) return last;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.fail(`text ${JSON.stringify(last.slice(0, 300))} never matched ${re}`);
-}
-
-async function shot(p, name) {
-  await p.waitForTimeout(200);
-  await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
-}
-
-function watch(p) {
-  p.on('console', (msg) => {
-    if (msg.type() !== 'error') return;
-    const url = msg.location()?.url || '';
-    const pathname = new globalThis.URL(url || 'http://x/').pathname;
-    const expected = /Failed to load resource/.test(msg.text()) && expectedFailures.has(pathname);
-    if (!expected) consoleErrors.push({ text: msg.text(), url });
-  });
-  p.on('pageerror', (err) => consoleErrors.push({ text: `uncaught: ${err.message}`, url: '' }));
-}
+const watch = (p) => watchConsole(p, consoleErrors, expectedFailures);
 
 /** The card section whose heading has this id. */
 const section = (p, id) => p.locator('section', { has: p.locator(`#${id}`) });
-
-async function logIn(p, email, password) {
-  await p.goto(URL + '/login');
-  await p.locator('#email').waitFor({ timeout: T });
-  await p.fill('#email', email);
-  await p.fill('#password', password);
-  await p.click('form[aria-label="Log in"] button[type="submit"]');
-  await p.waitForURL(URL + '/', { timeout: T });
-}
 
 /** Runs `fn` with the 4xx answers of `paths` expected. */
 async function expecting(paths, fn) {
@@ -94,26 +48,13 @@ async function expecting(paths, fn) {
 }
 
 before(async () => {
-  receiver = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => (body += c));
-    req.on('end', () => {
-      received.push({ method: req.method, url: req.url, headers: req.headers, body });
-      res.writeHead(200, { 'Content-Type': 'text/plain' });
-      res.end('ok');
-    });
-  });
-  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+  receiver = await startReceiver(received);
   receiverUrl = `http://127.0.0.1:${receiver.address().port}/hook`;
 
   const r = await api('/api/v1/users', { method: 'POST', body: JSON.stringify({ ...VIEWER, name: 'Vera Viewer', role: 'viewer' }) });
   assert.ok([201, 200, 409].includes(r.status), `viewer user: ${r.status} ${await r.text()}`);
 
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   page = await context.newPage();
   watch(page);

@@ -7,16 +7,9 @@
 // FLEETLENS_ADMIN_PASSWORD, SCREENSHOT_DIR.
 import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
-import path from 'node:path';
-import { chromium } from 'playwright-core';
+import { EMAIL, PASSWORD, T, TOKEN, URL, api, launchChromium, logIn, shot } from './helpers.mjs';
 
-const URL = process.env.FLEETLENS_URL;
-const TOKEN = process.env.FLEETLENS_TOKEN;
-const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
-const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
-const SHOTS = process.env.SCREENSHOT_DIR || '/tmp';
 assert.ok(URL && TOKEN && EMAIL && PASSWORD, 'run scripts/browser-test.sh');
-const T = 15_000;
 
 const HOST = 'rw-browser-node';
 const BUSY = 'GPU-rw-browser-busy';
@@ -81,10 +74,6 @@ function writeRequest(part, times) {
   }));
 }
 
-async function api(pathAndQuery, init = {}) {
-  return fetch(URL + pathAndQuery, { ...init, headers: { Authorization: `Bearer ${TOKEN}`, ...(init.headers || {}) } });
-}
-
 let browser;
 let page;
 const pageErrors = [];
@@ -113,20 +102,11 @@ before(async () => {
     const want = part === 'first' ? { inserted: 14, merged: 0 } : { inserted: 0, merged: 14 };
     assert.deepEqual({ inserted: body.inserted, merged: body.merged }, want, JSON.stringify(body));
   }
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   page = await context.newPage();
   page.on('pageerror', (err) => pageErrors.push(err.message));
-  await page.goto(URL + '/login');
-  await page.locator('#email').waitFor({ timeout: T });
-  await page.fill('#email', EMAIL);
-  await page.fill('#password', PASSWORD);
-  await page.click('form[aria-label="Log in"] button[type="submit"]');
-  await page.waitForURL(URL + '/', { timeout: T });
+  await logIn(page);
 });
 
 after(async () => {
@@ -154,8 +134,7 @@ test('GPUs page: remote-written GPUs appear with their state and owning pod', as
       state: card.querySelector('[data-state]')?.dataset.state,
     }];
   })), [BUSY, IDLE]);
-  await page.waitForTimeout(200);
-  await page.screenshot({ path: path.join(SHOTS, '40-remote-write-gpus.png'), fullPage: true });
+  await shot(page, '40-remote-write-gpus');
   for (const g of GPUS) {
     const card = cards[g.uuid];
     assert.ok(card.place.includes(HOST), `the Hostname label: ${card.place}`);

@@ -12,26 +12,20 @@ import { test, before, after } from 'node:test';
 import assert from 'node:assert/strict';
 import { spawn } from 'node:child_process';
 import fs from 'node:fs';
-import http from 'node:http';
 import os from 'node:os';
 import path from 'node:path';
-import { createRequire } from 'node:module';
 import { fileURLToPath } from 'node:url';
-import { chromium } from 'playwright-core';
+import {
+  EMAIL, PASSWORD, T, TOKEN, URL, api as fetchApi, launchChromium, logIn, seriousViolations, shot, startReceiver,
+  waitForText,
+} from './helpers.mjs';
 
-const URL = process.env.FLEETLENS_URL;
-const TOKEN = process.env.FLEETLENS_TOKEN;
-const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
-const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
-const SHOTS = process.env.SCREENSHOT_DIR || '/tmp';
 assert.ok(URL && TOKEN && EMAIL && PASSWORD, 'run scripts/browser-test.sh');
 
 const ROOT = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../..');
 const AGENT = path.join(ROOT, 'target/debug/fleetlens-agent');
-const AXE = createRequire(import.meta.url).resolve('axe-core/axe.min.js');
 const H100 = 'NVIDIA H100 80GB HBM3';
 const MINUTE = 60_000;
-const T = 15_000;
 // Names of this file's own: the other browser tests share the server.
 const HOST = 'act-node';
 const SLURM_KEY = 'slurm:94242';
@@ -50,10 +44,7 @@ const received = [];
 const consoleErrors = [];
 
 async function api(pathAndQuery, init = {}) {
-  const r = await fetch(URL + pathAndQuery, {
-    ...init,
-    headers: { Authorization: `Bearer ${TOKEN}`, 'Content-Type': 'application/json', ...(init.headers || {}) },
-  });
+  const r = await fetchApi(pathAndQuery, init);
   const text = await r.text();
   let body = null;
   try {
@@ -73,35 +64,6 @@ async function until(what, fn, timeout = 60_000) {
     await new Promise((r) => setTimeout(r, 250));
   }
   assert.fail(`${what}: timed out`);
-}
-
-async function waitForText(locator, re, timeout = T) {
-  const end = Date.now() + timeout;
-  let last = '';
-  while (Date.now() < end) {
-    last = (await locator.first().textContent().catch(() => '')) || '';
-    if (re.test(last)) return last;
-    await new Promise((r) => setTimeout(r, 100));
-  }
-  assert.fail(`text ${JSON.stringify(last.slice(0, 300))} never matched ${re}`);
-}
-
-async function shot(p, name) {
-  await p.waitForTimeout(200);
-  await p.screenshot({ path: path.join(SHOTS, `${name}.png`), fullPage: true });
-}
-
-/** The serious and critical axe-core violations of the page as drawn, one line each. */
-async function seriousViolations(p) {
-  await p.waitForFunction(() => !document.querySelector('main .status[role=status]'), null, { timeout: T });
-  await p.addScriptTag({ path: AXE });
-  const violations = await p.evaluate(async () => {
-    const r = await globalThis.axe.run(document, { resultTypes: ['violations'] });
-    return r.violations.map((v) => ({ id: v.id, impact: v.impact, help: v.help, nodes: v.nodes.map((n) => n.target.join(' ')) }));
-  });
-  return violations
-    .filter((v) => v.impact === 'serious' || v.impact === 'critical')
-    .map((v) => `${v.impact} ${v.id} (${v.help}): ${v.nodes.slice(0, 5).join(', ')}`);
 }
 
 /** Every data table of the page has a caption (its text equivalent's name) and column headers. */
@@ -157,16 +119,7 @@ function hasDollars(text, v) {
 
 before(async () => {
   tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'fleetlens-actions-'));
-  receiver = http.createServer((req, res) => {
-    let body = '';
-    req.on('data', (c) => (body += c));
-    req.on('end', () => {
-      received.push({ url: req.url, body });
-      res.writeHead(200, { 'Content-Type': 'text/plain' });
-      res.end('ok');
-    });
-  });
-  await new Promise((r) => receiver.listen(0, '127.0.0.1', r));
+  receiver = await startReceiver(received);
   receiverUrl = `http://127.0.0.1:${receiver.address().port}`;
 
   // Three GPUs of one host, 13 minutes, 2 h ago (as tests/tests/actions_api.rs): dave's Slurm
@@ -200,11 +153,7 @@ before(async () => {
     }, 90_000);
   }
 
-  browser = await chromium.launch({
-    executablePath: '/usr/bin/chromium',
-    args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-      '--disable-component-update', '--disable-sync'],
-  });
+  browser = await launchChromium();
   // axe is injected as a script of its own: the dashboard's Content-Security-Policy would refuse it.
   context = await browser.newContext({ viewport: { width: 1280, height: 900 }, bypassCSP: true });
   page = await context.newPage();
@@ -212,12 +161,7 @@ before(async () => {
     if (msg.type() === 'error' && !/Failed to load resource/.test(msg.text())) consoleErrors.push(msg.text());
   });
   page.on('pageerror', (err) => consoleErrors.push(`uncaught: ${err.message}`));
-  await page.goto(URL + '/login');
-  await page.locator('#email').waitFor({ timeout: T });
-  await page.fill('#email', EMAIL);
-  await page.fill('#password', PASSWORD);
-  await page.click('form[aria-label="Log in"] button[type="submit"]');
-  await page.waitForURL(URL + '/', { timeout: T });
+  await logIn(page);
 });
 
 after(async () => {
@@ -417,12 +361,7 @@ test('a viewer reads jobs, cards and reclaims, and gets no admin forms and no en
   const ctx = await browser.newContext({ viewport: { width: 1280, height: 900 } });
   const p = await ctx.newPage();
   try {
-    await p.goto(URL + '/login');
-    await p.locator('#email').waitFor({ timeout: T });
-    await p.fill('#email', viewer.email);
-    await p.fill('#password', viewer.password);
-    await p.click('form[aria-label="Log in"] button[type="submit"]');
-    await p.waitForURL(URL + '/', { timeout: T });
+    await logIn(p, viewer.email, viewer.password);
     // A running run (the simulated fleet's processes keep theirs open): no end button for a viewer.
     const running = (await api('/api/v1/job-runs?status=running&limit=1')).body;
     assert.ok(running.length === 1, 'a running run');

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use sqlx::Connection;
 
+pub mod accounts;
+pub mod http;
 pub mod kube_api;
 pub mod kubelet;
 
@@ -246,6 +248,44 @@ pub fn agent_command(server: &TestServer, source: &str, spool_dir: &Path) -> Com
     cmd
 }
 
+/// Run an agent command to its end (it must exit 0), off the async runtime.
+pub async fn run_agent(mut agent: Command) {
+    let status = tokio::task::spawn_blocking(move || agent.status().unwrap()).await.unwrap();
+    assert!(status.success(), "agent failed: {status}");
+}
+
+/// Write a replay trace: 30 minutes at 1 Hz from `start` of idle H100s of host `k8s-node-1`
+/// (one per uuid, in index order), no process visible on any.
+pub fn write_idle_trace(path: &Path, start: i64, uuids: &[&str]) {
+    use std::io::Write;
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    for i in 0..30 * 60 {
+        for (index, uuid) in uuids.iter().enumerate() {
+            let line = serde_json::json!({
+                "ts_ms": start + i * 1000, "host": "k8s-node-1", "uuid": uuid, "gpu_index": index,
+                "name": "NVIDIA H100 80GB HBM3",
+                "gpu_util_pct": 0.0, "sm_active_pct": 0.0, "sm_occupancy_pct": 0.0, "tensor_active_pct": 0.0,
+                "dram_active_pct": 0.0, "mem_used_bytes": 0, "mem_total_bytes": 85899345920i64,
+                "power_w": 70.0, "power_limit_w": 700.0, "processes": [],
+            });
+            writeln!(f, "{line}").unwrap();
+        }
+    }
+    f.flush().unwrap();
+}
+
+/// Replay the recorded trace `fixture_name` (under tests/fixtures) into `server` with the real
+/// agent and `--once`: it must exit 0, every sample acknowledged.
+pub fn replay_fixture_once(server: &TestServer, fixture_name: &str) {
+    let spool = tempfile::tempdir().expect("spool dir");
+    let trace = fixture(fixture_name);
+    let status = agent_command(server, &format!("replay:{}", trace.display()), spool.path())
+        .arg("--once")
+        .status()
+        .expect("run agent");
+    assert!(status.success(), "agent --once: {status}");
+}
+
 /// Define each named `async fn name(backend: Backend)` test once per backend, as
 /// `sqlite::name` and `postgres::name`.
 #[macro_export]
@@ -359,6 +399,62 @@ pub fn fixture_lines() -> Vec<serde_json::Value> {
         .lines()
         .map(|l| serde_json::from_str(l).expect("fixture line"))
         .collect()
+}
+
+/// One synthetic H100 sample at `ts` with these utilisation and SM activity, no process list.
+pub fn h100_sample(uuid: &str, ts: i64, util: f64, smact: f64) -> serde_json::Value {
+    serde_json::json!({
+        "ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
+        "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
+        "tensor_active_pct": 0.0, "dram_active_pct": 5.0, "mem_used_bytes": 8i64 << 30,
+        "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
+    })
+}
+
+/// `n` 1-Hz hollow samples (util 100 %, SM activity 2 %, one process holding 8 GiB) of an H100,
+/// the last one `age_ms` + 1 s before now.
+pub fn hollow_samples(uuid: &str, n: i64, age_ms: i64) -> Vec<serde_json::Value> {
+    let start = http::now_ms() - age_ms - n * 1000;
+    (0..n)
+        .map(|i| {
+            serde_json::json!({
+                "ts_ms": start + i * 1000, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
+                "gpu_util_pct": 100.0, "sm_active_pct": 2.0, "mem_used_bytes": 8i64 << 30,
+                "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
+                "processes": [{"pid": 7, "used_bytes": 8i64 << 30}],
+            })
+        })
+        .collect()
+}
+
+/// The recorded H200 trace moved in time so that its last sample is at `end_ms`.
+pub fn fixture_lines_ending_at(end_ms: i64) -> Vec<serde_json::Value> {
+    let mut lines = fixture_lines();
+    let shift = end_ms - lines.last().unwrap()["ts_ms"].as_i64().unwrap();
+    for l in &mut lines {
+        l["ts_ms"] = serde_json::json!(l["ts_ms"].as_i64().unwrap() + shift);
+    }
+    lines
+}
+
+/// Check a Prometheus text exposition with `promtool check metrics` (it must pass).
+pub fn promtool_check(text: &str) {
+    use std::io::Write;
+    let mut promtool = Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
+    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
+    let out = promtool.wait_with_output().unwrap();
+    assert!(
+        out.status.success(),
+        "promtool check metrics: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// gzip `bytes`.

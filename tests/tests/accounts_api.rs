@@ -4,8 +4,11 @@
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
-use reqwest::header::HeaderMap;
+use fleetlens_tests::accounts::{
+    ADMIN_EMAIL, ADMIN_PASSWORD, Auth, Resp, Session, admin, get, login, post, put, send, start, try_login,
+};
+use fleetlens_tests::http::now_ms;
+use fleetlens_tests::{Backend, TestDatabase, TestServer, hollow_samples};
 use serde_json::{Value, json};
 use sqlx::Connection;
 
@@ -19,105 +22,7 @@ fleetlens_tests::for_each_backend!(
     organisations_never_see_each_other,
 );
 
-const ADMIN_EMAIL: &str = "admin@a.example";
-const ADMIN_PASSWORD: &str = "a-admin-password-1";
 const SESSION_COOKIE: &str = "__Host-fleetlens_session";
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-async fn start(backend: Backend, extra: &[&str]) -> (TestDatabase, TestServer) {
-    let db = TestDatabase::new(backend).await;
-    let mut args = vec!["--admin-email", ADMIN_EMAIL, "--admin-password", ADMIN_PASSWORD];
-    args.extend_from_slice(extra);
-    let server = TestServer::spawn(&db.url, &args);
-    (db, server)
-}
-
-#[derive(Debug, Clone)]
-struct Session {
-    /// `name=value`, as a browser sends it back.
-    cookie: String,
-    csrf: String,
-}
-
-#[derive(Debug, Clone)]
-enum Auth {
-    None,
-    Key(String),
-    Session(Session),
-}
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: HeaderMap,
-    text: String,
-    body: Value,
-}
-
-async fn send(server: &TestServer, method: &str, path: &str, auth: &Auth, body: Option<&Value>) -> Resp {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut req = reqwest::Client::new().request(method, server.url(path));
-    match auth {
-        Auth::None => {}
-        Auth::Key(k) => req = req.bearer_auth(k),
-        Auth::Session(s) => req = req.header("cookie", &s.cookie).header("x-csrf-token", &s.csrf),
-    }
-    if let Some(b) = body {
-        req = req.json(b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let text = resp.text().await.unwrap_or_default();
-    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Resp { status, headers, text, body }
-}
-
-async fn get(server: &TestServer, path: &str, auth: &Auth) -> Resp {
-    send(server, "GET", path, auth, None).await
-}
-
-async fn post(server: &TestServer, path: &str, auth: &Auth, body: Value) -> Resp {
-    send(server, "POST", path, auth, Some(&body)).await
-}
-
-async fn put(server: &TestServer, path: &str, auth: &Auth, body: Value) -> Resp {
-    send(server, "PUT", path, auth, Some(&body)).await
-}
-
-fn admin() -> Auth {
-    Auth::Key(ADMIN_TOKEN.into())
-}
-
-async fn try_login(server: &TestServer, email: &str, password: &str) -> Resp {
-    post(server, "/api/v1/auth/login", &Auth::None, json!({"email": email, "password": password})).await
-}
-
-async fn login(server: &TestServer, email: &str, password: &str) -> Session {
-    let r = try_login(server, email, password).await;
-    assert_eq!(r.status, 200, "login {email}: {}", r.text);
-    let set_cookie = r.headers.get("set-cookie").expect("set-cookie").to_str().unwrap().to_string();
-    let cookie = set_cookie.split(';').next().unwrap().trim().to_string();
-    Session { cookie, csrf: r.body["csrf_token"].as_str().expect("csrf_token").to_string() }
-}
-
-fn sample(uuid: &str, ts: i64, util: f64, smact: f64) -> Value {
-    json!({
-        "ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
-        "gpu_util_pct": util, "sm_active_pct": smact, "mem_used_bytes": 8i64 << 30,
-        "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
-        "processes": [{"pid": 7, "used_bytes": 8i64 << 30}],
-    })
-}
-
-/// `n` 1-Hz samples ending just before now.
-fn recent(uuid: &str, n: i64) -> Vec<Value> {
-    let start = now_ms() - (n + 1) * 1000;
-    (0..n).map(|i| sample(uuid, start + i * 1000, 100.0, 2.0)).collect()
-}
 
 async fn ingest(server: &TestServer, auth: &Auth, host: &str, labels: Value, samples: Vec<Value>) -> Resp {
     post(server, "/api/v1/ingest", auth, json!({"host": host, "labels": labels, "samples": samples})).await
@@ -326,7 +231,7 @@ async fn roles_decide_what_a_session_may_do(backend: Backend) {
 
     let viewer = Auth::Session(login(&server, "vic@a.example", "password-123").await);
     let member = Auth::Session(login(&server, "mia@a.example", "password-123").await);
-    assert_eq!(ingest(&server, &admin(), "n1", json!({}), recent("GPU-r-1", 5)).await.status, 200);
+    assert_eq!(ingest(&server, &admin(), "n1", json!({}), hollow_samples("GPU-r-1", 5, 1000)).await.status, 200);
 
     // Viewers read, and change nothing.
     assert_eq!(get(&server, "/api/v1/gpus", &viewer).await.status, 200);
@@ -340,7 +245,7 @@ async fn roles_decide_what_a_session_may_do(backend: Backend) {
             .status,
         403
     );
-    assert_eq!(ingest(&server, &viewer, "n1", json!({}), recent("GPU-r-1", 2)).await.status, 403);
+    assert_eq!(ingest(&server, &viewer, "n1", json!({}), hollow_samples("GPU-r-1", 2, 1000)).await.status, 403);
     assert_eq!(get(&server, "/api/v1/users", &viewer).await.status, 403);
     assert_eq!(get(&server, &format!("/api/v1/users/{vic_id}"), &viewer).await.status, 200, "themself");
     assert_eq!(get(&server, &format!("/api/v1/users/{mia_id}"), &viewer).await.status, 403);
@@ -363,8 +268,8 @@ async fn roles_decide_what_a_session_may_do(backend: Backend) {
         .status,
         403
     );
-    assert_eq!(ingest(&server, &mia_key, "n2", json!({}), recent("GPU-r-2", 3)).await.status, 200);
-    assert_eq!(ingest(&server, &member, "n2", json!({}), recent("GPU-r-2", 2)).await.status, 200);
+    assert_eq!(ingest(&server, &mia_key, "n2", json!({}), hollow_samples("GPU-r-2", 3, 1000)).await.status, 200);
+    assert_eq!(ingest(&server, &member, "n2", json!({}), hollow_samples("GPU-r-2", 2, 1000)).await.status, 200);
     let own = get(&server, "/api/v1/api-keys", &member).await.body;
     assert_eq!(own.as_array().unwrap().len(), 1, "only their own keys: {own}");
     let all = get(&server, "/api/v1/api-keys", &root).await.body;
@@ -373,7 +278,7 @@ async fn roles_decide_what_a_session_may_do(backend: Backend) {
     // A key never grants more than its owner's current role; disabling ends sessions and keys.
     let demote = put(&server, &format!("/api/v1/users/{mia_id}"), &root, json!({"role": "viewer"})).await;
     assert_eq!(demote.status, 200, "{}", demote.text);
-    assert_eq!(ingest(&server, &mia_key, "n2", json!({}), recent("GPU-r-2", 2)).await.status, 403);
+    assert_eq!(ingest(&server, &mia_key, "n2", json!({}), hollow_samples("GPU-r-2", 2, 1000)).await.status, 403);
     assert_eq!(get(&server, "/api/v1/auth/me", &member).await.body["role"], "viewer");
     assert_eq!(put(&server, &format!("/api/v1/users/{mia_id}"), &root, json!({"disabled": true})).await.status, 200);
     assert_eq!(get(&server, "/api/v1/auth/me", &member).await.status, 401);
@@ -468,7 +373,7 @@ async fn api_keys_are_shown_once_hashed_and_revocable(backend: Backend) {
     let at = revoked.body["revoked_ms"].as_i64().unwrap();
     let denied = get(&server, "/api/v1/gpus", &key).await;
     assert_eq!((denied.status, denied.body["error"]["code"].as_str()), (401, Some("unauthenticated")));
-    let ingest_denied = ingest(&server, &key, "h", json!({}), recent("GPU-k-1", 2)).await;
+    let ingest_denied = ingest(&server, &key, "h", json!({}), hollow_samples("GPU-k-1", 2, 1000)).await;
     assert_eq!(ingest_denied.status, 401);
     let again = send(&server, "DELETE", &format!("/api/v1/api-keys/{id}"), &admin(), None).await;
     assert_eq!(again.body["revoked_ms"].as_i64(), Some(at));
@@ -490,7 +395,9 @@ async fn ingest_assigns_teams_by_label_key_and_admin(backend: Backend) {
     };
 
     // By the label the agent sends: the team is created on first sight.
-    let r = ingest(&server, &admin(), "node-1", json!({"team": "vision", "rack": "7"}), recent("GPU-t-1", 3)).await;
+    let r =
+        ingest(&server, &admin(), "node-1", json!({"team": "vision", "rack": "7"}), hollow_samples("GPU-t-1", 3, 1000))
+            .await;
     assert_eq!(r.status, 200, "{}", r.text);
     let hosts = get(&server, "/api/v1/hosts", &admin()).await.body;
     assert_eq!(gpu_team(&hosts, "GPU-t-1"), (json!("vision"), json!("label")));
@@ -509,7 +416,9 @@ async fn ingest_assigns_teams_by_label_key_and_admin(backend: Backend) {
     assert_eq!((k.status, k.body["team_id"].as_i64()), (201, Some(infra)), "{}", k.text);
     let infra_key = Auth::Key(k.body["key"].as_str().unwrap().to_string());
     assert_eq!(
-        ingest(&server, &infra_key, "node-2", json!({"team": "vision"}), recent("GPU-t-2", 3)).await.status,
+        ingest(&server, &infra_key, "node-2", json!({"team": "vision"}), hollow_samples("GPU-t-2", 3, 1000))
+            .await
+            .status,
         200
     );
     let hosts = get(&server, "/api/v1/hosts", &admin()).await.body;
@@ -520,7 +429,10 @@ async fn ingest_assigns_teams_by_label_key_and_admin(backend: Backend) {
     let ops = post(&server, "/api/v1/teams", &admin(), json!({"name": "ops"})).await.body["id"].as_i64().unwrap();
     let h = put(&server, "/api/v1/hosts/node-1/team", &admin(), json!({"team_id": ops})).await;
     assert_eq!((h.status, h.body["assigned_team_id"].as_i64()), (200, Some(ops)), "{}", h.text);
-    assert_eq!(ingest(&server, &admin(), "node-1", json!({"team": "vision"}), recent("GPU-t-3", 3)).await.status, 200);
+    assert_eq!(
+        ingest(&server, &admin(), "node-1", json!({"team": "vision"}), hollow_samples("GPU-t-3", 3, 1000)).await.status,
+        200
+    );
     let hosts = get(&server, "/api/v1/hosts", &admin()).await.body;
     assert_eq!(gpu_team(&hosts, "GPU-t-1"), (json!("ops"), json!("host")));
     assert_eq!(gpu_team(&hosts, "GPU-t-3"), (json!("ops"), json!("host")), "a GPU the host reports later");
@@ -529,14 +441,20 @@ async fn ingest_assigns_teams_by_label_key_and_admin(backend: Backend) {
         (g.status, g.body["team_name"].as_str(), g.body["team_source"].as_str()),
         (200, Some("infra"), Some("gpu"))
     );
-    assert_eq!(ingest(&server, &admin(), "node-1", json!({"team": "vision"}), recent("GPU-t-3", 2)).await.status, 200);
+    assert_eq!(
+        ingest(&server, &admin(), "node-1", json!({"team": "vision"}), hollow_samples("GPU-t-3", 2, 1000)).await.status,
+        200
+    );
     let hosts = get(&server, "/api/v1/hosts", &admin()).await.body;
     assert_eq!(gpu_team(&hosts, "GPU-t-3"), (json!("infra"), json!("gpu")));
 
     // Clearing returns the GPU to its host's team, and the host to what ingest says.
     assert_eq!(put(&server, "/api/v1/gpus/GPU-t-3/team", &admin(), json!({"team_id": null})).await.status, 200);
     assert_eq!(put(&server, "/api/v1/hosts/node-1/team", &admin(), json!({"team_id": null})).await.status, 200);
-    assert_eq!(ingest(&server, &admin(), "node-1", json!({"team": "vision"}), recent("GPU-t-1", 2)).await.status, 200);
+    assert_eq!(
+        ingest(&server, &admin(), "node-1", json!({"team": "vision"}), hollow_samples("GPU-t-1", 2, 1000)).await.status,
+        200
+    );
     let hosts = get(&server, "/api/v1/hosts", &admin()).await.body;
     assert_eq!(gpu_team(&hosts, "GPU-t-1"), (json!("vision"), json!("label")));
     assert_eq!(gpu_team(&hosts, "GPU-t-3"), (json!("vision"), json!("label")));
@@ -653,7 +571,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
     let a_host = "a-host-17";
 
     // Organisation A (the default one): data of every kind.
-    let r = ingest(&server, &a, a_host, json!({"team": "a-team-label"}), recent(a_uuid, 30)).await;
+    let r = ingest(&server, &a, a_host, json!({"team": "a-team-label"}), hollow_samples(a_uuid, 30, 1000)).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let xid = json!({"host": a_host, "samples": [], "events": [{"ts_ms": now_ms() - 1000, "uuid": a_uuid, "kind": "xid", "xid": 48, "message": "a-xid-omega"}]});
     assert_eq!(post(&server, "/api/v1/ingest", &a, xid).await.status, 200);
@@ -743,7 +661,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
     let bk = post(&server, "/api/v1/api-keys", &bs, json!({"name": "b-admin", "scopes": ["admin"]})).await;
     assert_eq!(bk.status, 201, "{}", bk.text);
     let b_key = Auth::Key(bk.body["key"].as_str().unwrap().to_string());
-    assert_eq!(ingest(&server, &b_key, "b-host", json!({}), recent("GPU-b-0001", 5)).await.status, 200);
+    assert_eq!(ingest(&server, &b_key, "b-host", json!({}), hollow_samples("GPU-b-0001", 5, 1000)).await.status, 200);
     let b_team = post(&server, "/api/v1/teams", &b_key, json!({"name": "b-team"})).await.body["id"].as_i64().unwrap();
     let b_user = get(&server, "/api/v1/auth/me", &bs).await.body["user"]["id"].as_i64().unwrap();
 
@@ -771,7 +689,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
         "fl_test",
     ];
 
-    let b_samples = json!({"host": "b-host", "samples": recent("GPU-b-0001", 2)});
+    let b_samples = json!({"host": "b-host", "samples": hollow_samples("GPU-b-0001", 2, 1000)});
     let rule_body = json!({"name": "b-rule", "condition": "gpu_util_pct >= 99", "for_s": 60});
     let channel_body = json!({"name": "b-chan", "kind": "webhook", "url": "http://127.0.0.1:9/b"});
     let name = |n: &str| json!({"name": n});
@@ -1103,7 +1021,7 @@ async fn organisations_never_see_each_other(backend: Backend) {
 
     // B reporting A's GPU uuid and host name makes B's own GPU; A's stays as it was.
     let a_gpu_before = get(&server, &format!("/api/v1/gpus/{a_uuid}"), &a).await.body;
-    let r = ingest(&server, &b_key, a_host, json!({"team": "a-team-zeta"}), recent(a_uuid, 3)).await;
+    let r = ingest(&server, &b_key, a_host, json!({"team": "a-team-zeta"}), hollow_samples(a_uuid, 3, 1000)).await;
     assert_eq!(r.status, 200, "{}", r.text);
     let a_gpu_after = get(&server, &format!("/api/v1/gpus/{a_uuid}"), &a).await.body;
     assert_eq!(a_gpu_before["latest"], a_gpu_after["latest"]);

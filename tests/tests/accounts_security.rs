@@ -7,8 +7,11 @@
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, bin_path};
-use reqwest::header::HeaderMap;
+use fleetlens_tests::accounts::{
+    ADMIN_EMAIL, ADMIN_PASSWORD, Auth, Resp, Session, admin, get, login, post, put, send, spawn, start, try_login,
+    try_login_from,
+};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, bin_path};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(
@@ -23,100 +26,6 @@ fleetlens_tests::for_each_backend!(
     members_attach_keys_only_to_their_teams,
     user_creation_does_not_tell_other_organisations_emails,
 );
-
-const ADMIN_EMAIL: &str = "admin@a.example";
-const ADMIN_PASSWORD: &str = "a-admin-password-1";
-
-async fn start(backend: Backend, extra: &[&str]) -> (TestDatabase, TestServer) {
-    let db = TestDatabase::new(backend).await;
-    let server = spawn(&db, extra, &[]);
-    (db, server)
-}
-
-fn spawn(db: &TestDatabase, extra: &[&str], env: &[(&str, Option<&str>)]) -> TestServer {
-    let mut args = vec!["--admin-email", ADMIN_EMAIL];
-    if !extra.contains(&"--admin-password") {
-        args.extend(["--admin-password", ADMIN_PASSWORD]);
-    }
-    args.extend_from_slice(extra);
-    TestServer::spawn_env(&db.url, "127.0.0.1:0", &args, env)
-}
-
-#[derive(Debug, Clone)]
-struct Session {
-    cookie: String,
-    csrf: String,
-}
-
-#[derive(Debug, Clone)]
-enum Auth {
-    None,
-    Key(String),
-    Session(Session),
-}
-
-#[derive(Debug)]
-struct Resp {
-    status: u16,
-    headers: HeaderMap,
-    text: String,
-    body: Value,
-}
-
-async fn send(server: &TestServer, method: &str, path: &str, auth: &Auth, body: Option<&Value>, xff: &str) -> Resp {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut req = reqwest::Client::new().request(method, server.url(path));
-    match auth {
-        Auth::None => {}
-        Auth::Key(k) => req = req.bearer_auth(k),
-        Auth::Session(s) => req = req.header("cookie", &s.cookie).header("x-csrf-token", &s.csrf),
-    }
-    if !xff.is_empty() {
-        req = req.header("x-forwarded-for", xff);
-    }
-    if let Some(b) = body {
-        req = req.json(b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status().as_u16();
-    let headers = resp.headers().clone();
-    let text = resp.text().await.unwrap_or_default();
-    let body = serde_json::from_str(&text).unwrap_or(Value::Null);
-    Resp { status, headers, text, body }
-}
-
-async fn get(server: &TestServer, path: &str, auth: &Auth) -> Resp {
-    send(server, "GET", path, auth, None, "").await
-}
-
-async fn post(server: &TestServer, path: &str, auth: &Auth, body: Value) -> Resp {
-    send(server, "POST", path, auth, Some(&body), "").await
-}
-
-async fn put(server: &TestServer, path: &str, auth: &Auth, body: Value) -> Resp {
-    send(server, "PUT", path, auth, Some(&body), "").await
-}
-
-async fn try_login_from(server: &TestServer, email: &str, password: &str, xff: &str) -> Resp {
-    send(server, "POST", "/api/v1/auth/login", &Auth::None, Some(&json!({"email": email, "password": password})), xff)
-        .await
-}
-
-async fn try_login(server: &TestServer, email: &str, password: &str) -> Resp {
-    try_login_from(server, email, password, "").await
-}
-
-async fn login(server: &TestServer, email: &str, password: &str) -> Session {
-    let r = try_login(server, email, password).await;
-    assert_eq!(r.status, 200, "login {email}: {}", r.text);
-    let set_cookie = r.headers.get("set-cookie").expect("set-cookie").to_str().unwrap().to_string();
-    let cookie = set_cookie.split(';').next().unwrap().trim().to_string();
-    Session { cookie, csrf: r.body["csrf_token"].as_str().expect("csrf_token").to_string() }
-}
-
-fn admin() -> Auth {
-    Auth::Key(ADMIN_TOKEN.into())
-}
 
 /// A user of the default organisation, made by the admin key; returns its id.
 async fn add_user(server: &TestServer, email: &str, password: &str, role: &str) -> i64 {
@@ -416,7 +325,7 @@ async fn members_attach_keys_only_to_their_teams(backend: Backend) {
     let mine = post(&server, "/api/v1/teams", &admin(), json!({"name": "mine"})).await.body["id"].as_i64().unwrap();
     let theirs = post(&server, "/api/v1/teams", &admin(), json!({"name": "theirs"})).await.body["id"].as_i64().unwrap();
     let mia = add_user(&server, "mia@a.example", "mia-password-1", "member").await;
-    let r = send(&server, "PUT", &format!("/api/v1/teams/{mine}/members/{mia}"), &admin(), None, "").await;
+    let r = send(&server, "PUT", &format!("/api/v1/teams/{mine}/members/{mia}"), &admin(), None).await;
     assert_eq!(r.status, 204, "{}", r.text);
     let s = Auth::Session(login(&server, "mia@a.example", "mia-password-1").await);
 

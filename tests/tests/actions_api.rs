@@ -4,15 +4,10 @@
 //! processes leave the GPUs (or a client says so), computes each card once and sends the
 //! wasteful ones to a real HTTP receiver (webhook) and a Slack-shaped receiver, once each.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::{StatusCode, Uri};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, validate_slack_messages};
+use fleetlens_tests::http::{Recorder, get, now_ms, post, set_price};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, validate_slack_messages};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(report_cards_from_a_replayed_trace);
@@ -20,59 +15,6 @@ fleetlens_tests::for_each_backend!(report_cards_from_a_replayed_trace);
 const H100: &str = "NVIDIA H100 80GB HBM3";
 const PRICE: f64 = 3.0;
 const MINUTE: i64 = 60_000;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-/// Requests received: path and JSON body.
-type Got = Arc<Mutex<Vec<(String, Value)>>>;
-
-/// Records every request's path and JSON body.
-#[derive(Clone)]
-struct Receiver {
-    url: String,
-    got: Got,
-}
-
-impl Receiver {
-    async fn start() -> Receiver {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr: SocketAddr = listener.local_addr().unwrap();
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let app = Router::new().fallback(record).with_state(got.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
-        Receiver { url: format!("http://{addr}"), got }
-    }
-
-    fn at(&self, path: &str) -> Vec<Value> {
-        self.got.lock().unwrap().iter().filter(|(p, _)| p == path).map(|(_, b)| b.clone()).collect()
-    }
-}
-
-async fn record(State(got): State<Got>, uri: Uri, body: Bytes) -> StatusCode {
-    got.lock().unwrap().push((uri.path().to_string(), serde_json::from_slice(&body).unwrap_or(Value::Null)));
-    StatusCode::OK
-}
-
-async fn call(server: &TestServer, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, server.url(path)).bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
-}
-
-async fn get(server: &TestServer, path: &str) -> (u16, Value) {
-    call(server, reqwest::Method::GET, path, None).await
-}
-
-async fn post(server: &TestServer, path: &str, body: Value) -> (u16, Value) {
-    call(server, reqwest::Method::POST, path, Some(body)).await
-}
 
 /// Trace lines: `minutes` of 1-Hz samples of one GPU from `start`.
 #[allow(clippy::too_many_arguments)]
@@ -121,15 +63,8 @@ async fn ended(server: &TestServer, key: &str) -> Value {
 async fn report_cards_from_a_replayed_trace(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &["--job-end-after", "30s", "--job-scan-interval", "200ms"]);
-    let receiver = Receiver::start().await;
-    let (status, _) = call(
-        &server,
-        reqwest::Method::PUT,
-        "/api/v1/prices",
-        Some(json!({"currency": "USD", "source": "test", "per_gpu_hour": {H100: PRICE}})),
-    )
-    .await;
-    assert_eq!(status, 200);
+    let receiver = Recorder::start().await;
+    set_price(&server, H100, PRICE).await;
     let channel = |name: &str, kind: &str, path: &str| json!({"name": name, "kind": kind, "url": format!("{}{path}", receiver.url)});
     let (status, hook) = post(&server, "/api/v1/notification-channels", channel("cards", "webhook", "/hook")).await;
     assert_eq!(status, 201, "{hook}");

@@ -4,9 +4,8 @@ use std::io::Write;
 use std::process::{Child, ExitStatus};
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::{
-    ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture, fixture_lines, table_counts,
-};
+use fleetlens_tests::http::get_json;
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, fixture, fixture_lines, table_counts};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(
@@ -30,15 +29,8 @@ fn wait_exit(child: &mut Child, timeout: Duration) -> ExitStatus {
 }
 
 async fn samples_of(server: &TestServer, uuid: &str) -> Vec<Value> {
-    let resp: Value = reqwest::Client::new()
-        .get(server.url(&format!("/api/v1/gpus/{uuid}/samples?from=0&to=4102444800000&limit=100000")))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let resp: Value =
+        get_json(server, &format!("/api/v1/gpus/{uuid}/samples?from=0&to=4102444800000&limit=100000")).await;
     assert_eq!(resp["truncated"], json!(false));
     resp["samples"].as_array().expect("samples").clone()
 }
@@ -86,15 +78,7 @@ async fn replayed_trace_reads_back_exactly(backend: Backend) {
         }
         assert_eq!(got["fp64_active_pct"], Value::Null, "not measured in the trace: null, not 0");
     }
-    let gpus: Value = reqwest::Client::new()
-        .get(server.url("/api/v1/gpus"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let gpus: Value = get_json(&server, "/api/v1/gpus").await;
     assert_eq!(gpus["gpus"][0]["host"], "gpu-node-01");
 }
 
@@ -129,13 +113,28 @@ async fn assert_exactly_once(db: &TestDatabase, total: i64) {
     assert_eq!((acc.wrong_minutes, acc.wrong_hours), (0, 0), "{acc:?}");
 }
 
-async fn server_killed_and_restarted_while_agent_sends(backend: Backend) {
+/// A server on a fresh database, the address it listens on (to start it again there), and a
+/// trace of `gpus` × `per_gpu` samples in a temporary directory.
+struct Restartable {
+    db: TestDatabase,
+    server: TestServer,
+    listen: String,
+    dir: tempfile::TempDir,
+    trace: std::path::PathBuf,
+}
+
+async fn restartable(backend: Backend, gpus: usize, per_gpu: usize) -> Restartable {
     let db = TestDatabase::new(backend).await;
-    let mut server = TestServer::spawn(&db.url, &[]);
+    let server = TestServer::spawn(&db.url, &[]);
     let listen = server.base_url.trim_start_matches("http://").to_string();
     let dir = tempfile::tempdir().unwrap();
-    let (gpus, per_gpu) = (8, 300);
     let trace = write_trace(dir.path(), gpus, per_gpu);
+    Restartable { db, server, listen, dir, trace }
+}
+
+async fn server_killed_and_restarted_while_agent_sends(backend: Backend) {
+    let (gpus, per_gpu) = (8, 300);
+    let Restartable { db, mut server, listen, dir, trace } = restartable(backend, gpus, per_gpu).await;
     // 300 s of trace at 60× takes 5 s: the server is killed twice along the way.
     let mut agent = agent_command(&server, &format!("replay:{}", trace.display()), &dir.path().join("spool"))
         .args(["--once", "--speed", "60", "--batch-max", "40"])
@@ -153,12 +152,8 @@ async fn server_killed_and_restarted_while_agent_sends(backend: Backend) {
 }
 
 async fn agent_killed_and_restarted_keeps_its_spool(backend: Backend) {
-    let db = TestDatabase::new(backend).await;
-    let mut server = TestServer::spawn(&db.url, &[]);
-    let listen = server.base_url.trim_start_matches("http://").to_string();
-    let dir = tempfile::tempdir().unwrap();
     let (gpus, per_gpu) = (4, 200);
-    let trace = write_trace(dir.path(), gpus, per_gpu);
+    let Restartable { db, mut server, listen, dir, trace } = restartable(backend, gpus, per_gpu).await;
     let spool = dir.path().join("spool");
     // The server is down: the agent reads the whole trace into its spool, then dies (kill -9).
     server.kill();

@@ -10,8 +10,10 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
+use fleetlens_tests::http::{call_at, now_ms, serve_on, wait_for};
 use fleetlens_tests::{
-    ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture, fixture_lines, validate_slack_messages,
+    Backend, TestDatabase, TestServer, agent_command, fixture_lines, h100_sample, replay_fixture_once,
+    validate_slack_messages,
 };
 use serde_json::{Value, json};
 
@@ -62,10 +64,7 @@ impl Receiver {
     fn start_on(listener: tokio::net::TcpListener, fail_first: usize) -> Receiver {
         let addr: SocketAddr = listener.local_addr().unwrap();
         let state = Arc::new(Mutex::new(ReceiverState { requests: vec![], fail_first }));
-        let app = Router::new().fallback(record).with_state(state.clone());
-        let task = tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let task = serve_on(listener, Router::new().fallback(record).with_state(state.clone()));
         Receiver { url: format!("http://{addr}"), state, task: Arc::new(task) }
     }
 
@@ -106,22 +105,15 @@ async fn record(
 
 struct Api {
     base: String,
-    client: reqwest::Client,
 }
 
 impl Api {
     fn new(server: &TestServer) -> Api {
-        Api { base: server.base_url.clone(), client: reqwest::Client::new() }
+        Api { base: server.base_url.clone() }
     }
 
     async fn call(&self, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-        let mut req = self.client.request(method, format!("{}{path}", self.base)).bearer_auth(ADMIN_TOKEN);
-        if let Some(b) = body {
-            req = req.json(&b);
-        }
-        let resp = req.send().await.unwrap();
-        let status = resp.status().as_u16();
-        (status, resp.json().await.unwrap_or(Value::Null))
+        call_at(&self.base, method, path, body).await
     }
 
     async fn get(&self, path: &str) -> Value {
@@ -167,35 +159,11 @@ impl Api {
     }
 }
 
-/// Poll `f` every 100 ms until it returns Some, or panic after `timeout`.
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-/// One synthetic H100 sample.
+/// One synthetic H100 sample, one process holding its memory.
 fn sample(uuid: &str, ts: i64, util: f64, smact: f64) -> Value {
-    json!({
-        "ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
-        "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
-        "tensor_active_pct": 0.0, "dram_active_pct": 5.0, "mem_used_bytes": 8i64 << 30,
-        "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
-        "processes": [{"pid": 7, "used_bytes": 8i64 << 30}],
-    })
+    let mut s = h100_sample(uuid, ts, util, smact);
+    s["processes"] = json!([{"pid": 7, "used_bytes": 8i64 << 30}]);
+    s
 }
 
 /// `n` 1-Hz samples ending just before now: hollow (util 100, SMACT 2) for the first
@@ -273,13 +241,7 @@ async fn fixture_replay_fires_hollow_for_one_block_only(backend: Backend) {
         assert_eq!(status, 200, "{r}");
     }
 
-    let spool = tempfile::tempdir().unwrap();
-    let trace = fixture("nvml-h200-phases.jsonl");
-    let status = agent_command(&server, &format!("replay:{}", trace.display()), spool.path())
-        .arg("--once")
-        .status()
-        .expect("run agent");
-    assert!(status.success());
+    replay_fixture_once(&server, "nvml-h200-phases.jsonl");
 
     let phases = phases();
     let (ob_start, ob_end) = phase_range(&phases, "one_block");

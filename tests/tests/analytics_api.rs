@@ -1,7 +1,8 @@
 //! Black box: workload states and the fleet summary through the real HTTP path, on SQLite and
 //! PostgreSQL. The classifier claim rests on the recorded H200 trace, replayed by the real agent.
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture, fixture_lines};
+use fleetlens_tests::http::{get, ingest_ok, now_ms, post};
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines, replay_fixture_once};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(
@@ -28,21 +29,10 @@ fn expected(phase: &str) -> &'static [&'static str] {
     }
 }
 
-async fn get(server: &TestServer, path: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
-}
-
 async fn every_fixture_phase_gets_its_state(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &[]);
-    let spool = tempfile::tempdir().unwrap();
-    let trace = fixture("nvml-h200-phases.jsonl");
-    let status = agent_command(&server, &format!("replay:{}", trace.display()), spool.path())
-        .arg("--once")
-        .status()
-        .expect("run agent");
-    assert!(status.success());
+    replay_fixture_once(&server, "nvml-h200-phases.jsonl");
 
     let lines = fixture_lines();
     let uuid = lines[0]["uuid"].as_str().unwrap();
@@ -95,10 +85,6 @@ async fn every_fixture_phase_gets_its_state(backend: Backend) {
     assert_eq!((status, err["error"]["field"].as_str()), (422, Some("window_s")));
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 /// `minutes` of 1-Hz samples from `start`, all alike.
 // Each argument is one column of the scenario table the tests read like.
 #[allow(clippy::too_many_arguments)]
@@ -138,14 +124,7 @@ async fn fleet_summary_on_a_known_scenario(backend: Backend) {
     // GPU B (a model with no price): 10 min idle, then silent (offline).
     let b = minutes_of("GPU-B", "Acme X1", start, 10, 0.0, 0.0, 0.0, false);
     for (host, samples) in [("node-a", a), ("node-b", b)] {
-        let resp = client
-            .post(server.url("/api/v1/ingest"))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&json!({"host": host, "samples": samples}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 200);
+        ingest_ok(&server, json!({"host": host, "samples": samples})).await;
     }
     let put = client
         .put(server.url("/api/v1/prices"))
@@ -197,11 +176,6 @@ async fn fleet_summary_on_a_known_scenario(backend: Backend) {
     let wasted_h = (10.0 * 60_000.0 + (now - to) as f64) / 3_600_000.0;
     let projected = s["projected_monthly_waste"].as_f64().unwrap();
     assert!((projected - 3.0 * wasted_h * 30.0 / 7.0).abs() < 0.05, "{projected}");
-}
-
-async fn post(server: &TestServer, path: &str, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new().post(server.url(path)).bearer_auth(ADMIN_TOKEN).json(&body).send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
 }
 
 /// One hour at 10-s intervals of one behaviour on one H100.
@@ -412,14 +386,7 @@ async fn live_gpus_are_never_credited_beyond_their_paid_time(backend: Backend) {
         .take(150)
         .collect();
     for samples in [busy, held] {
-        let resp = client
-            .post(server.url("/api/v1/ingest"))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&json!({"host": "live", "samples": samples}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 200);
+        ingest_ok(&server, json!({"host": "live", "samples": samples})).await;
     }
     let team = client
         .post(server.url("/api/v1/teams"))

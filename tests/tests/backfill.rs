@@ -6,6 +6,7 @@
 
 use std::time::{Duration, Instant};
 
+use fleetlens_tests::http::{ingest_ok, post_json};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines};
 use serde_json::{Value, json};
 
@@ -28,25 +29,14 @@ async fn a_replayed_old_trace_is_back_fill(backend: Backend) {
     assert!(now - last_ts > 48 * 3_600_000, "the trace was recorded days ago (it is the back-fill here)");
 
     // A rule the trace's `one_block` phase matches (nvidia-smi 100 %, SM activity 0.8 %).
-    let rule: Value = client
-        .post(server.url("/api/v1/alert-rules"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"name": "Hollow", "condition": "gpu_util_pct >= 80 && sm_active_pct < 5", "severity": "warning"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let rule: Value = post_json(
+        &server,
+        "/api/v1/alert-rules",
+        json!({"name": "Hollow", "condition": "gpu_util_pct >= 80 && sm_active_pct < 5", "severity": "warning"}),
+    )
+    .await;
     let rule_id = rule["id"].as_i64().expect("rule created");
-    let resp = client
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"host": "replayed", "samples": lines}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
+    ingest_ok(&server, json!({"host": "replayed", "samples": lines})).await;
 
     // The rule evaluates the back-filled samples (the engine used to look back 24 h from now).
     let deadline = Instant::now() + Duration::from_secs(20);

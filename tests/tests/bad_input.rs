@@ -9,14 +9,11 @@
 
 use std::time::Duration;
 
+use fleetlens_tests::http::{get_json, ingest_ok, now_ms};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, gzip, table_counts};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(malformed_corpus_is_rejected_and_nothing_stored);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 fn sample(uuid: &str, ts: i64) -> Value {
     json!({"ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
@@ -196,11 +193,9 @@ async fn malformed_corpus_is_rejected_and_nothing_stored(backend: Backend) {
     assert_eq!(table_counts(&db.url).await, before, "nothing stored");
     let ready = client.get(server.url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status().as_u16(), 200, "server still healthy");
-    let gpus: Value =
-        client.get(server.url("/api/v1/gpus")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    let gpus: Value = get_json(&server, "/api/v1/gpus").await;
     assert_eq!(gpus["gpus"], json!([]), "no GPU registered by a rejected batch");
-    let hosts: Value =
-        client.get(server.url("/api/v1/hosts")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    let hosts: Value = get_json(&server, "/api/v1/hosts").await;
     assert!(!hosts.to_string().contains("bad-input-node"), "no host recorded by a rejected batch: {hosts}");
 
     // Valid but hostile names: stored as data, read back byte for byte; the schema survives.
@@ -215,16 +210,8 @@ async fn malformed_corpus_is_rejected_and_nothing_stored(backend: Backend) {
     ];
     let host = "node-'); DELETE FROM gpus; --";
     let samples: Vec<Value> = names.iter().map(|n| sample(n, ts)).collect();
-    let resp = client
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"host": host, "labels": {"team": "ml'; --", "rack": "r\"1"}, "samples": samples}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
-    let gpus: Value =
-        client.get(server.url("/api/v1/gpus")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    ingest_ok(&server, json!({"host": host, "labels": {"team": "ml'; --", "rack": "r\"1"}, "samples": samples})).await;
+    let gpus: Value = get_json(&server, "/api/v1/gpus").await;
     let mut got: Vec<(String, String)> = gpus["gpus"]
         .as_array()
         .unwrap()

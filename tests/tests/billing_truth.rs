@@ -4,7 +4,8 @@
 //! exactly its sampled time in states, whatever the report period, and the rest of the paid
 //! time in `offline`. On SQLite and PostgreSQL.
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture_lines};
+use fleetlens_tests::http::{get_ok, now_ms};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, fixture_lines};
 use serde_json::Value;
 
 fleetlens_tests::for_each_backend!(
@@ -13,18 +14,6 @@ fleetlens_tests::for_each_backend!(
 );
 
 const HOUR_MS: i64 = 3_600_000;
-
-async fn get(server: &TestServer, path: &str) -> Value {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    let status = resp.status().as_u16();
-    let body: Value = resp.json().await.unwrap_or(Value::Null);
-    assert_eq!(status, 200, "{path}: {body}");
-    body
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// The fixture's samples moved by whole minutes so that the last one is 15–16 minutes old:
 /// recent enough to arrive as live data (not back-fill, which is paid only over its own span:
@@ -95,7 +84,7 @@ async fn check_period(server: &TestServer, from: i64, to: i64, first: i64, sampl
     // Sampled time can pass the paid span by part of an interval (the first sample counts one
     // interval, which began before it); the states are then cut to the paid span.
     let want_states = sampled.min(paid);
-    let b = get(server, &format!("/api/v1/reports/billing?group_by=gpu&from={from}&to={to}")).await;
+    let b = get_ok(server, &format!("/api/v1/reports/billing?group_by=gpu&from={from}&to={to}")).await;
     let rows = b["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 1, "{what}: {b}");
     let (states, offline) = split(&rows[0]["hours_by_state"]);
@@ -106,13 +95,13 @@ async fn check_period(server: &TestServer, from: i64, to: i64, first: i64, sampl
         "{what}: billing offline {offline:.3} s of {paid:.3} s paid"
     );
 
-    let s = get(server, &format!("/api/v1/fleet/summary?from={from}&to={to}")).await;
+    let s = get_ok(server, &format!("/api/v1/fleet/summary?from={from}&to={to}")).await;
     let (states, offline) = split(&s["hours_by_state"]);
     assert!(close(states, want_states, 0.01), "{what}: summary states {states:.3} s, sampled {sampled:.3} s");
     assert!(close(offline, paid - want_states, 0.01 + tol), "{what}: summary offline {offline:.3} s");
 
     // Owner rows share the state time among the processes' owners; offline is nobody's.
-    let o = get(server, &format!("/api/v1/reports/billing?group_by=user&from={from}&to={to}")).await;
+    let o = get_ok(server, &format!("/api/v1/reports/billing?group_by=user&from={from}&to={to}")).await;
     let owner_s: f64 = o["rows"].as_array().unwrap().iter().map(|r| r["gpu_hours"].as_f64().unwrap() * 3600.0).sum();
     assert!(close(owner_s, want_states, 0.01), "{what}: owner rows {owner_s:.3} s, sampled {sampled:.3} s: {o}");
 }
@@ -140,7 +129,7 @@ async fn states_hold_the_sampled_time_whatever_the_period(backend: Backend) {
     // The samples cover the period without gaps: states = the period, within one interval.
     let (a, b) = (first + 20_500, last - 10_300);
     let inside = (b - a) as f64 / 1000.0;
-    let bill = get(&server, &format!("/api/v1/reports/billing?group_by=gpu&from={a}&to={b}")).await;
+    let bill = get_ok(&server, &format!("/api/v1/reports/billing?group_by=gpu&from={a}&to={b}")).await;
     let (states, offline) = split(&bill["rows"][0]["hours_by_state"]);
     assert!(close(states, inside, 1.1), "inside the trace: {states:.3} s of states for a {inside:.3} s period");
     assert!(close(states + offline, inside, 1e-6), "states + offline = paid: {bill}");

@@ -3,14 +3,11 @@
 //! default), so the newest stored sample of a healthy GPU is up to a flush interval old: that is
 //! not "no sample for 3 intervals", and the GPU must not read `offline` between two deliveries.
 
+use fleetlens_tests::http::{ingest_ok, now_ms};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(a_gpu_between_two_deliveries_is_not_offline);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// The recorded trace's last `n` samples (1 s apart), as sent by `host` for a GPU of its own,
 /// the newest `age_ms` old.
@@ -33,14 +30,7 @@ async fn a_gpu_between_two_deliveries_is_not_offline(backend: Backend) {
     // `live`: an agent at the default cadence, its last batch (5 samples) sent 5 s ago, the next
     // one due now. `gone`: an agent whose last batch is 60 s old, far beyond any cadence.
     for (host, age_ms) in [("live", 5_000), ("gone", 60_000)] {
-        let resp = client
-            .post(server.url("/api/v1/ingest"))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&json!({"host": host, "samples": recent(host, 5, age_ms)}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 200, "{host}");
+        ingest_ok(&server, json!({"host": host, "samples": recent(host, 5, age_ms)})).await;
     }
     let get = |path: &str| {
         let req = client.get(server.url(path)).bearer_auth(ADMIN_TOKEN);

@@ -2,26 +2,11 @@
 //! flagged, dropped before anything averages them, counted in `/metrics` per flag, and listed
 //! on the GPU detail. On SQLite and PostgreSQL.
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
+use fleetlens_tests::http::{get_ok, get_text, ingest_ok, now_ms};
+use fleetlens_tests::{Backend, TestDatabase, TestServer};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(impossible_readings_are_flagged_counted_and_kept_out_of_means);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-async fn get(server: &TestServer, path: &str) -> Value {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    assert_eq!(resp.status().as_u16(), 200, "{path}");
-    resp.json().await.unwrap()
-}
-
-async fn get_text(server: &TestServer, path: &str) -> String {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    assert_eq!(resp.status().as_u16(), 200, "{path}");
-    resp.text().await.unwrap()
-}
 
 /// `fleetlens_data_quality_flagged_samples_total{flag="…"}` from the exposition.
 fn flagged(metrics: &str, flag: &str) -> f64 {
@@ -77,43 +62,38 @@ async fn impossible_readings_are_flagged_counted_and_kept_out_of_means(backend: 
         })
         .collect();
     for samples in [mig, stale] {
-        let resp = reqwest::Client::new()
-            .post(server.url("/api/v1/ingest"))
-            .bearer_auth(ADMIN_TOKEN)
-            .json(&json!({"host": "dq", "samples": samples}))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(resp.status().as_u16(), 200, "SM activity over 100 is accepted as a reading");
+        ingest_ok(&server, json!({"host": "dq", "samples": samples})).await;
     }
 
     // /metrics: one counter per flag kind, no per-GPU label.
-    let m = get_text(&server, "/metrics").await;
+    let (status, m) = get_text(&server, "/metrics").await;
+    assert_eq!(status, 200, "/metrics");
     assert_eq!(flagged(&m, "activity_over_100"), 5.0);
     assert_eq!(flagged(&m, "energy_counter_backwards"), 1.0);
     assert_eq!(flagged(&m, "clock_zero_while_busy"), 3.0);
     assert_eq!(flagged(&m, "util_without_gr_engine"), 60.0, "180 s − the first 120 s");
 
     // The GPU detail lists them.
-    let d = get(&server, "/api/v1/gpus/GPU-mig").await;
+    let d = get_ok(&server, "/api/v1/gpus/GPU-mig").await;
     assert_eq!(flag_count(&d, "activity_over_100"), Some(5), "{d}");
     assert_eq!(flag_count(&d, "energy_counter_backwards"), Some(1), "{d}");
     assert_eq!(flag_count(&d, "clock_zero_while_busy"), Some(3), "{d}");
     assert_eq!(flag_count(&d, "util_without_gr_engine"), None, "{d}");
-    let d = get(&server, "/api/v1/gpus/GPU-stale").await;
+    let d = get_ok(&server, "/api/v1/gpus/GPU-stale").await;
     assert_eq!(flag_count(&d, "util_without_gr_engine"), Some(60), "{d}");
     assert!(d["data_quality"][0]["rule"].as_str().unwrap().contains("graphics"), "{d}");
 
     // Means exclude them: SM activity is 40 % in both minutes (with the 130 % readings it would
     // be 47.5 %); the flagged readings are stored as absent.
     let series =
-        get(&server, &format!("/api/v1/gpus/GPU-mig/series?resolution=1m&from={start}&to={}", start + 120_000)).await;
+        get_ok(&server, &format!("/api/v1/gpus/GPU-mig/series?resolution=1m&from={start}&to={}", start + 120_000))
+            .await;
     let points = series["points"].as_array().unwrap();
     assert_eq!(points.len(), 2, "{series}");
     for p in points {
         assert!((p["sm_active_pct"].as_f64().unwrap() - 40.0).abs() < 1e-9, "{p}");
     }
-    let samples = get(&server, &format!("/api/v1/gpus/GPU-mig/samples?from={start}&to={}", start + 120_000)).await;
+    let samples = get_ok(&server, &format!("/api/v1/gpus/GPU-mig/samples?from={start}&to={}", start + 120_000)).await;
     let s = samples["samples"].as_array().unwrap();
     assert_eq!(s[7]["sm_active_pct"], Value::Null, "{}", s[7]);
     assert_eq!(s[30]["energy_j"], Value::Null, "{}", s[30]);
@@ -122,7 +102,8 @@ async fn impossible_readings_are_flagged_counted_and_kept_out_of_means(backend: 
     // GPU-stale's third minute has no SM activity left: absent, not 0, so its state is not
     // read from zeros that were not true.
     let series =
-        get(&server, &format!("/api/v1/gpus/GPU-stale/series?resolution=1m&from={start}&to={}", start + 180_000)).await;
+        get_ok(&server, &format!("/api/v1/gpus/GPU-stale/series?resolution=1m&from={start}&to={}", start + 180_000))
+            .await;
     let points = series["points"].as_array().unwrap();
     assert_eq!(points.len(), 3, "{series}");
     assert_eq!(points[0]["sm_active_pct"], 0.0, "before the 2-minute mark the zeros stand: {series}");

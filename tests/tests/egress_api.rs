@@ -14,6 +14,7 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
+use fleetlens_tests::http::{now_ms, serve_local, wait_for};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, bin_path, validate_slack_messages};
 use futures::StreamExt;
 use serde_json::{Value, json};
@@ -59,13 +60,8 @@ struct Receiver {
 
 impl Receiver {
     async fn start(answer: Answer) -> Receiver {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let port = listener.local_addr().unwrap().port();
         let state = Arc::new(ReceiverState { answer, requests: Mutex::default(), produced: AtomicUsize::new(0) });
-        let app = Router::new().fallback(respond).with_state(state.clone());
-        tokio::spawn(async move {
-            let _ = axum::serve(listener, app).await;
-        });
+        let port = serve_local(Router::new().fallback(respond).with_state(state.clone())).await.port();
         Receiver { url: format!("http://127.0.0.1:{port}"), port, state }
     }
 
@@ -138,25 +134,6 @@ impl Api {
     /// `POST /notification-channels/{id}/test`: status and answer.
     async fn test_channel(&self, id: i64) -> (u16, Value, String) {
         self.post(&format!("/api/v1/notification-channels/{id}/test"), json!({})).await
-    }
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
 

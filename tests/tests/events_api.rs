@@ -4,32 +4,11 @@
 
 use std::time::Duration;
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, table_counts};
+use fleetlens_tests::http::{get, now_ms, post};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, table_counts};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(events_are_stored_once_listed_and_alerted_on, malformed_events_reject_the_batch);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-async fn post(server: &TestServer, path: &str, body: &Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .post(server.url(path))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(body)
-        .send()
-        .await
-        .expect("request");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
-
-async fn get(server: &TestServer, path: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.expect("request");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
 
 fn sample(uuid: &str, ts_ms: i64) -> Value {
     json!({"ts_ms": ts_ms, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H200", "gpu_util_pct": 90.0,
@@ -50,7 +29,7 @@ async fn events_are_stored_once_listed_and_alerted_on(backend: Backend) {
     });
     // Sent twice (an agent retrying after a lost answer): stored once.
     for _ in 0..2 {
-        let (status, body) = post(&server, "/api/v1/ingest", &batch).await;
+        let (status, body) = post(&server, "/api/v1/ingest", batch.clone()).await;
         assert_eq!(status, 200, "{body}");
     }
     let (status, list) = get(&server, "/api/v1/events").await;
@@ -83,7 +62,7 @@ async fn events_are_stored_once_listed_and_alerted_on(backend: Backend) {
     let (status, body) = post(
         &server,
         "/api/v1/ingest",
-        &json!({"host": "node-x", "samples": [], "events": [{"ts_ms": t + 2000, "uuid": "GPU-x1", "kind": "gpu_lost"}]}),
+        json!({"host": "node-x", "samples": [], "events": [{"ts_ms": t + 2000, "uuid": "GPU-x1", "kind": "gpu_lost"}]}),
     )
     .await;
     assert_eq!((status, body["received"].as_i64()), (200, Some(0)), "{body}");
@@ -123,7 +102,7 @@ async fn malformed_events_reject_the_batch(backend: Backend) {
     ];
     for (event, want_status, want_field) in cases {
         let batch = json!({"host": "node-y", "samples": [sample("GPU-y", t)], "events": [event]});
-        let (status, e) = post(&server, "/api/v1/ingest", &batch).await;
+        let (status, e) = post(&server, "/api/v1/ingest", batch.clone()).await;
         assert_eq!(status, want_status, "{want_field}: {e}");
         let field = e["error"]["field"].as_str().or(e["error"]["path"].as_str()).unwrap_or_default();
         assert!(field.starts_with(want_field), "{want_field}: {e}");

@@ -21,6 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fleetlens_tests::http::now_ms;
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -29,10 +30,6 @@ fleetlens_tests::for_each_backend!(kill_9_under_sustained_ingest_loses_nothing_a
 
 const GPUS_PER_BATCH: usize = 8;
 const SAMPLES_PER_GPU: usize = 5;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// The samples of batch `k` of writer `w`: unique (uuid, ts) across the whole test.
 fn batch(base: i64, w: usize, k: usize) -> (Value, Vec<(String, i64)>) {

@@ -9,7 +9,8 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines};
+use fleetlens_tests::http::{ingest_ok, now_ms};
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines_ending_at};
 use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(90);
@@ -54,29 +55,13 @@ fn query(prometheus: &str, expr: &str) -> Result<Value, String> {
     serde_json::from_slice(&out.stdout).map_err(|e| format!("{e}: {}", String::from_utf8_lossy(&out.stdout)))
 }
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
     let db = TestDatabase::new(Backend::Sqlite).await;
     let server = TestServer::spawn(&db.url, &[]);
-    let client = reqwest::Client::new();
     // The recorded H200 trace, moved to end now: busy and idle phases, so there is waste.
-    let mut lines = fixture_lines();
-    let shift = now_ms() - 1000 - lines.last().unwrap()["ts_ms"].as_i64().unwrap();
-    for l in &mut lines {
-        l["ts_ms"] = json!(l["ts_ms"].as_i64().unwrap() + shift);
-    }
-    let resp = client
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"host": "gpu-node-01", "labels": {"team": "vision"}, "samples": lines}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
+    let lines = fixture_lines_ending_at(now_ms() - 1000);
+    ingest_ok(&server, json!({"host": "gpu-node-01", "labels": {"team": "vision"}, "samples": lines})).await;
     // The trace ends idle (no efficiency: util 0): a second host has a GPU busy now.
     let now = now_ms();
     let busy: Vec<Value> = (1..=5)
@@ -86,14 +71,7 @@ async fn every_dashboard_query_returns_data_from_a_real_prometheus() {
                    "mem_total_bytes": 80u64 << 30, "power_w": 500, "processes": [{"pid": 7}]})
         })
         .collect();
-    let resp = client
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"host": "gpu-node-02", "samples": busy}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
+    ingest_ok(&server, json!({"host": "gpu-node-02", "samples": busy})).await;
 
     let dir = tempfile::tempdir().unwrap();
     let target = server.base_url.trim_start_matches("http://").to_string();

@@ -13,17 +13,11 @@
 //! The dashboard's side (hostile names shown as text, no script runs) is
 //! tests/browser/hostile-names.test.mjs.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, table_counts};
+use fleetlens_tests::http::{get_ok, get_text, now_ms};
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, promtool_check, table_counts};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(hostile_names_and_values_reach_every_output_safely);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// One hostile host with one GPU and one process owner, all accepted by ingest.
 struct HostileGpu {
@@ -120,48 +114,19 @@ async fn post_raw(server: &TestServer, body: Vec<u8>) -> (u16, String, String) {
     (status, content_type, resp.text().await.unwrap())
 }
 
-async fn get_text(server: &TestServer, path: &str) -> (u16, String) {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    (resp.status().as_u16(), resp.text().await.unwrap())
-}
-
-async fn get_json(server: &TestServer, path: &str) -> Value {
-    let (status, text) = get_text(server, path).await;
-    assert_eq!(status, 200, "GET {path}: {text}");
-    serde_json::from_str(&text).unwrap()
-}
-
 /// What the API says is stored: every GPU (without the clock-dependent state) and its samples.
 async fn stored(server: &TestServer) -> Vec<(Value, Value)> {
-    let list = get_json(server, "/api/v1/gpus").await;
+    let list = get_ok(server, "/api/v1/gpus").await;
     let mut out = Vec::new();
     for g in list["gpus"].as_array().unwrap() {
         let mut g = g.clone();
         g.as_object_mut().unwrap().remove("state");
         let uuid = g["uuid"].as_str().unwrap();
-        let samples = get_json(server, &format!("/api/v1/gpus/{}/samples?from=0", segment(uuid))).await;
+        let samples = get_ok(server, &format!("/api/v1/gpus/{}/samples?from=0", segment(uuid))).await;
         out.push((g, samples["samples"].clone()));
     }
     out.sort_by(|a, b| a.0["uuid"].as_str().cmp(&b.0["uuid"].as_str()));
     out
-}
-
-fn promtool_check(text: &str) {
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
-    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// The billing CSV of `group_by`: the header and the value of the group column of each row.
@@ -252,18 +217,18 @@ async fn hostile_names_and_values_reach_every_output_safely(backend: Backend) {
     }
 
     // JSON: byte-identical, in the list, the detail and the samples.
-    let list = get_json(&server, "/api/v1/gpus").await;
+    let list = get_ok(&server, "/api/v1/gpus").await;
     let gpus = list["gpus"].as_array().unwrap();
     assert_eq!(gpus.len(), corpus.len(), "{list}");
     for gpu in &corpus {
         let g = gpus.iter().find(|g| g["uuid"] == gpu.uuid.as_str()).unwrap_or_else(|| panic!("{:?} listed", gpu.uuid));
         assert_eq!((g["host"].as_str().unwrap(), g["name"].as_str().unwrap()), (gpu.host.as_str(), gpu.name.as_str()));
-        let detail = get_json(&server, &format!("/api/v1/gpus/{}", segment(&gpu.uuid))).await;
+        let detail = get_ok(&server, &format!("/api/v1/gpus/{}", segment(&gpu.uuid))).await;
         assert_eq!(
             (detail["uuid"].as_str(), detail["host"].as_str()),
             (Some(gpu.uuid.as_str()), Some(gpu.host.as_str()))
         );
-        let samples = get_json(&server, &format!("/api/v1/gpus/{}/samples?from=0", segment(&gpu.uuid))).await;
+        let samples = get_ok(&server, &format!("/api/v1/gpus/{}/samples?from=0", segment(&gpu.uuid))).await;
         let samples = samples["samples"].as_array().unwrap();
         assert_eq!(samples.len(), 6);
         let process = &samples[0]["processes"][0];
@@ -273,7 +238,7 @@ async fn hostile_names_and_values_reach_every_output_safely(backend: Backend) {
         assert_eq!(samples[0]["gpu_index"], json!(u32::MAX));
         assert_eq!(samples[0]["temp_c"], json!(-99.5));
     }
-    let report = get_json(&server, "/api/v1/reports/billing?group_by=host").await;
+    let report = get_ok(&server, "/api/v1/reports/billing?group_by=host").await;
     let mut hosts: Vec<&str> =
         report["rows"].as_array().unwrap().iter().map(|r| r["group"].as_str().unwrap()).collect();
     let mut want: Vec<&str> = corpus.iter().map(|g| g.host.as_str()).collect();

@@ -1,6 +1,7 @@
 //! Black box: the real server on 127.0.0.1:0, on SQLite and PostgreSQL, through HTTP.
 //! Every invalid ingest request gets a clear 4xx and leaves the database unchanged.
 
+use fleetlens_tests::http::{get_json, now_ms};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines, gzip, table_counts};
 use serde_json::{Value, json};
 
@@ -9,10 +10,6 @@ fleetlens_tests::for_each_backend!(
     invalid_batches_are_rejected_whole_and_store_nothing,
     auth_is_required_and_scoped,
 );
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 async fn post_ingest(server: &TestServer, body: Vec<u8>, gzipped: bool, token: Option<&str>) -> (u16, Value) {
     let mut req = reqwest::Client::new().post(server.url("/api/v1/ingest")).header("content-type", "application/json");
@@ -51,9 +48,7 @@ async fn fixture_ingest_is_idempotent_and_reads_back(backend: Backend) {
     );
     assert_eq!(table_counts(&db.url).await.samples, 84);
 
-    let client = reqwest::Client::new();
-    let gpus: Value =
-        client.get(server.url("/api/v1/gpus")).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
+    let gpus: Value = get_json(&server, "/api/v1/gpus").await;
     let gpu = &gpus["gpus"][0];
     assert_eq!(gpu["host"], "gpu-node-01");
     assert_eq!(gpu["latest"]["ts_ms"], fixture_lines()[83]["ts_ms"]);

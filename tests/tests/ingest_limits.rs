@@ -12,6 +12,7 @@ use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
+use fleetlens_tests::http::{get_ok, now_ms};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, gzip, table_counts};
 use serde_json::{Value, json};
 
@@ -22,10 +23,6 @@ fleetlens_tests::for_each_backend!(
     organisation_quotas_refuse_batches_whole,
     a_gpu_stays_with_its_host_until_an_admin_moves_it,
 );
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 fn sample(uuid: &str, ts: i64) -> Value {
     json!({"ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
@@ -62,12 +59,6 @@ async fn ingest(server: &TestServer, host: &str, samples: Vec<Value>) -> Answer 
 async fn ingest_labelled(server: &TestServer, host: &str, labels: Value, samples: Vec<Value>) -> Answer {
     let body = serde_json::to_vec(&json!({"host": host, "labels": labels, "samples": samples})).unwrap();
     send(server, ADMIN_TOKEN, body, false).await
-}
-
-async fn get(server: &TestServer, path: &str) -> Value {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    assert_eq!(resp.status().as_u16(), 200, "GET {path}");
-    resp.json().await.unwrap()
 }
 
 /// `VmHWM` (peak resident memory) of the server process, kB.
@@ -234,7 +225,7 @@ async fn requests_in_flight_are_bounded_per_key(backend: Backend) {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(after.status, 200, "{}", after.body);
-    let gpus = get(&server, "/api/v1/gpus").await;
+    let gpus = get_ok(&server, "/api/v1/gpus").await;
     let mut uuids: Vec<&str> = gpus["gpus"].as_array().unwrap().iter().map(|g| g["uuid"].as_str().unwrap()).collect();
     uuids.sort();
     assert_eq!(uuids, ["GPU-other", "GPU-third"]);
@@ -269,7 +260,7 @@ async fn organisation_quotas_refuse_batches_whole(backend: Backend) {
     assert_eq!(ingest(&server, "n2", batch(&["G3", "G4"], ts + 1000)).await.status, 200, "the fourth GPU fits");
     // At the quota, known GPUs keep reporting.
     assert_eq!(ingest(&server, "n1", batch(&["G1", "G2"], ts + 2000)).await.status, 200);
-    assert_eq!(get(&server, "/api/v1/gpus").await["gpus"].as_array().unwrap().len(), 4);
+    assert_eq!(get_ok(&server, "/api/v1/gpus").await["gpus"].as_array().unwrap().len(), 4);
 
     // Teams made by the `team` label.
     let ok = ingest_labelled(&server, "n1", json!({"team": "alpha"}), batch(&["G1"], ts + 3000)).await;
@@ -281,13 +272,13 @@ async fn organisation_quotas_refuse_batches_whole(backend: Backend) {
     assert_eq!(table_counts(&db.url).await, before, "nothing stored");
     let ok = ingest_labelled(&server, "n2", json!({"team": "alpha"}), batch(&["G3"], ts + 3000)).await;
     assert_eq!(ok.status, 200, "an existing team: {}", ok.body);
-    let teams = get(&server, "/api/v1/teams").await;
+    let teams = get_ok(&server, "/api/v1/teams").await;
     let names: Vec<&str> = teams.as_array().unwrap().iter().map(|t| t["name"].as_str().unwrap()).collect();
     assert_eq!(names, ["alpha"]);
 }
 
 async fn gpu_host(server: &TestServer, uuid: &str) -> Value {
-    get(server, &format!("/api/v1/gpus/{uuid}")).await["host"].clone()
+    get_ok(server, &format!("/api/v1/gpus/{uuid}")).await["host"].clone()
 }
 
 async fn move_gpu(server: &TestServer, token: &str, uuid: &str, body: Value) -> Answer {

@@ -6,14 +6,14 @@
 //! metadata from the recorded Kubernetes API server (`fleetlens_tests::kube_api`: a real HTTP
 //! server answering list and watch). On SQLite and PostgreSQL.
 
-use std::io::Write;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use fleetlens_tests::http::{alerts_of_rule, close, create_rule, get, now_ms, post, report_row, set_price};
 use fleetlens_tests::kube_api::RecordedApiServer;
 use fleetlens_tests::kubelet::StandInKubelet;
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command};
-use serde_json::{Value, json};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, run_agent};
+use serde_json::json;
 
 fleetlens_tests::for_each_backend!(a_jobsets_idle_gpu_is_its_teams_users_and_jobs_waste);
 
@@ -24,76 +24,15 @@ const GPU_A: &str = "GPU-5a1d0e6f-0000-4000-8000-0000000000a1";
 const GPU_B: &str = "GPU-5a1d0e6f-0000-4000-8000-0000000000b1";
 const POD: &str = "llm-pretrain-workers-0-0-x8k2p";
 
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
-
-async fn call(server: &TestServer, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, server.url(path)).bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
-}
-
-async fn get(server: &TestServer, path: &str) -> (u16, Value) {
-    call(server, reqwest::Method::GET, path, None).await
-}
-
-fn close(v: &Value, want: f64) -> bool {
-    v.as_f64().is_some_and(|x| (x - want).abs() < 1e-6)
-}
-
-fn row<'a>(report: &'a Value, group: &str) -> &'a Value {
-    report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["group"] == group)
-        .unwrap_or_else(|| panic!("no row {group} in {report}"))
-}
-
-/// 30 minutes at 1 Hz of two idle H100s of one node, no process visible on either.
-fn write_trace(path: &Path, start: i64) {
-    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
-    for i in 0..30 * 60 {
-        for (index, uuid) in [GPU_A, GPU_B].iter().enumerate() {
-            let line = json!({
-                "ts_ms": start + i * 1000, "host": "k8s-node-1", "uuid": uuid, "gpu_index": index, "name": H100,
-                "gpu_util_pct": 0.0, "sm_active_pct": 0.0, "sm_occupancy_pct": 0.0, "tensor_active_pct": 0.0,
-                "dram_active_pct": 0.0, "mem_used_bytes": 0, "mem_total_bytes": 85899345920i64,
-                "power_w": 70.0, "power_limit_w": 700.0, "processes": [],
-            });
-            writeln!(f, "{line}").unwrap();
-        }
-    }
-    f.flush().unwrap();
-}
-
 async fn a_jobsets_idle_gpu_is_its_teams_users_and_jobs_waste(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(
         &db.url,
         &["--raw-retention", "7d", "--job-end-after", "30s", "--job-scan-interval", "200ms"],
     );
-    let (status, _) = call(
-        &server,
-        reqwest::Method::PUT,
-        "/api/v1/prices",
-        Some(json!({"currency": "USD", "source": "test", "per_gpu_hour": {H100: PRICE}})),
-    )
-    .await;
-    assert_eq!(status, 200);
-    let (status, rule) = call(
-        &server,
-        reqwest::Method::POST,
-        "/api/v1/alert-rules",
-        Some(json!({"name": "research holds an idle GPU", "condition": "state == idle_held && owner_team == \"research\"",
-                    "for_s": 0, "severity": "warning"})),
-    )
-    .await;
-    assert_eq!(status, 201, "{rule}");
+    set_price(&server, H100, PRICE).await;
+    let rule =
+        create_rule(&server, "research holds an idle GPU", "state == idle_held && owner_team == \"research\"").await;
 
     let api = RecordedApiServer::start().await;
     api.apply_fixture(&Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/kube-api/cluster.json"));
@@ -104,12 +43,11 @@ async fn a_jobsets_idle_gpu_is_its_teams_users_and_jobs_waste(backend: Backend) 
 
     let start = (now_ms() / MINUTE - 40) * MINUTE;
     let trace = dir.path().join("trace.jsonl");
-    write_trace(&trace, start);
+    fleetlens_tests::write_idle_trace(&trace, start, &[GPU_A, GPU_B]);
     let mut agent = agent_command(&server, &format!("replay:{}", trace.display()), &dir.path().join("spool"));
     agent.arg("--once").arg("--kubelet-socket").arg(&socket);
     agent.args(["--kube-metadata", &api.url, "--kube-node", "k8s-node-1"]);
-    let status = tokio::task::spawn_blocking(move || agent.status().unwrap()).await.unwrap();
-    assert!(status.success(), "agent failed: {status}");
+    run_agent(agent).await;
     let (from, to) = (start, start + 30 * MINUTE);
 
     // The stored samples carry the pod's metadata with its allocation.
@@ -129,11 +67,11 @@ async fn a_jobsets_idle_gpu_is_its_teams_users_and_jobs_waste(backend: Backend) 
     {
         let (status, r) = get(&server, &format!("/api/v1/reports/billing?from={from}&to={to}&group_by={key}")).await;
         assert_eq!(status, 200, "{r}");
-        let o = row(&r, owner);
+        let o = report_row(&r, owner);
         assert_eq!(o["gpus"], 1, "{key}: {o}");
         assert!(close(&o["hours_by_state"]["idle_held"], 0.5), "{key}: {o}");
         assert!(close(&o["cost"], 0.5 * PRICE) && close(&o["wasted_cost"], 0.5 * PRICE), "{key}: {o}");
-        assert!(close(&row(&r, "(no process)")["hours_by_state"]["idle"], 0.5), "{key}: {r}");
+        assert!(close(&report_row(&r, "(no process)")["hours_by_state"]["idle"], 0.5), "{key}: {r}");
         assert!(r["rows"].as_array().unwrap().iter().all(|x| x["group"] != "(unknown)"), "{key}: {r}");
     }
     // The fleet summary's "who is wasting" names the pod's owner.
@@ -142,15 +80,7 @@ async fn a_jobsets_idle_gpu_is_its_teams_users_and_jobs_waste(backend: Backend) 
 
     // The team rule fired on GPU A, with the owner labels.
     let rule_id = rule["id"].as_i64().unwrap();
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let alerts = loop {
-        let (_, a) = get(&server, &format!("/api/v1/alerts?status=all&rule_id={rule_id}")).await;
-        let list = a["alerts"].as_array().cloned().unwrap_or_default();
-        if !list.is_empty() || Instant::now() > deadline {
-            break list;
-        }
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
+    let alerts = alerts_of_rule(&server, rule_id, Duration::from_secs(20)).await;
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     let labels = &alerts[0]["labels"];
     assert_eq!(alerts[0]["gpu"], GPU_A, "{}", alerts[0]);
@@ -174,8 +104,7 @@ async fn a_jobsets_idle_gpu_is_its_teams_users_and_jobs_waste(backend: Backend) 
     assert_eq!(run["owner"]["job_kind"], "JobSet", "{run}");
     assert_eq!(run["owner"]["user"], "bob", "{run}");
     assert_eq!(run["owner"]["team"], "research", "{run}");
-    let (status, accepted) =
-        call(&server, reqwest::Method::POST, &format!("/api/v1/jobs/{key}/end"), Some(json!({"at": to}))).await;
+    let (status, accepted) = post(&server, &format!("/api/v1/jobs/{key}/end"), json!({"at": to})).await;
     assert!(status == 200 || status == 202, "{status} {accepted}");
     let deadline = Instant::now() + Duration::from_secs(30);
     let ended = loop {

@@ -1,46 +1,20 @@
 //! Black box: `GET /metrics` in the Prometheus text format, checked by `promtool`.
 
-use std::io::Write;
-use std::process::{Command, Stdio};
-
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines};
+use fleetlens_tests::http::{ingest_ok, now_ms, post_json};
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines_ending_at, promtool_check};
 use serde_json::json;
 
 fleetlens_tests::for_each_backend!(metrics_pass_promtool_and_show_each_gpu);
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 async fn metrics_pass_promtool_and_show_each_gpu(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &[]);
     let client = reqwest::Client::new();
     // The trace, moved to end now: the GPU is live and ends idle (util 0, no efficiency).
-    let mut lines = fixture_lines();
-    let shift = now_ms() - 1000 - lines.last().unwrap()["ts_ms"].as_i64().unwrap();
-    for l in &mut lines {
-        l["ts_ms"] = json!(l["ts_ms"].as_i64().unwrap() + shift);
-    }
-    let resp = client
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"host": "gpu-node-01", "samples": lines}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 200);
+    let lines = fixture_lines_ending_at(now_ms() - 1000);
+    ingest_ok(&server, json!({"host": "gpu-node-01", "samples": lines})).await;
     // The host belongs to a team: every per-GPU series carries it as `team`.
-    let team: serde_json::Value = client
-        .post(server.url("/api/v1/teams"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"name": "vision-research"}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let team: serde_json::Value = post_json(&server, "/api/v1/teams", json!({"name": "vision-research"})).await;
     let resp = client
         .put(server.url("/api/v1/hosts/gpu-node-01/team"))
         .bearer_auth(ADMIN_TOKEN)
@@ -75,19 +49,5 @@ async fn metrics_pass_promtool_and_show_each_gpu(backend: Backend) {
     assert!(text.contains("fleetlens_ingest_samples_inserted_total 84"));
     assert!(text.contains("fleetlens_ingest_samples_merged_total 0"), "whole samples: nothing to merge");
 
-    let mut promtool = Command::new("promtool")
-        .args(["check", "metrics"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("promtool (Debian package prometheus; scripts/test.sh installs it)");
-    promtool.stdin.take().unwrap().write_all(text.as_bytes()).unwrap();
-    let out = promtool.wait_with_output().unwrap();
-    assert!(
-        out.status.success(),
-        "promtool check metrics: {}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    promtool_check(&text);
 }

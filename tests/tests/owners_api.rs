@@ -3,6 +3,7 @@
 //! label, the fleet summary's top owners, owner fields in alert rules and labels, and the
 //! errors for bad groupings and periods beyond the raw retention.
 
+use fleetlens_tests::http::{alerts_of_rule, close, create_rule, get, now_ms, post, report_row, set_price};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
 use serde_json::{Value, json};
 
@@ -11,10 +12,6 @@ fleetlens_tests::for_each_backend!(owners_on_a_known_scenario);
 const H100: &str = "NVIDIA H100 80GB HBM3";
 const PRICE: f64 = 3.0;
 const MINUTE: i64 = 60_000;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// `minutes` of 1-Hz samples from `start` with the given signals and process list.
 fn minutes_of(uuid: &str, start: i64, minutes: i64, util: f64, smact: f64, tensor: f64, procs: Value) -> Vec<Value> {
@@ -33,62 +30,16 @@ fn minutes_of(uuid: &str, start: i64, minutes: i64, util: f64, smact: f64, tenso
         .collect()
 }
 
-async fn get(server: &TestServer, path: &str) -> (u16, Value) {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
-}
-
-async fn send(server: &TestServer, method: reqwest::Method, path: &str, body: Value) -> (u16, Value) {
-    let resp = reqwest::Client::new()
-        .request(method, server.url(path))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
-}
-
-fn close(v: &Value, want: f64) -> bool {
-    v.as_f64().is_some_and(|x| (x - want).abs() < 1e-6)
-}
-
-/// The row of `group` in a billing report.
-fn row<'a>(report: &'a Value, group: &str) -> &'a Value {
-    report["rows"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|r| r["group"] == group)
-        .unwrap_or_else(|| panic!("no row {group} in {report}"))
-}
-
 async fn owners_on_a_known_scenario(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     // Owner reports read raw samples: the production retention decides how far back they go.
     let server = TestServer::spawn(&db.url, &["--raw-retention", "7d"]);
-    let (status, _) = send(
-        &server,
-        reqwest::Method::PUT,
-        "/api/v1/prices",
-        json!({"currency": "USD", "source": "test", "per_gpu_hour": {H100: PRICE}}),
-    )
-    .await;
-    assert_eq!(status, 200);
+    set_price(&server, H100, PRICE).await;
     // An alert rule on an owner field, before the samples arrive.
-    let (status, rule) = send(
-        &server,
-        reqwest::Method::POST,
-        "/api/v1/alert-rules",
-        json!({"name": "ml notebook idle", "condition": "state == idle_held && owner_namespace == \"ml\"",
-               "for_s": 0, "severity": "warning"}),
-    )
-    .await;
-    assert_eq!(status, 201, "{rule}");
+    let rule = create_rule(&server, "ml notebook idle", "state == idle_held && owner_namespace == \"ml\"").await;
     // A silence on the owner's namespace (the alert is recorded, marked silenced).
-    let (status, silence) = send(
+    let (status, silence) = post(
         &server,
-        reqwest::Method::POST,
         "/api/v1/silences",
         json!({"matchers": {"owner_namespace": "ml"}, "ends_at": now_ms() + 3_600_000, "comment": "alice is on leave"}),
     )
@@ -117,8 +68,7 @@ async fn owners_on_a_known_scenario(backend: Backend) {
     c.extend(minutes_of("GPU-C", start + 30 * MINUTE, 10, 0.0, 0.0, 0.0, json!([])));
     for (host, samples) in [("node-a", a), ("node-b", b), ("node-c", c)] {
         for chunk in samples.chunks(600) {
-            let (status, body) =
-                send(&server, reqwest::Method::POST, "/api/v1/ingest", json!({"host": host, "samples": chunk})).await;
+            let (status, body) = post(&server, "/api/v1/ingest", json!({"host": host, "samples": chunk})).await;
             assert_eq!(status, 200, "{body}");
         }
     }
@@ -137,37 +87,37 @@ async fn owners_on_a_known_scenario(backend: Backend) {
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["group_by"], "user");
     assert!(r["note"].as_str().is_some_and(|n| n.contains("raw samples")), "{r}");
-    let alice = row(&r, "alice");
+    let alice = report_row(&r, "alice");
     assert_eq!(alice["gpus"], 2);
     assert!(close(&alice["gpu_hours"], 0.875), "{alice}");
     assert!(close(&alice["hours_by_state"]["idle_held"], 0.5), "{alice}");
     assert!(close(&alice["hours_by_state"]["hollow"], 0.375), "{alice}");
     assert!(close(&alice["cost"], 0.875 * PRICE), "{alice}");
     assert!(close(&alice["wasted_cost"], 0.5 * PRICE + 0.375 * 0.9 * PRICE), "{alice}");
-    let bob = row(&r, "bob");
+    let bob = report_row(&r, "bob");
     assert!(close(&bob["gpu_hours"], 0.5) && close(&bob["hours_by_state"]["compute_bound"], 0.5), "{bob}");
     assert!(close(&bob["cost"], 1.5) && close(&bob["wasted_cost"], 0.0), "{bob}");
-    let carol = row(&r, "carol");
+    let carol = report_row(&r, "carol");
     assert!(close(&carol["gpu_hours"], 0.125) && close(&carol["wasted_cost"], 0.125 * 0.9 * PRICE), "{carol}");
-    let nobody = row(&r, "(no process)");
+    let nobody = report_row(&r, "(no process)");
     assert!(close(&nobody["hours_by_state"]["idle"], 1.0 / 6.0) && close(&nobody["cost"], 0.5), "{nobody}");
     let total: f64 = r["rows"].as_array().unwrap().iter().map(|x| x["gpu_hours"].as_f64().unwrap()).sum();
     assert!((total - (0.5 + 0.5 + 0.5 + 1.0 / 6.0)).abs() < 1e-6, "rows add up to the sampled GPU time: {total}");
 
     // Per namespace, pod, job, label.
     let (_, r) = get(&server, &format!("/api/v1/reports/billing?from={from}&to={to}&group_by=namespace")).await;
-    assert!(close(&row(&r, "ml")["hours_by_state"]["idle_held"], 0.5), "{r}");
-    assert!(close(&row(&r, "(unknown)")["gpu_hours"], 1.0), "bob's job and GPU C have no namespace: {r}");
+    assert!(close(&report_row(&r, "ml")["hours_by_state"]["idle_held"], 0.5), "{r}");
+    assert!(close(&report_row(&r, "(unknown)")["gpu_hours"], 1.0), "bob's job and GPU C have no namespace: {r}");
     let (_, r) = get(&server, &format!("/api/v1/reports/billing?from={from}&to={to}&group_by=pod")).await;
-    assert!(close(&row(&r, "ml/nb-alice")["wasted_cost"], 1.5), "{r}");
+    assert!(close(&report_row(&r, "ml/nb-alice")["wasted_cost"], 1.5), "{r}");
     let (_, r) = get(&server, &format!("/api/v1/reports/billing?from={from}&to={to}&group_by=job")).await;
-    let job = row(&r, "48213");
+    let job = report_row(&r, "48213");
     assert!(close(&job["gpu_hours"], 0.5) && close(&job["cost"], 1.5) && job["gpus"] == 1, "{job}");
     let (status, r) =
         get(&server, &format!("/api/v1/reports/billing?from={from}&to={to}&group_by=label:EXPERIMENT_ID")).await;
     assert_eq!(status, 200, "{r}");
     assert_eq!(r["group_by"], "label:EXPERIMENT_ID");
-    assert!(close(&row(&r, "exp-42")["hours_by_state"]["compute_bound"], 0.5), "{r}");
+    assert!(close(&report_row(&r, "exp-42")["hours_by_state"]["compute_bound"], 0.5), "{r}");
 
     // CSV.
     let resp = reqwest::Client::new()
@@ -217,15 +167,7 @@ async fn owners_on_a_known_scenario(backend: Backend) {
 
     // The owner rule fired on GPU A only, with the owner in its labels.
     let rule_id = rule["id"].as_i64().unwrap();
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
-    let alerts = loop {
-        let (_, a) = get(&server, &format!("/api/v1/alerts?status=all&rule_id={rule_id}")).await;
-        let list = a["alerts"].as_array().cloned().unwrap_or_default();
-        if !list.is_empty() || std::time::Instant::now() > deadline {
-            break list;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
-    };
+    let alerts = alerts_of_rule(&server, rule_id, std::time::Duration::from_secs(20)).await;
     assert_eq!(alerts.len(), 1, "{alerts:?}");
     assert_eq!(alerts[0]["gpu"], "GPU-A", "{}", alerts[0]);
     assert_eq!(alerts[0]["labels"]["owner_namespace"], "ml", "{}", alerts[0]);

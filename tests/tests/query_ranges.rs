@@ -5,6 +5,7 @@
 //! is answered (or refused as too many points, naming `resolution`); counts (`limit`,
 //! `window_s`) beyond their bounds or beyond 64 bits are refused too; and the server stays up.
 
+use fleetlens_tests::http::now_ms;
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
 use serde_json::{Value, json};
 
@@ -13,10 +14,6 @@ fleetlens_tests::for_each_backend!(extreme_ranges_get_422_naming_the_parameter);
 const I64_MAX: &str = "9223372036854775807";
 const I64_MIN: &str = "-9223372036854775808";
 const UUID: &str = "GPU-range-0";
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// Out-of-range combinations of `from` and `to`, and the parameters that may be named.
 fn time_cases() -> Vec<(String, &'static [&'static str])> {

@@ -6,36 +6,17 @@
 //! agent did not opt in alone; a `webhook` policy sends its notice and action to a real HTTP
 //! receiver, and a snoozed reclaim waits. Every step is logged with the money held.
 
-use std::net::SocketAddr;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Child, Command};
-use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use axum::Router;
-use axum::body::Bytes;
-use axum::extract::State;
-use axum::http::StatusCode;
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command};
+use fleetlens_tests::http::{Recorder, call, set_price};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(reclaim_policies_act_on_real_processes);
 
 const H100: &str = "NVIDIA H100 80GB HBM3";
-
-async fn record(State(got): State<Arc<Mutex<Vec<Value>>>>, body: Bytes) -> StatusCode {
-    got.lock().unwrap().push(serde_json::from_slice(&body).unwrap_or(Value::Null));
-    StatusCode::OK
-}
-
-async fn call(server: &TestServer, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, server.url(path)).bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
-}
 
 /// A process that holds 64 MiB of real memory until it is killed.
 fn holder() -> Child {
@@ -98,26 +79,13 @@ fn find<'a>(list: &'a [Value], policy: i64, gpu: &str) -> Option<&'a Value> {
 async fn reclaim_policies_act_on_real_processes(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &["--job-scan-interval", "200ms"]);
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    let got = Arc::new(Mutex::new(Vec::<Value>::new()));
-    let app = Router::new().fallback(record).with_state(got.clone());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
-    let (status, _) = call(
-        &server,
-        reqwest::Method::PUT,
-        "/api/v1/prices",
-        Some(json!({"currency": "USD", "source": "test", "per_gpu_hour": {H100: 3.6}})),
-    )
-    .await;
-    assert_eq!(status, 200);
+    let receiver = Recorder::start().await;
+    set_price(&server, H100, 3.6).await;
     let (status, hook) = call(
         &server,
         reqwest::Method::POST,
         "/api/v1/notification-channels",
-        Some(json!({"name": "automation", "kind": "webhook", "url": format!("http://{addr}/reclaim")})),
+        Some(json!({"name": "automation", "kind": "webhook", "url": format!("{}/reclaim", receiver.url)})),
     )
     .await;
     assert_eq!(status, 201, "{hook}");
@@ -246,7 +214,7 @@ async fn reclaim_policies_act_on_real_processes(backend: Backend) {
     assert_eq!(steps(w), ["notice", "snooze"], "{w:#}");
     assert_eq!(w["status"], "noticed");
     tokio::time::sleep(Duration::from_secs(1)).await;
-    let received = got.lock().unwrap().clone();
+    let received = receiver.bodies();
     let actions: Vec<&Value> = received.iter().filter(|m| m["type"] == "fleetlens.reclaim_action").collect();
     let mut targets: Vec<(String, i64)> = actions
         .iter()

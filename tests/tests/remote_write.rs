@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fleetlens_api::remote_write::{TimeSeries, WriteRequest};
+use fleetlens_tests::http::{get_json, get_text, post_json};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture};
 use prost::Message;
 use serde_json::{Value, json};
@@ -45,14 +46,27 @@ async fn exporter() -> String {
     addr.to_string()
 }
 
-/// A Prometheus child, killed when dropped.
-struct Prometheus(Child);
+/// A Prometheus child, killed when dropped, and its directory (configuration and TSDB).
+struct Prometheus {
+    child: Child,
+    _dir: tempfile::TempDir,
+}
 
 impl Drop for Prometheus {
     fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
+}
+
+/// A real Prometheus that scrapes the stand-in dcgm-exporter and remote-writes to `server`
+/// with an ingest key of its own, `max_samples_per_send` points per request.
+async fn prometheus_writing_to(server: &TestServer, max_samples_per_send: usize) -> Prometheus {
+    let key = ingest_key(server).await;
+    let exporter = exporter().await;
+    let dir = tempfile::tempdir().unwrap();
+    let child = start_prometheus(dir.path(), &exporter, &server.url("/api/v1/write"), &key, max_samples_per_send);
+    Prometheus { child, _dir: dir }
 }
 
 /// `max_samples_per_send`: series points per remote-write request (one H100 scrape has 68
@@ -63,7 +77,7 @@ fn start_prometheus(
     write_url: &str,
     key: &str,
     max_samples_per_send: usize,
-) -> Prometheus {
+) -> Child {
     let config = format!(
         r#"global:
   scrape_interval: 1s
@@ -91,41 +105,24 @@ remote_write:
     );
     let path = dir.join("prometheus.yml");
     std::fs::write(&path, config).unwrap();
-    let child = Command::new("prometheus")
+    Command::new("prometheus")
         .arg(format!("--config.file={}", path.display()))
         .arg(format!("--storage.tsdb.path={}", dir.join("data").display()))
         .args(["--web.listen-address=127.0.0.1:0", "--log.level=warn"])
         .stdout(Stdio::null())
         .stderr(if std::env::var_os("TEST_LOG").is_some() { Stdio::inherit() } else { Stdio::null() })
         .spawn()
-        .expect("prometheus (Debian package prometheus; scripts/test.sh installs it)");
-    Prometheus(child)
+        .expect("prometheus (Debian package prometheus; scripts/test.sh installs it)")
 }
 
 async fn ingest_key(server: &TestServer) -> String {
-    let created: Value = reqwest::Client::new()
-        .post(server.url("/api/v1/api-keys"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"name": "prometheus", "scopes": ["ingest"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let created: Value =
+        post_json(server, "/api/v1/api-keys", json!({"name": "prometheus", "scopes": ["ingest"]})).await;
     created["key"].as_str().expect("key").to_string()
 }
 
 async fn gpus(server: &TestServer) -> Vec<Value> {
-    let body: Value = reqwest::Client::new()
-        .get(server.url("/api/v1/gpus"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body: Value = get_json(server, "/api/v1/gpus").await;
     body["gpus"].as_array().cloned().unwrap_or_default()
 }
 
@@ -137,10 +134,7 @@ fn find<'a>(gpus: &'a [Value], uuid: &str) -> Option<&'a Value> {
 async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
     let db = TestDatabase::new(Backend::Sqlite).await;
     let server = TestServer::spawn(&db.url, &[]);
-    let key = ingest_key(&server).await;
-    let exporter = exporter().await;
-    let dir = tempfile::tempdir().unwrap();
-    let _prometheus = start_prometheus(dir.path(), &exporter, &server.url("/api/v1/write"), &key, 10_000);
+    let _prometheus = prometheus_writing_to(&server, 10_000).await;
 
     // Until both H100s have a state and GPU 0 its efficiency, and each GPU has seen the
     // rotated expositions (3 distinct SM activities on GPU 0).
@@ -149,15 +143,7 @@ async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
         let list = gpus(&server).await;
         let ready = find(&list, GPU0).is_some_and(|g| !g["state"].is_null() && !g["efficiency"].is_null())
             && find(&list, GPU1).is_some_and(|g| !g["state"].is_null());
-        let samples: Value = reqwest::Client::new()
-            .get(server.url(&format!("/api/v1/gpus/{GPU0}/samples?from=0")))
-            .bearer_auth(ADMIN_TOKEN)
-            .send()
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let samples: Value = get_json(&server, &format!("/api/v1/gpus/{GPU0}/samples?from=0")).await;
         let mut smact: Vec<String> = samples["samples"]
             .as_array()
             .map(|s| s.iter().map(|s| s["sm_active_pct"].to_string()).collect())
@@ -199,37 +185,12 @@ async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
     assert_eq!(mig["latest"]["processes"][0]["owner"]["pod_name"], "triton-0");
 
     // Series that are not fields Fleetlens reads are counted.
-    let metrics = reqwest::Client::new()
-        .get(server.url("/metrics"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let unknown = metrics
-        .lines()
-        .find_map(|l| l.strip_prefix("fleetlens_remote_write_series_ignored_total{reason=\"unknown\"} "))
-        .and_then(|v| v.parse::<f64>().ok())
-        .expect("the ignored-series counter");
+    let unknown = metric(&server, "fleetlens_remote_write_series_ignored_total{reason=\"unknown\"}").await;
     assert!(unknown > 0.0, "DCGM_FI_DEV_ENC_UTIL & co. are not read: {unknown}");
 }
 
-async fn get_json(server: &TestServer, path: &str) -> Value {
-    reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap()
-}
-
 async fn metric(server: &TestServer, name: &str) -> f64 {
-    let text = reqwest::Client::new()
-        .get(server.url("/metrics"))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (_, text) = get_text(server, "/metrics").await;
     text.lines()
         .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
         .and_then(|v| v.parse().ok())
@@ -258,10 +219,7 @@ const H100_FIELDS: [&str; 10] = [
 async fn a_scrape_split_over_requests_arrives_whole(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &[]);
-    let key = ingest_key(&server).await;
-    let exporter = exporter().await;
-    let dir = tempfile::tempdir().unwrap();
-    let _prometheus = start_prometheus(dir.path(), &exporter, &server.url("/api/v1/write"), &key, 5);
+    let _prometheus = prometheus_writing_to(&server, 5).await;
 
     // Until each H100 has 5 samples whose every field arrived (the newest scrape's requests may
     // still be on their way, so the count is of complete ones).
@@ -417,16 +375,7 @@ async fn remote_write_is_idempotent_bounded_and_answers_4xx_json(backend: Backen
     let (status, body) = post(&server, &key, snappy(&future), "snappy").await;
     assert_eq!(status, 422, "{body}");
     // A read-only key may not write; no key at all is 401.
-    let read_key: Value = reqwest::Client::new()
-        .post(server.url("/api/v1/api-keys"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"name": "reader", "scopes": ["read"]}))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let read_key: Value = post_json(&server, "/api/v1/api-keys", json!({"name": "reader", "scopes": ["read"]})).await;
     assert_eq!(post(&server, read_key["key"].as_str().unwrap(), snappy(&req), "snappy").await.0, 403);
     assert_eq!(post(&server, "flk_nope", snappy(&req), "snappy").await.0, 401);
 }

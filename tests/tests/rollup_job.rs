@@ -5,17 +5,14 @@
 
 use std::time::Duration;
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, rollup_accounting, wait_rollups_written};
+use fleetlens_tests::http::{get_ok, ingest_ok, now_ms};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, rollup_accounting, wait_rollups_written};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(killed_while_writing_rollups_loses_and_doubles_nothing);
 
 const GPUS: i64 = 24;
 const MINUTES: i64 = 36;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// One GPU's samples of one minute at 1 Hz (a busy half of the GPUs, an idle half).
 fn minute(start: i64, m: i64, g: i64) -> Vec<Value> {
@@ -36,32 +33,21 @@ fn minute(start: i64, m: i64, g: i64) -> Vec<Value> {
 }
 
 async fn post(server: &TestServer, samples: Vec<Value>) {
-    let resp = reqwest::Client::new()
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"host": "rj-node", "samples": samples}))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status(), 200);
-}
-
-async fn get(server: &TestServer, path: &str) -> Value {
-    let resp = reqwest::Client::new().get(server.url(path)).bearer_auth(ADMIN_TOKEN).send().await.unwrap();
-    assert_eq!(resp.status(), 200, "{path}");
-    resp.json().await.unwrap()
+    ingest_ok(server, json!({"host": "rj-node", "samples": samples})).await;
 }
 
 /// The answers that read rollups and credits: billing per GPU (hour and day credits), the
 /// fleet summary over the data, and two GPUs' series at both resolutions.
 async fn answers(server: &TestServer, start: i64, end: i64) -> Vec<Value> {
     let mut out = vec![
-        get(server, &format!("/api/v1/reports/billing?from={start}&to={end}&group_by=gpu")).await,
-        get(server, &format!("/api/v1/fleet/summary?from={start}&to={end}")).await,
+        get_ok(server, &format!("/api/v1/reports/billing?from={start}&to={end}&group_by=gpu")).await,
+        get_ok(server, &format!("/api/v1/fleet/summary?from={start}&to={end}")).await,
     ];
     for uuid in ["GPU-rj-00", "GPU-rj-01"] {
         for res in ["1m", "1h"] {
-            out.push(get(server, &format!("/api/v1/gpus/{uuid}/series?from={start}&to={end}&resolution={res}")).await);
+            out.push(
+                get_ok(server, &format!("/api/v1/gpus/{uuid}/series?from={start}&to={end}&resolution={res}")).await,
+            );
         }
     }
     out

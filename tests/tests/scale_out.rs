@@ -10,7 +10,6 @@
 //! See also `alerts_api::two_replicas_send_each_transition_once` (both senders on one outbox).
 
 use std::collections::{HashMap, HashSet};
-use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,15 +17,12 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
+use fleetlens_tests::http::{call, now_ms, serve_local, wait_for};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, h100_sample};
 use serde_json::{Value, json};
 use sqlx::Connection;
 
 const FAST: &[&str] = &["--alert-retry-base", "200ms", "--alert-eval-interval", "200ms", "--retention-interval", "1s"];
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// (message id, body) of every POST the receiver answered 200.
 type Log = Arc<Mutex<Vec<(Option<String>, Value)>>>;
@@ -37,24 +33,9 @@ async fn receiver() -> (String, Log) {
         log.lock().unwrap().push((id, serde_json::from_slice(&body).unwrap_or(Value::Null)));
         StatusCode::OK
     }
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
     let log: Log = Arc::default();
-    let app = Router::new().fallback(record).with_state(log.clone());
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let addr = serve_local(Router::new().fallback(record).with_state(log.clone())).await;
     (format!("http://{addr}/hook"), log)
-}
-
-async fn call(server: &TestServer, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, server.url(path)).bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.expect("request");
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
 }
 
 /// This replica's job leadership from `GET /healthz`: job → (leader, runs).
@@ -66,21 +47,6 @@ async fn jobs(server: &TestServer) -> HashMap<String, (bool, u64)> {
             o.iter().map(|(k, s)| (k.clone(), (s["leader"].as_bool().unwrap(), s["runs"].as_u64().unwrap()))).collect()
         })
         .unwrap_or_default()
-}
-
-async fn wait_for<T, F, Fut>(what: &str, timeout: Duration, mut f: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(v) = f().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
 }
 
 /// Which of `servers` leads `job`; panics unless exactly one does (checked `checks` times).
@@ -107,20 +73,10 @@ async fn sole_leader(servers: &[&TestServer], job: &str) -> usize {
     leader
 }
 
-/// One synthetic H100 sample.
-fn sample(uuid: &str, ts: i64, util: f64, smact: f64) -> Value {
-    json!({
-        "ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
-        "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
-        "tensor_active_pct": 0.0, "dram_active_pct": 5.0, "mem_used_bytes": 8i64 << 30,
-        "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
-    })
-}
-
 /// 8 samples ending just before now: hollow for 4 (fires a 2 s rule), healthy after (resolves).
 fn hollow_then_healthy(uuid: &str) -> Vec<Value> {
     let start = now_ms() - 9000;
-    (0..8).map(|i| sample(uuid, start + i * 1000, 100.0, if i < 4 { 2.0 } else { 95.0 })).collect()
+    (0..8).map(|i| h100_sample(uuid, start + i * 1000, 100.0, if i < 4 { 2.0 } else { 95.0 })).collect()
 }
 
 async fn ingest(server: &TestServer, host: &str, samples: Vec<Value>) {
@@ -229,8 +185,8 @@ async fn both_replicas_ingesting_one_gpu_count_each_sample_once() {
     let all: Vec<Value> = (0..n)
         .flat_map(|i| {
             [
-                sample("GPU-shared", start + i * 1000, (i % 100) as f64, 50.0),
-                sample("GPU-other", start + i * 1000, 1.0, 1.0),
+                h100_sample("GPU-shared", start + i * 1000, (i % 100) as f64, 50.0),
+                h100_sample("GPU-other", start + i * 1000, 1.0, 1.0),
             ]
         })
         .collect();

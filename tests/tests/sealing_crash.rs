@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use fleetlens_tests::http::{ingest_ok, now_ms};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
 use serde_json::{Value, json};
 use sqlx::Connection;
@@ -14,10 +15,6 @@ const GPUS: i64 = 24;
 const HOURS: i64 = 4;
 const STEP_MS: i64 = 5_000;
 const H: i64 = 3_600_000;
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// Samples of GPU `g` over `HOURS` hours from `start`, values at their stored precision.
 fn samples(g: i64, start: i64) -> Vec<Value> {
@@ -74,17 +71,9 @@ async fn kill_9_during_sealing_loses_and_duplicates_nothing(backend: Backend) {
     let before = {
         // No sealing in this first server's lifetime.
         let server = TestServer::spawn(&db.url, &["--seal-interval", "1h"]);
-        let client = reqwest::Client::new();
         for g in 0..GPUS {
             for chunk in samples(g, start).chunks(5_000) {
-                let resp = client
-                    .post(server.url("/api/v1/ingest"))
-                    .bearer_auth(ADMIN_TOKEN)
-                    .json(&json!({"host": format!("node-{}", g / 8), "samples": chunk}))
-                    .send()
-                    .await
-                    .unwrap();
-                assert_eq!(resp.status(), 200, "{:?}", resp.text().await);
+                ingest_ok(&server, json!({"host": format!("node-{}", g / 8), "samples": chunk})).await;
             }
         }
         raw_answers(&server, start, end).await

@@ -10,7 +10,8 @@
 
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
+use fleetlens_tests::http::get_json;
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, hollow_samples};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(
@@ -23,10 +24,6 @@ fleetlens_tests::for_each_backend!(
 
 const ADMIN_EMAIL: &str = "admin@stream.example";
 const ADMIN_PASSWORD: &str = "stream-admin-password-1";
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
-}
 
 /// How a request authenticates.
 #[derive(Clone)]
@@ -133,21 +130,6 @@ async fn stream(server: &TestServer, auth: &Auth) -> (Stream, Event) {
     (s, first)
 }
 
-fn sample(uuid: &str, ts: i64, util: f64, smact: f64) -> Value {
-    json!({
-        "ts_ms": ts, "uuid": uuid, "gpu_index": 0, "name": "NVIDIA H100 80GB HBM3",
-        "gpu_util_pct": util, "sm_active_pct": smact, "mem_used_bytes": 8i64 << 30,
-        "mem_total_bytes": 85899345920i64, "power_w": 400.0, "power_limit_w": 700.0,
-        "processes": [{"pid": 7, "used_bytes": 8i64 << 30}],
-    })
-}
-
-/// `n` 1-Hz hollow samples (util 100, SMACT 2) ending `age_ms` before now.
-fn samples(uuid: &str, n: i64, age_ms: i64) -> Vec<Value> {
-    let start = now_ms() - age_ms - n * 1000;
-    (0..n).map(|i| sample(uuid, start + i * 1000, 100.0, 2.0)).collect()
-}
-
 async fn post(server: &TestServer, auth: &Auth, path: &str, body: Value) -> (u16, Value) {
     let resp = auth.apply(reqwest::Client::new().post(server.url(path)).json(&body)).send().await.expect("request");
     let status = resp.status().as_u16();
@@ -205,7 +187,7 @@ async fn stream_needs_read_access(backend: Backend) {
     assert_eq!(body["error"]["code"], "forbidden", "{body}");
 
     // A read key streams; so does a dashboard session (its cookie, no CSRF token on a GET).
-    ingest(&server, &Auth::admin(), "node-1", samples("GPU-r1", 5, 0)).await;
+    ingest(&server, &Auth::admin(), "node-1", hollow_samples("GPU-r1", 5, 0)).await;
     let reader = key(&server, "dashboard", &["read"]).await;
     let (_s, snapshot) = stream(&server, &reader).await;
     assert_eq!(snapshot_gpu(&snapshot, "GPU-r1").expect("the GPU")["host"], "node-1");
@@ -237,7 +219,7 @@ async fn state_changes_and_alerts_arrive(backend: Backend) {
     let server = TestServer::spawn(&db.url, &["--alert-eval-interval", "200ms"]);
     let admin = Auth::admin();
     // A GPU that reported two minutes ago: offline now.
-    ingest(&server, &admin, "node-1", samples("GPU-s1", 5, 120_000)).await;
+    ingest(&server, &admin, "node-1", hollow_samples("GPU-s1", 5, 120_000)).await;
     let (mut s, snapshot) = stream(&server, &admin).await;
     assert_eq!(snapshot_gpu(&snapshot, "GPU-s1").unwrap()["state"], "offline", "{snapshot:?}");
     assert_eq!(snapshot.data["summary"]["by_state"]["offline"], 1);
@@ -247,7 +229,7 @@ async fn state_changes_and_alerts_arrive(backend: Backend) {
     assert!(alerts.iter().all(|a| a["status"] == "pending"), "{alerts:?}");
 
     // It reports again (hollow: util 100, SMACT 2): offline → hollow.
-    ingest(&server, &admin, "node-1", samples("GPU-s1", 3, 0)).await;
+    ingest(&server, &admin, "node-1", hollow_samples("GPU-s1", 3, 0)).await;
     let seen = s.until(Duration::from_secs(10), "gpu_state hollow", is_state_of("GPU-s1", "hollow")).await;
     let change = &seen.last().unwrap().data;
     assert_eq!(change["previous"], "offline", "{change}");
@@ -258,7 +240,7 @@ async fn state_changes_and_alerts_arrive(backend: Backend) {
     assert_eq!((summary["by_state"]["hollow"].as_u64(), summary["reporting"].as_u64()), (Some(1), Some(1)));
 
     // A new GPU: `previous` is null.
-    ingest(&server, &admin, "node-2", samples("GPU-s2", 3, 0)).await;
+    ingest(&server, &admin, "node-2", hollow_samples("GPU-s2", 3, 0)).await;
     let seen = s.until(Duration::from_secs(10), "the new GPU", is_state_of("GPU-s2", "hollow")).await;
     assert_eq!(seen.last().unwrap().data["previous"], Value::Null);
 
@@ -272,7 +254,7 @@ async fn state_changes_and_alerts_arrive(backend: Backend) {
     .await;
     assert_eq!(status, 201, "{rule}");
     let rule_id = rule["id"].as_i64().unwrap();
-    ingest(&server, &admin, "node-1", samples("GPU-s1", 2, 0)).await;
+    ingest(&server, &admin, "node-1", hollow_samples("GPU-s1", 2, 0)).await;
     let seen = s
         .until(Duration::from_secs(20), "a firing alert", |e| {
             e.name == "alert" && e.data["alert"]["rule_id"] == rule_id && e.data["alert"]["status"] == "firing"
@@ -280,15 +262,7 @@ async fn state_changes_and_alerts_arrive(backend: Backend) {
         .await;
     let alert = seen.last().unwrap().data["alert"].clone();
     assert!(["new", "firing"].contains(&seen.last().unwrap().data["change"].as_str().unwrap()));
-    let listed: Value = reqwest::Client::new()
-        .get(server.url(&format!("/api/v1/alerts/{}", alert["id"])))
-        .bearer_auth(ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let listed: Value = get_json(&server, &format!("/api/v1/alerts/{}", alert["id"])).await;
     for field in ["id", "rule_name", "severity", "gpu", "host", "summary", "fired_at_ms", "fingerprint"] {
         assert_eq!(alert[field], listed[field], "{field}: {alert} vs {listed}");
     }
@@ -325,7 +299,7 @@ async fn organisations_see_only_their_own_events(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &[]);
     let a = Auth::admin();
-    ingest(&server, &a, "a-host", samples("GPU-a1", 3, 0)).await;
+    ingest(&server, &a, "a-host", hollow_samples("GPU-a1", 3, 0)).await;
     let (status, b) = post(
         &server,
         &a,
@@ -360,10 +334,10 @@ async fn organisations_see_only_their_own_events(backend: Backend) {
     let (mut a_stream, _) = stream(&server, &a).await;
 
     // A's new GPU reaches A's stream, not B's.
-    ingest(&server, &a, "a-host", samples("GPU-a2", 3, 0)).await;
+    ingest(&server, &a, "a-host", hollow_samples("GPU-a2", 3, 0)).await;
     a_stream.until(Duration::from_secs(10), "A's new GPU", is_state_of("GPU-a2", "hollow")).await;
     // B's own GPU reaches B; nothing of A came before it.
-    ingest(&server, &b_key, "b-host", samples("GPU-b1", 3, 0)).await;
+    ingest(&server, &b_key, "b-host", hollow_samples("GPU-b1", 3, 0)).await;
     let seen = b_stream.until(Duration::from_secs(10), "B's GPU", is_state_of("GPU-b1", "hollow")).await;
     let text = format!("{seen:?}");
     assert!(!text.contains("GPU-a") && !text.contains("a-host"), "A's data on B's stream: {text}");
@@ -380,7 +354,7 @@ async fn a_client_behind_the_ring_gets_a_resync(backend: Backend) {
     let first_seq = snapshot.data["seq"].as_u64().unwrap();
     // 12 new GPUs in one batch: one reading, 12 `gpu_state` events and a `summary`, more than
     // the ring holds before this client can read them.
-    let batch: Vec<Value> = (0..12).flat_map(|i| samples(&format!("GPU-burst-{i:02}"), 2, 0)).collect();
+    let batch: Vec<Value> = (0..12).flat_map(|i| hollow_samples(&format!("GPU-burst-{i:02}"), 2, 0)).collect();
     ingest(&server, &admin, "burst-host", batch).await;
     let e = s.next(Duration::from_secs(10)).await.expect("an event");
     assert_eq!(e.name, "resync", "{e:?}");
@@ -390,7 +364,7 @@ async fn a_client_behind_the_ring_gets_a_resync(backend: Backend) {
     assert!(resync_seq > first_seq + 4, "{first_seq} → {resync_seq}");
     assert_eq!(e.id, Some(resync_seq));
     // What it skipped is not sent after it: every later event is newer.
-    ingest(&server, &admin, "late-host", samples("GPU-late", 2, 0)).await;
+    ingest(&server, &admin, "late-host", hollow_samples("GPU-late", 2, 0)).await;
     let seen = s.until(Duration::from_secs(10), "the late GPU", shows_hollow("GPU-late")).await;
     assert!(seen.iter().all(|e| e.id.unwrap() > resync_seq), "{seen:?}");
 
@@ -398,7 +372,7 @@ async fn a_client_behind_the_ring_gets_a_resync(backend: Backend) {
     let (_stalled, _) = stream(&server, &admin).await;
     for round in 0..3 {
         let uuid: &'static str = Box::leak(format!("GPU-round-{round}").into_boxed_str());
-        ingest(&server, &admin, "round-host", samples(uuid, 2, 0)).await;
+        ingest(&server, &admin, "round-host", hollow_samples(uuid, 2, 0)).await;
         s.until(Duration::from_secs(10), "a round's GPU", shows_hollow(uuid)).await;
     }
 }
@@ -449,7 +423,7 @@ async fn a_batch_on_one_replica_reaches_a_stream_on_another() {
     for i in 0..3 {
         let uuid: &'static str = Box::leak(format!("GPU-x{i}").into_boxed_str());
         let sent = Instant::now();
-        ingest(&a, &admin, "node-a", samples(uuid, 2, 0)).await;
+        ingest(&a, &admin, "node-a", hollow_samples(uuid, 2, 0)).await;
         on_b.until(Duration::from_secs(10), "the batch stored on A", is_state_of(uuid, "hollow")).await;
         let took = sent.elapsed();
         assert!(took < Duration::from_secs(10), "{took:?}");

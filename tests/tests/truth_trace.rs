@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture};
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture, replay_fixture_once};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(h100_truth_run_phases_and_alerts);
@@ -85,13 +85,7 @@ async fn h100_truth_run_phases_and_alerts(backend: Backend) {
     .await;
     assert_eq!(status, 200, "{r}");
 
-    let spool = tempfile::tempdir().unwrap();
-    let trace = fixture(TRACE);
-    let status = agent_command(&server, &format!("replay:{}", trace.display()), spool.path())
-        .arg("--once")
-        .status()
-        .expect("run agent");
-    assert!(status.success());
+    replay_fixture_once(&server, TRACE);
 
     let lines = trace_lines();
     let uuid = lines[0]["uuid"].as_str().unwrap();

@@ -139,3 +139,34 @@ pub async fn wait_until(what: &str, cond: impl Fn() -> bool) {
 pub async fn start(state: ServerState) -> TestServer {
     serve_on(TcpListener::bind("127.0.0.1:0").await.unwrap(), state)
 }
+
+/// The agent binary with `args`, the environment kept from changing the flags' defaults
+/// (`RUST_LOG=info`, no stdin, output captured, killed when dropped).
+pub fn agent_command<S: AsRef<std::ffi::OsStr>>(args: impl IntoIterator<Item = S>) -> tokio::process::Command {
+    let mut c = tokio::process::Command::new(env!("CARGO_BIN_EXE_fleetlens-agent"));
+    c.args(args);
+    for name in [
+        "FLEETLENS_SERVER",
+        "FLEETLENS_API_KEY",
+        "FLEETLENS_SOURCE",
+        "FLEETLENS_SPOOL_DIR",
+        "FLEETLENS_HOST",
+        "FLEETLENS_INTERVAL",
+        "FLEETLENS_SPOOL_MAX_BYTES",
+        "FLEETLENS_BATCH_MAX",
+        "FLEETLENS_LOG_FORMAT",
+    ] {
+        c.env_remove(name);
+    }
+    c.env("RUST_LOG", "info")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .kill_on_drop(true);
+    c
+}
+
+/// Runs `cmd` to its end, which must come within `timeout`.
+pub async fn finish(mut cmd: tokio::process::Command, timeout: std::time::Duration) -> std::process::Output {
+    tokio::time::timeout(timeout, cmd.output()).await.expect("agent finished in time").unwrap()
+}

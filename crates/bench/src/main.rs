@@ -5,7 +5,6 @@
 //! send all batches with a fixed number in flight, verify the stored count, and report
 //! throughput, server CPU, peak RSS, latency and bytes on the wire. See `scripts/bench-ingest.sh`.
 
-mod child;
 mod data;
 mod fleetlens;
 mod procstat;
@@ -17,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
+use fleetlens_bench::child;
 use serde::Serialize;
 
 use crate::data::{Body, GPUS_PER_HOST, INTERVAL_MS, Plan, VM_FIELDS};

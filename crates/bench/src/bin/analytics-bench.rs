@@ -4,13 +4,13 @@
 //!
 //! cargo run --release -p fleetlens-bench --bin analytics-bench -- --backend sqlite --gpus 10000
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context, Result, bail};
+use anyhow::{Result, bail};
 use clap::Parser;
 use fleetlens_api::{GpuProcess, IngestBatch, Sample};
+use fleetlens_bench::scratch::{ScratchDb, percentile, start_server};
 use futures::StreamExt;
 use sqlx::Connection;
 
@@ -103,10 +103,6 @@ fn bodies(gpus: std::ops::Range<usize>, start_ms: i64, end_ms: i64, step_ms: i64
     out
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 async fn time_reads(client: &reqwest::Client, urls: &[String]) -> Result<(f64, f64, usize)> {
     let mut ms = Vec::new();
     let mut bytes = 0;
@@ -123,46 +119,12 @@ async fn time_reads(client: &reqwest::Client, urls: &[String]) -> Result<(f64, f
     Ok((percentile(&ms, 0.5), percentile(&ms, 0.95), bytes))
 }
 
-struct Server(Child);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let dir = tempfile::tempdir()?;
-    let (db_url, pg_name) = match args.backend.as_str() {
-        "sqlite" => (format!("sqlite://{}/bench.db", dir.path().display()), None),
-        "postgres" => {
-            let name = format!("fleetlens_abench_{}", std::process::id());
-            let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
-            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
-            (format!("{}/{name}", args.pg_admin.rsplit_once('/').context("pg url")?.0), Some(name))
-        }
-        other => bail!("unknown backend {other}"),
-    };
-    let mut child = Command::new(&args.server_bin)
-        .args(["--listen", "127.0.0.1:0", "--database-url", &db_url, "--static-dir", "/nonexistent"])
-        .env("FLEETLENS_ADMIN_TOKEN", TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("spawn {}", args.server_bin))?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let server = Server(child);
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines.next().context("server exited")??;
-        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
-            break url.trim_end_matches('/').to_string();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
+    let db = ScratchDb::create(&args.backend, &args.pg_admin, "fleetlens_abench").await?;
+    let db_url = db.url.clone();
+    let (server, base) = start_server(&args.server_bin, &db_url, TOKEN, &[])?;
 
     let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_millis() as i64;
     let t = Instant::now();
@@ -256,10 +218,7 @@ async fn main() -> Result<()> {
     );
     println!("| {} | {} | GPU list (all GPUs, current state) | {l50:.1} | – | {lbytes} |", args.backend, args.gpus);
     drop(server);
-    if let Some(name) = pg_name {
-        let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut c).await?;
-    }
+    db.remove().await?;
     tokio::time::sleep(Duration::from_millis(10)).await;
     Ok(())
 }

@@ -13,12 +13,12 @@
 //! cargo build --release -p fleetlens-server -p fleetlens-bench
 //! target/release/billing-bench --backend sqlite --gpus 10000 --days 30
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
 use anyhow::{Context, Result, bail};
 use clap::Parser;
+use fleetlens_bench::child::ChildGuard;
+use fleetlens_bench::scratch::{ScratchDb, percentile, start_server};
 use fleetlens_core::WorkloadState;
 use sqlx::Connection;
 
@@ -46,33 +46,9 @@ struct Args {
 const TOKEN: &str = "fl_bench_billing_token_0123456789";
 const HOUR_MS: i64 = 3_600_000;
 
-struct Server(Child, String);
-
-impl Drop for Server {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
-fn start(bin: &str, db_url: &str) -> Result<Server> {
-    let mut child = Command::new(bin)
-        .args(["--listen", "127.0.0.1:0", "--database-url", db_url, "--static-dir", "/nonexistent"])
-        .env("FLEETLENS_ADMIN_TOKEN", TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("spawn {bin}"))?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines.next().context("server exited")??;
-        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
-            break url.trim_end_matches('/').to_string();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    Ok(Server(child, base))
+/// The server on `db_url`, killed when dropped, and its base URL.
+fn start(bin: &str, db_url: &str) -> Result<(ChildGuard, String)> {
+    start_server(bin, db_url, TOKEN, &[])
 }
 
 /// The credit columns of an hour row, as SQL expressions of `g` (GPU id) and `h` (hour index):
@@ -180,34 +156,17 @@ async fn fill(args: &Args, db_url: &str, first_hour_ms: i64, hours: i64, now: i6
     Ok(())
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let dir = tempfile::tempdir()?;
-    let (db_url, pg_name) = match args.backend.as_str() {
-        "sqlite" => (format!("sqlite://{}/bench.db", dir.path().display()), None),
-        "postgres" => {
-            let name = format!("fleetlens_bbench_{}", std::process::id());
-            let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
-            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
-            (format!("{}/{name}", args.pg_admin.rsplit_once('/').context("pg url")?.0), Some(name))
-        }
-        other => bail!("unknown backend {other}"),
-    };
-    let result = run(&args, &db_url).await;
+    let db = ScratchDb::create(&args.backend, &args.pg_admin, "fleetlens_bbench").await?;
+    let result = run(&args, &db.url).await;
     if args.keep {
-        eprintln!("kept the database: {db_url}");
-        let _ = dir.keep();
+        eprintln!("kept the database: {}", db.url);
+        db.keep();
         return result;
     }
-    if let Some(name) = pg_name {
-        let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut c).await?;
-    }
+    db.remove().await?;
     result
 }
 

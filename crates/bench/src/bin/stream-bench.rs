@@ -16,8 +16,8 @@
 //!
 //! cargo run --release -p fleetlens-bench --bin stream-bench -- --backend postgres --gpus 2000
 
-use std::io::{BufRead, BufReader, Write};
-use std::process::{Child, Command, Stdio};
+use std::io::Write;
+use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -25,7 +25,8 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use anyhow::{Context, Result, bail};
 use clap::Parser;
 use fleetlens_api::Sample;
-use sqlx::Connection;
+use fleetlens_bench::child::ChildGuard;
+use fleetlens_bench::scratch::{ScratchDb, percentile, start_server};
 
 #[derive(Parser, Debug)]
 struct Args {
@@ -64,16 +65,6 @@ const LATENCY_GPUS: u32 = 8;
 
 fn now_ms() -> i64 {
     SystemTime::now().duration_since(UNIX_EPOCH).expect("clock").as_millis() as i64
-}
-
-/// A child process, killed when dropped.
-struct Proc(Child);
-
-impl Drop for Proc {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
 }
 
 /// utime + stime of `pid`, seconds.
@@ -198,54 +189,21 @@ async fn measure(pid: u32, window: Duration) -> Result<(f64, u64)> {
     Ok((cores, rss_bytes(pid)?))
 }
 
-fn percentile(sorted: &[f64], p: f64) -> f64 {
-    sorted[((sorted.len() as f64 - 1.0) * p).round() as usize]
-}
-
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
-    let dir = tempfile::tempdir()?;
-    let (db_url, pg_name) = match args.backend.as_str() {
-        "sqlite" => (format!("sqlite://{}/bench.db", dir.path().display()), None),
-        "postgres" => {
-            let name = format!("fleetlens_sbench_{}", std::process::id());
-            let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
-            sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
-            (format!("{}/{name}", args.pg_admin.rsplit_once('/').context("pg url")?.0), Some(name))
-        }
-        other => bail!("unknown backend {other}"),
-    };
-    let result = run(&args, &db_url, dir.path()).await;
-    if let Some(name) = pg_name {
-        let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut c).await?;
-    }
+    let db = ScratchDb::create(&args.backend, &args.pg_admin, "fleetlens_sbench").await?;
+    let result = run(&args, &db.url, db.dir()).await;
+    db.remove().await?;
     result
 }
 
 async fn run(args: &Args, db_url: &str, dir: &std::path::Path) -> Result<()> {
     let cap = (args.many_streams + args.streams + 10).to_string();
-    let mut child = Command::new(&args.server_bin)
-        .args(["--listen", "127.0.0.1:0", "--database-url", db_url, "--static-dir", "/nonexistent"])
-        .args(["--max-streams-per-key", &cap, "--max-streams-per-org", &cap])
-        .env("FLEETLENS_ADMIN_TOKEN", TOKEN)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("spawn {}", args.server_bin))?;
-    let stdout = child.stdout.take().context("stdout")?;
-    let server = Proc(child);
-    let pid = server.0.id();
-    let mut lines = BufReader::new(stdout).lines();
-    let base = loop {
-        let line = lines.next().context("server exited")??;
-        if let Some(url) = line.split_whitespace().find(|w| w.starts_with("http://")) {
-            break url.trim_end_matches('/').to_string();
-        }
-    };
-    std::thread::spawn(move || lines.for_each(drop));
-    let agent = |source: &str, extra: &[&str], spool: &str| -> Result<Proc> {
+    let caps = ["--max-streams-per-key", &cap, "--max-streams-per-org", &cap];
+    let (server, base) = start_server(&args.server_bin, db_url, TOKEN, &caps)?;
+    let pid = server.pid();
+    let agent = |source: &str, extra: &[&str], spool: &str| -> Result<ChildGuard> {
         let spool = dir.join(spool);
         let child = Command::new(&args.agent_bin)
             .args(["--server", &base, "--api-key", TOKEN, "--source", source])
@@ -256,7 +214,7 @@ async fn run(args: &Args, db_url: &str, dir: &std::path::Path) -> Result<()> {
             .stdout(Stdio::null())
             .spawn()
             .with_context(|| format!("spawn {}", args.agent_bin))?;
-        Ok(Proc(child))
+        Ok(ChildGuard { child, what: args.agent_bin.clone() })
     };
     let _sim = agent(
         &format!("simulate:{}", args.gpus),
