@@ -28,49 +28,80 @@ pub struct Signal {
     pub doc: &'static str,
     /// Read the value from a sample (`None`: not measured).
     pub get: fn(&Sample) -> Option<f64>,
+    /// How sealed sample blocks keep it (docs/METRICS.md, "Stored precision").
+    pub precision: Precision,
+    /// The `/metrics` gauge (name after the `fleetlens_` prefix, help text), for the signals
+    /// exported there.
+    pub metric: Option<(&'static str, &'static str)>,
+}
+
+/// How a signal is kept at rest in sealed sample blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// An integer, kept exactly.
+    Exact,
+    /// A real number rounded to the nearest multiple of `1 / scale` (`scale` a power of ten).
+    Scaled(i64),
+}
+
+impl Signal {
+    const fn stored(self, precision: Precision) -> Self {
+        Signal { precision, ..self }
+    }
+
+    const fn exported(self, name: &'static str, help: &'static str) -> Self {
+        Signal { metric: Some((name, help)), ..self }
+    }
+
+    const fn counter(self) -> Self {
+        Signal { kind: SignalKind::Counter, ..self }
+    }
 }
 
 const fn gauge(name: &'static str, unit: &'static str, doc: &'static str, get: fn(&Sample) -> Option<f64>) -> Signal {
-    Signal { name, unit, kind: SignalKind::Gauge, doc, get }
+    Signal { name, unit, kind: SignalKind::Gauge, doc, get, precision: Precision::Scaled(100), metric: None }
 }
+
+const EXACT: Precision = Precision::Exact;
+/// Milli-units: 1 mW, 1 mJ, 0.001 MiB/s.
+const MILLI: Precision = Precision::Scaled(1000);
 
 /// Every signal, in the order the rule-field API lists them.
 pub const SIGNALS: &[Signal] = &[
-    gauge("gpu_util_pct", "%", "kernel utilization: % of time at least one kernel ran", |s| s.gpu_util_pct),
-    gauge("sm_active_pct", "%", "SM activity (SMACT): % of SMs busy, averaged over the interval", |s| s.sm_active_pct),
-    gauge("sm_occupancy_pct", "%", "SM occupancy (SMOCC): resident warps / maximum warps", |s| s.sm_occupancy_pct),
-    gauge("tensor_active_pct", "%", "% of time the tensor pipes were busy", |s| s.tensor_active_pct),
-    gauge("dram_active_pct", "%", "% of peak memory bandwidth used", |s| s.dram_active_pct),
+    gauge("gpu_util_pct", "%", "kernel utilization: % of time at least one kernel ran", |s| s.gpu_util_pct)
+        .exported("gpu_util_pct", "Kernel utilization: % of time a kernel ran (NVML)"),
+    gauge("sm_active_pct", "%", "SM activity (SMACT): % of SMs busy, averaged over the interval", |s| s.sm_active_pct)
+        .exported("gpu_sm_active_pct", "SM activity (SMACT): % of SMs busy"),
+    gauge("sm_occupancy_pct", "%", "SM occupancy (SMOCC): resident warps / maximum warps", |s| s.sm_occupancy_pct)
+        .exported("gpu_sm_occupancy_pct", "SM occupancy: resident warps / max warps, %"),
+    gauge("tensor_active_pct", "%", "% of time the tensor pipes were busy", |s| s.tensor_active_pct)
+        .exported("gpu_tensor_active_pct", "Tensor pipe activity, %"),
+    gauge("dram_active_pct", "%", "% of peak memory bandwidth used", |s| s.dram_active_pct)
+        .exported("gpu_dram_active_pct", "DRAM bandwidth used, % of peak"),
     gauge("gr_engine_active_pct", "%", "graphics engine active (GRACT)", |s| s.gr_engine_active_pct),
     gauge("fp16_active_pct", "%", "FP16 pipe activity", |s| s.fp16_active_pct),
     gauge("fp32_active_pct", "%", "FP32 pipe activity", |s| s.fp32_active_pct),
     gauge("fp64_active_pct", "%", "FP64 pipe activity", |s| s.fp64_active_pct),
     gauge("int_active_pct", "%", "integer pipe activity", |s| s.int_active_pct),
     gauge("mem_util_pct", "%", "memory-controller busy time", |s| s.mem_util_pct),
-    gauge("mem_used_bytes", "bytes", "framebuffer in use", |s| s.mem_used_bytes.map(|b| b as f64)),
-    gauge("mem_total_bytes", "bytes", "framebuffer size", |s| s.mem_total_bytes.map(|b| b as f64)),
-    gauge("power_w", "W", "power draw", |s| s.power_w),
-    gauge("power_limit_w", "W", "enforced power limit", |s| s.power_limit_w),
-    Signal {
-        name: "energy_j",
-        unit: "J",
-        kind: SignalKind::Counter,
-        doc: "energy counter since driver load",
-        get: |s| s.energy_j,
-    },
+    gauge("mem_used_bytes", "bytes", "framebuffer in use", |s| s.mem_used_bytes.map(|b| b as f64))
+        .stored(EXACT)
+        .exported("gpu_memory_used_bytes", "Framebuffer memory in use, bytes"),
+    gauge("mem_total_bytes", "bytes", "framebuffer size", |s| s.mem_total_bytes.map(|b| b as f64)).stored(EXACT),
+    gauge("power_w", "W", "power draw", |s| s.power_w).stored(MILLI).exported("gpu_power_watts", "Power draw, W"),
+    gauge("power_limit_w", "W", "enforced power limit", |s| s.power_limit_w).stored(MILLI),
+    gauge("energy_j", "J", "energy counter since driver load", |s| s.energy_j).stored(MILLI).counter(),
     gauge("temp_c", "°C", "GPU temperature", |s| s.temp_c),
-    gauge("sm_clock_mhz", "MHz", "SM clock", |s| s.sm_clock_mhz),
+    gauge("sm_clock_mhz", "MHz", "SM clock", |s| s.sm_clock_mhz).stored(Precision::Scaled(10)),
     Signal {
-        name: "throttle_reasons",
-        unit: "bitmask",
         kind: SignalKind::Bitmask,
-        doc: "NVML clock-event reasons",
-        get: |s| s.throttle_reasons.map(|r| r as f64),
+        ..gauge("throttle_reasons", "bitmask", "NVML clock-event reasons", |s| s.throttle_reasons.map(|r| r as f64))
+            .stored(EXACT)
     },
-    gauge("pcie_tx_mib_s", "MiB/s", "PCIe transmit", |s| s.pcie_tx_mib_s),
-    gauge("pcie_rx_mib_s", "MiB/s", "PCIe receive", |s| s.pcie_rx_mib_s),
-    gauge("nvlink_tx_mib_s", "MiB/s", "NVLink transmit", |s| s.nvlink_tx_mib_s),
-    gauge("nvlink_rx_mib_s", "MiB/s", "NVLink receive", |s| s.nvlink_rx_mib_s),
+    gauge("pcie_tx_mib_s", "MiB/s", "PCIe transmit", |s| s.pcie_tx_mib_s).stored(MILLI),
+    gauge("pcie_rx_mib_s", "MiB/s", "PCIe receive", |s| s.pcie_rx_mib_s).stored(MILLI),
+    gauge("nvlink_tx_mib_s", "MiB/s", "NVLink transmit", |s| s.nvlink_tx_mib_s).stored(MILLI),
+    gauge("nvlink_rx_mib_s", "MiB/s", "NVLink receive", |s| s.nvlink_rx_mib_s).stored(MILLI),
 ];
 
 /// The signal named `name`.
@@ -96,6 +127,17 @@ pub const fn getters<const N: usize>(names: [&str; N]) -> [fn(&Sample) -> Option
     let mut i = 0;
     while i < N {
         out[i] = SIGNALS[index_of(names[i])].get;
+        i += 1;
+    }
+    out
+}
+
+/// What `names` keep at rest, in their order (const: a compile error for an unknown name).
+pub const fn precisions<const N: usize>(names: [&str; N]) -> [Precision; N] {
+    let mut out = [Precision::Exact; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = SIGNALS[index_of(names[i])].precision;
         i += 1;
     }
     out
