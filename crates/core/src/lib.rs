@@ -21,6 +21,7 @@ pub mod reclaim;
 pub mod rollup;
 pub mod rules;
 pub mod sample;
+pub mod signal;
 pub mod state;
 pub mod thresholds;
 pub mod validate;

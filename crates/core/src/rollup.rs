@@ -56,21 +56,11 @@ pub const ROLLUP_SIGNALS: [&str; 12] = [
     "energy_j",
 ];
 
-fn signal_values(s: &Sample) -> [Option<f64>; 12] {
-    [
-        s.gpu_util_pct,
-        s.sm_active_pct,
-        s.sm_occupancy_pct,
-        s.tensor_active_pct,
-        s.dram_active_pct,
-        s.mem_used_bytes.map(|b| b as f64),
-        s.power_w,
-        s.temp_c,
-        s.fp16_active_pct,
-        s.fp32_active_pct,
-        s.fp64_active_pct,
-        s.energy_j,
-    ]
+/// The accessors of [`ROLLUP_SIGNALS`], from the signal table.
+const ROLLUP_GETTERS: [fn(&Sample) -> Option<f64>; ROLLUP_SIGNALS.len()] = crate::signal::getters(ROLLUP_SIGNALS);
+
+fn signal_values(s: &Sample) -> [Option<f64>; ROLLUP_SIGNALS.len()] {
+    ROLLUP_GETTERS.map(|get| get(s))
 }
 
 /// count / sum / min / max over the samples that reported a signal. Absent values are not

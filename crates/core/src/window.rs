@@ -71,28 +71,38 @@ impl Mean {
     }
 }
 
+/// The signals a window averages, by signal-table name; the aggregate's fields read their slot
+/// by name.
+const WINDOW_MEANS: [&str; 10] = [
+    "gpu_util_pct",
+    "sm_active_pct",
+    "sm_occupancy_pct",
+    "tensor_active_pct",
+    "dram_active_pct",
+    "fp16_active_pct",
+    "fp32_active_pct",
+    "fp64_active_pct",
+    "power_w",
+    "power_limit_w",
+];
+
+const WINDOW_MEAN_GETTERS: [fn(&Sample) -> Option<f64>; WINDOW_MEANS.len()] = crate::signal::getters(WINDOW_MEANS);
+
+const fn mean_slot(name: &str) -> usize {
+    crate::signal::position(WINDOW_MEANS, name)
+}
+
 impl WindowAggregate {
     /// Aggregate the given samples. The caller picks which samples belong to the window;
     /// [`samples_in`] does it by timestamp.
     pub fn from_samples<'a>(samples: impl IntoIterator<Item = &'a Sample>) -> Self {
-        let mut m = [Mean::default(); 10];
+        let mut m = [Mean::default(); WINDOW_MEANS.len()];
         let mut agg = WindowAggregate::default();
         for s in samples {
             agg.sample_count += 1;
             agg.first_ts_ms = Some(agg.first_ts_ms.map_or(s.ts_ms, |t| t.min(s.ts_ms)));
             agg.last_ts_ms = Some(agg.last_ts_ms.map_or(s.ts_ms, |t| t.max(s.ts_ms)));
-            let values = [
-                s.gpu_util_pct,
-                s.sm_active_pct,
-                s.sm_occupancy_pct,
-                s.tensor_active_pct,
-                s.dram_active_pct,
-                s.fp16_active_pct,
-                s.fp32_active_pct,
-                s.fp64_active_pct,
-                s.power_w,
-                s.power_limit_w,
-            ];
+            let values = WINDOW_MEAN_GETTERS.map(|get| get(s));
             for (acc, v) in m.iter_mut().zip(values) {
                 acc.add(v);
             }
@@ -108,29 +118,28 @@ impl WindowAggregate {
                 agg.samples_with_process += u32::from(s.is_allocated());
             }
         }
-        agg.gpu_util_pct = m[0].get();
-        agg.sm_active_pct = m[1].get();
-        agg.sm_occupancy_pct = m[2].get();
-        agg.tensor_active_pct = m[3].get();
-        agg.dram_active_pct = m[4].get();
-        agg.fp16_active_pct = m[5].get();
-        agg.fp32_active_pct = m[6].get();
-        agg.fp64_active_pct = m[7].get();
-        agg.power_w = m[8].get();
-        agg.power_limit_w = m[9].get();
+        agg.gpu_util_pct = m[const { mean_slot("gpu_util_pct") }].get();
+        agg.sm_active_pct = m[const { mean_slot("sm_active_pct") }].get();
+        agg.sm_occupancy_pct = m[const { mean_slot("sm_occupancy_pct") }].get();
+        agg.tensor_active_pct = m[const { mean_slot("tensor_active_pct") }].get();
+        agg.dram_active_pct = m[const { mean_slot("dram_active_pct") }].get();
+        agg.fp16_active_pct = m[const { mean_slot("fp16_active_pct") }].get();
+        agg.fp32_active_pct = m[const { mean_slot("fp32_active_pct") }].get();
+        agg.fp64_active_pct = m[const { mean_slot("fp64_active_pct") }].get();
+        agg.power_w = m[const { mean_slot("power_w") }].get();
+        agg.power_limit_w = m[const { mean_slot("power_limit_w") }].get();
+        let count = |i: usize| m[i].n;
         let c = &mut agg.counts;
-        [
-            c.gpu_util,
-            c.sm_active,
-            c.sm_occupancy,
-            c.tensor_active,
-            c.dram_active,
-            c.fp16_active,
-            c.fp32_active,
-            c.fp64_active,
-            c.power,
-            c.power_limit,
-        ] = m.map(|x| x.n);
+        c.gpu_util = count(const { mean_slot("gpu_util_pct") });
+        c.sm_active = count(const { mean_slot("sm_active_pct") });
+        c.sm_occupancy = count(const { mean_slot("sm_occupancy_pct") });
+        c.tensor_active = count(const { mean_slot("tensor_active_pct") });
+        c.dram_active = count(const { mean_slot("dram_active_pct") });
+        c.fp16_active = count(const { mean_slot("fp16_active_pct") });
+        c.fp32_active = count(const { mean_slot("fp32_active_pct") });
+        c.fp64_active = count(const { mean_slot("fp64_active_pct") });
+        c.power = count(const { mean_slot("power_w") });
+        c.power_limit = count(const { mean_slot("power_limit_w") });
         agg
     }
 

@@ -188,16 +188,12 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     let now = now_ms();
 
     let mut registry = Registry::with_prefix("fleetlens");
-    let signals: [Signal; 8] = [
-        ("gpu_util_pct", "Kernel utilization: % of time a kernel ran (NVML)", |s| s.gpu_util_pct),
-        ("gpu_sm_active_pct", "SM activity (SMACT): % of SMs busy", |s| s.sm_active_pct),
-        ("gpu_sm_occupancy_pct", "SM occupancy: resident warps / max warps, %", |s| s.sm_occupancy_pct),
-        ("gpu_tensor_active_pct", "Tensor pipe activity, %", |s| s.tensor_active_pct),
-        ("gpu_dram_active_pct", "DRAM bandwidth used, % of peak", |s| s.dram_active_pct),
-        ("gpu_power_watts", "Power draw, W", |s| s.power_w),
-        ("gpu_memory_used_bytes", "Framebuffer memory in use, bytes", |s| s.mem_used_bytes.map(|b| b as f64)),
-        ("gpu_efficiency_pct", "Efficiency score: SMACT / kernel utilization x 100", |s| s.efficiency()),
-    ];
+    // The signal table's exported gauges, then the derived efficiency score.
+    let mut signals: Vec<Signal> = fleetlens_core::signal::SIGNALS
+        .iter()
+        .filter_map(|s| s.metric.map(|(name, help)| (name, help, s.get)))
+        .collect();
+    signals.push(("gpu_efficiency_pct", "Efficiency score: SMACT / kernel utilization x 100", |s| s.efficiency()));
     let families: Vec<_> = signals.iter().map(|(name, help, _)| gauge_family(&mut registry, name, help)).collect();
     let state_family = Family::<StateLabels, GaugeF>::default();
     registry.register("gpu_state", "Current workload state (METRICS.md), one-hot", state_family.clone());

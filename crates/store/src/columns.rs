@@ -10,8 +10,10 @@ pub(crate) enum Cell {
     I(Option<i64>),
 }
 
-/// The measurement columns of `samples`, in table order (after gpu_id, ts_ms; before processes).
-pub(crate) const SAMPLE_COLUMNS: [&str; 23] = [
+/// The measurement columns of `samples`, in table order (after gpu_id, ts_ms; before processes):
+/// every signal of the core signal table, by its name. The order is also the column order of
+/// sealed sample blocks, so it never changes; a new signal goes at the end.
+pub(crate) const SAMPLE_COLUMNS: [&str; fleetlens_core::signal::SIGNALS.len()] = [
     "gpu_util_pct",
     "mem_util_pct",
     "mem_used_bytes",

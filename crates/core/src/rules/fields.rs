@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use serde::Serialize;
 
 use crate::sample::Sample;
+use crate::signal::{SIGNALS, signal};
 use crate::state::WorkloadState;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -61,31 +62,9 @@ pub const THROTTLE_SW_THERMAL: u64 = 0x20;
 pub const THROTTLE_HW_THERMAL: u64 = 0x40;
 pub const THROTTLE_HW_POWER_BRAKE: u64 = 0x80;
 
-/// Every field, in the order the API lists them.
-pub const FIELDS: &[FieldDef] = &[
-    n("gpu_util_pct", "%", "kernel utilization: % of time at least one kernel ran"),
-    n("sm_active_pct", "%", "SM activity (SMACT): % of SMs busy, averaged over the interval"),
-    n("sm_occupancy_pct", "%", "SM occupancy (SMOCC): resident warps / maximum warps"),
-    n("tensor_active_pct", "%", "% of time the tensor pipes were busy"),
-    n("dram_active_pct", "%", "% of peak memory bandwidth used"),
-    n("gr_engine_active_pct", "%", "graphics engine active (GRACT)"),
-    n("fp16_active_pct", "%", "FP16 pipe activity"),
-    n("fp32_active_pct", "%", "FP32 pipe activity"),
-    n("fp64_active_pct", "%", "FP64 pipe activity"),
-    n("int_active_pct", "%", "integer pipe activity"),
-    n("mem_util_pct", "%", "memory-controller busy time"),
-    n("mem_used_bytes", "bytes", "framebuffer in use"),
-    n("mem_total_bytes", "bytes", "framebuffer size"),
-    n("power_w", "W", "power draw"),
-    n("power_limit_w", "W", "enforced power limit"),
-    n("energy_j", "J", "energy counter since driver load"),
-    n("temp_c", "°C", "GPU temperature"),
-    n("sm_clock_mhz", "MHz", "SM clock"),
-    n("throttle_reasons", "bitmask", "NVML clock-event reasons"),
-    n("pcie_tx_mib_s", "MiB/s", "PCIe transmit"),
-    n("pcie_rx_mib_s", "MiB/s", "PCIe receive"),
-    n("nvlink_tx_mib_s", "MiB/s", "NVLink transmit"),
-    n("nvlink_rx_mib_s", "MiB/s", "NVLink receive"),
+/// The fields computed from a sample's signals, its state, its GPU and its owners (after the
+/// signals in [`FIELDS`]).
+const DERIVED_FIELDS: &[FieldDef] = &[
     n("efficiency", "%", "SMACT / kernel utilization × 100, capped at 100; unknown when utilization is 0"),
     n("power_pct_of_limit", "%", "power draw as % of the power limit"),
     n("mem_used_pct", "%", "framebuffer in use as % of its size"),
@@ -117,6 +96,26 @@ pub const FIELDS: &[FieldDef] = &[
     t("owner_team", "team of the GPU's pods' namespaces (their fleetlens.io/team label, from the Kubernetes API)"),
     t("owner_container", "container of the GPU's processes (docker://…, containerd://…, …)"),
 ];
+
+const FIELD_COUNT: usize = SIGNALS.len() + DERIVED_FIELDS.len();
+
+/// The signal table's rows as rule fields, then the derived fields.
+const fn all_fields() -> [FieldDef; FIELD_COUNT] {
+    let mut out = [DERIVED_FIELDS[0]; FIELD_COUNT];
+    let mut i = 0;
+    while i < SIGNALS.len() {
+        out[i] = n(SIGNALS[i].name, SIGNALS[i].unit, SIGNALS[i].doc);
+        i += 1;
+    }
+    while i < FIELD_COUNT {
+        out[i] = DERIVED_FIELDS[i - SIGNALS.len()];
+        i += 1;
+    }
+    out
+}
+
+/// Every field, in the order the API lists them: the signals of [`SIGNALS`], then the derived ones.
+pub const FIELDS: &[FieldDef] = &all_fields();
 
 /// The owner fields (also alert labels when known).
 pub const OWNER_FIELDS: [&str; 6] =
@@ -253,7 +252,6 @@ impl<'a> Observation<'a> {
     /// The value of field `name` (absent for unknown names).
     pub fn value(&self, name: &str) -> Value<'a> {
         let num = |v: Option<f64>| v.map_or(Value::Absent, Value::Num);
-        let int = |v: Option<i64>| v.map_or(Value::Absent, |v| Value::Num(v as f64));
         let text = |v: Option<&'a str>| v.map_or(Value::Absent, |t| Value::Text(Cow::Borrowed(t)));
         match name {
             "state" => return Value::State(self.state),
@@ -267,31 +265,11 @@ impl<'a> Observation<'a> {
             _ => {}
         }
         let Some(s) = self.sample else { return Value::Absent };
+        if let Some(signal) = signal(name) {
+            return num((signal.get)(s));
+        }
         let bits = |mask: u64| s.throttle_reasons.map_or(Value::Absent, |r| Value::Bool(r & mask != 0));
         match name {
-            "gpu_util_pct" => num(s.gpu_util_pct),
-            "sm_active_pct" => num(s.sm_active_pct),
-            "sm_occupancy_pct" => num(s.sm_occupancy_pct),
-            "tensor_active_pct" => num(s.tensor_active_pct),
-            "dram_active_pct" => num(s.dram_active_pct),
-            "gr_engine_active_pct" => num(s.gr_engine_active_pct),
-            "fp16_active_pct" => num(s.fp16_active_pct),
-            "fp32_active_pct" => num(s.fp32_active_pct),
-            "fp64_active_pct" => num(s.fp64_active_pct),
-            "int_active_pct" => num(s.int_active_pct),
-            "mem_util_pct" => num(s.mem_util_pct),
-            "mem_used_bytes" => int(s.mem_used_bytes),
-            "mem_total_bytes" => int(s.mem_total_bytes),
-            "power_w" => num(s.power_w),
-            "power_limit_w" => num(s.power_limit_w),
-            "energy_j" => num(s.energy_j),
-            "temp_c" => num(s.temp_c),
-            "sm_clock_mhz" => num(s.sm_clock_mhz),
-            "throttle_reasons" => s.throttle_reasons.map_or(Value::Absent, |r| Value::Num(r as f64)),
-            "pcie_tx_mib_s" => num(s.pcie_tx_mib_s),
-            "pcie_rx_mib_s" => num(s.pcie_rx_mib_s),
-            "nvlink_tx_mib_s" => num(s.nvlink_tx_mib_s),
-            "nvlink_rx_mib_s" => num(s.nvlink_rx_mib_s),
             "efficiency" => num(s.efficiency()),
             "power_pct_of_limit" => match (s.power_w, s.power_limit_w) {
                 (Some(p), Some(l)) if l > 0.0 => Value::Num(p / l * 100.0),

@@ -41,46 +41,13 @@ const ALL: u8 = 2;
 const SOME: u8 = 3;
 const RAW_F64: u8 = 0x10;
 
-/// How a measurement is kept at rest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Precision {
-    /// An integer column, kept exactly.
-    Exact,
-    /// A real number rounded to the nearest multiple of `1 / scale` (`scale` a power of ten).
-    Scaled(i64),
-}
+pub(crate) use fleetlens_core::signal::Precision;
 
-/// The stored precision of each column of [`SAMPLE_COLUMNS`], in that order (docs/METRICS.md,
-/// "Stored precision", lists the same). Finer than any source reports (NVML percentages are
-/// integers, DCGM's ratios carry 3-4 significant digits, power is read in mW).
-pub(crate) const PRECISION: [Precision; 23] = {
-    use Precision::{Exact, Scaled};
-    [
-        Scaled(100),  // gpu_util_pct: 0.01 percentage points
-        Scaled(100),  // mem_util_pct
-        Exact,        // mem_used_bytes
-        Exact,        // mem_total_bytes
-        Scaled(1000), // power_w: 1 mW
-        Scaled(1000), // power_limit_w
-        Scaled(1000), // energy_j: 1 mJ
-        Scaled(100),  // temp_c: 0.01 °C
-        Scaled(10),   // sm_clock_mhz: 0.1 MHz
-        Exact,        // throttle_reasons
-        Scaled(100),  // sm_active_pct
-        Scaled(100),  // gr_engine_active_pct
-        Scaled(100),  // sm_occupancy_pct
-        Scaled(100),  // tensor_active_pct
-        Scaled(100),  // dram_active_pct
-        Scaled(100),  // fp16_active_pct
-        Scaled(100),  // fp32_active_pct
-        Scaled(100),  // fp64_active_pct
-        Scaled(100),  // int_active_pct
-        Scaled(1000), // pcie_tx_mib_s: 0.001 MiB/s
-        Scaled(1000), // pcie_rx_mib_s
-        Scaled(1000), // nvlink_tx_mib_s
-        Scaled(1000), // nvlink_rx_mib_s
-    ]
-};
+/// The stored precision of each column of [`SAMPLE_COLUMNS`], in that order, from the signal
+/// table (docs/METRICS.md, "Stored precision", lists the same). Finer than any source reports
+/// (NVML percentages are integers, DCGM's ratios carry 3-4 significant digits, power is read in
+/// mW).
+pub(crate) const PRECISION: [Precision; SAMPLE_COLUMNS.len()] = fleetlens_core::signal::precisions(SAMPLE_COLUMNS);
 
 /// A block that cannot be read back: corruption, or a version this build does not know.
 #[derive(Debug, thiserror::Error)]
@@ -581,5 +548,37 @@ mod tests {
         let mut trailing = bytes;
         trailing.push(0);
         assert!(decode(&trailing).is_err());
+    }
+
+    /// Sealed blocks already hold these precisions: the signal table must not change them.
+    #[test]
+    fn stored_precisions_of_existing_columns_do_not_change() {
+        use Precision::{Exact, Scaled};
+        let sealed: [Precision; 23] = [
+            Scaled(100),  // gpu_util_pct: 0.01 percentage points
+            Scaled(100),  // mem_util_pct
+            Exact,        // mem_used_bytes
+            Exact,        // mem_total_bytes
+            Scaled(1000), // power_w: 1 mW
+            Scaled(1000), // power_limit_w
+            Scaled(1000), // energy_j: 1 mJ
+            Scaled(100),  // temp_c: 0.01 °C
+            Scaled(10),   // sm_clock_mhz: 0.1 MHz
+            Exact,        // throttle_reasons
+            Scaled(100),  // sm_active_pct
+            Scaled(100),  // gr_engine_active_pct
+            Scaled(100),  // sm_occupancy_pct
+            Scaled(100),  // tensor_active_pct
+            Scaled(100),  // dram_active_pct
+            Scaled(100),  // fp16_active_pct
+            Scaled(100),  // fp32_active_pct
+            Scaled(100),  // fp64_active_pct
+            Scaled(100),  // int_active_pct
+            Scaled(1000), // pcie_tx_mib_s: 0.001 MiB/s
+            Scaled(1000), // pcie_rx_mib_s
+            Scaled(1000), // nvlink_tx_mib_s
+            Scaled(1000), // nvlink_rx_mib_s
+        ];
+        assert_eq!(PRECISION[..23], sealed);
     }
 }

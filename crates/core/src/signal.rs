@@ -1,0 +1,197 @@
+//! The one table of GPU signals: every per-sample measurement with its METRICS.md name (also
+//! its JSON field, SQL column and alert-rule field), unit, kind, description and accessor.
+//! The lists that used to be kept in step by hand (rule fields, rollup and window signals)
+//! are derived from it, so a new signal is a row here, a migration and the agent source that
+//! reads it (docs/DEVELOPING.md).
+
+use crate::sample::Sample;
+
+/// How a signal's values relate over time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalKind {
+    /// A reading at the sample instant (or averaged over the interval).
+    Gauge,
+    /// A monotonic total: the difference between two samples is what happened in between.
+    Counter,
+    /// A set of flags; only its bits mean something.
+    Bitmask,
+}
+
+/// One GPU signal.
+#[derive(Debug, Clone, Copy)]
+pub struct Signal {
+    /// METRICS.md name: the sample's JSON field, the SQL column and the rule field.
+    pub name: &'static str,
+    pub unit: &'static str,
+    pub kind: SignalKind,
+    /// What it measures, as the rule-field list shows it.
+    pub doc: &'static str,
+    /// Read the value from a sample (`None`: not measured).
+    pub get: fn(&Sample) -> Option<f64>,
+    /// How sealed sample blocks keep it (docs/METRICS.md, "Stored precision").
+    pub precision: Precision,
+    /// The `/metrics` gauge (name after the `fleetlens_` prefix, help text), for the signals
+    /// exported there.
+    pub metric: Option<(&'static str, &'static str)>,
+}
+
+/// How a signal is kept at rest in sealed sample blocks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    /// An integer, kept exactly.
+    Exact,
+    /// A real number rounded to the nearest multiple of `1 / scale` (`scale` a power of ten).
+    Scaled(i64),
+}
+
+impl Signal {
+    const fn stored(self, precision: Precision) -> Self {
+        Signal { precision, ..self }
+    }
+
+    const fn exported(self, name: &'static str, help: &'static str) -> Self {
+        Signal { metric: Some((name, help)), ..self }
+    }
+
+    const fn counter(self) -> Self {
+        Signal { kind: SignalKind::Counter, ..self }
+    }
+}
+
+const fn gauge(name: &'static str, unit: &'static str, doc: &'static str, get: fn(&Sample) -> Option<f64>) -> Signal {
+    Signal { name, unit, kind: SignalKind::Gauge, doc, get, precision: Precision::Scaled(100), metric: None }
+}
+
+const EXACT: Precision = Precision::Exact;
+/// Milli-units: 1 mW, 1 mJ, 0.001 MiB/s.
+const MILLI: Precision = Precision::Scaled(1000);
+
+/// Every signal, in the order the rule-field API lists them.
+pub const SIGNALS: &[Signal] = &[
+    gauge("gpu_util_pct", "%", "kernel utilization: % of time at least one kernel ran", |s| s.gpu_util_pct)
+        .exported("gpu_util_pct", "Kernel utilization: % of time a kernel ran (NVML)"),
+    gauge("sm_active_pct", "%", "SM activity (SMACT): % of SMs busy, averaged over the interval", |s| s.sm_active_pct)
+        .exported("gpu_sm_active_pct", "SM activity (SMACT): % of SMs busy"),
+    gauge("sm_occupancy_pct", "%", "SM occupancy (SMOCC): resident warps / maximum warps", |s| s.sm_occupancy_pct)
+        .exported("gpu_sm_occupancy_pct", "SM occupancy: resident warps / max warps, %"),
+    gauge("tensor_active_pct", "%", "% of time the tensor pipes were busy", |s| s.tensor_active_pct)
+        .exported("gpu_tensor_active_pct", "Tensor pipe activity, %"),
+    gauge("dram_active_pct", "%", "% of peak memory bandwidth used", |s| s.dram_active_pct)
+        .exported("gpu_dram_active_pct", "DRAM bandwidth used, % of peak"),
+    gauge("gr_engine_active_pct", "%", "graphics engine active (GRACT)", |s| s.gr_engine_active_pct),
+    gauge("fp16_active_pct", "%", "FP16 pipe activity", |s| s.fp16_active_pct),
+    gauge("fp32_active_pct", "%", "FP32 pipe activity", |s| s.fp32_active_pct),
+    gauge("fp64_active_pct", "%", "FP64 pipe activity", |s| s.fp64_active_pct),
+    gauge("int_active_pct", "%", "integer pipe activity", |s| s.int_active_pct),
+    gauge("mem_util_pct", "%", "memory-controller busy time", |s| s.mem_util_pct),
+    gauge("mem_used_bytes", "bytes", "framebuffer in use", |s| s.mem_used_bytes.map(|b| b as f64))
+        .stored(EXACT)
+        .exported("gpu_memory_used_bytes", "Framebuffer memory in use, bytes"),
+    gauge("mem_total_bytes", "bytes", "framebuffer size", |s| s.mem_total_bytes.map(|b| b as f64)).stored(EXACT),
+    gauge("power_w", "W", "power draw", |s| s.power_w).stored(MILLI).exported("gpu_power_watts", "Power draw, W"),
+    gauge("power_limit_w", "W", "enforced power limit", |s| s.power_limit_w).stored(MILLI),
+    gauge("energy_j", "J", "energy counter since driver load", |s| s.energy_j).stored(MILLI).counter(),
+    gauge("temp_c", "°C", "GPU temperature", |s| s.temp_c),
+    gauge("sm_clock_mhz", "MHz", "SM clock", |s| s.sm_clock_mhz).stored(Precision::Scaled(10)),
+    Signal {
+        kind: SignalKind::Bitmask,
+        ..gauge("throttle_reasons", "bitmask", "NVML clock-event reasons", |s| s.throttle_reasons.map(|r| r as f64))
+            .stored(EXACT)
+    },
+    gauge("pcie_tx_mib_s", "MiB/s", "PCIe transmit", |s| s.pcie_tx_mib_s).stored(MILLI),
+    gauge("pcie_rx_mib_s", "MiB/s", "PCIe receive", |s| s.pcie_rx_mib_s).stored(MILLI),
+    gauge("nvlink_tx_mib_s", "MiB/s", "NVLink transmit", |s| s.nvlink_tx_mib_s).stored(MILLI),
+    gauge("nvlink_rx_mib_s", "MiB/s", "NVLink receive", |s| s.nvlink_rx_mib_s).stored(MILLI),
+];
+
+/// The signal named `name`.
+pub fn signal(name: &str) -> Option<&'static Signal> {
+    SIGNALS.iter().find(|s| s.name == name)
+}
+
+/// Position of `name` in [`SIGNALS`]; a compile error when used in a const with an unknown name.
+pub const fn index_of(name: &str) -> usize {
+    let mut i = 0;
+    while i < SIGNALS.len() {
+        if same(SIGNALS[i].name, name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("not a signal in SIGNALS")
+}
+
+/// The accessors of `names`, resolved at compile time (for hot loops over a fixed list).
+pub const fn getters<const N: usize>(names: [&str; N]) -> [fn(&Sample) -> Option<f64>; N] {
+    let mut out: [fn(&Sample) -> Option<f64>; N] = [SIGNALS[0].get; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = SIGNALS[index_of(names[i])].get;
+        i += 1;
+    }
+    out
+}
+
+/// What `names` keep at rest, in their order (const: a compile error for an unknown name).
+pub const fn precisions<const N: usize>(names: [&str; N]) -> [Precision; N] {
+    let mut out = [Precision::Exact; N];
+    let mut i = 0;
+    while i < N {
+        out[i] = SIGNALS[index_of(names[i])].precision;
+        i += 1;
+    }
+    out
+}
+
+/// Position of `name` in `names` (const: a compile error when absent).
+pub const fn position<const N: usize>(names: [&str; N], name: &str) -> usize {
+    let mut i = 0;
+    while i < N {
+        if same(names[i], name) {
+            return i;
+        }
+        i += 1;
+    }
+    panic!("name not in the list")
+}
+
+const fn same(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    if a.len() != b.len() {
+        return false;
+    }
+    let mut i = 0;
+    while i < a.len() {
+        if a[i] != b[i] {
+            return false;
+        }
+        i += 1;
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_unique_and_accessors_read_their_own_field() {
+        let mut names: Vec<_> = SIGNALS.iter().map(|s| s.name).collect();
+        names.sort();
+        names.dedup();
+        assert_eq!(names.len(), SIGNALS.len());
+        // Serialise a sample whose every signal has a distinct value: each accessor must read
+        // the JSON field of its own name.
+        let mut json = serde_json::json!({ "ts_ms": 1 });
+        for (i, s) in SIGNALS.iter().enumerate() {
+            json[s.name] = serde_json::json!(i + 1);
+        }
+        let sample: Sample = serde_json::from_value(json).unwrap();
+        for (i, s) in SIGNALS.iter().enumerate() {
+            assert_eq!((s.get)(&sample), Some((i + 1) as f64), "{}", s.name);
+        }
+        assert_eq!(index_of("dram_active_pct"), 4);
+        assert_eq!(signal("energy_j").map(|s| s.kind), Some(SignalKind::Counter));
+        assert!(signal("efficiency").is_none());
+    }
+}
