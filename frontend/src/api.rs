@@ -10,6 +10,8 @@
 use std::cell::RefCell;
 use std::fmt;
 
+use fleetlens_api::accounts::{NewUserBody, UserPatch};
+use fleetlens_api::gpus::GpuDetail;
 use fleetlens_api::{BillingReport, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
 use fleetlens_core::PriceTable;
 use gloo_net::http::{Request, RequestBuilder};
@@ -277,26 +279,9 @@ pub async fn gpus() -> ApiResult<GpuList> {
     get("/gpus", &[]).await
 }
 
-/// One data-quality flag of `GET /api/v1/gpus/{uuid}` (`data_quality`): readings that could
-/// not be true, dropped at ingest.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-pub struct DataQualityFlag {
-    pub flag: String,
-    pub rule: String,
-    pub samples: i64,
-    pub last_minute_ms: i64,
-}
-
-#[derive(Debug, Clone, serde::Deserialize)]
-struct GpuDetailQuality {
-    #[serde(default)]
-    data_quality: Vec<DataQualityFlag>,
-}
-
-/// The data-quality flags of a GPU's last 24 hours (`GET /api/v1/gpus/{uuid}`).
-pub async fn gpu_data_quality(uuid: &str) -> ApiResult<Vec<DataQualityFlag>> {
-    let d: GpuDetailQuality = get(&format!("/gpus/{}", seg(uuid)), &[]).await?;
-    Ok(d.data_quality)
+/// `GET /api/v1/gpus/{uuid}`: one GPU, its current window and its data-quality flags.
+pub async fn gpu(uuid: &str) -> ApiResult<GpuDetail> {
+    get(&format!("/gpus/{}", seg(uuid)), &[]).await
 }
 
 /// `GET /api/v1/gpus/{uuid}/samples?from=&to=&limit=`
@@ -477,9 +462,9 @@ pub async fn users() -> ApiResult<Vec<User>> {
 }
 
 /// `POST /api/v1/users`
-pub async fn create_user(body: &Value) -> ApiResult<User> {
+pub async fn create_user(body: &NewUserBody) -> ApiResult<User> {
     let path = format!("{PREFIX}/users");
-    send_json(Request::post(&path), &path, body.to_string()).await
+    send_json(Request::post(&path), &path, to_body(body)).await
 }
 
 /// `PUT /api/v1/auth/password`: the logged-in user's own password; with `revoke_api_keys`
@@ -497,9 +482,9 @@ pub async fn change_password(current: &str, new: &str, revoke_api_keys: bool) ->
 }
 
 /// `PUT /api/v1/users/{id}` with the fields to change.
-pub async fn update_user(id: i64, body: &Value) -> ApiResult<User> {
+pub async fn update_user(id: i64, body: &UserPatch) -> ApiResult<User> {
     let path = format!("{PREFIX}/users/{id}");
-    send_json(Request::put(&path), &path, body.to_string()).await
+    send_json(Request::put(&path), &path, to_body(body)).await
 }
 
 /// `DELETE /api/v1/users/{id}`: also revokes their keys and ends their sessions.
