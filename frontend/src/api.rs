@@ -11,6 +11,7 @@ use std::cell::RefCell;
 use std::fmt;
 
 use fleetlens_api::accounts::{NewUserBody, UserPatch};
+use fleetlens_api::alerts::{SilenceBody, SilenceList, SilenceView};
 use fleetlens_api::gpus::GpuDetail;
 use fleetlens_api::{BillingReport, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
 use fleetlens_core::PriceTable;
@@ -23,7 +24,7 @@ pub mod actions;
 
 use crate::wire::{
     AlertList, Channel, ChannelList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule,
-    RuleFields, RuleList, Silence, SilenceList, Team, TestResult, User,
+    RuleFields, RuleList, Team, TestResult, User,
 };
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
@@ -412,9 +413,9 @@ pub async fn silences() -> ApiResult<SilenceList> {
 }
 
 /// `POST /api/v1/silences`
-pub async fn create_silence(body: &Value) -> ApiResult<Silence> {
+pub async fn create_silence(body: &SilenceBody) -> ApiResult<SilenceView> {
     let path = format!("{PREFIX}/silences");
-    send_json(Request::post(&path), &path, body.to_string()).await
+    send_json(Request::post(&path), &path, to_body(body)).await
 }
 
 /// `DELETE /api/v1/silences/{id}`: ends the silence now.

@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 
 pub mod accounts;
 pub mod actions;
+pub mod alerts;
 pub mod gpus;
 pub mod live;
 pub mod reclaim;

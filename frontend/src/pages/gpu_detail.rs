@@ -13,7 +13,7 @@ use leptos_router::params::Params;
 
 use super::gpu_allocations::Allocations;
 use super::gpu_card::{cost_text, efficiency_text, power_text, use_prices};
-use crate::api::{self, ApiError, ApiResult};
+use crate::api::{self, ApiResult};
 use crate::charts::line_chart::{LineChart, nice_ceil};
 use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;

@@ -13,6 +13,7 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use fleetlens_api::alerts::{SilenceBody, SilenceList, SilenceView};
 use fleetlens_core::WorkloadState;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, Matchers, RuleError, RuleSpec, SEVERITIES};
@@ -915,47 +916,19 @@ async fn deliveries(
 // ---------------------------------------------------------------------------------------------
 // Silences
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct SilenceView {
-    pub id: i64,
-    pub matchers: Matchers,
-    pub starts_at_ms: i64,
-    pub ends_at_ms: i64,
-    pub starts_at: String,
-    pub ends_at: String,
-    pub comment: String,
-    /// Who made it, from the caller: the user's email, or `key:` and the API key's name.
-    pub created_by: String,
-    pub active: bool,
-    pub created_ms: i64,
-}
-
-impl SilenceView {
-    fn of(s: SilenceRecord, now: i64) -> Self {
-        SilenceView {
-            id: s.id,
-            active: s.starts_at_ms <= now && now < s.ends_at_ms,
-            starts_at: format_rfc3339_ms(s.starts_at_ms),
-            ends_at: format_rfc3339_ms(s.ends_at_ms),
-            matchers: s.matchers,
-            starts_at_ms: s.starts_at_ms,
-            ends_at_ms: s.ends_at_ms,
-            comment: s.comment,
-            created_by: s.created_by,
-            created_ms: s.created_ms,
-        }
+fn silence_view(s: SilenceRecord, now: i64) -> SilenceView {
+    SilenceView {
+        id: s.id,
+        active: s.starts_at_ms <= now && now < s.ends_at_ms,
+        starts_at: format_rfc3339_ms(s.starts_at_ms),
+        ends_at: format_rfc3339_ms(s.ends_at_ms),
+        matchers: s.matchers,
+        starts_at_ms: s.starts_at_ms,
+        ends_at_ms: s.ends_at_ms,
+        comment: s.comment,
+        created_by: s.created_by,
+        created_ms: s.created_ms,
     }
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SilenceBody {
-    pub matchers: Matchers,
-    /// RFC 3339 text or Unix milliseconds; default now.
-    pub starts_at: Option<Value>,
-    pub ends_at: Value,
-    #[serde(default)]
-    pub comment: String,
 }
 
 fn time_value(name: &str, v: &Value) -> Res<i64> {
@@ -1011,13 +984,7 @@ pub async fn create_silence(
     let s = NewSilence { matchers: b.matchers, starts_at_ms: starts, ends_at_ms: ends, comment: b.comment, created_by };
     let stored = state.store.insert_silence(caller.org, &s, now).await?;
     state.alerts.wake_engine();
-    Ok((StatusCode::CREATED, Json(SilenceView::of(stored, now))))
-}
-
-/// `{"silences": [...]}`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct SilenceList {
-    pub silences: Vec<SilenceView>,
+    Ok((StatusCode::CREATED, Json(silence_view(stored, now))))
 }
 
 #[utoipa::path(get, path = "/silences", tag = "alerts", responses((status = 200, body = SilenceList), crate::openapi::AuthErrors))]
@@ -1025,7 +992,7 @@ pub async fn list_silences(State(state): State<AppState>, caller: Caller) -> Res
     caller.require(Scope::Read)?;
     let now = now_ms();
     let list: Vec<SilenceView> =
-        state.store.silences(caller.org).await?.into_iter().map(|s| SilenceView::of(s, now)).collect();
+        state.store.silences(caller.org).await?.into_iter().map(|s| silence_view(s, now)).collect();
     Ok(Json(SilenceList { silences: list }))
 }
 
