@@ -11,7 +11,7 @@ use std::cell::RefCell;
 use std::fmt;
 
 use fleetlens_api::accounts::{NewUserBody, UserPatch};
-use fleetlens_api::alerts::{SilenceBody, SilenceList, SilenceView};
+use fleetlens_api::alerts::{ChannelBody, ChannelList, ChannelView, SilenceBody, SilenceList, SilenceView};
 use fleetlens_api::gpus::GpuDetail;
 use fleetlens_api::{BillingReport, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
 use fleetlens_core::PriceTable;
@@ -23,8 +23,8 @@ use serde_json::{Map, Value};
 pub mod actions;
 
 use crate::wire::{
-    AlertList, Channel, ChannelList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule,
-    RuleFields, RuleList, Team, TestResult, User,
+    AlertList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule, RuleFields, RuleList, Team,
+    TestResult, User,
 };
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
@@ -375,23 +375,15 @@ pub async fn delete_rule(id: i64) -> ApiResult<()> {
 }
 
 /// `POST /api/v1/notification-channels`
-pub async fn create_channel(name: &str, kind: &str, url: &str, default: bool) -> ApiResult<Channel> {
+pub async fn create_channel(body: &ChannelBody) -> ApiResult<ChannelView> {
     let path = format!("{PREFIX}/notification-channels");
-    #[derive(Serialize)]
-    struct NewChannel<'a> {
-        name: &'a str,
-        kind: &'a str,
-        url: &'a str,
-        default: bool,
-    }
-    let body = to_body(&NewChannel { name, kind, url, default });
-    send_json(Request::post(&path), &path, body).await
+    send_json(Request::post(&path), &path, to_body(body)).await
 }
 
 /// `PUT /api/v1/notification-channels/{id}` with the fields to change.
-pub async fn update_channel(id: i64, body: &Value) -> ApiResult<Channel> {
+pub async fn update_channel(id: i64, body: &ChannelBody) -> ApiResult<ChannelView> {
     let path = format!("{PREFIX}/notification-channels/{id}");
-    send_json(Request::put(&path), &path, body.to_string()).await
+    send_json(Request::put(&path), &path, to_body(body)).await
 }
 
 /// `DELETE /api/v1/notification-channels/{id}`

@@ -71,24 +71,6 @@ pub struct Rule {
     pub builtin: Option<String>,
 }
 
-/// `GET /api/v1/notification-channels`: `{"channels": [...]}`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-pub struct ChannelList {
-    #[serde(default)]
-    pub channels: Vec<Channel>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(default)]
-pub struct Channel {
-    pub id: i64,
-    pub name: String,
-    pub kind: String,
-    pub url: String,
-    pub default: bool,
-    pub min_interval_ms: i64,
-}
-
 /// `GET /api/v1/prices`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Prices {

@@ -1,8 +1,71 @@
-//! Bodies of the alerting endpoints: silences (`/silences`).
+//! Bodies of the alerting endpoints: notification channels and silences.
 
 use fleetlens_core::rules::{Matchers, SilenceWindow};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+/// A notification channel.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChannelView {
+    pub id: i64,
+    pub name: String,
+    pub kind: String,
+    pub url: String,
+    /// Rules without channels of their own notify the default channels.
+    pub default: bool,
+    pub min_interval_ms: i64,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// What a notification group's key is made of: `rule`, `owner` (job, else user, else
+    /// namespace), or alert label names (`host`, `team`, `gpu`, …).
+    pub group_by: Vec<String>,
+    /// A new group's first message waits this long for more GPUs.
+    pub group_wait_s: i64,
+    /// At most one follow-up per group this often (when GPUs joined).
+    pub group_interval_s: i64,
+    /// `off` (real-time messages), `daily` or `weekly` (a digest instead).
+    pub digest: String,
+    /// When the digest goes out, `HH:MM` UTC (weekly: on Mondays).
+    pub digest_at: String,
+}
+
+/// `POST` (name, kind, url required) and `PUT` (the fields to change) of
+/// `/api/v1/notification-channels`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct ChannelBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub default: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub min_interval_ms: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_wait_s: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub group_interval_s: Option<i64>,
+    /// `off`, `daily` or `weekly`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest: Option<String>,
+    /// `HH:MM` UTC.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub digest_at: Option<String>,
+}
+
+/// `{"channels": [...]}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ChannelList {
+    pub channels: Vec<ChannelView>,
+}
 
 /// A silence: alerts its matchers select send no notifications while it is active.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

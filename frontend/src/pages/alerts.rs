@@ -16,10 +16,10 @@ use crate::components::status::{ActionError, ConfirmButton, FieldError, FormErro
 use crate::ctx::{latest_ok, now_ms, polled, use_app};
 use crate::format;
 use crate::url_state::query_setter;
-use fleetlens_api::alerts::{SilenceBody, SilenceList};
+use fleetlens_api::alerts::{ChannelBody, ChannelView as Channel, SilenceBody, SilenceList};
 use fleetlens_core::rules::{Matchers, SilenceWindow, silenced_by};
 
-use crate::wire::{Alert, Channel, Rule, TestResult};
+use crate::wire::{Alert, Rule, TestResult};
 
 fn status_class(a: &Alert, silenced: bool) -> &'static str {
     match (silenced, a.status.as_str()) {
@@ -939,9 +939,15 @@ fn Channels() -> impl IntoView {
     let confirm_delete = RwSignal::new(None::<i64>);
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
-        let (n, k, u, d) = (name.get_untracked(), kind.get_untracked(), url.get_untracked(), default.get_untracked());
+        let body = ChannelBody {
+            name: Some(name.get_untracked().trim().to_string()),
+            kind: Some(kind.get_untracked()),
+            url: Some(url.get_untracked().trim().to_string()),
+            default: Some(default.get_untracked()),
+            ..ChannelBody::default()
+        };
         spawn_local(async move {
-            match api::create_channel(n.trim(), &k, u.trim(), d).await {
+            match api::create_channel(&body).await {
                 Ok(c) => {
                     error.set(None);
                     saved.set(Some(format!("Channel “{}” added.", c.name)));
@@ -962,7 +968,8 @@ fn Channels() -> impl IntoView {
     };
     let set_default = move |c: Channel| {
         spawn_local(async move {
-            match api::update_channel(c.id, &json!({ "default": !c.default })).await {
+            match api::update_channel(c.id, &ChannelBody { default: Some(!c.default), ..ChannelBody::default() }).await
+            {
                 Ok(_) => {
                     error.set(None);
                     res.refetch();

@@ -14,7 +14,7 @@ use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
 use crate::pages::report_routes::ReportRoutes;
 use crate::states;
-use crate::wire::Channel;
+use fleetlens_api::alerts::ChannelView as Channel;
 
 /// How long the snooze button holds a reclaim off.
 const SNOOZE_S: i64 = 3600;
