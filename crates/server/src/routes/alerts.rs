@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 use fleetlens_api::alerts::{ChannelBody, ChannelList, ChannelView, SilenceBody, SilenceList, SilenceView};
 use fleetlens_core::WorkloadState;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
-use fleetlens_core::rules::{Condition, FIELDS, Matchers, RuleError, RuleSpec, SEVERITIES};
+use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec, SEVERITIES};
 use fleetlens_store::alerts::{
     AlertFilter, AlertRecord, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
     NewNotification, NewSilence, OutboxRecord, SilenceRecord, Written,
