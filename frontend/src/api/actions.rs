@@ -3,9 +3,7 @@
 //! collocation / right-size plans. A child of `api` so that it shares its request helpers.
 
 pub use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, ReportRouteView};
-pub use fleetlens_api::reclaim::{
-    DryRun, DryRunItem, NewReclaimPolicy, Reclaim, ReclaimPolicy, ReclaimStepView, SnoozeRequest,
-};
+pub use fleetlens_api::reclaim::{DryRun, NewReclaimPolicy, Reclaim, ReclaimPolicy, SnoozeRequest};
 use fleetlens_core::plans::Plans;
 use gloo_net::http::Request;
 
