@@ -10,6 +10,9 @@
 use std::cell::RefCell;
 use std::fmt;
 
+use fleetlens_api::accounts::{NewUserBody, UserPatch};
+use fleetlens_api::alerts::{ChannelBody, ChannelList, ChannelView, SilenceBody, SilenceList, SilenceView};
+use fleetlens_api::gpus::GpuDetail;
 use fleetlens_api::{BillingReport, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
 use fleetlens_core::PriceTable;
 use gloo_net::http::{Request, RequestBuilder};
@@ -20,8 +23,8 @@ use serde_json::{Map, Value};
 pub mod actions;
 
 use crate::wire::{
-    AlertList, Channel, ChannelList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule,
-    RuleFields, RuleList, Silence, SilenceList, Team, TestResult, User,
+    AlertList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule, RuleFields, RuleList, Team,
+    TestResult, User,
 };
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
@@ -277,26 +280,9 @@ pub async fn gpus() -> ApiResult<GpuList> {
     get("/gpus", &[]).await
 }
 
-/// One data-quality flag of `GET /api/v1/gpus/{uuid}` (`data_quality`): readings that could
-/// not be true, dropped at ingest.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize)]
-pub struct DataQualityFlag {
-    pub flag: String,
-    pub rule: String,
-    pub samples: i64,
-    pub last_minute_ms: i64,
-}
-
-#[derive(Debug, Clone, serde::Deserialize)]
-struct GpuDetailQuality {
-    #[serde(default)]
-    data_quality: Vec<DataQualityFlag>,
-}
-
-/// The data-quality flags of a GPU's last 24 hours (`GET /api/v1/gpus/{uuid}`).
-pub async fn gpu_data_quality(uuid: &str) -> ApiResult<Vec<DataQualityFlag>> {
-    let d: GpuDetailQuality = get(&format!("/gpus/{}", seg(uuid)), &[]).await?;
-    Ok(d.data_quality)
+/// `GET /api/v1/gpus/{uuid}`: one GPU, its current window and its data-quality flags.
+pub async fn gpu(uuid: &str) -> ApiResult<GpuDetail> {
+    get(&format!("/gpus/{}", seg(uuid)), &[]).await
 }
 
 /// `GET /api/v1/gpus/{uuid}/samples?from=&to=&limit=`
@@ -389,23 +375,15 @@ pub async fn delete_rule(id: i64) -> ApiResult<()> {
 }
 
 /// `POST /api/v1/notification-channels`
-pub async fn create_channel(name: &str, kind: &str, url: &str, default: bool) -> ApiResult<Channel> {
+pub async fn create_channel(body: &ChannelBody) -> ApiResult<ChannelView> {
     let path = format!("{PREFIX}/notification-channels");
-    #[derive(Serialize)]
-    struct NewChannel<'a> {
-        name: &'a str,
-        kind: &'a str,
-        url: &'a str,
-        default: bool,
-    }
-    let body = to_body(&NewChannel { name, kind, url, default });
-    send_json(Request::post(&path), &path, body).await
+    send_json(Request::post(&path), &path, to_body(body)).await
 }
 
 /// `PUT /api/v1/notification-channels/{id}` with the fields to change.
-pub async fn update_channel(id: i64, body: &Value) -> ApiResult<Channel> {
+pub async fn update_channel(id: i64, body: &ChannelBody) -> ApiResult<ChannelView> {
     let path = format!("{PREFIX}/notification-channels/{id}");
-    send_json(Request::put(&path), &path, body.to_string()).await
+    send_json(Request::put(&path), &path, to_body(body)).await
 }
 
 /// `DELETE /api/v1/notification-channels/{id}`
@@ -427,9 +405,9 @@ pub async fn silences() -> ApiResult<SilenceList> {
 }
 
 /// `POST /api/v1/silences`
-pub async fn create_silence(body: &Value) -> ApiResult<Silence> {
+pub async fn create_silence(body: &SilenceBody) -> ApiResult<SilenceView> {
     let path = format!("{PREFIX}/silences");
-    send_json(Request::post(&path), &path, body.to_string()).await
+    send_json(Request::post(&path), &path, to_body(body)).await
 }
 
 /// `DELETE /api/v1/silences/{id}`: ends the silence now.
@@ -477,9 +455,9 @@ pub async fn users() -> ApiResult<Vec<User>> {
 }
 
 /// `POST /api/v1/users`
-pub async fn create_user(body: &Value) -> ApiResult<User> {
+pub async fn create_user(body: &NewUserBody) -> ApiResult<User> {
     let path = format!("{PREFIX}/users");
-    send_json(Request::post(&path), &path, body.to_string()).await
+    send_json(Request::post(&path), &path, to_body(body)).await
 }
 
 /// `PUT /api/v1/auth/password`: the logged-in user's own password; with `revoke_api_keys`
@@ -497,9 +475,9 @@ pub async fn change_password(current: &str, new: &str, revoke_api_keys: bool) ->
 }
 
 /// `PUT /api/v1/users/{id}` with the fields to change.
-pub async fn update_user(id: i64, body: &Value) -> ApiResult<User> {
+pub async fn update_user(id: i64, body: &UserPatch) -> ApiResult<User> {
     let path = format!("{PREFIX}/users/{id}");
-    send_json(Request::put(&path), &path, body.to_string()).await
+    send_json(Request::put(&path), &path, to_body(body)).await
 }
 
 /// `DELETE /api/v1/users/{id}`: also revokes their keys and ends their sessions.

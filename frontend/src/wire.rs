@@ -5,7 +5,6 @@
 use std::collections::BTreeMap;
 
 use fleetlens_core::PriceTable;
-use fleetlens_core::rules::{Matchers, SilenceWindow};
 use serde::Deserialize;
 
 /// `GET /api/v1/alerts`: `{"alerts": [...]}`.
@@ -70,24 +69,6 @@ pub struct Rule {
     pub channels: Vec<i64>,
     pub enabled: bool,
     pub builtin: Option<String>,
-}
-
-/// `GET /api/v1/notification-channels`: `{"channels": [...]}`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-pub struct ChannelList {
-    #[serde(default)]
-    pub channels: Vec<Channel>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(default)]
-pub struct Channel {
-    pub id: i64,
-    pub name: String,
-    pub kind: String,
-    pub url: String,
-    pub default: bool,
-    pub min_interval_ms: i64,
 }
 
 /// `GET /api/v1/prices`.
@@ -272,46 +253,6 @@ pub struct TestResult {
     pub attempts: i64,
     pub status_code: Option<i64>,
     pub error: Option<String>,
-}
-
-/// `GET /api/v1/silences`: `{"silences": [...]}`.
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-pub struct SilenceList {
-    #[serde(default)]
-    pub silences: Vec<Silence>,
-}
-
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(default)]
-pub struct Silence {
-    pub id: i64,
-    pub matchers: Matchers,
-    pub starts_at_ms: i64,
-    pub ends_at_ms: i64,
-    pub comment: String,
-    pub created_by: String,
-    pub active: bool,
-}
-
-impl Silence {
-    pub fn window(&self) -> SilenceWindow {
-        SilenceWindow {
-            id: self.id,
-            matchers: self.matchers.clone(),
-            starts_at_ms: self.starts_at_ms,
-            ends_at_ms: self.ends_at_ms,
-        }
-    }
-
-    /// `rule=…, host=…` in the matchers' order.
-    pub fn matchers_text(&self) -> String {
-        let m = &self.matchers;
-        [("rule", &m.rule), ("host", &m.host), ("gpu", &m.gpu), ("team", &m.team), ("severity", &m.severity)]
-            .into_iter()
-            .filter_map(|(k, v)| v.as_ref().map(|v| format!("{k}={v}")))
-            .collect::<Vec<_>>()
-            .join(", ")
-    }
 }
 
 /// `GET /api/v1/teams`: a team and its members' user ids.

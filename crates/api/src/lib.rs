@@ -8,7 +8,12 @@ use std::collections::BTreeMap;
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
+pub mod accounts;
+pub mod actions;
+pub mod alerts;
+pub mod gpus;
 pub mod live;
+pub mod reclaim;
 
 /// Path of the ingest endpoint.
 pub const INGEST_PATH: &str = "/api/v1/ingest";

@@ -9,16 +9,17 @@ use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
 use crate::ctx::{latest_ok, now_ms, polled, use_app};
 use crate::format;
 use crate::url_state::query_setter;
-use fleetlens_core::rules::{SilenceWindow, silenced_by};
+use fleetlens_api::alerts::{ChannelBody, ChannelView as Channel, SilenceBody, SilenceList};
+use fleetlens_core::rules::{Matchers, SilenceWindow, silenced_by};
 
-use crate::wire::{Alert, Channel, Rule, TestResult};
+use crate::wire::{Alert, Rule, TestResult};
 
 fn status_class(a: &Alert, silenced: bool) -> &'static str {
     match (silenced, a.status.as_str()) {
@@ -138,11 +139,12 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
     // Groups shown with their GPUs (the rest show one summary row each).
     let expanded = RwSignal::new(std::collections::HashSet::<String>::new());
     let silence = move |a: Alert, ms: i64| {
-        let body = json!({
-            "matchers": { "rule": a.rule_name, "gpu": a.gpu },
-            "ends_at": now_ms() + ms,
-            "comment": format!("silenced from the dashboard ({} on {})", a.rule_name, a.host),
-        });
+        let body = SilenceBody {
+            comment: format!("silenced from the dashboard ({} on {})", a.rule_name, a.host),
+            matchers: Matchers { rule: Some(a.rule_name), gpu: Some(a.gpu), ..Matchers::default() },
+            starts_at: None,
+            ends_at: (now_ms() + ms).into(),
+        };
         spawn_local(async move {
             match api::create_silence(&body).await {
                 Ok(_) => {
@@ -325,7 +327,7 @@ fn group_row(
 
 #[component]
 fn Silences(
-    res: LocalResource<api::ApiResult<crate::wire::SilenceList>>,
+    res: LocalResource<api::ApiResult<SilenceList>>,
     rules: Signal<Vec<Rule>>,
     refresh: Callback<()>,
 ) -> impl IntoView {
@@ -345,18 +347,20 @@ fn Silences(
     let saved = RwSignal::new(None::<String>);
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
-        let mut m = Map::new();
-        for (k, v) in [("rule", rule), ("host", host), ("gpu", gpu), ("team", team), ("severity", severity)] {
-            let t = v.get_untracked().trim().to_string();
-            if !t.is_empty() {
-                m.insert(k.into(), Value::String(t));
-            }
-        }
-        let body = json!({
-            "matchers": m,
-            "ends_at": now_ms() + duration.get_untracked(),
-            "comment": comment.get_untracked().trim(),
-        });
+        let text = |v: RwSignal<String>| Some(v.get_untracked().trim().to_string()).filter(|t| !t.is_empty());
+        let body = SilenceBody {
+            matchers: Matchers {
+                rule: text(rule),
+                host: text(host),
+                gpu: text(gpu),
+                team: text(team),
+                severity: text(severity),
+                ..Matchers::default()
+            },
+            starts_at: None,
+            ends_at: (now_ms() + duration.get_untracked()).into(),
+            comment: comment.get_untracked().trim().to_string(),
+        };
         spawn_local(async move {
             match api::create_silence(&body).await {
                 Ok(s) => {
@@ -935,9 +939,15 @@ fn Channels() -> impl IntoView {
     let confirm_delete = RwSignal::new(None::<i64>);
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
-        let (n, k, u, d) = (name.get_untracked(), kind.get_untracked(), url.get_untracked(), default.get_untracked());
+        let body = ChannelBody {
+            name: Some(name.get_untracked().trim().to_string()),
+            kind: Some(kind.get_untracked()),
+            url: Some(url.get_untracked().trim().to_string()),
+            default: Some(default.get_untracked()),
+            ..ChannelBody::default()
+        };
         spawn_local(async move {
-            match api::create_channel(n.trim(), &k, u.trim(), d).await {
+            match api::create_channel(&body).await {
                 Ok(c) => {
                     error.set(None);
                     saved.set(Some(format!("Channel “{}” added.", c.name)));
@@ -958,7 +968,8 @@ fn Channels() -> impl IntoView {
     };
     let set_default = move |c: Channel| {
         spawn_local(async move {
-            match api::update_channel(c.id, &json!({ "default": !c.default })).await {
+            match api::update_channel(c.id, &ChannelBody { default: Some(!c.default), ..ChannelBody::default() }).await
+            {
                 Ok(_) => {
                     error.set(None);
                     res.refetch();

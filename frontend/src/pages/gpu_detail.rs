@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use fleetlens_api::gpus::{DataQualityFlag, GpuDetail};
 use fleetlens_api::{GpuSummary, Sample, SeriesPoint, StateWindow};
 use leptos::Params;
 use leptos::prelude::*;
@@ -12,7 +13,7 @@ use leptos_router::params::Params;
 
 use super::gpu_allocations::Allocations;
 use super::gpu_card::{cost_text, efficiency_text, power_text, use_prices};
-use crate::api::{self, ApiError, ApiResult};
+use crate::api::{self, ApiResult};
 use crate::charts::line_chart::{LineChart, nice_ceil};
 use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
@@ -39,7 +40,7 @@ struct Detail {
     /// `samples` are rollup means, not raw samples.
     rollup: bool,
     /// Readings of the last 24 hours that could not be true (dropped from every average).
-    data_quality: Vec<api::DataQualityFlag>,
+    data_quality: Vec<DataQualityFlag>,
 }
 
 /// A rollup bucket as a sample of its means (what the charts draw).
@@ -88,16 +89,7 @@ fn resolution_for(span_ms: i64) -> Option<&'static str> {
 }
 
 async fn load(uuid: String, range: Range, zoom: Option<Zoom>, cache: StoredValue<Cache>) -> ApiResult<Detail> {
-    let list = api::gpus().await?;
-    let gpu = list.gpus.into_iter().find(|g| g.uuid == uuid).ok_or_else(|| ApiError {
-        status: 404,
-        code: "not_found".into(),
-        message: format!("no GPU {uuid} has reported to this server"),
-        path: "/api/v1/gpus".into(),
-        field: None,
-    })?;
-    // A server without the field (or a failed request) just shows no notice.
-    let data_quality = api::gpu_data_quality(&uuid).await.unwrap_or_default();
+    let GpuDetail { gpu, data_quality, .. } = api::gpu(&uuid).await?;
     let now = now_ms();
     let (from, to, anchored) = match zoom {
         Some((from, to)) => (from, to, false),

@@ -14,7 +14,7 @@ use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
 use crate::pages::report_routes::ReportRoutes;
 use crate::states;
-use crate::wire::Channel;
+use fleetlens_api::alerts::ChannelView as Channel;
 
 /// How long the snooze button holds a reclaim off.
 const SNOOZE_S: i64 = 3600;
@@ -160,6 +160,7 @@ fn Policies() -> impl IntoView {
             action_channel_id: if act == "webhook" { action_channel.get_untracked().parse().ok() } else { None },
             notice_channel_id: notice_channel.get_untracked().parse().ok(),
             action: act,
+            enabled: true,
         };
         spawn_local(async move {
             let out = actions::create_reclaim_policy(&policy).await.map(|p| format!("Policy “{}” created.", p.name));
@@ -317,11 +318,11 @@ fn DryRunResult(policy: ReclaimPolicy, d: DryRun) -> impl IntoView {
                 <tr>
                     <th scope="row"><a href=format!("/gpus/{}", i.gpu)>{i.gpu.clone()}</a></th>
                     <td>{i.host.clone()}</td>
-                    <td>{format::date_time(i.since_ms)}</td>
-                    <td>{format::date_time(i.notice_ms)}</td>
-                    <td>{format::date_time(i.action_ms)}</td>
-                    <td>{format::date_time(i.until_ms)}</td>
-                    <td class="num">{format::hours(i.freed_hours)}</td>
+                    <td>{format::date_time(i.act.since_ms)}</td>
+                    <td>{format::date_time(i.act.notice_ms)}</td>
+                    <td>{format::date_time(i.act.action_ms)}</td>
+                    <td>{format::date_time(i.act.until_ms)}</td>
+                    <td class="num">{format::hours(i.act.freed_hours)}</td>
                     <td class="num">{format::opt_money(i.freed_cost, &cur)}</td>
                 </tr>
             }

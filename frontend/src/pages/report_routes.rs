@@ -10,7 +10,8 @@ use crate::api::actions::{self, NewReportRoute};
 use crate::api::{self, ApiError};
 use crate::components::status::{ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
 use crate::ctx::{latest_ok, polled, use_app};
-use crate::wire::{Channel, Team};
+use crate::wire::Team;
+use fleetlens_api::alerts::ChannelView as Channel;
 
 /// A number typed in a form: empty means the server's default.
 fn opt_number(s: &str) -> Result<Option<f64>, String> {

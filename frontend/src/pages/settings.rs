@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use fleetlens_api::accounts::{NewUserBody, UserPatch};
 use fleetlens_core::{GpuModel, PriceTable, SPECS};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
@@ -516,15 +517,13 @@ fn Users() -> impl IntoView {
     };
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
-        let mut body = serde_json::json!({
-            "email": email.get_untracked().trim(),
-            "password": password.get_untracked(),
-            "role": role.get_untracked(),
-        });
         let n = name.get_untracked().trim().to_string();
-        if !n.is_empty() {
-            body["name"] = Value::String(n);
-        }
+        let body = NewUserBody {
+            email: email.get_untracked().trim().to_string(),
+            name: (!n.is_empty()).then_some(n),
+            password: password.get_untracked(),
+            role: role.get_untracked(),
+        };
         spawn_local(async move {
             let out = api::create_user(&body).await.map(|u| format!("User {} added as {}.", u.email, u.role));
             if out.is_ok() {
@@ -535,7 +534,7 @@ fn Users() -> impl IntoView {
             done(out);
         });
     };
-    let update = move |id: i64, body: Value, what: String| {
+    let update = move |id: i64, body: UserPatch, what: String| {
         spawn_local(async move { done(api::update_user(id, &body).await.map(|_| what)) });
     };
     let delete = move |id: i64, who: String| {
@@ -580,7 +579,7 @@ fn Users() -> impl IntoView {
                                                         disabled=is_me
                                                         on:change=move |ev| {
                                                             let r = event_target_value(&ev);
-                                                            update(id, serde_json::json!({ "role": r }), format!("{e1} is now {r}."));
+                                                            update(id, UserPatch { role: Some(r.clone()), ..Default::default() }, format!("{e1} is now {r}."));
                                                         }
                                                     >
                                                         {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role == r>{r}</option> }).collect_view()}
@@ -591,7 +590,7 @@ fn Users() -> impl IntoView {
                                                 <td>
                                                     {(!is_me).then(|| view! {
                                                         <div class="actions">
-                                                            <button type="button" class="btn" on:click=move |_| update(id, serde_json::json!({ "disabled": !disabled }), format!("{e2} is now {}.", if disabled { "enabled" } else { "disabled" }))>
+                                                            <button type="button" class="btn" on:click=move |_| update(id, UserPatch { disabled: Some(!disabled), ..Default::default() }, format!("{e2} is now {}.", if disabled { "enabled" } else { "disabled" }))>
                                                                 {if disabled { "Enable" } else { "Disable" }}
                                                             </button>
                                                             <ConfirmButton

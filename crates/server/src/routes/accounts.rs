@@ -16,6 +16,7 @@ use axum::extract::{Path, State};
 use axum::http::header::{CONTENT_TYPE, SET_COOKIE};
 use axum::http::{Extensions, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
+use fleetlens_api::accounts::{NewUserBody, UserPatch};
 use fleetlens_store::accounts::{
     ApiKeyInfo, Assigned, GpuTeam, HostRecord, NewSession, NewUser, OrgRecord, Role, TeamRecord, UserRecord,
     UserUpdate, expand_scopes,
@@ -508,29 +509,6 @@ pub async fn create_org(
 }
 
 // ---- users ----
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewUserBody {
-    pub email: String,
-    #[serde(default)]
-    pub name: Option<String>,
-    pub password: String,
-    pub role: String,
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct UserPatch {
-    #[serde(default)]
-    pub name: Option<String>,
-    #[serde(default)]
-    pub role: Option<String>,
-    #[serde(default)]
-    pub password: Option<String>,
-    #[serde(default)]
-    pub disabled: Option<bool>,
-}
 
 /// `GET /api/v1/users` (admin).
 #[utoipa::path(get, path = "/users", tag = "accounts", responses((status = 200, body = Vec<UserView>), crate::openapi::AuthErrors))]

@@ -4,41 +4,16 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use fleetlens_core::ProcessOwner;
+use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, ReportRouteView};
 use fleetlens_core::jobcard::JobCard;
 use fleetlens_store::Scope;
 use fleetlens_store::actions::{JobRunFilter, JobRunRecord, ReportRoute};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, JsonBody};
 use crate::state::AppState;
 use crate::time::{MAX_TIME_MS, MIN_TIME_MS, now_ms, parse_query_time};
-
-/// A job run: a Slurm job, pod, container or process seen on GPUs, and its card once ended.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct JobRun {
-    pub id: i64,
-    /// `slurm:<id>`, `pod:<namespace>/<name>` (or `pod:<uid>`), `container:<id>`,
-    /// `pid:<host>/<pid>`.
-    pub key: String,
-    pub host: String,
-    pub owner: ProcessOwner,
-    pub gpus: Vec<String>,
-    pub first_ms: i64,
-    pub last_ms: i64,
-    /// `running` or `ended`.
-    pub status: String,
-    pub end_requested_ms: Option<i64>,
-    pub ended_ms: Option<i64>,
-    /// `left_gpus` or `requested`.
-    pub end_reason: Option<String>,
-    pub team_id: Option<i64>,
-    pub card: Option<JobCard>,
-    /// The channel its card was sent to (at most once); null when none matched or the card
-    /// did not pass the route's bar.
-    pub notified_channel_id: Option<i64>,
-}
 
 fn view(r: JobRunRecord) -> JobRun {
     JobRun {
@@ -142,14 +117,6 @@ pub async fn report(State(state): State<AppState>, caller: Caller, Path(id): Pat
         .ok_or_else(|| ApiError::Conflict(format!("job run {} is still running: its card comes when it ends", run.id)))
 }
 
-/// When the job ended (default: now).
-#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
-pub struct EndRequest {
-    /// RFC 3339 or Unix milliseconds.
-    #[serde(default)]
-    pub at: Option<serde_json::Value>,
-}
-
 #[utoipa::path(post, path = "/jobs/{id}/end", tag = "jobs", params(("id" = String, Path, description = "Run id, or run key (`slurm:42799`)")), request_body(content = Option<EndRequest>), responses((status = 202, body = JobRun, description = "The run ends at the next scan (its card follows)"), crate::openapi::ItemBodyErrors))]
 pub async fn end(
     State(state): State<AppState>,
@@ -187,39 +154,6 @@ pub async fn end(
     }
     let run = state.store.job_run(caller.org, run.id).await?.ok_or_else(|| ApiError::NotFound("job run".into()))?;
     Ok((StatusCode::ACCEPTED, Json(view(run))))
-}
-
-/// Where report cards go.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ReportRouteView {
-    pub id: i64,
-    /// Only jobs on this team's GPUs (null: any team).
-    pub team_id: Option<i64>,
-    /// Only this user's jobs (null: anyone's).
-    pub owner: Option<String>,
-    /// A `slack` or `webhook` notification channel.
-    pub channel_id: i64,
-    /// Send only cards of jobs with at least this many GPU-hours…
-    pub min_gpu_hours: f64,
-    /// …and at least this share wasted, %.
-    pub min_waste_pct: f64,
-    pub created_ms: i64,
-}
-
-/// A new route; the most specific matching route (owner and team, owner, team, anyone) wins.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct NewReportRoute {
-    #[serde(default)]
-    pub team_id: Option<i64>,
-    #[serde(default)]
-    pub owner: Option<String>,
-    pub channel_id: i64,
-    /// Default 0.5.
-    #[serde(default)]
-    pub min_gpu_hours: Option<f64>,
-    /// Default 20.
-    #[serde(default)]
-    pub min_waste_pct: Option<f64>,
 }
 
 /// Shipped bar of a route: half a GPU-hour and a fifth wasted.

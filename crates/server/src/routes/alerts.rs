@@ -13,9 +13,10 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
+use fleetlens_api::alerts::{ChannelBody, ChannelList, ChannelView, SilenceBody, SilenceList, SilenceView};
 use fleetlens_core::WorkloadState;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
-use fleetlens_core::rules::{Condition, FIELDS, Matchers, RuleError, RuleSpec, SEVERITIES};
+use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec, SEVERITIES};
 use fleetlens_store::alerts::{
     AlertFilter, AlertRecord, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
     NewNotification, NewSilence, OutboxRecord, SilenceRecord,
@@ -381,66 +382,23 @@ pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionC
 // ---------------------------------------------------------------------------------------------
 // Channels
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ChannelView {
-    pub id: i64,
-    pub name: String,
-    pub kind: String,
-    pub url: String,
-    /// Rules without channels of their own notify the default channels.
-    pub default: bool,
-    pub min_interval_ms: i64,
-    pub created_ms: i64,
-    pub updated_ms: i64,
-    /// What a notification group's key is made of: `rule`, `owner` (job, else user, else
-    /// namespace), or alert label names (`host`, `team`, `gpu`, …).
-    pub group_by: Vec<String>,
-    /// A new group's first message waits this long for more GPUs.
-    pub group_wait_s: i64,
-    /// At most one follow-up per group this often (when GPUs joined).
-    pub group_interval_s: i64,
-    /// `off` (real-time messages), `daily` or `weekly` (a digest instead).
-    pub digest: String,
-    /// When the digest goes out, `HH:MM` UTC (weekly: on Mondays).
-    pub digest_at: String,
-}
-
-impl From<ChannelRecord> for ChannelView {
-    fn from(c: ChannelRecord) -> Self {
-        let group_by = crate::alerts::groups::group_by(&c);
-        ChannelView {
-            id: c.id,
-            name: c.name,
-            kind: c.kind,
-            url: c.url,
-            default: c.is_default,
-            min_interval_ms: c.min_interval_ms,
-            created_ms: c.created_ms,
-            updated_ms: c.updated_ms,
-            group_by,
-            group_wait_s: c.group_wait_s,
-            group_interval_s: c.group_interval_s,
-            digest: if c.digest.is_empty() { "off".into() } else { c.digest.clone() },
-            digest_at: format!("{:02}:{:02}", c.digest_at_min / 60, c.digest_at_min % 60),
-        }
+fn channel_view(c: ChannelRecord) -> ChannelView {
+    let group_by = crate::alerts::groups::group_by(&c);
+    ChannelView {
+        id: c.id,
+        name: c.name,
+        kind: c.kind,
+        url: c.url,
+        default: c.is_default,
+        min_interval_ms: c.min_interval_ms,
+        created_ms: c.created_ms,
+        updated_ms: c.updated_ms,
+        group_by,
+        group_wait_s: c.group_wait_s,
+        group_interval_s: c.group_interval_s,
+        digest: if c.digest.is_empty() { "off".into() } else { c.digest.clone() },
+        digest_at: format!("{:02}:{:02}", c.digest_at_min / 60, c.digest_at_min % 60),
     }
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct ChannelBody {
-    pub name: Option<String>,
-    pub kind: Option<String>,
-    pub url: Option<String>,
-    pub default: Option<bool>,
-    pub min_interval_ms: Option<i64>,
-    pub group_by: Option<Vec<String>>,
-    pub group_wait_s: Option<i64>,
-    pub group_interval_s: Option<i64>,
-    /// `off`, `daily` or `weekly`.
-    pub digest: Option<String>,
-    /// `HH:MM` UTC.
-    pub digest_at: Option<String>,
 }
 
 fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChannel> {
@@ -522,17 +480,11 @@ fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChann
     })
 }
 
-/// `{"channels": [...]}`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ChannelList {
-    pub channels: Vec<ChannelView>,
-}
-
 #[utoipa::path(get, path = "/notification-channels", tag = "alerts", responses((status = 200, body = ChannelList), crate::openapi::AuthErrors))]
 pub async fn list_channels(State(state): State<AppState>, caller: Caller) -> Res<Json<ChannelList>> {
     caller.require(Scope::Admin)?;
     let list: Vec<ChannelView> =
-        state.store.notification_channels(caller.org).await?.into_iter().map(ChannelView::from).collect();
+        state.store.notification_channels(caller.org).await?.into_iter().map(channel_view).collect();
     Ok(Json(ChannelList { channels: list }))
 }
 
@@ -549,14 +501,14 @@ pub async fn create_channel(
         .insert_notification_channel(caller.org, &spec, now_ms())
         .await
         .map_err(name_taken("channel", &spec.name))?;
-    Ok((StatusCode::CREATED, Json(c.into())))
+    Ok((StatusCode::CREATED, Json(channel_view(c))))
 }
 
 #[utoipa::path(get, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = ChannelView), crate::openapi::ItemErrors))]
 pub async fn get_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<ChannelView>> {
     caller.require(Scope::Admin)?;
     let c = state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
-    Ok(Json(c.into()))
+    Ok(Json(channel_view(c)))
 }
 
 #[utoipa::path(put, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), request_body = ChannelBody, responses((status = 200, body = ChannelView), crate::openapi::ItemBodyErrors))]
@@ -576,7 +528,7 @@ pub async fn put_channel(
         .await
         .map_err(name_taken("channel", &spec.name))?
         .ok_or_else(|| not_found("notification channel"))?;
-    Ok(Json(c.into()))
+    Ok(Json(channel_view(c)))
 }
 
 #[utoipa::path(delete, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
@@ -920,47 +872,19 @@ async fn deliveries(
 // ---------------------------------------------------------------------------------------------
 // Silences
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct SilenceView {
-    pub id: i64,
-    pub matchers: Matchers,
-    pub starts_at_ms: i64,
-    pub ends_at_ms: i64,
-    pub starts_at: String,
-    pub ends_at: String,
-    pub comment: String,
-    /// Who made it, from the caller: the user's email, or `key:` and the API key's name.
-    pub created_by: String,
-    pub active: bool,
-    pub created_ms: i64,
-}
-
-impl SilenceView {
-    fn of(s: SilenceRecord, now: i64) -> Self {
-        SilenceView {
-            id: s.id,
-            active: s.starts_at_ms <= now && now < s.ends_at_ms,
-            starts_at: format_rfc3339_ms(s.starts_at_ms),
-            ends_at: format_rfc3339_ms(s.ends_at_ms),
-            matchers: s.matchers,
-            starts_at_ms: s.starts_at_ms,
-            ends_at_ms: s.ends_at_ms,
-            comment: s.comment,
-            created_by: s.created_by,
-            created_ms: s.created_ms,
-        }
+fn silence_view(s: SilenceRecord, now: i64) -> SilenceView {
+    SilenceView {
+        id: s.id,
+        active: s.starts_at_ms <= now && now < s.ends_at_ms,
+        starts_at: format_rfc3339_ms(s.starts_at_ms),
+        ends_at: format_rfc3339_ms(s.ends_at_ms),
+        matchers: s.matchers,
+        starts_at_ms: s.starts_at_ms,
+        ends_at_ms: s.ends_at_ms,
+        comment: s.comment,
+        created_by: s.created_by,
+        created_ms: s.created_ms,
     }
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct SilenceBody {
-    pub matchers: Matchers,
-    /// RFC 3339 text or Unix milliseconds; default now.
-    pub starts_at: Option<Value>,
-    pub ends_at: Value,
-    #[serde(default)]
-    pub comment: String,
 }
 
 fn time_value(name: &str, v: &Value) -> Res<i64> {
@@ -1016,13 +940,7 @@ pub async fn create_silence(
     let s = NewSilence { matchers: b.matchers, starts_at_ms: starts, ends_at_ms: ends, comment: b.comment, created_by };
     let stored = state.store.insert_silence(caller.org, &s, now).await?;
     state.alerts.wake_engine();
-    Ok((StatusCode::CREATED, Json(SilenceView::of(stored, now))))
-}
-
-/// `{"silences": [...]}`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct SilenceList {
-    pub silences: Vec<SilenceView>,
+    Ok((StatusCode::CREATED, Json(silence_view(stored, now))))
 }
 
 #[utoipa::path(get, path = "/silences", tag = "alerts", responses((status = 200, body = SilenceList), crate::openapi::AuthErrors))]
@@ -1030,7 +948,7 @@ pub async fn list_silences(State(state): State<AppState>, caller: Caller) -> Res
     caller.require(Scope::Read)?;
     let now = now_ms();
     let list: Vec<SilenceView> =
-        state.store.silences(caller.org).await?.into_iter().map(|s| SilenceView::of(s, now)).collect();
+        state.store.silences(caller.org).await?.into_iter().map(|s| silence_view(s, now)).collect();
     Ok(Json(SilenceList { silences: list }))
 }
 

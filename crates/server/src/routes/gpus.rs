@@ -2,6 +2,7 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use fleetlens_api::gpus::{DataQualityFlag, GpuDetail, MoveGpuBody};
 use fleetlens_api::{GpuList, GpuSummary, SampleList, Series, SeriesPoint};
 use std::collections::HashMap;
 
@@ -90,36 +91,6 @@ fn data_quality(minutes: &[fleetlens_core::RollupBucket]) -> Vec<DataQualityFlag
             })
         })
         .collect()
-}
-
-/// Readings of one kind that could not be true (docs/METRICS.md, "Data quality"): they were
-/// dropped at ingest (stored as absent) and are in no mean, rollup or state.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct DataQualityFlag {
-    /// `activity_over_100`, `util_without_gr_engine`, `energy_counter_backwards` or
-    /// `clock_zero_while_busy`.
-    pub flag: String,
-    /// When a reading gets this flag.
-    pub rule: String,
-    /// The fields dropped from a flagged sample.
-    pub dropped: Vec<String>,
-    /// Samples flagged since `data_quality_from_ms`.
-    pub samples: i64,
-    /// Start of the newest minute with a flagged sample.
-    pub last_minute_ms: i64,
-}
-
-/// `GET /api/v1/gpus/{uuid}`.
-#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
-pub struct GpuDetail {
-    #[serde(flatten)]
-    pub gpu: GpuSummary,
-    /// The current window: state, the rule that matched, advice.
-    pub current: fleetlens_api::StateWindow,
-    /// Data-quality flags of the last 24 hours (empty: every reading was plausible).
-    pub data_quality: Vec<DataQualityFlag>,
-    /// Start of the span `data_quality` counts (the minute 24 hours ago).
-    pub data_quality_from_ms: i64,
 }
 
 fn summary(g: GpuRecord, state: &str) -> GpuSummary {
@@ -284,14 +255,6 @@ pub async fn series(
         Resolution::Hour => "1h",
     };
     Ok(Json(Series { uuid: gpu.uuid, resolution: resolution.into(), from_ms, to_ms, points }))
-}
-
-/// `PUT /api/v1/gpus/{uuid}/host`: the host a GPU now belongs to.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct MoveGpuBody {
-    /// The GPU's new host, as its agent reports it (`host` of its batches).
-    pub host: String,
 }
 
 /// `PUT /api/v1/gpus/{uuid}/host` `{"host": "…"}` (admin): move a GPU to another host (it was

@@ -4,8 +4,11 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use fleetlens_core::reclaim::{ReclaimTiming, WouldAct, dry_run};
-use fleetlens_core::{ProcessOwner, Resolution, WorkloadState};
+use fleetlens_api::reclaim::{
+    DryRun, DryRunItem, NewReclaimPolicy, Reclaim, ReclaimPolicy, ReclaimStepView, SnoozeRequest,
+};
+use fleetlens_core::reclaim::{ReclaimTiming, dry_run};
+use fleetlens_core::{Resolution, WorkloadState};
 use fleetlens_store::Scope;
 use fleetlens_store::reclaim::{AgentCommand, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord};
 use serde::{Deserialize, Serialize};
@@ -17,27 +20,6 @@ use crate::time::{now_ms, parse_query_time};
 
 fn bad(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::Unprocessable { field: field.into(), message: message.into() }
-}
-
-/// A policy.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct ReclaimPolicy {
-    pub id: i64,
-    pub name: String,
-    /// The workload state that must hold (e.g. `idle_held`; not `offline`).
-    pub state: String,
-    /// For this many seconds before the notice.
-    pub for_s: i64,
-    /// Seconds between the notice and the action.
-    pub grace_s: i64,
-    /// `webhook` (to `action_channel_id`, a webhook channel) or `agent_kill` (SIGTERM by the
-    /// agent of the host, if it runs with `--allow-reclaim-kill`).
-    pub action: String,
-    pub action_channel_id: Option<i64>,
-    /// Where notices go; null: the owner's report route.
-    pub notice_channel_id: Option<i64>,
-    pub enabled: bool,
-    pub created_ms: i64,
 }
 
 fn policy_view(p: ReclaimPolicyRecord) -> ReclaimPolicy {
@@ -53,26 +35,6 @@ fn policy_view(p: ReclaimPolicyRecord) -> ReclaimPolicy {
         enabled: p.enabled,
         created_ms: p.created_ms,
     }
-}
-
-/// A new policy.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct NewReclaimPolicy {
-    pub name: String,
-    pub state: String,
-    pub for_s: i64,
-    pub grace_s: i64,
-    pub action: String,
-    #[serde(default)]
-    pub action_channel_id: Option<i64>,
-    #[serde(default)]
-    pub notice_channel_id: Option<i64>,
-    #[serde(default = "yes")]
-    pub enabled: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 #[utoipa::path(get, path = "/reclaim-policies", tag = "reclaim", responses((status = 200, body = Vec<ReclaimPolicy>), crate::openapi::AuthErrors))]
@@ -172,33 +134,6 @@ pub struct DryRunQuery {
     pub to: Option<String>,
 }
 
-/// One GPU the policy would have reclaimed.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct DryRunItem {
-    pub gpu: String,
-    pub host: String,
-    #[serde(flatten)]
-    pub act: WouldAct,
-    /// Price × freed hours; null without a price.
-    pub freed_cost: Option<f64>,
-}
-
-/// What a policy would have done over a period.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct DryRun {
-    pub policy_id: i64,
-    pub from_ms: i64,
-    pub to_ms: i64,
-    pub actions: usize,
-    pub freed_gpu_hours: f64,
-    /// Null when a GPU acted on has no price.
-    pub freed_cost: Option<f64>,
-    pub currency: String,
-    pub items: Vec<DryRunItem>,
-    /// "4 actions, $312 of idle GPU-time freed".
-    pub summary: String,
-}
-
 #[utoipa::path(get, path = "/reclaim-policies/{id}/dry-run", tag = "reclaim", params(("id" = i64, Path), DryRunQuery), responses((status = 200, body = DryRun), crate::openapi::ItemQueryErrors))]
 pub async fn dry_run_policy(
     State(state): State<AppState>,
@@ -260,39 +195,6 @@ pub async fn dry_run_policy(
     }))
 }
 
-/// A reclaim and its steps.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct Reclaim {
-    pub id: i64,
-    pub policy_id: i64,
-    pub gpu: String,
-    pub host: String,
-    pub run_key: String,
-    pub pid: i64,
-    pub owner: ProcessOwner,
-    pub state_since_ms: i64,
-    pub noticed_ms: i64,
-    pub snoozed_until_ms: Option<i64>,
-    pub acted_ms: Option<i64>,
-    pub closed_ms: Option<i64>,
-    /// `noticed`, `acted` or `cancelled`.
-    pub status: String,
-    pub log: Vec<ReclaimStepView>,
-}
-
-/// One logged step: who, what, when, and the money held by then.
-#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
-pub struct ReclaimStepView {
-    pub id: i64,
-    pub reclaim_id: i64,
-    /// `notice`, `snooze`, `action_webhook`, `kill_queued`, `killed`, `kill_refused`, `cancelled`.
-    pub step: String,
-    pub actor: String,
-    pub dollars_held: Option<f64>,
-    pub at_ms: i64,
-    pub detail: String,
-}
-
 fn step_view(l: ReclaimLogEntry) -> ReclaimStepView {
     ReclaimStepView {
         id: l.id,
@@ -346,13 +248,6 @@ pub async fn get_reclaim(
     caller.require(Scope::Read)?;
     let r = state.store.reclaim(caller.org, id).await?.ok_or_else(|| ApiError::NotFound("no such reclaim".into()))?;
     Ok(Json(reclaim_view(&state, caller.org, r).await?))
-}
-
-/// How long to hold the reclaim off.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct SnoozeRequest {
-    /// Seconds, 60 to 7 days.
-    pub for_s: i64,
 }
 
 #[utoipa::path(post, path = "/reclaims/{id}/snooze", tag = "reclaim", params(("id" = i64, Path)), request_body = SnoozeRequest, responses((status = 200, body = Reclaim), crate::openapi::ItemBodyErrors))]

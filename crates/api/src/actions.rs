@@ -1,0 +1,88 @@
+//! Job runs, their report cards and the report routes (docs/ACTIONS.md): the bodies of
+//! `/job-runs`, `/jobs/{id}/end` and `/report-routes`.
+
+use fleetlens_core::ProcessOwner;
+use fleetlens_core::jobcard::JobCard;
+use serde::{Deserialize, Serialize};
+
+/// A job run: a Slurm job, pod, container or process seen on GPUs, and its card once ended.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct JobRun {
+    pub id: i64,
+    /// `slurm:<id>`, `pod:<namespace>/<name>` (or `pod:<uid>`), `container:<id>`,
+    /// `pid:<host>/<pid>`.
+    pub key: String,
+    pub host: String,
+    pub owner: ProcessOwner,
+    pub gpus: Vec<String>,
+    pub first_ms: i64,
+    pub last_ms: i64,
+    /// `running` or `ended`.
+    pub status: String,
+    pub end_requested_ms: Option<i64>,
+    pub ended_ms: Option<i64>,
+    /// `left_gpus` or `requested`.
+    pub end_reason: Option<String>,
+    pub team_id: Option<i64>,
+    pub card: Option<JobCard>,
+    /// The channel its card was sent to (at most once); null when none matched or the card
+    /// did not pass the route's bar.
+    pub notified_channel_id: Option<i64>,
+}
+
+impl JobRun {
+    /// The person the run is for: the process's user, else the Slurm job's user (the server's
+    /// `owner` filter reads the same).
+    pub fn owner_name(&self) -> Option<String> {
+        self.owner.user.clone().or_else(|| self.owner.job_user.clone())
+    }
+
+    pub fn is_open(&self) -> bool {
+        self.ended_ms.is_none()
+    }
+}
+
+/// When the job ended (default: now).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct EndRequest {
+    /// RFC 3339 or Unix milliseconds.
+    #[serde(default)]
+    pub at: Option<serde_json::Value>,
+}
+
+/// Where report cards go.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ReportRouteView {
+    pub id: i64,
+    /// Only jobs on this team's GPUs (null: any team).
+    pub team_id: Option<i64>,
+    /// Only this user's jobs (null: anyone's).
+    pub owner: Option<String>,
+    /// A `slack` or `webhook` notification channel.
+    pub channel_id: i64,
+    /// Send only cards of jobs with at least this many GPU-hours…
+    pub min_gpu_hours: f64,
+    /// …and at least this share wasted, %.
+    pub min_waste_pct: f64,
+    pub created_ms: i64,
+}
+
+/// A new route; the most specific matching route (owner and team, owner, team, anyone) wins.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct NewReportRoute {
+    #[serde(default)]
+    pub team_id: Option<i64>,
+    #[serde(default)]
+    pub owner: Option<String>,
+    pub channel_id: i64,
+    /// Default 0.5.
+    #[serde(default)]
+    pub min_gpu_hours: Option<f64>,
+    /// Default 20.
+    #[serde(default)]
+    pub min_waste_pct: Option<f64>,
+}
