@@ -4,6 +4,7 @@
 
 pub mod billing;
 pub mod ledger;
+pub mod mfu;
 pub mod owners;
 pub mod summary;
 
