@@ -33,6 +33,19 @@ pub struct OrgClassifier {
 impl OrgClassifier {
     /// Load every organisation's stored thresholds.
     pub async fn load(store: &dyn Store) -> Result<Self, fleetlens_store::StoreError> {
+        Ok(OrgClassifier { thresholds: RwLock::new(Self::read(store).await?) })
+    }
+
+    /// Re-read every organisation's stored thresholds: a PUT served by another replica reaches
+    /// this one's minute credits. The rollup job calls it before each pass, so the minutes
+    /// closed after a change are credited with it, whichever replica took the PUT.
+    pub async fn reload(&self, store: &dyn Store) -> Result<(), fleetlens_store::StoreError> {
+        let map = Self::read(store).await?;
+        *self.thresholds.write().expect("thresholds lock") = map;
+        Ok(())
+    }
+
+    async fn read(store: &dyn Store) -> Result<HashMap<OrgId, Thresholds>, fleetlens_store::StoreError> {
         let mut map = HashMap::new();
         for (org, json) in store.settings_by_key(THRESHOLDS_KEY).await? {
             match serde_json::from_str(&json) {
@@ -42,7 +55,7 @@ impl OrgClassifier {
                 Err(e) => tracing::warn!(org, error = %e, "stored thresholds unreadable; using defaults"),
             }
         }
-        Ok(OrgClassifier { thresholds: RwLock::new(map) })
+        Ok(map)
     }
 
     pub fn set(&self, org: OrgId, th: Thresholds) {
