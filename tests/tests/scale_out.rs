@@ -309,7 +309,8 @@ async fn thresholds_put_on_one_replica_classify_the_minutes_the_other_writes() {
     let servers = [&a, &b];
     let leader = sole_leader(&servers, "rollups").await;
     let other = servers[1 - leader];
-    // Kernel util 100 with SMACT 2: hollow by default (SMACT / util < 0.3).
+    // Kernel util 60 with SMACT 10: hollow by default (SMACT / util < 0.3), active with a
+    // hollow ratio of 0.1.
     let minute_state = |uuid: &'static str| {
         let url = db.url.clone();
         async move {
@@ -324,7 +325,7 @@ async fn thresholds_put_on_one_replica_classify_the_minutes_the_other_writes() {
         }
     };
     let minute = |k: i64| (now_ms() / 60_000 - k) * 60_000;
-    let before: Vec<Value> = (0..30).map(|i| sample("GPU-before", minute(6) + i * 1000, 100.0, 2.0)).collect();
+    let before: Vec<Value> = (0..30).map(|i| sample("GPU-before", minute(6) + i * 1000, 60.0, 10.0)).collect();
     ingest(other, "node-th", before).await;
     fleetlens_tests::wait_rollups_written(&db.url, i64::MAX, Duration::from_secs(30)).await;
     assert_eq!(minute_state("GPU-before").await, vec![Some("hollow".to_string())]);
@@ -333,11 +334,11 @@ async fn thresholds_put_on_one_replica_classify_the_minutes_the_other_writes() {
         other,
         reqwest::Method::PUT,
         "/api/v1/settings/thresholds",
-        Some(json!({"hollow_max_sm_util_ratio": 0.01})),
+        Some(json!({"hollow_max_sm_util_ratio": 0.1})),
     )
     .await;
     assert_eq!(status, 200, "{v}");
-    let after: Vec<Value> = (0..30).map(|i| sample("GPU-after", minute(5) + i * 1000, 100.0, 2.0)).collect();
+    let after: Vec<Value> = (0..30).map(|i| sample("GPU-after", minute(5) + i * 1000, 60.0, 10.0)).collect();
     ingest(other, "node-th", after).await;
     fleetlens_tests::wait_rollups_written(&db.url, i64::MAX, Duration::from_secs(30)).await;
     assert_eq!(
