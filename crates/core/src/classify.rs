@@ -286,7 +286,7 @@ pub fn classify_window(
     let silence_from = before.map_or(window_start_ms, |s| s.ts_ms);
     let silence_to = after.map_or(window_end_ms, |s| s.ts_ms);
     let silence_ms = silence_to - silence_from;
-    let limit_ms = expected_interval_ms.max(1).saturating_mul(i64::from(th.offline_missing_intervals));
+    let limit_ms = crate::timeline::offline_limit_ms(expected_interval_ms, th);
     let offline = |note: Option<String>| Classification {
         state: WorkloadState::Offline,
         efficiency_pct: None,

@@ -17,7 +17,7 @@ const INTERVAL_MS: i64 = 1000;
 /// The first samples of each phase straddle the change (README).
 const SKIP_PER_PHASE: usize = 2;
 
-fn load() -> Vec<(String, Sample)> {
+pub(crate) fn load() -> Vec<(String, Sample)> {
     let text = std::fs::read_to_string(TRACE).expect("read the H200 trace");
     text.lines()
         .filter(|l| !l.trim().is_empty())
@@ -29,7 +29,7 @@ fn load() -> Vec<(String, Sample)> {
         .collect()
 }
 
-fn expected(phase: &str) -> &'static [WorkloadState] {
+pub(crate) fn expected(phase: &str) -> &'static [WorkloadState] {
     match phase {
         "idle" => &[Idle],
         "alloc_idle" => &[IdleHeld],
@@ -50,7 +50,7 @@ fn expected(phase: &str) -> &'static [WorkloadState] {
 /// `SKIP_PER_PHASE` samples straddle the change), kept only while they end before the next
 /// phase begins: (phase, start, end). Windows are aligned per phase rather than to the epoch
 /// because `idle_end` has only 4 samples: epoch-aligned windows all straddle its edges.
-fn clean_windows(trace: &[(String, Sample)]) -> Vec<(String, i64, i64)> {
+pub(crate) fn clean_windows(trace: &[(String, Sample)]) -> Vec<(String, i64, i64)> {
     let mut phases: Vec<(&str, Vec<i64>)> = Vec::new();
     for (phase, s) in trace {
         match phases.last_mut() {

@@ -24,6 +24,7 @@ pub mod sample;
 pub mod signal;
 pub mod state;
 pub mod thresholds;
+pub mod timeline;
 pub mod validate;
 pub mod window;
 
@@ -50,6 +51,7 @@ pub use prices::{DEFAULT_PRICE_SOURCE, PriceError, PriceTable};
 pub use quality::{QualityFlag, QualityFlags, QualityTracker};
 pub use state::WorkloadState;
 pub use thresholds::{GIB, ThresholdError, Thresholds};
+pub use timeline::{GpuFacts, StateSpan};
 pub use window::{SignalCounts, WindowAggregate, sample_durations_ms, sampled_ms_since_previous, samples_in};
 
 /// Efficiency score (METRICS.md): SMACT / kernel utilization × 100, capped at 100.

@@ -11,6 +11,20 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use crate::auth::{Caller, Principal};
 use crate::error::ApiError;
 
+/// What one batch may hold, checked while it is decoded.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DecodeLimits {
+    /// JSON bytes, after gzip.
+    pub max_decoded_bytes: usize,
+    pub max_samples: usize,
+}
+
+impl DecodeLimits {
+    pub fn of(config: &crate::config::Config) -> Self {
+        Self { max_decoded_bytes: config.max_decoded_bytes, max_samples: config.max_samples_per_batch as usize }
+    }
+}
+
 /// Keys (and users) tracked at most. An idle key's entry is dropped when the map is full, so
 /// the map stays bounded however many keys an installation has.
 pub const MAX_TRACKED_CALLERS: usize = 10_000;

@@ -28,6 +28,7 @@ use std::time::Duration;
 
 use fleetlens_store::Store;
 
+use crate::analytics::OrgClassifier;
 use crate::config::Config;
 use crate::time::now_ms;
 
@@ -109,9 +110,14 @@ pub async fn retention_loop(store: Arc<dyn Store>, config: Arc<Config>) {
 
 /// Write the closed minutes' rollups every `rollup_interval`, on the one replica that holds the
 /// rollup lock. A run that fails wrote nothing (one transaction); the next one does it again.
-pub async fn rollup_loop(store: Arc<dyn Store>, config: Arc<Config>) {
+/// Each pass first re-reads the classifier thresholds, so a change PUT on any replica credits
+/// the minutes closed from the next pass on (within one `rollup_interval`).
+pub async fn rollup_loop(store: Arc<dyn Store>, config: Arc<Config>, classifier: Arc<OrgClassifier>) {
     let lateness = i64::try_from(config.rollup_lateness.as_millis()).unwrap_or(i64::MAX);
     leader_loop(store.as_ref(), ROLLUPS, config.rollup_interval, config.rollup_interval, || async {
+        if let Err(e) = classifier.reload(store.as_ref()).await {
+            tracing::warn!(error = %e, "re-reading classifier thresholds failed; crediting with the last ones read");
+        }
         match store.close_minutes(now_ms(), lateness).await {
             Ok(written) => {
                 tracing::debug!(minutes = written, "rollups written");

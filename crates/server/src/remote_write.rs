@@ -17,7 +17,7 @@ use fleetlens_api::remote_write::{TIMESERIES_FIELD, TimeSeries};
 use fleetlens_core::dcgm::{Added, DcgmAssembler};
 
 use crate::error::ApiError;
-use crate::routes::ingest::DecodeLimits;
+use crate::ingest_gate::DecodeLimits;
 
 /// Largest encoded `TimeSeries` accepted (413 past it). Prometheus sends at most
 /// `max_samples_per_send` (500–2,000) samples per request, ~20 bytes each plus the labels: a

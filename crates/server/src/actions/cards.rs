@@ -265,7 +265,7 @@ async fn run_mfu(
             continue;
         }
         let overlap = (j.to_ms.min(end) - j.from_ms.max(from)).max(0) as f64;
-        if let Some(m) = crate::routes::jobs::job_mfu(&j, &by_uuid)
+        if let Some(m) = crate::analytics::mfu::job_mfu(&j, &by_uuid)
             && overlap > 0.0
         {
             sum += m * overlap;

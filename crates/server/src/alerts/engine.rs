@@ -44,8 +44,8 @@ use fleetlens_store::{DEFAULT_ORG, OrgId, Store, StoreError};
 
 use super::render::{self, AlertDetails};
 use super::{AlertsCtx, ms};
-use crate::analytics::DEFAULT_INTERVAL_MS;
 use crate::time::now_ms;
+use fleetlens_core::timeline::{is_silent, offline_limit_ms};
 
 /// Samples read per cycle, all GPUs together; more are read in the next cycle at once.
 const BATCH: u32 = 20_000;
@@ -611,6 +611,8 @@ impl Engine {
         // Samples come in batches: between two deliveries the newest one ages by the agent's
         // flush interval, which is not an outage.
         let allowance = self.deliveries.get(&g.id).map_or(DEFAULT_DELIVERY_GAP_MS, Delivery::allowance_ms);
+        // One offline rule with the dashboards (core::timeline): an unknown interval (0)
+        // counts as the default.
         let limit = offline_limit_ms(interval, th) + allowance;
         let silent = now - g.last_seen_ms;
         if silent > ms(ctx.cfg.alert_offline_horizon) {
@@ -622,7 +624,7 @@ impl Engine {
             return;
         }
         let team = data.team(g);
-        if silent >= limit {
+        if is_silent(g.last_seen_ms, interval, now, th, allowance) {
             let since = g.last_seen_ms + limit;
             let obs = Observation {
                 ts_ms: now,
@@ -1137,12 +1139,6 @@ fn phase_of(a: &AlertRecord) -> Phase {
 /// GPU events read from the store at a time.
 const EVENTS_PER_READ: i64 = 10_000;
 
-/// No sample for this long means offline (METRICS.md: 3 intervals by default).
-fn offline_limit_ms(interval_ms: i64, th: &Thresholds) -> i64 {
-    let interval = if interval_ms > 0 { interval_ms.max(DEFAULT_INTERVAL_MS) } else { DEFAULT_INTERVAL_MS };
-    interval.saturating_mul(i64::from(th.offline_missing_intervals.max(1)))
-}
-
 /// The rule's description with the observation's values, or the condition and the values.
 fn summary(rule: &Rule, obs: &Observation<'_>) -> String {
     if !rule.rec.description.trim().is_empty() {
@@ -1151,17 +1147,4 @@ fn summary(rule: &Rule, obs: &Observation<'_>) -> String {
     let values: Vec<String> =
         matched_values(rule.cond.fields(), obs).into_iter().map(|v| format!("{} = {}", v.field, v.value)).collect();
     format!("{} ({})", rule.rec.condition, values.join(", "))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn offline_limit_is_three_intervals_of_at_least_a_second() {
-        let th = Thresholds::default();
-        assert_eq!(offline_limit_ms(0, &th), 3_000);
-        assert_eq!(offline_limit_ms(200, &th), 3_000);
-        assert_eq!(offline_limit_ms(10_000, &th), 30_000);
-    }
 }

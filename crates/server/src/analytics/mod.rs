@@ -4,14 +4,14 @@
 
 pub mod billing;
 pub mod ledger;
+pub mod mfu;
 pub mod owners;
 pub mod summary;
 
 use fleetlens_api::StateWindow;
-use fleetlens_core::{
-    Classification, Credit, KeyValues, PriceTable, Resolution, RollupBucket, Sample, Thresholds, WorkloadState,
-    classify, classify_window,
-};
+use fleetlens_core::timeline::{self, GpuFacts, StateSpan};
+pub use fleetlens_core::timeline::{DEFAULT_INTERVAL_MS, MINUTE_MS, interval_from_timestamps, interval_of, offline};
+use fleetlens_core::{Classification, Credit, PriceTable, Resolution, RollupBucket, Sample, Thresholds, WorkloadState};
 use std::collections::HashMap;
 use std::sync::RwLock;
 
@@ -19,9 +19,6 @@ use fleetlens_store::{GpuRecord, LatestMinute, MinuteClassifier, OrgId, Store};
 
 use crate::error::{ApiError, ApiResult};
 
-pub const MINUTE_MS: i64 = 60_000;
-/// Sample interval assumed when the data cannot tell (the agent's default).
-pub const DEFAULT_INTERVAL_MS: i64 = 1_000;
 pub const THRESHOLDS_KEY: &str = "thresholds";
 pub const PRICES_KEY: &str = "prices";
 
@@ -36,6 +33,19 @@ pub struct OrgClassifier {
 impl OrgClassifier {
     /// Load every organisation's stored thresholds.
     pub async fn load(store: &dyn Store) -> Result<Self, fleetlens_store::StoreError> {
+        Ok(OrgClassifier { thresholds: RwLock::new(Self::read(store).await?) })
+    }
+
+    /// Re-read every organisation's stored thresholds: a PUT served by another replica reaches
+    /// this one's minute credits. The rollup job calls it before each pass, so the minutes
+    /// closed after a change are credited with it, whichever replica took the PUT.
+    pub async fn reload(&self, store: &dyn Store) -> Result<(), fleetlens_store::StoreError> {
+        let map = Self::read(store).await?;
+        *self.thresholds.write().expect("thresholds lock") = map;
+        Ok(())
+    }
+
+    async fn read(store: &dyn Store) -> Result<HashMap<OrgId, Thresholds>, fleetlens_store::StoreError> {
         let mut map = HashMap::new();
         for (org, json) in store.settings_by_key(THRESHOLDS_KEY).await? {
             match serde_json::from_str(&json) {
@@ -45,7 +55,7 @@ impl OrgClassifier {
                 Err(e) => tracing::warn!(org, error = %e, "stored thresholds unreadable; using defaults"),
             }
         }
-        Ok(OrgClassifier { thresholds: RwLock::new(map) })
+        Ok(map)
     }
 
     pub fn set(&self, org: OrgId, th: Thresholds) {
@@ -104,30 +114,18 @@ pub async fn prices(store: &dyn Store, org: OrgId) -> ApiResult<PriceTable> {
     })
 }
 
-/// Median gap between consecutive timestamps; the agent's interval as the data shows it.
-pub fn interval_from_timestamps(ts: &[i64]) -> i64 {
-    let mut gaps: Vec<i64> = ts.windows(2).map(|w| w[1] - w[0]).filter(|g| *g > 0).collect();
-    if gaps.is_empty() {
-        return DEFAULT_INTERVAL_MS;
+/// What core's state logic needs of a stored GPU.
+pub fn facts(gpu: &GpuRecord) -> GpuFacts {
+    GpuFacts {
+        gpu_id: gpu.id,
+        last_seen_ms: gpu.last_seen_ms,
+        power_limit_w: gpu.power_limit_w,
+        mem_total_bytes: gpu.mem_total_bytes,
     }
-    let mid = gaps.len() / 2;
-    *gaps.select_nth_unstable(mid).1
 }
 
-/// Mean sample interval of a bucket with `count` samples between `first_ms` and `last_ms`.
-pub fn interval_of(count: i64, first_ms: i64, last_ms: i64) -> i64 {
-    if count >= 2 && last_ms > first_ms { (last_ms - first_ms) / (count - 1) } else { DEFAULT_INTERVAL_MS }
-}
-
-/// True when the GPU has been silent for `offline_missing_intervals` intervals by the wall clock,
-/// beyond the `delivery_allowance_ms` that its agent's batching explains (crate::delivery).
-fn is_silent(gpu: &GpuRecord, interval_ms: i64, now_ms: i64, th: &Thresholds, delivery_allowance_ms: i64) -> bool {
-    now_ms - gpu.last_seen_ms
-        >= interval_ms.max(1) * i64::from(th.offline_missing_intervals) + delivery_allowance_ms.max(0)
-}
-
-/// Whether the GPU still reports: its newest sample is younger than `offline_missing_intervals`
-/// sampling intervals (measured on its newest minute, `newest`) plus its delivery allowance.
+/// Whether the GPU still reports: its newest sample is younger than core's offline limit
+/// (measured on its newest minute, `newest`) plus its delivery allowance.
 pub fn is_reporting(
     gpu: &GpuRecord,
     newest: Option<&RollupBucket>,
@@ -135,8 +133,7 @@ pub fn is_reporting(
     th: &Thresholds,
     delivery_allowance_ms: i64,
 ) -> bool {
-    let interval = newest.map_or(DEFAULT_INTERVAL_MS, |b| interval_of(b.sample_count, b.first_ts_ms, b.last_ts_ms));
-    !is_silent(gpu, interval, now_ms, th, delivery_allowance_ms)
+    !timeline::is_silent(gpu.last_seen_ms, timeline::interval_of_bucket(newest), now_ms, th, delivery_allowance_ms)
 }
 
 /// The GPU's state now from its newest minute's stored state (cheap, for lists).
@@ -147,20 +144,8 @@ pub fn current_state_name(
     th: &Thresholds,
     delivery_allowance_ms: i64,
 ) -> WorkloadState {
-    match newest {
-        Some(m)
-            if !is_silent(
-                gpu,
-                interval_of(m.sample_count, m.first_ts_ms, m.last_ts_ms),
-                now_ms,
-                th,
-                delivery_allowance_ms,
-            ) =>
-        {
-            m.state.as_deref().and_then(WorkloadState::parse).unwrap_or(WorkloadState::Offline)
-        }
-        _ => WorkloadState::Offline,
-    }
+    let minute = newest.map(|m| (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref()));
+    timeline::current_state_stored(gpu.last_seen_ms, minute, now_ms, th, delivery_allowance_ms)
 }
 
 pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow {
@@ -180,8 +165,11 @@ pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow
     }
 }
 
-/// States of consecutive `window_ms` windows over `[from_ms, to_ms)` from raw samples (sorted
-/// by time), starting at `from_ms`.
+fn state_windows(spans: Vec<StateSpan>) -> Vec<StateWindow> {
+    spans.iter().map(|s| state_window(s.from_ms, s.to_ms, &s.classification)).collect()
+}
+
+/// States of consecutive `window_ms` windows from raw samples (core's sample timeline).
 pub fn states_from_samples(
     samples: &[Sample],
     from_ms: i64,
@@ -189,35 +177,10 @@ pub fn states_from_samples(
     window_ms: i64,
     th: &Thresholds,
 ) -> Vec<StateWindow> {
-    let ts: Vec<i64> = samples.iter().map(|s| s.ts_ms).collect();
-    let interval = interval_from_timestamps(&ts);
-    let mut out = Vec::new();
-    let mut start = from_ms;
-    while start < to_ms {
-        let end = (start + window_ms).min(to_ms);
-        // The window's samples plus one neighbour on each side: all classify_window looks at.
-        let lo = ts.partition_point(|t| *t < start).saturating_sub(1);
-        let hi = (ts.partition_point(|t| *t < end) + 1).min(samples.len());
-        let c = classify_window(&samples[lo..hi], start, end, interval, th);
-        out.push(state_window(start, end, &c));
-        start = end;
-    }
-    out
+    state_windows(timeline::states_from_samples(samples, from_ms, to_ms, window_ms, th))
 }
 
-/// The classification of a window no sample reached.
-pub fn offline(reason: String) -> Classification {
-    Classification {
-        state: WorkloadState::Offline,
-        efficiency_pct: None,
-        reason,
-        note: None,
-        values: KeyValues::default(),
-    }
-}
-
-/// States of `window_ms` windows (a multiple of a minute) from 1-minute rollups of one GPU,
-/// aligned to the minute. Windows with no bucket are offline.
+/// States of minute-aligned `window_ms` windows from 1-minute rollups (core's minute timeline).
 pub fn states_from_minutes(
     buckets: &[RollupBucket],
     gpu: &GpuRecord,
@@ -226,31 +189,10 @@ pub fn states_from_minutes(
     window_ms: i64,
     th: &Thresholds,
 ) -> Vec<StateWindow> {
-    let mut out = Vec::new();
-    let mut start = from_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-    let mut i = 0;
-    while start < to_ms {
-        let end = start + window_ms;
-        let mut merged = RollupBucket { gpu_id: gpu.id, bucket_ms: start, ..Default::default() };
-        while i < buckets.len() && buckets[i].bucket_ms < end {
-            if buckets[i].bucket_ms >= start {
-                merged.merge(&buckets[i]);
-            }
-            i += 1;
-        }
-        let c = if merged.sample_count > 0 {
-            classify(&merged.window_aggregate(gpu.power_limit_w, gpu.mem_total_bytes), th)
-        } else {
-            offline(format!("no sample from this GPU in the {} s window", window_ms / 1000))
-        };
-        out.push(state_window(start, end.min(to_ms), &c));
-        start = end;
-    }
-    out
+    state_windows(timeline::states_from_minutes(buckets, &facts(gpu), from_ms, to_ms, window_ms, th))
 }
 
-/// The GPU's state now: its newest minute, or offline when it has been silent for
-/// `offline_missing_intervals` intervals by the wall clock, beyond its delivery allowance.
+/// The GPU's state now (core's `current_state`).
 pub fn current_state(
     gpu: &GpuRecord,
     newest: Option<&RollupBucket>,
@@ -258,27 +200,5 @@ pub fn current_state(
     th: &Thresholds,
     delivery_allowance_ms: i64,
 ) -> Classification {
-    let interval = newest.map_or(DEFAULT_INTERVAL_MS, |b| interval_of(b.sample_count, b.first_ts_ms, b.last_ts_ms));
-    let silent_ms = now_ms - gpu.last_seen_ms;
-    match newest {
-        Some(b) if !is_silent(gpu, interval, now_ms, th, delivery_allowance_ms) => {
-            classify(&b.window_aggregate(gpu.power_limit_w, gpu.mem_total_bytes), th)
-        }
-        _ => offline(format!(
-            "no sample for {:.0} s (expected every {:.1} s)",
-            silent_ms as f64 / 1000.0,
-            interval as f64 / 1000.0
-        )),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn interval_is_the_median_gap() {
-        assert_eq!(interval_from_timestamps(&[0, 1000, 2000, 3000, 60_000]), 1000);
-        assert_eq!(interval_from_timestamps(&[5]), DEFAULT_INTERVAL_MS);
-    }
+    timeline::current_state(&facts(gpu), newest, now_ms, th, delivery_allowance_ms)
 }

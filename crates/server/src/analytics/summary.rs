@@ -2,6 +2,8 @@
 //! energy, and the GPUs wasting the most with their advice.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use fleetlens_core::Credit;
 
@@ -10,7 +12,7 @@ use fleetlens_core::{
     Funnel, GpuModel, Level, PriceTable, Thresholds, WasteBreakdown, WorkloadState, p95, projected_monthly_waste,
     right_size,
 };
-use fleetlens_store::{BucketCredit, GpuRecord, JobRecord};
+use fleetlens_store::{BucketCredit, GpuRecord, JobRecord, OrgId};
 
 use super::ledger::{GpuLedger, credit_share, ledger, paid_span};
 
@@ -258,7 +260,7 @@ fn add_jobs(funnel: &mut Funnel, input: &SummaryInput<'_>) {
     let by_uuid: HashMap<&str, &GpuRecord> = input.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect();
     for job in input.jobs {
         let seconds = (job.to_ms.min(input.to_ms) - job.from_ms.max(input.from_ms)) as f64 / 1000.0;
-        let Some(precision) = crate::routes::jobs::parse_precision(&job.precision) else { continue };
+        let Some(precision) = crate::analytics::mfu::parse_precision(&job.precision) else { continue };
         if seconds <= 0.0 || job.gpu_uuids.is_empty() {
             continue;
         }
@@ -357,4 +359,32 @@ pub fn wasted_costs(gpus: &[GpuRecord], credits: &Credits, prices: &PriceTable) 
 pub fn funnel_only(gpus: &[GpuRecord], credits: &Credits) -> Vec<FunnelLevel> {
     let funnel = ledgers(gpus, credits).iter().map(|(_, l)| Funnel::gpu(&l.usage)).sum::<Funnel>();
     funnel_levels(&funnel, None)
+}
+
+/// Summaries of relative periods (`range=`), kept for [`SUMMARY_TTL`].
+#[derive(Default)]
+pub struct SummaryCache {
+    entries: Mutex<HashMap<String, (Instant, FleetSummary)>>,
+}
+
+/// How stale a cached summary may be: well under a dashboard's polling interval × 2.
+pub const SUMMARY_TTL: Duration = Duration::from_secs(10);
+
+impl SummaryCache {
+    pub fn get(&self, key: &str) -> Option<FleetSummary> {
+        let entries = self.entries.lock().expect("summary cache lock");
+        entries.get(key).filter(|(at, _)| at.elapsed() < SUMMARY_TTL).map(|(_, s)| s.clone())
+    }
+
+    pub fn put(&self, key: String, summary: FleetSummary) {
+        let mut entries = self.entries.lock().expect("summary cache lock");
+        entries.retain(|_, (at, _)| at.elapsed() < SUMMARY_TTL);
+        entries.insert(key, (Instant::now(), summary));
+    }
+
+    /// Forget an organisation's summaries (its prices or thresholds changed).
+    pub fn invalidate(&self, org: OrgId) {
+        let prefix = format!("{org}|");
+        self.entries.lock().expect("summary cache lock").retain(|k, _| !k.starts_with(&prefix));
+    }
 }

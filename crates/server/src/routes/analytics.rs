@@ -6,8 +6,6 @@ use axum::extract::{Path, Query, State};
 use fleetlens_api::{FleetSummary, StateWindow};
 use fleetlens_core::{PriceTable, Resolution, Thresholds};
 use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use fleetlens_store::{OrgId, Scope, Store};
 use serde::{Deserialize, Serialize};
@@ -242,34 +240,6 @@ pub async fn fleet_summary(
 }
 
 const TOP_OWNERS: usize = 10;
-
-/// Summaries of relative periods (`range=`), kept for [`SUMMARY_TTL`].
-#[derive(Default)]
-pub struct SummaryCache {
-    entries: Mutex<HashMap<String, (Instant, FleetSummary)>>,
-}
-
-/// How stale a cached summary may be: well under a dashboard's polling interval × 2.
-pub const SUMMARY_TTL: Duration = Duration::from_secs(10);
-
-impl SummaryCache {
-    fn get(&self, key: &str) -> Option<FleetSummary> {
-        let entries = self.entries.lock().expect("summary cache lock");
-        entries.get(key).filter(|(at, _)| at.elapsed() < SUMMARY_TTL).map(|(_, s)| s.clone())
-    }
-
-    fn put(&self, key: String, summary: FleetSummary) {
-        let mut entries = self.entries.lock().expect("summary cache lock");
-        entries.retain(|_, (at, _)| at.elapsed() < SUMMARY_TTL);
-        entries.insert(key, (Instant::now(), summary));
-    }
-
-    /// Forget an organisation's summaries (its prices or thresholds changed).
-    pub fn invalidate(&self, org: OrgId) {
-        let prefix = format!("{org}|");
-        self.entries.lock().expect("summary cache lock").retain(|k, _| !k.starts_with(&prefix));
-    }
-}
 
 /// Hour credits of the whole hours, and minute credits of the partial edges when affordable.
 async fn read_credits(

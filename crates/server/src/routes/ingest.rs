@@ -27,6 +27,7 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+pub use crate::ingest_gate::DecodeLimits;
 use crate::state::AppState;
 use crate::time::now_ms;
 
@@ -134,20 +135,6 @@ fn refused(e: StoreError) -> ApiError {
 /// (8 processes per GPU) fills a 5,000-sample batch with 40,000. Each takes ~330 bytes once
 /// decoded, so a batch's processes take at most ~16 MB.
 pub const MAX_PROCESSES_PER_BATCH: usize = 50_000;
-
-/// What one batch may hold, checked while it is decoded.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct DecodeLimits {
-    /// JSON bytes, after gzip.
-    pub max_decoded_bytes: usize,
-    pub max_samples: usize,
-}
-
-impl DecodeLimits {
-    pub fn of(config: &crate::config::Config) -> Self {
-        Self { max_decoded_bytes: config.max_decoded_bytes, max_samples: config.max_samples_per_batch as usize }
-    }
-}
 
 /// Decode the body to a batch; JSON errors name the path of the offending value.
 pub fn decode(headers: &HeaderMap, body: &[u8], limits: DecodeLimits) -> ApiResult<IngestBatch> {

@@ -7,9 +7,9 @@ use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::{Job, JobReport};
-use fleetlens_core::{GpuModel, Precision};
 use fleetlens_store::{GpuRecord, JobRecord, Scope};
 
+use crate::analytics::mfu::{job_mfu, parse_precision};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, JsonBody};
 use crate::routes::gpus::{RangeQuery, range};
@@ -22,10 +22,6 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::Unprocessable { field: field.into(), message: message.into() }
 }
 
-pub fn parse_precision(p: &str) -> Option<Precision> {
-    serde_json::from_value(serde_json::Value::String(p.trim().to_ascii_lowercase())).ok()
-}
-
 fn time_field(name: &str, v: &serde_json::Value) -> ApiResult<i64> {
     match v {
         serde_json::Value::Number(n) => {
@@ -35,18 +31,6 @@ fn time_field(name: &str, v: &serde_json::Value) -> ApiResult<i64> {
         serde_json::Value::String(s) => parse_query_time(name, s),
         _ => Err(invalid(name, "must be RFC 3339 text or Unix milliseconds")),
     }
-}
-
-/// MFU of a job: achieved ÷ the sum of its GPUs' dense peaks; None when any GPU's model or the
-/// precision has no datasheet figure.
-pub fn job_mfu(job: &JobRecord, gpus: &HashMap<&str, &GpuRecord>) -> Option<f64> {
-    let precision = parse_precision(&job.precision)?;
-    let mut peak = 0.0;
-    for uuid in &job.gpu_uuids {
-        let model = gpus.get(uuid.as_str())?.name.as_deref().and_then(GpuModel::from_nvml_name)?;
-        peak += model.spec().peak_flops(precision)?;
-    }
-    (peak > 0.0).then(|| job.achieved_flops_per_s / peak)
 }
 
 fn view(job: JobRecord, gpus: &HashMap<&str, &GpuRecord>) -> Job {
