@@ -390,6 +390,24 @@ impl Store for PgStore {
         Ok(rc::overlay_latest(stored, &open))
     }
 
+    async fn latest_minutes_of(&self, org: OrgId, gpu_ids: &[i64]) -> Result<Vec<crate::LatestMinute>> {
+        let mut out = Vec::with_capacity(gpu_ids.len());
+        for chunk in gpu_ids.chunks(rc::GPUS_PER_LATEST_READ) {
+            let sql = crate::dialect::pg::q(&rc::stored_latest_of_sql(chunk.len())).into_owned();
+            let read = || async {
+                let mut query = sqlx::query_as(&sql).bind(org);
+                for id in chunk {
+                    query = query.bind(*id);
+                }
+                Ok(query.fetch_all(&self.pool).await?)
+            };
+            let scope = PendingScope::GpusLatest { org, gpu_ids: chunk };
+            let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+            out.extend(rc::overlay_latest(stored, &open));
+        }
+        Ok(out)
+    }
+
     async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>> {
         let read = || self.stored_rollups(gpu_id, res, from_ms, to_ms);
         let (lo, hi) = minute_range(res, from_ms, to_ms);

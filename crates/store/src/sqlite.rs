@@ -788,6 +788,24 @@ impl Store for SqliteStore {
         Ok(rc::overlay_latest(stored, &open))
     }
 
+    async fn latest_minutes_of(&self, org: OrgId, gpu_ids: &[i64]) -> Result<Vec<crate::LatestMinute>> {
+        let mut out = Vec::with_capacity(gpu_ids.len());
+        for chunk in gpu_ids.chunks(rc::GPUS_PER_LATEST_READ) {
+            let sql = crate::dialect::sqlite::q(&rc::stored_latest_of_sql(chunk.len())).into_owned();
+            let read = || async {
+                let mut query = sqlx::query_as(&sql).bind(org);
+                for id in chunk {
+                    query = query.bind(*id);
+                }
+                Ok(query.fetch_all(&self.pool).await?)
+            };
+            let scope = PendingScope::GpusLatest { org, gpu_ids: chunk };
+            let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+            out.extend(rc::overlay_latest(stored, &open));
+        }
+        Ok(out)
+    }
+
     async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>> {
         let sql =
             format!("{} WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid", columns::gpu_select("s.processes"));
