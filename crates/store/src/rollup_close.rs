@@ -104,7 +104,10 @@ impl PendingScope<'_> {
                 vec![org],
             ),
             PendingScope::GpusLatest { org, gpu_ids } => (
-                format!("g.org_id = ? AND p.gpu_id IN ({}) AND p.minute_ms = {LATEST_MINUTE_OF_G}", placeholders(gpu_ids.len())),
+                format!(
+                    "g.org_id = ? AND p.gpu_id IN ({}) AND p.minute_ms = {LATEST_MINUTE_OF_G}",
+                    placeholders(gpu_ids.len())
+                ),
                 std::iter::once(org).chain(gpu_ids.iter().copied()).collect(),
             ),
         }
