@@ -282,7 +282,7 @@ async fn thresholds_put_on_one_replica_classify_the_minutes_the_other_writes() {
         }
     };
     let minute = |k: i64| (now_ms() / 60_000 - k) * 60_000;
-    let before: Vec<Value> = (0..30).map(|i| sample("GPU-before", minute(6) + i * 1000, 60.0, 10.0)).collect();
+    let before: Vec<Value> = (0..30).map(|i| h100_sample("GPU-before", minute(6) + i * 1000, 60.0, 10.0)).collect();
     ingest(other, "node-th", before).await;
     fleetlens_tests::wait_rollups_written(&db.url, i64::MAX, Duration::from_secs(30)).await;
     assert_eq!(minute_state("GPU-before").await, vec![Some("hollow".to_string())]);
@@ -295,7 +295,7 @@ async fn thresholds_put_on_one_replica_classify_the_minutes_the_other_writes() {
     )
     .await;
     assert_eq!(status, 200, "{v}");
-    let after: Vec<Value> = (0..30).map(|i| sample("GPU-after", minute(5) + i * 1000, 60.0, 10.0)).collect();
+    let after: Vec<Value> = (0..30).map(|i| h100_sample("GPU-after", minute(5) + i * 1000, 60.0, 10.0)).collect();
     ingest(other, "node-th", after).await;
     fleetlens_tests::wait_rollups_written(&db.url, i64::MAX, Duration::from_secs(30)).await;
     assert_eq!(

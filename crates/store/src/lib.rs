@@ -508,6 +508,9 @@ pub trait Store:
     async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
     /// Each GPU's newest minute: (gpu id, bucket, stored state, samples, first and last ts).
     async fn latest_minutes(&self, org: OrgId) -> Result<Vec<LatestMinute>>;
+    /// [`Store::latest_minutes`] of the organisation's GPUs with these ids only (others and
+    /// unknown ids are left out): a reader that knows which GPUs moved re-reads just those.
+    async fn latest_minutes_of(&self, org: OrgId, gpu_ids: &[i64]) -> Result<Vec<LatestMinute>>;
     async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
     /// Raw samples of one GPU with `from_ms <= ts_ms < to_ms`, oldest first, at most `limit`.
     async fn samples(&self, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;

@@ -50,7 +50,7 @@ const HOUR_MS: i64 = 3_600_000;
 
 /// Which marked minutes to load.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum PendingScope {
+pub(crate) enum PendingScope<'a> {
     /// Every minute that started before `cutoff_ms` (the job's cutoff), of the GPUs with ids in
     /// `[gpu_lo, gpu_hi]` (the job works through the fleet in chunks of GPUs).
     ClosedBefore { cutoff_ms: i64, gpu_lo: i64, gpu_hi: i64 },
@@ -60,9 +60,33 @@ pub(crate) enum PendingScope {
     Gpu { gpu_id: i64, from_ms: i64, to_ms: i64 },
     /// The minute of each GPU's newest sample, for an organisation.
     OrgLatest(OrgId),
+    /// Like [`PendingScope::OrgLatest`], for the GPUs with these ids only.
+    GpusLatest { org: OrgId, gpu_ids: &'a [i64] },
 }
 
-impl PendingScope {
+/// The newest minute of a GPU `g`, from its newest sample (the bucket start of `last_seen_ms`).
+const LATEST_MINUTE_OF_G: &str = "g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000";
+
+/// `?, ?, …`: `n` placeholders.
+fn placeholders(n: usize) -> String {
+    vec!["?"; n].join(", ")
+}
+
+/// The stored newest minutes of the GPUs `g.id IN (…)` of an organisation (`?` placeholders:
+/// the organisation, then `n` GPU ids), as [`crate::LatestMinute`] rows.
+pub(crate) fn stored_latest_of_sql(n: usize) -> String {
+    format!(
+        "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
+         FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id AND r.bucket_ms = {LATEST_MINUTE_OF_G} \
+         WHERE g.org_id = ? AND g.id IN ({})",
+        placeholders(n)
+    )
+}
+
+/// GPU ids per read of [`PendingScope::GpusLatest`] (bounds the binds of one statement).
+pub(crate) const GPUS_PER_LATEST_READ: usize = 1000;
+
+impl PendingScope<'_> {
     /// A condition on `p` (rollup_pending) and `g` (gpus) with `?` placeholders, and its binds.
     pub(crate) fn condition(self) -> (String, Vec<i64>) {
         match self {
@@ -78,6 +102,13 @@ impl PendingScope {
             PendingScope::OrgLatest(org) => (
                 "g.org_id = ? AND p.minute_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000".into(),
                 vec![org],
+            ),
+            PendingScope::GpusLatest { org, gpu_ids } => (
+                format!(
+                    "g.org_id = ? AND p.gpu_id IN ({}) AND p.minute_ms = {LATEST_MINUTE_OF_G}",
+                    placeholders(gpu_ids.len())
+                ),
+                std::iter::once(org).chain(gpu_ids.iter().copied()).collect(),
             ),
         }
     }
@@ -572,7 +603,7 @@ macro_rules! impl_rollup_close {
         /// marks' row locks (the job, on PostgreSQL) before reading their samples.
         pub(crate) async fn load_open(
             conn: &mut Conn,
-            scope: PendingScope,
+            scope: PendingScope<'_>,
             lock: Option<&str>,
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<Vec<OpenMinute>> {
@@ -622,7 +653,7 @@ macro_rules! impl_rollup_close {
         /// of them in between (so the stored rows may hold them too) makes it read again.
         pub(crate) async fn with_open<T, Fut>(
             pool: &$pool,
-            scope: PendingScope,
+            scope: PendingScope<'_>,
             classifier: &dyn $crate::credits::MinuteClassifier,
             read: impl Fn() -> Fut,
         ) -> $crate::Result<(T, Vec<OpenMinute>)>
@@ -645,7 +676,7 @@ macro_rules! impl_rollup_close {
         }
 
         /// The keys still marked in `scope`.
-        pub(crate) async fn marked(conn: &mut Conn, scope: PendingScope) -> $crate::Result<Vec<(i64, i64)>> {
+        pub(crate) async fn marked(conn: &mut Conn, scope: PendingScope<'_>) -> $crate::Result<Vec<(i64, i64)>> {
             let (cond, binds) = scope.condition();
             let sql = format!(
                 "SELECT p.gpu_id, p.minute_ms FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id WHERE {cond}"
@@ -713,7 +744,7 @@ macro_rules! impl_rollup_close {
         /// marks. Returns the minutes written.
         pub(crate) async fn close_in(
             conn: &mut Conn,
-            scope: PendingScope,
+            scope: PendingScope<'_>,
             lock: Option<&str>,
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<u64> {

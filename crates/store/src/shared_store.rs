@@ -52,7 +52,7 @@ macro_rules! impl_store {
                 res: $crate::Resolution,
                 from_ms: i64,
                 to_ms: i64,
-                scope: impl FnOnce(i64, i64) -> PendingScope,
+                scope: impl FnOnce(i64, i64) -> PendingScope<'static>,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
                 use sqlx::Row as _;
                 let sql = format!(
@@ -249,6 +249,28 @@ macro_rules! impl_store {
                 let scope = PendingScope::OrgLatest(org);
                 let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
                 Ok(rc::overlay_latest(stored, &open))
+            }
+
+            async fn latest_minutes_of(
+                &self,
+                org: $crate::OrgId,
+                gpu_ids: &[i64],
+            ) -> $crate::Result<Vec<$crate::LatestMinute>> {
+                let mut out = Vec::with_capacity(gpu_ids.len());
+                for chunk in gpu_ids.chunks(rc::GPUS_PER_LATEST_READ) {
+                    let sql = q(&rc::stored_latest_of_sql(chunk.len())).into_owned();
+                    let read = || async {
+                        let mut query = sqlx::query_as(&sql).bind(org);
+                        for id in chunk {
+                            query = query.bind(*id);
+                        }
+                        Ok(query.fetch_all(&self.pool).await?)
+                    };
+                    let scope = PendingScope::GpusLatest { org, gpu_ids: chunk };
+                    let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                    out.extend(rc::overlay_latest(stored, &open));
+                }
+                Ok(out)
             }
 
             async fn samples(

@@ -23,6 +23,11 @@ use crate::time::now_ms;
 /// Open alerts a picture holds at most (newest first), as `GET /alerts?limit=` allows.
 pub const MAX_OPEN_ALERTS: i64 = 1000;
 
+/// How often a reading re-reads every GPU's newest minute, not only those of the GPUs whose
+/// newest sample moved: a late sample inside a GPU's newest minute (its newest sample the same)
+/// shows at the latest this much later.
+pub const FULL_READING_EVERY_MS: i64 = 60_000;
+
 /// One event of a stream, serialised once for all of them.
 #[derive(Debug)]
 pub struct LiveEvent {
@@ -42,6 +47,12 @@ pub struct Picture {
     /// The open alerts by id.
     pub alerts: BTreeMap<i64, AlertView>,
     pub counts: FleetCounts,
+    /// Each GPU's newest minute by GPU id, and the newest sample it was read for: the next
+    /// reading re-reads only the GPUs whose newest sample moved since.
+    newest: HashMap<i64, LatestMinute>,
+    seen_ms: HashMap<i64, i64>,
+    /// When a reading last read every GPU's newest minute ([`FULL_READING_EVERY_MS`]).
+    full_read_ms: i64,
     /// The `snapshot` JSON, made when the first stream needs it.
     snapshot: OnceLock<Arc<str>>,
 }
@@ -108,8 +119,14 @@ pub async fn read(
 ) -> ApiResult<(Picture, Vec<LiveEvent>)> {
     let th = analytics::thresholds(store, org).await?;
     let identities = store.gpu_identities(org).await?;
-    let newest: HashMap<i64, LatestMinute> =
-        store.latest_minutes(org).await?.into_iter().map(|m| (m.gpu_id, m)).collect();
+    let seen_ms: HashMap<i64, i64> = identities.iter().map(|g| (g.id, g.last_seen_ms)).collect();
+    let started = now_ms();
+    let (newest, full_read_ms) = match previous {
+        Some(prev) if started - prev.full_read_ms < FULL_READING_EVERY_MS => {
+            (moved_newest(store, org, prev, &seen_ms).await?, prev.full_read_ms)
+        }
+        _ => (store.latest_minutes(org).await?.into_iter().map(|m| (m.gpu_id, m)).collect(), started),
+    };
     let filter = AlertFilter {
         statuses: vec![AlertStatus::Pending, AlertStatus::Firing],
         limit: MAX_OPEN_ALERTS,
@@ -166,6 +183,88 @@ pub async fn read(
             push(EVENT_SUMMARY, json(&summary(&counts, now)));
         }
     }
-    let picture = Picture { seq, at_ms: now, gpus, alerts, counts, snapshot: OnceLock::new() };
+    let picture =
+        Picture { seq, at_ms: now, gpus, alerts, counts, newest, seen_ms, full_read_ms, snapshot: OnceLock::new() };
     Ok((picture, events))
+}
+
+/// Each GPU's newest minute from `prev`'s, re-read for the GPUs whose newest sample moved
+/// (or that are new): a reading costs what changed, not the fleet. Silence needs no read:
+/// the state judges it from the clock.
+async fn moved_newest(
+    store: &dyn Store,
+    org: OrgId,
+    prev: &Picture,
+    seen_ms: &HashMap<i64, i64>,
+) -> ApiResult<HashMap<i64, LatestMinute>> {
+    let moved: Vec<i64> =
+        seen_ms.iter().filter(|(id, seen)| prev.seen_ms.get(id) != Some(seen)).map(|(id, _)| *id).collect();
+    let mut newest: HashMap<i64, LatestMinute> = prev
+        .newest
+        .iter()
+        .filter(|(id, _)| seen_ms.get(id).is_some_and(|seen| prev.seen_ms.get(id) == Some(seen)))
+        .map(|(id, m)| (*id, m.clone()))
+        .collect();
+    newest.extend(store.latest_minutes_of(org, &moved).await?.into_iter().map(|m| (m.gpu_id, m)));
+    Ok(newest)
+}
+
+#[cfg(test)]
+mod tests {
+    use fleetlens_core::Sample;
+    use fleetlens_store::DEFAULT_ORG;
+
+    use super::*;
+
+    fn samples(uuid: &str, from_ms: i64, n: i64, util: f64) -> Vec<Sample> {
+        (0..n)
+            .map(|i| Sample {
+                ts_ms: from_ms + i * 1000,
+                uuid: uuid.into(),
+                gpu_util_pct: Some(util),
+                mem_used_bytes: Some(1 << 30),
+                mem_total_bytes: Some(80 << 30),
+                power_w: Some(300.0),
+                power_limit_w: Some(700.0),
+                ..Default::default()
+            })
+            .collect()
+    }
+
+    /// A reading after only some GPUs sent re-reads just those, and answers as a whole reading.
+    #[tokio::test]
+    async fn a_reading_after_some_gpus_moved_answers_as_a_whole_reading() {
+        let dir = std::env::temp_dir().join(format!("fleetlens-picture-{}-{}", std::process::id(), now_ms()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let store = fleetlens_store::connect(&format!("sqlite://{}", dir.join("db").display())).await.unwrap();
+        let deliveries = HostDeliveries::default();
+        let start = now_ms() - 20_000;
+        for uuid in ["GPU-a", "GPU-b", "GPU-c"] {
+            store.ingest(DEFAULT_ORG, "h1", samples(uuid, start, 10, 90.0)).await.unwrap();
+        }
+        let (first, events) = read(store.as_ref(), &deliveries, DEFAULT_ORG, None).await.unwrap();
+        assert!(events.is_empty());
+        assert_eq!(first.newest.len(), 3);
+
+        // GPU-a sends again (idle now), GPU-d appears; GPU-b and GPU-c stay quiet.
+        store.ingest(DEFAULT_ORG, "h1", samples("GPU-a", start + 10_000, 10, 0.0)).await.unwrap();
+        store.ingest(DEFAULT_ORG, "h2", samples("GPU-d", start + 10_000, 10, 90.0)).await.unwrap();
+        let (second, events) = read(store.as_ref(), &deliveries, DEFAULT_ORG, Some(&first)).await.unwrap();
+        let (whole, _) = read(store.as_ref(), &deliveries, DEFAULT_ORG, None).await.unwrap();
+
+        assert_eq!(second.full_read_ms, first.full_read_ms, "only the moved GPUs were read");
+        assert_eq!(second.newest, whole.newest);
+        assert_eq!(second.gpus, whole.gpus);
+        assert_eq!(second.counts, whole.counts);
+        let gpu_id = |uuid: &'static str| {
+            let store = store.clone();
+            async move { store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap().id }
+        };
+        let (a, b) = (gpu_id("GPU-a").await, gpu_id("GPU-b").await);
+        assert_ne!(second.newest.get(&a), first.newest.get(&a), "GPU-a's newest minute grew");
+        assert_eq!(second.newest.get(&b), first.newest.get(&b));
+        assert_eq!(second.newest.len(), 4);
+        assert!(events.iter().any(|e| e.name == EVENT_GPU_STATE && e.data.contains("GPU-d")));
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
