@@ -12,6 +12,7 @@ pub mod engine;
 pub mod groups;
 pub mod outbox;
 pub mod render;
+pub mod views;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex};

@@ -14,10 +14,10 @@ use fleetlens_store::alerts::{AlertFilter, AlertStatus};
 use fleetlens_store::{LatestMinute, OrgId, Store};
 use serde::Serialize;
 
+use crate::alerts::views::{alert_view, marking_deleted};
 use crate::analytics;
 use crate::delivery::HostDeliveries;
 use crate::error::ApiResult;
-use crate::routes::alerts::{alert_view, marking_deleted};
 use crate::time::now_ms;
 
 /// Open alerts a picture holds at most (newest first), as `GET /alerts?limit=` allows.

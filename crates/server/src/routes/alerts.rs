@@ -18,7 +18,7 @@ use fleetlens_core::WorkloadState;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec, SEVERITIES};
 use fleetlens_store::alerts::{
-    AlertFilter, AlertRecord, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
+    AlertFilter, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
     NewNotification, NewSilence, OutboxRecord, SilenceRecord,
 };
 use fleetlens_store::{OrgId, Scope, Store, StoreError};
@@ -27,7 +27,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
 use crate::alerts::engine::new_rule;
-use crate::alerts::render::{self, AlertDetails, KINDS, SLACK_MIN_INTERVAL_MS};
+use crate::alerts::render::{self, KINDS, SLACK_MIN_INTERVAL_MS};
+pub use crate::alerts::views::{alert_view, marking_deleted};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
@@ -597,42 +598,6 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
 /// dashboard share it).
 pub use fleetlens_api::AlertView;
 
-/// The API's view of a stored alert (`rule_deleted` false: see [`marking_deleted`]).
-pub fn alert_view(a: AlertRecord) -> AlertView {
-    let d = AlertDetails::of(&a);
-    AlertView {
-        id: a.id,
-        rule_id: a.rule_id,
-        rule_deleted: false,
-        rule_name: a.rule_name,
-        severity: a.severity,
-        status: a.status.as_str().to_string(),
-        silenced: a.silenced_by.is_some(),
-        silenced_by: a.silenced_by,
-        inhibited: a.inhibited_by.is_some(),
-        inhibited_by: a.inhibited_by,
-        group: fleetlens_core::rules::group::group_key(&fleetlens_core::rules::group::DEFAULT_GROUP_BY, &a.labels),
-        gpu: a.labels.get("gpu").cloned().unwrap_or(a.gpu_uuid),
-        host: a.labels.get("host").cloned().unwrap_or(a.host),
-        team: d.team,
-        labels: a.labels,
-        fingerprint: a.fingerprint,
-        active_since_ms: a.active_since_ms,
-        fired_at_ms: a.fired_at_ms,
-        resolved_at_ms: a.resolved_at_ms,
-        starts_at: a.fired_at_ms.map(format_rfc3339_ms),
-        ends_at: a.resolved_at_ms.map(format_rfc3339_ms),
-        summary: a.summary,
-        condition: d.condition,
-        values: d.values,
-        state: d.state,
-        advice: d.advice,
-        notified: a.notified_firing,
-        notified_channels: d.notified_channels,
-        resolved_reason: d.resolved_reason,
-    }
-}
-
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
 pub struct AlertQuery {
@@ -693,12 +658,6 @@ pub async fn rule_ids(state: &AppState, org: OrgId) -> Res<std::collections::Has
 /// The ids of the organisation's channels that still exist.
 async fn channel_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<i64>> {
     Ok(state.store.notification_channels(org).await?.into_iter().map(|c| c.id).collect())
-}
-
-/// `view` with `rule_deleted` set: its rule is not among the organisation's `rules` now.
-pub fn marking_deleted(mut view: AlertView, rules: &std::collections::HashSet<i64>) -> AlertView {
-    view.rule_deleted = !rules.contains(&view.rule_id);
-    view
 }
 
 #[derive(Debug, Serialize, utoipa::ToSchema)]
