@@ -8,28 +8,17 @@
 //   FLEETLENS_URL, FLEETLENS_ADMIN_EMAIL, FLEETLENS_ADMIN_PASSWORD, FLEETLENS_LIVE_UUID,
 //   FLEETLENS_LIVE_FLIPS (default 4)
 import assert from 'node:assert/strict';
-import { chromium } from 'playwright-core';
+import { EMAIL, PASSWORD, URL, launchChromium, logIn } from './helpers.mjs';
 
-const URL = process.env.FLEETLENS_URL;
-const EMAIL = process.env.FLEETLENS_ADMIN_EMAIL;
-const PASSWORD = process.env.FLEETLENS_ADMIN_PASSWORD;
 const UUID = process.env.FLEETLENS_LIVE_UUID;
 const FLIPS = Number(process.env.FLEETLENS_LIVE_FLIPS || 4);
 assert.ok(URL && EMAIL && PASSWORD && UUID, 'run scripts/bench-dashboard.sh');
 
-const browser = await chromium.launch({
-  executablePath: '/usr/bin/chromium',
-  args: ['--headless', '--no-sandbox', '--disable-gpu', '--disable-background-networking',
-    '--disable-component-update', '--disable-sync'],
-});
+const browser = await launchChromium();
 const context = await browser.newContext({ viewport: { width: 1280, height: 900 } });
 const errors = [];
 const login = await context.newPage();
-await login.goto(URL + '/login');
-await login.fill('#email', EMAIL);
-await login.fill('#password', PASSWORD);
-await login.press('#password', 'Enter');
-await login.waitForURL((u) => !u.pathname.startsWith('/login'), { timeout: 30_000 });
+await logIn(login);
 await login.close();
 
 /** Opens `path`, waits for a state badge, and stamps every later change of its state. */

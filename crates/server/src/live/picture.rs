@@ -197,14 +197,17 @@ async fn moved_newest(
     prev: &Picture,
     seen_ms: &HashMap<i64, i64>,
 ) -> ApiResult<HashMap<i64, LatestMinute>> {
-    let moved: Vec<i64> =
-        seen_ms.iter().filter(|(id, seen)| prev.seen_ms.get(id) != Some(seen)).map(|(id, _)| *id).collect();
-    let mut newest: HashMap<i64, LatestMinute> = prev
-        .newest
-        .iter()
-        .filter(|(id, _)| seen_ms.get(id).is_some_and(|seen| prev.seen_ms.get(id) == Some(seen)))
-        .map(|(id, m)| (*id, m.clone()))
-        .collect();
+    let mut newest: HashMap<i64, LatestMinute> = HashMap::new();
+    let mut moved: Vec<i64> = Vec::new();
+    for (id, seen) in seen_ms {
+        if prev.seen_ms.get(id) == Some(seen) {
+            if let Some(m) = prev.newest.get(id) {
+                newest.insert(*id, m.clone());
+            }
+        } else {
+            moved.push(*id);
+        }
+    }
     newest.extend(store.latest_minutes_of(org, &moved).await?.into_iter().map(|m| (m.gpu_id, m)));
     Ok(newest)
 }
