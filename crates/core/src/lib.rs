@@ -1,6 +1,7 @@
 //! Fleetlens domain logic. Everything here is pure: no IO, no clocks, no async.
 //! The vocabulary follows `docs/METRICS.md`; a value the GPU did not report is `None`.
 
+pub mod access;
 pub mod advice;
 pub mod classify;
 pub mod cost;
@@ -11,6 +12,7 @@ pub mod energy;
 pub mod event;
 pub mod fill;
 pub mod funnel;
+pub mod ids;
 pub mod jobcard;
 pub mod live;
 pub mod owners;
@@ -33,6 +35,8 @@ mod classify_tests;
 #[cfg(test)]
 mod fixture_tests;
 
+pub use access::{Role, Scope};
+pub use ids::{AlertId, ApiKeyId, ChannelId, GpuId, OrgId, RuleId, SilenceId, TeamId, UserId};
 pub use owners::{OwnerGroup, OwnerKey, minute_shares};
 pub use rollup::{ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats, minute_from_samples};
 pub use sample::{GpuProcess, PodAllocation, ProcessOwner, Sample};

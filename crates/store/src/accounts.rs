@@ -14,49 +14,12 @@
 
 use async_trait::async_trait;
 
+pub use fleetlens_core::Role;
+
 use crate::{ApiKey, NewApiKey, OrgId, Result, Scope, StoreError};
 
 pub type TeamId = i64;
 pub type UserId = i64;
-
-/// A user's role in their organisation, least privileged first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub enum Role {
-    /// Reads everything of the organisation.
-    Viewer,
-    /// Also sends data (ingest, job reports) and manages their own `read`/`ingest` API keys.
-    Member,
-    /// Also manages users, teams, every API key, assignments, settings and alerting.
-    Admin,
-}
-
-impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Member => "member",
-            Role::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "viewer" => Some(Role::Viewer),
-            "member" => Some(Role::Member),
-            "admin" => Some(Role::Admin),
-            _ => None,
-        }
-    }
-
-    /// The API scopes a user of this role holds (and the most a key they create may have).
-    pub fn scopes(self) -> &'static [Scope] {
-        match self {
-            Role::Viewer => &[Scope::Read],
-            Role::Member => &[Scope::Read, Scope::Ingest],
-            Role::Admin => &[Scope::Admin, Scope::Read, Scope::Ingest],
-        }
-    }
-}
 
 /// Every scope `scopes` grants (`admin` implies the others), in the order admin, read, ingest.
 pub fn expand_scopes(scopes: &[Scope]) -> Vec<Scope> {

@@ -106,32 +106,7 @@ fn conflict_table(db: &dyn sqlx::error::DatabaseError) -> Option<&str> {
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
-/// What an API key may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum Scope {
-    Ingest,
-    Read,
-    Admin,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Ingest => "ingest",
-            Scope::Read => "read",
-            Scope::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Scope> {
-        match s {
-            "ingest" => Some(Scope::Ingest),
-            "read" => Some(Scope::Read),
-            "admin" => Some(Scope::Admin),
-            _ => None,
-        }
-    }
-}
+pub use fleetlens_core::{Role, Scope};
 
 /// A stored API key, without its secret.
 #[derive(Debug, Clone, PartialEq)]
