@@ -50,10 +50,10 @@ impl PgStore {
         mode: InsertMode,
         rules: Option<&IngestRules>,
     ) -> Result<IngestOutcome> {
-        let mut tx = self.pool.begin().await?;
         if let Some(rules) = rules {
-            check_rules(&mut tx, org, host, samples, rules).await?;
+            register_gpus(&self.pool, org, host, samples, rules).await?;
         }
+        let mut tx = self.pool.begin().await?;
         let ids = upsert_gpus(&mut tx, org, host, samples).await?;
         // Flags by sample (its address is its identity here: `order` holds references).
         let flag_of: HashMap<usize, fleetlens_core::QualityFlags> =
@@ -95,14 +95,25 @@ impl PgStore {
 /// hosts, so two of them cannot both pass a quota that only one fits under.
 const QUOTA_LOCK: i32 = 0x464c_5130; // "FLQ0"
 
-/// The batch against the organisation's quotas and the GPU-host rule ([`IngestRules`]).
-async fn check_rules(
+/// What a batch adds to its organisation's registry, found before it writes: the quotas it
+/// must then be checked against ([`enforce_quotas`]).
+#[derive(Debug, Clone, Copy)]
+struct RegistryGrowth {
+    /// GPUs of the batch the organisation does not have yet.
+    adding_gpus: u64,
+    /// The batch's host is new to the organisation, or one of its GPUs moves to it.
+    host_may_be_new: bool,
+}
+
+/// The batch against the GPU-host rule ([`IngestRules`]); what it adds to the registry, when it
+/// adds anything (most batches come from GPUs and hosts already registered: `None`).
+async fn check_hosts(
     tx: &mut Transaction<'_, Postgres>,
     org: OrgId,
     host: &str,
     samples: &[Sample],
     rules: &IngestRules,
-) -> Result<()> {
+) -> Result<Option<RegistryGrowth>> {
     let uuids = ingest_rules::batch_uuids(samples);
     let known: Vec<KnownGpu> =
         sqlx::query_as("SELECT uuid, host, last_seen_ms FROM gpus WHERE org_id = $1 AND uuid = ANY($2)")
@@ -111,31 +122,64 @@ async fn check_rules(
             .fetch_all(&mut **tx)
             .await?;
     rules.check_hosts(host, &known)?;
-    let adding = (uuids.len() - known.len()) as u64;
+    let adding_gpus = (uuids.len() - known.len()) as u64;
     let moving = known.iter().any(|g| g.host != host);
-    if adding == 0 && !moving {
-        return Ok(());
+    if adding_gpus == 0 && !moving {
+        return Ok(None);
     }
-    // Held until the transaction ends; the counts below then include every committed batch.
-    sqlx::query("SELECT pg_advisory_xact_lock($1, $2::int4)")
-        .bind(QUOTA_LOCK)
-        .bind(i32::try_from(org).unwrap_or(i32::MAX))
-        .execute(&mut **tx)
-        .await?;
-    let gpus: i64 =
-        sqlx::query_scalar("SELECT count(*) FROM gpus WHERE org_id = $1").bind(org).fetch_one(&mut **tx).await?;
-    ingest_rules::check_quota("GPUs", gpus as u64, adding, rules.max_gpus)?;
     let host_known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM gpus WHERE org_id = $1 AND host = $2 LIMIT 1")
         .bind(org)
         .bind(host)
         .fetch_optional(&mut **tx)
         .await?;
-    if host_known.is_none() {
+    Ok(Some(RegistryGrowth { adding_gpus, host_may_be_new: host_known.is_none() }))
+}
+
+/// The batch against the GPU-host rule and, when it adds GPUs or a host, the organisation's
+/// quotas, in a short transaction of its own that registers its GPUs before the samples are
+/// written: the per-organisation quota lock is then held for two counts and a commit of a few
+/// GPU rows, not for a whole batch. (Held for the batch's whole transaction, it serialised a
+/// fleet's first batches: 125 hosts starting together ingested at half the rate.) A refused
+/// batch registers nothing; a registered batch whose samples then fail to commit leaves its GPUs
+/// registered, as its retry would.
+async fn register_gpus(pool: &PgPool, org: OrgId, host: &str, samples: &[Sample], rules: &IngestRules) -> Result<()> {
+    let mut tx = pool.begin().await?;
+    if let Some(growth) = check_hosts(&mut tx, org, host, samples, rules).await? {
+        upsert_gpus(&mut tx, org, host, samples).await?;
+        enforce_quotas(&mut tx, org, rules, growth).await?;
+    }
+    tx.commit().await?;
+    Ok(())
+}
+
+/// The organisation's quotas, checked after the batch's GPUs are written, under the
+/// per-organisation lock held to the commit: under READ COMMITTED each count sees every batch
+/// committed before the lock was granted plus this batch's own rows, so two concurrent batches
+/// cannot both pass a quota that only one fits under. The lock holder then waits on no row lock,
+/// so it cannot deadlock with batches still writing.
+async fn enforce_quotas(
+    tx: &mut Transaction<'_, Postgres>,
+    org: OrgId,
+    rules: &IngestRules,
+    growth: RegistryGrowth,
+) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock($1, $2::int4)")
+        .bind(QUOTA_LOCK)
+        .bind(i32::try_from(org).unwrap_or(i32::MAX))
+        .execute(&mut **tx)
+        .await?;
+    if growth.adding_gpus > 0 {
+        let gpus: i64 =
+            sqlx::query_scalar("SELECT count(*) FROM gpus WHERE org_id = $1").bind(org).fetch_one(&mut **tx).await?;
+        let gpus = gpus as u64;
+        ingest_rules::check_quota("GPUs", gpus.saturating_sub(growth.adding_gpus), growth.adding_gpus, rules.max_gpus)?;
+    }
+    if growth.host_may_be_new {
         let hosts: i64 = sqlx::query_scalar("SELECT count(DISTINCT host) FROM gpus WHERE org_id = $1")
             .bind(org)
             .fetch_one(&mut **tx)
             .await?;
-        ingest_rules::check_quota("hosts", hosts as u64, 1, rules.max_hosts)?;
+        ingest_rules::check_quota("hosts", (hosts as u64).saturating_sub(1), 1, rules.max_hosts)?;
     }
     Ok(())
 }

@@ -21,6 +21,7 @@ fleetlens_tests::for_each_backend!(
     the_feed_reads_many_gpus_at_once,
     maintenance_clears_the_garbage_of_in_place_updates,
     ingest_rules_refuse_whole_batches_and_admins_move_gpus,
+    concurrent_batches_never_pass_a_quota_together,
     rollups_written_once_equal_the_per_sample_reference,
 );
 
@@ -585,6 +586,62 @@ async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend
     // Without rules (tools, tests), nothing is checked.
     store.ingest(DEFAULT_ORG, "n9", batch(&["G7", "G8"], t)).await.unwrap();
     assert_eq!(store.gpus(DEFAULT_ORG).await.unwrap().len(), 5);
+}
+
+/// Many batches that each register new GPUs on a new host, all at once: the organisation ends
+/// at exactly its quotas, every refused batch stored nothing and every accepted one all of its
+/// samples (PostgreSQL checks the quotas at the end of each batch's transaction, under a
+/// per-organisation lock; SQLite has one writer).
+async fn concurrent_batches_never_pass_a_quota_together(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let now = 1_800_000_000_000;
+    let rules = IngestRules { max_gpus: 10, max_hosts: 100, move_after_ms: None, now_ms: now };
+    let hosts_rules = IngestRules { max_gpus: 1000, max_hosts: 8, ..rules };
+    let mut tasks = Vec::new();
+    for h in 0..12 {
+        let store = store.clone();
+        // Two new GPUs per host: at most five hosts fit under ten GPUs.
+        let batch: Vec<Sample> =
+            (0..2).flat_map(|g| synthetic(&format!("GPU-q{h}-{g}"), now - 600_000, 20, 1000)).collect();
+        tasks.push(tokio::spawn(async move {
+            store.ingest_with(DEFAULT_ORG, &format!("q{h}"), batch, Vec::new(), Some(rules)).await
+        }));
+    }
+    let (mut accepted, mut refused) = (0, 0);
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(outcome) => {
+                assert_eq!(outcome.inserted, 40);
+                accepted += 1;
+            }
+            Err(StoreError::QuotaExceeded { quota: "GPUs", limit: 10, .. }) => refused += 1,
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!((accepted, refused), (5, 7));
+    assert_eq!(store.gpus(DEFAULT_ORG).await.unwrap().len(), 10);
+    assert_eq!(store.sample_count().await.unwrap(), 5 * 40, "refused batches stored nothing");
+
+    // The host quota, in another organisation: 8 hosts, 20 batches of one new host each.
+    let org = store.create_org("hosts", 0).await.unwrap();
+    let mut tasks = Vec::new();
+    for h in 0..20 {
+        let store = store.clone();
+        let batch = synthetic(&format!("GPU-h{h}"), now - 600_000, 5, 1000);
+        tasks.push(tokio::spawn(async move {
+            store.ingest_with(org, &format!("h{h}"), batch, Vec::new(), Some(hosts_rules)).await
+        }));
+    }
+    let mut accepted = 0;
+    for t in tasks {
+        match t.await.unwrap() {
+            Ok(_) => accepted += 1,
+            Err(StoreError::QuotaExceeded { quota: "hosts", limit: 8, .. }) => {}
+            Err(e) => panic!("{e:?}"),
+        }
+    }
+    assert_eq!(accepted, 8);
+    assert_eq!(store.gpus(org).await.unwrap().len(), 8);
 }
 
 /// What the rollup job writes (and what reads add for the minutes not written yet) equals the
