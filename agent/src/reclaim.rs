@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use fleetlens_api::reclaim::{AgentCommand, CommandResult};
 use fleetlens_core::GpuProcess;
-use serde::{Deserialize, Serialize};
 
 use crate::source::procinfo::{parse_passwd, parse_status_uid};
 use crate::source::{GpuSource, HostSamples, SourceError};
@@ -73,21 +73,12 @@ impl GpuSource for Watched {
     }
 }
 
-/// A kill command from the server.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct KillCommand {
-    pub id: i64,
-    pub gpu: String,
-    pub pid: i64,
-    pub owner_user: String,
-}
-
 /// Why a command is refused, or `Ok` when the process may be sent SIGTERM.
 pub fn check(
     board: &ProcessBoard,
     proc_root: &Path,
     passwd: &HashMap<u32, String>,
-    c: &KillCommand,
+    c: &AgentCommand,
 ) -> Result<u32, String> {
     let pid = u32::try_from(c.pid).ok().filter(|p| *p > 1 && *p != std::process::id()).ok_or("not a PID to signal")?;
     let (_, procs) = board.processes(&c.gpu).ok_or_else(|| format!("GPU {} is not one of this agent's", c.gpu))?;
@@ -120,13 +111,6 @@ pub fn terminate(pid: u32) -> Result<(), String> {
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).map_err(|e| format!("kill: {e}"))
 }
 
-#[derive(Serialize)]
-struct Outcome<'a> {
-    host: &'a str,
-    result: &'a str,
-    detail: &'a str,
-}
-
 /// Poll for commands every `every`, for as long as the agent runs.
 pub async fn run(server: String, api_key: Option<String>, board: ProcessBoard, proc_root: PathBuf, every: Duration) {
     let client = reqwest::Client::builder().timeout(Duration::from_secs(10)).build().expect("an HTTP client");
@@ -139,7 +123,7 @@ pub async fn run(server: String, api_key: Option<String>, board: ProcessBoard, p
             if let Some(k) = &api_key {
                 req = req.bearer_auth(k);
             }
-            let commands: Vec<KillCommand> = match req.send().await {
+            let commands: Vec<AgentCommand> = match req.send().await {
                 Ok(r) if r.status().is_success() => r.json().await.unwrap_or_default(),
                 Ok(r) => {
                     tracing::warn!(status = %r.status(), "reclaim: the server refused the command poll");
@@ -159,11 +143,9 @@ pub async fn run(server: String, api_key: Option<String>, board: ProcessBoard, p
                     Err(why) => ("refused", why),
                 };
                 tracing::info!(command = c.id, pid = c.pid, result, detail, "reclaim kill command");
-                let mut req = client.post(format!("{base}/api/v1/agent/commands/{}/result", c.id)).json(&Outcome {
-                    host: &host,
-                    result,
-                    detail: &detail,
-                });
+                let mut req = client
+                    .post(format!("{base}/api/v1/agent/commands/{}/result", c.id))
+                    .json(&CommandResult { host: host.clone(), result: result.into(), detail });
                 if let Some(k) = &api_key {
                     req = req.bearer_auth(k);
                 }
@@ -202,8 +184,9 @@ mod tests {
         // A real child process of this test, run by our own user.
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id();
-        let cmd = |gpu: &str, pid: u32, user: &str| KillCommand {
+        let cmd = |gpu: &str, pid: u32, user: &str| AgentCommand {
             id: 1,
+            reclaim_id: 1,
             gpu: gpu.into(),
             pid: i64::from(pid),
             owner_user: user.into(),

@@ -12,8 +12,9 @@ use std::fmt;
 
 use fleetlens_api::accounts::{NewUserBody, UserPatch};
 use fleetlens_api::alerts::{ChannelBody, ChannelList, ChannelView, SilenceBody, SilenceList, SilenceView};
+use fleetlens_api::analytics::Prices;
 use fleetlens_api::gpus::GpuDetail;
-use fleetlens_api::{BillingReport, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
+use fleetlens_api::{BillingReport, ErrorBody, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
 use fleetlens_core::PriceTable;
 use gloo_net::http::{Request, RequestBuilder};
 use serde::Serialize;
@@ -23,8 +24,7 @@ use serde_json::{Map, Value};
 pub mod actions;
 
 use crate::wire::{
-    AlertList, CreatedKey, ErrorAnswer, HostTeams, KeyInfo, LoginAnswer, Me, Prices, Rule, RuleFields, RuleList, Team,
-    TestResult, User,
+    AlertList, CreatedKey, HostTeams, KeyInfo, LoginAnswer, Me, Rule, RuleFields, RuleList, Team, TestResult, User,
 };
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
@@ -186,7 +186,7 @@ async fn send(
     if resp.ok() {
         return Ok(text);
     }
-    Err(match serde_json::from_str::<ErrorAnswer>(&text) {
+    Err(match serde_json::from_str::<ErrorBody>(&text) {
         Ok(b) => {
             ApiError { status, code: b.error.code, message: b.error.message, path: path.into(), field: b.error.field }
         }

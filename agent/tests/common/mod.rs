@@ -67,7 +67,13 @@ impl ServerState {
 
 fn error(status: StatusCode, code: &str, message: &str) -> Response {
     let body = ErrorBody {
-        error: ErrorDetail { code: code.into(), message: message.into(), sample_index: None, field: None },
+        error: ErrorDetail {
+            code: code.into(),
+            message: message.into(),
+            sample_index: None,
+            field: None,
+            column: None,
+        },
     };
     (status, Json(body)).into_response()
 }

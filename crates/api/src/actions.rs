@@ -1,8 +1,8 @@
 //! Job runs, their report cards and the report routes (docs/ACTIONS.md): the bodies of
 //! `/job-runs`, `/jobs/{id}/end` and `/report-routes`.
 
-use fleetlens_core::ProcessOwner;
 use fleetlens_core::jobcard::JobCard;
+use fleetlens_core::{ProcessOwner, TeamId};
 use serde::{Deserialize, Serialize};
 
 /// A job run: a Slurm job, pod, container or process seen on GPUs, and its card once ended.
@@ -85,4 +85,32 @@ pub struct NewReportRoute {
     /// Default 20.
     #[serde(default)]
     pub min_waste_pct: Option<f64>,
+}
+
+/// `GET /api/v1/job-runs`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct RunQuery {
+    /// `running` or `ended` (default: both).
+    pub status: Option<String>,
+    /// Only runs of this user (the process's user, else the Slurm job's user).
+    pub owner: Option<String>,
+    /// Only runs on this team's GPUs (known once a run has ended).
+    pub team: Option<TeamId>,
+    /// Runs seen at or after this time (RFC 3339 or Unix ms; default: 7 days before `to`).
+    pub from: Option<String>,
+    /// Runs seen before this time (default: now).
+    pub to: Option<String>,
+    /// At most this many (default 100, at most 1,000).
+    pub limit: Option<i64>,
+}
+
+/// `GET /api/v1/plans` (its body is [`fleetlens_core::plans::Plans`]).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct PlansQuery {
+    /// Runs ended at or after this time (default: 7 days before `to`).
+    pub from: Option<String>,
+    /// Default: now.
+    pub to: Option<String>,
 }

@@ -45,3 +45,43 @@ pub struct MoveGpuBody {
     /// The GPU's new host, as its agent reports it (`host` of its batches).
     pub host: String,
 }
+
+/// `GET /api/v1/gpus/{uuid}/samples`: a time range and a cap.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct RangeQuery {
+    /// RFC 3339 or Unix milliseconds (default: an hour before `to`).
+    pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds (default: now).
+    pub to: Option<String>,
+    /// At most this many samples (default 10,000). Text, so that a value that is not a number
+    /// is the handler's 400 naming `limit` rather than the extractor's.
+    #[cfg_attr(feature = "openapi", param(value_type = Option<u32>, minimum = 1, maximum = 100_000))]
+    pub limit: Option<String>,
+}
+
+/// `GET /api/v1/gpus/{uuid}/series`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct SeriesQuery {
+    /// RFC 3339 or Unix milliseconds.
+    pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds.
+    pub to: Option<String>,
+    /// `1m`, `1h`, or `auto` (default: 1m up to 36 hours, else 1h).
+    #[cfg_attr(feature = "openapi", param(pattern = "^(1m|1h|auto)$"))]
+    pub resolution: Option<String>,
+}
+
+/// `GET /api/v1/gpus/{uuid}/states`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct StatesQuery {
+    /// RFC 3339 or Unix milliseconds (default: an hour before `to`).
+    pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds (default: now).
+    pub to: Option<String>,
+    /// Window width in seconds (default: the organisation's `window_s`, 60).
+    #[cfg_attr(feature = "openapi", param(value_type = Option<u32>, minimum = 1, maximum = 2_678_400))]
+    pub window_s: Option<String>,
+}

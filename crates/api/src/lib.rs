@@ -11,9 +11,12 @@ use serde::{Deserialize, Serialize};
 pub mod accounts;
 pub mod actions;
 pub mod alerts;
+pub mod analytics;
 pub mod gpus;
+pub mod health;
 pub mod live;
 pub mod reclaim;
+pub mod reports;
 
 /// Path of the ingest endpoint.
 pub const INGEST_PATH: &str = "/api/v1/ingest";
@@ -58,6 +61,26 @@ pub struct IngestResponse {
     pub duplicates: u64,
 }
 
+/// Answer to an accepted remote-write request (`POST /api/v1/write`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RemoteWriteResponse {
+    /// GPU samples (one per GPU and timestamp) assembled from the series.
+    pub received: u64,
+    /// GPU samples newly stored.
+    pub inserted: u64,
+    /// GPU samples of a GPU and timestamp stored before that filled the fields the stored
+    /// sample lacked: the rest of a scrape whose series Prometheus split over two requests.
+    pub merged: u64,
+    /// GPU samples stored before (same GPU and timestamp) that added nothing: ignored.
+    pub duplicates: u64,
+    /// Series that are not dcgm-exporter fields Fleetlens reads (counted in
+    /// `fleetlens_remote_write_series_ignored_total{reason="unknown"}`).
+    pub series_unknown: u64,
+    /// dcgm-exporter series without a `UUID` label.
+    pub series_unkeyed: u64,
+}
+
 /// Error body of every 4xx/5xx: `{"error": {"code", "message"}}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
@@ -65,7 +88,7 @@ pub struct ErrorBody {
     pub error: ErrorDetail,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ErrorDetail {
     pub code: String,
@@ -76,6 +99,9 @@ pub struct ErrorDetail {
     /// For validation errors: the offending field.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub field: Option<String>,
+    /// For an alert condition that does not parse: the 1-based column in it at fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<u32>,
 }
 
 /// One GPU in `GET /api/v1/gpus`.

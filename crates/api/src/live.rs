@@ -100,3 +100,12 @@ pub struct LiveSummary {
     pub alerts_pending: u32,
     pub alerts_firing: u32,
 }
+
+/// `GET /api/v1/stream`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct StreamQuery {
+    /// `true`: send the `snapshot` and end (one consistent reading, for scripts and for
+    /// clients that poll instead of streaming).
+    pub once: Option<bool>,
+}

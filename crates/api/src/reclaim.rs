@@ -119,3 +119,45 @@ pub struct SnoozeRequest {
     /// Seconds, 60 to 7 days.
     pub for_s: i64,
 }
+
+/// `GET /api/v1/reclaim-policies/{id}/dry-run`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct DryRunQuery {
+    /// Default: 7 days before `to`.
+    pub from: Option<String>,
+    /// Default: now.
+    pub to: Option<String>,
+}
+
+/// `POST /api/v1/agent/commands/take?host=`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct CommandQuery {
+    /// The agent's host name.
+    pub host: String,
+}
+
+/// A kill request for an agent: SIGTERM `pid` if it is still on `gpu`, owned by `owner_user`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AgentCommand {
+    pub id: i64,
+    pub reclaim_id: i64,
+    /// The GPU's UUID.
+    pub gpu: String,
+    pub pid: i64,
+    pub owner_user: String,
+}
+
+/// `POST /api/v1/agent/commands/{id}/result`: what the agent did.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CommandResult {
+    pub host: String,
+    /// `killed` (SIGTERM sent) or `refused` (the PID is not on the GPU, or not the owner's).
+    /// Text rather than an enum: another value is the handler's 422 on `result`, not a 400.
+    pub result: String,
+    #[serde(default)]
+    pub detail: String,
+}

@@ -125,8 +125,9 @@ impl IntoResponse for ApiError {
             ApiError::InvalidJson { path: Some(path), .. } => split_sample_path(path),
             _ => (None, None),
         };
-        let body =
-            ErrorBody { error: ErrorDetail { code: code.to_string(), message: self.to_string(), sample_index, field } };
+        let body = ErrorBody {
+            error: ErrorDetail { code: code.to_string(), message: self.to_string(), sample_index, field, column: None },
+        };
         let mut response = (status, Json(body)).into_response();
         let retry_after_s = match self {
             ApiError::RateLimited { retry_after_s }
@@ -233,7 +234,7 @@ pub async fn json_client_errors(response: Response) -> Response {
         .and_then(|rest| rest.split_once(": "))
         .map(|(name, _)| name.to_string())
         .filter(|name| !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'));
-    let body = ErrorBody { error: ErrorDetail { code: code.into(), message, sample_index: None, field } };
+    let body = ErrorBody { error: ErrorDetail { code: code.into(), message, sample_index: None, field, column: None } };
     parts.headers.remove(axum::http::header::CONTENT_LENGTH);
     parts.headers.remove(axum::http::header::CONTENT_TYPE);
     let json = Json(body).into_response();

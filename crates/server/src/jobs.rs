@@ -55,11 +55,7 @@ const MAINTENANCE_INTERVAL: Duration = Duration::from_secs(60);
 /// Per job: does this process lead it, and how many runs it has completed here.
 static JOBS: Mutex<BTreeMap<&'static str, JobStatus>> = Mutex::new(BTreeMap::new());
 
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize)]
-pub struct JobStatus {
-    pub leader: bool,
-    pub runs: u64,
-}
+pub use fleetlens_api::health::JobStatus;
 
 /// Record whether this process leads `job` now.
 pub fn set_leader(job: &'static str, leader: bool) {

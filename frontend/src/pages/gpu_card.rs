@@ -9,8 +9,8 @@ use crate::components::meter::Meter;
 use crate::components::state_badge::StateBadge;
 use crate::ctx::{Latest, latest_ok, now_ms, use_app};
 use crate::format::{self, NA};
-use crate::wire::Prices;
 use crate::{owners, states};
+use fleetlens_api::analytics::Prices;
 
 /// Efficiency score text: a number, "no kernel running", or n/a.
 pub fn efficiency_text(eff: Option<f64>, latest: Option<&Sample>) -> String {

@@ -333,15 +333,30 @@ mod tests {
     use super::*;
 
     fn run(user: Option<&str>, card: Option<(f64, f64, f64)>) -> JobRun {
-        let card = card.map(|(h, w, c)| {
-            serde_json::from_value(serde_json::json!({
-                "from_ms": 0, "to_ms": 1, "span_hours": h, "gpu_count": 1, "gpus": [], "gpu_hours": h,
-                "hours_by_state": {"hollow": w, "compute_bound": h - w}, "gpu_util_pct": null, "sm_active_pct": null,
-                "p95_sm_active_pct": null, "tensor_active_pct": null, "dram_active_pct": null, "efficiency": null,
-                "peak_mem_bytes": null, "energy_kwh": 0.0, "currency": "USD", "cost": c, "wasted_cost": c * w / h,
-                "wasted_hours": w, "waste_pct": w / h * 100.0, "mfu": null, "advice": [], "shared_gpu": false
-            }))
-            .unwrap()
+        let card = card.map(|(h, w, c)| fleetlens_core::jobcard::JobCard {
+            from_ms: 0,
+            to_ms: 1,
+            span_hours: h,
+            gpu_count: 1,
+            gpus: vec![],
+            gpu_hours: h,
+            hours_by_state: [("hollow".to_string(), w), ("compute_bound".to_string(), h - w)].into(),
+            gpu_util_pct: None,
+            sm_active_pct: None,
+            p95_sm_active_pct: None,
+            tensor_active_pct: None,
+            dram_active_pct: None,
+            efficiency: None,
+            peak_mem_bytes: None,
+            energy_kwh: 0.0,
+            currency: "USD".into(),
+            cost: Some(c),
+            wasted_cost: Some(c * w / h),
+            wasted_hours: w,
+            waste_pct: w / h * 100.0,
+            mfu: None,
+            advice: vec![],
+            shared_gpu: false,
         });
         JobRun {
             id: 1,

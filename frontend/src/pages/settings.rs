@@ -17,7 +17,7 @@ use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
 use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
-use crate::wire::Prices;
+use fleetlens_api::analytics::Prices;
 
 #[component]
 pub fn SettingsPage() -> impl IntoView {

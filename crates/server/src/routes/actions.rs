@@ -4,11 +4,10 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
-use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, ReportRouteView};
+use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, PlansQuery, ReportRouteView, RunQuery};
 use fleetlens_core::jobcard::JobCard;
 use fleetlens_store::Scope;
 use fleetlens_store::actions::{JobRunFilter, JobRunRecord, ReportRoute};
-use serde::Deserialize;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, JsonBody};
@@ -32,23 +31,6 @@ fn view(r: JobRunRecord) -> JobRun {
         card: r.card.and_then(|c| serde_json::from_str(&c).ok()),
         notified_channel_id: r.notified_channel_id,
     }
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct RunQuery {
-    /// `running` or `ended` (default: both).
-    pub status: Option<String>,
-    /// Only runs of this user (the process's user, else the Slurm job's user).
-    pub owner: Option<String>,
-    /// Only runs on this team's GPUs (known once a run has ended).
-    pub team: Option<i64>,
-    /// Runs seen at or after this time (RFC 3339 or Unix ms; default: 7 days before `to`).
-    pub from: Option<String>,
-    /// Runs seen before this time (default: now).
-    pub to: Option<String>,
-    /// At most this many (default 100, at most 1,000).
-    pub limit: Option<i64>,
 }
 
 #[utoipa::path(get, path = "/job-runs", tag = "jobs", params(RunQuery), responses((status = 200, body = Vec<JobRun>), crate::openapi::QueryErrors))]
@@ -86,7 +68,7 @@ pub async fn list_runs(
     Ok(Json(
         runs.into_iter()
             .filter(|r| q.owner.as_ref().is_none_or(|o| owner_of(r).as_ref() == Some(o)))
-            .filter(|r| q.team.is_none_or(|t| r.team_id == Some(t)))
+            .filter(|r| q.team.is_none_or(|t| r.team_id == Some(t.get())))
             .take(limit as usize)
             .map(view)
             .collect(),
@@ -233,15 +215,6 @@ pub async fn delete_route(State(state): State<AppState>, caller: Caller, Path(id
     } else {
         Err(ApiError::NotFound("no such report route".into()))
     }
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct PlansQuery {
-    /// Runs ended at or after this time (default: 7 days before `to`).
-    pub from: Option<String>,
-    /// Default: now.
-    pub to: Option<String>,
 }
 
 #[utoipa::path(get, path = "/plans", tag = "jobs", params(PlansQuery), responses((status = 200, body = fleetlens_core::plans::Plans), crate::openapi::QueryErrors))]

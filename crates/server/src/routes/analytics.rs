@@ -3,17 +3,18 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
+use fleetlens_api::analytics::{Prices, SummaryQuery};
+use fleetlens_api::gpus::{RangeQuery, StatesQuery};
 use fleetlens_api::{FleetSummary, StateWindow};
 use fleetlens_core::{PriceTable, Resolution, Thresholds};
 use std::collections::HashMap;
 
 use fleetlens_store::{OrgId, Scope, Store};
-use serde::{Deserialize, Serialize};
 
 use crate::analytics::{self, MINUTE_MS, summary};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, JsonBody};
-use crate::routes::gpus::{RangeQuery, range};
+use crate::routes::gpus::range;
 use crate::state::AppState;
 use crate::time::now_ms;
 
@@ -22,18 +23,6 @@ const MAX_WINDOWS: i64 = 20_000;
 /// Raw-sample windows (not a multiple of a minute) read at most this many samples.
 const MAX_RAW_SAMPLES: u32 = 500_000;
 const DAY_MS: i64 = 86_400_000;
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct StatesQuery {
-    /// RFC 3339 or Unix milliseconds (default: an hour before `to`).
-    pub from: Option<String>,
-    /// RFC 3339 or Unix milliseconds (default: now).
-    pub to: Option<String>,
-    /// Window width in seconds (default: the organisation's `window_s`, 60).
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 2_678_400)]
-    pub window_s: Option<String>,
-}
 
 #[utoipa::path(get, path = "/gpus/{uuid}/states", tag = "gpus", params(("uuid" = String, Path, description = "GPU UUID"), StatesQuery), responses((status = 200, body = Vec<StateWindow>), crate::openapi::ItemQueryErrors))]
 pub async fn states(
@@ -104,27 +93,6 @@ pub async fn states(
         analytics::states_from_samples(&samples, from_ms, to_ms, window_ms, &th)
     };
     Ok(Json(windows))
-}
-
-/// `GET /api/v1/fleet/summary?from=&to=&gpu=&host=&model=`: the filters narrow the summary
-/// to one GPU, one host or one GPU model.
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct SummaryQuery {
-    /// A period ending now: `1h`, `24h`, `7d` or `30d` (instead of from/to). Summaries of such
-    /// periods are cached for a few seconds, so dashboards that poll them stay cheap.
-    #[param(pattern = "^(1h|24h|7d|30d)$")]
-    pub range: Option<String>,
-    /// RFC 3339 or Unix milliseconds.
-    pub from: Option<String>,
-    /// RFC 3339 or Unix milliseconds.
-    pub to: Option<String>,
-    /// Only this GPU (UUID).
-    pub gpu: Option<String>,
-    /// Only this host.
-    pub host: Option<String>,
-    /// Only this GPU model (NVML name or model id).
-    pub model: Option<String>,
 }
 
 #[utoipa::path(get, path = "/fleet/summary", tag = "fleet", params(SummaryQuery), responses((status = 200, body = FleetSummary), crate::openapi::QueryErrors))]
@@ -260,34 +228,22 @@ async fn read_credits(
     Ok(summary::Credits::new(hours, minutes, plan))
 }
 
-/// `GET /api/v1/prices`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct PricesView {
-    /// The currency every cost of the organisation is computed in: the overrides' when set
-    /// (overrides in another currency than the defaults' replace the defaults whole).
-    pub currency: String,
-    /// The shipped defaults: public on-demand list prices, labelled as such.
-    pub defaults: PriceTable,
-    /// The organisation's own prices, if set (they win over the defaults).
-    pub overrides: Option<PriceTable>,
-}
-
-#[utoipa::path(get, path = "/prices", tag = "fleet", responses((status = 200, body = PricesView), crate::openapi::AuthErrors))]
-pub async fn get_prices(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<PricesView>> {
+#[utoipa::path(get, path = "/prices", tag = "fleet", responses((status = 200, body = Prices), crate::openapi::AuthErrors))]
+pub async fn get_prices(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Prices>> {
     caller.require(Scope::Read)?;
     let defaults = PriceTable::default();
     let overrides = analytics::price_overrides(state.store.as_ref(), caller.org).await?;
     let currency = overrides.as_ref().map_or_else(|| defaults.currency.clone(), |o| o.currency.clone());
-    Ok(Json(PricesView { currency, defaults, overrides }))
+    Ok(Json(Prices { currency, defaults, overrides }))
 }
 
 /// `PUT /api/v1/prices`: the organisation's prices, per GPU model (NVML name or model id).
-#[utoipa::path(put, path = "/prices", tag = "fleet", request_body = PriceTable, responses((status = 200, body = PricesView), crate::openapi::BodyErrors))]
+#[utoipa::path(put, path = "/prices", tag = "fleet", request_body = PriceTable, responses((status = 200, body = Prices), crate::openapi::BodyErrors))]
 pub async fn put_prices(
     State(state): State<AppState>,
     caller: Caller,
     JsonBody(table): JsonBody<PriceTable>,
-) -> ApiResult<Json<PricesView>> {
+) -> ApiResult<Json<Prices>> {
     caller.require(Scope::Admin)?;
     table.validate().map_err(|e| ApiError::Unprocessable { field: e.field, message: e.message })?;
     let json = serde_json::to_string(&table).expect("prices serialize");

@@ -2,13 +2,13 @@
 
 use axum::Json;
 use axum::extract::{Path, Query, State};
-use fleetlens_api::gpus::{DataQualityFlag, GpuDetail, MoveGpuBody};
+pub use fleetlens_api::gpus::RangeQuery;
+use fleetlens_api::gpus::{DataQualityFlag, GpuDetail, MoveGpuBody, SeriesQuery};
 use fleetlens_api::{GpuList, GpuSummary, SampleList, Series, SeriesPoint};
 use std::collections::HashMap;
 
 use fleetlens_core::Resolution;
 use fleetlens_store::{GpuRecord, LatestMinute, Scope};
-use serde::Deserialize;
 
 use crate::analytics;
 use crate::auth::Caller;
@@ -110,18 +110,6 @@ fn summary(g: GpuRecord, state: &str) -> GpuSummary {
     }
 }
 
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct RangeQuery {
-    /// RFC 3339 or Unix milliseconds (default: an hour before `to`).
-    pub from: Option<String>,
-    /// RFC 3339 or Unix milliseconds (default: now).
-    pub to: Option<String>,
-    /// At most this many samples (default 10,000).
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 100_000)]
-    pub limit: Option<String>,
-}
-
 /// A half-open time range from the query: defaults to the last hour. Both ends lie within
 /// [`crate::time::MIN_TIME_MS`]..=[`crate::time::MAX_TIME_MS`] (else 422 naming the parameter),
 /// so `to - from` and the like cannot overflow.
@@ -180,18 +168,6 @@ pub async fn samples(
     let truncated = samples.len() > limit as usize;
     samples.truncate(limit as usize);
     Ok(Json(SampleList { uuid: gpu.uuid, from_ms, to_ms, truncated, samples }))
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct SeriesQuery {
-    /// RFC 3339 or Unix milliseconds.
-    pub from: Option<String>,
-    /// RFC 3339 or Unix milliseconds.
-    pub to: Option<String>,
-    /// `1m`, `1h`, or `auto` (default: 1m up to 36 hours, else 1h).
-    #[param(pattern = "^(1m|1h|auto)$")]
-    pub resolution: Option<String>,
 }
 
 /// At most this many points per series request.

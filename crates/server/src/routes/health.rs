@@ -3,29 +3,27 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use serde_json::{Value, json};
+use fleetlens_api::health::{Health, Readiness};
 
 use crate::state::AppState;
 
 /// The process is up; `jobs` tells which background jobs this replica leads (see crate::jobs).
-#[utoipa::path(get, path = "/healthz", tag = "meta", security(()), responses((status = 200, description = "`{\"status\": \"ok\", \"jobs\": {…}}`", body = Object)))]
-pub async fn healthz() -> Json<Value> {
-    Json(json!({"status": "ok", "jobs": crate::jobs::statuses()}))
+#[utoipa::path(get, path = "/healthz", tag = "meta", security(()), responses((status = 200, body = Health)))]
+pub async fn healthz() -> Json<Health> {
+    let jobs = crate::jobs::statuses().into_iter().map(|(name, status)| (name.to_string(), status)).collect();
+    Json(Health { status: "ok".into(), jobs })
 }
 
 /// The process can serve: its database answers.
-#[utoipa::path(get, path = "/readyz", tag = "meta", security(()), responses((status = 200, description = "`{\"status\": \"ready\", \"database\"}`", body = Object), (status = 503, description = "The database does not answer", body = Object)))]
-pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Value>) {
+#[utoipa::path(get, path = "/readyz", tag = "meta", security(()), responses((status = 200, body = Readiness), (status = 503, description = "The database does not answer", body = Readiness)))]
+pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
+    let database = state.store.backend().to_string();
     match state.store.ping().await {
-        Ok(()) => (StatusCode::OK, Json(json!({"status": "ready", "database": state.store.backend()}))),
+        Ok(()) => (StatusCode::OK, Json(Readiness { status: "ready".into(), database, error: None })),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
-            (
-                StatusCode::SERVICE_UNAVAILABLE,
-                Json(
-                    json!({"status": "unavailable", "database": state.store.backend(), "error": "database unreachable"}),
-                ),
-            )
+            let error = Some("database unreachable".into());
+            (StatusCode::SERVICE_UNAVAILABLE, Json(Readiness { status: "unavailable".into(), database, error }))
         }
     }
 }

@@ -5,13 +5,13 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::reclaim::{
-    DryRun, DryRunItem, NewReclaimPolicy, Reclaim, ReclaimPolicy, ReclaimStepView, SnoozeRequest,
+    AgentCommand, CommandQuery, CommandResult, DryRun, DryRunItem, DryRunQuery, NewReclaimPolicy, Reclaim,
+    ReclaimPolicy, ReclaimStepView, SnoozeRequest,
 };
 use fleetlens_core::reclaim::{ReclaimTiming, dry_run};
 use fleetlens_core::{Resolution, WorkloadState};
 use fleetlens_store::Scope;
-use fleetlens_store::reclaim::{AgentCommand, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord};
-use serde::{Deserialize, Serialize};
+use fleetlens_store::reclaim::{ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord};
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, JsonBody};
@@ -123,15 +123,6 @@ pub async fn delete_policy(
     } else {
         Err(ApiError::NotFound("no such reclaim policy".into()))
     }
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct DryRunQuery {
-    /// Default: 7 days before `to`.
-    pub from: Option<String>,
-    /// Default: now.
-    pub to: Option<String>,
 }
 
 #[utoipa::path(get, path = "/reclaim-policies/{id}/dry-run", tag = "reclaim", params(("id" = i64, Path), DryRunQuery), responses((status = 200, body = DryRun), crate::openapi::ItemQueryErrors))]
@@ -287,33 +278,16 @@ pub async fn snooze(
     Ok(Json(reclaim_view(&state, caller.org, r).await?))
 }
 
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct CommandQuery {
-    /// The agent's host name.
-    pub host: String,
+fn command_view(c: fleetlens_store::reclaim::AgentCommand) -> AgentCommand {
+    AgentCommand { id: c.id, reclaim_id: c.reclaim_id, gpu: c.gpu_uuid, pid: c.pid, owner_user: c.owner_user }
 }
 
-/// A kill request for an agent: SIGTERM `pid` if it is still on `gpu`, owned by `owner_user`.
-#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
-pub struct AgentCommandView {
-    pub id: i64,
-    pub reclaim_id: i64,
-    pub gpu: String,
-    pub pid: i64,
-    pub owner_user: String,
-}
-
-fn command_view(c: AgentCommand) -> AgentCommandView {
-    AgentCommandView { id: c.id, reclaim_id: c.reclaim_id, gpu: c.gpu_uuid, pid: c.pid, owner_user: c.owner_user }
-}
-
-#[utoipa::path(post, path = "/agent/commands/take", tag = "reclaim", params(CommandQuery), responses((status = 200, body = Vec<AgentCommandView>), crate::openapi::QueryErrors))]
+#[utoipa::path(post, path = "/agent/commands/take", tag = "reclaim", params(CommandQuery), responses((status = 200, body = Vec<AgentCommand>), crate::openapi::QueryErrors))]
 pub async fn take_commands(
     State(state): State<AppState>,
     caller: Caller,
     Query(q): Query<CommandQuery>,
-) -> ApiResult<Json<Vec<AgentCommandView>>> {
+) -> ApiResult<Json<Vec<AgentCommand>>> {
     caller.require(Scope::Ingest)?;
     let host = q.host.trim();
     if host.is_empty() {
@@ -321,16 +295,6 @@ pub async fn take_commands(
     }
     let taken = state.store.take_agent_commands(caller.org, host, now_ms()).await?;
     Ok(Json(taken.into_iter().map(command_view).collect()))
-}
-
-/// What the agent did.
-#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
-pub struct CommandResult {
-    pub host: String,
-    /// `killed` (SIGTERM sent) or `refused` (the PID is not on the GPU, or not the owner's).
-    pub result: String,
-    #[serde(default)]
-    pub detail: String,
 }
 
 #[utoipa::path(post, path = "/agent/commands/{id}/result", tag = "reclaim", params(("id" = i64, Path)), request_body = CommandResult, responses((status = 204, description = "Recorded"), crate::openapi::ItemBodyErrors))]

@@ -10,32 +10,13 @@ use axum::Json;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::HeaderMap;
+use fleetlens_api::RemoteWriteResponse;
 use fleetlens_store::Scope;
-use serde::Serialize;
 
 use super::ingest::{DecodeLimits, check, read_body, store_batch};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-
-/// Answer to an accepted remote-write request.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
-pub struct RemoteWriteResponse {
-    /// GPU samples (one per GPU and timestamp) assembled from the series.
-    pub received: u64,
-    /// GPU samples newly stored.
-    pub inserted: u64,
-    /// GPU samples of a GPU and timestamp stored before that filled the fields the stored
-    /// sample lacked: the rest of a scrape whose series Prometheus split over two requests.
-    pub merged: u64,
-    /// GPU samples stored before (same GPU and timestamp) that added nothing: ignored.
-    pub duplicates: u64,
-    /// Series that are not dcgm-exporter fields Fleetlens reads (counted in
-    /// `fleetlens_remote_write_series_ignored_total{reason="unknown"}`).
-    pub series_unknown: u64,
-    /// dcgm-exporter series without a `UUID` label.
-    pub series_unkeyed: u64,
-}
 
 /// The request body: a snappy-compressed (block format) protobuf `prometheus.WriteRequest`.
 #[derive(utoipa::ToSchema)]

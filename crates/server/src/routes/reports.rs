@@ -6,9 +6,9 @@ use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use chrono::{DateTime, SecondsFormat, Utc};
 use fleetlens_api::BillingReport;
+use fleetlens_api::reports::BillingQuery;
 use fleetlens_core::OwnerKey;
 use fleetlens_store::Scope;
-use serde::Deserialize;
 
 use crate::analytics::billing::{GroupBy, billing_rows, to_csv};
 use crate::analytics::{self, owners, summary};
@@ -19,24 +19,6 @@ use crate::state::AppState;
 use crate::time::now_ms;
 
 const DAY_MS: i64 = 86_400_000;
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct BillingQuery {
-    /// Period start, RFC 3339 or Unix milliseconds (default: 30 days before `to`).
-    pub from: Option<String>,
-    /// Period end, RFC 3339 or Unix milliseconds (default: now).
-    pub to: Option<String>,
-    /// Rows per team, host, GPU (default) or GPU model; or per owner of the GPU processes: `user`,
-    /// `holder`, `namespace`, `namespace_team` (the namespace's `fleetlens.io/team` label), `pod`,
-    /// `job` (Slurm, or a Kubernetes job's `namespace/name`) or `label:<name>` (a `--label-from-env` variable), from
-    /// the raw samples (the raw retention, 7 days by default; default period for these: all of it).
-    #[param(pattern = "^(team|host|gpu|model|user|holder|namespace|namespace_team|pod|job|label:.+)$")]
-    pub group_by: Option<String>,
-    /// `json` (default) or `csv`.
-    #[param(pattern = "^(json|csv)$")]
-    pub format: Option<String>,
-}
 
 fn rfc3339(ms: i64) -> String {
     DateTime::<Utc>::from_timestamp_millis(ms)

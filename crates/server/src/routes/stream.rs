@@ -7,10 +7,9 @@ use std::time::Duration;
 
 use axum::extract::{Query, State};
 use axum::response::sse::{Event, KeepAlive, Sse};
-use fleetlens_api::live::{EVENT_RESYNC, EVENT_SNAPSHOT};
+use fleetlens_api::live::{EVENT_RESYNC, EVENT_SNAPSHOT, StreamQuery};
 use fleetlens_store::Scope;
 use futures::Stream;
-use serde::Deserialize;
 use tokio::sync::broadcast::error::RecvError;
 
 use crate::auth::Caller;
@@ -25,14 +24,6 @@ const KEEP_ALIVE: Duration = Duration::from_secs(15);
 /// A stream ends after this long and the client reconnects (`EventSource` does so itself):
 /// the caller's key or session is checked again then, so a revoked one stops within this time.
 pub const MAX_STREAM_AGE: Duration = Duration::from_secs(30 * 60);
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct StreamQuery {
-    /// `true`: send the `snapshot` and end (one consistent reading, for scripts and for
-    /// clients that poll instead of streaming).
-    pub once: Option<bool>,
-}
 
 /// The organisation's live events: `snapshot` first, then `gpu_state`, `alert`, `summary`
 /// (and `resync` for a client that fell behind), each with an `id`. See docs/API.md,
