@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 pub mod accounts;
 pub mod actions;
 pub mod alerts;
+pub mod events;
 pub mod gpus;
 pub mod live;
 pub mod reclaim;
