@@ -282,3 +282,53 @@ pub struct UserPatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub disabled: Option<bool>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(name: &str, role: Role) -> UserView {
+        UserView {
+            id: UserId(7),
+            email: "ada@example.com".into(),
+            name: name.into(),
+            role,
+            disabled: false,
+            created_ms: 1,
+            updated_ms: 1,
+            last_login_ms: None,
+            disabled_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_login_reads_as_a_session_me() {
+        let session = SessionView {
+            user: user("", Role::Member),
+            org: OrgView { id: OrgId(1), name: "default".into(), created_ms: 0 },
+            scopes: vec![Scope::Read, Scope::Ingest],
+            csrf_token: "t".into(),
+            expires_ms: 99,
+        };
+        let me = MeView::from(session);
+        assert_eq!(me.via, Via::Session);
+        assert_eq!(me.role_label(), "member");
+        assert_eq!(me.who(), "ada@example.com");
+        assert!(!me.is_admin());
+        assert_eq!(me.csrf_token.as_deref(), Some("t"));
+        assert_eq!(serde_json::to_value(&me).unwrap()["via"], "session");
+    }
+
+    #[test]
+    fn a_key_is_named_by_its_strongest_scope() {
+        let me = MeView {
+            via: Via::ApiKey,
+            scopes: vec![Scope::Admin],
+            api_key: Some(MeKeyView { id: ApiKeyId(3), name: "ci".into(), prefix: "fl_".into(), team_id: None }),
+            ..MeView::default()
+        };
+        assert_eq!(me.role_label(), "admin key");
+        assert_eq!(me.who(), "API key “ci”");
+        assert_eq!(serde_json::to_value(&me).unwrap()["via"], "api_key");
+    }
+}

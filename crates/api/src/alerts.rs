@@ -350,3 +350,33 @@ pub struct SilenceBody {
 pub struct SilenceList {
     pub silences: Vec<SilenceView>,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_error_without_a_position_has_no_position_fields() {
+        let detail = |position: Option<usize>| RuleErrorDetail {
+            code: "validation_failed".into(),
+            message: "m".into(),
+            field: "condition".into(),
+            position,
+            column: position.map(|p| p + 1),
+        };
+        let plain = serde_json::to_value(RuleErrorBody { error: detail(None) }).unwrap();
+        assert_eq!(
+            plain,
+            serde_json::json!({"error": {"code": "validation_failed", "message": "m", "field": "condition"}})
+        );
+        let at = serde_json::to_value(RuleErrorBody { error: detail(Some(4)) }).unwrap();
+        assert_eq!(at["error"]["position"], 4);
+        assert_eq!(at["error"]["column"], 5);
+    }
+
+    #[test]
+    fn a_rule_patch_sends_only_what_it_changes() {
+        let patch = RuleBody { enabled: Some(false), channels: Some(vec![ChannelId(2)]), ..RuleBody::default() };
+        assert_eq!(serde_json::to_value(&patch).unwrap(), serde_json::json!({"enabled": false, "channels": [2]}));
+    }
+}
