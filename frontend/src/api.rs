@@ -10,12 +10,18 @@
 use std::cell::RefCell;
 use std::fmt;
 
-use fleetlens_api::accounts::{NewUserBody, UserPatch};
-use fleetlens_api::alerts::{ChannelBody, ChannelList, ChannelView, SilenceBody, SilenceList, SilenceView};
+use fleetlens_api::accounts::{
+    AssignBody, CreatedKeyView, HostView, KeyView, LoginBody, MeView, NewKeyBody, NewUserBody, PasswordBody,
+    SessionView, TeamBody, TeamView, UserPatch, UserView,
+};
+use fleetlens_api::alerts::{
+    AlertList, ChannelBody, ChannelList, ChannelView, CheckBody, ConditionCheck, RuleBody, RuleFields, RuleList,
+    RuleView, SilenceBody, SilenceList, SilenceView, TestResult,
+};
 use fleetlens_api::analytics::Prices;
 use fleetlens_api::gpus::GpuDetail;
 use fleetlens_api::{BillingReport, ErrorBody, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
-use fleetlens_core::PriceTable;
+use fleetlens_core::{PriceTable, TeamId};
 use gloo_net::http::{Request, RequestBuilder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -23,9 +29,6 @@ use serde_json::{Map, Value};
 
 pub mod actions;
 
-use crate::wire::{
-    AlertList, CreatedKey, HostTeams, KeyInfo, LoginAnswer, Me, Rule, RuleFields, RuleList, Team, TestResult, User,
-};
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
 const PREFIX: &str = "/api/v1";
@@ -228,37 +231,32 @@ fn seg(s: &str) -> String {
 }
 
 /// `POST /api/v1/auth/login`: starts a session (the cookie) and keeps its CSRF token.
-pub async fn login(email: &str, password: &str) -> ApiResult<Me> {
+pub async fn login(email: &str, password: &str) -> ApiResult<MeView> {
     let path = format!("{PREFIX}/auth/login");
-    #[derive(Serialize)]
-    struct Credentials<'a> {
-        email: &'a str,
-        password: &'a str,
-    }
-    let body = to_body(&Credentials { email, password });
+    let body = to_body(&LoginBody { email: email.into(), password: password.into() });
     // A stale API key must not stand in for the session being made.
     if let Some(s) = storage() {
         let _ = s.remove_item(KEY_STORAGE);
     }
     let text = send(Request::post(&path), false, &path, None, Some(body)).await?;
-    let me = Me::from(parse::<LoginAnswer>(&text, &path)?);
+    let me = MeView::from(parse::<SessionView>(&text, &path)?);
     set_csrf(me.csrf_token.clone());
     Ok(me)
 }
 
 /// Checks an API key with `GET /api/v1/auth/me`, and keeps it if the server accepts it.
-pub async fn login_with_key(key: &str) -> ApiResult<Me> {
+pub async fn login_with_key(key: &str) -> ApiResult<MeView> {
     let path = format!("{PREFIX}/auth/me");
     let text = send(Request::get(&path), false, &path, Some(key), None).await?;
-    let me = parse::<Me>(&text, &path)?;
+    let me = parse::<MeView>(&text, &path)?;
     remember_key(key);
     set_csrf(None);
     Ok(me)
 }
 
 /// `GET /api/v1/auth/me`: who is logged in (the cookie's session or the stored key).
-pub async fn me() -> ApiResult<Me> {
-    let me: Me = get("/auth/me", &[]).await?;
+pub async fn me() -> ApiResult<MeView> {
+    let me: MeView = get("/auth/me", &[]).await?;
     set_csrf(me.csrf_token.clone());
     Ok(me)
 }
@@ -346,24 +344,20 @@ pub async fn rule_fields() -> ApiResult<RuleFields> {
 /// `POST /api/v1/alert-rules/check`: parses a condition without storing it.
 pub async fn check_condition(condition: &str) -> ApiResult<()> {
     let path = format!("{PREFIX}/alert-rules/check");
-    #[derive(Serialize)]
-    struct Check<'a> {
-        condition: &'a str,
-    }
-    let body = to_body(&Check { condition });
-    send_json::<Value>(Request::post(&path), &path, body).await.map(|_| ())
+    let body = to_body(&CheckBody { condition: condition.into() });
+    send_json::<ConditionCheck>(Request::post(&path), &path, body).await.map(|_| ())
 }
 
 /// `POST /api/v1/alert-rules` (`id` None) or `PUT /api/v1/alert-rules/{id}`.
-pub async fn save_rule(id: Option<i64>, body: &Value) -> ApiResult<Rule> {
+pub async fn save_rule(id: Option<i64>, body: &RuleBody) -> ApiResult<RuleView> {
     match id {
         None => {
             let path = format!("{PREFIX}/alert-rules");
-            send_json(Request::post(&path), &path, body.to_string()).await
+            send_json(Request::post(&path), &path, to_body(body)).await
         }
         Some(id) => {
             let path = format!("{PREFIX}/alert-rules/{id}");
-            send_json(Request::put(&path), &path, body.to_string()).await
+            send_json(Request::put(&path), &path, to_body(body)).await
         }
     }
 }
@@ -428,19 +422,15 @@ pub async fn put_thresholds(values: &Map<String, Value>) -> ApiResult<Map<String
 }
 
 /// `GET /api/v1/api-keys`: all of the organisation's for an admin, else the caller's own.
-pub async fn api_keys() -> ApiResult<Vec<KeyInfo>> {
+pub async fn api_keys() -> ApiResult<Vec<KeyView>> {
     get("/api-keys", &[]).await
 }
 
 /// `POST /api/v1/api-keys`: the answer holds the secret, shown once.
-pub async fn create_api_key(name: &str, scopes: &[String]) -> ApiResult<CreatedKey> {
+pub async fn create_api_key(name: &str, scopes: &[String]) -> ApiResult<CreatedKeyView> {
     let path = format!("{PREFIX}/api-keys");
-    #[derive(Serialize)]
-    struct NewKey<'a> {
-        name: &'a str,
-        scopes: &'a [String],
-    }
-    send_json(Request::post(&path), &path, to_body(&NewKey { name, scopes })).await
+    let body = NewKeyBody { name: name.into(), scopes: scopes.to_vec(), team_id: None };
+    send_json(Request::post(&path), &path, to_body(&body)).await
 }
 
 /// `DELETE /api/v1/api-keys/{id}`: revokes the key.
@@ -450,12 +440,12 @@ pub async fn revoke_api_key(id: i64) -> ApiResult<()> {
 }
 
 /// `GET /api/v1/users`
-pub async fn users() -> ApiResult<Vec<User>> {
+pub async fn users() -> ApiResult<Vec<UserView>> {
     get("/users", &[]).await
 }
 
 /// `POST /api/v1/users`
-pub async fn create_user(body: &NewUserBody) -> ApiResult<User> {
+pub async fn create_user(body: &NewUserBody) -> ApiResult<UserView> {
     let path = format!("{PREFIX}/users");
     send_json(Request::post(&path), &path, to_body(body)).await
 }
@@ -463,19 +453,13 @@ pub async fn create_user(body: &NewUserBody) -> ApiResult<User> {
 /// `PUT /api/v1/auth/password`: the logged-in user's own password; with `revoke_api_keys`
 /// every API key the user made is revoked too (after a suspected compromise).
 pub async fn change_password(current: &str, new: &str, revoke_api_keys: bool) -> ApiResult<()> {
-    #[derive(Serialize)]
-    struct Body<'a> {
-        current_password: &'a str,
-        new_password: &'a str,
-        revoke_api_keys: bool,
-    }
     let path = format!("{PREFIX}/auth/password");
-    let body = to_body(&Body { current_password: current, new_password: new, revoke_api_keys });
+    let body = to_body(&PasswordBody { current_password: current.into(), new_password: new.into(), revoke_api_keys });
     send(Request::put(&path), true, &path, None, Some(body)).await.map(|_| ())
 }
 
 /// `PUT /api/v1/users/{id}` with the fields to change.
-pub async fn update_user(id: i64, body: &UserPatch) -> ApiResult<User> {
+pub async fn update_user(id: i64, body: &UserPatch) -> ApiResult<UserView> {
     let path = format!("{PREFIX}/users/{id}");
     send_json(Request::put(&path), &path, to_body(body)).await
 }
@@ -487,18 +471,14 @@ pub async fn delete_user(id: i64) -> ApiResult<()> {
 }
 
 /// `GET /api/v1/teams`
-pub async fn teams() -> ApiResult<Vec<Team>> {
+pub async fn teams() -> ApiResult<Vec<TeamView>> {
     get("/teams", &[]).await
 }
 
 /// `POST /api/v1/teams`
-pub async fn create_team(name: &str) -> ApiResult<Team> {
+pub async fn create_team(name: &str) -> ApiResult<TeamView> {
     let path = format!("{PREFIX}/teams");
-    #[derive(Serialize)]
-    struct NewTeam<'a> {
-        name: &'a str,
-    }
-    send_json(Request::post(&path), &path, to_body(&NewTeam { name })).await
+    send_json(Request::post(&path), &path, to_body(&TeamBody { name: name.into() })).await
 }
 
 /// `DELETE /api/v1/teams/{id}`
@@ -508,18 +488,14 @@ pub async fn delete_team(id: i64) -> ApiResult<()> {
 }
 
 /// `GET /api/v1/hosts`
-pub async fn hosts() -> ApiResult<Vec<HostTeams>> {
+pub async fn hosts() -> ApiResult<Vec<HostView>> {
     get("/hosts", &[]).await
 }
 
 /// `PUT /api/v1/hosts/{host}/team`: the host's team (None: no assignment).
-pub async fn assign_host(host: &str, team_id: Option<i64>) -> ApiResult<HostTeams> {
+pub async fn assign_host(host: &str, team_id: Option<TeamId>) -> ApiResult<HostView> {
     let path = format!("{PREFIX}/hosts/{}/team", seg(host));
-    #[derive(Serialize)]
-    struct Assignment {
-        team_id: Option<i64>,
-    }
-    send_json(Request::put(&path), &path, to_body(&Assignment { team_id })).await
+    send_json(Request::put(&path), &path, to_body(&AssignBody { team_id })).await
 }
 
 /// `GET /api/v1/jobs?from=&to=`

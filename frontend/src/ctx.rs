@@ -10,7 +10,7 @@ use leptos::task::spawn_local;
 
 use crate::api::{self, ApiError, ApiResult};
 use crate::live::Live;
-use crate::wire::Me;
+use fleetlens_api::accounts::MeView as Me;
 
 /// How often live data is fetched again.
 pub const POLL: Duration = Duration::from_secs(5);

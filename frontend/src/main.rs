@@ -11,7 +11,6 @@ mod owners;
 mod pages;
 mod states;
 mod url_state;
-mod wire;
 
 fn main() {
     leptos::mount::mount_to_body(app::App);

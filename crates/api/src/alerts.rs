@@ -1,8 +1,232 @@
-//! Bodies of the alerting endpoints: notification channels and silences.
+//! Bodies of the alerting endpoints: rules and the condition language, alerts and their
+//! notifications, notification channels and their delivery log, silences.
 
-use fleetlens_core::rules::{Matchers, SilenceWindow};
+use std::collections::BTreeMap;
+
+use fleetlens_core::rules::{FieldType, Matchers, SilenceWindow};
+use fleetlens_core::{AlertId, ChannelId, RuleId, WorkloadState};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
+
+use crate::AlertView;
+
+// ---- rules ----
+
+/// An alert rule.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleView {
+    pub id: RuleId,
+    pub name: String,
+    pub condition: String,
+    pub for_s: i64,
+    pub keep_firing_for_s: i64,
+    pub repeat_interval_s: i64,
+    /// `info`, `warning` or `critical`.
+    pub severity: String,
+    pub labels: BTreeMap<String, String>,
+    pub description: String,
+    pub advice: String,
+    pub channels: Vec<ChannelId>,
+    pub enabled: bool,
+    /// Key of the shipped rule this started as (null for a rule a user wrote).
+    pub builtin: Option<String>,
+    pub created_ms: i64,
+    pub updated_ms: i64,
+    /// Rules whose alerts this rule's open alerts hold back: shipped rule keys or rule names,
+    /// `*` (every other rule), `state:<state>` (rules that hold in that workload state).
+    pub inhibits: Vec<String>,
+    /// Where: `gpu` (the same GPU), `host` or `job` (the same `owner_job`).
+    pub inhibit_scope: String,
+}
+
+/// `{"rules": [...]}`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleList {
+    pub rules: Vec<RuleView>,
+}
+
+/// `POST /api/v1/alert-rules` takes these (name and condition required); `PUT` changes the
+/// fields it names.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct RuleBody {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub condition: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub for_s: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub keep_firing_for_s: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub repeat_interval_s: Option<i64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub severity: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub description: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub advice: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub channels: Option<Vec<ChannelId>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enabled: Option<bool>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inhibits: Option<Vec<String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inhibit_scope: Option<String>,
+}
+
+/// `GET /api/v1/alert-rules/fields`: the condition language: its fields, states, severities
+/// and operators.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleFields {
+    pub fields: Vec<FieldInfo>,
+    pub states: Vec<WorkloadState>,
+    pub severities: Vec<String>,
+    pub operators: Vec<String>,
+}
+
+/// One field of the condition language (the owned form of `fleetlens_core::rules::FieldDef`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct FieldInfo {
+    pub name: String,
+    #[serde(rename = "type")]
+    pub ty: FieldType,
+    pub unit: String,
+    pub doc: String,
+}
+
+impl From<&fleetlens_core::rules::FieldDef> for FieldInfo {
+    fn from(f: &fleetlens_core::rules::FieldDef) -> Self {
+        FieldInfo { name: f.name.into(), ty: f.ty, unit: f.unit.into(), doc: f.doc.into() }
+    }
+}
+
+/// `POST /api/v1/alert-rules/check`: a condition to parse without storing anything.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(deny_unknown_fields)]
+pub struct CheckBody {
+    pub condition: String,
+}
+
+/// A condition that parses, and the fields it reads.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ConditionCheck {
+    pub ok: bool,
+    pub fields: Vec<String>,
+}
+
+/// The 422 of a rule or condition that does not validate: the field at fault and, for a
+/// condition that does not parse, where in it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleErrorBody {
+    pub error: RuleErrorDetail,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct RuleErrorDetail {
+    /// `validation_failed`.
+    pub code: String,
+    pub message: String,
+    pub field: String,
+    /// 0-based character position in the condition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub position: Option<usize>,
+    /// 1-based column (`position + 1`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub column: Option<usize>,
+}
+
+// ---- alerts and their notifications ----
+
+/// `{"alerts": [...]}`, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AlertList {
+    pub alerts: Vec<AlertView>,
+}
+
+/// A notification message in the outbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct OutboxView {
+    pub id: i64,
+    pub channel_id: ChannelId,
+    pub kind: String,
+    pub seq: i64,
+    pub status: String,
+    pub attempts: i64,
+    pub next_attempt_ms: i64,
+    pub last_error: Option<String>,
+    pub last_status_code: Option<i64>,
+    pub created_ms: i64,
+    pub delivered_ms: Option<i64>,
+}
+
+/// One delivery attempt of a notification.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeliveryView {
+    pub id: i64,
+    pub message_id: Option<i64>,
+    pub alert_id: Option<AlertId>,
+    /// Never reused: the channel the attempt went to, even after it was deleted.
+    pub channel_id: ChannelId,
+    /// The channel has been deleted since.
+    pub channel_deleted: bool,
+    pub kind: String,
+    pub attempt: i64,
+    pub at_ms: i64,
+    /// `delivered`, `retry`, `failed`, `suppressed` (a silence held it back) or `lease_lost`.
+    pub outcome: String,
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+    pub duration_ms: Option<i64>,
+}
+
+/// One alert with its notification messages and delivery attempts.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct AlertDetail {
+    #[serde(flatten)]
+    pub alert: AlertView,
+    pub messages: Vec<OutboxView>,
+    pub deliveries: Vec<DeliveryView>,
+}
+
+/// `{"deliveries": [...]}`, newest first.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct DeliveryList {
+    pub deliveries: Vec<DeliveryView>,
+}
+
+/// `POST /api/v1/notification-channels/{id}/test`: the outcome of a test message.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct TestResult {
+    pub message_id: i64,
+    pub delivered: bool,
+    /// Outbox status: `delivered`, `sending`, `failed` …
+    pub status: String,
+    pub attempts: i64,
+    /// HTTP status the receiver answered, if it answered.
+    pub status_code: Option<i64>,
+    pub error: Option<String>,
+}
+
+// ---- channels ----
 
 /// A notification channel.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
@@ -125,4 +349,34 @@ pub struct SilenceBody {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SilenceList {
     pub silences: Vec<SilenceView>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_rule_error_without_a_position_has_no_position_fields() {
+        let detail = |position: Option<usize>| RuleErrorDetail {
+            code: "validation_failed".into(),
+            message: "m".into(),
+            field: "condition".into(),
+            position,
+            column: position.map(|p| p + 1),
+        };
+        let plain = serde_json::to_value(RuleErrorBody { error: detail(None) }).unwrap();
+        assert_eq!(
+            plain,
+            serde_json::json!({"error": {"code": "validation_failed", "message": "m", "field": "condition"}})
+        );
+        let at = serde_json::to_value(RuleErrorBody { error: detail(Some(4)) }).unwrap();
+        assert_eq!(at["error"]["position"], 4);
+        assert_eq!(at["error"]["column"], 5);
+    }
+
+    #[test]
+    fn a_rule_patch_sends_only_what_it_changes() {
+        let patch = RuleBody { enabled: Some(false), channels: Some(vec![ChannelId(2)]), ..RuleBody::default() };
+        assert_eq!(serde_json::to_value(&patch).unwrap(), serde_json::json!({"enabled": false, "channels": [2]}));
+    }
 }

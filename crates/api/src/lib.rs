@@ -12,6 +12,7 @@ pub mod accounts;
 pub mod actions;
 pub mod alerts;
 pub mod analytics;
+pub mod events;
 pub mod gpus;
 pub mod health;
 pub mod live;

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 /// priority order (first match wins), which is also the order dashboards list them in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum WorkloadState {
     Offline,
     Idle,

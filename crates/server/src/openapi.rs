@@ -31,7 +31,7 @@ pub const SESSION: &str = "session";
             milliseconds; times in bodies and responses are Unix milliseconds. Every error is \
             `{\"error\": {\"code\", \"message\"}}`.",
     ),
-    components(schemas(ErrorBody, fleetlens_api::ErrorDetail)),
+    components(schemas(ErrorBody, fleetlens_api::ErrorDetail, fleetlens_api::alerts::RuleErrorBody)),
     modifiers(&Security),
     security(("api_key" = []), ("session" = [])),
 )]

@@ -9,7 +9,6 @@ use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
-use serde_json::{Value, json};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
@@ -19,7 +18,9 @@ use crate::url_state::query_setter;
 use fleetlens_api::alerts::{ChannelBody, ChannelView as Channel, SilenceBody, SilenceList};
 use fleetlens_core::rules::{Matchers, SilenceWindow, silenced_by};
 
-use crate::wire::{Alert, Rule, TestResult};
+use fleetlens_api::AlertView as Alert;
+use fleetlens_api::alerts::{RuleBody, RuleView as Rule, TestResult};
+use fleetlens_core::ChannelId;
 
 fn status_class(a: &Alert, silenced: bool) -> &'static str {
     match (silenced, a.status.as_str()) {
@@ -541,7 +542,7 @@ impl Default for RuleDraft {
 impl RuleDraft {
     fn of(r: &Rule) -> RuleDraft {
         RuleDraft {
-            id: Some(r.id),
+            id: Some(r.id.get()),
             name: r.name.clone(),
             condition: r.condition.clone(),
             for_s: r.for_s.to_string(),
@@ -549,34 +550,35 @@ impl RuleDraft {
             severity: r.severity.clone(),
             description: r.description.clone(),
             advice: r.advice.clone(),
-            channels: r.channels.clone(),
+            channels: r.channels.iter().map(|c| c.get()).collect(),
             enabled: r.enabled,
         }
     }
 
     /// The request body, or the field that is not a whole number of seconds.
-    fn body(&self) -> Result<Value, (&'static str, String)> {
+    fn body(&self) -> Result<RuleBody, (&'static str, String)> {
         let secs = |field: &'static str, v: &str| {
             v.trim().parse::<i64>().map_err(|_| (field, format!("{field}: enter whole seconds, e.g. 300")))
         };
-        Ok(json!({
-            "name": self.name.trim(),
-            "condition": self.condition,
-            "for_s": secs("for_s", &self.for_s)?,
-            "keep_firing_for_s": secs("keep_firing_for_s", &self.keep_firing_for_s)?,
-            "severity": self.severity,
-            "description": self.description,
-            "advice": self.advice,
-            "channels": self.channels,
-            "enabled": self.enabled,
-        }))
+        Ok(RuleBody {
+            name: Some(self.name.trim().to_string()),
+            condition: Some(self.condition.clone()),
+            for_s: Some(secs("for_s", &self.for_s)?),
+            keep_firing_for_s: Some(secs("keep_firing_for_s", &self.keep_firing_for_s)?),
+            severity: Some(self.severity.clone()),
+            description: Some(self.description.clone()),
+            advice: Some(self.advice.clone()),
+            channels: Some(self.channels.iter().copied().map(ChannelId::from).collect()),
+            enabled: Some(self.enabled),
+            ..RuleBody::default()
+        })
     }
 }
 
 const RULE_FIELDS: &[&str] = &["name", "condition", "for_s", "keep_firing_for_s", "severity", "channels"];
 
 #[component]
-fn Rules(res: LocalResource<api::ApiResult<crate::wire::RuleList>>, refresh: Callback<()>) -> impl IntoView {
+fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, refresh: Callback<()>) -> impl IntoView {
     let ctx = use_app();
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
@@ -616,14 +618,14 @@ fn Rules(res: LocalResource<api::ApiResult<crate::wire::RuleList>>, refresh: Cal
     let toggle = Callback::new(move |r: Rule| {
         let enabled = !r.enabled;
         run(Box::pin(async move {
-            api::save_rule(Some(r.id), &json!({ "enabled": enabled })).await?;
+            api::save_rule(Some(r.id.get()), &RuleBody { enabled: Some(enabled), ..RuleBody::default() }).await?;
             Ok(format!("Rule “{}” {}.", r.name, if enabled { "enabled" } else { "disabled" }))
         }))
     });
     let delete = Callback::new(move |r: Rule| {
         confirm_delete.set(None);
         run(Box::pin(async move {
-            api::delete_rule(r.id).await?;
+            api::delete_rule(r.id.get()).await?;
             Ok(format!("Rule “{}” deleted.", r.name))
         }))
     });
@@ -674,7 +676,7 @@ fn Rules(res: LocalResource<api::ApiResult<crate::wire::RuleList>>, refresh: Cal
                                     {l.into_iter()
                                         .map(|r| {
                                             let (r1, r2, r3, r4) = (r.clone(), r.clone(), r.clone(), r.clone());
-                                            let id = r.id;
+                                            let id = r.id.get();
                                             view! {
                                                 <tr data-rule-id=r.id.to_string()>
                                                     <th scope="row">
@@ -805,7 +807,7 @@ fn RuleEditor(
                             <li><code>{fi.name}</code>{(!fi.unit.is_empty()).then(|| format!(" ({})", fi.unit))}" — "{fi.doc}</li>
                         }).collect_view()}
                     </ul>
-                    <p class="small">"States: " {f.states.join(", ")}</p>
+                    <p class="small">"States: " {f.states.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")}</p>
                 </details>
             }
         })

@@ -219,8 +219,8 @@ pub fn GpuDetailPage() -> impl IntoView {
 
 /// For each open alert held back by another, the chain to the alert that speaks for them all:
 /// `Busy but hollow ← Stalled GPU (possible hung collective) ← Agent offline`.
-fn inhibition_chains(list: &[crate::wire::Alert]) -> Vec<String> {
-    let by_id: std::collections::HashMap<i64, &crate::wire::Alert> = list.iter().map(|a| (a.id, a)).collect();
+fn inhibition_chains(list: &[fleetlens_api::AlertView]) -> Vec<String> {
+    let by_id: std::collections::HashMap<i64, &fleetlens_api::AlertView> = list.iter().map(|a| (a.id, a)).collect();
     // Only the ends of chains: alerts no other open alert is held back by.
     let sources: std::collections::HashSet<i64> =
         list.iter().filter(|a| a.status != "resolved").filter_map(|a| a.inhibited_by).collect();

@@ -5,6 +5,7 @@
 //! and whether the run is still open); a running run can be ended from here
 //! (`POST /api/v1/jobs/{id}/end`) by a caller who may send data.
 
+use fleetlens_core::Scope;
 use fleetlens_core::jobcard::JobCard;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -27,7 +28,9 @@ struct JobParams {
 
 /// The caller may end a run: ending is a data-sending call (`ingest` scope; admins too).
 fn may_end() -> bool {
-    use_app().me.with(|m| m.as_ref().is_some_and(|m| m.scopes.iter().any(|s| s == "ingest" || s == "admin")))
+    use_app()
+        .me
+        .with(|m| m.as_ref().is_some_and(|m| m.scopes.iter().any(|s| matches!(s, Scope::Ingest | Scope::Admin))))
 }
 
 #[component]

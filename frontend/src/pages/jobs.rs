@@ -16,7 +16,7 @@ use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
 use crate::states;
 use crate::url_state::query_setter;
-use crate::wire::Team;
+use fleetlens_api::accounts::TeamView as Team;
 
 /// The card page of a run.
 pub fn card_href(run: &JobRun) -> String {
@@ -96,7 +96,7 @@ fn group_sums(runs: &[JobRun], key: impl Fn(&JobRun) -> Option<String>) -> Vec<(
 }
 
 fn team_name(teams: &[Team], id: Option<i64>) -> Option<String> {
-    id.map(|id| teams.iter().find(|t| t.id == id).map(|t| t.name.clone()).unwrap_or_else(|| format!("team {id}")))
+    id.map(|id| teams.iter().find(|t| t.id.get() == id).map(|t| t.name.clone()).unwrap_or_else(|| format!("team {id}")))
 }
 
 #[component]

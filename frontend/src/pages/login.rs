@@ -8,7 +8,7 @@ use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::api::{self, ApiResult};
 use crate::ctx::use_app;
-use crate::wire::Me;
+use fleetlens_api::accounts::MeView as Me;
 
 #[component]
 pub fn Login() -> impl IntoView {

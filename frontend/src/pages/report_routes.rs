@@ -10,7 +10,7 @@ use crate::api::actions::{self, NewReportRoute};
 use crate::api::{self, ApiError};
 use crate::components::status::{ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
 use crate::ctx::{latest_ok, polled, use_app};
-use crate::wire::Team;
+use fleetlens_api::accounts::TeamView as Team;
 use fleetlens_api::alerts::ChannelView as Channel;
 
 /// A number typed in a form: empty means the server's default.
@@ -144,7 +144,7 @@ pub fn ReportRoutes() -> impl IntoView {
                                 {list.into_iter().map(|r| {
                                     let id = r.id;
                                     let who = r.owner.clone().unwrap_or_else(|| "anyone".into());
-                                    let team = r.team_id.map(|t| tms.iter().find(|x| x.id == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
+                                    let team = r.team_id.map(|t| tms.iter().find(|x| x.id.get() == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
                                     let aria_label = format!("Delete the route of {who}");
                                     let on_confirm = Callback::new(move |()| delete(id));
                                     view! {

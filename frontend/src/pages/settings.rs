@@ -5,8 +5,8 @@
 
 use std::collections::BTreeMap;
 
-use fleetlens_api::accounts::{NewUserBody, UserPatch};
-use fleetlens_core::{GpuModel, PriceTable, SPECS};
+use fleetlens_api::accounts::{NewUserBody, UserPatch, Via};
+use fleetlens_core::{GpuModel, PriceTable, SPECS, Scope, TeamId};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -48,7 +48,7 @@ pub fn SettingsPage() -> impl IntoView {
                         <div class="adv-row"><dt>{who_label}</dt><dd>{who}</dd></div>
                         <div class="adv-row"><dt>"Role"</dt><dd data-testid="role">{m.role_label()}</dd></div>
                         <div class="adv-row"><dt>"Organisation"</dt><dd>{m.org.name.clone()}</dd></div>
-                        <div class="adv-row"><dt>"Signed in with"</dt><dd>{if m.via == "session" { "a session (email and password)" } else { "an API key" }}</dd></div>
+                        <div class="adv-row"><dt>"Signed in with"</dt><dd>{if m.via == Via::Session { "a session (email and password)" } else { "an API key" }}</dd></div>
                     }
                 }}
                 <div class="adv-row"><dt>"Server"</dt><dd><code>{window().location().origin().unwrap_or_default()}</code></dd></div>
@@ -61,14 +61,14 @@ pub fn SettingsPage() -> impl IntoView {
                 <button type="button" class="btn" on:click=log_out>"Log out"</button>
             </div>
         </section>
-        <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.via == "session" && m.user.is_some()))>
+        <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.via == Via::Session && m.user.is_some()))>
             <ChangePassword/>
         </Show>
         <Alerting/>
         <Thresholds/>
         <Prices/>
         <Teams/>
-        <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.scopes.iter().any(|s| s == "ingest")))>
+        <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.scopes.contains(&Scope::Ingest)))>
             <ApiKeys/>
         </Show>
         <Show when=move || ctx.is_admin() && ctx.me.with(|m| m.as_ref().is_some_and(|m| m.user.is_some()))>
@@ -209,7 +209,7 @@ fn Teams() -> impl IntoView {
                 Some(_) => format!("Host {host} assigned."),
                 None => format!("Host {host} no longer assigned."),
             };
-            done(api::assign_host(&host, team).await.map(|_| what));
+            done(api::assign_host(&host, team.map(TeamId::from)).await.map(|_| what));
         });
     };
     let name_error = about(error, "name");
@@ -230,7 +230,7 @@ fn Teams() -> impl IntoView {
                 view! {
                     <ul class="team-list">
                         {list.into_iter().map(|t| {
-                            let id = t.id;
+                            let id = t.id.get();
                             let n = t.name.clone();
                             view! {
                                 <li data-team-id=t.id.to_string()>
@@ -346,7 +346,7 @@ fn ApiKeys() -> impl IntoView {
     let name = RwSignal::new(String::new());
     let scopes = RwSignal::new(vec!["read".to_string()]);
     let error = RwSignal::new(None::<ApiError>);
-    let created = RwSignal::new(None::<crate::wire::CreatedKey>);
+    let created = RwSignal::new(None::<fleetlens_api::accounts::CreatedKeyView>);
     let confirm = RwSignal::new(None::<i64>);
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
@@ -409,13 +409,13 @@ fn ApiKeys() -> impl IntoView {
                                 </thead>
                                 <tbody>
                                     {list.into_iter().map(|k| {
-                                        let id = k.id;
+                                        let id = k.id.get();
                                         let name = k.name.clone();
                                         view! {
                                             <tr data-key-id=k.id.to_string()>
                                                 <th scope="row">{k.name.clone()}</th>
                                                 <td><code>{format!("{}…", k.prefix)}</code></td>
-                                                <td>{k.scopes.join(", ")}</td>
+                                                <td>{k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")}</td>
                                                 <td>{format::date_time(k.created_ms)}</td>
                                                 <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
                                                 <td>
@@ -483,7 +483,7 @@ fn ApiKeys() -> impl IntoView {
             <FormError error fields=&["name", "scopes"]/>
             {move || created.get().map(|k| view! {
                 <div class="banner banner-ok new-key" role="status">
-                    <p>{format!("Key “{}” created. Copy it now: it is not shown again.", k.info.name)}</p>
+                    <p>{format!("Key “{}” created. Copy it now: it is not shown again.", k.view.name)}</p>
                     <p><code class="secret" data-testid="new-key">{k.key}</code></p>
                 </div>
             })}
@@ -525,7 +525,7 @@ fn Users() -> impl IntoView {
             role: role.get_untracked(),
         };
         spawn_local(async move {
-            let out = api::create_user(&body).await.map(|u| format!("User {} added as {}.", u.email, u.role));
+            let out = api::create_user(&body).await.map(|u| format!("User {} added as {}.", u.email, u.role.as_str()));
             if out.is_ok() {
                 for s in [email, name, password] {
                     s.set(String::new());
@@ -566,8 +566,8 @@ fn Users() -> impl IntoView {
                                 </thead>
                                 <tbody>
                                     {list.into_iter().map(|u| {
-                                        let id = u.id;
-                                        let is_me = me == Some(id);
+                                        let id = u.id.get();
+                                        let is_me = me == Some(id.into());
                                         let (e1, e2, e3) = (u.email.clone(), u.email.clone(), u.email.clone());
                                         let disabled = u.disabled;
                                         view! {
@@ -582,7 +582,7 @@ fn Users() -> impl IntoView {
                                                             update(id, UserPatch { role: Some(r.clone()), ..Default::default() }, format!("{e1} is now {r}."));
                                                         }
                                                     >
-                                                        {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role == r>{r}</option> }).collect_view()}
+                                                        {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role.as_str() == r>{r}</option> }).collect_view()}
                                                     </select>
                                                 </td>
                                                 <td>{if disabled { view! { <span class="pill pill-muted">"disabled"</span> }.into_any() } else { view! { <span class="pill pill-ok">"enabled"</span> }.into_any() }}</td>

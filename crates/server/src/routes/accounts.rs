@@ -16,14 +16,17 @@ use axum::extract::{Path, State};
 use axum::http::header::{CONTENT_TYPE, SET_COOKIE};
 use axum::http::{Extensions, HeaderMap, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
-use fleetlens_api::accounts::{NewUserBody, UserPatch};
+use fleetlens_api::accounts::{
+    AssignBody, CreatedKeyView, CreatedOrgView, GpuTeamView, HostView, KeyView, LoginBody, MeKeyView, MeView,
+    NewKeyBody, NewOrgBody, NewUserBody, OrgView, PasswordBody, SessionView, TeamBody, TeamView, UserPatch, UserView,
+    Via,
+};
 use fleetlens_store::accounts::{
     ApiKeyInfo, Assigned, GpuTeam, HostRecord, NewSession, NewUser, OrgRecord, Role, TeamRecord, UserRecord,
     UserUpdate, expand_scopes,
 };
 use fleetlens_store::{NewApiKey, Scope, StoreError, hash_api_key};
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
 
 use crate::accounts::{
     MAX_PASSWORD, check_password_policy, clean_name, client_ip, hash_password_blocking, new_api_key, normalize_email,
@@ -34,148 +37,66 @@ use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
 use crate::time::now_ms;
 
-// ---- views ----
+// ---- views (the wire types are `fleetlens_api::accounts`'s) ----
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct OrgView {
-    pub id: i64,
-    pub name: String,
-    pub created_ms: i64,
+fn org_view(o: OrgRecord) -> OrgView {
+    OrgView { id: o.id.into(), name: o.name, created_ms: o.created_ms }
 }
 
-impl From<OrgRecord> for OrgView {
-    fn from(o: OrgRecord) -> Self {
-        OrgView { id: o.id, name: o.name, created_ms: o.created_ms }
+fn user_view(u: UserRecord) -> UserView {
+    UserView {
+        id: u.id.into(),
+        email: u.email,
+        name: u.name,
+        role: u.role,
+        disabled: u.disabled_ms.is_some(),
+        created_ms: u.created_ms,
+        updated_ms: u.updated_ms,
+        last_login_ms: u.last_login_ms,
+        disabled_ms: u.disabled_ms,
     }
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct UserView {
-    pub id: i64,
-    pub email: String,
-    pub name: String,
-    pub role: &'static str,
-    pub disabled: bool,
-    pub created_ms: i64,
-    pub updated_ms: i64,
-    pub last_login_ms: Option<i64>,
-    pub disabled_ms: Option<i64>,
-}
-
-impl From<UserRecord> for UserView {
-    fn from(u: UserRecord) -> Self {
-        UserView {
-            id: u.id,
-            email: u.email,
-            name: u.name,
-            role: u.role.as_str(),
-            disabled: u.disabled_ms.is_some(),
-            created_ms: u.created_ms,
-            updated_ms: u.updated_ms,
-            last_login_ms: u.last_login_ms,
-            disabled_ms: u.disabled_ms,
-        }
+fn team_view(t: TeamRecord) -> TeamView {
+    TeamView {
+        id: t.id.into(),
+        name: t.name,
+        created_ms: t.created_ms,
+        members: t.members.into_iter().map(Into::into).collect(),
     }
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct TeamView {
-    pub id: i64,
-    pub name: String,
-    pub created_ms: i64,
-    /// User ids.
-    pub members: Vec<i64>,
-}
-
-impl From<TeamRecord> for TeamView {
-    fn from(t: TeamRecord) -> Self {
-        TeamView { id: t.id, name: t.name, created_ms: t.created_ms, members: t.members }
+fn key_view(k: ApiKeyInfo) -> KeyView {
+    KeyView {
+        id: k.key.id.into(),
+        name: k.key.name,
+        prefix: k.key.prefix,
+        scopes: k.key.scopes.clone(),
+        user_id: k.user_id.map(Into::into),
+        team_id: k.team_id.map(Into::into),
+        created_ms: k.key.created_ms,
+        last_used_ms: k.last_used_ms,
+        revoked: k.key.revoked_ms.is_some(),
+        revoked_ms: k.key.revoked_ms,
     }
 }
 
-/// An API key, never its secret.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct KeyView {
-    pub id: i64,
-    pub name: String,
-    /// The first characters of the key, to recognise it.
-    pub prefix: String,
-    pub scopes: Vec<&'static str>,
-    /// The user who made it.
-    pub user_id: Option<i64>,
-    /// Hosts that report with this key join this team.
-    pub team_id: Option<i64>,
-    pub created_ms: i64,
-    pub last_used_ms: Option<i64>,
-    pub revoked: bool,
-    pub revoked_ms: Option<i64>,
-}
-
-impl From<ApiKeyInfo> for KeyView {
-    fn from(k: ApiKeyInfo) -> Self {
-        KeyView {
-            id: k.key.id,
-            name: k.key.name,
-            prefix: k.key.prefix,
-            scopes: k.key.scopes.iter().map(|s| s.as_str()).collect(),
-            user_id: k.user_id,
-            team_id: k.team_id,
-            created_ms: k.key.created_ms,
-            last_used_ms: k.last_used_ms,
-            revoked: k.key.revoked_ms.is_some(),
-            revoked_ms: k.key.revoked_ms,
-        }
+fn gpu_team_view(g: GpuTeam) -> GpuTeamView {
+    GpuTeamView {
+        uuid: g.uuid,
+        host: g.host,
+        team_id: g.team_id.map(Into::into),
+        team_name: g.team_name,
+        team_source: g.source.map(|s| s.as_str().to_string()),
     }
 }
 
-/// A key just made: the only response that ever shows its secret.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct CreatedKeyView {
-    #[serde(flatten)]
-    pub view: KeyView,
-    /// The secret: shown once, stored only as a hash.
-    pub key: String,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct GpuTeamView {
-    pub uuid: String,
-    pub host: String,
-    pub team_id: Option<i64>,
-    pub team_name: Option<String>,
-    /// `gpu` or `host` (an admin), `key`, `label`.
-    pub team_source: Option<&'static str>,
-}
-
-impl From<GpuTeam> for GpuTeamView {
-    fn from(g: GpuTeam) -> Self {
-        GpuTeamView {
-            uuid: g.uuid,
-            host: g.host,
-            team_id: g.team_id,
-            team_name: g.team_name,
-            team_source: g.source.map(|s| s.as_str()),
-        }
-    }
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct HostView {
-    pub host: String,
-    /// The team an admin assigned the host to.
-    pub assigned_team_id: Option<i64>,
-    pub last_seen_ms: i64,
-    pub gpus: Vec<GpuTeamView>,
-}
-
-impl From<HostRecord> for HostView {
-    fn from(h: HostRecord) -> Self {
-        HostView {
-            host: h.host,
-            assigned_team_id: h.assigned_team_id,
-            last_seen_ms: h.last_seen_ms,
-            gpus: h.gpus.into_iter().map(GpuTeamView::from).collect(),
-        }
+fn host_view(h: HostRecord) -> HostView {
+    HostView {
+        host: h.host,
+        assigned_team_id: h.assigned_team_id.map(Into::into),
+        last_seen_ms: h.last_seen_ms,
+        gpus: h.gpus.into_iter().map(gpu_team_view).collect(),
     }
 }
 
@@ -239,23 +160,6 @@ async fn key_team_allowed(state: &AppState, caller: &Caller, team: Option<i64>) 
 
 // ---- sessions ----
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct LoginBody {
-    pub email: String,
-    pub password: String,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct SessionView {
-    pub user: UserView,
-    pub org: OrgView,
-    pub scopes: Vec<&'static str>,
-    /// Send this in `X-CSRF-Token` with every POST/PUT/PATCH/DELETE made with the session.
-    pub csrf_token: String,
-    pub expires_ms: i64,
-}
-
 /// `POST /api/v1/auth/login` `{"email", "password"}` → the session cookie and
 /// [`SessionView`]; 401 `invalid_credentials`, 429 `rate_limited` (with `Retry-After`).
 #[utoipa::path(post, path = "/auth/login", tag = "accounts", security(()), request_body = LoginBody, responses((status = 200, body = SessionView, description = "Logged in: the session cookie is set", headers(("set-cookie" = String))), crate::openapi::LoginErrors))]
@@ -307,9 +211,9 @@ pub async fn login(
         .await?;
     let org = state.store.org(user.org_id).await?.ok_or_else(|| not_found("organisation"))?;
     let view = SessionView {
-        scopes: user.role.scopes().iter().map(|s| s.as_str()).collect(),
-        user: UserView::from(user),
-        org: org.into(),
+        scopes: user.role.scopes().to_vec(),
+        user: user_view(user),
+        org: org_view(org),
         csrf_token,
         expires_ms,
     };
@@ -327,71 +231,39 @@ pub async fn logout(State(state): State<AppState>, method: Method, headers: Head
     Ok((StatusCode::NO_CONTENT, [(SET_COOKIE, state.config.accounts.clear_session_cookie())]).into_response())
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct MeKeyView {
-    pub id: i64,
-    pub name: String,
-    pub prefix: String,
-    pub team_id: Option<i64>,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct MeView {
-    pub org: OrgView,
-    /// `session` or `api_key`.
-    pub via: &'static str,
-    pub user: Option<UserView>,
-    pub role: Option<&'static str>,
-    pub scopes: Vec<&'static str>,
-    pub api_key: Option<MeKeyView>,
-    /// The session's CSRF token (send it in `X-CSRF-Token`).
-    pub csrf_token: Option<String>,
-    pub session_expires_ms: Option<i64>,
-}
-
 /// `GET /api/v1/auth/me`: who the caller is.
 #[utoipa::path(get, path = "/auth/me", tag = "accounts", responses((status = 200, body = MeView), crate::openapi::AuthErrors))]
 pub async fn me(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<MeView>> {
     let org = state.store.org(caller.org).await?.ok_or_else(|| not_found("organisation"))?;
-    let scopes = expand_scopes(&caller.key.scopes).iter().map(|s| s.as_str()).collect();
+    let scopes = expand_scopes(&caller.key.scopes).to_vec();
     let view = match caller.principal {
         Principal::Session { user, csrf_token, expires_ms, .. } => MeView {
-            org: org.into(),
-            via: "session",
-            role: Some(user.role.as_str()),
-            user: Some(user.into()),
+            org: org_view(org),
+            via: Via::Session,
+            role: Some(user.role),
+            user: Some(user_view(user)),
             scopes,
             api_key: None,
             csrf_token: Some(csrf_token),
             session_expires_ms: Some(expires_ms),
         },
         Principal::ApiKey { team, .. } => MeView {
-            org: org.into(),
-            via: "api_key",
+            org: org_view(org),
+            via: Via::ApiKey,
             user: None,
             role: None,
             scopes,
             api_key: Some(MeKeyView {
-                id: caller.key.id,
+                id: caller.key.id.into(),
                 name: caller.key.name,
                 prefix: caller.key.prefix,
-                team_id: team,
+                team_id: team.map(Into::into),
             }),
             csrf_token: None,
             session_expires_ms: None,
         },
     };
     Ok(Json(view))
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct PasswordBody {
-    pub current_password: String,
-    pub new_password: String,
-    /// Also revoke every API key this user made (after a suspected compromise).
-    #[serde(default)]
-    pub revoke_api_keys: bool,
 }
 
 /// `PUT /api/v1/auth/password` `{"current_password", "new_password", "revoke_api_keys"?}`
@@ -438,22 +310,6 @@ pub async fn change_password(
 
 // ---- organisations ----
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewOrgBody {
-    pub name: String,
-    pub admin_email: String,
-    pub admin_password: String,
-    #[serde(default)]
-    pub admin_name: Option<String>,
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct CreatedOrgView {
-    pub org: OrgView,
-    pub admin: UserView,
-}
-
 fn require_instance_admin(caller: &Caller) -> ApiResult<()> {
     if caller.is_instance_admin() {
         Ok(())
@@ -466,7 +322,7 @@ fn require_instance_admin(caller: &Caller) -> ApiResult<()> {
 #[utoipa::path(get, path = "/orgs", tag = "accounts", responses((status = 200, body = Vec<OrgView>), crate::openapi::AuthErrors))]
 pub async fn list_orgs(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<OrgView>>> {
     require_instance_admin(&caller)?;
-    Ok(Json(state.store.orgs().await?.into_iter().map(OrgView::from).collect()))
+    Ok(Json(state.store.orgs().await?.into_iter().map(org_view).collect()))
 }
 
 /// `POST /api/v1/orgs` `{"name", "admin_email", "admin_password", "admin_name"?}` (admins of
@@ -505,7 +361,7 @@ pub async fn create_org(
         .await
         .map_err(|e| conflict_or(e, EMAIL_UNAVAILABLE))?;
     let org = state.store.org(org).await?.ok_or_else(|| not_found("organisation"))?;
-    Ok((StatusCode::CREATED, Json(CreatedOrgView { org: org.into(), admin: admin.into() })))
+    Ok((StatusCode::CREATED, Json(CreatedOrgView { org: org_view(org), admin: user_view(admin) })))
 }
 
 // ---- users ----
@@ -514,7 +370,7 @@ pub async fn create_org(
 #[utoipa::path(get, path = "/users", tag = "accounts", responses((status = 200, body = Vec<UserView>), crate::openapi::AuthErrors))]
 pub async fn list_users(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<UserView>>> {
     caller.require(Scope::Admin)?;
-    Ok(Json(state.store.users(caller.org).await?.into_iter().map(UserView::from).collect()))
+    Ok(Json(state.store.users(caller.org).await?.into_iter().map(user_view).collect()))
 }
 
 /// `POST /api/v1/users` `{"email", "name"?, "password", "role"}` (admin).
@@ -547,7 +403,7 @@ pub async fn create_user(
         })
         .await;
     match created {
-        Ok(user) => Ok((StatusCode::CREATED, Json(user.into()))),
+        Ok(user) => Ok((StatusCode::CREATED, Json(user_view(user)))),
         Err(e) if e.is_conflict() => {
             // Emails are unique across the install (login needs only the email), so a taken
             // address cannot be given out twice. The answer never says where it is taken, and
@@ -570,7 +426,7 @@ pub async fn get_user(State(state): State<AppState>, caller: Caller, Path(id): P
         caller.require(Scope::Admin)?;
     }
     let user = state.store.user(caller.org, id).await?.ok_or_else(|| not_found("user"))?;
-    Ok(Json(user.into()))
+    Ok(Json(user_view(user)))
 }
 
 /// Refuse a change that would leave the organisation without an enabled admin.
@@ -618,7 +474,7 @@ pub async fn update_user(
         state.store.delete_sessions_of(id, keep).await?;
     }
     state.key_cache.clear();
-    Ok(Json(user.into()))
+    Ok(Json(user_view(user)))
 }
 
 /// `DELETE /api/v1/users/{id}` (admin): ends the user's sessions and revokes their keys.
@@ -639,17 +495,11 @@ pub async fn delete_user(State(state): State<AppState>, caller: Caller, Path(id)
 
 // ---- teams ----
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct TeamBody {
-    pub name: String,
-}
-
 /// `GET /api/v1/teams` (read).
 #[utoipa::path(get, path = "/teams", tag = "accounts", responses((status = 200, body = Vec<TeamView>), crate::openapi::AuthErrors))]
 pub async fn list_teams(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<TeamView>>> {
     caller.require(Scope::Read)?;
-    Ok(Json(state.store.teams(caller.org).await?.into_iter().map(TeamView::from).collect()))
+    Ok(Json(state.store.teams(caller.org).await?.into_iter().map(team_view).collect()))
 }
 
 /// `POST /api/v1/teams` `{"name"}` (admin).
@@ -668,14 +518,14 @@ pub async fn create_team(
         .create_team(caller.org, &name, now_ms())
         .await
         .map_err(|e| conflict_or(e, "a team of that name exists"))?;
-    Ok((StatusCode::CREATED, Json(team.into())))
+    Ok((StatusCode::CREATED, Json(team_view(team))))
 }
 
 /// `GET /api/v1/teams/{id}` (read).
 #[utoipa::path(get, path = "/teams/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 200, body = TeamView), crate::openapi::ItemErrors))]
 pub async fn get_team(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<TeamView>> {
     caller.require(Scope::Read)?;
-    Ok(Json(state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team"))?.into()))
+    Ok(Json(state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team")).map(team_view)?))
 }
 
 /// `PUT /api/v1/teams/{id}` `{"name"}` (admin).
@@ -697,7 +547,7 @@ pub async fn rename_team(
         .map_err(|e| conflict_or(e, "a team of that name exists"))?
         .ok_or_else(|| not_found("team"))?;
     state.accounts.assignments_changed();
-    Ok(Json(team.into()))
+    Ok(Json(team_view(team)))
 }
 
 /// `DELETE /api/v1/teams/{id}` (admin): its hosts, GPUs and keys are left without a team.
@@ -742,15 +592,6 @@ pub async fn remove_member(
 
 // ---- API keys ----
 
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct NewKeyBody {
-    pub name: String,
-    pub scopes: Vec<String>,
-    #[serde(default)]
-    pub team_id: Option<i64>,
-}
-
 /// May the caller see and revoke this key: admins every key, others their own.
 fn may_manage(caller: &Caller, key: &ApiKeyInfo) -> bool {
     caller.has(Scope::Admin) || (caller.user().is_some() && key.user_id.is_some() && key.user_id == caller.user_id())
@@ -766,7 +607,7 @@ pub async fn list_keys(State(state): State<AppState>, caller: Caller) -> ApiResu
     } else {
         return Err(ApiError::Forbidden(Scope::Admin.as_str()));
     };
-    Ok(Json(keys.into_iter().map(KeyView::from).collect()))
+    Ok(Json(keys.into_iter().map(key_view).collect()))
 }
 
 /// `POST /api/v1/api-keys` `{"name", "scopes": ["ingest"|"read"|"admin"], "team_id"?}`:
@@ -799,7 +640,7 @@ pub async fn create_key(
             scopes.push(scope);
         }
     }
-    key_team_allowed(&state, &caller, b.team_id).await?;
+    key_team_allowed(&state, &caller, b.team_id.map(Into::into)).await?;
     let secret = new_api_key();
     let prefix: String = secret.chars().take(12).collect();
     let key_hash = hash_api_key(&secret);
@@ -811,8 +652,8 @@ pub async fn create_key(
         scopes: &scopes,
         created_ms: now_ms(),
     };
-    let info = state.store.create_api_key(key, caller.user_id(), b.team_id).await?;
-    Ok((StatusCode::CREATED, Json(CreatedKeyView { view: info.into(), key: secret })))
+    let info = state.store.create_api_key(key, caller.user_id(), b.team_id.map(Into::into)).await?;
+    Ok((StatusCode::CREATED, Json(CreatedKeyView { view: key_view(info), key: secret })))
 }
 
 /// `GET /api/v1/api-keys/{id}`: admins, or the key's owner.
@@ -824,7 +665,7 @@ pub async fn get_key(State(state): State<AppState>, caller: Caller, Path(id): Pa
         .await?
         .filter(|k| may_manage(&caller, k))
         .ok_or_else(|| not_found("API key"))?;
-    Ok(Json(key.into()))
+    Ok(Json(key_view(key)))
 }
 
 /// `DELETE /api/v1/api-keys/{id}`: revokes the key (admins, or its owner); the key answers 401
@@ -843,23 +684,16 @@ pub async fn revoke_key(
         .ok_or_else(|| not_found("API key"))?;
     let key = state.store.revoke_api_key(caller.org, id, now_ms()).await?.ok_or_else(|| not_found("API key"))?;
     state.key_cache.clear();
-    Ok(Json(key.into()))
+    Ok(Json(key_view(key)))
 }
 
 // ---- hosts and GPUs ----
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct AssignBody {
-    /// The team, or null to clear the assignment.
-    pub team_id: Option<i64>,
-}
 
 /// `GET /api/v1/hosts` (read): hosts, their GPUs and teams.
 #[utoipa::path(get, path = "/hosts", tag = "accounts", responses((status = 200, body = Vec<HostView>), crate::openapi::AuthErrors))]
 pub async fn list_hosts(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<Vec<HostView>>> {
     caller.require(Scope::Read)?;
-    Ok(Json(state.store.hosts(caller.org).await?.into_iter().map(HostView::from).collect()))
+    Ok(Json(state.store.hosts(caller.org).await?.into_iter().map(host_view).collect()))
 }
 
 fn assigned(outcome: Assigned, what: &str) -> ApiResult<()> {
@@ -882,11 +716,11 @@ pub async fn assign_host(
 ) -> ApiResult<Json<HostView>> {
     caller.require(Scope::Admin)?;
     let b: AssignBody = parse(&headers, &body)?;
-    assigned(state.store.set_host_team(caller.org, &host, b.team_id, now_ms()).await?, "host")?;
+    assigned(state.store.set_host_team(caller.org, &host, b.team_id.map(Into::into), now_ms()).await?, "host")?;
     state.accounts.assignments_changed();
     let view =
         state.store.hosts(caller.org).await?.into_iter().find(|h| h.host == host).ok_or_else(|| not_found("host"))?;
-    Ok(Json(view.into()))
+    Ok(Json(host_view(view)))
 }
 
 /// `PUT /api/v1/gpus/{uuid}/team` `{"team_id": id|null}` (admin): this GPU's team, above its
@@ -901,7 +735,7 @@ pub async fn assign_gpu(
 ) -> ApiResult<Json<GpuTeamView>> {
     caller.require(Scope::Admin)?;
     let b: AssignBody = parse(&headers, &body)?;
-    assigned(state.store.set_gpu_team(caller.org, &uuid, b.team_id).await?, "GPU")?;
+    assigned(state.store.set_gpu_team(caller.org, &uuid, b.team_id.map(Into::into)).await?, "GPU")?;
     state.accounts.assignments_changed();
     let view = state
         .store
@@ -910,5 +744,5 @@ pub async fn assign_gpu(
         .into_iter()
         .find(|g| g.uuid == uuid)
         .ok_or_else(|| not_found("GPU"))?;
-    Ok(Json(view.into()))
+    Ok(Json(gpu_team_view(view)))
 }

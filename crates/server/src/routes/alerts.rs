@@ -13,7 +13,11 @@ use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use fleetlens_api::alerts::{ChannelBody, ChannelList, ChannelView, SilenceBody, SilenceList, SilenceView};
+use fleetlens_api::alerts::{
+    AlertDetail, AlertList, ChannelBody, ChannelList, ChannelView, CheckBody, ConditionCheck, DeliveryList,
+    DeliveryView, FieldInfo, OutboxView, RuleBody, RuleErrorBody, RuleErrorDetail, RuleFields, RuleList, RuleView,
+    SilenceBody, SilenceList, SilenceView, TestResult,
+};
 use fleetlens_core::WorkloadState;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec, SEVERITIES};
@@ -22,9 +26,9 @@ use fleetlens_store::alerts::{
     NewNotification, NewSilence, OutboxRecord, SilenceRecord,
 };
 use fleetlens_store::{OrgId, Scope, Store, StoreError};
+use serde::Deserialize;
 use serde::de::DeserializeOwned;
-use serde::{Deserialize, Serialize};
-use serde_json::{Value, json};
+use serde_json::Value;
 
 use crate::alerts::engine::new_rule;
 use crate::alerts::render::{self, KINDS, SLACK_MIN_INTERVAL_MS};
@@ -39,7 +43,6 @@ use crate::time::{now_ms, parse_query_time};
 pub enum AlertsError {
     Api(ApiError),
     Rule(RuleError),
-    Conflict(String),
 }
 
 impl From<ApiError> for AlertsError {
@@ -59,15 +62,14 @@ impl IntoResponse for AlertsError {
         match self {
             AlertsError::Api(e) => e.into_response(),
             AlertsError::Rule(e) => {
-                let mut detail = json!({"code": "validation_failed", "message": e.to_string(), "field": e.field});
-                if let Some(p) = e.position {
-                    detail["position"] = json!(p);
-                    detail["column"] = json!(p + 1);
-                }
-                (StatusCode::UNPROCESSABLE_ENTITY, Json(json!({ "error": detail }))).into_response()
-            }
-            AlertsError::Conflict(message) => {
-                (StatusCode::CONFLICT, Json(json!({"error": {"code": "conflict", "message": message}}))).into_response()
+                let error = RuleErrorDetail {
+                    code: "validation_failed".into(),
+                    message: e.to_string(),
+                    field: e.field.into(),
+                    position: e.position,
+                    column: e.position.map(|p| p + 1),
+                };
+                (StatusCode::UNPROCESSABLE_ENTITY, Json(RuleErrorBody { error })).into_response()
             }
         }
     }
@@ -81,7 +83,13 @@ fn invalid(field: &str, message: impl Into<String>) -> AlertsError {
 
 /// A write by name that found the name taken ([`StoreError::Conflict`]) says which name.
 fn name_taken<'a>(what: &'static str, name: &'a str) -> impl FnOnce(StoreError) -> AlertsError + 'a {
-    move |e| if e.is_conflict() { AlertsError::Conflict(format!("a {what} named {name:?} exists")) } else { e.into() }
+    move |e| {
+        if e.is_conflict() {
+            AlertsError::Api(ApiError::Conflict(format!("a {what} named {name:?} exists")))
+        } else {
+            e.into()
+        }
+    }
 }
 
 fn not_found(what: &str) -> AlertsError {
@@ -96,72 +104,27 @@ fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
 // ---------------------------------------------------------------------------------------------
 // Rules
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct RuleView {
-    pub id: i64,
-    pub name: String,
-    pub condition: String,
-    pub for_s: i64,
-    pub keep_firing_for_s: i64,
-    pub repeat_interval_s: i64,
-    pub severity: String,
-    pub labels: BTreeMap<String, String>,
-    pub description: String,
-    pub advice: String,
-    pub channels: Vec<i64>,
-    pub enabled: bool,
-    /// Key of the shipped rule this started as (null for a rule a user wrote).
-    pub builtin: Option<String>,
-    pub created_ms: i64,
-    pub updated_ms: i64,
-    /// Rules whose alerts this rule's open alerts hold back: shipped rule keys or rule names,
-    /// `*` (every other rule), `state:<state>` (rules that hold in that workload state).
-    pub inhibits: Vec<String>,
-    /// Where: `gpu` (the same GPU), `host` or `job` (the same `owner_job`).
-    pub inhibit_scope: String,
-}
-
-impl From<AlertRuleRecord> for RuleView {
-    fn from(r: AlertRuleRecord) -> Self {
-        RuleView {
-            id: r.id,
-            name: r.name,
-            condition: r.condition,
-            for_s: r.for_s,
-            keep_firing_for_s: r.keep_firing_for_s,
-            repeat_interval_s: r.repeat_interval_s,
-            severity: r.severity,
-            labels: r.labels,
-            description: r.description,
-            advice: r.advice,
-            channels: r.channels,
-            enabled: r.enabled,
-            builtin: r.builtin,
-            created_ms: r.created_ms,
-            updated_ms: r.updated_ms,
-            inhibits: r.inhibits,
-            inhibit_scope: r.inhibit_scope,
-        }
-    }
-}
-
 /// `POST` takes these (name and condition required); `PUT` changes the fields it names.
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct RuleBody {
-    pub name: Option<String>,
-    pub condition: Option<String>,
-    pub for_s: Option<i64>,
-    pub keep_firing_for_s: Option<i64>,
-    pub repeat_interval_s: Option<i64>,
-    pub severity: Option<String>,
-    pub labels: Option<BTreeMap<String, String>>,
-    pub description: Option<String>,
-    pub advice: Option<String>,
-    pub channels: Option<Vec<i64>>,
-    pub enabled: Option<bool>,
-    pub inhibits: Option<Vec<String>>,
-    pub inhibit_scope: Option<String>,
+fn rule_view(r: AlertRuleRecord) -> RuleView {
+    RuleView {
+        id: r.id.into(),
+        name: r.name,
+        condition: r.condition,
+        for_s: r.for_s,
+        keep_firing_for_s: r.keep_firing_for_s,
+        repeat_interval_s: r.repeat_interval_s,
+        severity: r.severity,
+        labels: r.labels,
+        description: r.description,
+        advice: r.advice,
+        channels: r.channels.into_iter().map(Into::into).collect(),
+        enabled: r.enabled,
+        builtin: r.builtin,
+        created_ms: r.created_ms,
+        updated_ms: r.updated_ms,
+        inhibits: r.inhibits,
+        inhibit_scope: r.inhibit_scope,
+    }
 }
 
 /// Check `inhibits` (every rule it names exists) and the scope.
@@ -213,20 +176,17 @@ fn merge(base: RuleSpec, b: RuleBody) -> (RuleSpec, Option<Vec<i64>>, Option<boo
         description: b.description.unwrap_or(base.description),
         advice: b.advice.unwrap_or(base.advice),
     };
-    (spec, b.channels, b.enabled)
+    // The store keys channels by their integer id.
+    let channels = b.channels.map(|ids| ids.into_iter().map(Into::into).collect());
+    (spec, channels, b.enabled)
 }
 
 /// `{"rules": [...]}`.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct RuleList {
-    pub rules: Vec<RuleView>,
-}
-
 #[utoipa::path(get, path = "/alert-rules", tag = "alerts", responses((status = 200, body = RuleList), crate::openapi::AuthErrors))]
 pub async fn list_rules(State(state): State<AppState>, caller: Caller) -> Res<Json<RuleList>> {
     caller.require(Scope::Read)?;
     seed(&state, caller.org).await?;
-    let rules: Vec<RuleView> = state.store.alert_rules(caller.org).await?.into_iter().map(RuleView::from).collect();
+    let rules: Vec<RuleView> = state.store.alert_rules(caller.org).await?.into_iter().map(rule_view).collect();
     Ok(Json(RuleList { rules }))
 }
 
@@ -269,14 +229,14 @@ pub async fn create_rule(
     let stored =
         state.store.insert_alert_rule(caller.org, &rule, now_ms()).await.map_err(name_taken("rule", &rule.name))?;
     state.alerts.wake_engine();
-    Ok((StatusCode::CREATED, Json(stored.into())))
+    Ok((StatusCode::CREATED, Json(rule_view(stored))))
 }
 
 #[utoipa::path(get, path = "/alert-rules/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = RuleView), crate::openapi::ItemErrors))]
 pub async fn get_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<RuleView>> {
     caller.require(Scope::Read)?;
     let r = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
-    Ok(Json(r.into()))
+    Ok(Json(rule_view(r)))
 }
 
 #[utoipa::path(put, path = "/alert-rules/{id}", tag = "alerts", params(("id" = i64, Path)), request_body = RuleBody, responses((status = 200, body = RuleView), crate::openapi::ItemBodyErrors))]
@@ -317,7 +277,7 @@ pub async fn put_rule(
         .map_err(name_taken("rule", &rule.name))?
         .ok_or_else(|| not_found("alert rule"))?;
     state.alerts.wake_engine();
-    Ok(Json(out.into()))
+    Ok(Json(rule_view(out)))
 }
 
 #[utoipa::path(delete, path = "/alert-rules/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
@@ -333,39 +293,21 @@ pub async fn delete_rule(State(state): State<AppState>, caller: Caller, Path(id)
 
 /// `GET /api/v1/alert-rules/fields`: what a condition can read.
 /// The condition language: its fields, states, severities and operators.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct RuleFields {
-    pub fields: &'static [fleetlens_core::rules::FieldDef],
-    pub states: Vec<&'static str>,
-    pub severities: Vec<&'static str>,
-    pub operators: Vec<&'static str>,
-}
-
 #[utoipa::path(get, path = "/alert-rules/fields", tag = "alerts", responses((status = 200, body = RuleFields), crate::openapi::AuthErrors))]
 pub async fn rule_fields(caller: Caller) -> Res<Json<RuleFields>> {
     caller.require(Scope::Read)?;
     Ok(Json(RuleFields {
-        fields: FIELDS,
-        states: WorkloadState::ALL.map(|s| s.as_str()).to_vec(),
-        severities: SEVERITIES.to_vec(),
-        operators: vec!["&&", "||", "!", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "(", ")"],
+        fields: FIELDS.iter().map(FieldInfo::from).collect(),
+        states: WorkloadState::ALL.to_vec(),
+        severities: SEVERITIES.map(String::from).to_vec(),
+        operators: ["&&", "||", "!", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "(", ")"]
+            .map(String::from)
+            .to_vec(),
     }))
-}
-
-#[derive(Debug, Deserialize, utoipa::ToSchema)]
-#[serde(deny_unknown_fields)]
-pub struct CheckBody {
-    pub condition: String,
 }
 
 /// `POST /api/v1/alert-rules/check`: parse a condition without storing anything.
 /// A condition that parses, and the fields it reads.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct ConditionCheck {
-    pub ok: bool,
-    pub fields: Vec<&'static str>,
-}
-
 #[utoipa::path(post, path = "/alert-rules/check", tag = "alerts", request_body = CheckBody, responses((status = 200, body = ConditionCheck), crate::openapi::BodyErrors))]
 pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionCheck>> {
     caller.require(Scope::Read)?;
@@ -377,7 +319,7 @@ pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionC
             position: Some(e.position),
         })
     })?;
-    Ok(Json(ConditionCheck { ok: true, fields: c.fields().to_vec() }))
+    Ok(Json(ConditionCheck { ok: true, fields: c.fields().iter().map(|f| f.to_string()).collect() }))
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -545,18 +487,6 @@ pub async fn delete_channel(State(state): State<AppState>, caller: Caller, Path(
 /// (so rate limit, retries and the delivery log apply) and wait up to 15 s for the first
 /// attempt's outcome.
 /// The outcome of a test message.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct TestResult {
-    pub message_id: i64,
-    pub delivered: bool,
-    /// Outbox status: `delivered`, `sending`, `failed` …
-    pub status: String,
-    pub attempts: i64,
-    /// HTTP status the receiver answered, if it answered.
-    pub status_code: Option<i64>,
-    pub error: Option<String>,
-}
-
 #[utoipa::path(post, path = "/notification-channels/{id}/test", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = TestResult, description = "Delivered"), (status = 202, body = TestResult, description = "Not delivered (yet): see `status` and `error`"), (status = 409, description = "A test message was just sent", body = fleetlens_api::ErrorBody), crate::openapi::ItemErrors))]
 pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Response> {
     caller.require(Scope::Admin)?;
@@ -569,7 +499,7 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
         .store
         .enqueue_notification(caller.org, None, &note, now)
         .await?
-        .ok_or_else(|| AlertsError::Conflict("a test message was just sent; try again".into()))?;
+        .ok_or_else(|| AlertsError::Api(ApiError::Conflict("a test message was just sent; try again".into())))?;
     state.alerts.wake_outbox();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
@@ -614,11 +544,6 @@ pub struct AlertQuery {
 }
 
 /// `{"alerts": [...]}`, newest first.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct AlertList {
-    pub alerts: Vec<AlertView>,
-}
-
 #[utoipa::path(get, path = "/alerts", tag = "alerts", params(AlertQuery), responses((status = 200, body = AlertList), crate::openapi::QueryErrors))]
 pub async fn list_alerts(
     State(state): State<AppState>,
@@ -660,108 +585,51 @@ async fn channel_ids(state: &AppState, org: OrgId) -> Res<std::collections::Hash
     Ok(state.store.notification_channels(org).await?.into_iter().map(|c| c.id).collect())
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct OutboxView {
-    pub id: i64,
-    pub channel_id: i64,
-    pub kind: String,
-    pub seq: i64,
-    pub status: String,
-    pub attempts: i64,
-    pub next_attempt_ms: i64,
-    pub last_error: Option<String>,
-    pub last_status_code: Option<i64>,
-    pub created_ms: i64,
-    pub delivered_ms: Option<i64>,
-}
-
-impl From<OutboxRecord> for OutboxView {
-    fn from(m: OutboxRecord) -> Self {
-        OutboxView {
-            id: m.id,
-            channel_id: m.channel_id,
-            kind: m.kind,
-            seq: m.seq,
-            status: m.status,
-            attempts: m.attempts,
-            next_attempt_ms: m.next_attempt_ms,
-            last_error: m.last_error,
-            last_status_code: m.last_status_code,
-            created_ms: m.created_ms,
-            delivered_ms: m.delivered_ms,
-        }
+fn outbox_view(m: OutboxRecord) -> OutboxView {
+    OutboxView {
+        id: m.id,
+        channel_id: m.channel_id.into(),
+        kind: m.kind,
+        seq: m.seq,
+        status: m.status,
+        attempts: m.attempts,
+        next_attempt_ms: m.next_attempt_ms,
+        last_error: m.last_error,
+        last_status_code: m.last_status_code,
+        created_ms: m.created_ms,
+        delivered_ms: m.delivered_ms,
     }
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct DeliveryView {
-    pub id: i64,
-    pub message_id: Option<i64>,
-    pub alert_id: Option<i64>,
-    /// Never reused: the channel the attempt went to, even after it was deleted.
-    pub channel_id: i64,
-    /// The channel has been deleted since.
-    pub channel_deleted: bool,
-    pub kind: String,
-    pub attempt: i64,
-    pub at_ms: i64,
-    /// `delivered`, `retry`, `failed`, `suppressed` (a silence held it back) or `lease_lost`.
-    pub outcome: String,
-    pub status_code: Option<i64>,
-    pub error: Option<String>,
-    pub duration_ms: Option<i64>,
-}
-
-impl DeliveryView {
-    fn marking_deleted(mut self, channels: &std::collections::HashSet<i64>) -> Self {
-        self.channel_deleted = !channels.contains(&self.channel_id);
-        self
-    }
-}
-
-impl From<DeliveryRecord> for DeliveryView {
-    fn from(d: DeliveryRecord) -> Self {
-        DeliveryView {
-            id: d.id,
-            message_id: d.outbox_id,
-            alert_id: d.alert_id,
-            channel_id: d.channel_id,
-            channel_deleted: false,
-            kind: d.kind,
-            attempt: d.attempt,
-            at_ms: d.at_ms,
-            outcome: d.outcome,
-            status_code: d.status_code,
-            error: d.error,
-            duration_ms: d.duration_ms,
-        }
+/// A delivery attempt; `channels` are the ids of the channels that still exist.
+fn delivery_view(d: DeliveryRecord, channels: &std::collections::HashSet<i64>) -> DeliveryView {
+    DeliveryView {
+        id: d.id,
+        message_id: d.outbox_id,
+        alert_id: d.alert_id.map(Into::into),
+        channel_deleted: !channels.contains(&d.channel_id),
+        channel_id: d.channel_id.into(),
+        kind: d.kind,
+        attempt: d.attempt,
+        at_ms: d.at_ms,
+        outcome: d.outcome,
+        status_code: d.status_code,
+        error: d.error,
+        duration_ms: d.duration_ms,
     }
 }
 
 /// One alert with its notification messages and delivery attempts.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct AlertDetail {
-    #[serde(flatten)]
-    pub alert: AlertView,
-    pub messages: Vec<OutboxView>,
-    pub deliveries: Vec<DeliveryView>,
-}
-
 #[utoipa::path(get, path = "/alerts/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = AlertDetail), crate::openapi::ItemErrors))]
 pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<AlertDetail>> {
     caller.require(Scope::Read)?;
     let a = state.store.alert(caller.org, id).await?.ok_or_else(|| not_found("alert"))?;
     let messages: Vec<OutboxView> =
-        state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(OutboxView::from).collect();
+        state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(outbox_view).collect();
     let filter = DeliveryFilter { alert_id: Some(id), limit: 200, ..Default::default() };
     let channels = channel_ids(&state, caller.org).await?;
-    let deliveries: Vec<DeliveryView> = state
-        .store
-        .deliveries(caller.org, &filter)
-        .await?
-        .into_iter()
-        .map(|d| DeliveryView::from(d).marking_deleted(&channels))
-        .collect();
+    let deliveries: Vec<DeliveryView> =
+        state.store.deliveries(caller.org, &filter).await?.into_iter().map(|d| delivery_view(d, &channels)).collect();
     let alert = marking_deleted(alert_view(a), &rule_ids(&state, caller.org).await?);
     Ok(Json(AlertDetail { alert, messages, deliveries }))
 }
@@ -777,11 +645,6 @@ pub struct DeliveryQuery {
 
 /// `GET /api/v1/notification-deliveries?channel_id=&alert_id=&limit=`: the delivery log.
 /// `{"deliveries": [...]}`, newest first.
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct DeliveryList {
-    pub deliveries: Vec<DeliveryView>,
-}
-
 #[utoipa::path(get, path = "/notification-deliveries", tag = "alerts", params(DeliveryQuery), responses((status = 200, body = DeliveryList), crate::openapi::QueryErrors))]
 pub async fn list_deliveries(
     State(state): State<AppState>,
@@ -818,13 +681,8 @@ async fn deliveries(
     }
     let filter = DeliveryFilter { channel_id, alert_id, limit };
     let channels = channel_ids(state, org).await?;
-    let list: Vec<DeliveryView> = state
-        .store
-        .deliveries(org, &filter)
-        .await?
-        .into_iter()
-        .map(|d| DeliveryView::from(d).marking_deleted(&channels))
-        .collect();
+    let list: Vec<DeliveryView> =
+        state.store.deliveries(org, &filter).await?.into_iter().map(|d| delivery_view(d, &channels)).collect();
     Ok(Json(DeliveryList { deliveries: list }))
 }
 

@@ -3,10 +3,11 @@
 
 use axum::Json;
 use axum::extract::{Query, State};
+use fleetlens_api::events::{EventList, EventView};
 use fleetlens_core::GpuEventKind;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_store::{EventFilter, GpuEventRecord, Scope};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
@@ -32,41 +33,24 @@ pub struct EventQuery {
     pub limit: Option<String>,
 }
 
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct EventView {
-    pub id: i64,
-    pub ts_ms: i64,
-    /// `ts_ms` as RFC 3339 (UTC).
-    pub time: String,
-    pub gpu: String,
-    pub host: String,
-    /// `xid`, `gpu_lost`, `gpu_recovered`, `gpm_unavailable` or `gpm_available`.
-    pub kind: String,
-    /// The XID number, for `xid` events where the driver gave it.
-    pub xid: Option<i64>,
-    pub message: Option<String>,
-    pub received_ms: i64,
-}
-
-impl From<GpuEventRecord> for EventView {
-    fn from(e: GpuEventRecord) -> Self {
-        EventView {
-            id: e.id,
-            ts_ms: e.ts_ms,
-            time: format_rfc3339_ms(e.ts_ms),
-            gpu: e.gpu_uuid,
-            host: e.host,
-            kind: e.kind,
-            xid: e.xid,
-            message: e.message,
-            received_ms: e.received_ms,
-        }
-    }
-}
-
-#[derive(Debug, Serialize, utoipa::ToSchema)]
-pub struct EventList {
-    pub events: Vec<EventView>,
+/// The API's view of a stored event. The store keeps the kind as text that ingest checked;
+/// one that no longer parses (written by a newer server) is left out rather than guessed.
+fn event_view(e: GpuEventRecord) -> Option<EventView> {
+    let Some(kind) = GpuEventKind::parse(&e.kind) else {
+        tracing::warn!(id = e.id, kind = %e.kind, "stored GPU event of an unknown kind left out");
+        return None;
+    };
+    Some(EventView {
+        id: e.id,
+        ts_ms: e.ts_ms,
+        time: format_rfc3339_ms(e.ts_ms),
+        gpu: e.gpu_uuid,
+        host: e.host,
+        kind,
+        xid: e.xid,
+        message: e.message,
+        received_ms: e.received_ms,
+    })
 }
 
 const DAY_MS: i64 = 86_400_000;
@@ -126,5 +110,5 @@ pub async fn list(
         limit,
     };
     let events = state.store.gpu_events(caller.org, &filter).await?;
-    Ok(Json(EventList { events: events.into_iter().map(EventView::from).collect() }))
+    Ok(Json(EventList { events: events.into_iter().filter_map(event_view).collect() }))
 }
