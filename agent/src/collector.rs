@@ -424,28 +424,52 @@ mod tests {
         serde_json::from_str(&json).unwrap()
     }
 
-    #[tokio::test]
-    async fn batches_per_host_within_the_limit() {
+    /// A replay's configuration: batches of at most `batch_max` samples, a flush interval
+    /// that never comes.
+    fn replay_cfg(batch_max: usize) -> CollectorConfig {
+        CollectorConfig { once: true, ..test_cfg(Duration::from_secs(3600), Duration::ZERO, batch_max) }
+    }
+
+    fn test_cfg(flush_every: Duration, reading_interval: Duration, batch_max: usize) -> CollectorConfig {
+        CollectorConfig {
+            batch_max,
+            flush_every,
+            reading_interval,
+            once: false,
+            labels: BTreeMap::new(),
+            flush_on_state_change: false,
+        }
+    }
+
+    /// `src` collected under `cfg` into a fresh spool until it ends: the spool's directory
+    /// (to keep while the test reads it), the spool and the summary.
+    async fn collect(
+        src: impl GpuSource + 'static,
+        cfg: CollectorConfig,
+    ) -> (tempfile::TempDir, SharedSpool, CollectSummary) {
         let dir = tempfile::tempdir().unwrap();
         let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
-        let cfg = CollectorConfig {
-            batch_max: 7,
-            flush_every: Duration::from_secs(3600),
-            reading_interval: Duration::ZERO,
-            once: true,
-            labels: [("team".to_string(), "ml".to_string())].into_iter().collect(),
-            flush_on_state_change: false,
-        };
         let (_tx, rx) = watch::channel(false);
-        let src = Box::new(Fixed { ticks: 10, per_host: 3, t: 0 });
-        let sum = run(src, spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        let sum = run(Box::new(src), spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        (dir, spool, sum)
+    }
+
+    /// Every spooled batch, oldest first.
+    fn spooled(spool: &SharedSpool) -> Vec<IngestBatch> {
+        spool.peek(|s| s.entries()).iter().map(|e| decode(&spool.peek(|s| s.read(e)).unwrap())).collect()
+    }
+
+    #[tokio::test]
+    async fn batches_per_host_within_the_limit() {
+        let cfg =
+            CollectorConfig { labels: [("team".to_string(), "ml".to_string())].into_iter().collect(), ..replay_cfg(7) };
+        let (_dir, spool, sum) = collect(Fixed { ticks: 10, per_host: 3, t: 0 }, cfg).await;
         assert!(sum.finished);
         assert_eq!(sum.samples, 60);
 
         let entries = spool.peek(|s| s.entries());
         let mut per_host: BTreeMap<String, Vec<i64>> = BTreeMap::new();
-        for e in &entries {
-            let batch = decode(&spool.peek(|s| s.read(e)).unwrap());
+        for (e, batch) in entries.iter().zip(spooled(&spool)) {
             assert!(batch.samples.len() <= 7 && !batch.samples.is_empty());
             assert_eq!(batch.samples.len(), e.samples);
             assert!(batch.samples.iter().all(|s| s.uuid.starts_with(&batch.host)));
@@ -500,27 +524,16 @@ mod tests {
 
     #[tokio::test]
     async fn every_sealed_sample_is_finished_once_with_its_batch() {
-        let dir = tempfile::tempdir().unwrap();
-        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
-        let cfg = CollectorConfig {
-            batch_max: 7,
-            flush_every: Duration::from_secs(3600),
-            reading_interval: Duration::ZERO,
-            once: false,
-            labels: BTreeMap::new(),
-            flush_on_state_change: false,
-        };
-        let (_tx, rx) = watch::channel(false);
         let calls = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let src = Box::new(Finishing { inner: Fixed { ticks: 10, per_host: 3, t: 0 }, calls: calls.clone() });
-        let sum = run(src, spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        let src = Finishing { inner: Fixed { ticks: 10, per_host: 3, t: 0 }, calls: calls.clone() };
+        let cfg = CollectorConfig { once: false, ..replay_cfg(7) };
+        let (_dir, spool, sum) = collect(src, cfg).await;
         assert_eq!(sum.samples, 60);
         let entries = spool.peek(|s| s.entries());
         // Full batches of 7 as they fill, then the remainder of each host at the end.
         assert_eq!(entries.len(), 10);
         let mut seen = 0;
-        for e in &entries {
-            let batch = decode(&spool.peek(|s| s.read(e)).unwrap());
+        for batch in spooled(&spool) {
             let n = batch.samples.len() as f64;
             assert!(batch.samples.iter().all(|s| s.gpu_util_pct == Some(n)), "{:?}", batch.samples);
             seen += batch.samples.len();
@@ -565,21 +578,9 @@ mod tests {
 
     #[tokio::test]
     async fn events_ride_with_the_next_batch_even_without_samples() {
-        let dir = tempfile::tempdir().unwrap();
-        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
-        let cfg = CollectorConfig {
-            batch_max: 1,
-            flush_every: Duration::from_secs(3600),
-            reading_interval: Duration::ZERO,
-            once: true,
-            labels: BTreeMap::new(),
-            flush_on_state_change: false,
-        };
-        let (_tx, rx) = watch::channel(false);
-        let sum = run(Box::new(Failing { n: 0 }), spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        let (_dir, spool, sum) = collect(Failing { n: 0 }, replay_cfg(1)).await;
         assert_eq!(sum.samples, 1);
-        let got: Vec<IngestBatch> =
-            spool.peek(|s| s.entries()).iter().map(|e| decode(&spool.peek(|s| s.read(e)).unwrap())).collect();
+        let got = spooled(&spool);
         assert_eq!(got.len(), 2, "{got:?}");
         assert_eq!((got[0].samples.len(), got[0].events.len(), got[0].events[0].xid), (1, 1, Some(79)));
         assert_eq!((got[1].samples.len(), got[1].events.len()), (0, 1));
@@ -619,31 +620,13 @@ mod tests {
         }
     }
 
-    fn live_cfg(flush_every: Duration, reading_interval: Duration, batch_max: usize) -> CollectorConfig {
-        CollectorConfig {
-            batch_max,
-            flush_every,
-            reading_interval,
-            once: false,
-            labels: BTreeMap::new(),
-            flush_on_state_change: false,
-        }
-    }
-
     /// The readings (`ts_ms`) of each spooled batch, oldest first.
     fn batches(spool: &SharedSpool) -> Vec<Vec<i64>> {
-        spool
-            .peek(|s| s.entries())
-            .iter()
-            .map(|e| decode(&spool.peek(|s| s.read(e)).unwrap()).samples.iter().map(|s| s.ts_ms).collect())
-            .collect()
+        spooled(spool).iter().map(|b| b.samples.iter().map(|s| s.ts_ms).collect()).collect()
     }
 
     async fn collect_live(src: Live, cfg: CollectorConfig) -> (CollectSummary, Vec<Vec<i64>>) {
-        let dir = tempfile::tempdir().unwrap();
-        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
-        let (_tx, rx) = watch::channel(false);
-        let sum = run(Box::new(src), spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        let (_dir, spool, sum) = collect(src, cfg).await;
         (sum, batches(&spool))
     }
 
@@ -670,29 +653,29 @@ mod tests {
         let sec = Duration::from_secs(1);
         // 1-s readings, 5-s flush: 5 readings per batch; the rest when the source ends.
         let src = Live { period: sec, readings: 12, n: 0, stall_after: false };
-        let (sum, got) = collect_live(src, live_cfg(5 * sec, sec, 5000)).await;
+        let (sum, got) = collect_live(src, test_cfg(5 * sec, sec, 5000)).await;
         assert_eq!(got, [vec![1, 2, 3, 4, 5], vec![6, 7, 8, 9, 10], vec![11, 12]]);
         assert_eq!((sum.samples, sum.batches), (12, 3));
 
         // Flush interval = reading interval: every reading is a batch.
         let src = Live { period: sec, readings: 3, n: 0, stall_after: false };
-        let (_, got) = collect_live(src, live_cfg(sec, sec, 5000)).await;
+        let (_, got) = collect_live(src, test_cfg(sec, sec, 5000)).await;
         assert_eq!(got, [vec![1], vec![2], vec![3]]);
 
         // Readings slower than the flush interval: every reading is a batch too.
         let src = Live { period: 10 * sec, readings: 2, n: 0, stall_after: false };
-        let (_, got) = collect_live(src, live_cfg(5 * sec, 10 * sec, 5000)).await;
+        let (_, got) = collect_live(src, test_cfg(5 * sec, 10 * sec, 5000)).await;
         assert_eq!(got, [vec![1], vec![2]]);
 
         // 500-ms readings, 2-s flush: 4 readings per batch.
         let half = Duration::from_millis(500);
         let src = Live { period: half, readings: 8, n: 0, stall_after: false };
-        let (_, got) = collect_live(src, live_cfg(2 * sec, half, 5000)).await;
+        let (_, got) = collect_live(src, test_cfg(2 * sec, half, 5000)).await;
         assert_eq!(got, [vec![1, 2, 3, 4], vec![5, 6, 7, 8]]);
 
         // --batch-max seals a batch before its time.
         let src = Live { period: sec, readings: 10, n: 0, stall_after: false };
-        let (_, got) = collect_live(src, live_cfg(5 * sec, sec, 3)).await;
+        let (_, got) = collect_live(src, test_cfg(5 * sec, sec, 3)).await;
         assert_eq!(got, [vec![1, 2, 3], vec![4, 5, 6], vec![7, 8, 9], vec![10]]);
     }
 
@@ -700,7 +683,7 @@ mod tests {
     async fn a_stalled_source_still_gets_its_batch_sealed_and_shutdown_spools_the_rest() {
         let sec = Duration::from_secs(1);
         let src = Live { period: sec, readings: 2, n: 0, stall_after: true };
-        let (_dir, spool, stop_tx, task) = start_live(src, live_cfg(5 * sec, sec, 5000));
+        let (_dir, spool, stop_tx, task) = start_live(src, test_cfg(5 * sec, sec, 5000));
         // Two readings (t = 0, 1 s), then nothing: sealed one interval after the flush was due.
         tokio::time::sleep(Duration::from_millis(5500)).await;
         assert!(batches(&spool).is_empty());
@@ -713,7 +696,7 @@ mod tests {
 
         // A shutdown in the middle of a flush interval spools what was read so far.
         let src = Live { period: sec, readings: 100, n: 0, stall_after: false };
-        let (_dir, spool, stop_tx, task) = start_live(src, live_cfg(5 * sec, sec, 5000));
+        let (_dir, spool, stop_tx, task) = start_live(src, test_cfg(5 * sec, sec, 5000));
         tokio::time::sleep(Duration::from_millis(7500)).await;
         assert_eq!(batches(&spool), [vec![1, 2, 3, 4, 5]]);
         stop_tx.send(true).unwrap();
@@ -790,20 +773,15 @@ mod tests {
 
     #[tokio::test(start_paused = true)]
     async fn a_host_whose_gpu_changes_class_is_sent_with_that_reading() {
-        let dir = tempfile::tempdir().unwrap();
-        let spool = SharedSpool::new(Spool::open(dir.path(), 1 << 30).unwrap());
-        let (_tx, rx) = watch::channel(false);
         let sec = Duration::from_secs(1);
-        let cfg = CollectorConfig { flush_on_state_change: true, ..live_cfg(5 * sec, sec, 5000) };
+        let cfg = CollectorConfig { flush_on_state_change: true, ..test_cfg(5 * sec, sec, 5000) };
         // Busy from reading 7, idle again at 9 (2 s after the early seal at 7: too soon for
         // another), busy again at 13 (6 s after it).
         let src = Flipping { readings: 15, busy: |n| (7..9).contains(&n) || n >= 13, n: 0 };
-        run(Box::new(src), spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
+        let (_dir, spool, _) = collect(src, cfg).await;
         let by_host = |host: &str| -> Vec<Vec<i64>> {
-            spool
-                .peek(|s| s.entries())
-                .iter()
-                .map(|e| decode(&spool.peek(|s| s.read(e)).unwrap()))
+            spooled(&spool)
+                .into_iter()
                 .filter(|b| b.host == host)
                 .map(|b| b.samples.iter().map(|s| s.ts_ms).collect())
                 .collect()

@@ -20,7 +20,7 @@ use async_trait::async_trait;
 use fleetlens_core::{PodAllocation, Sample};
 use tokio::time::Instant;
 
-use crate::source::{GpuSource, HostSamples, SourceError};
+use crate::source::{Annotate, Annotated, GpuSource, HostSamples};
 
 /// Code generated from the PodResources v1 proto (client and server).
 #[allow(clippy::all, clippy::pedantic)]
@@ -188,8 +188,10 @@ enum Link {
 }
 
 /// A source whose samples carry the pods the kubelet allocated their GPUs to.
-pub struct WithKubelet {
-    inner: Box<dyn GpuSource>,
+pub type WithKubelet = Annotated<KubeletAllocations>;
+
+/// The kubelet's GPU allocations, read again every refresh period, put on the samples.
+pub struct KubeletAllocations {
     socket: PathBuf,
     refresh: Duration,
     table: AllocationTable,
@@ -201,17 +203,19 @@ pub struct WithKubelet {
 
 impl WithKubelet {
     pub fn new(inner: Box<dyn GpuSource>, socket: PathBuf, refresh: Duration) -> Self {
-        Self {
-            inner,
+        let annotator = KubeletAllocations {
             socket,
             refresh,
             table: AllocationTable::default(),
             read_at: None,
             tried_at: None,
             link: Link::Unknown,
-        }
+        };
+        Annotated { inner, annotator }
     }
+}
 
+impl KubeletAllocations {
     /// Reads the allocations again when a refresh is due. An absent socket turns the feature
     /// off until it appears (logged once); a failing kubelet keeps the last table for three
     /// refresh periods, then drops it rather than give GPUs to pods that may have left.
@@ -268,20 +272,10 @@ impl WithKubelet {
 }
 
 #[async_trait]
-impl GpuSource for WithKubelet {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn is_live(&self) -> bool {
-        self.inner.is_live()
-    }
-
-    async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
-        let Some(mut hosts) = self.inner.next().await? else { return Ok(None) };
+impl Annotate for KubeletAllocations {
+    async fn annotate(&mut self, hosts: &mut [HostSamples]) {
         self.refresh_if_due().await;
-        self.attach(&mut hosts);
-        Ok(Some(hosts))
+        self.attach(hosts);
     }
 }
 

@@ -155,7 +155,7 @@ async fn run(cli: Cli, src: Box<dyn GpuSource>) -> anyhow::Result<ExitCode> {
             cli.reclaim_poll_interval,
         ));
         tracing::info!("idle-reclaim kills allowed on this host (--allow-reclaim-kill)");
-        Box::new(fleetlens_agent::reclaim::Watched { inner: src, board })
+        Box::new(fleetlens_agent::reclaim::Watched { inner: src, annotator: board })
     } else {
         src
     };

@@ -14,7 +14,7 @@ use fleetlens_api::reclaim::{AgentCommand, CommandResult};
 use fleetlens_core::GpuProcess;
 
 use crate::source::procinfo::{parse_passwd, parse_status_uid};
-use crate::source::{GpuSource, HostSamples, SourceError};
+use crate::source::{Annotate, Annotated, HostSamples};
 
 /// A GPU's host and its newest process list.
 type Listed = (String, Vec<GpuProcess>);
@@ -49,27 +49,12 @@ impl ProcessBoard {
 }
 
 /// A source that also writes every reading's process lists on a [`ProcessBoard`].
-pub struct Watched {
-    pub inner: Box<dyn GpuSource>,
-    pub board: ProcessBoard,
-}
+pub type Watched = Annotated<ProcessBoard>;
 
 #[async_trait]
-impl GpuSource for Watched {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn is_live(&self) -> bool {
-        self.inner.is_live()
-    }
-
-    async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
-        let reading = self.inner.next().await?;
-        if let Some(hosts) = &reading {
-            self.board.record(hosts);
-        }
-        Ok(reading)
+impl Annotate for ProcessBoard {
+    async fn annotate(&mut self, hosts: &mut [HostSamples]) {
+        self.record(hosts);
     }
 }
 

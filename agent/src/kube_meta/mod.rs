@@ -28,7 +28,7 @@ use tokio::time::Instant;
 
 pub use owners::JobRef;
 
-use crate::source::{GpuSource, HostSamples, SourceError};
+use crate::source::{Annotate, Annotated, GpuSource, HostSamples};
 
 /// The namespace label that names a team, unless configured otherwise.
 pub const DEFAULT_TEAM_LABEL: &str = "fleetlens.io/team";
@@ -277,9 +277,12 @@ where
 }
 
 /// A source whose samples' allocations and pod processes carry their pods' metadata.
-pub struct WithKubeMeta {
-    inner: Box<dyn GpuSource>,
+pub type WithKubeMeta = Annotated<PodMetadata>;
+
+/// The pods' metadata from the Kubernetes API, put on the samples.
+pub struct PodMetadata {
     meta: KubeMeta,
+    /// Whether the first reading has waited for the API's first answer.
     waited: bool,
 }
 
@@ -288,7 +291,7 @@ const FIRST_SYNC_WAIT: Duration = Duration::from_secs(10);
 
 impl WithKubeMeta {
     pub fn new(inner: Box<dyn GpuSource>, meta: KubeMeta) -> Self {
-        Self { inner, meta, waited: false }
+        Annotated { inner, annotator: PodMetadata { meta, waited: false } }
     }
 }
 
@@ -334,17 +337,8 @@ pub fn attach(meta: &KubeMeta, hosts: &mut [HostSamples]) {
 }
 
 #[async_trait]
-impl GpuSource for WithKubeMeta {
-    fn describe(&self) -> String {
-        self.inner.describe()
-    }
-
-    fn is_live(&self) -> bool {
-        self.inner.is_live()
-    }
-
-    async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
-        let Some(mut hosts) = self.inner.next().await? else { return Ok(None) };
+impl Annotate for PodMetadata {
+    async fn annotate(&mut self, hosts: &mut [HostSamples]) {
         if !self.waited {
             self.waited = true;
             if self.meta.ready(FIRST_SYNC_WAIT).await {
@@ -356,7 +350,6 @@ impl GpuSource for WithKubeMeta {
                 tracing::warn!("the Kubernetes API has not answered yet; samples carry pod metadata once it does");
             }
         }
-        attach(&self.meta, &mut hosts);
-        Ok(Some(hosts))
+        attach(&self.meta, hosts);
     }
 }

@@ -93,6 +93,42 @@ pub trait Finisher: Send + Sync {
     fn finish(&self, samples: &mut [Sample]);
 }
 
+/// What a wrapping source adds to each reading of the source it wraps: the kubelet's pod
+/// allocations, the Kubernetes API's pod metadata, the reclaim watcher's process board.
+#[async_trait]
+pub trait Annotate: Send {
+    async fn annotate(&mut self, hosts: &mut [HostSamples]);
+}
+
+/// The readings of `inner`, each annotated by `annotator` on its way. It describes itself,
+/// lives and finishes its samples as `inner` does: a wrapper must not drop the finisher of the
+/// source it wraps (NVML's utilization over the whole interval).
+pub struct Annotated<A> {
+    pub inner: Box<dyn GpuSource>,
+    pub annotator: A,
+}
+
+#[async_trait]
+impl<A: Annotate> GpuSource for Annotated<A> {
+    fn describe(&self) -> String {
+        self.inner.describe()
+    }
+
+    fn is_live(&self) -> bool {
+        self.inner.is_live()
+    }
+
+    async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
+        let Some(mut hosts) = self.inner.next().await? else { return Ok(None) };
+        self.annotator.annotate(&mut hosts).await;
+        Ok(Some(hosts))
+    }
+
+    fn finisher(&self) -> Option<Arc<dyn Finisher>> {
+        self.inner.finisher()
+    }
+}
+
 /// The `--source` flag.
 #[derive(Debug, Clone, PartialEq)]
 pub enum SourceSpec {
@@ -262,6 +298,56 @@ impl Ticker {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// One reading of one sample, with a finisher that marks the samples it finished.
+    struct OneReading(bool);
+
+    struct Marking;
+
+    impl Finisher for Marking {
+        fn finish(&self, samples: &mut [Sample]) {
+            samples.iter_mut().for_each(|s| s.gpu_util_pct = Some(1.0));
+        }
+    }
+
+    #[async_trait]
+    impl GpuSource for OneReading {
+        fn describe(&self) -> String {
+            "one".into()
+        }
+        fn is_live(&self) -> bool {
+            true
+        }
+        async fn next(&mut self) -> Result<Option<Vec<HostSamples>>, SourceError> {
+            let first = !std::mem::replace(&mut self.0, true);
+            Ok(first.then(|| vec![HostSamples::new("h", vec![Sample { uuid: "GPU-1".into(), ..Default::default() }])]))
+        }
+        fn finisher(&self) -> Option<Arc<dyn Finisher>> {
+            Some(Arc::new(Marking))
+        }
+    }
+
+    struct Labelling;
+
+    #[async_trait]
+    impl Annotate for Labelling {
+        async fn annotate(&mut self, hosts: &mut [HostSamples]) {
+            hosts.iter_mut().for_each(|h| _ = h.labels.insert("annotated".into(), "yes".into()));
+        }
+    }
+
+    #[tokio::test]
+    async fn an_annotated_source_is_its_inner_one_plus_the_annotation() {
+        let mut src = Annotated { inner: Box::new(OneReading(false)), annotator: Labelling };
+        assert_eq!((src.describe(), src.is_live()), ("one".to_string(), true));
+        let hosts = src.next().await.unwrap().unwrap();
+        assert_eq!(hosts[0].labels["annotated"], "yes");
+        // The inner source's finisher is kept.
+        let mut samples = hosts[0].samples.clone();
+        src.finisher().expect("the inner finisher").finish(&mut samples);
+        assert_eq!(samples[0].gpu_util_pct, Some(1.0));
+        assert!(src.next().await.unwrap().is_none());
+    }
 
     #[test]
     fn parses_specs() {

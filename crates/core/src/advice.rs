@@ -108,6 +108,13 @@ pub struct CollocationHint {
     pub saving_per_month: Option<f64>,
 }
 
+/// The memory of one GPU of a group of jobs on the model named `name`: the least that any job
+/// reported (a MIG slice or a smaller board variant), else the datasheet's; `None` for a model
+/// without a datasheet whose jobs reported none.
+pub(crate) fn gpu_memory_bytes(name: &str, reported: impl IntoIterator<Item = Option<i64>>) -> Option<i64> {
+    reported.into_iter().flatten().min().or_else(|| GpuModel::from_nvml_name(name).map(|m| m.spec().memory_bytes()))
+}
+
 /// Collocation hints (CARMA): among jobs on the same GPU model, groups of two or more whose
 /// summed p95 SMACT ≤ `collocation_max_sum_p95_sm_active_pct` and summed peak memory < one
 /// GPU's memory could share one GPU; each group frees (size − 1) GPUs. Groups are packed
@@ -123,12 +130,7 @@ pub fn collocation(jobs: &[JobUsage], prices: &PriceTable, th: &Thresholds) -> V
     let mut hints = Vec::new();
     for group in by_model.values() {
         let name = &group[0].gpu_name;
-        let capacity = group
-            .iter()
-            .filter_map(|j| j.gpu_mem_total_bytes)
-            .min()
-            .or_else(|| GpuModel::from_nvml_name(name).map(|m| m.spec().memory_bytes()));
-        let Some(capacity) = capacity else { continue };
+        let Some(capacity) = gpu_memory_bytes(name, group.iter().map(|j| j.gpu_mem_total_bytes)) else { continue };
         let mut candidates: Vec<&JobUsage> =
             group.iter().copied().filter(|j| j.p95_sm_active_pct.is_finite() && j.p95_sm_active_pct <= limit).collect();
         candidates.sort_by(|a, b| {
@@ -180,6 +182,15 @@ mod tests {
         assert_eq!(p95(&[7.0]), Some(7.0));
         assert_eq!(p95(&[]), None);
         assert_eq!(p95(&[f64::NAN]), None);
+    }
+
+    #[test]
+    fn gpu_memory_is_the_least_reported_else_the_datasheets() {
+        let h100 = "NVIDIA H100 80GB HBM3";
+        assert_eq!(gpu_memory_bytes(h100, [Some(40 * GIB), None, Some(20 * GIB)]), Some(20 * GIB));
+        assert_eq!(gpu_memory_bytes(h100, [None]), Some(GpuModel::H100Sxm.spec().memory_bytes()));
+        assert_eq!(gpu_memory_bytes("Unknown GPU", [None, None]), None);
+        assert_eq!(gpu_memory_bytes("Unknown GPU", [Some(GIB)]), Some(GIB));
     }
 
     #[test]

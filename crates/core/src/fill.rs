@@ -17,49 +17,21 @@ use crate::Sample;
 pub fn fill_absent(stored: &Sample, incoming: &Sample) -> Option<Sample> {
     let mut out = stored.clone();
     let mut filled = false;
-    // Destructured whole, so that a field added to `Sample` cannot be forgotten here.
-    let Sample {
-        ts_ms: _,
-        uuid: _,
-        gpu_index: _,
-        name: _,
-        gpu_util_pct,
-        mem_util_pct,
-        mem_used_bytes,
-        mem_total_bytes,
-        power_w,
-        power_limit_w,
-        energy_j,
-        temp_c,
-        sm_clock_mhz,
-        throttle_reasons,
-        sm_active_pct,
-        gr_engine_active_pct,
-        sm_occupancy_pct,
-        tensor_active_pct,
-        dram_active_pct,
-        fp16_active_pct,
-        fp32_active_pct,
-        fp64_active_pct,
-        int_active_pct,
-        pcie_tx_mib_s,
-        pcie_rx_mib_s,
-        nvlink_tx_mib_s,
-        nvlink_rx_mib_s,
-        processes,
-        allocations,
-    } = incoming;
+    // The fields are named once: the pattern below lists every field of `Sample` (no `..`), so
+    // that a field added to `Sample` cannot be forgotten here, and each optional one is filled.
     macro_rules! fill {
-        ($($field:ident),* $(,)?) => {
+        ($($field:ident),* $(,)?) => {{
+            let Sample { ts_ms: _, uuid: _, gpu_index: _, name: _, allocations, $($field),* } = incoming;
             $(
                 if out.$field.is_none() && $field.is_some() {
                     out.$field = $field.clone();
                     filled = true;
                 }
             )*
-        };
+            allocations
+        }};
     }
-    fill!(
+    let allocations = fill!(
         gpu_util_pct,
         mem_util_pct,
         mem_used_bytes,

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use crate::advice::right_size;
+use crate::advice::{gpu_memory_bytes, right_size};
 use crate::cost::MONTH_HOURS;
 use crate::datasheet::GpuModel;
 use crate::prices::PriceTable;
@@ -124,12 +124,7 @@ pub fn plans(jobs: &[JobEvidence], window_ms: i64, prices: &PriceTable, th: &Thr
     let mut grouped: Vec<&str> = Vec::new();
     for group in by_model.values() {
         let name = &group[0].gpu_name;
-        let capacity = group
-            .iter()
-            .filter_map(|j| j.gpu_mem_total_bytes)
-            .min()
-            .or_else(|| GpuModel::from_nvml_name(name).map(|m| m.spec().memory_bytes()));
-        let Some(capacity) = capacity else { continue };
+        let Some(capacity) = gpu_memory_bytes(name, group.iter().map(|j| j.gpu_mem_total_bytes)) else { continue };
         let usable = (capacity as f64 * keep) as i64;
         let mut candidates: Vec<&JobEvidence> =
             group.iter().copied().filter(|j| j.p95_sm_active_pct <= limit).collect();

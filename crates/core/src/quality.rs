@@ -244,10 +244,7 @@ pub fn scrub(s: &mut Sample, flags: QualityFlags) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn s(ts: i64) -> Sample {
-        Sample { ts_ms: ts, uuid: "GPU-1".into(), ..Default::default() }
-    }
+    use crate::sample::blank_sample as s;
 
     #[test]
     fn the_rule_table_is_indexed_like_the_flags() {

@@ -411,6 +411,12 @@ pub fn holders<'a>(
     }
 }
 
+/// A sample of GPU "GPU-1" at `ts_ms` without any reading, for tests to fill in.
+#[cfg(test)]
+pub(crate) fn blank_sample(ts_ms: i64) -> Sample {
+    Sample { ts_ms, uuid: "GPU-1".into(), ..Default::default() }
+}
+
 #[cfg(test)]
 mod holder_tests {
     use super::*;

@@ -238,10 +238,7 @@ pub fn sampled_ms_since_previous(before: &[i64], batch: &[i64], offline_missing_
 mod tests {
     use super::*;
     use crate::sample::GpuProcess;
-
-    fn s(ts: i64) -> Sample {
-        Sample { ts_ms: ts, uuid: "GPU-1".into(), ..Default::default() }
-    }
+    use crate::sample::blank_sample as s;
 
     #[test]
     fn means_skip_absent_values() {

@@ -1,10 +1,12 @@
-//! Reusable pieces: status lines, badges, meters, the range picker, the app header.
+//! Reusable pieces: status lines, badges, meters, the range picker, the app header, the data
+//! table.
 
 pub mod header;
 pub mod meter;
 pub mod range_picker;
 pub mod state_badge;
 pub mod status;
+pub mod table;
 
 /// Moves keyboard focus to the first element matching `selector` once the DOM has updated (a
 /// "Confirm delete" button that replaced the one just pressed).

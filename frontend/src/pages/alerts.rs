@@ -12,6 +12,7 @@ use leptos_router::hooks::use_query_map;
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, now_ms, polled, use_app};
 use crate::format;
 use crate::url_state::query_setter;
@@ -168,87 +169,83 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
             let admin = ctx.is_admin();
             let windows = windows.get();
             view! {
-                <div class="table-wrap">
-                    <table class="data alert-table">
-                        <caption class="sr-only">"Alert instances"</caption>
-                        <thead>
-                            <tr>
-                                <th scope="col">"Status"</th>
-                                <th scope="col">"Severity"</th>
-                                <th scope="col">"Rule"</th>
-                                <th scope="col">"GPU"</th>
-                                <th scope="col">"Summary"</th>
-                                <th scope="col">"Since"</th>
-                                {admin.then(|| view! { <th scope="col">"Silence"</th> })}
-                            </tr>
-                        </thead>
-                        <tbody>
-                            {group_alerts(list)
-                                .into_iter()
-                                .map(|(key, members)| {
-                                    let head = if members.len() > 1 { Some(group_row(&key, &members, expanded, now, admin)) } else { None };
-                                    let grouped = members.len() > 1;
-                                    let rows = members.into_iter().map(|a| {
-                                    let member_key = key.clone();
-                                    let hidden = move || grouped && !expanded.with(|e| e.contains(&member_key));
-                                    let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
-                                    let when = match a.resolved_at_ms {
-                                        Some(r) => format!("{} – {}", format::date_time(since), format::date_time(r)),
-                                        None => format!("{} ({})", format::date_time(since), format::ago(since, now)),
-                                    };
-                                    let by = a.silenced_by.or_else(|| {
-                                        (a.status != "resolved").then(|| silenced_by(&windows, &a.labels, now)).flatten()
-                                    });
-                                    let silenced = a.silenced || by.is_some();
-                                    let can_silence = admin && !silenced && a.status != "resolved";
-                                    let a2 = a.clone();
-                                    let choice = RwSignal::new(DURATIONS[0].1);
-                                    let inhibited = (a.inhibited && a.status != "resolved").then(|| {
-                                        let title = a.inhibited_by.map(|id| format!("held back by alert {id} (the same problem)")).unwrap_or_default();
-                                        view! { " " <span class="pill pill-muted" title=title>"inhibited"</span> }
-                                    });
-                                    view! {
-                                        <tr data-alert-id=a.id.to_string() class:group-member=grouped hidden=hidden>
-                                            <td>
-                                                <span class=status_class(&a, silenced)>{a.status.clone()}</span>
-                                                {silenced.then(|| {
-                                                    let title = by.map(|id| format!("by silence {id}")).unwrap_or_default();
-                                                    view! { " " <span class="pill pill-muted" title=title>"silenced"</span> }
-                                                })}
-                                                {inhibited}
-                                            </td>
-                                            <td>{a.severity.clone()}</td>
-                                            <td>{a.rule_name.clone()}</td>
-                                            <td>
-                                                <a href=format!("/gpus/{}", a.gpu)>{a.host.clone()}</a>
-                                                <span class="cell-note">{short_uuid(&a.gpu)}</span>
-                                            </td>
-                                            <td>{a.summary.clone()}</td>
-                                            <td>{when}</td>
-                                            {admin.then(|| view! {
-                                                <td>
-                                                    {can_silence.then(|| view! {
-                                                        <div class="actions">
-                                                            <select
-                                                                aria-label=format!("Silence {} on {} for", a.rule_name, a.host)
-                                                                on:change=move |ev| choice.set(event_target_value(&ev).parse().unwrap_or(DURATIONS[0].1))
-                                                            >
-                                                                {DURATIONS.iter().map(|(l, ms)| view! { <option value=ms.to_string()>{*l}</option> }).collect_view()}
-                                                            </select>
-                                                            <button type="button" class="btn" on:click=move |_| silence(a2.clone(), choice.get_untracked())>"Silence"</button>
-                                                        </div>
-                                                    })}
-                                                </td>
+                <DataTable
+                    class="alert-table"
+                    caption="Alert instances"
+                    columns={[
+                        Column::text("Status"),
+                        Column::text("Severity"),
+                        Column::text("Rule"),
+                        Column::text("GPU"),
+                        Column::text("Summary"),
+                        Column::text("Since"),
+                        Column::text("Silence").when(admin),
+                    ]}
+                >
+                    {group_alerts(list)
+                        .into_iter()
+                        .map(|(key, members)| {
+                            let head = if members.len() > 1 { Some(group_row(&key, &members, expanded, now, admin)) } else { None };
+                            let grouped = members.len() > 1;
+                            let rows = members.into_iter().map(|a| {
+                            let member_key = key.clone();
+                            let hidden = move || grouped && !expanded.with(|e| e.contains(&member_key));
+                            let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
+                            let when = match a.resolved_at_ms {
+                                Some(r) => format!("{} – {}", format::date_time(since), format::date_time(r)),
+                                None => format!("{} ({})", format::date_time(since), format::ago(since, now)),
+                            };
+                            let by = a.silenced_by.or_else(|| {
+                                (a.status != "resolved").then(|| silenced_by(&windows, &a.labels, now)).flatten()
+                            });
+                            let silenced = a.silenced || by.is_some();
+                            let can_silence = admin && !silenced && a.status != "resolved";
+                            let a2 = a.clone();
+                            let choice = RwSignal::new(DURATIONS[0].1);
+                            let inhibited = (a.inhibited && a.status != "resolved").then(|| {
+                                let title = a.inhibited_by.map(|id| format!("held back by alert {id} (the same problem)")).unwrap_or_default();
+                                view! { " " <span class="pill pill-muted" title=title>"inhibited"</span> }
+                            });
+                            view! {
+                                <tr data-alert-id=a.id.to_string() class:group-member=grouped hidden=hidden>
+                                    <td>
+                                        <span class=status_class(&a, silenced)>{a.status.clone()}</span>
+                                        {silenced.then(|| {
+                                            let title = by.map(|id| format!("by silence {id}")).unwrap_or_default();
+                                            view! { " " <span class="pill pill-muted" title=title>"silenced"</span> }
+                                        })}
+                                        {inhibited}
+                                    </td>
+                                    <td>{a.severity.clone()}</td>
+                                    <td>{a.rule_name.clone()}</td>
+                                    <td>
+                                        <a href=format!("/gpus/{}", a.gpu)>{a.host.clone()}</a>
+                                        <span class="cell-note">{short_uuid(&a.gpu)}</span>
+                                    </td>
+                                    <td>{a.summary.clone()}</td>
+                                    <td>{when}</td>
+                                    {admin.then(|| view! {
+                                        <td>
+                                            {can_silence.then(|| view! {
+                                                <div class="actions">
+                                                    <select
+                                                        aria-label=format!("Silence {} on {} for", a.rule_name, a.host)
+                                                        on:change=move |ev| choice.set(event_target_value(&ev).parse().unwrap_or(DURATIONS[0].1))
+                                                    >
+                                                        {DURATIONS.iter().map(|(l, ms)| view! { <option value=ms.to_string()>{*l}</option> }).collect_view()}
+                                                    </select>
+                                                    <button type="button" class="btn" on:click=move |_| silence(a2.clone(), choice.get_untracked())>"Silence"</button>
+                                                </div>
                                             })}
-                                        </tr>
-                                    }
-                                    }).collect_view();
-                                    view! { {head} {rows} }
-                                })
-                                .collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                                        </td>
+                                    })}
+                                </tr>
+                            }
+                            }).collect_view();
+                            view! { {head} {rows} }
+                        })
+                        .collect_view()}
+                </DataTable>
             }
             .into_any()
         }}
@@ -413,52 +410,48 @@ fn Silences(
                     let admin = ctx.is_admin();
                     let now = now_ms();
                     view! {
-                        <div class="table-wrap">
-                            <table class="data silence-table">
-                                <caption class="sr-only">"Silences"</caption>
-                                <thead>
-                                    <tr>
-                                        <th scope="col">"Matches"</th>
-                                        <th scope="col">"Status"</th>
-                                        <th scope="col">"From"</th>
-                                        <th scope="col">"Until"</th>
-                                        <th scope="col">"Comment"</th>
-                                        {admin.then(|| view! { <th scope="col"><span class="sr-only">"Actions"</span></th> })}
-                                    </tr>
-                                </thead>
-                                <tbody>
-                                    {list
-                                        .into_iter()
-                                        .map(|s| {
-                                            let (label, class) = if s.active {
-                                                ("active", "pill pill-warn")
-                                            } else if s.starts_at_ms > now {
-                                                ("scheduled", "pill pill-muted")
-                                            } else {
-                                                ("expired", "pill pill-muted")
-                                            };
-                                            let can_end = admin && s.ends_at_ms > now;
-                                            let id = s.id;
-                                            view! {
-                                                <tr data-silence-id=s.id.to_string()>
-                                                    <th scope="row"><code>{s.matchers_text()}</code></th>
-                                                    <td><span class=class>{label}</span></td>
-                                                    <td>{format::date_time(s.starts_at_ms)}</td>
-                                                    <td>{format::date_time(s.ends_at_ms)}</td>
-                                                    <td>
-                                                        {s.comment.clone()}
-                                                        {(!s.created_by.is_empty()).then(|| view! { <span class="cell-note">{format!("by {}", s.created_by)}</span> })}
-                                                    </td>
-                                                    {admin.then(|| view! {
-                                                        <td>{can_end.then(|| view! { <button type="button" class="btn" on:click=move |_| end(id)>"End now"</button> })}</td>
-                                                    })}
-                                                </tr>
-                                            }
-                                        })
-                                        .collect_view()}
-                                </tbody>
-                            </table>
-                        </div>
+                        <DataTable
+                            class="silence-table"
+                            caption="Silences"
+                            columns={[
+                                Column::text("Matches"),
+                                Column::text("Status"),
+                                Column::text("From"),
+                                Column::text("Until"),
+                                Column::text("Comment"),
+                                Column::hidden("Actions").when(admin),
+                            ]}
+                        >
+                            {list
+                                .into_iter()
+                                .map(|s| {
+                                    let (label, class) = if s.active {
+                                        ("active", "pill pill-warn")
+                                    } else if s.starts_at_ms > now {
+                                        ("scheduled", "pill pill-muted")
+                                    } else {
+                                        ("expired", "pill pill-muted")
+                                    };
+                                    let can_end = admin && s.ends_at_ms > now;
+                                    let id = s.id;
+                                    view! {
+                                        <tr data-silence-id=s.id.to_string()>
+                                            <th scope="row"><code>{s.matchers_text()}</code></th>
+                                            <td><span class=class>{label}</span></td>
+                                            <td>{format::date_time(s.starts_at_ms)}</td>
+                                            <td>{format::date_time(s.ends_at_ms)}</td>
+                                            <td>
+                                                {s.comment.clone()}
+                                                {(!s.created_by.is_empty()).then(|| view! { <span class="cell-note">{format!("by {}", s.created_by)}</span> })}
+                                            </td>
+                                            {admin.then(|| view! {
+                                                <td>{can_end.then(|| view! { <button type="button" class="btn" on:click=move |_| end(id)>"End now"</button> })}</td>
+                                            })}
+                                        </tr>
+                                    }
+                                })
+                                .collect_view()}
+                        </DataTable>
                     }
                     .into_any()
                 }}
@@ -659,58 +652,54 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
                     }
                     let admin = ctx.is_admin();
                     view! {
-                        <div class="table-wrap">
-                            <table class="data rule-table">
-                                <caption class="sr-only">"Alert rules"</caption>
-                                <thead>
-                                    <tr>
-                                        <th scope="col">"Rule"</th>
-                                        <th scope="col">"Condition"</th>
-                                        <th scope="col" class="num">"For"</th>
-                                        <th scope="col">"Severity"</th>
-                                        <th scope="col">"Enabled"</th>
-                                        {admin.then(|| view! { <th scope="col"><span class="sr-only">"Actions"</span></th> })}
-                                    </tr>
-                                </thead>
-                                <tbody>
-                                    {l.into_iter()
-                                        .map(|r| {
-                                            let (r1, r2, r3, r4) = (r.clone(), r.clone(), r.clone(), r.clone());
-                                            let id = r.id.get();
-                                            view! {
-                                                <tr data-rule-id=r.id.to_string()>
-                                                    <th scope="row">
-                                                        <span class="rule-name">{r.name.clone()}</span>
-                                                        {r.builtin.is_some().then(|| view! { " " <span class="pill pill-muted">"shipped"</span> })}
-                                                        {(!r.description.is_empty()).then(|| view! { <span class="cell-note">{r.description.clone()}</span> })}
-                                                    </th>
-                                                    <td><code>{r.condition.clone()}</code></td>
-                                                    <td class="num">{format::duration_ms(r.for_s * 1000)}</td>
-                                                    <td>{r.severity.clone()}</td>
-                                                    <td>{if r.enabled { "yes" } else { "no" }}</td>
-                                                    {admin.then(|| view! {
-                                                        <td>
-                                                            <div class="actions">
-                                                                <button type="button" class="btn" aria-label=format!("Edit rule {}", r.name) on:click=move |_| edit.run(Some(r1.clone()))>"Edit"</button>
-                                                                <button type="button" class="btn" on:click=move |_| toggle.run(r2.clone())>{if r.enabled { "Disable" } else { "Enable" }}</button>
-                                                                <ConfirmButton
-                                                                    asking=confirm_delete
-                                                                    id
-                                                                    label="Delete"
-                                                                    confirm_label="Confirm delete"
-                                                                    aria_label=format!("Delete rule {}", r4.name)
-                                                                    on_confirm=Callback::new(move |()| delete.run(r3.clone()))
-                                                                />
-                                                            </div>
-                                                        </td>
-                                                    })}
-                                                </tr>
-                                            }
-                                        })
-                                        .collect_view()}
-                                </tbody>
-                            </table>
-                        </div>
+                        <DataTable
+                            class="rule-table"
+                            caption="Alert rules"
+                            columns={[
+                                Column::text("Rule"),
+                                Column::text("Condition"),
+                                Column::num("For"),
+                                Column::text("Severity"),
+                                Column::text("Enabled"),
+                                Column::hidden("Actions").when(admin),
+                            ]}
+                        >
+                            {l.into_iter()
+                                .map(|r| {
+                                    let (r1, r2, r3, r4) = (r.clone(), r.clone(), r.clone(), r.clone());
+                                    let id = r.id.get();
+                                    view! {
+                                        <tr data-rule-id=r.id.to_string()>
+                                            <th scope="row">
+                                                <span class="rule-name">{r.name.clone()}</span>
+                                                {r.builtin.is_some().then(|| view! { " " <span class="pill pill-muted">"shipped"</span> })}
+                                                {(!r.description.is_empty()).then(|| view! { <span class="cell-note">{r.description.clone()}</span> })}
+                                            </th>
+                                            <td><code>{r.condition.clone()}</code></td>
+                                            <td class="num">{format::duration_ms(r.for_s * 1000)}</td>
+                                            <td>{r.severity.clone()}</td>
+                                            <td>{if r.enabled { "yes" } else { "no" }}</td>
+                                            {admin.then(|| view! {
+                                                <td>
+                                                    <div class="actions">
+                                                        <button type="button" class="btn" aria-label=format!("Edit rule {}", r.name) on:click=move |_| edit.run(Some(r1.clone()))>"Edit"</button>
+                                                        <button type="button" class="btn" on:click=move |_| toggle.run(r2.clone())>{if r.enabled { "Disable" } else { "Enable" }}</button>
+                                                        <ConfirmButton
+                                                            asking=confirm_delete
+                                                            id
+                                                            label="Delete"
+                                                            confirm_label="Confirm delete"
+                                                            aria_label=format!("Delete rule {}", r4.name)
+                                                            on_confirm=Callback::new(move |()| delete.run(r3.clone()))
+                                                        />
+                                                    </div>
+                                                </td>
+                                            })}
+                                        </tr>
+                                    }
+                                })
+                                .collect_view()}
+                        </DataTable>
                     }
                     .into_any()
                 }}
@@ -1029,50 +1018,46 @@ fn Channels() -> impl IntoView {
                         return view! { <p class="empty">"No channel yet: alerts show only on this page."</p> }.into_any();
                     }
                     view! {
-                        <div class="table-wrap">
-                            <table class="data channel-table">
-                                <caption class="sr-only">"Notification channels"</caption>
-                                <thead>
-                                    <tr>
-                                        <th scope="col">"Name"</th>
-                                        <th scope="col">"Kind"</th>
-                                        <th scope="col">"URL"</th>
-                                        <th scope="col">"Default"</th>
-                                        <th scope="col"><span class="sr-only">"Actions"</span></th>
+                        <DataTable
+                            class="channel-table"
+                            caption="Notification channels"
+                            columns={[
+                                Column::text("Name"),
+                                Column::text("Kind"),
+                                Column::text("URL"),
+                                Column::text("Default"),
+                                Column::hidden("Actions"),
+                            ]}
+                        >
+                            {l.into_iter().map(|c| {
+                                let id = c.id;
+                                let (c1, c2) = (c.clone(), c.clone());
+                                let name = c.name.clone();
+                                view! {
+                                    <tr data-channel-id=c.id.to_string()>
+                                        <th scope="row">{c.name.clone()}</th>
+                                        <td>{c.kind.clone()}</td>
+                                        <td class="cmd">{c.url.clone()}</td>
+                                        <td>{if c.default { "yes" } else { "no" }}</td>
+                                        <td>
+                                            <div class="actions">
+                                                <button type="button" class="btn" aria-label=format!("Send a test message to {}", c.name) on:click=move |_| test(id)>"Send test"</button>
+                                                <button type="button" class="btn" on:click=move |_| set_default(c1.clone())>{if c.default { "Not default" } else { "Make default" }}</button>
+                                                <ConfirmButton
+                                                    asking=confirm_delete
+                                                    id
+                                                    label="Delete"
+                                                    confirm_label="Confirm delete"
+                                                    aria_label=format!("Delete channel {name}")
+                                                    on_confirm=Callback::new(move |()| delete(c2.clone()))
+                                                />
+                                            </div>
+                                            {test_outcome(id)}
+                                        </td>
                                     </tr>
-                                </thead>
-                                <tbody>
-                                    {l.into_iter().map(|c| {
-                                        let id = c.id;
-                                        let (c1, c2) = (c.clone(), c.clone());
-                                        let name = c.name.clone();
-                                        view! {
-                                            <tr data-channel-id=c.id.to_string()>
-                                                <th scope="row">{c.name.clone()}</th>
-                                                <td>{c.kind.clone()}</td>
-                                                <td class="cmd">{c.url.clone()}</td>
-                                                <td>{if c.default { "yes" } else { "no" }}</td>
-                                                <td>
-                                                    <div class="actions">
-                                                        <button type="button" class="btn" aria-label=format!("Send a test message to {}", c.name) on:click=move |_| test(id)>"Send test"</button>
-                                                        <button type="button" class="btn" on:click=move |_| set_default(c1.clone())>{if c.default { "Not default" } else { "Make default" }}</button>
-                                                        <ConfirmButton
-                                                            asking=confirm_delete
-                                                            id
-                                                            label="Delete"
-                                                            confirm_label="Confirm delete"
-                                                            aria_label=format!("Delete channel {name}")
-                                                            on_confirm=Callback::new(move |()| delete(c2.clone()))
-                                                        />
-                                                    </div>
-                                                    {test_outcome(id)}
-                                                </td>
-                                            </tr>
-                                        }
-                                    }).collect_view()}
-                                </tbody>
-                            </table>
-                        </div>
+                                }
+                            }).collect_view()}
+                        </DataTable>
                     }
                     .into_any()
                 }}

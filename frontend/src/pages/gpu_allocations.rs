@@ -5,6 +5,7 @@
 use fleetlens_api::GpuSummary;
 use leptos::prelude::*;
 
+use crate::components::table::{Column, DataTable};
 use crate::ctx::Latest;
 
 const DASH: &str = "—";
@@ -20,40 +21,36 @@ pub fn Allocations(gpu: Latest<GpuSummary>) -> impl IntoView {
         Some(view! {
             <section class="card" aria-labelledby="alloc-title">
                 <h2 id="alloc-title">"Kubernetes pods"</h2>
-                <div class="table-wrap">
-                    <table class="data alloc-table">
-                        <caption class="sr-only">"Pods the kubelet allocated this GPU to in the latest sample"</caption>
-                        <thead>
+                <DataTable
+                    class="alloc-table"
+                    caption="Pods the kubelet allocated this GPU to in the latest sample"
+                    columns={[
+                        Column::text("Pod"),
+                        Column::text("Container"),
+                        Column::text("Resource"),
+                        Column::text("Team"),
+                        Column::text("Owner"),
+                        Column::text("Job"),
+                    ]}
+                >
+                    {allocations.into_iter().map(|a| {
+                        let job = match (&a.job_kind, &a.job_name) {
+                            (Some(kind), Some(name)) => Some(format!("{kind} {}/{name}", a.namespace)),
+                            _ => None,
+                        };
+                        let (no_team, no_user, no_job) = (a.team.is_none(), a.pod_user.is_none(), job.is_none());
+                        view! {
                             <tr>
-                                <th scope="col">"Pod"</th>
-                                <th scope="col">"Container"</th>
-                                <th scope="col">"Resource"</th>
-                                <th scope="col">"Team"</th>
-                                <th scope="col">"Owner"</th>
-                                <th scope="col">"Job"</th>
+                                <td data-col="pod">{format!("{}/{}", a.namespace, a.pod)}</td>
+                                <td data-col="container">{a.container}</td>
+                                <td data-col="resource" class="mono" title=a.device_id>{a.resource}</td>
+                                <td data-col="team" class:na=no_team>{a.team.unwrap_or_else(|| DASH.into())}</td>
+                                <td data-col="owner" class:na=no_user>{a.pod_user.unwrap_or_else(|| DASH.into())}</td>
+                                <td data-col="job" class:na=no_job>{job.unwrap_or_else(|| DASH.into())}</td>
                             </tr>
-                        </thead>
-                        <tbody>
-                            {allocations.into_iter().map(|a| {
-                                let job = match (&a.job_kind, &a.job_name) {
-                                    (Some(kind), Some(name)) => Some(format!("{kind} {}/{name}", a.namespace)),
-                                    _ => None,
-                                };
-                                let (no_team, no_user, no_job) = (a.team.is_none(), a.pod_user.is_none(), job.is_none());
-                                view! {
-                                    <tr>
-                                        <td data-col="pod">{format!("{}/{}", a.namespace, a.pod)}</td>
-                                        <td data-col="container">{a.container}</td>
-                                        <td data-col="resource" class="mono" title=a.device_id>{a.resource}</td>
-                                        <td data-col="team" class:na=no_team>{a.team.unwrap_or_else(|| DASH.into())}</td>
-                                        <td data-col="owner" class:na=no_user>{a.pod_user.unwrap_or_else(|| DASH.into())}</td>
-                                        <td data-col="job" class:na=no_job>{job.unwrap_or_else(|| DASH.into())}</td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                        }
+                    }).collect_view()}
+                </DataTable>
             </section>
         })
     }

@@ -19,6 +19,7 @@ use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, Range, latest_ok, now_ms, polled, use_app};
 use crate::format::{self, NA};
 use crate::url_state::query_updater;
@@ -278,50 +279,46 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                             <ul>{chains.into_iter().map(|c| view! { <li class="inhibition-chain">{c}</li> }).collect_view()}</ul>
                         </div>
                     })}
-                    <div class="table-wrap">
-                        <table class="data gpu-alert-table">
-                            <caption class="sr-only">"Alerts on this GPU"</caption>
-                            <thead>
+                    <DataTable
+                        class="gpu-alert-table"
+                        caption="Alerts on this GPU"
+                        columns={[
+                            Column::text("Status"),
+                            Column::text("Rule"),
+                            Column::text("Severity"),
+                            Column::text("Summary"),
+                            Column::text("When"),
+                        ]}
+                    >
+                        {list.into_iter().map(|a| {
+                            let class = match a.status.as_str() {
+                                "firing" => "pill pill-bad",
+                                "pending" => "pill pill-warn",
+                                _ => "pill pill-ok",
+                            };
+                            let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
+                            let when = match a.resolved_at_ms {
+                                Some(r) => format!("{} – {}", crate::format::date_time(since), crate::format::date_time(r)),
+                                None => crate::format::date_time(since),
+                            };
+                            let held = (a.inhibited && a.status != "resolved").then(|| {
+                                let title = a.inhibited_by.map(|id| format!("held back by alert {id}")).unwrap_or_default();
+                                view! { " " <span class="pill pill-muted" title=title>"inhibited"</span> }
+                            });
+                            view! {
                                 <tr>
-                                    <th scope="col">"Status"</th>
-                                    <th scope="col">"Rule"</th>
-                                    <th scope="col">"Severity"</th>
-                                    <th scope="col">"Summary"</th>
-                                    <th scope="col">"When"</th>
+                                    <td><span class=class>{a.status.clone()}</span>{held}</td>
+                                    <td>{a.rule_name.clone()}</td>
+                                    <td>{a.severity.clone()}</td>
+                                    <td>
+                                        {a.summary.clone()}
+                                        {(!a.advice.is_empty()).then(|| view! { <span class="cell-note">{format!("What to do: {}", a.advice)}</span> })}
+                                    </td>
+                                    <td>{when}</td>
                                 </tr>
-                            </thead>
-                            <tbody>
-                                {list.into_iter().map(|a| {
-                                    let class = match a.status.as_str() {
-                                        "firing" => "pill pill-bad",
-                                        "pending" => "pill pill-warn",
-                                        _ => "pill pill-ok",
-                                    };
-                                    let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
-                                    let when = match a.resolved_at_ms {
-                                        Some(r) => format!("{} – {}", crate::format::date_time(since), crate::format::date_time(r)),
-                                        None => crate::format::date_time(since),
-                                    };
-                                    let held = (a.inhibited && a.status != "resolved").then(|| {
-                                        let title = a.inhibited_by.map(|id| format!("held back by alert {id}")).unwrap_or_default();
-                                        view! { " " <span class="pill pill-muted" title=title>"inhibited"</span> }
-                                    });
-                                    view! {
-                                        <tr>
-                                            <td><span class=class>{a.status.clone()}</span>{held}</td>
-                                            <td>{a.rule_name.clone()}</td>
-                                            <td>{a.severity.clone()}</td>
-                                            <td>
-                                                {a.summary.clone()}
-                                                {(!a.advice.is_empty()).then(|| view! { <span class="cell-note">{format!("What to do: {}", a.advice)}</span> })}
-                                            </td>
-                                            <td>{when}</td>
-                                        </tr>
-                                    }
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                            }
+                        }).collect_view()}
+                    </DataTable>
                 }
                 .into_any()
             }}
@@ -603,61 +600,57 @@ fn Processes(gpu: Latest<GpuSummary>) -> impl IntoView {
             Some(None) => view! { <p class="empty">"The process list could not be read on this host."</p> }.into_any(),
             Some(Some(p)) if p.is_empty() => view! { <p class="empty">"No process on this GPU in the latest sample."</p> }.into_any(),
             Some(Some(p)) => view! {
-                <div class="table-wrap">
-                    <table class="data proc-table">
-                        <caption class="sr-only">"Processes on this GPU in the latest sample, and their owners"</caption>
-                        <thead>
+                <DataTable
+                    class="proc-table"
+                    caption="Processes on this GPU in the latest sample, and their owners"
+                    columns={[
+                        Column::num("PID"),
+                        Column::text("User"),
+                        Column::text("Pod"),
+                        Column::text("Container"),
+                        Column::text("Job"),
+                        Column::text("Command"),
+                        Column::num("Memory"),
+                        Column::num("SM %"),
+                    ]}
+                >
+                    {p.into_iter().map(|p| {
+                        let user = owners::user(&p);
+                        let pod = owners::pod(&p);
+                        let pod_title = p.owner.as_ref().and_then(|o| o.pod_uid.clone()).map(|u| format!("pod UID {u}"));
+                        let container = owners::container_short(&p);
+                        let container_title = owners::container_full(&p);
+                        let job = owners::job(&p);
+                        let job_user = p.owner.as_ref().and_then(|o| o.job_user.clone()).filter(|j| Some(j) != user.as_ref());
+                        let labels = p
+                            .owner
+                            .as_ref()
+                            .map(|o| o.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))
+                            .filter(|l| !l.is_empty());
+                        let (no_user, no_pod, no_container, no_job) =
+                            (user.is_none(), pod.is_none(), container.is_none(), job.is_none());
+                        view! {
                             <tr>
-                                <th scope="col" class="num">"PID"</th>
-                                <th scope="col">"User"</th>
-                                <th scope="col">"Pod"</th>
-                                <th scope="col">"Container"</th>
-                                <th scope="col">"Job"</th>
-                                <th scope="col">"Command"</th>
-                                <th scope="col" class="num">"Memory"</th>
-                                <th scope="col" class="num">"SM %"</th>
+                                <td class="num">{p.pid}</td>
+                                <td data-col="user" class:na=no_user>{user.unwrap_or_else(|| DASH.into())}</td>
+                                <td data-col="pod" class:na=no_pod title=pod_title>{pod.unwrap_or_else(|| DASH.into())}</td>
+                                <td data-col="container" class:mono=!no_container class:na=no_container title=container_title>
+                                    {container.unwrap_or_else(|| DASH.into())}
+                                </td>
+                                <td data-col="job" class:na=no_job>
+                                    {job.unwrap_or_else(|| DASH.into())}
+                                    {job_user.map(|u| view! { <span class="cell-note">{format!("as {u}")}</span> })}
+                                </td>
+                                <td class="cmd">
+                                    {p.command.unwrap_or_else(|| DASH.into())}
+                                    {labels.map(|l| view! { <span class="cell-note">{l}</span> })}
+                                </td>
+                                <td class="num">{p.used_bytes.map(format::gib).unwrap_or_else(|| "n/a".into())}</td>
+                                <td class="num">{p.sm_pct.map(format::pct).unwrap_or_else(|| "n/a".into())}</td>
                             </tr>
-                        </thead>
-                        <tbody>
-                            {p.into_iter().map(|p| {
-                                let user = owners::user(&p);
-                                let pod = owners::pod(&p);
-                                let pod_title = p.owner.as_ref().and_then(|o| o.pod_uid.clone()).map(|u| format!("pod UID {u}"));
-                                let container = owners::container_short(&p);
-                                let container_title = owners::container_full(&p);
-                                let job = owners::job(&p);
-                                let job_user = p.owner.as_ref().and_then(|o| o.job_user.clone()).filter(|j| Some(j) != user.as_ref());
-                                let labels = p
-                                    .owner
-                                    .as_ref()
-                                    .map(|o| o.labels.iter().map(|(k, v)| format!("{k}={v}")).collect::<Vec<_>>().join(" "))
-                                    .filter(|l| !l.is_empty());
-                                let (no_user, no_pod, no_container, no_job) =
-                                    (user.is_none(), pod.is_none(), container.is_none(), job.is_none());
-                                view! {
-                                    <tr>
-                                        <td class="num">{p.pid}</td>
-                                        <td data-col="user" class:na=no_user>{user.unwrap_or_else(|| DASH.into())}</td>
-                                        <td data-col="pod" class:na=no_pod title=pod_title>{pod.unwrap_or_else(|| DASH.into())}</td>
-                                        <td data-col="container" class:mono=!no_container class:na=no_container title=container_title>
-                                            {container.unwrap_or_else(|| DASH.into())}
-                                        </td>
-                                        <td data-col="job" class:na=no_job>
-                                            {job.unwrap_or_else(|| DASH.into())}
-                                            {job_user.map(|u| view! { <span class="cell-note">{format!("as {u}")}</span> })}
-                                        </td>
-                                        <td class="cmd">
-                                            {p.command.unwrap_or_else(|| DASH.into())}
-                                            {labels.map(|l| view! { <span class="cell-note">{l}</span> })}
-                                        </td>
-                                        <td class="num">{p.used_bytes.map(format::gib).unwrap_or_else(|| "n/a".into())}</td>
-                                        <td class="num">{p.sm_pct.map(format::pct).unwrap_or_else(|| "n/a".into())}</td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </tbody>
-                    </table>
-                </div>
+                        }
+                    }).collect_view()}
+                </DataTable>
             }
             .into_any(),
         }

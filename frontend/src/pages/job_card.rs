@@ -16,6 +16,7 @@ use crate::api::ApiError;
 use crate::api::actions::{self, JobRun};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus, Saved};
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
 use crate::pages::jobs::owner_text;
@@ -228,39 +229,35 @@ fn Card(card: JobCard) -> impl IntoView {
         <div class="two-col">
             <section class="card" aria-labelledby="card-states-title">
                 <h2 id="card-states-title">"Hours per state"</h2>
-                <div class="table-wrap">
-                    <table class="data card-state-table">
-                        <caption class="sr-only">"GPU-hours of the job per workload state"</caption>
-                        <thead>
-                            <tr>
-                                <th scope="col">"State"</th>
-                                <th scope="col" class="num">"GPU-hours"</th>
-                                <th scope="col" class="num">"Share"</th>
-                                <th scope="col"><span class="sr-only">"Bar"</span></th>
-                            </tr>
-                        </thead>
-                        <tbody>{state_rows}</tbody>
-                    </table>
-                </div>
+                <DataTable
+                    class="card-state-table"
+                    caption="GPU-hours of the job per workload state"
+                    columns={[
+                        Column::text("State"),
+                        Column::num("GPU-hours"),
+                        Column::num("Share"),
+                        Column::hidden("Bar"),
+                    ]}
+                >
+                    {state_rows}
+                </DataTable>
             </section>
             <section class="card" aria-labelledby="card-gpus-title">
                 <h2 id="card-gpus-title">"GPUs"</h2>
-                <div class="table-wrap">
-                    <table class="data card-gpu-table">
-                        <caption class="sr-only">"The job's GPUs"</caption>
-                        <thead>
-                            <tr>
-                                <th scope="col">"GPU"</th>
-                                <th scope="col">"Model"</th>
-                                <th scope="col" class="num">"GPU-hours"</th>
-                                <th scope="col" class="num">"SM activity"</th>
-                                <th scope="col" class="num">"Peak memory"</th>
-                                <th scope="col">"Shared"</th>
-                            </tr>
-                        </thead>
-                        <tbody>{gpu_rows}</tbody>
-                    </table>
-                </div>
+                <DataTable
+                    class="card-gpu-table"
+                    caption="The job's GPUs"
+                    columns={[
+                        Column::text("GPU"),
+                        Column::text("Model"),
+                        Column::num("GPU-hours"),
+                        Column::num("SM activity"),
+                        Column::num("Peak memory"),
+                        Column::text("Shared"),
+                    ]}
+                >
+                    {gpu_rows}
+                </DataTable>
             </section>
         </div>
     }

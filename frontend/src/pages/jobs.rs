@@ -12,6 +12,7 @@ use crate::api;
 use crate::api::actions::{self, JobRun, RunFilter};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
 use crate::states;
@@ -236,23 +237,21 @@ fn GroupTable(groups: Vec<(String, GroupSum)>, by_team: bool, teams: Vec<Team>, 
         })
         .collect_view();
     view! {
-        <div class="table-wrap">
-            <table class="data job-group-table">
-                <caption class="sr-only">{if by_team { "Job runs per team" } else { "Job runs per owner" }}</caption>
-                <thead>
-                    <tr>
-                        <th scope="col">{if by_team { "Team" } else { "Owner" }}</th>
-                        <th scope="col" class="num">"Runs"</th>
-                        <th scope="col" class="num">"Running"</th>
-                        <th scope="col" class="num">"GPU-hours (ended)"</th>
-                        <th scope="col" class="num">"Wasted"</th>
-                        <th scope="col" class="num">"Cost"</th>
-                        <th scope="col" class="num">"Wasted cost"</th>
-                    </tr>
-                </thead>
-                <tbody>{rows}</tbody>
-            </table>
-        </div>
+        <DataTable
+            class="job-group-table"
+            caption={if by_team { "Job runs per team" } else { "Job runs per owner" }}
+            columns={[
+                Column::text(if by_team { "Team" } else { "Owner" }),
+                Column::num("Runs"),
+                Column::num("Running"),
+                Column::num("GPU-hours (ended)"),
+                Column::num("Wasted"),
+                Column::num("Cost"),
+                Column::num("Wasted cost"),
+            ]}
+        >
+            {rows}
+        </DataTable>
     }
     .into_any()
 }
@@ -302,28 +301,26 @@ fn RunTable(runs: Vec<JobRun>, teams: Vec<Team>) -> impl IntoView {
         })
         .collect_view();
     view! {
-        <div class="table-wrap">
-            <table class="data run-table">
-                <caption class="sr-only">"Job runs and their report cards"</caption>
-                <thead>
-                    <tr>
-                        <th scope="col">"Run"</th>
-                        <th scope="col">"Owner"</th>
-                        <th scope="col">"Team"</th>
-                        <th scope="col">"Host"</th>
-                        <th scope="col" class="num">"GPUs"</th>
-                        <th scope="col">"Seen"</th>
-                        <th scope="col">"Status"</th>
-                        <th scope="col" class="num">"GPU-hours"</th>
-                        <th scope="col">"Wasted in"</th>
-                        <th scope="col" class="num">"Efficiency"</th>
-                        <th scope="col" class="num">"Cost"</th>
-                        <th scope="col" class="num">"Wasted cost"</th>
-                    </tr>
-                </thead>
-                <tbody>{rows}</tbody>
-            </table>
-        </div>
+        <DataTable
+            class="run-table"
+            caption="Job runs and their report cards"
+            columns={[
+                Column::text("Run"),
+                Column::text("Owner"),
+                Column::text("Team"),
+                Column::text("Host"),
+                Column::num("GPUs"),
+                Column::text("Seen"),
+                Column::text("Status"),
+                Column::num("GPU-hours"),
+                Column::text("Wasted in"),
+                Column::num("Efficiency"),
+                Column::num("Cost"),
+                Column::num("Wasted cost"),
+            ]}
+        >
+            {rows}
+        </DataTable>
     }
     .into_any()
 }

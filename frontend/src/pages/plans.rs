@@ -9,6 +9,7 @@ use leptos::prelude::*;
 
 use crate::api::actions;
 use crate::components::status::PollStatus;
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, latest_ok, use_app};
 use crate::format;
 
@@ -31,20 +32,15 @@ fn evidence_row(j: &JobEvidence) -> impl IntoView + use<> {
     }
 }
 
-fn evidence_head() -> impl IntoView {
-    view! {
-        <thead>
-            <tr>
-                <th scope="col">"Job"</th>
-                <th scope="col">"GPU"</th>
-                <th scope="col" class="num">"SM activity p95"</th>
-                <th scope="col" class="num">"Peak memory"</th>
-                <th scope="col" class="num">"GPU-hours"</th>
-                <th scope="col">"Ran"</th>
-            </tr>
-        </thead>
-    }
-}
+/// The columns of the evidence of a MIG group: its jobs.
+const EVIDENCE_COLUMNS: [Column; 6] = [
+    Column::text("Job"),
+    Column::text("GPU"),
+    Column::num("SM activity p95"),
+    Column::num("Peak memory"),
+    Column::num("GPU-hours"),
+    Column::text("Ran"),
+];
 
 #[component]
 pub fn PlansSection(data: Latest<FleetSummary>) -> impl IntoView {
@@ -102,6 +98,7 @@ fn PlanTables(p: Plans, currency: String) -> impl IntoView {
         .map(|(i, g)| {
             let title_id = format!("colloc-{i}");
             let labelled_by = title_id.clone();
+            let evidence = g.jobs.iter().map(evidence_row).collect_view();
             view! {
                 <article class="plan" data-plan="collocation" aria-labelledby=labelled_by>
                     <h4 id=title_id>
@@ -117,13 +114,13 @@ fn PlanTables(p: Plans, currency: String) -> impl IntoView {
                             format::fx(g.gpu_hours_saved, 2)
                         )}
                     </p>
-                    <div class="table-wrap">
-                        <table class="data plan-table">
-                            <caption class="sr-only">{format!("Evidence: the {} jobs of this group", g.jobs.len())}</caption>
-                            {evidence_head()}
-                            <tbody>{g.jobs.iter().map(evidence_row).collect_view()}</tbody>
-                        </table>
-                    </div>
+                    <DataTable
+                        class="plan-table"
+                        caption=format!("Evidence: the {} jobs of this group", g.jobs.len())
+                        columns=EVIDENCE_COLUMNS
+                    >
+                        {evidence}
+                    </DataTable>
                 </article>
             }
         })
@@ -149,23 +146,21 @@ fn PlanTables(p: Plans, currency: String) -> impl IntoView {
             .collect_view();
         view! {
             <h3>"Right-size"</h3>
-            <div class="table-wrap">
-                <table class="data plan-table">
-                    <caption class="sr-only">"Jobs a smaller GPU or a MIG slice would have carried"</caption>
-                    <thead>
-                        <tr>
-                            <th scope="col">"Job"</th>
-                            <th scope="col">"Ran on"</th>
-                            <th scope="col">"Would fit"</th>
-                            <th scope="col" class="num">"SM activity p95"</th>
-                            <th scope="col" class="num">"Peak memory of usable"</th>
-                            <th scope="col" class="num">"GPU-hours"</th>
-                            <th scope="col" class="num">"Saving"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                </table>
-            </div>
+            <DataTable
+                class="plan-table"
+                caption="Jobs a smaller GPU or a MIG slice would have carried"
+                columns={[
+                    Column::text("Job"),
+                    Column::text("Ran on"),
+                    Column::text("Would fit"),
+                    Column::num("SM activity p95"),
+                    Column::num("Peak memory of usable"),
+                    Column::num("GPU-hours"),
+                    Column::num("Saving"),
+                ]}
+            >
+                {rows}
+            </DataTable>
         }
     });
     view! {

@@ -10,6 +10,7 @@ use crate::api::actions::{self, DryRun, NewReclaimPolicy, Reclaim, ReclaimPolicy
 use crate::api::{self, ApiError};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
 use crate::pages::report_routes::ReportRoutes;
@@ -188,56 +189,52 @@ fn Policies() -> impl IntoView {
                 let admin = ctx.is_admin();
                 let chs = channels.get();
                 view! {
-                    <div class="table-wrap">
-                        <table class="data policy-table">
-                            <caption class="sr-only">"Reclaim policies"</caption>
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Policy"</th>
-                                    <th scope="col">"State"</th>
-                                    <th scope="col">"Held for"</th>
-                                    <th scope="col">"Grace"</th>
-                                    <th scope="col">"Action"</th>
-                                    <th scope="col">"Notice to"</th>
-                                    <th scope="col"><span class="sr-only">"Actions"</span></th>
+                    <DataTable
+                        class="policy-table"
+                        caption="Reclaim policies"
+                        columns={[
+                            Column::text("Policy"),
+                            Column::text("State"),
+                            Column::text("Held for"),
+                            Column::text("Grace"),
+                            Column::text("Action"),
+                            Column::text("Notice to"),
+                            Column::hidden("Actions"),
+                        ]}
+                    >
+                        {list.into_iter().map(|p| {
+                            let id = p.id;
+                            let n = p.name.clone();
+                            let action = match p.action.as_str() {
+                                "agent_kill" => "SIGTERM by the host's agent (if opted in)".to_string(),
+                                _ => format!("webhook to {}", channel_name(&chs, p.action_channel_id, "?")),
+                            };
+                            let aria_dry = format!("Dry run (7 days) of {n}");
+                            let aria_delete = format!("Delete policy {n}");
+                            let on_confirm = Callback::new({ let n = n.clone(); move |()| delete(id, n.clone()) });
+                            let p2 = p.clone();
+                            view! {
+                                <tr data-policy-id=id.to_string()>
+                                    <th scope="row">{p.name.clone()}{(!p.enabled).then(|| view! { " " <span class="pill pill-muted">"disabled"</span> })}</th>
+                                    <td><StateBadge state=Some(p.state.clone())/></td>
+                                    <td>{seconds(p.for_s)}</td>
+                                    <td>{seconds(p.grace_s)}</td>
+                                    <td>{action}</td>
+                                    <td>{channel_name(&chs, p.notice_channel_id, "the owner's report route")}</td>
+                                    <td>
+                                        <div class="actions">
+                                            <button type="button" class="btn" aria-label=aria_dry disabled=move || dry_busy.get() == Some(id) on:click=move |_| run_dry(p2.clone())>
+                                                {move || if dry_busy.get() == Some(id) { "Running…" } else { "Dry run (7 days)" }}
+                                            </button>
+                                            {admin.then(|| view! {
+                                                <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label=aria_delete class="btn-quiet btn-danger" on_confirm/>
+                                            })}
+                                        </div>
+                                    </td>
                                 </tr>
-                            </thead>
-                            <tbody>
-                                {list.into_iter().map(|p| {
-                                    let id = p.id;
-                                    let n = p.name.clone();
-                                    let action = match p.action.as_str() {
-                                        "agent_kill" => "SIGTERM by the host's agent (if opted in)".to_string(),
-                                        _ => format!("webhook to {}", channel_name(&chs, p.action_channel_id, "?")),
-                                    };
-                                    let aria_dry = format!("Dry run (7 days) of {n}");
-                                    let aria_delete = format!("Delete policy {n}");
-                                    let on_confirm = Callback::new({ let n = n.clone(); move |()| delete(id, n.clone()) });
-                                    let p2 = p.clone();
-                                    view! {
-                                        <tr data-policy-id=id.to_string()>
-                                            <th scope="row">{p.name.clone()}{(!p.enabled).then(|| view! { " " <span class="pill pill-muted">"disabled"</span> })}</th>
-                                            <td><StateBadge state=Some(p.state.clone())/></td>
-                                            <td>{seconds(p.for_s)}</td>
-                                            <td>{seconds(p.grace_s)}</td>
-                                            <td>{action}</td>
-                                            <td>{channel_name(&chs, p.notice_channel_id, "the owner's report route")}</td>
-                                            <td>
-                                                <div class="actions">
-                                                    <button type="button" class="btn" aria-label=aria_dry disabled=move || dry_busy.get() == Some(id) on:click=move |_| run_dry(p2.clone())>
-                                                        {move || if dry_busy.get() == Some(id) { "Running…" } else { "Dry run (7 days)" }}
-                                                    </button>
-                                                    {admin.then(|| view! {
-                                                        <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label=aria_delete class="btn-quiet btn-danger" on_confirm/>
-                                                    })}
-                                                </div>
-                                            </td>
-                                        </tr>
-                                    }
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                            }
+                        }).collect_view()}
+                    </DataTable>
                 }
                 .into_any()
             }}
@@ -335,24 +332,22 @@ fn DryRunResult(policy: ReclaimPolicy, d: DryRun) -> impl IntoView {
             <p class="dry-run-summary" data-testid="dry-run-summary"><strong>{headline}</strong></p>
             <p class="muted small">{format!("The server's words: {}. Snoozes and owners are not modelled.", d.summary)}</p>
             {(!d.items.is_empty()).then(|| view! {
-                <div class="table-wrap">
-                    <table class="data dry-run-table">
-                        <caption class="sr-only">"GPUs the policy would have acted on"</caption>
-                        <thead>
-                            <tr>
-                                <th scope="col">"GPU"</th>
-                                <th scope="col">"Host"</th>
-                                <th scope="col">"In the state since"</th>
-                                <th scope="col">"Notice"</th>
-                                <th scope="col">"Action"</th>
-                                <th scope="col">"State ended"</th>
-                                <th scope="col" class="num">"Freed"</th>
-                                <th scope="col" class="num">"Freed cost"</th>
-                            </tr>
-                        </thead>
-                        <tbody>{rows}</tbody>
-                    </table>
-                </div>
+                <DataTable
+                    class="dry-run-table"
+                    caption="GPUs the policy would have acted on"
+                    columns={[
+                        Column::text("GPU"),
+                        Column::text("Host"),
+                        Column::text("In the state since"),
+                        Column::text("Notice"),
+                        Column::text("Action"),
+                        Column::text("State ended"),
+                        Column::num("Freed"),
+                        Column::num("Freed cost"),
+                    ]}
+                >
+                    {rows}
+                </DataTable>
             })}
         </div>
     }
@@ -459,21 +454,19 @@ fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<i64>) -> impl I
                 })}
             </div>
             <p class="muted small">{format!("Run {} · PID {} · in the state since {}", r.run_key, r.pid, format::date_time(r.state_since_ms))}</p>
-            <div class="table-wrap">
-                <table class="data reclaim-log">
-                    <caption class="sr-only">{format!("Steps of reclaim {id}")}</caption>
-                    <thead>
-                        <tr>
-                            <th scope="col">"When"</th>
-                            <th scope="col">"What"</th>
-                            <th scope="col">"Who"</th>
-                            <th scope="col" class="num">"Held by then"</th>
-                            <th scope="col">"Detail"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{steps}</tbody>
-                </table>
-            </div>
+            <DataTable
+                class="reclaim-log"
+                caption={format!("Steps of reclaim {id}")}
+                columns={[
+                    Column::text("When"),
+                    Column::text("What"),
+                    Column::text("Who"),
+                    Column::num("Held by then"),
+                    Column::text("Detail"),
+                ]}
+            >
+                {steps}
+            </DataTable>
         </article>
     }
 }

@@ -9,6 +9,7 @@ use leptos::task::spawn_local;
 use crate::api::actions::{self, NewReportRoute};
 use crate::api::{self, ApiError};
 use crate::components::status::{ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, polled, use_app};
 use fleetlens_api::accounts::TeamView as Team;
 use fleetlens_api::alerts::ChannelView as Channel;
@@ -127,42 +128,38 @@ pub fn ReportRoutes() -> impl IntoView {
                 let admin = ctx.is_admin();
                 let (chs, tms): (Vec<Channel>, Vec<Team>) = (channels.get(), teams.get());
                 view! {
-                    <div class="table-wrap">
-                        <table class="data route-table">
-                            <caption class="sr-only">"Report routes"</caption>
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Owner"</th>
-                                    <th scope="col">"Team"</th>
-                                    <th scope="col">"Channel"</th>
-                                    <th scope="col" class="num">"At least GPU-hours"</th>
-                                    <th scope="col" class="num">"At least wasted"</th>
-                                    <th scope="col"><span class="sr-only">"Actions"</span></th>
+                    <DataTable
+                        class="route-table"
+                        caption="Report routes"
+                        columns={[
+                            Column::text("Owner"),
+                            Column::text("Team"),
+                            Column::text("Channel"),
+                            Column::num("At least GPU-hours"),
+                            Column::num("At least wasted"),
+                            Column::hidden("Actions"),
+                        ]}
+                    >
+                        {list.into_iter().map(|r| {
+                            let id = r.id;
+                            let who = r.owner.clone().unwrap_or_else(|| "anyone".into());
+                            let team = r.team_id.map(|t| tms.iter().find(|x| x.id.get() == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
+                            let aria_label = format!("Delete the route of {who}");
+                            let on_confirm = Callback::new(move |()| delete(id));
+                            view! {
+                                <tr data-route-id=id.to_string()>
+                                    <th scope="row">{who.clone()}</th>
+                                    <td>{team}</td>
+                                    <td>{channel_name(&chs, r.channel_id)}</td>
+                                    <td class="num">{crate::format::fx(r.min_gpu_hours, 2).to_string()}</td>
+                                    <td class="num">{crate::format::pct(r.min_waste_pct)}</td>
+                                    <td>{admin.then(|| view! {
+                                        <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
+                                    })}</td>
                                 </tr>
-                            </thead>
-                            <tbody>
-                                {list.into_iter().map(|r| {
-                                    let id = r.id;
-                                    let who = r.owner.clone().unwrap_or_else(|| "anyone".into());
-                                    let team = r.team_id.map(|t| tms.iter().find(|x| x.id.get() == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
-                                    let aria_label = format!("Delete the route of {who}");
-                                    let on_confirm = Callback::new(move |()| delete(id));
-                                    view! {
-                                        <tr data-route-id=id.to_string()>
-                                            <th scope="row">{who.clone()}</th>
-                                            <td>{team}</td>
-                                            <td>{channel_name(&chs, r.channel_id)}</td>
-                                            <td class="num">{crate::format::fx(r.min_gpu_hours, 2).to_string()}</td>
-                                            <td class="num">{crate::format::pct(r.min_waste_pct)}</td>
-                                            <td>{admin.then(|| view! {
-                                                <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
-                                            })}</td>
-                                        </tr>
-                                    }
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                            }
+                        }).collect_view()}
+                    </DataTable>
                 }
                 .into_any()
             }}

@@ -9,6 +9,7 @@ use leptos::task::spawn_local;
 use crate::api::{self, ApiError};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus};
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
 use crate::states;
@@ -137,33 +138,29 @@ fn Jobs() -> impl IntoView {
                         return view! { <p class="empty">"No job reported its throughput in this range."</p> }.into_any();
                     }
                     view! {
-                        <div class="table-wrap">
-                            <table class="data job-table">
-                                <caption class="sr-only">"Jobs and their MFU"</caption>
-                                <thead>
-                                    <tr>
-                                        <th scope="col">"Job"</th>
-                                        <th scope="col" class="num">"GPUs"</th>
-                                        <th scope="col">"Precision"</th>
-                                        <th scope="col" class="num">"Achieved"</th>
-                                        <th scope="col" class="num">"MFU"</th>
-                                        <th scope="col">"When"</th>
-                                    </tr>
-                                </thead>
-                                <tbody>
-                                    {list.into_iter().map(|j| view! {
-                                        <tr data-job-id=j.id.to_string()>
-                                            <th scope="row">{j.name.clone()}</th>
-                                            <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
-                                            <td>{j.precision.clone()}</td>
-                                            <td class="num">{flops(j.achieved_flops_per_s)}</td>
-                                            <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
-                                            <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>
-                                        </tr>
-                                    }).collect_view()}
-                                </tbody>
-                            </table>
-                        </div>
+                        <DataTable
+                            class="job-table"
+                            caption="Jobs and their MFU"
+                            columns={[
+                                Column::text("Job"),
+                                Column::num("GPUs"),
+                                Column::text("Precision"),
+                                Column::num("Achieved"),
+                                Column::num("MFU"),
+                                Column::text("When"),
+                            ]}
+                        >
+                            {list.into_iter().map(|j| view! {
+                                <tr data-job-id=j.id.to_string()>
+                                    <th scope="row">{j.name.clone()}</th>
+                                    <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
+                                    <td>{j.precision.clone()}</td>
+                                    <td class="num">{flops(j.achieved_flops_per_s)}</td>
+                                    <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
+                                    <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>
+                                </tr>
+                            }).collect_view()}
+                        </DataTable>
                     }
                     .into_any()
                 }}

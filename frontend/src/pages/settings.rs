@@ -15,6 +15,7 @@ use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
 use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
 use fleetlens_api::analytics::Prices;
@@ -270,59 +271,55 @@ fn Teams() -> impl IntoView {
                 let team_list = teams.get().unwrap_or_default();
                 let admin = ctx.is_admin();
                 view! {
-                    <div class="table-wrap">
-                        <table class="data host-table">
-                            <caption class="sr-only">"Hosts and their teams"</caption>
-                            <thead>
-                                <tr>
-                                    <th scope="col">"Host"</th>
-                                    <th scope="col">"Assigned team"</th>
-                                    <th scope="col">"GPUs count for"</th>
+                    <DataTable
+                        class="host-table"
+                        caption="Hosts and their teams"
+                        columns={[
+                            Column::text("Host"),
+                            Column::text("Assigned team"),
+                            Column::text("GPUs count for"),
+                        ]}
+                    >
+                        {list.into_iter().map(|h| {
+                            let host = h.host.clone();
+                            let effective = {
+                                let mut v: Vec<String> = h.gpus.iter().map(|g| match (&g.team_name, &g.team_source) {
+                                    (Some(t), Some(src)) => format!("{t} (from {src})"),
+                                    (Some(t), None) => t.clone(),
+                                    (None, _) => "no team".into(),
+                                }).collect();
+                                v.sort();
+                                v.dedup();
+                                v.join(", ")
+                            };
+                            let assigned = h.assigned_team_id;
+                            let current = team_list.iter().find(|t| Some(t.id) == assigned).map(|t| t.name.clone());
+                            view! {
+                                <tr data-host=h.host.clone()>
+                                    <th scope="row">{h.host.clone()}</th>
+                                    <td>
+                                        {if admin {
+                                            view! {
+                                                <select
+                                                    aria-label=format!("Team of host {}", h.host)
+                                                    on:change=move |ev| {
+                                                        let v = event_target_value(&ev);
+                                                        assign(host.clone(), v.parse().ok());
+                                                    }
+                                                >
+                                                    <option value="" selected=assigned.is_none()>"— none —"</option>
+                                                    {team_list.iter().map(|t| view! { <option value=t.id.to_string() selected=Some(t.id) == assigned>{t.name.clone()}</option> }).collect_view()}
+                                                </select>
+                                            }.into_any()
+                                        } else {
+                                            view! { <span>{current.unwrap_or_else(|| "—".into())}</span> }.into_any()
+                                        }}
+                                    </td>
+                                    <td>{effective}</td>
                                 </tr>
-                            </thead>
-                            <tbody>
-                                {list.into_iter().map(|h| {
-                                    let host = h.host.clone();
-                                    let effective = {
-                                        let mut v: Vec<String> = h.gpus.iter().map(|g| match (&g.team_name, &g.team_source) {
-                                            (Some(t), Some(src)) => format!("{t} (from {src})"),
-                                            (Some(t), None) => t.clone(),
-                                            (None, _) => "no team".into(),
-                                        }).collect();
-                                        v.sort();
-                                        v.dedup();
-                                        v.join(", ")
-                                    };
-                                    let assigned = h.assigned_team_id;
-                                    let current = team_list.iter().find(|t| Some(t.id) == assigned).map(|t| t.name.clone());
-                                    view! {
-                                        <tr data-host=h.host.clone()>
-                                            <th scope="row">{h.host.clone()}</th>
-                                            <td>
-                                                {if admin {
-                                                    view! {
-                                                        <select
-                                                            aria-label=format!("Team of host {}", h.host)
-                                                            on:change=move |ev| {
-                                                                let v = event_target_value(&ev);
-                                                                assign(host.clone(), v.parse().ok());
-                                                            }
-                                                        >
-                                                            <option value="" selected=assigned.is_none()>"— none —"</option>
-                                                            {team_list.iter().map(|t| view! { <option value=t.id.to_string() selected=Some(t.id) == assigned>{t.name.clone()}</option> }).collect_view()}
-                                                        </select>
-                                                    }.into_any()
-                                                } else {
-                                                    view! { <span>{current.unwrap_or_else(|| "—".into())}</span> }.into_any()
-                                                }}
-                                            </td>
-                                            <td>{effective}</td>
-                                        </tr>
-                                    }
-                                }).collect_view()}
-                            </tbody>
-                        </table>
-                    </div>
+                            }
+                        }).collect_view()}
+                    </DataTable>
                 }
             }}
         </section>
@@ -394,54 +391,50 @@ fn ApiKeys() -> impl IntoView {
                         return view! { <p class="empty">"No API key yet."</p> }.into_any();
                     }
                     view! {
-                        <div class="table-wrap">
-                            <table class="data key-table">
-                                <caption class="sr-only">"API keys"</caption>
-                                <thead>
-                                    <tr>
-                                        <th scope="col">"Name"</th>
-                                        <th scope="col">"Key"</th>
-                                        <th scope="col">"Scopes"</th>
-                                        <th scope="col">"Created"</th>
-                                        <th scope="col">"Last used"</th>
-                                        <th scope="col"><span class="sr-only">"Actions"</span></th>
+                        <DataTable
+                            class="key-table"
+                            caption="API keys"
+                            columns={[
+                                Column::text("Name"),
+                                Column::text("Key"),
+                                Column::text("Scopes"),
+                                Column::text("Created"),
+                                Column::text("Last used"),
+                                Column::hidden("Actions"),
+                            ]}
+                        >
+                            {list.into_iter().map(|k| {
+                                let id = k.id.get();
+                                let name = k.name.clone();
+                                view! {
+                                    <tr data-key-id=k.id.to_string()>
+                                        <th scope="row">{k.name.clone()}</th>
+                                        <td><code>{format!("{}…", k.prefix)}</code></td>
+                                        <td>{k.scopes.join(", ")}</td>
+                                        <td>{format::date_time(k.created_ms)}</td>
+                                        <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
+                                        <td>
+                                            {if k.revoked {
+                                                view! { <span class="pill pill-muted">"revoked"</span> }.into_any()
+                                            } else {
+                                                view! {
+                                                    <div class="actions">
+                                                        <ConfirmButton
+                                                            asking=confirm
+                                                            id
+                                                            label="Revoke"
+                                                            confirm_label="Confirm revoke"
+                                                            aria_label=format!("Revoke key {name}")
+                                                            on_confirm=Callback::new(move |()| revoke(id))
+                                                        />
+                                                    </div>
+                                                }.into_any()
+                                            }}
+                                        </td>
                                     </tr>
-                                </thead>
-                                <tbody>
-                                    {list.into_iter().map(|k| {
-                                        let id = k.id.get();
-                                        let name = k.name.clone();
-                                        view! {
-                                            <tr data-key-id=k.id.to_string()>
-                                                <th scope="row">{k.name.clone()}</th>
-                                                <td><code>{format!("{}…", k.prefix)}</code></td>
-                                                <td>{k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")}</td>
-                                                <td>{format::date_time(k.created_ms)}</td>
-                                                <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
-                                                <td>
-                                                    {if k.revoked {
-                                                        view! { <span class="pill pill-muted">"revoked"</span> }.into_any()
-                                                    } else {
-                                                        view! {
-                                                            <div class="actions">
-                                                                <ConfirmButton
-                                                                    asking=confirm
-                                                                    id
-                                                                    label="Revoke"
-                                                                    confirm_label="Confirm revoke"
-                                                                    aria_label=format!("Revoke key {name}")
-                                                                    on_confirm=Callback::new(move |()| revoke(id))
-                                                                />
-                                                            </div>
-                                                        }.into_any()
-                                                    }}
-                                                </td>
-                                            </tr>
-                                        }
-                                    }).collect_view()}
-                                </tbody>
-                            </table>
-                        </div>
+                                }
+                            }).collect_view()}
+                        </DataTable>
                     }
                     .into_any()
                 }}
@@ -552,63 +545,59 @@ fn Users() -> impl IntoView {
                     let list = data.get().unwrap_or_default();
                     let me = me_id();
                     view! {
-                        <div class="table-wrap">
-                            <table class="data user-table">
-                                <caption class="sr-only">"Users"</caption>
-                                <thead>
-                                    <tr>
-                                        <th scope="col">"User"</th>
-                                        <th scope="col">"Role"</th>
-                                        <th scope="col">"Status"</th>
-                                        <th scope="col">"Last login"</th>
-                                        <th scope="col"><span class="sr-only">"Actions"</span></th>
+                        <DataTable
+                            class="user-table"
+                            caption="Users"
+                            columns={[
+                                Column::text("User"),
+                                Column::text("Role"),
+                                Column::text("Status"),
+                                Column::text("Last login"),
+                                Column::hidden("Actions"),
+                            ]}
+                        >
+                            {list.into_iter().map(|u| {
+                                let id = u.id.get();
+                                let is_me = me == Some(id.into());
+                                let (e1, e2, e3) = (u.email.clone(), u.email.clone(), u.email.clone());
+                                let disabled = u.disabled;
+                                view! {
+                                    <tr data-user-id=u.id.to_string()>
+                                        <th scope="row">{u.name.clone()}<span class="cell-note">{u.email.clone()}</span></th>
+                                        <td>
+                                            <select
+                                                aria-label=format!("Role of {}", u.email)
+                                                disabled=is_me
+                                                on:change=move |ev| {
+                                                    let r = event_target_value(&ev);
+                                                    update(id, UserPatch { role: Some(r.clone()), ..Default::default() }, format!("{e1} is now {r}."));
+                                                }
+                                            >
+                                                {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role == r>{r}</option> }).collect_view()}
+                                            </select>
+                                        </td>
+                                        <td>{if disabled { view! { <span class="pill pill-muted">"disabled"</span> }.into_any() } else { view! { <span class="pill pill-ok">"enabled"</span> }.into_any() }}</td>
+                                        <td>{u.last_login_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
+                                        <td>
+                                            {(!is_me).then(|| view! {
+                                                <div class="actions">
+                                                    <button type="button" class="btn" on:click=move |_| update(id, UserPatch { disabled: Some(!disabled), ..Default::default() }, format!("{e2} is now {}.", if disabled { "enabled" } else { "disabled" }))>
+                                                        {if disabled { "Enable" } else { "Disable" }}
+                                                    </button>
+                                                    <ConfirmButton
+                                                        asking=confirm
+                                                        id
+                                                        label="Delete"
+                                                        confirm_label="Confirm delete"
+                                                        on_confirm=Callback::new(move |()| delete(id, e3.clone()))
+                                                    />
+                                                </div>
+                                            })}
+                                        </td>
                                     </tr>
-                                </thead>
-                                <tbody>
-                                    {list.into_iter().map(|u| {
-                                        let id = u.id.get();
-                                        let is_me = me == Some(id.into());
-                                        let (e1, e2, e3) = (u.email.clone(), u.email.clone(), u.email.clone());
-                                        let disabled = u.disabled;
-                                        view! {
-                                            <tr data-user-id=u.id.to_string()>
-                                                <th scope="row">{u.name.clone()}<span class="cell-note">{u.email.clone()}</span></th>
-                                                <td>
-                                                    <select
-                                                        aria-label=format!("Role of {}", u.email)
-                                                        disabled=is_me
-                                                        on:change=move |ev| {
-                                                            let r = event_target_value(&ev);
-                                                            update(id, UserPatch { role: Some(r.clone()), ..Default::default() }, format!("{e1} is now {r}."));
-                                                        }
-                                                    >
-                                                        {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role.as_str() == r>{r}</option> }).collect_view()}
-                                                    </select>
-                                                </td>
-                                                <td>{if disabled { view! { <span class="pill pill-muted">"disabled"</span> }.into_any() } else { view! { <span class="pill pill-ok">"enabled"</span> }.into_any() }}</td>
-                                                <td>{u.last_login_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
-                                                <td>
-                                                    {(!is_me).then(|| view! {
-                                                        <div class="actions">
-                                                            <button type="button" class="btn" on:click=move |_| update(id, UserPatch { disabled: Some(!disabled), ..Default::default() }, format!("{e2} is now {}.", if disabled { "enabled" } else { "disabled" }))>
-                                                                {if disabled { "Enable" } else { "Disable" }}
-                                                            </button>
-                                                            <ConfirmButton
-                                                                asking=confirm
-                                                                id
-                                                                label="Delete"
-                                                                confirm_label="Confirm delete"
-                                                                on_confirm=Callback::new(move |()| delete(id, e3.clone()))
-                                                            />
-                                                        </div>
-                                                    })}
-                                                </td>
-                                            </tr>
-                                        }
-                                    }).collect_view()}
-                                </tbody>
-                            </table>
-                        </div>
+                                }
+                            }).collect_view()}
+                        </DataTable>
                     }
                 }}
             </Show>

@@ -411,9 +411,19 @@ impl Reader {
         self.labels.extend(inv.labels());
         self.labels_changed = true;
         let mig_on = mig == Some(true);
+        self.read_gpu(device, Kind::Physical, inv, health, gpm_enabled);
+        if mig_on {
+            self.add_mig_instances(index);
+        }
+        Ok(())
+    }
+
+    /// Starts reading a GPU (physical or MIG instance): its GPM and utilization sample buffers
+    /// are primed so that the first reading has a window to measure.
+    fn read_gpu(&mut self, device: Device<'static>, kind: Kind, inv: Inventory, health: Health, gpm_enabled: bool) {
         let mut gpu = Gpu {
             device,
-            kind: Kind::Physical,
+            kind,
             inv,
             health,
             gpm: Gpm::new(gpm_enabled, self.gract_every),
@@ -426,10 +436,6 @@ impl Reader {
         prime_gpm(&mut gpu, &mut self.notes);
         prime_util(&mut gpu, self.util_window, &mut self.notes);
         self.gpus.push(gpu);
-        if mig_on {
-            self.add_mig_instances(index);
-        }
-        Ok(())
     }
 
     /// Every MIG instance of the physical GPU at `index` as a GPU of its own.
@@ -476,21 +482,7 @@ impl Reader {
                 mem_total_bytes = inv.mem_total_bytes, "MIG instance, reported as its own GPU");
             self.labels.extend(inv.labels());
             self.labels_changed = true;
-            let mut gpu = Gpu {
-                device: dev,
-                kind: Kind::Mig,
-                inv,
-                health,
-                gpm: Gpm::new(parent_gpm, self.gract_every),
-                putil_seen_us: None,
-                util_win: UtilWindow::new(),
-                mem_win: UtilWindow::new(),
-                util_method: None,
-                lost: false,
-            };
-            prime_gpm(&mut gpu, &mut self.notes);
-            prime_util(&mut gpu, self.util_window, &mut self.notes);
-            self.gpus.push(gpu);
+            self.read_gpu(dev, Kind::Mig, inv, health, parent_gpm);
             found += 1;
         }
         if found == 0 {
