@@ -1,6 +1,6 @@
-//! Glue between stored data and the pure analytics of `fleetlens-core`: workload states per
-//! window (from raw samples or from 1-minute rollups), the current state of a GPU, and the
-//! organisation's classifier thresholds and prices.
+//! Glue between stored data and the pure analytics of `fleetlens-core` (its `timeline` holds
+//! the workload states per window and the current state of a GPU): what core needs of stored
+//! rows, core's states as wire windows, and the organisation's classifier thresholds and prices.
 
 pub mod billing;
 pub mod ledger;
@@ -11,7 +11,7 @@ pub mod summary;
 use fleetlens_api::StateWindow;
 use fleetlens_core::timeline::{self, GpuFacts, StateSpan};
 pub use fleetlens_core::timeline::{DEFAULT_INTERVAL_MS, MINUTE_MS, interval_from_timestamps, interval_of, offline};
-use fleetlens_core::{Classification, Credit, PriceTable, Resolution, RollupBucket, Sample, Thresholds, WorkloadState};
+use fleetlens_core::{Classification, Credit, PriceTable, Resolution, RollupBucket, Thresholds, WorkloadState};
 use std::collections::HashMap;
 use std::sync::RwLock;
 
@@ -23,12 +23,22 @@ pub const THRESHOLDS_KEY: &str = "thresholds";
 pub const PRICES_KEY: &str = "prices";
 
 /// The classifier the store uses to credit each minute as it is stored, with the thresholds of
-/// the minute's organisation (defaults unless overridden). Thresholds changed through the API
-/// apply to the minutes stored from then on.
+/// the minute's organisation (defaults unless overridden).
+///
+/// Its thresholds are a copy of the stored ones, kept current on every replica: the replica that
+/// takes a PUT sets them at once ([`OrgClassifier::set`]), every replica re-reads them every
+/// [`THRESHOLDS_REFRESH`] (`jobs::thresholds_loop`), and the rollup leader re-reads them right
+/// before each pass that writes minutes (`jobs::rollup_loop`). So a PUT on any replica credits
+/// every minute written after it, and every replica's reads classify with it within
+/// [`THRESHOLDS_REFRESH`].
 #[derive(Default)]
 pub struct OrgClassifier {
     thresholds: RwLock<HashMap<OrgId, Thresholds>>,
 }
+
+/// How often every replica re-reads the stored thresholds: the longest a PUT served by another
+/// replica goes unseen by this one's reads (one small query per replica per period).
+pub const THRESHOLDS_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl OrgClassifier {
     /// Load every organisation's stored thresholds.
@@ -36,13 +46,22 @@ impl OrgClassifier {
         Ok(OrgClassifier { thresholds: RwLock::new(Self::read(store).await?) })
     }
 
-    /// Re-read every organisation's stored thresholds: a PUT served by another replica reaches
-    /// this one's minute credits. The rollup job calls it before each pass, so the minutes
-    /// closed after a change are credited with it, whichever replica took the PUT.
-    pub async fn reload(&self, store: &dyn Store) -> Result<(), fleetlens_store::StoreError> {
+    /// Re-read every organisation's stored thresholds (a PUT served by another replica) and
+    /// return the organisations whose thresholds changed since the last read, so that what was
+    /// derived from the old ones (cached summaries) can be dropped.
+    pub async fn reload(&self, store: &dyn Store) -> Result<Vec<OrgId>, fleetlens_store::StoreError> {
         let map = Self::read(store).await?;
-        *self.thresholds.write().expect("thresholds lock") = map;
-        Ok(())
+        let mut current = self.thresholds.write().expect("thresholds lock");
+        let changed = current
+            .keys()
+            .chain(map.keys())
+            .filter(|org| current.get(org) != map.get(org))
+            .copied()
+            .collect::<std::collections::BTreeSet<_>>()
+            .into_iter()
+            .collect();
+        *current = map;
+        Ok(changed)
     }
 
     async fn read(store: &dyn Store) -> Result<HashMap<OrgId, Thresholds>, fleetlens_store::StoreError> {
@@ -136,16 +155,10 @@ pub fn is_reporting(
     !timeline::is_silent(gpu.last_seen_ms, timeline::interval_of_bucket(newest), now_ms, th, delivery_allowance_ms)
 }
 
-/// The GPU's state now from its newest minute's stored state (cheap, for lists).
-pub fn current_state_name(
-    gpu: &GpuRecord,
-    newest: Option<&LatestMinute>,
-    now_ms: i64,
-    th: &Thresholds,
-    delivery_allowance_ms: i64,
-) -> WorkloadState {
-    let minute = newest.map(|m| (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref()));
-    timeline::current_state_stored(gpu.last_seen_ms, minute, now_ms, th, delivery_allowance_ms)
+/// What core's `current_state_stored` needs of a GPU's newest stored minute: its sample
+/// count, first and last sample times, and stored state.
+pub fn stored_minute(m: &LatestMinute) -> (i64, i64, i64, Option<&str>) {
+    (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref())
 }
 
 pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow {
@@ -165,40 +178,8 @@ pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow
     }
 }
 
-fn state_windows(spans: Vec<StateSpan>) -> Vec<StateWindow> {
+/// Core's state spans (`timeline::states_from_samples` / `states_from_minutes`) as the wire's
+/// windows.
+pub fn state_windows(spans: Vec<StateSpan>) -> Vec<StateWindow> {
     spans.iter().map(|s| state_window(s.from_ms, s.to_ms, &s.classification)).collect()
-}
-
-/// States of consecutive `window_ms` windows from raw samples (core's sample timeline).
-pub fn states_from_samples(
-    samples: &[Sample],
-    from_ms: i64,
-    to_ms: i64,
-    window_ms: i64,
-    th: &Thresholds,
-) -> Vec<StateWindow> {
-    state_windows(timeline::states_from_samples(samples, from_ms, to_ms, window_ms, th))
-}
-
-/// States of minute-aligned `window_ms` windows from 1-minute rollups (core's minute timeline).
-pub fn states_from_minutes(
-    buckets: &[RollupBucket],
-    gpu: &GpuRecord,
-    from_ms: i64,
-    to_ms: i64,
-    window_ms: i64,
-    th: &Thresholds,
-) -> Vec<StateWindow> {
-    state_windows(timeline::states_from_minutes(buckets, &facts(gpu), from_ms, to_ms, window_ms, th))
-}
-
-/// The GPU's state now (core's `current_state`).
-pub fn current_state(
-    gpu: &GpuRecord,
-    newest: Option<&RollupBucket>,
-    now_ms: i64,
-    th: &Thresholds,
-    delivery_allowance_ms: i64,
-) -> Classification {
-    timeline::current_state(&facts(gpu), newest, now_ms, th, delivery_allowance_ms)
 }

@@ -13,9 +13,10 @@ use axum::http::HeaderMap;
 use fleetlens_store::Scope;
 use serde::Serialize;
 
-use super::ingest::{DecodeLimits, check, read_body, store_batch};
+use super::ingest::{DecodeLimits, read_body, store_batch};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::ingest_check::check;
 use crate::state::AppState;
 
 /// Answer to an accepted remote-write request.
