@@ -111,8 +111,10 @@ pub async fn retention_loop(store: Arc<dyn Store>, config: Arc<Config>) {
 
 /// Write the closed minutes' rollups every `rollup_interval`, on the one replica that holds the
 /// rollup lock. A run that fails wrote nothing (one transaction); the next one does it again.
-/// Each pass first re-reads the classifier thresholds, so a change PUT on any replica credits
-/// every minute written after it.
+/// The store re-reads the classifier thresholds in each pass's transaction (after the marks of
+/// the minutes it writes), so a change PUT on any replica credits every minute whose samples
+/// were stored after it; the pass also re-reads them here first, to drop the summaries cached
+/// with the old ones at once.
 pub async fn rollup_loop(
     store: Arc<dyn Store>,
     config: Arc<Config>,

@@ -601,10 +601,14 @@ macro_rules! impl_rollup_close {
 
         /// The marked minutes of `scope`, rolled up from their raw samples; `lock`: take the
         /// marks' row locks (the job, on PostgreSQL) before reading their samples.
+        /// `current_settings`: read the classifier's settings after the marks (the job, whose
+        /// credits are written; see `MinuteClassifier::settings_key`); reads classify with
+        /// the classifier's copy as it is.
         pub(crate) async fn load_open(
             conn: &mut Conn,
             scope: PendingScope<'_>,
             lock: Option<&str>,
+            current_settings: bool,
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<Vec<OpenMinute>> {
             let (cond, binds) = scope.condition();
@@ -618,6 +622,14 @@ macro_rules! impl_rollup_close {
                 .collect::<Result<_, sqlx::Error>>()?;
             if keys.is_empty() {
                 return Ok(Vec::new());
+            }
+            if let Some(key) = classifier.settings_key().filter(|_| current_settings) {
+                let rows: Vec<($crate::OrgId, String)> =
+                    sqlx::query_as(&$q("SELECT org_id, value FROM org_settings WHERE key = ?"))
+                        .bind(key)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                classifier.use_settings(rows);
             }
             let samples_sql = $q(&sql.samples).into_owned();
             let mut q = sqlx::query_as::<_, PendingSampleRow>(&samples_sql);
@@ -663,7 +675,7 @@ macro_rules! impl_rollup_close {
             let mut attempt = 0;
             loop {
                 // The connection goes back to the pool while `read` runs (it may take several).
-                let open = load_open(&mut *pool.acquire().await?, scope, None, classifier).await?;
+                let open = load_open(&mut *pool.acquire().await?, scope, None, false, classifier).await?;
                 let stored = read().await?;
                 if open.is_empty()
                     || attempt == 3
@@ -748,7 +760,7 @@ macro_rules! impl_rollup_close {
             lock: Option<&str>,
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<u64> {
-            let open = load_open(conn, scope, lock, classifier).await?;
+            let open = load_open(conn, scope, lock, true, classifier).await?;
             if open.is_empty() {
                 return Ok(0);
             }

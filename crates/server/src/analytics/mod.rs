@@ -12,8 +12,8 @@ use fleetlens_api::StateWindow;
 use fleetlens_core::timeline::{self, GpuFacts, StateSpan};
 pub use fleetlens_core::timeline::{DEFAULT_INTERVAL_MS, MINUTE_MS, interval_from_timestamps, interval_of, offline};
 use fleetlens_core::{Classification, Credit, PriceTable, Resolution, RollupBucket, Thresholds, WorkloadState};
-use std::collections::HashMap;
-use std::sync::RwLock;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Mutex, RwLock};
 
 use fleetlens_store::{GpuRecord, LatestMinute, MinuteClassifier, OrgId, Store};
 
@@ -27,13 +27,16 @@ pub const PRICES_KEY: &str = "prices";
 ///
 /// Its thresholds are a copy of the stored ones, kept current on every replica: the replica that
 /// takes a PUT sets them at once ([`OrgClassifier::set`]), every replica re-reads them every
-/// [`THRESHOLDS_REFRESH`] (`jobs::thresholds_loop`), and the rollup leader re-reads them right
-/// before each pass that writes minutes (`jobs::rollup_loop`). So a PUT on any replica credits
-/// every minute written after it, and every replica's reads classify with it within
-/// [`THRESHOLDS_REFRESH`].
+/// [`THRESHOLDS_REFRESH`] (`jobs::thresholds_loop`), and the rollup job re-reads them in the
+/// transaction that writes minutes, after the minutes' marks (`MinuteClassifier::settings_key`).
+/// So a PUT on any replica credits every minute whose samples were stored after it, and every
+/// replica's reads classify with it within [`THRESHOLDS_REFRESH`].
 #[derive(Default)]
 pub struct OrgClassifier {
     thresholds: RwLock<HashMap<OrgId, Thresholds>>,
+    /// Organisations whose thresholds the rollup job's read changed ([`OrgClassifier::reload`]
+    /// reports them too).
+    unreported: Mutex<BTreeSet<OrgId>>,
 }
 
 /// How often every replica re-reads the stored thresholds: the longest a PUT served by another
@@ -43,30 +46,32 @@ pub const THRESHOLDS_REFRESH: std::time::Duration = std::time::Duration::from_se
 impl OrgClassifier {
     /// Load every organisation's stored thresholds.
     pub async fn load(store: &dyn Store) -> Result<Self, fleetlens_store::StoreError> {
-        Ok(OrgClassifier { thresholds: RwLock::new(Self::read(store).await?) })
+        let classifier = OrgClassifier::default();
+        classifier.replace(Self::parse(store.settings_by_key(THRESHOLDS_KEY).await?));
+        Ok(classifier)
     }
 
     /// Re-read every organisation's stored thresholds (a PUT served by another replica) and
     /// return the organisations whose thresholds changed since the last read, so that what was
     /// derived from the old ones (cached summaries) can be dropped.
-    pub async fn reload(&self, store: &dyn Store) -> Result<Vec<OrgId>, fleetlens_store::StoreError> {
-        let map = Self::read(store).await?;
-        let mut current = self.thresholds.write().expect("thresholds lock");
-        let changed = current
-            .keys()
-            .chain(map.keys())
-            .filter(|org| current.get(org) != map.get(org))
-            .copied()
-            .collect::<std::collections::BTreeSet<_>>()
-            .into_iter()
-            .collect();
-        *current = map;
+    pub async fn reload(&self, store: &dyn Store) -> Result<BTreeSet<OrgId>, fleetlens_store::StoreError> {
+        let mut changed = self.replace(Self::parse(store.settings_by_key(THRESHOLDS_KEY).await?));
+        changed.append(&mut self.unreported.lock().expect("unreported lock"));
         Ok(changed)
     }
 
-    async fn read(store: &dyn Store) -> Result<HashMap<OrgId, Thresholds>, fleetlens_store::StoreError> {
+    /// Take `map` as every organisation's thresholds; returns the organisations it changes.
+    fn replace(&self, map: HashMap<OrgId, Thresholds>) -> BTreeSet<OrgId> {
+        let mut current = self.thresholds.write().expect("thresholds lock");
+        let changed =
+            current.keys().chain(map.keys()).filter(|org| current.get(org) != map.get(org)).copied().collect();
+        *current = map;
+        changed
+    }
+
+    fn parse(rows: Vec<(OrgId, String)>) -> HashMap<OrgId, Thresholds> {
         let mut map = HashMap::new();
-        for (org, json) in store.settings_by_key(THRESHOLDS_KEY).await? {
+        for (org, json) in rows {
             match serde_json::from_str(&json) {
                 Ok(th) => {
                     map.insert(org, th);
@@ -74,7 +79,7 @@ impl OrgClassifier {
                 Err(e) => tracing::warn!(org, error = %e, "stored thresholds unreadable; using defaults"),
             }
         }
-        Ok(map)
+        map
     }
 
     pub fn set(&self, org: OrgId, th: Thresholds) {
@@ -95,6 +100,15 @@ impl MinuteClassifier for OrgClassifier {
         let th = guard.get(&org).unwrap_or(&default);
         let (credit, c) = Credit::of_minute(bucket, power_limit_w, mem_total_bytes, th);
         (credit, c.state)
+    }
+
+    fn settings_key(&self) -> Option<&'static str> {
+        Some(THRESHOLDS_KEY)
+    }
+
+    fn use_settings(&self, rows: Vec<(OrgId, String)>) {
+        let mut changed = self.replace(Self::parse(rows));
+        self.unreported.lock().expect("unreported lock").append(&mut changed);
     }
 }
 
