@@ -72,14 +72,15 @@ fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-/// The stored newest minutes of the GPUs `g.id IN (…)` of an organisation (`?` placeholders:
-/// the organisation, then `n` GPU ids), as [`crate::LatestMinute`] rows.
-pub(crate) fn stored_latest_of_sql(n: usize) -> String {
+/// The stored newest minutes of an organisation's GPUs, as [`crate::LatestMinute`] rows: all of
+/// them (`gpus: None`), or those of `g.id IN (…)` (`Some(n)`). `?` placeholders: the
+/// organisation, then the `n` GPU ids.
+pub(crate) fn stored_latest_sql(gpus: Option<usize>) -> String {
+    let only = gpus.map_or(String::new(), |n| format!(" AND g.id IN ({})", placeholders(n)));
     format!(
         "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
          FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id AND r.bucket_ms = {LATEST_MINUTE_OF_G} \
-         WHERE g.org_id = ? AND g.id IN ({})",
-        placeholders(n)
+         WHERE g.org_id = ?{only}"
     )
 }
 
