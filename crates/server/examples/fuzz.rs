@@ -31,7 +31,8 @@ use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use fleetlens_core::rules::{Condition, DEFAULT_RULES, Observation};
 use fleetlens_core::{Sample, WorkloadState};
-use fleetlens_server::routes::ingest::{DecodeLimits, check, decode};
+use fleetlens_server::ingest_check::check;
+use fleetlens_server::routes::ingest::{DecodeLimits, decode};
 
 /// xorshift64*: deterministic per seed, no dependency.
 struct Rng(u64);

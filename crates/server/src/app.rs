@@ -249,7 +249,13 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
     alerts.spawn();
     tokio::spawn(live.listen());
     tokio::spawn(crate::jobs::retention_loop(store.clone(), state.config.clone()));
-    tokio::spawn(crate::jobs::rollup_loop(store.clone(), state.config.clone(), state.classifier.clone()));
+    tokio::spawn(crate::jobs::rollup_loop(
+        store.clone(),
+        state.config.clone(),
+        state.classifier.clone(),
+        state.summary_cache.clone(),
+    ));
+    tokio::spawn(crate::jobs::thresholds_loop(store.clone(), state.classifier.clone(), state.summary_cache.clone()));
     tokio::spawn(crate::jobs::sealing_loop(store.clone(), state.config.clone()));
     tokio::spawn(crate::jobs::maintenance_loop(store.clone()));
     let rejoin_ms = crate::alerts::ms(state.config.actions.job_end_after);

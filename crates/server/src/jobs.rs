@@ -15,7 +15,7 @@
 //!
 //! Not leader-only, by design: the notification outbox sender runs on every replica and claims
 //! each message with a row lease (`FOR UPDATE SKIP LOCKED` on PostgreSQL), a finer lock than
-//! one per job.
+//! one per job; and every replica re-reads the classifier thresholds (`thresholds_loop`).
 //!
 //! Which jobs this process leads, and how many runs each did, show in `GET /healthz` and
 //! `/metrics` (`fleetlens_job_leader`, `fleetlens_job_runs`).
@@ -28,7 +28,8 @@ use std::time::Duration;
 
 use fleetlens_store::Store;
 
-use crate::analytics::OrgClassifier;
+use crate::analytics::summary::SummaryCache;
+use crate::analytics::{OrgClassifier, THRESHOLDS_REFRESH};
 use crate::config::Config;
 use crate::time::now_ms;
 
@@ -106,14 +107,19 @@ pub async fn retention_loop(store: Arc<dyn Store>, config: Arc<Config>) {
 
 /// Write the closed minutes' rollups every `rollup_interval`, on the one replica that holds the
 /// rollup lock. A run that fails wrote nothing (one transaction); the next one does it again.
-/// Each pass first re-reads the classifier thresholds, so a change PUT on any replica credits
-/// the minutes closed from the next pass on (within one `rollup_interval`).
-pub async fn rollup_loop(store: Arc<dyn Store>, config: Arc<Config>, classifier: Arc<OrgClassifier>) {
+/// The store re-reads the classifier thresholds in each pass's transaction (after the marks of
+/// the minutes it writes), so a change PUT on any replica credits every minute whose samples
+/// were stored after it; the pass also re-reads them here first, to drop the summaries cached
+/// with the old ones at once.
+pub async fn rollup_loop(
+    store: Arc<dyn Store>,
+    config: Arc<Config>,
+    classifier: Arc<OrgClassifier>,
+    summaries: Arc<SummaryCache>,
+) {
     let lateness = i64::try_from(config.rollup_lateness.as_millis()).unwrap_or(i64::MAX);
     leader_loop(store.as_ref(), ROLLUPS, config.rollup_interval, config.rollup_interval, || async {
-        if let Err(e) = classifier.reload(store.as_ref()).await {
-            tracing::warn!(error = %e, "re-reading classifier thresholds failed; crediting with the last ones read");
-        }
+        refresh_thresholds(store.as_ref(), &classifier, &summaries).await;
         match store.close_minutes(now_ms(), lateness).await {
             Ok(written) => {
                 tracing::debug!(minutes = written, "rollups written");
@@ -126,6 +132,33 @@ pub async fn rollup_loop(store: Arc<dyn Store>, config: Arc<Config>, classifier:
         }
     })
     .await
+}
+
+/// Re-read the classifier thresholds every [`THRESHOLDS_REFRESH`], on every replica (not a
+/// leader job: each replica classifies its own reads), so a PUT served by another replica
+/// reaches this one's GPU pages, summaries and streams within that period.
+pub async fn thresholds_loop(store: Arc<dyn Store>, classifier: Arc<OrgClassifier>, summaries: Arc<SummaryCache>) {
+    let mut every = tokio::time::interval(THRESHOLDS_REFRESH);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        every.tick().await;
+        refresh_thresholds(store.as_ref(), &classifier, &summaries).await;
+    }
+}
+
+/// Re-read the stored thresholds into the classifier and drop the cached summaries of the
+/// organisations whose thresholds changed.
+async fn refresh_thresholds(store: &dyn Store, classifier: &OrgClassifier, summaries: &SummaryCache) {
+    match classifier.reload(store).await {
+        Ok(changed) => {
+            for org in changed {
+                summaries.invalidate(org);
+            }
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "re-reading classifier thresholds failed; classifying with the last ones read")
+        }
+    }
 }
 
 /// Seal the closed GPU-hours every `seal_interval` on the one replica that holds the sealing

@@ -10,6 +10,7 @@ pub mod config;
 pub mod delivery;
 pub mod egress;
 pub mod error;
+pub mod ingest_check;
 pub mod ingest_gate;
 pub mod jobs;
 pub mod live;

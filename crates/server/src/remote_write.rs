@@ -261,7 +261,7 @@ mod tests {
         assert_eq!((b.samples[1].sm_active_pct, b.samples[1].gpu_util_pct), (Some(25.0), None));
         let owner = b.samples[0].processes.as_ref().unwrap()[0].owner.clone().unwrap();
         assert_eq!((owner.pod_name.as_deref(), owner.namespace.as_deref()), (Some("p"), Some("ns")));
-        crate::routes::ingest::check(b).unwrap();
+        crate::ingest_check::check(b).unwrap();
     }
 
     #[test]

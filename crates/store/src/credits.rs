@@ -14,6 +14,18 @@ pub trait MinuteClassifier: Send + Sync + 'static {
         power_limit_w: Option<f64>,
         mem_total_bytes: Option<i64>,
     ) -> (Credit, WorkloadState);
+
+    /// The key of the organisation settings (`org_settings`) this classifier classifies with,
+    /// if any. The rollup job reads those rows in the transaction that writes minutes, after
+    /// it has read the minutes' marks, and hands them to [`MinuteClassifier::use_settings`]
+    /// before crediting: a settings change committed before a minute's samples were stored
+    /// (on any replica) is never missed by that minute's credit.
+    fn settings_key(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// The current `(organisation, value)` rows of [`MinuteClassifier::settings_key`].
+    fn use_settings(&self, _rows: Vec<(OrgId, String)>) {}
 }
 
 /// METRICS.md's default thresholds for every organisation.

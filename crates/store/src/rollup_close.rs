@@ -72,14 +72,15 @@ fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
-/// The stored newest minutes of the GPUs `g.id IN (…)` of an organisation (`?` placeholders:
-/// the organisation, then `n` GPU ids), as [`crate::LatestMinute`] rows.
-pub(crate) fn stored_latest_of_sql(n: usize) -> String {
+/// The stored newest minutes of an organisation's GPUs, as [`crate::LatestMinute`] rows: all of
+/// them (`gpus: None`), or those of `g.id IN (…)` (`Some(n)`). `?` placeholders: the
+/// organisation, then the `n` GPU ids.
+pub(crate) fn stored_latest_sql(gpus: Option<usize>) -> String {
+    let only = gpus.map_or(String::new(), |n| format!(" AND g.id IN ({})", placeholders(n)));
     format!(
         "SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
          FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id AND r.bucket_ms = {LATEST_MINUTE_OF_G} \
-         WHERE g.org_id = ? AND g.id IN ({})",
-        placeholders(n)
+         WHERE g.org_id = ?{only}"
     )
 }
 
@@ -601,10 +602,14 @@ macro_rules! impl_rollup_close {
 
         /// The marked minutes of `scope`, rolled up from their raw samples; `lock`: take the
         /// marks' row locks (the job, on PostgreSQL) before reading their samples.
+        /// `current_settings`: read the classifier's settings after the marks (the job, whose
+        /// credits are written; see `MinuteClassifier::settings_key`); reads classify with
+        /// the classifier's copy as it is.
         pub(crate) async fn load_open(
             conn: &mut Conn,
             scope: PendingScope<'_>,
             lock: Option<&str>,
+            current_settings: bool,
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<Vec<OpenMinute>> {
             let (cond, binds) = scope.condition();
@@ -618,6 +623,14 @@ macro_rules! impl_rollup_close {
                 .collect::<Result<_, sqlx::Error>>()?;
             if keys.is_empty() {
                 return Ok(Vec::new());
+            }
+            if let Some(key) = classifier.settings_key().filter(|_| current_settings) {
+                let rows: Vec<($crate::OrgId, String)> =
+                    sqlx::query_as(&$q("SELECT org_id, value FROM org_settings WHERE key = ?"))
+                        .bind(key)
+                        .fetch_all(&mut *conn)
+                        .await?;
+                classifier.use_settings(rows);
             }
             let samples_sql = $q(&sql.samples).into_owned();
             let mut q = sqlx::query_as::<_, PendingSampleRow>(&samples_sql);
@@ -663,7 +676,7 @@ macro_rules! impl_rollup_close {
             let mut attempt = 0;
             loop {
                 // The connection goes back to the pool while `read` runs (it may take several).
-                let open = load_open(&mut *pool.acquire().await?, scope, None, classifier).await?;
+                let open = load_open(&mut *pool.acquire().await?, scope, None, false, classifier).await?;
                 let stored = read().await?;
                 if open.is_empty()
                     || attempt == 3
@@ -748,7 +761,7 @@ macro_rules! impl_rollup_close {
             lock: Option<&str>,
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<u64> {
-            let open = load_open(conn, scope, lock, classifier).await?;
+            let open = load_open(conn, scope, lock, true, classifier).await?;
             if open.is_empty() {
                 return Ok(0);
             }

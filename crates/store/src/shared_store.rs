@@ -242,9 +242,7 @@ macro_rules! impl_store {
             }
 
             async fn latest_minutes(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::LatestMinute>> {
-                let sql = q("SELECT r.gpu_id, r.bucket_ms, r.state, r.sample_count, r.first_ts_ms, r.last_ts_ms \
-                     FROM gpus g JOIN rollups_1m r ON r.gpu_id = g.id \
-                     AND r.bucket_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000 WHERE g.org_id = ?");
+                let sql = q(&rc::stored_latest_sql(None)).into_owned();
                 let read = || async { Ok(sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?) };
                 let scope = PendingScope::OrgLatest(org);
                 let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
@@ -258,7 +256,7 @@ macro_rules! impl_store {
             ) -> $crate::Result<Vec<$crate::LatestMinute>> {
                 let mut out = Vec::with_capacity(gpu_ids.len());
                 for chunk in gpu_ids.chunks(rc::GPUS_PER_LATEST_READ) {
-                    let sql = q(&rc::stored_latest_of_sql(chunk.len())).into_owned();
+                    let sql = q(&rc::stored_latest_sql(Some(chunk.len()))).into_owned();
                     let read = || async {
                         let mut query = sqlx::query_as(&sql).bind(org);
                         for id in chunk {

@@ -51,8 +51,9 @@ use fleetlens_core::timeline::{is_silent, offline_limit_ms};
 const BATCH: u32 = 20_000;
 /// Dirty cursors of GPUs without transitions are saved this often.
 const CURSOR_FLUSH_MS: i64 = 10_000;
-/// Thresholds are re-read this often.
-const THRESHOLDS_TTL_MS: i64 = 15_000;
+/// Thresholds are re-read this often: as often as every replica's classifier re-reads them, so
+/// a PUT served by another replica reaches the rules' states within the bound docs/API.md gives.
+const THRESHOLDS_TTL_MS: i64 = crate::analytics::THRESHOLDS_REFRESH.as_millis() as i64;
 
 pub(super) type Key = (i64, i64);
 

@@ -1,6 +1,6 @@
-//! Glue between stored data and the pure analytics of `fleetlens-core`: workload states per
-//! window (from raw samples or from 1-minute rollups), the current state of a GPU, and the
-//! organisation's classifier thresholds and prices.
+//! Glue between stored data and the pure analytics of `fleetlens-core` (its `timeline` holds
+//! the workload states per window and the current state of a GPU): what core needs of stored
+//! rows, core's states as wire windows, and the organisation's classifier thresholds and prices.
 
 pub mod billing;
 pub mod ledger;
@@ -11,9 +11,9 @@ pub mod summary;
 use fleetlens_api::StateWindow;
 use fleetlens_core::timeline::{self, GpuFacts, StateSpan};
 pub use fleetlens_core::timeline::{DEFAULT_INTERVAL_MS, MINUTE_MS, interval_from_timestamps, interval_of, offline};
-use fleetlens_core::{Classification, Credit, PriceTable, Resolution, RollupBucket, Sample, Thresholds, WorkloadState};
-use std::collections::HashMap;
-use std::sync::RwLock;
+use fleetlens_core::{Classification, Credit, PriceTable, Resolution, RollupBucket, Thresholds, WorkloadState};
+use std::collections::{BTreeSet, HashMap};
+use std::sync::{Mutex, RwLock};
 
 use fleetlens_store::{GpuRecord, LatestMinute, MinuteClassifier, OrgId, Store};
 
@@ -23,31 +23,55 @@ pub const THRESHOLDS_KEY: &str = "thresholds";
 pub const PRICES_KEY: &str = "prices";
 
 /// The classifier the store uses to credit each minute as it is stored, with the thresholds of
-/// the minute's organisation (defaults unless overridden). Thresholds changed through the API
-/// apply to the minutes stored from then on.
+/// the minute's organisation (defaults unless overridden).
+///
+/// Its thresholds are a copy of the stored ones, kept current on every replica: the replica that
+/// takes a PUT sets them at once ([`OrgClassifier::set`]), every replica re-reads them every
+/// [`THRESHOLDS_REFRESH`] (`jobs::thresholds_loop`), and the rollup job re-reads them in the
+/// transaction that writes minutes, after the minutes' marks (`MinuteClassifier::settings_key`).
+/// So a PUT on any replica credits every minute whose samples were stored after it, and every
+/// replica's reads classify with it within [`THRESHOLDS_REFRESH`].
 #[derive(Default)]
 pub struct OrgClassifier {
     thresholds: RwLock<HashMap<OrgId, Thresholds>>,
+    /// Organisations whose thresholds the rollup job's read changed ([`OrgClassifier::reload`]
+    /// reports them too).
+    unreported: Mutex<BTreeSet<OrgId>>,
 }
+
+/// How often every replica re-reads the stored thresholds: the longest a PUT served by another
+/// replica goes unseen by this one's reads (one small query per replica per period).
+pub const THRESHOLDS_REFRESH: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl OrgClassifier {
     /// Load every organisation's stored thresholds.
     pub async fn load(store: &dyn Store) -> Result<Self, fleetlens_store::StoreError> {
-        Ok(OrgClassifier { thresholds: RwLock::new(Self::read(store).await?) })
+        let classifier = OrgClassifier::default();
+        classifier.replace(Self::parse(store.settings_by_key(THRESHOLDS_KEY).await?));
+        Ok(classifier)
     }
 
-    /// Re-read every organisation's stored thresholds: a PUT served by another replica reaches
-    /// this one's minute credits. The rollup job calls it before each pass, so the minutes
-    /// closed after a change are credited with it, whichever replica took the PUT.
-    pub async fn reload(&self, store: &dyn Store) -> Result<(), fleetlens_store::StoreError> {
-        let map = Self::read(store).await?;
-        *self.thresholds.write().expect("thresholds lock") = map;
-        Ok(())
+    /// Re-read every organisation's stored thresholds (a PUT served by another replica) and
+    /// return the organisations whose thresholds changed since the last read, so that what was
+    /// derived from the old ones (cached summaries) can be dropped.
+    pub async fn reload(&self, store: &dyn Store) -> Result<BTreeSet<OrgId>, fleetlens_store::StoreError> {
+        let mut changed = self.replace(Self::parse(store.settings_by_key(THRESHOLDS_KEY).await?));
+        changed.append(&mut self.unreported.lock().expect("unreported lock"));
+        Ok(changed)
     }
 
-    async fn read(store: &dyn Store) -> Result<HashMap<OrgId, Thresholds>, fleetlens_store::StoreError> {
+    /// Take `map` as every organisation's thresholds; returns the organisations it changes.
+    fn replace(&self, map: HashMap<OrgId, Thresholds>) -> BTreeSet<OrgId> {
+        let mut current = self.thresholds.write().expect("thresholds lock");
+        let changed =
+            current.keys().chain(map.keys()).filter(|org| current.get(org) != map.get(org)).copied().collect();
+        *current = map;
+        changed
+    }
+
+    fn parse(rows: Vec<(OrgId, String)>) -> HashMap<OrgId, Thresholds> {
         let mut map = HashMap::new();
-        for (org, json) in store.settings_by_key(THRESHOLDS_KEY).await? {
+        for (org, json) in rows {
             match serde_json::from_str(&json) {
                 Ok(th) => {
                     map.insert(org, th);
@@ -55,7 +79,7 @@ impl OrgClassifier {
                 Err(e) => tracing::warn!(org, error = %e, "stored thresholds unreadable; using defaults"),
             }
         }
-        Ok(map)
+        map
     }
 
     pub fn set(&self, org: OrgId, th: Thresholds) {
@@ -76,6 +100,15 @@ impl MinuteClassifier for OrgClassifier {
         let th = guard.get(&org).unwrap_or(&default);
         let (credit, c) = Credit::of_minute(bucket, power_limit_w, mem_total_bytes, th);
         (credit, c.state)
+    }
+
+    fn settings_key(&self) -> Option<&'static str> {
+        Some(THRESHOLDS_KEY)
+    }
+
+    fn use_settings(&self, rows: Vec<(OrgId, String)>) {
+        let mut changed = self.replace(Self::parse(rows));
+        self.unreported.lock().expect("unreported lock").append(&mut changed);
     }
 }
 
@@ -136,16 +169,10 @@ pub fn is_reporting(
     !timeline::is_silent(gpu.last_seen_ms, timeline::interval_of_bucket(newest), now_ms, th, delivery_allowance_ms)
 }
 
-/// The GPU's state now from its newest minute's stored state (cheap, for lists).
-pub fn current_state_name(
-    gpu: &GpuRecord,
-    newest: Option<&LatestMinute>,
-    now_ms: i64,
-    th: &Thresholds,
-    delivery_allowance_ms: i64,
-) -> WorkloadState {
-    let minute = newest.map(|m| (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref()));
-    timeline::current_state_stored(gpu.last_seen_ms, minute, now_ms, th, delivery_allowance_ms)
+/// What core's `current_state_stored` needs of a GPU's newest stored minute: its sample
+/// count, first and last sample times, and stored state.
+pub fn stored_minute(m: &LatestMinute) -> (i64, i64, i64, Option<&str>) {
+    (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref())
 }
 
 pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow {
@@ -165,40 +192,8 @@ pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow
     }
 }
 
-fn state_windows(spans: Vec<StateSpan>) -> Vec<StateWindow> {
+/// Core's state spans (`timeline::states_from_samples` / `states_from_minutes`) as the wire's
+/// windows.
+pub fn state_windows(spans: Vec<StateSpan>) -> Vec<StateWindow> {
     spans.iter().map(|s| state_window(s.from_ms, s.to_ms, &s.classification)).collect()
-}
-
-/// States of consecutive `window_ms` windows from raw samples (core's sample timeline).
-pub fn states_from_samples(
-    samples: &[Sample],
-    from_ms: i64,
-    to_ms: i64,
-    window_ms: i64,
-    th: &Thresholds,
-) -> Vec<StateWindow> {
-    state_windows(timeline::states_from_samples(samples, from_ms, to_ms, window_ms, th))
-}
-
-/// States of minute-aligned `window_ms` windows from 1-minute rollups (core's minute timeline).
-pub fn states_from_minutes(
-    buckets: &[RollupBucket],
-    gpu: &GpuRecord,
-    from_ms: i64,
-    to_ms: i64,
-    window_ms: i64,
-    th: &Thresholds,
-) -> Vec<StateWindow> {
-    state_windows(timeline::states_from_minutes(buckets, &facts(gpu), from_ms, to_ms, window_ms, th))
-}
-
-/// The GPU's state now (core's `current_state`).
-pub fn current_state(
-    gpu: &GpuRecord,
-    newest: Option<&RollupBucket>,
-    now_ms: i64,
-    th: &Thresholds,
-    delivery_allowance_ms: i64,
-) -> Classification {
-    timeline::current_state(&facts(gpu), newest, now_ms, th, delivery_allowance_ms)
 }

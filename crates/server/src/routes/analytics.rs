@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use fleetlens_api::analytics::{Prices, SummaryQuery};
 use fleetlens_api::gpus::{RangeQuery, StatesQuery};
 use fleetlens_api::{FleetSummary, StateWindow};
-use fleetlens_core::{PriceTable, Resolution, Thresholds};
+use fleetlens_core::{PriceTable, Resolution, Thresholds, timeline};
 use std::collections::HashMap;
 
 use fleetlens_store::{OrgId, Scope, Store};
@@ -77,7 +77,14 @@ pub async fn states(
     let windows = if window_ms % MINUTE_MS == 0 {
         let start = from_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
         let buckets = state.store.rollups(gpu.id, Resolution::Minute, start, to_ms).await?;
-        analytics::states_from_minutes(&buckets, &gpu, from_ms, to_ms, window_ms, &th)
+        analytics::state_windows(timeline::states_from_minutes(
+            &buckets,
+            &analytics::facts(&gpu),
+            from_ms,
+            to_ms,
+            window_ms,
+            &th,
+        ))
     } else {
         if to_ms.saturating_sub(from_ms) > DAY_MS {
             return Err(ApiError::Unprocessable {
@@ -90,7 +97,7 @@ pub async fn states(
             .store
             .samples(gpu.id, from_ms.saturating_sub(10_000), to_ms.saturating_add(10_000), MAX_RAW_SAMPLES)
             .await?;
-        analytics::states_from_samples(&samples, from_ms, to_ms, window_ms, &th)
+        analytics::state_windows(timeline::states_from_samples(&samples, from_ms, to_ms, window_ms, &th))
     };
     Ok(Json(windows))
 }

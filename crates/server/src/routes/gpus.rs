@@ -7,7 +7,7 @@ use fleetlens_api::gpus::{DataQualityFlag, GpuDetail, MoveGpuBody, SeriesQuery};
 use fleetlens_api::{GpuList, GpuSummary, SampleList, Series, SeriesPoint};
 use std::collections::HashMap;
 
-use fleetlens_core::Resolution;
+use fleetlens_core::{Resolution, timeline};
 use fleetlens_store::{GpuRecord, LatestMinute, Scope};
 
 use crate::analytics;
@@ -33,7 +33,13 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Js
         .into_iter()
         .map(|g| {
             let allowance = state.deliveries.allowance_ms(caller.org, &g.host);
-            let state = analytics::current_state_name(&g, newest.get(&g.id), now, &th, allowance);
+            let state = timeline::current_state_stored(
+                g.last_seen_ms,
+                newest.get(&g.id).map(analytics::stored_minute),
+                now,
+                &th,
+                allowance,
+            );
             summary(g, state.as_str())
         })
         .collect();
@@ -57,7 +63,7 @@ pub async fn detail(
     let newest = analytics::newest_minute(store, &gpu).await?;
     let now = now_ms();
     let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
-    let c = analytics::current_state(&gpu, newest.as_ref(), now, &th, allowance);
+    let c = timeline::current_state(&analytics::facts(&gpu), newest.as_ref(), now, &th, allowance);
     let current = analytics::state_window(newest.as_ref().map_or(gpu.last_seen_ms, |b| b.bucket_ms), now, &c);
     let quality_from = Resolution::Minute.bucket_start(now - DATA_QUALITY_SPAN_MS);
     let minutes = store.rollups(gpu.id, Resolution::Minute, quality_from, now + 1).await?;

@@ -13,9 +13,10 @@ use axum::http::HeaderMap;
 use fleetlens_api::RemoteWriteResponse;
 use fleetlens_store::Scope;
 
-use super::ingest::{DecodeLimits, check, read_body, store_batch};
+use super::ingest::{DecodeLimits, read_body, store_batch};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
+use crate::ingest_check::check;
 use crate::state::AppState;
 
 /// The request body: a snappy-compressed (block format) protobuf `prometheus.WriteRequest`.
