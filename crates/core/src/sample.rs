@@ -59,6 +59,9 @@ pub struct Sample {
     pub dram_active_pct: Option<f64>,
     #[serde(default)]
     pub fp16_active_pct: Option<f64>,
+    /// HMMA tensor pipe (FP16/BF16 matrix multiply-accumulate on the tensor cores), % busy.
+    #[serde(default)]
+    pub tensor_hmma_active_pct: Option<f64>,
     #[serde(default)]
     pub fp32_active_pct: Option<f64>,
     #[serde(default)]

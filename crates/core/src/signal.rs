@@ -80,6 +80,9 @@ pub const SIGNALS: &[Signal] = &[
         .exported("gpu_dram_active_pct", "DRAM bandwidth used, % of peak"),
     gauge("gr_engine_active_pct", "%", "graphics engine active (GRACT)", |s| s.gr_engine_active_pct),
     gauge("fp16_active_pct", "%", "FP16 pipe activity", |s| s.fp16_active_pct),
+    gauge("tensor_hmma_active_pct", "%", "HMMA tensor pipe (FP16/BF16 matrix math) activity", |s| {
+        s.tensor_hmma_active_pct
+    }),
     gauge("fp32_active_pct", "%", "FP32 pipe activity", |s| s.fp32_active_pct),
     gauge("fp64_active_pct", "%", "FP64 pipe activity", |s| s.fp64_active_pct),
     gauge("int_active_pct", "%", "integer pipe activity", |s| s.int_active_pct),

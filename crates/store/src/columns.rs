@@ -37,10 +37,11 @@ pub(crate) const SAMPLE_COLUMNS: [&str; fleetlens_core::signal::SIGNALS.len()] =
     "pcie_rx_mib_s",
     "nvlink_tx_mib_s",
     "nvlink_rx_mib_s",
+    "tensor_hmma_active_pct",
 ];
 
 /// The cells of `s` in [`SAMPLE_COLUMNS`] order.
-pub(crate) fn sample_cells(s: &Sample) -> [Cell; 23] {
+pub(crate) fn sample_cells(s: &Sample) -> [Cell; SAMPLE_COLUMNS.len()] {
     use Cell::{F, I};
     [
         F(s.gpu_util_pct),
@@ -67,6 +68,7 @@ pub(crate) fn sample_cells(s: &Sample) -> [Cell; 23] {
         F(s.pcie_rx_mib_s),
         F(s.nvlink_tx_mib_s),
         F(s.nvlink_rx_mib_s),
+        F(s.tensor_hmma_active_pct),
     ]
 }
 
@@ -120,6 +122,7 @@ pub(crate) struct SampleValues {
     pcie_rx_mib_s: Option<f64>,
     nvlink_tx_mib_s: Option<f64>,
     nvlink_rx_mib_s: Option<f64>,
+    tensor_hmma_active_pct: Option<f64>,
     processes: Option<String>,
     allocations: Option<String>,
 }
@@ -154,6 +157,7 @@ impl SampleValues {
             pcie_rx_mib_s: self.pcie_rx_mib_s,
             nvlink_tx_mib_s: self.nvlink_tx_mib_s,
             nvlink_rx_mib_s: self.nvlink_rx_mib_s,
+            tensor_hmma_active_pct: self.tensor_hmma_active_pct,
             // Written by us from a Vec<GpuProcess>; unreadable JSON would be corruption, which
             // we surface as "not read" rather than failing the whole query.
             processes: self.processes.and_then(|p| serde_json::from_str::<Vec<GpuProcess>>(&p).ok()),
