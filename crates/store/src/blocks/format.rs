@@ -151,9 +151,7 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
     for (col, precision) in PRECISION.iter().enumerate().take(stored_columns) {
         let values = r.numbers(n)?;
         for (s, v) in out.iter_mut().zip(values) {
-            let f = v.map(|v| v.as_f64(*precision));
-            let i = v.map(Number::as_i64);
-            set_column(s, col, f, i);
+            (columns::SAMPLE_SIGNALS[col].set)(s, v.map(|v| v.as_f64(*precision)));
         }
     }
     // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
@@ -168,38 +166,6 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
         return Err(BlockError::Malformed("bytes after the last column"));
     }
     Ok(out)
-}
-
-/// Put the measurement `col` ([`SAMPLE_COLUMNS`] order) into `s`: `f` for real columns, `i`
-/// for integer ones.
-fn set_column(s: &mut Sample, col: usize, f: Option<f64>, i: Option<i64>) {
-    match SAMPLE_COLUMNS[col] {
-        "gpu_util_pct" => s.gpu_util_pct = f,
-        "mem_util_pct" => s.mem_util_pct = f,
-        "mem_used_bytes" => s.mem_used_bytes = i,
-        "mem_total_bytes" => s.mem_total_bytes = i,
-        "power_w" => s.power_w = f,
-        "power_limit_w" => s.power_limit_w = f,
-        "energy_j" => s.energy_j = f,
-        "temp_c" => s.temp_c = f,
-        "sm_clock_mhz" => s.sm_clock_mhz = f,
-        "throttle_reasons" => s.throttle_reasons = i.map(|t| t as u64),
-        "sm_active_pct" => s.sm_active_pct = f,
-        "gr_engine_active_pct" => s.gr_engine_active_pct = f,
-        "sm_occupancy_pct" => s.sm_occupancy_pct = f,
-        "tensor_active_pct" => s.tensor_active_pct = f,
-        "dram_active_pct" => s.dram_active_pct = f,
-        "fp16_active_pct" => s.fp16_active_pct = f,
-        "fp32_active_pct" => s.fp32_active_pct = f,
-        "fp64_active_pct" => s.fp64_active_pct = f,
-        "int_active_pct" => s.int_active_pct = f,
-        "pcie_tx_mib_s" => s.pcie_tx_mib_s = f,
-        "pcie_rx_mib_s" => s.pcie_rx_mib_s = f,
-        "nvlink_tx_mib_s" => s.nvlink_tx_mib_s = f,
-        "nvlink_rx_mib_s" => s.nvlink_rx_mib_s = f,
-        "tensor_hmma_active_pct" => s.tensor_hmma_active_pct = f,
-        other => unreachable!("column {other} has no field"),
-    }
 }
 
 /// Integers at `scale`, or `None` when a value does not fit one exactly representable in f64
