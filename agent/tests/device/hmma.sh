@@ -78,6 +78,7 @@ for line in open(f"{out}/dmon.txt"):
         if toks and toks[0] == "Date":
             names = toks
             print("dmon header:", line.rstrip())
+            print("dmon columns compared: metric 5 =", names[-2], "metric 7 =", names[-1])
         continue
     toks = line.split()
     if not names or len(toks) != len(names):
@@ -86,13 +87,15 @@ for line in open(f"{out}/dmon.txt"):
     if rec.get("gpu") != "0":
         continue
     ts = datetime.strptime(rec["Date"] + " " + rec["Time"], "%Y%m%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    # dmon prints its default columns (pwr, gtemp, sm, …) first, then the GPM metrics in the
+    # order asked: the last two columns (named mmaact and hmmat by driver 580).
     vals = []
-    for k in names[3:]:
+    for k in names[-2:]:
         try:
             vals.append(float(rec[k]))
         except ValueError:
             vals.append(None)
-    dmon[int(ts.timestamp())] = vals  # [metric 5 (any tensor), metric 7 (HMMA)] in that order
+    dmon[int(ts.timestamp())] = vals  # [metric 5 (any tensor), metric 7 (HMMA)]
 gpus = api("/api/v1/gpus")
 gpus = gpus["gpus"] if isinstance(gpus, dict) else gpus
 uuid = sorted(gpus, key=lambda g: g.get("gpu_index") or 0)[0]["uuid"]

@@ -205,6 +205,46 @@ pub const fn position<const N: usize>(names: [&str; N], name: &str) -> usize {
     panic!("name not in the list")
 }
 
+/// How many signals have one of `units` (const: sizes [`fields_with_units`]).
+pub const fn count_units(units: &[&str]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < SIGNALS.len() {
+        if has_unit(&SIGNALS[i], units) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// The names and accessors of the signals with one of `units`, in table order; `N` is
+/// [`count_units`] of the same units.
+pub const fn fields_with_units<const N: usize>(units: &[&str]) -> [(&'static str, fn(&Sample) -> Option<f64>); N] {
+    let mut out: [(&'static str, fn(&Sample) -> Option<f64>); N] = [(SIGNALS[0].name, SIGNALS[0].get); N];
+    let (mut i, mut n) = (0, 0);
+    while i < SIGNALS.len() {
+        if has_unit(&SIGNALS[i], units) {
+            out[n] = (SIGNALS[i].name, SIGNALS[i].get);
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == N, "N is not count_units(units)");
+    out
+}
+
+const fn has_unit(signal: &Signal, units: &[&str]) -> bool {
+    let mut j = 0;
+    while j < units.len() {
+        if same(signal.unit, units[j]) {
+            return true;
+        }
+        j += 1;
+    }
+    false
+}
+
 const fn same(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
