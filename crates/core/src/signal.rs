@@ -4,7 +4,7 @@
 //! are derived from it, so a new signal is a row here, a migration and the agent source that
 //! reads it (docs/DEVELOPING.md).
 
-use crate::sample::Sample;
+use crate::sample::{FloatField, Sample};
 
 /// How a signal's values relate over time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -220,8 +220,8 @@ pub const fn count_units(units: &[&str]) -> usize {
 
 /// The names and accessors of the signals with one of `units`, in table order; `N` is
 /// [`count_units`] of the same units.
-pub const fn fields_with_units<const N: usize>(units: &[&str]) -> [(&'static str, fn(&Sample) -> Option<f64>); N] {
-    let mut out: [(&'static str, fn(&Sample) -> Option<f64>); N] = [(SIGNALS[0].name, SIGNALS[0].get); N];
+pub const fn fields_with_units<const N: usize>(units: &[&str]) -> [FloatField; N] {
+    let mut out: [FloatField; N] = [(SIGNALS[0].name, SIGNALS[0].get); N];
     let (mut i, mut n) = (0, 0);
     while i < SIGNALS.len() {
         if has_unit(&SIGNALS[i], units) {
