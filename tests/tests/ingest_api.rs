@@ -9,6 +9,7 @@ fleetlens_tests::for_each_backend!(
     fixture_ingest_is_idempotent_and_reads_back,
     invalid_batches_are_rejected_whole_and_store_nothing,
     auth_is_required_and_scoped,
+    the_hmma_tensor_pipe_is_stored_and_read_back,
 );
 
 async fn post_ingest(server: &TestServer, body: Vec<u8>, gzipped: bool, token: Option<&str>) -> (u16, Value) {
@@ -56,6 +57,29 @@ async fn fixture_ingest_is_idempotent_and_reads_back(backend: Backend) {
     assert_eq!(gpu["efficiency"], Value::Null);
 }
 
+/// The signal of migration 0024 goes in with a batch and comes back from the samples and the
+/// GPU's latest sample; a sample without it reads it as null, never 0.
+async fn the_hmma_tensor_pipe_is_stored_and_read_back(backend: Backend) {
+    let (_db, server) = start(backend).await;
+    let lines = fixture_lines();
+    let mut samples: Vec<Value> = lines[..3].to_vec();
+    samples[0]["tensor_hmma_active_pct"] = json!(61.25);
+    samples[1].as_object_mut().unwrap().remove("tensor_hmma_active_pct");
+    samples[2]["tensor_hmma_active_pct"] = json!(0.0);
+    let body = serde_json::to_vec(&json!({"host": "gpu-node-01", "samples": samples})).unwrap();
+    let (status, answer) = post_ingest(&server, body, true, Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{answer}");
+    let uuid = samples[0]["uuid"].as_str().unwrap();
+    let from = samples.iter().map(|s| s["ts_ms"].as_i64().unwrap()).min().unwrap();
+    let back: Value =
+        get_json(&server, &format!("/api/v1/gpus/{uuid}/samples?from={from}&to={}", from + 3_600_000)).await;
+    let got: Vec<Value> =
+        back["samples"].as_array().unwrap().iter().map(|s| s["tensor_hmma_active_pct"].clone()).collect();
+    assert_eq!(got, [json!(61.25), Value::Null, json!(0.0)]);
+    let gpus: Value = get_json(&server, "/api/v1/gpus").await;
+    assert_eq!(gpus["gpus"][0]["latest"]["tensor_hmma_active_pct"], json!(0.0));
+}
+
 async fn invalid_batches_are_rejected_whole_and_store_nothing(backend: Backend) {
     let (db, server) = start(backend).await;
     let lines = fixture_lines();
@@ -92,6 +116,13 @@ async fn invalid_batches_are_rejected_whole_and_store_nothing(backend: Backend) 
         ("activity over its ceiling", with_bad("sm_active_pct", json!(1000.5)), 422, Some(10), Some("sm_active_pct")),
         ("negative percentage", with_bad("dram_active_pct", json!(-1)), 422, Some(10), Some("dram_active_pct")),
         ("negative bytes", with_bad("mem_used_bytes", json!(-4096)), 422, Some(10), Some("mem_used_bytes")),
+        (
+            "newest signal below 0",
+            with_bad("tensor_hmma_active_pct", json!(-0.5)),
+            422,
+            Some(10),
+            Some("tensor_hmma_active_pct"),
+        ),
         ("timestamp in the future", with_bad("ts_ms", json!(future)), 422, Some(10), Some("ts_ms")),
         (
             "missing uuid",

@@ -532,6 +532,8 @@ impl SimGpu {
             tensor_active_pct: Some(pct(l.tensor)),
             dram_active_pct: Some(pct(l.dram)),
             fp16_active_pct: m.fp16.then_some(pct(l.fp16)),
+            // The simulated tensor work is FP16/BF16 matrix math, so it runs on the HMMA pipe.
+            tensor_hmma_active_pct: m.fp16.then_some(pct(l.tensor)),
             fp32_active_pct: m.fp32.then_some(pct(l.fp32)),
             fp64_active_pct: m.fp64.then_some(pct(l.fp64)),
             int_active_pct: m.int.then_some(pct(l.int)),

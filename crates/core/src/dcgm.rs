@@ -68,6 +68,7 @@ fn target(metric: &str) -> Option<Target> {
         "DCGM_FI_PROF_SM_ACTIVE" => F(|s| &mut s.sm_active_pct, Ratio),
         "DCGM_FI_PROF_SM_OCCUPANCY" => F(|s| &mut s.sm_occupancy_pct, Ratio),
         "DCGM_FI_PROF_PIPE_TENSOR_ACTIVE" => F(|s| &mut s.tensor_active_pct, Ratio),
+        "DCGM_FI_PROF_PIPE_TENSOR_HMMA_ACTIVE" => F(|s| &mut s.tensor_hmma_active_pct, Ratio),
         "DCGM_FI_PROF_DRAM_ACTIVE" => F(|s| &mut s.dram_active_pct, Ratio),
         "DCGM_FI_PROF_PIPE_FP16_ACTIVE" => F(|s| &mut s.fp16_active_pct, Ratio),
         "DCGM_FI_PROF_PIPE_FP32_ACTIVE" => F(|s| &mut s.fp32_active_pct, Ratio),

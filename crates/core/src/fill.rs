@@ -17,48 +17,21 @@ use crate::Sample;
 pub fn fill_absent(stored: &Sample, incoming: &Sample) -> Option<Sample> {
     let mut out = stored.clone();
     let mut filled = false;
-    // The fields are named once: the pattern below lists every field of `Sample` (no `..`), so
-    // that a field added to `Sample` cannot be forgotten here, and each optional one is filled.
-    macro_rules! fill {
-        ($($field:ident),* $(,)?) => {{
-            let Sample { ts_ms: _, uuid: _, gpu_index: _, name: _, allocations, $($field),* } = incoming;
-            $(
-                if out.$field.is_none() && $field.is_some() {
-                    out.$field = $field.clone();
-                    filled = true;
-                }
-            )*
-            allocations
-        }};
+    // Every measurement through the signal table (a `Sample` field that is no signal fails the
+    // table's test); the rest by hand.
+    for signal in crate::signal::SIGNALS {
+        let v = (signal.get)(incoming);
+        if (signal.get)(&out).is_none() && v.is_some() {
+            (signal.set)(&mut out, v);
+            filled = true;
+        }
     }
-    let allocations = fill!(
-        gpu_util_pct,
-        mem_util_pct,
-        mem_used_bytes,
-        mem_total_bytes,
-        power_w,
-        power_limit_w,
-        energy_j,
-        temp_c,
-        sm_clock_mhz,
-        throttle_reasons,
-        sm_active_pct,
-        gr_engine_active_pct,
-        sm_occupancy_pct,
-        tensor_active_pct,
-        dram_active_pct,
-        fp16_active_pct,
-        fp32_active_pct,
-        fp64_active_pct,
-        int_active_pct,
-        pcie_tx_mib_s,
-        pcie_rx_mib_s,
-        nvlink_tx_mib_s,
-        nvlink_rx_mib_s,
-        processes,
-    );
-    if out.allocations.is_empty() && !allocations.is_empty() {
-        out.allocations = allocations.clone();
+    if out.processes.is_none() && incoming.processes.is_some() {
+        out.processes = incoming.processes.clone();
+        filled = true;
+    }
+    if out.allocations.is_empty() && !incoming.allocations.is_empty() {
+        out.allocations = incoming.allocations.clone();
         filled = true;
     }
     filled.then_some(out)

@@ -68,12 +68,13 @@ pub struct QualityRule {
 }
 
 /// The profiling-counter (GPM/DCGM) activity fields, all percentages of time or of capacity.
-pub const ACTIVITY_FIELDS: [&str; 9] = [
+pub const ACTIVITY_FIELDS: [&str; 10] = [
     "sm_active_pct",
     "sm_occupancy_pct",
     "tensor_active_pct",
     "dram_active_pct",
     "fp16_active_pct",
+    "tensor_hmma_active_pct",
     "fp32_active_pct",
     "fp64_active_pct",
     "int_active_pct",
@@ -152,13 +153,14 @@ impl QualityFlags {
     }
 }
 
-fn activity_fields(s: &mut Sample) -> [&mut Option<f64>; 9] {
+fn activity_fields(s: &mut Sample) -> [&mut Option<f64>; 10] {
     [
         &mut s.sm_active_pct,
         &mut s.sm_occupancy_pct,
         &mut s.tensor_active_pct,
         &mut s.dram_active_pct,
         &mut s.fp16_active_pct,
+        &mut s.tensor_hmma_active_pct,
         &mut s.fp32_active_pct,
         &mut s.fp64_active_pct,
         &mut s.int_active_pct,

@@ -59,6 +59,9 @@ pub struct Sample {
     pub dram_active_pct: Option<f64>,
     #[serde(default)]
     pub fp16_active_pct: Option<f64>,
+    /// HMMA tensor pipe (FP16/BF16 matrix multiply-accumulate on the tensor cores), % busy.
+    #[serde(default)]
+    pub tensor_hmma_active_pct: Option<f64>,
     #[serde(default)]
     pub fp32_active_pct: Option<f64>,
     #[serde(default)]
@@ -283,21 +286,12 @@ impl ProcessOwner {
 /// Accessor of one optional float field of a sample.
 pub type FloatField = (&'static str, fn(&Sample) -> Option<f64>);
 
-/// Percentage fields, by their METRICS.md names, with accessors. Used by validation and by
+/// Percentage fields, by their METRICS.md names, with accessors: the signals in `%` (from the
+/// signal table, so a new one is validated without an edit here). Used by validation and by
 /// storage code that treats them uniformly.
-pub const PERCENT_FIELDS: [FloatField; 11] = [
-    ("gpu_util_pct", |s| s.gpu_util_pct),
-    ("mem_util_pct", |s| s.mem_util_pct),
-    ("sm_active_pct", |s| s.sm_active_pct),
-    ("gr_engine_active_pct", |s| s.gr_engine_active_pct),
-    ("sm_occupancy_pct", |s| s.sm_occupancy_pct),
-    ("tensor_active_pct", |s| s.tensor_active_pct),
-    ("dram_active_pct", |s| s.dram_active_pct),
-    ("fp16_active_pct", |s| s.fp16_active_pct),
-    ("fp32_active_pct", |s| s.fp32_active_pct),
-    ("fp64_active_pct", |s| s.fp64_active_pct),
-    ("int_active_pct", |s| s.int_active_pct),
-];
+pub const PERCENT_FIELDS: [FloatField; crate::signal::count_units(PERCENT_UNITS)] =
+    crate::signal::fields_with_units(PERCENT_UNITS);
+const PERCENT_UNITS: &[&str] = &["%"];
 
 impl Sample {
     /// True when at least one application process holds the GPU, or the kubelet has allocated
@@ -326,17 +320,11 @@ impl Sample {
     }
 }
 
-/// Non-negative float fields that are not percentages (watts, joules, MHz, MiB/s).
-pub const NON_NEGATIVE_FIELDS: [FloatField; 8] = [
-    ("power_w", |s| s.power_w),
-    ("power_limit_w", |s| s.power_limit_w),
-    ("energy_j", |s| s.energy_j),
-    ("sm_clock_mhz", |s| s.sm_clock_mhz),
-    ("pcie_tx_mib_s", |s| s.pcie_tx_mib_s),
-    ("pcie_rx_mib_s", |s| s.pcie_rx_mib_s),
-    ("nvlink_tx_mib_s", |s| s.nvlink_tx_mib_s),
-    ("nvlink_rx_mib_s", |s| s.nvlink_rx_mib_s),
-];
+/// Non-negative float fields that are not percentages (watts, joules, MHz, MiB/s): the signals in
+/// those units, from the signal table.
+pub const NON_NEGATIVE_FIELDS: [FloatField; crate::signal::count_units(NON_NEGATIVE_UNITS)] =
+    crate::signal::fields_with_units(NON_NEGATIVE_UNITS);
+const NON_NEGATIVE_UNITS: &[&str] = &["W", "J", "MHz", "MiB/s"];
 
 /// The holders of a GPU: its processes, with what the kubelet says folded in.
 ///

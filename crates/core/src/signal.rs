@@ -4,7 +4,7 @@
 //! are derived from it, so a new signal is a row here, a migration and the agent source that
 //! reads it (docs/DEVELOPING.md).
 
-use crate::sample::Sample;
+use crate::sample::{FloatField, Sample};
 
 /// How a signal's values relate over time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,6 +28,9 @@ pub struct Signal {
     pub doc: &'static str,
     /// Read the value from a sample (`None`: not measured).
     pub get: fn(&Sample) -> Option<f64>,
+    /// Write the value into a sample (the store's row and sealed-block readers): the inverse of
+    /// `get` for every value `get` returns.
+    pub set: fn(&mut Sample, Option<f64>),
     /// How sealed sample blocks keep it (docs/METRICS.md, "Stored precision").
     pub precision: Precision,
     /// The `/metrics` gauge (name after the `fleetlens_` prefix, help text), for the signals
@@ -58,8 +61,55 @@ impl Signal {
     }
 }
 
-const fn gauge(name: &'static str, unit: &'static str, doc: &'static str, get: fn(&Sample) -> Option<f64>) -> Signal {
-    Signal { name, unit, kind: SignalKind::Gauge, doc, get, precision: Precision::Scaled(100), metric: None }
+/// A sample field as a signal value: every signal is read and written as `Option<f64>` (exact for
+/// the integer fields, which stay below 2^53: bytes of framebuffer, a bitmask of a few bits).
+pub trait SignalValue: Copy {
+    fn to_value(self) -> Option<f64>;
+    fn from_value(v: Option<f64>) -> Self;
+}
+
+impl SignalValue for Option<f64> {
+    fn to_value(self) -> Option<f64> {
+        self
+    }
+    fn from_value(v: Option<f64>) -> Self {
+        v
+    }
+}
+
+impl SignalValue for Option<i64> {
+    fn to_value(self) -> Option<f64> {
+        self.map(|v| v as f64)
+    }
+    fn from_value(v: Option<f64>) -> Self {
+        v.map(|v| v as i64)
+    }
+}
+
+impl SignalValue for Option<u64> {
+    fn to_value(self) -> Option<f64> {
+        self.map(|v| v as f64)
+    }
+    fn from_value(v: Option<f64>) -> Self {
+        v.map(|v| v as u64)
+    }
+}
+
+/// A gauge reading the `Sample` field of its name (so the name, the JSON field and the accessors
+/// cannot disagree), stored at 0.01.
+macro_rules! gauge {
+    ($field:ident, $unit:expr, $doc:expr) => {
+        Signal {
+            name: stringify!($field),
+            unit: $unit,
+            kind: SignalKind::Gauge,
+            doc: $doc,
+            get: |s| SignalValue::to_value(s.$field),
+            set: |s, v| s.$field = SignalValue::from_value(v),
+            precision: Precision::Scaled(100),
+            metric: None,
+        }
+    };
 }
 
 const EXACT: Precision = Precision::Exact;
@@ -68,40 +118,40 @@ const MILLI: Precision = Precision::Scaled(1000);
 
 /// Every signal, in the order the rule-field API lists them.
 pub const SIGNALS: &[Signal] = &[
-    gauge("gpu_util_pct", "%", "kernel utilization: % of time at least one kernel ran", |s| s.gpu_util_pct)
+    gauge!(gpu_util_pct, "%", "kernel utilization: % of time at least one kernel ran")
         .exported("gpu_util_pct", "Kernel utilization: % of time a kernel ran (NVML)"),
-    gauge("sm_active_pct", "%", "SM activity (SMACT): % of SMs busy, averaged over the interval", |s| s.sm_active_pct)
+    gauge!(sm_active_pct, "%", "SM activity (SMACT): % of SMs busy, averaged over the interval")
         .exported("gpu_sm_active_pct", "SM activity (SMACT): % of SMs busy"),
-    gauge("sm_occupancy_pct", "%", "SM occupancy (SMOCC): resident warps / maximum warps", |s| s.sm_occupancy_pct)
+    gauge!(sm_occupancy_pct, "%", "SM occupancy (SMOCC): resident warps / maximum warps")
         .exported("gpu_sm_occupancy_pct", "SM occupancy: resident warps / max warps, %"),
-    gauge("tensor_active_pct", "%", "% of time the tensor pipes were busy", |s| s.tensor_active_pct)
+    gauge!(tensor_active_pct, "%", "% of time the tensor pipes were busy")
         .exported("gpu_tensor_active_pct", "Tensor pipe activity, %"),
-    gauge("dram_active_pct", "%", "% of peak memory bandwidth used", |s| s.dram_active_pct)
+    gauge!(dram_active_pct, "%", "% of peak memory bandwidth used")
         .exported("gpu_dram_active_pct", "DRAM bandwidth used, % of peak"),
-    gauge("gr_engine_active_pct", "%", "graphics engine active (GRACT)", |s| s.gr_engine_active_pct),
-    gauge("fp16_active_pct", "%", "FP16 pipe activity", |s| s.fp16_active_pct),
-    gauge("fp32_active_pct", "%", "FP32 pipe activity", |s| s.fp32_active_pct),
-    gauge("fp64_active_pct", "%", "FP64 pipe activity", |s| s.fp64_active_pct),
-    gauge("int_active_pct", "%", "integer pipe activity", |s| s.int_active_pct),
-    gauge("mem_util_pct", "%", "memory-controller busy time", |s| s.mem_util_pct),
-    gauge("mem_used_bytes", "bytes", "framebuffer in use", |s| s.mem_used_bytes.map(|b| b as f64))
+    gauge!(gr_engine_active_pct, "%", "graphics engine active (GRACT)"),
+    gauge!(fp16_active_pct, "%", "FP16 pipe activity"),
+    gauge!(tensor_hmma_active_pct, "%", "HMMA tensor pipe (FP16/BF16 matrix math) activity"),
+    gauge!(fp32_active_pct, "%", "FP32 pipe activity"),
+    gauge!(fp64_active_pct, "%", "FP64 pipe activity"),
+    gauge!(int_active_pct, "%", "integer pipe activity"),
+    gauge!(mem_util_pct, "%", "memory-controller busy time"),
+    gauge!(mem_used_bytes, "bytes", "framebuffer in use")
         .stored(EXACT)
         .exported("gpu_memory_used_bytes", "Framebuffer memory in use, bytes"),
-    gauge("mem_total_bytes", "bytes", "framebuffer size", |s| s.mem_total_bytes.map(|b| b as f64)).stored(EXACT),
-    gauge("power_w", "W", "power draw", |s| s.power_w).stored(MILLI).exported("gpu_power_watts", "Power draw, W"),
-    gauge("power_limit_w", "W", "enforced power limit", |s| s.power_limit_w).stored(MILLI),
-    gauge("energy_j", "J", "energy counter since driver load", |s| s.energy_j).stored(MILLI).counter(),
-    gauge("temp_c", "°C", "GPU temperature", |s| s.temp_c),
-    gauge("sm_clock_mhz", "MHz", "SM clock", |s| s.sm_clock_mhz).stored(Precision::Scaled(10)),
+    gauge!(mem_total_bytes, "bytes", "framebuffer size").stored(EXACT),
+    gauge!(power_w, "W", "power draw").stored(MILLI).exported("gpu_power_watts", "Power draw, W"),
+    gauge!(power_limit_w, "W", "enforced power limit").stored(MILLI),
+    gauge!(energy_j, "J", "energy counter since driver load").stored(MILLI).counter(),
+    gauge!(temp_c, "°C", "GPU temperature"),
+    gauge!(sm_clock_mhz, "MHz", "SM clock").stored(Precision::Scaled(10)),
     Signal {
         kind: SignalKind::Bitmask,
-        ..gauge("throttle_reasons", "bitmask", "NVML clock-event reasons", |s| s.throttle_reasons.map(|r| r as f64))
-            .stored(EXACT)
+        ..gauge!(throttle_reasons, "bitmask", "NVML clock-event reasons").stored(EXACT)
     },
-    gauge("pcie_tx_mib_s", "MiB/s", "PCIe transmit", |s| s.pcie_tx_mib_s).stored(MILLI),
-    gauge("pcie_rx_mib_s", "MiB/s", "PCIe receive", |s| s.pcie_rx_mib_s).stored(MILLI),
-    gauge("nvlink_tx_mib_s", "MiB/s", "NVLink transmit", |s| s.nvlink_tx_mib_s).stored(MILLI),
-    gauge("nvlink_rx_mib_s", "MiB/s", "NVLink receive", |s| s.nvlink_rx_mib_s).stored(MILLI),
+    gauge!(pcie_tx_mib_s, "MiB/s", "PCIe transmit").stored(MILLI),
+    gauge!(pcie_rx_mib_s, "MiB/s", "PCIe receive").stored(MILLI),
+    gauge!(nvlink_tx_mib_s, "MiB/s", "NVLink transmit").stored(MILLI),
+    gauge!(nvlink_rx_mib_s, "MiB/s", "NVLink receive").stored(MILLI),
 ];
 
 /// The signal named `name`.
@@ -155,6 +205,46 @@ pub const fn position<const N: usize>(names: [&str; N], name: &str) -> usize {
     panic!("name not in the list")
 }
 
+/// How many signals have one of `units` (const: sizes [`fields_with_units`]).
+pub const fn count_units(units: &[&str]) -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < SIGNALS.len() {
+        if has_unit(&SIGNALS[i], units) {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// The names and accessors of the signals with one of `units`, in table order; `N` is
+/// [`count_units`] of the same units.
+pub const fn fields_with_units<const N: usize>(units: &[&str]) -> [FloatField; N] {
+    let mut out: [FloatField; N] = [(SIGNALS[0].name, SIGNALS[0].get); N];
+    let (mut i, mut n) = (0, 0);
+    while i < SIGNALS.len() {
+        if has_unit(&SIGNALS[i], units) {
+            out[n] = (SIGNALS[i].name, SIGNALS[i].get);
+            n += 1;
+        }
+        i += 1;
+    }
+    assert!(n == N, "N is not count_units(units)");
+    out
+}
+
+const fn has_unit(signal: &Signal, units: &[&str]) -> bool {
+    let mut j = 0;
+    while j < units.len() {
+        if same(signal.unit, units[j]) {
+            return true;
+        }
+        j += 1;
+    }
+    false
+}
+
 const fn same(a: &str, b: &str) -> bool {
     let (a, b) = (a.as_bytes(), b.as_bytes());
     if a.len() != b.len() {
@@ -189,6 +279,35 @@ mod tests {
         let sample: Sample = serde_json::from_value(json).unwrap();
         for (i, s) in SIGNALS.iter().enumerate() {
             assert_eq!((s.get)(&sample), Some((i + 1) as f64), "{}", s.name);
+        }
+        // Each setter writes its own field, and only it: setting every signal of an empty sample
+        // from the serialised one gives the same sample back.
+        let mut rebuilt = Sample { ts_ms: 1, ..Sample::default() };
+        for s in SIGNALS {
+            let before = serde_json::to_value(&rebuilt).unwrap();
+            (s.set)(&mut rebuilt, (s.get)(&sample));
+            let after = serde_json::to_value(&rebuilt).unwrap();
+            let changed: Vec<_> =
+                after.as_object().unwrap().keys().filter(|k| before[k.as_str()] != after[k.as_str()]).collect();
+            assert_eq!(changed, [s.name], "{} set other fields", s.name);
+            (s.set)(&mut rebuilt, (s.get)(&sample));
+        }
+        assert_eq!(rebuilt, sample);
+        // `None` clears.
+        (signal("tensor_hmma_active_pct").unwrap().set)(&mut rebuilt, None);
+        assert_eq!(rebuilt.tensor_hmma_active_pct, None);
+        // Every field of a sample is a signal, but for its identity and its lists: a measurement
+        // added to `Sample` without its row here fails (the store and the merge read the table).
+        let full = serde_json::to_value(Sample {
+            gpu_index: Some(0),
+            name: Some("x".into()),
+            processes: Some(vec![]),
+            ..sample.clone()
+        })
+        .unwrap();
+        for field in full.as_object().unwrap().keys() {
+            let not_signal = ["ts_ms", "uuid", "gpu_index", "name", "processes", "allocations"];
+            assert!(signal(field).is_some() || not_signal.contains(&field.as_str()), "{field} has no signal row");
         }
         assert_eq!(index_of("dram_active_pct"), 4);
         assert_eq!(signal("energy_j").map(|s| s.kind), Some(SignalKind::Counter));

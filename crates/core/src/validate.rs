@@ -220,6 +220,48 @@ mod tests {
         assert_eq!(validate_sample(0, &junk, NOW).unwrap_err().field, "sm_active_pct");
     }
 
+    /// The checked fields come from the signal table by unit: the same as before it, plus the
+    /// HMMA tensor pipe.
+    #[test]
+    fn checked_fields_are_the_signals_in_their_units() {
+        let mut percent: Vec<_> = PERCENT_FIELDS.iter().map(|f| f.0).collect();
+        percent.sort();
+        assert_eq!(
+            percent,
+            [
+                "dram_active_pct",
+                "fp16_active_pct",
+                "fp32_active_pct",
+                "fp64_active_pct",
+                "gpu_util_pct",
+                "gr_engine_active_pct",
+                "int_active_pct",
+                "mem_util_pct",
+                "sm_active_pct",
+                "sm_occupancy_pct",
+                "tensor_active_pct",
+                "tensor_hmma_active_pct",
+            ]
+        );
+        let mut other: Vec<_> = NON_NEGATIVE_FIELDS.iter().map(|f| f.0).collect();
+        other.sort();
+        assert_eq!(
+            other,
+            [
+                "energy_j",
+                "nvlink_rx_mib_s",
+                "nvlink_tx_mib_s",
+                "pcie_rx_mib_s",
+                "pcie_tx_mib_s",
+                "power_limit_w",
+                "power_w",
+                "sm_clock_mhz"
+            ]
+        );
+        let hmma = Sample { tensor_hmma_active_pct: Some(87.5), ..ok_sample() };
+        assert_eq!(validate_sample(0, &hmma, NOW), Ok(()));
+    }
+
     #[test]
     fn rejects_each_bad_case() {
         let cases: Vec<(Sample, &str)> = vec![
@@ -232,6 +274,9 @@ mod tests {
             (Sample { power_w: Some(1.7e308), ..ok_sample() }, "power_w"),
             (Sample { energy_j: Some(MAX_MAGNITUDE * 2.0), ..ok_sample() }, "energy_j"),
             (Sample { mem_total_bytes: Some(i64::MAX), ..ok_sample() }, "mem_total_bytes"),
+            // The newest signal is checked through the table like the others.
+            (Sample { tensor_hmma_active_pct: Some(-0.5), ..ok_sample() }, "tensor_hmma_active_pct"),
+            (Sample { tensor_hmma_active_pct: Some(MAX_ACTIVITY_PCT + 1.0), ..ok_sample() }, "tensor_hmma_active_pct"),
         ];
         for (s, field) in cases {
             assert_eq!(validate_sample(0, &s, NOW).unwrap_err().field, field);

@@ -1,6 +1,7 @@
 //! The sample and rollup column lists shared by both backends, and the mapping between
 //! database rows and [`Sample`] / [`RollupBucket`].
 
+use fleetlens_core::signal::{Precision, SIGNALS, Signal};
 use fleetlens_core::{GpuProcess, PodAllocation, ROLLUP_SIGNALS, RollupBucket, Sample, SignalStats};
 
 /// A nullable numeric cell of a sample row.
@@ -37,37 +38,36 @@ pub(crate) const SAMPLE_COLUMNS: [&str; fleetlens_core::signal::SIGNALS.len()] =
     "pcie_rx_mib_s",
     "nvlink_tx_mib_s",
     "nvlink_rx_mib_s",
+    "tensor_hmma_active_pct",
 ];
 
-/// The cells of `s` in [`SAMPLE_COLUMNS`] order.
-pub(crate) fn sample_cells(s: &Sample) -> [Cell; 23] {
-    use Cell::{F, I};
-    [
-        F(s.gpu_util_pct),
-        F(s.mem_util_pct),
-        I(s.mem_used_bytes),
-        I(s.mem_total_bytes),
-        F(s.power_w),
-        F(s.power_limit_w),
-        F(s.energy_j),
-        F(s.temp_c),
-        F(s.sm_clock_mhz),
-        // The bitmask fits in 63 bits (NVML defines bits up to 0x100); stored as signed.
-        I(s.throttle_reasons.map(|t| t as i64)),
-        F(s.sm_active_pct),
-        F(s.gr_engine_active_pct),
-        F(s.sm_occupancy_pct),
-        F(s.tensor_active_pct),
-        F(s.dram_active_pct),
-        F(s.fp16_active_pct),
-        F(s.fp32_active_pct),
-        F(s.fp64_active_pct),
-        F(s.int_active_pct),
-        F(s.pcie_tx_mib_s),
-        F(s.pcie_rx_mib_s),
-        F(s.nvlink_tx_mib_s),
-        F(s.nvlink_rx_mib_s),
-    ]
+/// The signal of each column of [`SAMPLE_COLUMNS`], in that order (const: a name that is not a
+/// signal does not compile).
+pub(crate) const SAMPLE_SIGNALS: [&Signal; SAMPLE_COLUMNS.len()] = {
+    let mut out = [&SIGNALS[0]; SAMPLE_COLUMNS.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = &SIGNALS[fleetlens_core::signal::index_of(SAMPLE_COLUMNS[i])];
+        i += 1;
+    }
+    out
+};
+
+/// Whether the column of `signal` is an integer one (INTEGER / BIGINT): the signals kept
+/// exactly are the integer ones (bytes, a bitmask); every other is REAL / DOUBLE PRECISION.
+pub(crate) fn is_integer(signal: &Signal) -> bool {
+    signal.precision == Precision::Exact
+}
+
+/// The cells of `s` in [`SAMPLE_COLUMNS`] order, read through the signal table.
+pub(crate) fn sample_cells(s: &Sample) -> [Cell; SAMPLE_COLUMNS.len()] {
+    SAMPLE_SIGNALS.map(|signal| {
+        let v = (signal.get)(s);
+        // Integer columns: the value is an integer below 2^53 (the signal's own field is one),
+        // so the conversion is exact. The throttle bitmask fits in 63 bits (NVML defines bits up
+        // to 0x100) and is stored as signed.
+        if is_integer(signal) { Cell::I(v.map(|v| v as i64)) } else { Cell::F(v) }
+    })
 }
 
 /// The process list as stored: JSON text, NULL when the list was not read.
@@ -94,34 +94,36 @@ pub(crate) fn sample_select_list(alias: &str, processes_expr: &str) -> String {
     cols.join(", ")
 }
 
-/// Measurement columns of a sample row (everything but identity and time).
-#[derive(Debug, sqlx::FromRow)]
+/// Measurement columns of a sample row (everything but identity and time): the signals of
+/// [`SAMPLE_COLUMNS`] read by name through the signal table, then the stored lists.
+#[derive(Debug)]
 pub(crate) struct SampleValues {
-    gpu_util_pct: Option<f64>,
-    mem_util_pct: Option<f64>,
-    mem_used_bytes: Option<i64>,
-    mem_total_bytes: Option<i64>,
-    power_w: Option<f64>,
-    power_limit_w: Option<f64>,
-    energy_j: Option<f64>,
-    temp_c: Option<f64>,
-    sm_clock_mhz: Option<f64>,
-    throttle_reasons: Option<i64>,
-    sm_active_pct: Option<f64>,
-    gr_engine_active_pct: Option<f64>,
-    sm_occupancy_pct: Option<f64>,
-    tensor_active_pct: Option<f64>,
-    dram_active_pct: Option<f64>,
-    fp16_active_pct: Option<f64>,
-    fp32_active_pct: Option<f64>,
-    fp64_active_pct: Option<f64>,
-    int_active_pct: Option<f64>,
-    pcie_tx_mib_s: Option<f64>,
-    pcie_rx_mib_s: Option<f64>,
-    nvlink_tx_mib_s: Option<f64>,
-    nvlink_rx_mib_s: Option<f64>,
+    /// A sample with only its measurements set.
+    measured: Sample,
     processes: Option<String>,
     allocations: Option<String>,
+}
+
+impl<'r, R> sqlx::FromRow<'r, R> for SampleValues
+where
+    R: sqlx::Row,
+    &'r str: sqlx::ColumnIndex<R>,
+    i64: sqlx::Type<R::Database> + sqlx::Decode<'r, R::Database>,
+    f64: sqlx::Type<R::Database> + sqlx::Decode<'r, R::Database>,
+    String: sqlx::Type<R::Database> + sqlx::Decode<'r, R::Database>,
+{
+    fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
+        let mut measured = Sample::default();
+        for (name, signal) in SAMPLE_COLUMNS.iter().zip(SAMPLE_SIGNALS) {
+            let v = if is_integer(signal) {
+                row.try_get::<Option<i64>, _>(*name)?.map(|v| v as f64)
+            } else {
+                row.try_get::<Option<f64>, _>(*name)?
+            };
+            (signal.set)(&mut measured, v);
+        }
+        Ok(SampleValues { measured, processes: row.try_get("processes")?, allocations: row.try_get("allocations")? })
+    }
 }
 
 impl SampleValues {
@@ -131,33 +133,11 @@ impl SampleValues {
             uuid: uuid.to_string(),
             gpu_index,
             name: name.map(str::to_string),
-            gpu_util_pct: self.gpu_util_pct,
-            mem_util_pct: self.mem_util_pct,
-            mem_used_bytes: self.mem_used_bytes,
-            mem_total_bytes: self.mem_total_bytes,
-            power_w: self.power_w,
-            power_limit_w: self.power_limit_w,
-            energy_j: self.energy_j,
-            temp_c: self.temp_c,
-            sm_clock_mhz: self.sm_clock_mhz,
-            throttle_reasons: self.throttle_reasons.map(|t| t as u64),
-            sm_active_pct: self.sm_active_pct,
-            gr_engine_active_pct: self.gr_engine_active_pct,
-            sm_occupancy_pct: self.sm_occupancy_pct,
-            tensor_active_pct: self.tensor_active_pct,
-            dram_active_pct: self.dram_active_pct,
-            fp16_active_pct: self.fp16_active_pct,
-            fp32_active_pct: self.fp32_active_pct,
-            fp64_active_pct: self.fp64_active_pct,
-            int_active_pct: self.int_active_pct,
-            pcie_tx_mib_s: self.pcie_tx_mib_s,
-            pcie_rx_mib_s: self.pcie_rx_mib_s,
-            nvlink_tx_mib_s: self.nvlink_tx_mib_s,
-            nvlink_rx_mib_s: self.nvlink_rx_mib_s,
             // Written by us from a Vec<GpuProcess>; unreadable JSON would be corruption, which
             // we surface as "not read" rather than failing the whole query.
             processes: self.processes.and_then(|p| serde_json::from_str::<Vec<GpuProcess>>(&p).ok()),
             allocations: parse_allocations(self.allocations.as_deref()),
+            ..self.measured
         }
     }
 }

@@ -273,7 +273,7 @@ mod tests {
         let bytes = encode_samples([(3, &s)].into_iter());
         assert_eq!(&bytes[..11], SIGNATURE);
         assert_eq!(&bytes[11..19], &[0; 8]);
-        assert_eq!(i16::from_be_bytes([bytes[19], bytes[20]]), 27);
+        assert_eq!(i16::from_be_bytes([bytes[19], bytes[20]]), 28);
         // gpu_id, then ts_ms, then gpu_util_pct as float8 bits.
         assert_eq!(&bytes[21..25], &8i32.to_be_bytes());
         assert_eq!(i64::from_be_bytes(bytes[25..33].try_into().unwrap()), 3);

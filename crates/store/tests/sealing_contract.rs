@@ -48,6 +48,8 @@ fn samples(uuid: &str, start_ms: i64, n: i64, step_ms: i64) -> Vec<Sample> {
             gpu_util_pct: Some((i % 101) as f64),
             sm_active_pct: if i % 3 == 0 { None } else { Some((i % 50) as f64 + 0.25) },
             tensor_active_pct: Some(((i * 7) % 100) as f64 + 0.01),
+            // The signal of migration 0024: present in most samples, absent in some.
+            tensor_hmma_active_pct: (i % 4 != 1).then_some(((i * 5) % 90) as f64 + 0.5),
             mem_used_bytes: Some(i * 1_000_003),
             mem_total_bytes: Some(85_520_809_984),
             power_w: Some(100.125 + (i % 17) as f64),
@@ -110,6 +112,11 @@ async fn sealing_moves_rows_into_blocks_and_reads_answer_the_same(backend: Backe
     assert_eq!(seal(&store, now, 100).await, Default::default(), "nothing left to seal");
     let after = answers(store.as_ref()).await;
     assert_eq!(after.0, before.0, "raw samples");
+    // The newest signal went through the raw rows and the blocks: present where sent, absent
+    // where not.
+    let hmma: Vec<Option<f64>> = after.0[0].iter().take(8).map(|s| s.tensor_hmma_active_pct).collect();
+    assert_eq!(hmma, [Some(0.5), None, Some(10.5), Some(15.5), Some(20.5), None, Some(30.5), Some(35.5)]);
+    assert_eq!(after.0[0][4].tensor_hmma_active_pct, before.0[0][4].tensor_hmma_active_pct);
     assert_eq!(after.1, before.1, "process lists");
     assert_eq!(after.2, before.2, "each GPU's newest sample");
     assert_eq!(after.3, before.3, "sample count");

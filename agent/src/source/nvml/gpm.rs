@@ -46,8 +46,8 @@ macro_rules! gpm {
 ///
 /// `GraphicsUtil` (GRACT) comes last: computing it is most of the cost of the call (measured on an
 /// H100, driver 580: 0.76 ms of CPU for it alone, about 1 µs for any other metric, 0.86 ms for all
-/// 13), so `--nvml-gract-every N` can leave it out of the per-poll request ([`WITHOUT_GRACT`]).
-pub const GPM_FIELDS: [GpmField; 13] = [
+/// 13; `HmmaTensorUtil` was added after that measurement), so `--nvml-gract-every N` can leave it out of the per-poll request ([`WITHOUT_GRACT`]).
+pub const GPM_FIELDS: [GpmField; 14] = [
     gpm!(SmUtil, sm_active_pct, true),
     gpm!(SmOccupancy, sm_occupancy_pct, true),
     gpm!(AnyTensorUtil, tensor_active_pct, true),
@@ -60,6 +60,7 @@ pub const GPM_FIELDS: [GpmField; 13] = [
     gpm!(PcieRxPerSec, pcie_rx_mib_s, false),
     gpm!(NvlinkTotalTxPerSec, nvlink_tx_mib_s, false),
     gpm!(NvlinkTotalRxPerSec, nvlink_rx_mib_s, false),
+    gpm!(HmmaTensorUtil, tensor_hmma_active_pct, true),
     gpm!(GraphicsUtil, gr_engine_active_pct, true),
 ];
 
@@ -112,10 +113,12 @@ mod tests {
         assert_eq!(field_of(GpmMetricId::DramBwUtil).unwrap().field, "dram_active_pct");
         assert_eq!(field_of(GpmMetricId::PcieTxPerSec).unwrap().field, "pcie_tx_mib_s");
         assert_eq!(field_of(GpmMetricId::NvlinkTotalRxPerSec).unwrap().field, "nvlink_rx_mib_s");
+        assert_eq!(field_of(GpmMetricId::HmmaTensorUtil).unwrap().field, "tensor_hmma_active_pct");
+        assert!(field_of(GpmMetricId::ImmaTensorUtil).is_none());
         assert!(field_of(GpmMetricId::Nvdec0Util).is_none());
-        assert_eq!(metric_ids().len(), 13);
-        // Without GRACT: the other 12; GRACT alone: just it.
-        assert_eq!(WITHOUT_GRACT.len(), 12);
+        assert_eq!(metric_ids().len(), 14);
+        // Without GRACT: the other 13; GRACT alone: just it.
+        assert_eq!(WITHOUT_GRACT.len(), 13);
         assert!(WITHOUT_GRACT.iter().all(|f| f.id != GpmMetricId::GraphicsUtil));
         assert_eq!(GRACT.len(), 1);
         assert_eq!(GRACT[0].field, "gr_engine_active_pct");
@@ -135,5 +138,14 @@ mod tests {
         // A metric that could not be read is absent, never 0.
         field_of(GpmMetricId::Fp64Util).unwrap().apply(&mut s, None);
         assert_eq!(s.fp64_active_pct, None);
+        // The HMMA tensor pipe is a percent like the others: clamped, and absent when unread.
+        let hmma = field_of(GpmMetricId::HmmaTensorUtil).unwrap();
+        assert!(hmma.is_percent());
+        hmma.apply(&mut s, Some(100.3));
+        assert_eq!(s.tensor_hmma_active_pct, Some(100.0));
+        hmma.apply(&mut s, Some(-0.2));
+        assert_eq!(s.tensor_hmma_active_pct, Some(0.0));
+        hmma.apply(&mut s, None);
+        assert_eq!(s.tensor_hmma_active_pct, None);
     }
 }

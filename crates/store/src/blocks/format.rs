@@ -2,9 +2,11 @@
 //! column per signal.
 //!
 //! ```text
-//! header   "FLSB", format version (u8), n (u32 LE): the samples in the block, ts ascending
+//! header   "FLSB", format version (u8), n (u32 LE): the samples in the block, ts ascending,
+//!          then (version 2) k (u16 LE): the measurement columns that follow
 //! ts       numbers column of the n timestamps (ms)
-//! 23 cols  one numbers column per measurement, in `columns::SAMPLE_COLUMNS` order
+//! k cols   one numbers column per measurement, the first k of `columns::SAMPLE_COLUMNS`
+//!          (version 1 has no k: its blocks hold the first 23, the columns of that time)
 //! 2 cols   one dictionary column each: processes (JSON), allocations (JSON)
 //! ```
 //!
@@ -33,7 +35,12 @@ use crate::columns::{self, Cell, SAMPLE_COLUMNS};
 
 const MAGIC: &[u8; 4] = b"FLSB";
 /// Bump when the layout changes; readers keep decoding every older version they know.
-pub(crate) const FORMAT_VERSION: u8 = 1;
+/// Version 2 records how many measurement columns a block holds, so a signal added later
+/// reads as absent from the blocks sealed before it existed.
+pub(crate) const FORMAT_VERSION: u8 = 2;
+/// The measurement columns of a version-1 block (every one of them before 0024's
+/// `tensor_hmma_active_pct`).
+const VERSION_1_COLUMNS: usize = 23;
 
 const ABSENT: u8 = 0;
 const CONSTANT: u8 = 1;
@@ -69,15 +76,24 @@ impl From<BlockError> for crate::StoreError {
 /// Encode `samples` (ascending, distinct `ts_ms`; identity fields are not stored: the GPU row
 /// has them). At most `u32::MAX` samples.
 pub fn encode(samples: &[Sample]) -> Vec<u8> {
+    encode_as(samples, FORMAT_VERSION, SAMPLE_COLUMNS.len())
+}
+
+/// [`encode`] in format `version` with the first `columns` measurement columns (tests write
+/// the blocks of older servers with it).
+fn encode_as(samples: &[Sample], version: u8, columns: usize) -> Vec<u8> {
     let n = samples.len();
     let mut out = Vec::with_capacity(64 + n * 8);
     out.extend_from_slice(MAGIC);
-    out.push(FORMAT_VERSION);
+    out.push(version);
     out.extend_from_slice(&(n as u32).to_le_bytes());
+    if version >= 2 {
+        out.extend_from_slice(&(columns as u16).to_le_bytes());
+    }
     let ts: Vec<Option<i64>> = samples.iter().map(|s| Some(s.ts_ms)).collect();
     put_ints(&mut out, &ts);
-    let cells: Vec<[Cell; 23]> = samples.iter().map(columns::sample_cells).collect();
-    for (col, precision) in PRECISION.iter().enumerate() {
+    let cells: Vec<[Cell; SAMPLE_COLUMNS.len()]> = samples.iter().map(columns::sample_cells).collect();
+    for (col, precision) in PRECISION.iter().enumerate().take(columns) {
         let values: Vec<Option<f64>> = cells
             .iter()
             .map(|c| match c[col] {
@@ -114,10 +130,14 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
         return Err(BlockError::Malformed("not a sample block"));
     }
     let version = r.u8()?;
-    if version != FORMAT_VERSION {
+    if version == 0 || version > FORMAT_VERSION {
         return Err(BlockError::Version(version));
     }
     let n = r.u32()? as usize;
+    let stored_columns = if version == 1 { VERSION_1_COLUMNS } else { usize::from(r.u16()?) };
+    if stored_columns > SAMPLE_COLUMNS.len() {
+        return Err(BlockError::Malformed("more measurement columns than this server knows"));
+    }
     let ts = r.numbers(n)?;
     let mut out: Vec<Sample> = Vec::with_capacity(n);
     for t in ts {
@@ -126,12 +146,12 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
             ..Default::default()
         });
     }
-    for (col, precision) in PRECISION.iter().enumerate() {
+    // Columns only ever get appended, so column i keeps its meaning and precision; those past
+    // `stored_columns` did not exist when the block was sealed and stay absent.
+    for (col, precision) in PRECISION.iter().enumerate().take(stored_columns) {
         let values = r.numbers(n)?;
         for (s, v) in out.iter_mut().zip(values) {
-            let f = v.map(|v| v.as_f64(*precision));
-            let i = v.map(Number::as_i64);
-            set_column(s, col, f, i);
+            (columns::SAMPLE_SIGNALS[col].set)(s, v.map(|v| v.as_f64(*precision)));
         }
     }
     // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
@@ -146,37 +166,6 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
         return Err(BlockError::Malformed("bytes after the last column"));
     }
     Ok(out)
-}
-
-/// Put the measurement `col` ([`SAMPLE_COLUMNS`] order) into `s`: `f` for real columns, `i`
-/// for integer ones.
-fn set_column(s: &mut Sample, col: usize, f: Option<f64>, i: Option<i64>) {
-    match SAMPLE_COLUMNS[col] {
-        "gpu_util_pct" => s.gpu_util_pct = f,
-        "mem_util_pct" => s.mem_util_pct = f,
-        "mem_used_bytes" => s.mem_used_bytes = i,
-        "mem_total_bytes" => s.mem_total_bytes = i,
-        "power_w" => s.power_w = f,
-        "power_limit_w" => s.power_limit_w = f,
-        "energy_j" => s.energy_j = f,
-        "temp_c" => s.temp_c = f,
-        "sm_clock_mhz" => s.sm_clock_mhz = f,
-        "throttle_reasons" => s.throttle_reasons = i.map(|t| t as u64),
-        "sm_active_pct" => s.sm_active_pct = f,
-        "gr_engine_active_pct" => s.gr_engine_active_pct = f,
-        "sm_occupancy_pct" => s.sm_occupancy_pct = f,
-        "tensor_active_pct" => s.tensor_active_pct = f,
-        "dram_active_pct" => s.dram_active_pct = f,
-        "fp16_active_pct" => s.fp16_active_pct = f,
-        "fp32_active_pct" => s.fp32_active_pct = f,
-        "fp64_active_pct" => s.fp64_active_pct = f,
-        "int_active_pct" => s.int_active_pct = f,
-        "pcie_tx_mib_s" => s.pcie_tx_mib_s = f,
-        "pcie_rx_mib_s" => s.pcie_rx_mib_s = f,
-        "nvlink_tx_mib_s" => s.nvlink_tx_mib_s = f,
-        "nvlink_rx_mib_s" => s.nvlink_rx_mib_s = f,
-        other => unreachable!("column {other} has no field"),
-    }
 }
 
 /// Integers at `scale`, or `None` when a value does not fit one exactly representable in f64
@@ -345,6 +334,10 @@ impl<'a> Reader<'a> {
 
     fn u8(&mut self) -> Result<u8, BlockError> {
         Ok(self.take(1)?[0])
+    }
+
+    fn u16(&mut self) -> Result<u16, BlockError> {
+        Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
 
     fn u32(&mut self) -> Result<u32, BlockError> {
@@ -537,6 +530,32 @@ mod tests {
         assert_eq!(decode(&encode(&[s.clone(), t.clone()])).unwrap(), vec![s, t]);
     }
 
+    /// A signal added after a block was sealed reads as absent from it, in both the version-1
+    /// layout (no column count: the 23 columns before `tensor_hmma_active_pct`) and a version-2
+    /// block of fewer columns than this server knows.
+    #[test]
+    fn blocks_sealed_before_a_column_existed_decode_it_as_absent() {
+        let samples: Vec<Sample> = hour()
+            .into_iter()
+            .enumerate()
+            .map(|(i, s)| Sample { tensor_hmma_active_pct: (i % 3 != 0).then_some(41.5), ..s })
+            .collect();
+        let without: Vec<Sample> =
+            samples.iter().map(|s| Sample { tensor_hmma_active_pct: None, ..s.clone() }).collect();
+        assert_eq!(decode(&encode_as(&samples, 1, VERSION_1_COLUMNS)).unwrap(), without);
+        assert_eq!(decode(&encode_as(&samples, 2, VERSION_1_COLUMNS)).unwrap(), without);
+        // The current layout keeps it.
+        let back = decode(&encode(&samples)).unwrap();
+        assert_eq!(back, samples);
+        assert_eq!(back[1].tensor_hmma_active_pct, Some(41.5));
+        assert_eq!(back[0].tensor_hmma_active_pct, None);
+        // A block of more columns than this server knows (a newer server's) is refused, not
+        // misread.
+        let mut wider = encode(&samples[..5]);
+        wider[9..11].copy_from_slice(&(SAMPLE_COLUMNS.len() as u16 + 1).to_le_bytes());
+        assert!(matches!(decode(&wider), Err(BlockError::Malformed(_))));
+    }
+
     #[test]
     fn corrupt_or_newer_blocks_are_refused() {
         let bytes = encode(&hour()[..10]);
@@ -554,7 +573,7 @@ mod tests {
     #[test]
     fn stored_precisions_of_existing_columns_do_not_change() {
         use Precision::{Exact, Scaled};
-        let sealed: [Precision; 23] = [
+        let sealed: [Precision; 24] = [
             Scaled(100),  // gpu_util_pct: 0.01 percentage points
             Scaled(100),  // mem_util_pct
             Exact,        // mem_used_bytes
@@ -578,7 +597,8 @@ mod tests {
             Scaled(1000), // pcie_rx_mib_s
             Scaled(1000), // nvlink_tx_mib_s
             Scaled(1000), // nvlink_rx_mib_s
+            Scaled(100),  // tensor_hmma_active_pct (migration 0024, format version 2)
         ];
-        assert_eq!(PRECISION[..23], sealed);
+        assert_eq!(PRECISION, sealed);
     }
 }

@@ -1,0 +1,147 @@
+#!/usr/bin/env bash
+# The new signal tensor_hmma_active_pct (GPM HMMA_TENSOR_UTIL) end to end on a Hopper GPU, run
+# from the repository root (Python with PyTorch; nvidia-smi):
+#   bash agent/tests/device/hmma.sh AGENT_BIN SERVER_BIN OUTDIR [MATMUL_S]
+# Starts the server (SQLite; its migrations add the column) and the agent at its defaults (NVML,
+# 1 s polls), and NVIDIA's reference reader `nvidia-smi dmon --gpm-metrics 5,7 -d 1` (5 = any
+# tensor pipe, 7 = HMMA tensor pipe); then 6 s idle, a bf16 8192³ matmul loop for MATMUL_S s
+# (default 20), 6 s idle. Afterwards the samples are read back through the API and printed per
+# second next to dmon's (hmma.txt; raw dmon in dmon.txt, the agent's log in agent.log).
+# Exit status 0 when the check holds: during the matmul the stored HMMA value is present in most
+# samples, above 20 % on the median and within 10 points of dmon's on the median; idle it is
+# below 5 %; and it never exceeds the any-tensor value by more than 1 point.
+set -u
+agent_bin=$1 server_bin=$2 out=$3 matmul_s=${4:-20}
+D=$(dirname "$0")
+export TZ=UTC PYTHONUNBUFFERED=1
+mkdir -p "$out"
+tmp=$(mktemp -d)
+port=18495
+token="fl_hmma_$(date +%s)_0123456789abcdef0123"
+chmod +x "$server_bin" "$agent_bin"
+FLEETLENS_ADMIN_TOKEN=$token "$server_bin" --listen 127.0.0.1:$port --database-url "sqlite://$tmp/db" \
+  --static-dir /nonexistent >"$tmp/server.out" 2>"$out/server.log" &
+server=$!
+trap 'kill $server ${agent:-} ${dmon:-} 2>/dev/null || true' EXIT
+for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:$port/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+nvidia-smi dmon --gpm-metrics 5,7 -d 1 -o DT >"$out/dmon.txt" 2>&1 &
+dmon=$!
+RUST_LOG=info "$agent_bin" --server http://127.0.0.1:$port --api-key "$token" \
+  --spool-dir "$tmp/spool" 2>"$out/agent.log" &
+agent=$!
+marks="$out/marks.txt"
+stamp() { echo "$(date +%s%3N) $1" >>"$marks"; }
+sleep 3
+stamp idle
+sleep 6
+stamp matmul_bf16
+python3 - "$matmul_s" <<'PY'
+import sys, time, torch
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+end = time.time() + float(sys.argv[1])
+n = 0
+while time.time() < end:
+    c = a @ b
+    n += 1
+    if n % 10 == 0:
+        torch.cuda.synchronize()
+torch.cuda.synchronize()
+print("matmuls", n, "of 8192^3 bf16")
+PY
+stamp idle_end
+sleep 6
+stamp end
+# The last batch: one flush interval and a little.
+sleep 7
+kill -TERM $dmon 2>/dev/null
+python3 - "$out" "http://127.0.0.1:$port" "$token" <<'PY' | tee "$out/hmma.txt"
+import json, statistics, sys, urllib.request
+from datetime import datetime, timezone
+out, url, token = sys.argv[1:]
+def api(p):
+    r = urllib.request.Request(url + p, headers={"Authorization": f"Bearer {token}"})
+    return json.load(urllib.request.urlopen(r))
+marks = [l.split(None, 1) for l in open(f"{out}/marks.txt") if l[0].isdigit()]
+marks = [(int(t), n.strip()) for t, n in marks]
+def phase(ts_ms):
+    name = "before"
+    for t, n in marks:
+        if ts_ms >= t:
+            name = n
+    return name
+# dmon -o DT: "#Date Time gpu <metric columns>", values per line; "-" where not available.
+dmon, names = {}, None
+for line in open(f"{out}/dmon.txt"):
+    if line.startswith("#"):
+        toks = line[1:].split()
+        if toks and toks[0] == "Date":
+            names = toks
+            print("dmon header:", line.rstrip())
+            print("dmon columns compared: metric 5 =", names[-2], "metric 7 =", names[-1])
+        continue
+    toks = line.split()
+    if not names or len(toks) != len(names):
+        continue
+    rec = dict(zip(names, toks))
+    if rec.get("gpu") != "0":
+        continue
+    ts = datetime.strptime(rec["Date"] + " " + rec["Time"], "%Y%m%d %H:%M:%S").replace(tzinfo=timezone.utc)
+    # dmon prints its default columns (pwr, gtemp, sm, …) first, then the GPM metrics in the
+    # order asked: the last two columns (named mmaact and hmmat by driver 580).
+    vals = []
+    for k in names[-2:]:
+        try:
+            vals.append(float(rec[k]))
+        except ValueError:
+            vals.append(None)
+    dmon[int(ts.timestamp())] = vals  # [metric 5 (any tensor), metric 7 (HMMA)]
+gpus = api("/api/v1/gpus")
+gpus = gpus["gpus"] if isinstance(gpus, dict) else gpus
+uuid = sorted(gpus, key=lambda g: g.get("gpu_index") or 0)[0]["uuid"]
+t0, t1 = marks[0][0] - 3000, marks[-1][0] + 1000
+samples = api(f"/api/v1/gpus/{uuid}/samples?from={t0}&to={t1}&limit=10000")
+samples = samples["samples"] if isinstance(samples, dict) else samples
+def fmt(v):
+    return "   -  " if v is None else f"{v:6.2f}"
+print(f"GPU {uuid}; agent = what the server stored (tensor_active_pct, tensor_hmma_active_pct); "
+      "dmon = nvidia-smi dmon --gpm-metrics 5,7 of the same second (a 1-s window ending then)")
+print(f"{'time (UTC)':>12} {'phase':>12} | {'agent any':>9} {'agent HMMA':>10} | {'dmon 5':>6} {'dmon 7':>6}")
+by = {}
+for s in samples:
+    sec = s["ts_ms"] // 1000
+    d = dmon.get(sec, [None, None]) + [None, None]
+    any_t, hmma = s.get("tensor_active_pct"), s.get("tensor_hmma_active_pct")
+    ph = phase(s["ts_ms"])
+    by.setdefault(ph, []).append((any_t, hmma, d[1]))
+    t = datetime.fromtimestamp(s["ts_ms"] / 1000, timezone.utc).strftime("%H:%M:%S.%f")[:-3]
+    print(f"{t:>12} {ph:>12} | {fmt(any_t):>9} {fmt(hmma):>10} | {fmt(d[0])} {fmt(d[1])}")
+ok = True
+def check(cond, what):
+    global ok
+    print(("PASS " if cond else "FAIL ") + what)
+    ok = ok and cond
+def med(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+for ph, rows in by.items():
+    print(f"{ph}: {len(rows)} samples, HMMA present in {sum(r[1] is not None for r in rows)}, "
+          f"median agent HMMA {med([r[1] for r in rows])}, median dmon 7 {med([r[2] for r in rows])}")
+# The first and last second of the loop straddle its edges: leave them out of the medians.
+mm = by.get("matmul_bf16", [])[2:-2]
+check(len(mm) >= 5 and sum(r[1] is not None for r in mm) >= 0.8 * len(mm), "HMMA present during the matmul")
+m_agent, m_dmon = med([r[1] for r in mm]), med([r[2] for r in mm])
+check(m_agent is not None and m_agent > 20, f"matmul median HMMA {m_agent} > 20 %")
+check(m_agent is not None and m_dmon is not None and abs(m_agent - m_dmon) <= 10,
+      f"matmul median HMMA {m_agent} within 10 points of dmon's {m_dmon}")
+idle = [r[1] for ph in ("idle", "idle_end") for r in by.get(ph, [])[2:]]
+check(all(v is None or v < 5 for v in idle), f"idle HMMA below 5 % ({med(idle)} median)")
+check(all(h is None or a is None or h <= a + 1 for rows in by.values() for a, h, _ in rows),
+      "HMMA never above any-tensor + 1 point")
+sys.exit(0 if ok else 1)
+PY
+rc=${PIPESTATUS[0]}
+kill -TERM $agent 2>/dev/null
+wait $agent 2>/dev/null
+grep -iE "hmma|GPM" "$out/agent.log" | tail -10
+exit $rc
