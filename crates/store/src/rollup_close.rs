@@ -57,7 +57,7 @@ pub(crate) enum PendingScope<'a> {
     /// An organisation's minutes starting in `[from, to)`.
     Org { org: OrgId, from_ms: i64, to_ms: i64 },
     /// One GPU's minutes starting in `[from, to)`.
-    Gpu { gpu_id: i64, from_ms: i64, to_ms: i64 },
+    Gpu { org: OrgId, gpu_id: i64, from_ms: i64, to_ms: i64 },
     /// The minute of each GPU's newest sample, for an organisation.
     OrgLatest(OrgId),
     /// Like [`PendingScope::OrgLatest`], for the GPUs with these ids only.
@@ -96,9 +96,10 @@ impl PendingScope<'_> {
             PendingScope::Org { org, from_ms, to_ms } => {
                 ("g.org_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![org, from_ms, to_ms])
             }
-            PendingScope::Gpu { gpu_id, from_ms, to_ms } => {
-                ("p.gpu_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![gpu_id, from_ms, to_ms])
-            }
+            PendingScope::Gpu { org, gpu_id, from_ms, to_ms } => (
+                "g.org_id = ? AND p.gpu_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(),
+                vec![org, gpu_id, from_ms, to_ms],
+            ),
             PendingScope::OrgLatest(org) => (
                 "g.org_id = ? AND p.minute_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000".into(),
                 vec![org],
