@@ -45,9 +45,9 @@ pub use crate::postgres::PgStore;
 pub use crate::reclaim::ReclaimStore;
 pub use crate::sqlite::SqliteStore;
 
-pub type OrgId = i64;
+pub use fleetlens_core::OrgId;
 /// The organisation created by the first migration; bootstrap keys and users land here.
-pub const DEFAULT_ORG: OrgId = 1;
+pub const DEFAULT_ORG: OrgId = OrgId(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {

@@ -119,7 +119,7 @@ async fn check_rules(
     // Held until the transaction ends; the counts below then include every committed batch.
     sqlx::query("SELECT pg_advisory_xact_lock($1, $2::int4)")
         .bind(QUOTA_LOCK)
-        .bind(i32::try_from(org).unwrap_or(i32::MAX))
+        .bind(i32::try_from(org.get()).unwrap_or(i32::MAX))
         .execute(&mut **tx)
         .await?;
     let gpus: i64 =

@@ -325,7 +325,7 @@ macro_rules! impl_store {
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
                 let scope = |lo, hi| PendingScope::Gpu { org, gpu_id, from_ms: lo, to_ms: hi };
-                self.rollups_where("g.org_id = ? AND r.gpu_id = ?", &[org, gpu_id], res, from_ms, to_ms, scope).await
+                self.rollups_where("g.org_id = ? AND r.gpu_id = ?", &[org.get(), gpu_id], res, from_ms, to_ms, scope).await
             }
 
             async fn org_rollups(
@@ -336,7 +336,7 @@ macro_rules! impl_store {
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
                 let scope = |lo, hi| PendingScope::Org { org, from_ms: lo, to_ms: hi };
-                self.rollups_where("g.org_id = ?", &[org], res, from_ms, to_ms, scope).await
+                self.rollups_where("g.org_id = ?", &[org.get()], res, from_ms, to_ms, scope).await
             }
 
             async fn org_credits(

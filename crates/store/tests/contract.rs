@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use fleetlens_core::{Credit, GpuProcess, QualityFlags, Resolution, RollupAccumulator, Sample, Thresholds};
-use fleetlens_store::{DEFAULT_ORG, IngestRules, NewApiKey, RetentionPolicy, Scope, Store, StoreError, hash_api_key};
+use fleetlens_store::{
+    DEFAULT_ORG, IngestRules, NewApiKey, OrgId, RetentionPolicy, Scope, Store, StoreError, hash_api_key,
+};
 use fleetlens_tests::{Backend, TestDatabase, fixture};
 
 fleetlens_tests::for_each_backend!(
@@ -621,7 +623,7 @@ async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend
     // The admin's move.
     assert!(store.move_gpu(DEFAULT_ORG, "G1", "n2").await.unwrap());
     assert!(!store.move_gpu(DEFAULT_ORG, "G-none", "n2").await.unwrap());
-    assert!(!store.move_gpu(DEFAULT_ORG + 1, "G1", "n1").await.unwrap(), "another organisation's GPU");
+    assert!(!store.move_gpu(OrgId(DEFAULT_ORG.get() + 1), "G1", "n1").await.unwrap(), "another organisation's GPU");
     store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Vec::new(), Some(rules)).await.unwrap();
     assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().host, "n2");
     assert!(store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1"], t + 30_000), Vec::new(), Some(rules)).await.is_err());

@@ -52,7 +52,7 @@ impl OrgClassifier {
                 Ok(th) => {
                     map.insert(org, th);
                 }
-                Err(e) => tracing::warn!(org, error = %e, "stored thresholds unreadable; using defaults"),
+                Err(e) => tracing::warn!(org = %org, error = %e, "stored thresholds unreadable; using defaults"),
             }
         }
         Ok(map)

@@ -45,7 +45,7 @@ pub struct OrgView {
 
 impl From<OrgRecord> for OrgView {
     fn from(o: OrgRecord) -> Self {
-        OrgView { id: o.id, name: o.name, created_ms: o.created_ms }
+        OrgView { id: o.id.get(), name: o.name, created_ms: o.created_ms }
     }
 }
 

@@ -207,7 +207,7 @@ fn step_view(l: ReclaimLogEntry) -> ReclaimStepView {
     }
 }
 
-async fn reclaim_view(state: &AppState, org: i64, r: ReclaimRecord) -> ApiResult<Reclaim> {
+async fn reclaim_view(state: &AppState, org: fleetlens_store::OrgId, r: ReclaimRecord) -> ApiResult<Reclaim> {
     let mut log: Vec<ReclaimStepView> =
         state.store.reclaim_log(org, Some(r.id), 1_000).await?.into_iter().map(step_view).collect();
     log.reverse();
