@@ -130,30 +130,30 @@ mod tests {
     fn hosts_have_their_own_cadence_per_organisation() {
         let d = HostDeliveries::default();
         for i in 0..10 {
-            d.arrived(1, "slow", 1_000_000 + i * 30_000);
-            d.arrived(1, "fast", 1_000_000 + i * 2_000);
+            d.arrived(OrgId(1), "slow", 1_000_000 + i * 30_000);
+            d.arrived(OrgId(1), "fast", 1_000_000 + i * 2_000);
         }
-        assert_eq!(d.allowance_ms(1, "slow"), 30_000);
-        assert_eq!(d.allowance_ms(1, "fast"), 2_000);
-        assert_eq!(d.allowance_ms(2, "fast"), DEFAULT_DELIVERY_GAP_MS, "another organisation's host");
-        assert_eq!(d.allowance_ms(1, "new"), DEFAULT_DELIVERY_GAP_MS);
+        assert_eq!(d.allowance_ms(OrgId(1), "slow"), 30_000);
+        assert_eq!(d.allowance_ms(OrgId(1), "fast"), 2_000);
+        assert_eq!(d.allowance_ms(OrgId(2), "fast"), DEFAULT_DELIVERY_GAP_MS, "another organisation's host");
+        assert_eq!(d.allowance_ms(OrgId(1), "new"), DEFAULT_DELIVERY_GAP_MS);
     }
 
     #[test]
     fn the_map_is_bounded_and_forgets_the_longest_silent_hosts() {
         let d = HostDeliveries::default();
         for _ in 0..3 {
-            d.arrived(1, "steady", 1_000_000);
+            d.arrived(OrgId(1), "steady", 1_000_000);
         }
         for i in 0..MAX_TRACKED_HOSTS as i64 + 50 {
-            d.arrived(2, &format!("h{i}"), 2_000_000 + i);
+            d.arrived(OrgId(2), &format!("h{i}"), 2_000_000 + i);
             if i % 1000 == 0 {
-                d.arrived(1, "steady", 2_000_000 + i);
+                d.arrived(OrgId(1), "steady", 2_000_000 + i);
             }
         }
         assert!(d.tracked() <= MAX_TRACKED_HOSTS, "{}", d.tracked());
         assert!(d.tracked() >= MAX_TRACKED_HOSTS * 8 / 10);
-        assert_ne!(d.allowance_ms(1, "steady"), DEFAULT_DELIVERY_GAP_MS, "a host that keeps delivering stays");
-        assert_eq!(d.allowance_ms(2, "h0"), DEFAULT_DELIVERY_GAP_MS, "the oldest went");
+        assert_ne!(d.allowance_ms(OrgId(1), "steady"), DEFAULT_DELIVERY_GAP_MS, "a host that keeps delivering stays");
+        assert_eq!(d.allowance_ms(OrgId(2), "h0"), DEFAULT_DELIVERY_GAP_MS, "the oldest went");
     }
 }

@@ -399,7 +399,7 @@ macro_rules! impl_account_store {
         #[async_trait::async_trait]
         impl $crate::accounts::AccountStore for $store {
             async fn org(&self, org: OrgId) -> $crate::Result<Option<OrgRecord>> {
-                let row: Option<(i64, String, i64)> =
+                let row: Option<(OrgId, String, i64)> =
                     sqlx::query_as(&q("SELECT id, name, created_ms FROM orgs WHERE id = ?"))
                         .bind(org)
                         .fetch_optional(self.pool())
@@ -408,7 +408,7 @@ macro_rules! impl_account_store {
             }
 
             async fn orgs(&self) -> $crate::Result<Vec<OrgRecord>> {
-                let rows: Vec<(i64, String, i64)> =
+                let rows: Vec<(OrgId, String, i64)> =
                     sqlx::query_as("SELECT id, name, created_ms FROM orgs ORDER BY id").fetch_all(self.pool()).await?;
                 Ok(rows.into_iter().map(|(id, name, created_ms)| OrgRecord { id, name, created_ms }).collect())
             }

@@ -1153,7 +1153,7 @@ macro_rules! impl_alert_store {
                             ((done > 0).then_some(a.id), a.org_id)
                         }
                         AlertWrite::Delete { id, from } => {
-                            let org: Option<i64> = sqlx::query_scalar(&q(
+                            let org: Option<$crate::OrgId> = sqlx::query_scalar(&q(
                                 "DELETE FROM alerts WHERE id = ? AND status = ? RETURNING org_id",
                             ))
                             .bind(*id)

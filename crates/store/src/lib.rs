@@ -45,9 +45,9 @@ pub use crate::postgres::PgStore;
 pub use crate::reclaim::ReclaimStore;
 pub use crate::sqlite::SqliteStore;
 
-pub type OrgId = i64;
+pub use fleetlens_core::OrgId;
 /// The organisation created by the first migration; bootstrap keys and users land here.
-pub const DEFAULT_ORG: OrgId = 1;
+pub const DEFAULT_ORG: OrgId = OrgId(1);
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
@@ -487,13 +487,30 @@ pub trait Store:
     /// unknown ids are left out): a reader that knows which GPUs moved re-reads just those.
     async fn latest_minutes_of(&self, org: OrgId, gpu_ids: &[i64]) -> Result<Vec<LatestMinute>>;
     async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
-    /// Raw samples of one GPU with `from_ms <= ts_ms < to_ms`, oldest first, at most `limit`.
-    async fn samples(&self, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;
-    /// Rollup rows of one GPU with `from_ms <= bucket_ms < to_ms`, oldest first.
-    async fn rollups(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>>;
-    /// Chart points of one GPU from its rollups in `[from_ms, to_ms)`: only the columns a chart
-    /// needs, and the minute's state at 1-minute resolution.
-    async fn series(&self, gpu_id: i64, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<SeriesRow>>;
+    /// Raw samples of one GPU of `org` with `from_ms <= ts_ms < to_ms`, oldest first, at most
+    /// `limit` (none for a GPU of another organisation).
+    async fn samples(&self, org: OrgId, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;
+    /// Rollup rows of one GPU of `org` with `from_ms <= bucket_ms < to_ms`, oldest first (none
+    /// for a GPU of another organisation).
+    async fn rollups(
+        &self,
+        org: OrgId,
+        gpu_id: i64,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RollupBucket>>;
+    /// Chart points of one GPU of `org` from its rollups in `[from_ms, to_ms)`: only the columns
+    /// a chart needs, and the minute's state at 1-minute resolution (none for a GPU of another
+    /// organisation).
+    async fn series(
+        &self,
+        org: OrgId,
+        gpu_id: i64,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<SeriesRow>>;
     /// Rollup rows of every GPU of `org` with `from_ms <= bucket_ms < to_ms`, ordered by GPU
     /// then time.
     async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>>;

@@ -165,7 +165,7 @@ async fn enforce_quotas(
 ) -> Result<()> {
     sqlx::query("SELECT pg_advisory_xact_lock($1, $2::int4)")
         .bind(QUOTA_LOCK)
-        .bind(i32::try_from(org).unwrap_or(i32::MAX))
+        .bind(i32::try_from(org.get()).unwrap_or(i32::MAX))
         .execute(&mut **tx)
         .await?;
     if growth.adding_gpus > 0 {

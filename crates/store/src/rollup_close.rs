@@ -57,7 +57,7 @@ pub(crate) enum PendingScope<'a> {
     /// An organisation's minutes starting in `[from, to)`.
     Org { org: OrgId, from_ms: i64, to_ms: i64 },
     /// One GPU's minutes starting in `[from, to)`.
-    Gpu { gpu_id: i64, from_ms: i64, to_ms: i64 },
+    Gpu { org: OrgId, gpu_id: i64, from_ms: i64, to_ms: i64 },
     /// The minute of each GPU's newest sample, for an organisation.
     OrgLatest(OrgId),
     /// Like [`PendingScope::OrgLatest`], for the GPUs with these ids only.
@@ -95,21 +95,22 @@ impl PendingScope<'_> {
                 ("p.minute_ms < ? AND p.gpu_id >= ? AND p.gpu_id <= ?".into(), vec![cutoff_ms, gpu_lo, gpu_hi])
             }
             PendingScope::Org { org, from_ms, to_ms } => {
-                ("g.org_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![org, from_ms, to_ms])
+                ("g.org_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![org.get(), from_ms, to_ms])
             }
-            PendingScope::Gpu { gpu_id, from_ms, to_ms } => {
-                ("p.gpu_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![gpu_id, from_ms, to_ms])
-            }
+            PendingScope::Gpu { org, gpu_id, from_ms, to_ms } => (
+                "g.org_id = ? AND p.gpu_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(),
+                vec![org.get(), gpu_id, from_ms, to_ms],
+            ),
             PendingScope::OrgLatest(org) => (
                 "g.org_id = ? AND p.minute_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000".into(),
-                vec![org],
+                vec![org.get()],
             ),
             PendingScope::GpusLatest { org, gpu_ids } => (
                 format!(
                     "g.org_id = ? AND p.gpu_id IN ({}) AND p.minute_ms = {LATEST_MINUTE_OF_G}",
                     placeholders(gpu_ids.len())
                 ),
-                std::iter::once(org).chain(gpu_ids.iter().copied()).collect(),
+                std::iter::once(org.get()).chain(gpu_ids.iter().copied()).collect(),
             ),
         }
     }

@@ -43,12 +43,12 @@ macro_rules! impl_store {
             }
 
             /// Rollup rows with `from_ms <= bucket_ms < to_ms` of the GPUs `r` (rollups) and `g`
-            /// (gpus) where `condition` holds (bound to `key`), ordered by GPU then time, with the
+            /// (gpus) where `condition` holds (bound to `keys`), ordered by GPU then time, with the
             /// open minutes of `scope(first minute, end)` in.
             async fn rollups_where(
                 &self,
                 condition: &str,
-                key: i64,
+                keys: &[i64],
                 res: $crate::Resolution,
                 from_ms: i64,
                 to_ms: i64,
@@ -62,7 +62,11 @@ macro_rules! impl_store {
                 );
                 let sql = q(&sql);
                 let read = || async {
-                    let rows = sqlx::query(&sql).bind(key).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+                    let mut query = sqlx::query(&sql);
+                    for &key in keys {
+                        query = query.bind(key);
+                    }
+                    let rows = query.bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
                     rows.iter()
                         .map(|r| $crate::columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err($crate::StoreError::from))
                         .collect()
@@ -273,16 +277,19 @@ macro_rules! impl_store {
 
             async fn samples(
                 &self,
+                org: $crate::OrgId,
                 gpu_id: i64,
                 from_ms: i64,
                 to_ms: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<fleetlens_core::Sample>> {
                 let ident: Option<(String, Option<i64>, Option<String>)> =
-                    sqlx::query_as(&q("SELECT uuid, gpu_index, name FROM gpus WHERE id = ?"))
+                    sqlx::query_as(&q("SELECT uuid, gpu_index, name FROM gpus WHERE org_id = ? AND id = ?"))
+                        .bind(org)
                         .bind(gpu_id)
                         .fetch_optional(&self.pool)
                         .await?;
+                // A GPU of another organisation reads as one without samples.
                 let Some((uuid, index, name)) = ident else { return Ok(Vec::new()) };
                 let sql = format!(
                     "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
@@ -309,13 +316,14 @@ macro_rules! impl_store {
 
             async fn rollups(
                 &self,
+                org: $crate::OrgId,
                 gpu_id: i64,
                 res: $crate::Resolution,
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
-                let scope = |lo, hi| PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
-                self.rollups_where("r.gpu_id = ?", gpu_id, res, from_ms, to_ms, scope).await
+                let scope = |lo, hi| PendingScope::Gpu { org, gpu_id, from_ms: lo, to_ms: hi };
+                self.rollups_where("g.org_id = ? AND r.gpu_id = ?", &[org.get(), gpu_id], res, from_ms, to_ms, scope).await
             }
 
             async fn org_rollups(
@@ -326,7 +334,7 @@ macro_rules! impl_store {
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
                 let scope = |lo, hi| PendingScope::Org { org, from_ms: lo, to_ms: hi };
-                self.rollups_where("g.org_id = ?", org, res, from_ms, to_ms, scope).await
+                self.rollups_where("g.org_id = ?", &[org.get()], res, from_ms, to_ms, scope).await
             }
 
             async fn org_credits(
@@ -384,6 +392,7 @@ macro_rules! impl_store {
 
             async fn series(
                 &self,
+                org: $crate::OrgId,
                 gpu_id: i64,
                 res: $crate::Resolution,
                 from_ms: i64,
@@ -391,22 +400,30 @@ macro_rules! impl_store {
             ) -> $crate::Result<Vec<$crate::SeriesRow>> {
                 match res {
                     $crate::Resolution::Minute => {
+                        // The rollup table has no org column: the GPU id counts only if it is the org's.
                         let sql = format!(
-                            "{} WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
+                            "{} WHERE gpu_id = (SELECT g.id FROM gpus g WHERE g.org_id = ? AND g.id = ?) \
+                             AND bucket_ms >= ? AND bucket_ms < ? ORDER BY bucket_ms",
                             $crate::series_select(res)
                         );
                         let sql = q(&sql);
                         let read = || async {
-                            Ok(sqlx::query_as(&sql).bind(gpu_id).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?)
+                            Ok(sqlx::query_as(&sql)
+                                .bind(org)
+                                .bind(gpu_id)
+                                .bind(from_ms)
+                                .bind(to_ms)
+                                .fetch_all(&self.pool)
+                                .await?)
                         };
                         let (lo, hi) = minute_range(res, from_ms, to_ms);
-                        let scope = PendingScope::Gpu { gpu_id, from_ms: lo, to_ms: hi };
+                        let scope = PendingScope::Gpu { org, gpu_id, from_ms: lo, to_ms: hi };
                         let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
                         Ok(rc::overlay_minute_series(stored, &open))
                     }
                     // Hours from their rollups, with the open minutes in (the chart columns are theirs).
                     $crate::Resolution::Hour => Ok(self
-                        .rollups(gpu_id, res, from_ms, to_ms)
+                        .rollups(org, gpu_id, res, from_ms, to_ms)
                         .await?
                         .iter()
                         .map(|b| rc::series_row(b, None))

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use fleetlens_core::Sample;
 use fleetlens_store::accounts::{Assigned, GpuTeam, NewSession, NewUser, Role, TeamSource, UserUpdate, expand_scopes};
-use fleetlens_store::{DEFAULT_ORG, NewApiKey, Scope, Store, hash_api_key};
+use fleetlens_store::{DEFAULT_ORG, NewApiKey, OrgId, Scope, Store, hash_api_key};
 use fleetlens_tests::{Backend, TestDatabase};
 
 fleetlens_tests::for_each_backend!(
@@ -27,11 +27,11 @@ async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
 
 const T0: i64 = 1_790_000_000_000;
 
-fn user<'a>(org: i64, email: &'a str, role: Role) -> NewUser<'a> {
+fn user<'a>(org: OrgId, email: &'a str, role: Role) -> NewUser<'a> {
     NewUser { org_id: org, email, name: "Someone", password_hash: "$argon2id$fake", role, now_ms: T0 }
 }
 
-fn key<'a>(org: i64, hash: &'a str, scopes: &'a [Scope]) -> NewApiKey<'a> {
+fn key<'a>(org: OrgId, hash: &'a str, scopes: &'a [Scope]) -> NewApiKey<'a> {
     NewApiKey { org_id: org, name: "k", prefix: "flk_0000", key_hash: hash, scopes, created_ms: T0 }
 }
 

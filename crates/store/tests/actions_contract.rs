@@ -136,7 +136,7 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
     // Report routes.
     let route = ReportRoute {
         id: 0,
-        org_id: 0,
+        org_id: fleetlens_store::OrgId(0),
         team_id: None,
         owner: Some("alice".into()),
         channel_id: ch,
@@ -156,7 +156,7 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
 fn entry(step: &str) -> ReclaimLogEntry {
     ReclaimLogEntry {
         id: 0,
-        org_id: 0,
+        org_id: fleetlens_store::OrgId(0),
         reclaim_id: 0,
         step: step.into(),
         actor: "fleetlens".into(),
@@ -170,7 +170,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     let (_db, store) = open(backend).await;
     let policy = ReclaimPolicyRecord {
         id: 0,
-        org_id: 0,
+        org_id: fleetlens_store::OrgId(0),
         name: "idle".into(),
         state: "idle_held".into(),
         for_s: 7200,

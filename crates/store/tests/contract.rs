@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use fleetlens_core::{Credit, GpuProcess, QualityFlags, Resolution, RollupAccumulator, Sample, Thresholds};
-use fleetlens_store::{DEFAULT_ORG, IngestRules, NewApiKey, RetentionPolicy, Scope, Store, StoreError, hash_api_key};
+use fleetlens_store::{
+    DEFAULT_ORG, IngestRules, NewApiKey, OrgId, RetentionPolicy, Scope, Store, StoreError, hash_api_key,
+};
 use fleetlens_tests::{Backend, TestDatabase, fixture};
 
 fleetlens_tests::for_each_backend!(
@@ -15,6 +17,7 @@ fleetlens_tests::for_each_backend!(
     retention_deletes_only_what_is_old,
     concurrent_batches_are_each_stored_once,
     organisations_do_not_see_each_other,
+    gpu_reads_by_id_stay_in_their_organisation,
     credits_follow_the_minutes_as_samples_arrive,
     hour_credit_split_partitions_the_period,
     whole_days_give_the_sums_of_their_hours,
@@ -72,7 +75,7 @@ async fn fixture_round_trips_with_absent_values(backend: Backend) {
     let gpu = store.gpu(DEFAULT_ORG, &samples[0].uuid).await.unwrap().expect("gpu registered");
     assert_eq!(gpu.host, "gpu-node-01");
     assert_eq!(gpu.name.as_deref(), Some("NVIDIA H200"));
-    let back = store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap();
+    let back = store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 10_000).await.unwrap();
     assert_eq!(back, samples, "every field round-trips, None stays None");
     assert!(back.iter().all(|s| s.fp64_active_pct.is_none()));
     assert!(back.iter().any(|s| s.is_allocated()));
@@ -84,7 +87,7 @@ async fn ingest_is_idempotent(backend: Backend) {
     let batch = synthetic("GPU-idem", 1_700_000_000_000, 500, 1000);
     store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
     let gpu = store.gpu(DEFAULT_ORG, "GPU-idem").await.unwrap().unwrap();
-    let rollups = store.rollups(gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    let rollups = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
     // The same batch again, and a batch overlapping half of it plus a sample twice.
     let again = store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
     assert_eq!((again.inserted, again.duplicates), (0, 500));
@@ -96,7 +99,7 @@ async fn ingest_is_idempotent(backend: Backend) {
     // the rest and the repeated sample are duplicates.
     assert_eq!((o.inserted, o.merged, o.duplicates), (250, 83, 168));
     assert_eq!(store.sample_count().await.unwrap(), 750);
-    let after = store.rollups(gpu.id, Resolution::Minute, 0, 1_700_000_250_000 - 60_000).await.unwrap();
+    let after = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, 1_700_000_250_000 - 60_000).await.unwrap();
     assert_eq!(after[..], rollups[..after.len()], "rollups of the resent range are unchanged");
 }
 
@@ -115,7 +118,7 @@ async fn rollups_match_a_recomputation_from_raw(backend: Backend) {
         // 1-s samples: each is 1 s of sampled time, in whatever order the batches came.
         all.iter().for_each(|s| expected.add(gpu.id, s, 1000, QualityFlags::NONE));
         let expected = expected.into_buckets();
-        let stored = store.rollups(gpu.id, res, 0, i64::MAX).await.unwrap();
+        let stored = store.rollups(DEFAULT_ORG, gpu.id, res, 0, i64::MAX).await.unwrap();
         assert_eq!(stored.len(), expected.len(), "{res:?} bucket count");
         for (s, e) in stored.iter().zip(&expected) {
             assert_eq!(
@@ -131,7 +134,8 @@ async fn rollups_match_a_recomputation_from_raw(backend: Backend) {
         }
     }
     // A sub-range query returns just its buckets.
-    let hour = store.rollups(gpu.id, Resolution::Hour, 1_700_002_800_000, 1_700_006_400_000).await.unwrap();
+    let hour =
+        store.rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, 1_700_002_800_000, 1_700_006_400_000).await.unwrap();
     assert_eq!(hour.len(), 1);
 }
 
@@ -149,9 +153,9 @@ async fn latest_sample_and_identity_follow_event_time(backend: Backend) {
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].latest.as_ref().map(|s| s.ts_ms), Some(2_009_000));
     // Sample windows are half-open and limited.
-    let page = store.samples(gpu.id, 1_005_000, 2_002_000, 100).await.unwrap();
+    let page = store.samples(DEFAULT_ORG, gpu.id, 1_005_000, 2_002_000, 100).await.unwrap();
     assert_eq!(page.len(), 5 + 2);
-    let limited = store.samples(gpu.id, 0, i64::MAX, 3).await.unwrap();
+    let limited = store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 3).await.unwrap();
     assert_eq!(limited.iter().map(|s| s.ts_ms).collect::<Vec<_>>(), [1_000_000, 1_001_000, 1_002_000]);
 }
 
@@ -187,13 +191,13 @@ async fn retention_deletes_only_what_is_old(backend: Backend) {
     let report = store.apply_retention(RetentionPolicy::default(), now).await.unwrap();
     assert_eq!((report.samples, report.rollups_1m, report.rollups_1h), (120, 0, 0));
     let gpu = store.gpu(DEFAULT_ORG, "GPU-ret").await.unwrap().unwrap();
-    assert_eq!(store.samples(gpu.id, 0, i64::MAX, 1000).await.unwrap(), recent);
+    assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap(), recent);
     // Rollups outlive raw samples, then go by their own policy.
-    assert!(!store.rollups(gpu.id, Resolution::Minute, 0, now - 9 * day).await.unwrap().is_empty());
+    assert!(!store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, now - 9 * day).await.unwrap().is_empty());
     let short = RetentionPolicy { raw_ms: 7 * day, rollup_1m_ms: 5 * day, rollup_1h_ms: 400 * day };
     let report = store.apply_retention(short, now).await.unwrap();
     assert_eq!((report.samples, report.rollups_1m, report.rollups_1h), (0, 2, 0));
-    assert_eq!(store.rollups(gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 2);
+    assert_eq!(store.rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 2);
 }
 
 async fn concurrent_batches_are_each_stored_once(backend: Backend) {
@@ -217,8 +221,13 @@ async fn concurrent_batches_are_each_stored_once(backend: Backend) {
     assert_eq!(inserted, 16 * 4 * 250);
     assert_eq!(store.sample_count().await.unwrap(), 16 * 4 * 250);
     let gpu = store.gpu(DEFAULT_ORG, "GPU-c3").await.unwrap().unwrap();
-    let total: i64 =
-        store.rollups(gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().iter().map(|b| b.sample_count).sum();
+    let total: i64 = store
+        .rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, 0, i64::MAX)
+        .await
+        .unwrap()
+        .iter()
+        .map(|b| b.sample_count)
+        .sum();
     assert_eq!(total, 1000, "no double-counted rollups");
 }
 
@@ -235,6 +244,46 @@ async fn organisations_do_not_see_each_other(backend: Backend) {
     let a2 = store.gpu(other, "GPU-a").await.unwrap().unwrap();
     assert_ne!(a1.id, a2.id, "the same uuid in two organisations is two GPUs");
     assert_eq!(store.sample_count().await.unwrap(), 15);
+}
+
+/// Samples, rollups and chart series are read by GPU id: an id of another organisation's GPU
+/// reads as a GPU without data, whether its minutes are open, closed or its hours sealed.
+async fn gpu_reads_by_id_stay_in_their_organisation(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let other = store.create_org("other", 0).await.unwrap();
+    let t0 = 1_700_000_000_000 - 1_700_000_000_000 % 3_600_000;
+    store.ingest(DEFAULT_ORG, "h", synthetic("GPU-mine", t0, 7200, 1000)).await.unwrap();
+    store.ingest(other, "h", synthetic("GPU-theirs", t0, 7200, 1000)).await.unwrap();
+    let mine = store.gpu(DEFAULT_ORG, "GPU-mine").await.unwrap().unwrap().id;
+    let theirs = store.gpu(other, "GPU-theirs").await.unwrap().unwrap().id;
+    let reads = |org, gpu| {
+        let store = store.clone();
+        async move {
+            (
+                store.samples(org, gpu, 0, i64::MAX, 100_000).await.unwrap().len(),
+                store.rollups(org, gpu, Resolution::Minute, 0, i64::MAX).await.unwrap().len(),
+                store.rollups(org, gpu, Resolution::Hour, 0, i64::MAX).await.unwrap().len(),
+                store.series(org, gpu, Resolution::Minute, 0, i64::MAX).await.unwrap().len(),
+                store.series(org, gpu, Resolution::Hour, 0, i64::MAX).await.unwrap().len(),
+            )
+        }
+    };
+    let check = |stage: &'static str| {
+        let reads = &reads;
+        async move {
+            // Each organisation reads its own GPU in full …
+            assert_eq!(reads(DEFAULT_ORG, mine).await, (7200, 120, 2, 120, 2), "{stage}: own GPU");
+            assert_eq!(reads(other, theirs).await, (7200, 120, 2, 120, 2), "{stage}: own GPU");
+            // … and nothing of the other's, by its id.
+            assert_eq!(reads(DEFAULT_ORG, theirs).await, (0, 0, 0, 0, 0), "{stage}: other org's GPU");
+            assert_eq!(reads(other, mine).await, (0, 0, 0, 0, 0), "{stage}: other org's GPU");
+        }
+    };
+    check("open minutes").await;
+    assert!(store.close_minutes(LATER, 120_000).await.unwrap() > 0);
+    check("closed minutes").await;
+    while store.seal_closed_hours(LATER, 100).await.unwrap().more {}
+    check("sealed hours").await;
 }
 
 async fn credits_follow_the_minutes_as_samples_arrive(backend: Backend) {
@@ -488,7 +537,7 @@ async fn maintenance_clears_the_garbage_of_in_place_updates(backend: Backend) {
         store.close_minutes(LATER, 120_000).await.unwrap();
     }
     let gpu = store.gpu(DEFAULT_ORG, "GPU-m3").await.unwrap().unwrap();
-    let before = store.rollups(gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    let before = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
     let autovacuum_off = match backend {
         Backend::Sqlite => false,
         Backend::Postgres => {
@@ -529,7 +578,11 @@ async fn maintenance_clears_the_garbage_of_in_place_updates(backend: Backend) {
             .await
             .unwrap();
     assert!(analysed, "statistics refreshed");
-    assert_eq!(store.rollups(gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap(), before, "data unchanged");
+    assert_eq!(
+        store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap(),
+        before,
+        "data unchanged"
+    );
 }
 
 /// Quotas and the GPU-host rule of `ingest_with`: a refused batch stores nothing (not even the
@@ -571,7 +624,7 @@ async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend
     // The admin's move.
     assert!(store.move_gpu(DEFAULT_ORG, "G1", "n2").await.unwrap());
     assert!(!store.move_gpu(DEFAULT_ORG, "G-none", "n2").await.unwrap());
-    assert!(!store.move_gpu(DEFAULT_ORG + 1, "G1", "n1").await.unwrap(), "another organisation's GPU");
+    assert!(!store.move_gpu(OrgId(DEFAULT_ORG.get() + 1), "G1", "n1").await.unwrap(), "another organisation's GPU");
     store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Vec::new(), Some(rules)).await.unwrap();
     assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().host, "n2");
     assert!(store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1"], t + 30_000), Vec::new(), Some(rules)).await.is_err());
@@ -691,13 +744,13 @@ async fn rollups_written_once_equal_the_per_sample_reference(backend: Backend) {
         async move {
             let (minutes, hours, minute_credits, hour_credits) = reference(&arrived, &ids);
             for (i, gpu) in ids.iter().enumerate() {
-                let got_m = store.rollups(*gpu, Resolution::Minute, 0, i64::MAX).await.unwrap();
+                let got_m = store.rollups(DEFAULT_ORG, *gpu, Resolution::Minute, 0, i64::MAX).await.unwrap();
                 let want_m: Vec<_> = minutes.iter().filter(|b| b.gpu_id == *gpu).cloned().collect();
                 assert_same_buckets(&got_m, &want_m, label, "minutes");
-                let got_h = store.rollups(*gpu, Resolution::Hour, 0, i64::MAX).await.unwrap();
+                let got_h = store.rollups(DEFAULT_ORG, *gpu, Resolution::Hour, 0, i64::MAX).await.unwrap();
                 let want_h: Vec<_> = hours.iter().filter(|b| b.gpu_id == *gpu).cloned().collect();
                 assert_same_buckets(&got_h, &want_h, label, "hours");
-                let series = store.series(*gpu, Resolution::Minute, 0, i64::MAX).await.unwrap();
+                let series = store.series(DEFAULT_ORG, *gpu, Resolution::Minute, 0, i64::MAX).await.unwrap();
                 assert_eq!(series.len(), want_m.len(), "{label}: series points of GPU {i}");
                 assert!(series.iter().all(|p| p.state.is_some()), "{label}: every minute has its state");
             }

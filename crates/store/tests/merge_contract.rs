@@ -150,15 +150,15 @@ async fn assert_same_store(got: &dyn Store, want: &dyn Store) {
     let (g, w) =
         (got.gpu(DEFAULT_ORG, UUID).await.unwrap().unwrap(), want.gpu(DEFAULT_ORG, UUID).await.unwrap().unwrap());
     assert_eq!(
-        got.samples(g.id, 0, i64::MAX, 100_000).await.unwrap(),
-        want.samples(w.id, 0, i64::MAX, 100_000).await.unwrap()
+        got.samples(DEFAULT_ORG, g.id, 0, i64::MAX, 100_000).await.unwrap(),
+        want.samples(DEFAULT_ORG, w.id, 0, i64::MAX, 100_000).await.unwrap()
     );
     assert_eq!((g.latest, g.first_seen_ms, g.last_seen_ms), (w.latest, w.first_seen_ms, w.last_seen_ms));
     for res in Resolution::ALL {
         let what = format!("{res:?}");
         assert_same_rollups(
-            &got.rollups(g.id, res, 0, i64::MAX).await.unwrap(),
-            &want.rollups(w.id, res, 0, i64::MAX).await.unwrap(),
+            &got.rollups(DEFAULT_ORG, g.id, res, 0, i64::MAX).await.unwrap(),
+            &want.rollups(DEFAULT_ORG, w.id, res, 0, i64::MAX).await.unwrap(),
             &what,
         );
         assert_same_credits(

@@ -77,7 +77,7 @@ async fn answers(store: &dyn Store) -> (Vec<Vec<Sample>>, Vec<fleetlens_store::P
     let gpus = store.gpus(DEFAULT_ORG).await.unwrap();
     let mut raw = Vec::new();
     for g in &gpus {
-        raw.push(store.samples(g.id, 0, i64::MAX, 1_000_000).await.unwrap());
+        raw.push(store.samples(DEFAULT_ORG, g.id, 0, i64::MAX, 1_000_000).await.unwrap());
     }
     let mut lists = store.org_process_lists(DEFAULT_ORG, 0, i64::MAX).await.unwrap();
     // Ordered by GPU and minute; the lists inside a minute in no particular order.
@@ -123,13 +123,13 @@ async fn sealing_moves_rows_into_blocks_and_reads_answer_the_same(backend: Backe
     assert!(after.2[1].is_some());
     // Windows cut inside blocks, and limits.
     let gpu = store.gpu(DEFAULT_ORG, "GPU-a").await.unwrap().unwrap();
-    let window = store.samples(gpu.id, T0 + 1234, T0 + 2 * H + 99, 1_000_000).await.unwrap();
+    let window = store.samples(DEFAULT_ORG, gpu.id, T0 + 1234, T0 + 2 * H + 99, 1_000_000).await.unwrap();
     let expected: Vec<Sample> =
         before.0[0].iter().filter(|s| s.ts_ms >= T0 + 1234 && s.ts_ms < T0 + 2 * H + 99).cloned().collect();
     assert_eq!(window, expected);
-    let first = store.samples(gpu.id, T0 + H - 5000, i64::MAX, 10).await.unwrap();
+    let first = store.samples(DEFAULT_ORG, gpu.id, T0 + H - 5000, i64::MAX, 10).await.unwrap();
     assert_eq!(first, expected.iter().filter(|s| s.ts_ms >= T0 + H - 5000).take(10).cloned().collect::<Vec<_>>());
-    assert_eq!(store.rollups(gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 5);
+    assert_eq!(store.rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 5);
     assert_eq!(store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap(), rollups_before);
 }
 
@@ -154,11 +154,15 @@ async fn sealed_keys_stay_duplicates_and_late_samples_merge(backend: Backend) {
     let gpu = store.gpu(DEFAULT_ORG, "GPU-late").await.unwrap().unwrap();
     let mut expected = batch.clone();
     expected.insert(101, late.clone());
-    assert_eq!(store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap(), expected, "read merges the open row");
+    assert_eq!(
+        store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 10_000).await.unwrap(),
+        expected,
+        "read merges the open row"
+    );
     assert_eq!(store.sample_count().await.unwrap(), 3601);
     // The minute's rollup counts it once.
     let minute = (late.ts_ms / 60_000) * 60_000;
-    let m = store.rollups(gpu.id, Resolution::Minute, minute, minute + 1).await.unwrap();
+    let m = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, minute, minute + 1).await.unwrap();
     assert_eq!(m[0].sample_count, 61);
     // The late sample turned its hour back into open rows, and its minute waits for the
     // rollup job: no pass seals the hour before the job wrote the minute.
@@ -166,7 +170,7 @@ async fn sealed_keys_stay_duplicates_and_late_samples_merge(backend: Backend) {
     // Then the next pass seals the hour again, with it.
     let report = seal(&store, now, 100).await;
     assert_eq!((report.blocks, report.samples), (1, 3601));
-    assert_eq!(store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap(), expected);
+    assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 10_000).await.unwrap(), expected);
     assert_eq!(store.sample_count().await.unwrap(), 3601);
 }
 
@@ -193,7 +197,7 @@ async fn stored_rows_of_an_older_release_are_converted(backend: Backend) {
     let last = trace.iter().map(|s| s.ts_ms).max().unwrap();
     let report = seal(&store, last + 2 * H, 100).await;
     assert_eq!(report.samples, trace.len() as u64);
-    let back = store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap();
+    let back = store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 10_000).await.unwrap();
     assert_eq!(back.len(), trace.len());
     for (b, t) in back.iter().zip(&trace) {
         assert_within_precision(b, t);
@@ -246,7 +250,7 @@ async fn retention_removes_whole_blocks(backend: Backend) {
     assert_eq!(removed.samples, 36 * 4);
     assert_eq!(store.sample_count().await.unwrap(), 36 * 4);
     let gpu = store.gpu(DEFAULT_ORG, "GPU-ret").await.unwrap().unwrap();
-    let left = store.samples(gpu.id, 0, i64::MAX, 10_000).await.unwrap();
+    let left = store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 10_000).await.unwrap();
     assert_eq!(left.len(), 36 * 4);
     assert!(left[0].ts_ms >= now - 2 * day);
     assert_eq!(store.apply_retention(policy, now).await.unwrap().samples, 0);

@@ -245,7 +245,9 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
     let mut times = Vec::new();
     for (i, g) in gpus.iter().cycle().take(50).enumerate() {
         let t = Instant::now();
-        let got = store.samples(g.id, plan.first_ts_ms(), plan.first_ts_ms() + H, 10_000).await?;
+        let got = store
+            .samples(fleetlens_store::DEFAULT_ORG, g.id, plan.first_ts_ms(), plan.first_ts_ms() + H, 10_000)
+            .await?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(got.len(), plan.samples_per_gpu, "read {i}");
     }

@@ -205,7 +205,7 @@ pub async fn compute_card(
             })
             .max();
         // DRAM is not in credits: the minute rollups' means, over the minutes the run was there.
-        let series = store.series(g.id, Resolution::Minute, from, end).await?;
+        let series = store.series(org, g.id, Resolution::Minute, from, end).await?;
         let my_minutes: HashSet<i64> = lists
             .iter()
             .filter(|l| l.gpu_id == g.id && has_run(l, &local))

@@ -65,7 +65,7 @@ fn target(host: &str, procs: Option<&[GpuProcess]>) -> Option<Target> {
 fn log(step: &str, actor: &str, dollars_held: Option<f64>, detail: String, now: i64) -> ReclaimLogEntry {
     ReclaimLogEntry {
         id: 0,
-        org_id: 0,
+        org_id: OrgId(0),
         reclaim_id: 0,
         step: step.into(),
         actor: actor.into(),

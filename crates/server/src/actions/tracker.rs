@@ -174,13 +174,13 @@ mod tests {
         assert_eq!(k8s[0].owner.job_kind.as_deref(), Some("JobSet"));
 
         let tracker = JobTracker::default();
-        tracker.add(1, got.clone());
+        tracker.add(OrgId(1), got.clone());
         let mut later = got[1].clone();
         later.gpu_uuids = vec!["GPU-z".into()];
         later.last_ms = 9_000;
-        tracker.add(1, vec![later]);
+        tracker.add(OrgId(1), vec![later]);
         let taken = tracker.take();
-        let s = &taken[&(1, "slurm:7".to_string())];
+        let s = &taken[&(OrgId(1), "slurm:7".to_string())];
         assert_eq!(s.gpu_uuids, ["GPU-a", "GPU-b", "GPU-z"]);
         assert_eq!((s.first_ms, s.last_ms), (1_000, 9_000));
         assert!(tracker.take().is_empty());

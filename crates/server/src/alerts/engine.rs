@@ -1058,7 +1058,7 @@ async fn announce(store: &dyn Store, changes: &[AlertChange]) {
         .collect();
     for org in orgs {
         if let Err(e) = store.announce_change(org).await {
-            tracing::warn!(error = %e, org, "could not signal the live streams of an alert change");
+            tracing::warn!(error = %e, org = %org, "could not signal the live streams of an alert change");
         }
     }
 }

@@ -76,7 +76,7 @@ impl OrgClassifier {
                 Ok(th) => {
                     map.insert(org, th);
                 }
-                Err(e) => tracing::warn!(org, error = %e, "stored thresholds unreadable; using defaults"),
+                Err(e) => tracing::warn!(org = %org, error = %e, "stored thresholds unreadable; using defaults"),
             }
         }
         map
@@ -113,10 +113,10 @@ impl MinuteClassifier for OrgClassifier {
 }
 
 /// An organisation's classifier thresholds (defaults unless overridden).
-/// The GPU's newest 1-minute rollup (the minute of its newest sample), if stored.
-pub async fn newest_minute(store: &dyn Store, gpu: &GpuRecord) -> ApiResult<Option<RollupBucket>> {
+/// The newest 1-minute rollup of `org`'s GPU (the minute of its newest sample), if stored.
+pub async fn newest_minute(store: &dyn Store, org: OrgId, gpu: &GpuRecord) -> ApiResult<Option<RollupBucket>> {
     let bucket_ms = Resolution::Minute.bucket_start(gpu.last_seen_ms);
-    Ok(store.rollups(gpu.id, Resolution::Minute, bucket_ms, bucket_ms + 1).await?.into_iter().next())
+    Ok(store.rollups(org, gpu.id, Resolution::Minute, bucket_ms, bucket_ms + 1).await?.into_iter().next())
 }
 
 pub async fn thresholds(store: &dyn Store, org: OrgId) -> ApiResult<Thresholds> {

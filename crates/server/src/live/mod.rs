@@ -269,7 +269,7 @@ async fn run_feed(hub: Arc<Hub>, feed: Arc<Feed>) {
             }
             Err(e) => {
                 if !failing {
-                    tracing::warn!(org = feed.org, error = %e, "live streams: cannot read the organisation's picture");
+                    tracing::warn!(org = %feed.org, error = %e, "live streams: cannot read the organisation's picture");
                 }
                 failing = true;
             }

@@ -58,7 +58,7 @@ pub async fn states(
     // sample: the time since is not known yet (the agent's next batch is due within its
     // delivery cadence), and read as a gap it would end every timeline in a false outage.
     let now = now_ms();
-    let newest = analytics::newest_minute(state.store.as_ref(), &gpu).await?;
+    let newest = analytics::newest_minute(state.store.as_ref(), caller.org, &gpu).await?;
     let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
     let known_until =
         if analytics::is_reporting(&gpu, newest.as_ref(), now, &th, allowance) { gpu.last_seen_ms + 1 } else { now };
@@ -76,7 +76,7 @@ pub async fn states(
     }
     let windows = if window_ms % MINUTE_MS == 0 {
         let start = from_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-        let buckets = state.store.rollups(gpu.id, Resolution::Minute, start, to_ms).await?;
+        let buckets = state.store.rollups(caller.org, gpu.id, Resolution::Minute, start, to_ms).await?;
         analytics::state_windows(timeline::states_from_minutes(
             &buckets,
             &analytics::facts(&gpu),
@@ -95,7 +95,7 @@ pub async fn states(
         // One interval's margin on each side, so the first and last windows know their neighbours.
         let samples = state
             .store
-            .samples(gpu.id, from_ms.saturating_sub(10_000), to_ms.saturating_add(10_000), MAX_RAW_SAMPLES)
+            .samples(caller.org, gpu.id, from_ms.saturating_sub(10_000), to_ms.saturating_add(10_000), MAX_RAW_SAMPLES)
             .await?;
         analytics::state_windows(timeline::states_from_samples(&samples, from_ms, to_ms, window_ms, &th))
     };

@@ -60,13 +60,13 @@ pub async fn detail(
         .gpu(caller.org, &uuid)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
-    let newest = analytics::newest_minute(store, &gpu).await?;
+    let newest = analytics::newest_minute(store, caller.org, &gpu).await?;
     let now = now_ms();
     let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
     let c = timeline::current_state(&analytics::facts(&gpu), newest.as_ref(), now, &th, allowance);
     let current = analytics::state_window(newest.as_ref().map_or(gpu.last_seen_ms, |b| b.bucket_ms), now, &c);
     let quality_from = Resolution::Minute.bucket_start(now - DATA_QUALITY_SPAN_MS);
-    let minutes = store.rollups(gpu.id, Resolution::Minute, quality_from, now + 1).await?;
+    let minutes = store.rollups(caller.org, gpu.id, Resolution::Minute, quality_from, now + 1).await?;
     let data_quality = data_quality(&minutes);
     Ok(Json(GpuDetail {
         gpu: summary(gpu, c.state.as_str()),
@@ -170,7 +170,7 @@ pub async fn samples(
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
     // One more than asked tells whether the page is complete.
-    let mut samples = state.store.samples(gpu.id, from_ms, to_ms, limit + 1).await?;
+    let mut samples = state.store.samples(caller.org, gpu.id, from_ms, to_ms, limit + 1).await?;
     let truncated = samples.len() > limit as usize;
     samples.truncate(limit as usize);
     Ok(Json(SampleList { uuid: gpu.uuid, from_ms, to_ms, truncated, samples }))
@@ -212,7 +212,7 @@ pub async fn series(
         .gpu(caller.org, &uuid)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
-    let rows = state.store.series(gpu.id, res, res.bucket_start(from_ms), to_ms).await?;
+    let rows = state.store.series(caller.org, gpu.id, res, res.bucket_start(from_ms), to_ms).await?;
     let mean = |sum: f64, count: i64| (count > 0).then(|| sum / count as f64);
     let points = rows
         .into_iter()

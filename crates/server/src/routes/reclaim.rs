@@ -151,7 +151,7 @@ pub async fn dry_run_policy(
     let prices = crate::analytics::prices(state.store.as_ref(), caller.org).await?;
     let mut items = Vec::new();
     for g in state.store.gpu_identities(caller.org).await? {
-        let rows = state.store.series(g.id, Resolution::Minute, from, to).await?;
+        let rows = state.store.series(caller.org, g.id, Resolution::Minute, from, to).await?;
         let minutes: Vec<(i64, Option<WorkloadState>)> =
             rows.iter().map(|r| (r.bucket_ms, r.state.as_deref().and_then(WorkloadState::parse))).collect();
         let price = g.name.as_deref().and_then(|n| prices.price_for(n));
@@ -198,7 +198,7 @@ fn step_view(l: ReclaimLogEntry) -> ReclaimStepView {
     }
 }
 
-async fn reclaim_view(state: &AppState, org: i64, r: ReclaimRecord) -> ApiResult<Reclaim> {
+async fn reclaim_view(state: &AppState, org: fleetlens_store::OrgId, r: ReclaimRecord) -> ApiResult<Reclaim> {
     let mut log: Vec<ReclaimStepView> =
         state.store.reclaim_log(org, Some(r.id), 1_000).await?.into_iter().map(step_view).collect();
     log.reverse();
