@@ -29,7 +29,6 @@ use serde_json::{Map, Value};
 
 pub mod actions;
 
-
 const KEY_STORAGE: &str = "fleetlens.api_key";
 const PREFIX: &str = "/api/v1";
 

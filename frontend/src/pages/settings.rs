@@ -410,7 +410,7 @@ fn ApiKeys() -> impl IntoView {
                                     <tr data-key-id=k.id.to_string()>
                                         <th scope="row">{k.name.clone()}</th>
                                         <td><code>{format!("{}…", k.prefix)}</code></td>
-                                        <td>{k.scopes.join(", ")}</td>
+                                        <td>{k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")}</td>
                                         <td>{format::date_time(k.created_ms)}</td>
                                         <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
                                         <td>
@@ -573,7 +573,7 @@ fn Users() -> impl IntoView {
                                                     update(id, UserPatch { role: Some(r.clone()), ..Default::default() }, format!("{e1} is now {r}."));
                                                 }
                                             >
-                                                {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role == r>{r}</option> }).collect_view()}
+                                                {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role.as_str() == r>{r}</option> }).collect_view()}
                                             </select>
                                         </td>
                                         <td>{if disabled { view! { <span class="pill pill-muted">"disabled"</span> }.into_any() } else { view! { <span class="pill pill-ok">"enabled"</span> }.into_any() }}</td>

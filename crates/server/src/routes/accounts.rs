@@ -40,7 +40,7 @@ use crate::time::now_ms;
 // ---- views (the wire types are `fleetlens_api::accounts`'s) ----
 
 fn org_view(o: OrgRecord) -> OrgView {
-    OrgView { id: o.id.into(), name: o.name, created_ms: o.created_ms }
+    OrgView { id: o.id, name: o.name, created_ms: o.created_ms }
 }
 
 fn user_view(u: UserRecord) -> UserView {
