@@ -31,6 +31,12 @@ pub struct Signal {
     /// Write the value into a sample (the store's row and sealed-block readers): the inverse of
     /// `get` for every value `get` returns.
     pub set: fn(&mut Sample, Option<f64>),
+    /// The value as the integer it is stored as, for the signals kept exactly
+    /// ([`Precision::Exact`]): counts and bytes as they are, a bitmask as its 64 bits (signed),
+    /// so that no value passes through `f64` (a bitmask with bit 63 set would not survive it).
+    pub get_int: fn(&Sample) -> Option<i64>,
+    /// The inverse of `get_int`.
+    pub set_int: fn(&mut Sample, Option<i64>),
     /// How sealed sample blocks keep it (docs/METRICS.md, "Stored precision").
     pub precision: Precision,
     /// The `/metrics` gauge (name after the `fleetlens_` prefix, help text), for the signals
@@ -66,6 +72,9 @@ impl Signal {
 pub trait SignalValue: Copy {
     fn to_value(self) -> Option<f64>;
     fn from_value(v: Option<f64>) -> Self;
+    /// The stored integer (see [`Signal::get_int`]).
+    fn to_int(self) -> Option<i64>;
+    fn from_int(v: Option<i64>) -> Self;
 }
 
 impl SignalValue for Option<f64> {
@@ -74,6 +83,12 @@ impl SignalValue for Option<f64> {
     }
     fn from_value(v: Option<f64>) -> Self {
         v
+    }
+    fn to_int(self) -> Option<i64> {
+        self.map(|v| v.round() as i64)
+    }
+    fn from_int(v: Option<i64>) -> Self {
+        v.map(|v| v as f64)
     }
 }
 
@@ -84,6 +99,12 @@ impl SignalValue for Option<i64> {
     fn from_value(v: Option<f64>) -> Self {
         v.map(|v| v as i64)
     }
+    fn to_int(self) -> Option<i64> {
+        self
+    }
+    fn from_int(v: Option<i64>) -> Self {
+        v
+    }
 }
 
 impl SignalValue for Option<u64> {
@@ -91,6 +112,13 @@ impl SignalValue for Option<u64> {
         self.map(|v| v as f64)
     }
     fn from_value(v: Option<f64>) -> Self {
+        v.map(|v| v as u64)
+    }
+    // Bit-for-bit: a bitmask's bit 63 becomes the sign.
+    fn to_int(self) -> Option<i64> {
+        self.map(|v| v as i64)
+    }
+    fn from_int(v: Option<i64>) -> Self {
         v.map(|v| v as u64)
     }
 }
@@ -106,6 +134,8 @@ macro_rules! gauge {
             doc: $doc,
             get: |s| SignalValue::to_value(s.$field),
             set: |s, v| s.$field = SignalValue::from_value(v),
+            get_int: |s| SignalValue::to_int(s.$field),
+            set_int: |s, v| s.$field = SignalValue::from_int(v),
             precision: Precision::Scaled(100),
             metric: None,
         }

@@ -62,11 +62,8 @@ pub(crate) fn is_integer(signal: &Signal) -> bool {
 /// The cells of `s` in [`SAMPLE_COLUMNS`] order, read through the signal table.
 pub(crate) fn sample_cells(s: &Sample) -> [Cell; SAMPLE_COLUMNS.len()] {
     SAMPLE_SIGNALS.map(|signal| {
-        let v = (signal.get)(s);
-        // Integer columns: the value is an integer below 2^53 (the signal's own field is one),
-        // so the conversion is exact. The throttle bitmask fits in 63 bits (NVML defines bits up
-        // to 0x100) and is stored as signed.
-        if is_integer(signal) { Cell::I(v.map(|v| v as i64)) } else { Cell::F(v) }
+        // Integer columns through the exact accessor (a bitmask keeps all 64 bits).
+        if is_integer(signal) { Cell::I((signal.get_int)(s)) } else { Cell::F((signal.get)(s)) }
     })
 }
 
@@ -115,12 +112,11 @@ where
     fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
         let mut measured = Sample::default();
         for (name, signal) in SAMPLE_COLUMNS.iter().zip(SAMPLE_SIGNALS) {
-            let v = if is_integer(signal) {
-                row.try_get::<Option<i64>, _>(*name)?.map(|v| v as f64)
+            if is_integer(signal) {
+                (signal.set_int)(&mut measured, row.try_get::<Option<i64>, _>(*name)?);
             } else {
-                row.try_get::<Option<f64>, _>(*name)?
-            };
-            (signal.set)(&mut measured, v);
+                (signal.set)(&mut measured, row.try_get::<Option<f64>, _>(*name)?);
+            }
         }
         Ok(SampleValues { measured, processes: row.try_get("processes")?, allocations: row.try_get("allocations")? })
     }

@@ -150,8 +150,13 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
     // `stored_columns` did not exist when the block was sealed and stay absent.
     for (col, precision) in PRECISION.iter().enumerate().take(stored_columns) {
         let values = r.numbers(n)?;
+        let signal = &columns::SAMPLE_SIGNALS[col];
         for (s, v) in out.iter_mut().zip(values) {
-            (columns::SAMPLE_SIGNALS[col].set)(s, v.map(|v| v.as_f64(*precision)));
+            match precision {
+                // Kept as integers: back through the exact accessor (a bitmask keeps bit 63).
+                Precision::Exact => (signal.set_int)(s, v.map(Number::as_i64)),
+                Precision::Scaled(_) => (signal.set)(s, v.map(|v| v.as_f64(*precision))),
+            }
         }
     }
     // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
@@ -521,6 +526,21 @@ mod tests {
         // Values at the precision come back as the same f64 as their decimal text.
         let exact = Sample { ts_ms: 6, gpu_util_pct: Some(0.07), power_w: Some(0.3), ..Sample::default() };
         assert_eq!(decode(&encode(std::slice::from_ref(&exact))).unwrap()[0], exact);
+    }
+
+    #[test]
+    fn integer_signals_keep_every_bit() {
+        // A bitmask with bit 63 set and bytes past 2^53: both pass through no f64.
+        let s = Sample {
+            ts_ms: 1,
+            throttle_reasons: Some(u64::MAX),
+            mem_used_bytes: Some((1 << 60) + 1),
+            ..Sample::default()
+        };
+        let t =
+            Sample { ts_ms: 2, throttle_reasons: Some(1 << 63), mem_used_bytes: Some(i64::MAX), ..Sample::default() };
+        let back = decode(&encode(&[s.clone(), t.clone()])).unwrap();
+        assert_eq!(back, vec![s, t]);
     }
 
     #[test]
