@@ -351,6 +351,32 @@ pub struct SilenceList {
     pub silences: Vec<SilenceView>,
 }
 
+/// `GET /api/v1/alerts` query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct AlertQuery {
+    /// `firing`, `resolved`, `pending`, `open` (pending or firing) or `all` (default).
+    #[cfg_attr(feature = "openapi", param(pattern = "^(firing|resolved|pending|open|all)$"))]
+    pub status: Option<String>,
+    pub rule_id: Option<i64>,
+    /// GPU UUID.
+    pub gpu: Option<String>,
+    /// Only alerts with an id below this (paging).
+    pub before: Option<i64>,
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
+    pub limit: Option<i64>,
+}
+
+/// `GET /api/v1/notification-deliveries` (and a channel's deliveries) query.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct DeliveryQuery {
+    pub channel_id: Option<i64>,
+    pub alert_id: Option<i64>,
+    #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
+    pub limit: Option<i64>,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -26,7 +26,6 @@ use fleetlens_store::alerts::{
     NewNotification, NewSilence, OutboxRecord, SilenceRecord,
 };
 use fleetlens_store::{OrgId, Scope, Store, StoreError};
-use serde::Deserialize;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -527,21 +526,7 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
 /// An alert as the API shows it (the type lives in `fleetlens-api`: the live stream and the
 /// dashboard share it).
 pub use fleetlens_api::AlertView;
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct AlertQuery {
-    /// `firing`, `resolved`, `pending`, `open` (pending or firing) or `all` (default).
-    #[param(pattern = "^(firing|resolved|pending|open|all)$")]
-    pub status: Option<String>,
-    pub rule_id: Option<i64>,
-    /// GPU UUID.
-    pub gpu: Option<String>,
-    /// Only alerts with an id below this (paging).
-    pub before: Option<i64>,
-    #[param(minimum = 1, maximum = 1000)]
-    pub limit: Option<i64>,
-}
+pub use fleetlens_api::alerts::{AlertQuery, DeliveryQuery};
 
 /// `{"alerts": [...]}`, newest first.
 #[utoipa::path(get, path = "/alerts", tag = "alerts", params(AlertQuery), responses((status = 200, body = AlertList), crate::openapi::QueryErrors))]
@@ -632,15 +617,6 @@ pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): 
         state.store.deliveries(caller.org, &filter).await?.into_iter().map(|d| delivery_view(d, &channels)).collect();
     let alert = marking_deleted(alert_view(a), &rule_ids(&state, caller.org).await?);
     Ok(Json(AlertDetail { alert, messages, deliveries }))
-}
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct DeliveryQuery {
-    pub channel_id: Option<i64>,
-    pub alert_id: Option<i64>,
-    #[param(minimum = 1, maximum = 1000)]
-    pub limit: Option<i64>,
 }
 
 /// `GET /api/v1/notification-deliveries?channel_id=&alert_id=&limit=`: the delivery log.

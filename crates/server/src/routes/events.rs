@@ -7,31 +7,13 @@ use fleetlens_api::events::{EventList, EventView};
 use fleetlens_core::GpuEventKind;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_store::{EventFilter, GpuEventRecord, Scope};
-use serde::Deserialize;
+
+pub use fleetlens_api::events::EventQuery;
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::routes::gpus::{RangeQuery, range};
 use crate::state::AppState;
-
-#[derive(Debug, Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-pub struct EventQuery {
-    /// RFC 3339 or Unix milliseconds (default: a day before `to`).
-    pub from: Option<String>,
-    /// RFC 3339 or Unix milliseconds (default: now).
-    pub to: Option<String>,
-    /// Only this GPU (UUID).
-    pub gpu: Option<String>,
-    /// `xid`, `gpu_lost`, `gpu_recovered`, `gpm_unavailable` or `gpm_available`.
-    #[param(pattern = "^(xid|gpu_lost|gpu_recovered|gpm_unavailable|gpm_available)$")]
-    pub kind: Option<String>,
-    /// Only events with an id below this (paging: the last id of the previous page).
-    pub before_id: Option<i64>,
-    /// At most this many events (default 500).
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 10_000)]
-    pub limit: Option<String>,
-}
 
 /// The API's view of a stored event. The store keeps the kind as text that ingest checked;
 /// one that no longer parses (written by a newer server) is left out rather than guessed.
