@@ -283,8 +283,11 @@ async fn thresholds_put_on_one_replica_classify_the_minutes_the_other_writes() {
             .unwrap()
         }
     };
-    let minute = |k: i64| (now_ms() / 60_000 - k) * 60_000;
-    let before: Vec<Value> = (0..30).map(|i| h100_sample("GPU-before", minute(6) + i * 1000, 60.0, 10.0)).collect();
+    // The two minutes, fixed once: read again later, a minute boundary passed in between would
+    // name other minutes than the samples'.
+    let this_minute = now_ms() / 60_000 * 60_000;
+    let (before_minute, after_minute) = (this_minute - 6 * 60_000, this_minute - 5 * 60_000);
+    let before: Vec<Value> = (0..30).map(|i| h100_sample("GPU-before", before_minute + i * 1000, 60.0, 10.0)).collect();
     ingest(other, "node-th", before).await;
     fleetlens_tests::wait_rollups_written(&db.url, i64::MAX, Duration::from_secs(30)).await;
     assert_eq!(minute_state("GPU-before").await, vec![Some("hollow".to_string())]);
@@ -301,7 +304,7 @@ async fn thresholds_put_on_one_replica_classify_the_minutes_the_other_writes() {
     .await;
     assert_eq!(status, 200, "{v}");
     let put_at = Instant::now();
-    let after: Vec<Value> = (0..30).map(|i| h100_sample("GPU-after", minute(5) + i * 1000, 60.0, 10.0)).collect();
+    let after: Vec<Value> = (0..30).map(|i| h100_sample("GPU-after", after_minute + i * 1000, 60.0, 10.0)).collect();
     ingest(other, "node-th", after).await;
     // The leader's summary: its cached copy is dropped and the minute not written yet is
     // classified with the new thresholds, within the documented second (plus the requests).
@@ -316,7 +319,7 @@ async fn thresholds_put_on_one_replica_classify_the_minutes_the_other_writes() {
     let (status, v) = call(
         leader_server,
         reqwest::Method::GET,
-        &format!("/api/v1/gpus/GPU-before/states?from={}&to={}&window_s=60", minute(6), minute(5)),
+        &format!("/api/v1/gpus/GPU-before/states?from={}&to={}&window_s=60", before_minute, after_minute),
         None,
     )
     .await;
