@@ -9,7 +9,7 @@ use axum::extract::State;
 use axum::http::HeaderMap;
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
-use fleetlens_core::{Resolution, WorkloadState, timeline};
+use fleetlens_core::{Resolution, WorkloadState};
 use fleetlens_store::{LatestMinute, Scope};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
@@ -212,13 +212,7 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
             }
         }
         let allowance = state.deliveries.allowance_ms(caller.org, &g.host);
-        let current = timeline::current_state_stored(
-            g.last_seen_ms,
-            newest.get(&g.id).map(analytics::stored_minute),
-            now,
-            &th,
-            allowance,
-        );
+        let current = analytics::current_state(g, newest.get(&g.id), now, &th, allowance);
         for s in WorkloadState::ALL {
             let l = StateLabels {
                 uuid: labels.uuid.clone(),

@@ -169,10 +169,17 @@ pub fn is_reporting(
     !timeline::is_silent(gpu.last_seen_ms, timeline::interval_of_bucket(newest), now_ms, th, delivery_allowance_ms)
 }
 
-/// What core's `current_state_stored` needs of a GPU's newest stored minute: its sample
-/// count, first and last sample times, and stored state.
-pub fn stored_minute(m: &LatestMinute) -> (i64, i64, i64, Option<&str>) {
-    (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref())
+/// A GPU's current state from its identity and its newest stored minute (core's
+/// `current_state_stored`): the GPU list, the live picture and `/metrics` all ask it this way.
+pub fn current_state(
+    gpu: &GpuRecord,
+    newest: Option<&LatestMinute>,
+    now_ms: i64,
+    th: &Thresholds,
+    delivery_allowance_ms: i64,
+) -> WorkloadState {
+    let minute = newest.map(|m| (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref()));
+    timeline::current_state_stored(gpu.last_seen_ms, minute, now_ms, th, delivery_allowance_ms)
 }
 
 pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow {

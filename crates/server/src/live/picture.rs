@@ -10,7 +10,6 @@ use fleetlens_api::live::{
     StreamSnapshot,
 };
 use fleetlens_core::live::{AlertTransition, FleetCounts, GpuNow, OpenStatus, alert_transitions, fleet_counts};
-use fleetlens_core::timeline;
 use fleetlens_store::alerts::{AlertFilter, AlertStatus};
 use fleetlens_store::{LatestMinute, OrgId, Store};
 use serde::Serialize;
@@ -141,13 +140,7 @@ pub async fn read(
         .into_iter()
         .map(|g| {
             let allowance = deliveries.allowance_ms(org, &g.host);
-            let state = timeline::current_state_stored(
-                g.last_seen_ms,
-                newest.get(&g.id).map(analytics::stored_minute),
-                now,
-                &th,
-                allowance,
-            );
+            let state = analytics::current_state(&g, newest.get(&g.id), now, &th, allowance);
             (g.uuid, GpuNow { host: g.host, state, last_seen_ms: g.last_seen_ms })
         })
         .collect();

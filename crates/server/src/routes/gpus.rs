@@ -33,13 +33,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Js
         .into_iter()
         .map(|g| {
             let allowance = state.deliveries.allowance_ms(caller.org, &g.host);
-            let state = timeline::current_state_stored(
-                g.last_seen_ms,
-                newest.get(&g.id).map(analytics::stored_minute),
-                now,
-                &th,
-                allowance,
-            );
+            let state = analytics::current_state(&g, newest.get(&g.id), now, &th, allowance);
             summary(g, state.as_str())
         })
         .collect();
