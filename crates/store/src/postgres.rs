@@ -108,7 +108,7 @@ struct RegistryGrowth {
 /// The batch against the GPU-host rule ([`IngestRules`]); what it adds to the registry, when it
 /// adds anything (most batches come from GPUs and hosts already registered: `None`).
 async fn check_hosts(
-    tx: &mut Transaction<'_, Postgres>,
+    pool: &PgPool,
     org: OrgId,
     host: &str,
     samples: &[Sample],
@@ -119,7 +119,7 @@ async fn check_hosts(
         sqlx::query_as("SELECT uuid, host, last_seen_ms FROM gpus WHERE org_id = $1 AND uuid = ANY($2)")
             .bind(org)
             .bind(&uuids)
-            .fetch_all(&mut **tx)
+            .fetch_all(pool)
             .await?;
     rules.check_hosts(host, &known)?;
     let adding_gpus = (uuids.len() - known.len()) as u64;
@@ -130,7 +130,7 @@ async fn check_hosts(
     let host_known: Option<i32> = sqlx::query_scalar("SELECT 1 FROM gpus WHERE org_id = $1 AND host = $2 LIMIT 1")
         .bind(org)
         .bind(host)
-        .fetch_optional(&mut **tx)
+        .fetch_optional(pool)
         .await?;
     Ok(Some(RegistryGrowth { adding_gpus, host_may_be_new: host_known.is_none() }))
 }
@@ -143,12 +143,13 @@ async fn check_hosts(
 /// batch registers nothing; a registered batch whose samples then fail to commit leaves its GPUs
 /// registered, as its retry would.
 async fn register_gpus(pool: &PgPool, org: OrgId, host: &str, samples: &[Sample], rules: &IngestRules) -> Result<()> {
-    let mut tx = pool.begin().await?;
-    if let Some(growth) = check_hosts(&mut tx, org, host, samples, rules).await? {
+    // Most batches add nothing: their check is two reads, with no transaction to open.
+    if let Some(growth) = check_hosts(pool, org, host, samples, rules).await? {
+        let mut tx = pool.begin().await?;
         upsert_gpus(&mut tx, org, host, samples).await?;
         enforce_quotas(&mut tx, org, rules, growth).await?;
+        tx.commit().await?;
     }
-    tx.commit().await?;
     Ok(())
 }
 
