@@ -38,7 +38,9 @@ mod fixture_tests;
 pub use access::{Role, Scope};
 pub use ids::{AlertId, ApiKeyId, ChannelId, GpuId, OrgId, RuleId, SilenceId, TeamId, UserId};
 pub use owners::{OwnerGroup, OwnerKey, minute_shares};
-pub use rollup::{ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats, minute_from_samples};
+pub use rollup::{
+    QUALITY_COUNTS, ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats, minute_from_samples,
+};
 pub use sample::{GpuProcess, PodAllocation, ProcessOwner, Sample};
 pub use validate::{ValidationError, validate_sample};
 

@@ -308,6 +308,31 @@ where
     Ok((b, fleetlens_core::Credit::from_cells(&cells)))
 }
 
+/// [`merged_returning`] and the minute's state: a whole `rollups_1m` row, read back by
+/// [`stored_minute_from_row`].
+pub(crate) fn minute_returning() -> &'static str {
+    static LIST: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| format!("{}, state", merged_returning()));
+    LIST.as_str()
+}
+
+/// A whole minute row of [`minute_returning`].
+pub(crate) fn stored_minute_from_row<R>(row: &R) -> Result<crate::blocks::minutes::StoredMinute, sqlx::Error>
+where
+    R: sqlx::Row,
+    usize: sqlx::ColumnIndex<R>,
+    i64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+    String: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
+{
+    let (bucket, credit) = merged_from_row(row)?;
+    let state = row.try_get(2 + ROLLUP_HEAD_AND_STATS + fleetlens_core::CREDIT_COLUMNS)?;
+    Ok(crate::blocks::minutes::StoredMinute { bucket, state, credit })
+}
+
+/// The columns of [`rollup_columns`]: six counts and times, the quality counts, four
+/// statistics per signal.
+const ROLLUP_HEAD_AND_STATS: usize = 6 + fleetlens_core::QUALITY_COUNTS + 4 * ROLLUP_SIGNALS.len();
+
 /// Build a rollup from a selected row, read column by column.
 pub(crate) fn rollup_from_row<R>(row: &R, gpu_id: i64) -> Result<RollupBucket, sqlx::Error>
 where

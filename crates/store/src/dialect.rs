@@ -45,6 +45,8 @@ pub(crate) mod sqlite {
     pub(crate) const LOCK_SKIP_LOCKED: &str = "";
     /// The rollup job's claim of marked minutes (none: see `LOCK_SKIP_LOCKED`).
     pub(crate) const CLOSE_LOCK: Option<&str> = None;
+    /// The lock of one GPU's packed hours of minutes (none: see `LOCK_SKIP_LOCKED`).
+    pub(crate) const PACK_LOCK: Option<&str> = None;
     /// `samples.processes` (alias `s`) as text: stored as text.
     pub(crate) const PROCESSES_TEXT: &str = "s.processes";
 }
@@ -67,6 +69,12 @@ pub(crate) mod pg {
     pub(crate) const LOCK_SKIP_LOCKED: &str = " FOR UPDATE SKIP LOCKED";
     /// The rollup job locks the marks it closes: a mark set meanwhile by ingest waits for it.
     pub(crate) const CLOSE_LOCK: Option<&str> = Some(" FOR UPDATE OF p");
+    /// The lock of one GPU's packed hours of minutes (binds: the GPU id), taken by the sealing
+    /// job before it packs an hour and by the rollup job before it unpacks one, so the job
+    /// never re-sums an hour from minute rows that a pack is moving away. Transaction-scoped;
+    /// ids share a key modulo 2^31 - 1, which only serialises a little more.
+    pub(crate) const PACK_LOCK: Option<&str> =
+        Some("SELECT pg_advisory_xact_lock(1179405634, (CAST(? AS BIGINT) % 2147483647)::int4)");
     /// `samples.processes` (alias `s`, `jsonb`) as text.
     pub(crate) const PROCESSES_TEXT: &str = "s.processes::text";
 }

@@ -263,7 +263,13 @@ impl PgStore {
 
 /// The rollup job's loads and writes on PostgreSQL (`rollup_close`).
 mod close {
-    crate::rollup_close::impl_rollup_close!(sqlx::Postgres, crate::dialect::pg::q, "s.processes::text", sqlx::PgPool);
+    crate::rollup_close::impl_rollup_close!(
+        sqlx::Postgres,
+        crate::dialect::pg::q,
+        "s.processes::text",
+        sqlx::PgPool,
+        crate::dialect::pg::PACK_LOCK
+    );
 }
 
 crate::shared_store::impl_store!(PgStore, pg, {
@@ -362,6 +368,7 @@ crate::shared_store::impl_store!(PgStore, pg, {
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();
         report.samples += blocks::pg::drop_before(&self.pool, now_ms - policy.raw_ms).await?;
+        report.rollups_1m += blocks::pg::drop_minutes_before(&self.pool, now_ms - policy.rollup_1m_ms).await?;
         let mut flags_deleted = 0;
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),

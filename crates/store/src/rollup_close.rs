@@ -499,6 +499,17 @@ pub(crate) struct LoadSql {
     pub stored: String,
 }
 
+/// The blocks of minute rollups (`gpu_id, payload`) of the hours holding the marks `p` of
+/// `condition` before a bound time (`?` after the condition's binds): one statement for a
+/// read's marks, however many GPUs.
+pub(crate) fn packed_of_marks_sql(condition: &str) -> String {
+    format!(
+        "SELECT r.gpu_id, r.payload FROM rollup_blocks r WHERE (r.gpu_id, r.start_ms) IN \
+         (SELECT p.gpu_id, p.minute_ms - p.minute_ms % {HOUR_MS} FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id \
+         WHERE {condition} AND p.minute_ms < ?)"
+    )
+}
+
 pub(crate) fn load_sql(condition: &str, processes_expr: &str) -> LoadSql {
     let from = "FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id";
     LoadSql {
@@ -574,7 +585,7 @@ pub(crate) fn minute_upsert_tail() -> String {
 /// The per-backend loads, the job and the marks. `$db`: the sqlx database; `$q`: its
 /// placeholder rewrite; `$processes`: how it selects the process list as text.
 macro_rules! impl_rollup_close {
-    ($db:ty, $q:path, $processes:expr, $pool:ty) => {
+    ($db:ty, $q:path, $processes:expr, $pool:ty, $pack_lock:expr) => {
         use sqlx::Row as _;
 
         use $crate::rollup_close::{self as rc, OpenMinute, PendingScope};
@@ -653,12 +664,24 @@ macro_rules! impl_rollup_close {
                 .iter()
                 .map(|r| Ok(((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?)))
                 .collect::<Result<_, sqlx::Error>>()?;
-            let stored = bind_all(sqlx::query(&$q(&sql.stored)), &binds)
-                .fetch_all(&mut *conn)
-                .await?
-                .iter()
-                .map($crate::columns::merged_from_row)
-                .collect::<Result<_, sqlx::Error>>()?;
+            // Minutes of hours packed into blocks first: a row of the same minute, pushed
+            // after, wins (see `blocks::merge_minutes`).
+            let mut stored: Vec<(fleetlens_core::RollupBucket, fleetlens_core::Credit)> = Vec::new();
+            let packed_before = $crate::blocks::span_start(rc::wall_clock_ms());
+            if keys.iter().any(|k| k.1 < packed_before) {
+                let packed_sql = $q(&rc::packed_of_marks_sql(&cond)).into_owned();
+                let blocks =
+                    bind_all(sqlx::query(&packed_sql), &binds).bind(packed_before).fetch_all(&mut *conn).await?;
+                for block in blocks {
+                    let gpu_id: i64 = block.try_get(0)?;
+                    let payload: Vec<u8> = block.try_get(1)?;
+                    let minutes = $crate::blocks::minutes::decode(gpu_id, &payload)?;
+                    stored.extend(minutes.into_iter().map(|m| (m.bucket, m.credit)));
+                }
+            }
+            for row in bind_all(sqlx::query(&$q(&sql.stored)), &binds).fetch_all(&mut *conn).await? {
+                stored.push($crate::columns::merged_from_row(&row)?);
+            }
             Ok(rc::roll_up(rc::assemble(keys, samples, before, stored), classifier))
         }
 
@@ -741,6 +764,78 @@ macro_rules! impl_rollup_close {
             Ok(())
         }
 
+        /// Write whole minute rows (rollup, state, credit) of `(gpu_id, …)`; `tail`: what a
+        /// minute already stored does (`ON CONFLICT …`).
+        async fn insert_minutes<'a>(
+            conn: &mut Conn,
+            rows: impl Iterator<
+                Item = (i64, &'a fleetlens_core::RollupBucket, Option<&'a str>, [f64; fleetlens_core::CREDIT_COLUMNS]),
+            >,
+            tail: &str,
+        ) -> $crate::Result<()> {
+            let rows: Vec<_> = rows.collect();
+            if rows.is_empty() {
+                return Ok(());
+            }
+            let mut qb: sqlx::QueryBuilder<$db> =
+                sqlx::QueryBuilder::new("INSERT INTO rollups_1m (gpu_id, bucket_ms, ");
+            qb.push(rc::minute_columns().join(", ")).push(") ");
+            qb.push_values(rows, |mut b, (gpu_id, bucket, state, credit)| {
+                b.push_bind(gpu_id).push_bind(bucket.bucket_ms);
+                for cell in $crate::columns::rollup_cells(bucket) {
+                    match cell {
+                        $crate::columns::Cell::F(v) => b.push_bind(v),
+                        $crate::columns::Cell::I(v) => b.push_bind(v),
+                    };
+                }
+                b.push_bind(state.map(str::to_string));
+                for v in credit {
+                    b.push_bind(v);
+                }
+            });
+            qb.push(tail);
+            qb.build().execute(&mut *conn).await?;
+            Ok(())
+        }
+
+        /// The packed hours of `minutes` (blocks of minute rollups) back to `rollups_1m` rows,
+        /// under each GPU's pack lock; a row already there wins. Returns the hours unpacked.
+        pub(crate) async fn unpack(conn: &mut Conn, minutes: &[OpenMinute]) -> $crate::Result<u64> {
+            let packed_before = $crate::blocks::span_start(rc::wall_clock_ms());
+            let mut hours: Vec<(i64, i64)> = minutes
+                .iter()
+                .filter(|m| m.minute_ms() < packed_before)
+                .map(|m| (m.gpu_id(), $crate::blocks::span_start(m.minute_ms())))
+                .collect();
+            hours.sort_unstable();
+            hours.dedup();
+            let mut unpacked = 0;
+            let mut locked = None;
+            for (gpu_id, start) in hours {
+                if let Some(lock) = $pack_lock
+                    && locked != Some(gpu_id)
+                {
+                    sqlx::query(&$q(lock)).bind(gpu_id).execute(&mut *conn).await?;
+                    locked = Some(gpu_id);
+                }
+                let payload: Option<Vec<u8>> = sqlx::query_scalar(&$q(
+                    "DELETE FROM rollup_blocks WHERE gpu_id = ? AND start_ms = ? RETURNING payload",
+                ))
+                .bind(gpu_id)
+                .bind(start)
+                .fetch_optional(&mut *conn)
+                .await?;
+                let Some(payload) = payload else { continue };
+                let packed = $crate::blocks::minutes::decode(gpu_id, &payload)?;
+                for chunk in packed.chunks(100) {
+                    let rows = chunk.iter().map(|m| (gpu_id, &m.bucket, m.state.as_deref(), m.credit.to_cells()));
+                    insert_minutes(conn, rows, " ON CONFLICT (gpu_id, bucket_ms) DO NOTHING").await?;
+                }
+                unpacked += 1;
+            }
+            Ok(unpacked)
+        }
+
         /// The GPUs with minutes marked before `cutoff_ms`, in chunks of
         /// [`rc::GPUS_PER_CLOSE`] (first id, last id): one job transaction each.
         pub(crate) async fn close_chunks(pool: &$pool, cutoff_ms: i64) -> $crate::Result<Vec<(i64, i64)>> {
@@ -766,27 +861,13 @@ macro_rules! impl_rollup_close {
             if open.is_empty() {
                 return Ok(0);
             }
-            let cols = rc::minute_columns();
+            // The hours of these minutes go back to rows first: their hour rows are summed
+            // again from the minute rows below.
+            unpack(conn, &open).await?;
             let written: Vec<&OpenMinute> = open.iter().filter(|m| m.bucket.sample_count > 0).collect();
             for chunk in written.chunks(256) {
-                let mut qb: sqlx::QueryBuilder<$db> =
-                    sqlx::QueryBuilder::new("INSERT INTO rollups_1m (gpu_id, bucket_ms, ");
-                qb.push(cols.join(", ")).push(") ");
-                qb.push_values(chunk, |mut b, m| {
-                    b.push_bind(m.gpu_id()).push_bind(m.minute_ms());
-                    for cell in $crate::columns::rollup_cells(&m.bucket) {
-                        match cell {
-                            $crate::columns::Cell::F(v) => b.push_bind(v),
-                            $crate::columns::Cell::I(v) => b.push_bind(v),
-                        };
-                    }
-                    b.push_bind(m.state.as_str());
-                    for v in m.credit.to_cells() {
-                        b.push_bind(v);
-                    }
-                });
-                qb.push(rc::minute_upsert_tail());
-                qb.build().execute(&mut *conn).await?;
+                let rows = chunk.iter().map(|m| (m.gpu_id(), &m.bucket, Some(m.state.as_str()), m.credit.to_cells()));
+                insert_minutes(conn, rows, &rc::minute_upsert_tail()).await?;
             }
             // A reopened minute that has no samples left (retention took them): nothing to hold.
             for m in open.iter().filter(|m| m.bucket.sample_count == 0 && m.stored.is_some()) {

@@ -42,6 +42,85 @@ macro_rules! impl_store {
                 Ok(())
             }
 
+            /// Minutes packed into blocks (closed hours) with `from_ms <= bucket_ms < to_ms`, of
+            /// the GPUs `r` (rollup_blocks) and `g` (gpus) where `condition` holds (bound to
+            /// `keys`), ordered by GPU then time. Read after the rows: an hour packed in between
+            /// is then read twice (and the row wins), never missed.
+            async fn packed_minutes(
+                &self,
+                condition: &str,
+                keys: &[i64],
+                from_ms: i64,
+                to_ms: i64,
+            ) -> $crate::Result<Vec<$crate::blocks::minutes::StoredMinute>> {
+                let sql = format!(
+                    "SELECT r.gpu_id, r.payload FROM rollup_blocks r JOIN gpus g ON g.id = r.gpu_id \
+                     WHERE {condition} AND r.start_ms > ? AND r.start_ms < ? ORDER BY r.gpu_id, r.start_ms"
+                );
+                let sql = q(&sql);
+                let mut query = sqlx::query_as::<_, (i64, Vec<u8>)>(&sql);
+                for &key in keys {
+                    query = query.bind(key);
+                }
+                let blocks = query.bind(from_ms - $crate::BLOCK_SPAN_MS).bind(to_ms).fetch_all(&self.pool).await?;
+                let mut out = Vec::new();
+                for (gpu_id, payload) in blocks {
+                    out.extend(
+                        $crate::blocks::minutes::decode(gpu_id, &payload)?
+                            .into_iter()
+                            .filter(|m| m.bucket.bucket_ms >= from_ms && m.bucket.bucket_ms < to_ms),
+                    );
+                }
+                Ok(out)
+            }
+
+            /// The newest minutes of GPUs of `org` (all, or those of `gpu_ids`) that `latest`
+            /// lacks because their hour was packed (a GPU silent since an hour before this one).
+            async fn fill_packed_latest(
+                &self,
+                org: $crate::OrgId,
+                gpu_ids: Option<&[i64]>,
+                latest: &mut Vec<$crate::LatestMinute>,
+            ) -> $crate::Result<()> {
+                let only = gpu_ids.map_or(String::new(), |ids| format!(" AND g.id IN ({})", vec!["?"; ids.len()].join(", ")));
+                let sql = format!(
+                    "SELECT g.id, g.last_seen_ms, r.payload FROM gpus g JOIN rollup_blocks r ON r.gpu_id = g.id \
+                     AND r.start_ms = (g.last_seen_ms / {span}) * {span} WHERE g.org_id = ? AND g.last_seen_ms < ?{only}",
+                    span = $crate::BLOCK_SPAN_MS
+                );
+                let sql = q(&sql);
+                let mut query = sqlx::query_as::<_, (i64, i64, Vec<u8>)>(&sql)
+                    .bind(org)
+                    .bind($crate::blocks::span_start(rc::wall_clock_ms()));
+                for id in gpu_ids.unwrap_or_default() {
+                    query = query.bind(*id);
+                }
+                let have: std::collections::HashSet<i64> = latest.iter().map(|m| m.gpu_id).collect();
+                let mut added = false;
+                for (gpu_id, last_seen_ms, payload) in query.fetch_all(&self.pool).await? {
+                    if have.contains(&gpu_id) {
+                        continue;
+                    }
+                    let minute = fleetlens_core::Resolution::Minute.bucket_start(last_seen_ms);
+                    let found = $crate::blocks::minutes::decode(gpu_id, &payload)?.into_iter().find(|m| m.bucket.bucket_ms == minute);
+                    if let Some(m) = found {
+                        added = true;
+                        latest.push($crate::LatestMinute {
+                            gpu_id,
+                            bucket_ms: m.bucket.bucket_ms,
+                            state: m.state,
+                            sample_count: m.bucket.sample_count,
+                            first_ts_ms: m.bucket.first_ts_ms,
+                            last_ts_ms: m.bucket.last_ts_ms,
+                        });
+                    }
+                }
+                if added {
+                    latest.sort_by_key(|m| m.gpu_id);
+                }
+                Ok(())
+            }
+
             /// Rollup rows with `from_ms <= bucket_ms < to_ms` of the GPUs `r` (rollups) and `g`
             /// (gpus) where `condition` holds (bound to `keys`), ordered by GPU then time, with the
             /// open minutes of `scope(first minute, end)` in.
@@ -67,9 +146,15 @@ macro_rules! impl_store {
                         query = query.bind(key);
                     }
                     let rows = query.bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-                    rows.iter()
-                        .map(|r| $crate::columns::rollup_from_row(r, r.try_get("gpu_id")?).map_err($crate::StoreError::from))
-                        .collect()
+                    let rows: Vec<$crate::RollupBucket> = rows
+                        .iter()
+                        .map(|r| $crate::columns::rollup_from_row(r, r.try_get("gpu_id")?))
+                        .collect::<Result<_, sqlx::Error>>()?;
+                    if res != $crate::Resolution::Minute {
+                        return Ok(rows);
+                    }
+                    let packed = self.packed_minutes(condition, keys, from_ms, to_ms).await?;
+                    Ok($crate::blocks::rows_over_packed(packed.into_iter().map(|m| m.bucket), rows, |b| (b.gpu_id, b.bucket_ms)))
                 };
                 let (lo, hi) = minute_range(res, from_ms, to_ms);
                 let (stored, open) = close::with_open(&self.pool, scope(lo, hi), self.classifier.as_ref(), read).await?;
@@ -92,7 +177,17 @@ macro_rules! impl_store {
                     $crate::rollup_table(res)
                 );
                 let rows = sqlx::query(&q(&sql)).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-                Ok(rows.iter().map($crate::columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?)
+                let rows = rows.iter().map($crate::columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?;
+                if res != $crate::Resolution::Minute {
+                    return Ok(rows);
+                }
+                let packed = self.packed_minutes("g.org_id = ?", &[org.get()], from_ms, to_ms).await?;
+                let packed = packed.into_iter().map(|m| $crate::BucketCredit {
+                    gpu_id: m.bucket.gpu_id,
+                    bucket_ms: m.bucket.bucket_ms,
+                    credit: m.credit,
+                });
+                Ok($crate::blocks::rows_over_packed(packed, rows, |c| (c.gpu_id, c.bucket_ms)))
             }
 
             async fn stored_hour_credit_split(
@@ -250,7 +345,9 @@ macro_rules! impl_store {
                 let read = || async { Ok(sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?) };
                 let scope = PendingScope::OrgLatest(org);
                 let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-                Ok(rc::overlay_latest(stored, &open))
+                let mut latest = rc::overlay_latest(stored, &open);
+                self.fill_packed_latest(org, None, &mut latest).await?;
+                Ok(latest)
             }
 
             async fn latest_minutes_of(
@@ -270,7 +367,9 @@ macro_rules! impl_store {
                     };
                     let scope = PendingScope::GpusLatest { org, gpu_ids: chunk };
                     let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
-                    out.extend(rc::overlay_latest(stored, &open));
+                    let mut latest = rc::overlay_latest(stored, &open);
+                    self.fill_packed_latest(org, Some(chunk), &mut latest).await?;
+                    out.extend(latest);
                 }
                 Ok(out)
             }
@@ -408,13 +507,18 @@ macro_rules! impl_store {
                         );
                         let sql = q(&sql);
                         let read = || async {
-                            Ok(sqlx::query_as(&sql)
+                            let rows: Vec<$crate::SeriesRow> = sqlx::query_as(&sql)
                                 .bind(org)
                                 .bind(gpu_id)
                                 .bind(from_ms)
                                 .bind(to_ms)
                                 .fetch_all(&self.pool)
-                                .await?)
+                                .await?;
+                            let packed = self
+                                .packed_minutes("g.org_id = ? AND r.gpu_id = ?", &[org.get(), gpu_id], from_ms, to_ms)
+                                .await?;
+                            let packed = packed.iter().map(|m| rc::series_row(&m.bucket, m.state.clone()));
+                            Ok($crate::blocks::rows_over_packed(packed, rows, |r| r.bucket_ms))
                         };
                         let (lo, hi) = minute_range(res, from_ms, to_ms);
                         let scope = PendingScope::Gpu { org, gpu_id, from_ms: lo, to_ms: hi };
@@ -531,7 +635,12 @@ macro_rules! impl_store {
             }
 
             async fn seal_closed_hours(&self, now_ms: i64, max_blocks: u64) -> $crate::Result<$crate::SealReport> {
-                $crate::blocks::$dialect::seal(&self.pool, now_ms, max_blocks).await
+                let mut report = $crate::blocks::$dialect::seal(&self.pool, now_ms, max_blocks).await?;
+                if !report.more {
+                    // Then the minute rollups of the same closed hours.
+                    (report.minute_blocks, report.more) = $crate::blocks::$dialect::pack(&self.pool, now_ms, max_blocks).await?;
+                }
+                Ok(report)
             }
         }
     }

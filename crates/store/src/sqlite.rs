@@ -520,7 +520,13 @@ impl SqliteStore {
 
 /// The rollup job's loads and writes on SQLite (`rollup_close`).
 mod close {
-    crate::rollup_close::impl_rollup_close!(sqlx::Sqlite, crate::dialect::sqlite::q, "s.processes", sqlx::SqlitePool);
+    crate::rollup_close::impl_rollup_close!(
+        sqlx::Sqlite,
+        crate::dialect::sqlite::q,
+        "s.processes",
+        sqlx::SqlitePool,
+        crate::dialect::sqlite::PACK_LOCK
+    );
 }
 
 crate::shared_store::impl_store!(SqliteStore, sqlite, {
@@ -568,6 +574,7 @@ crate::shared_store::impl_store!(SqliteStore, sqlite, {
         let gpu_ids: Vec<i64> = sqlx::query_scalar("SELECT id FROM gpus").fetch_all(&self.pool).await?;
         let mut report = RetentionReport::default();
         report.samples += blocks::sqlite::drop_before(&self.pool, now_ms - policy.raw_ms).await?;
+        report.rollups_1m += blocks::sqlite::drop_minutes_before(&self.pool, now_ms - policy.rollup_1m_ms).await?;
         let (mut days_deleted, mut flags_deleted) = (0, 0);
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),

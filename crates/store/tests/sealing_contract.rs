@@ -14,6 +14,9 @@ fleetlens_tests::for_each_backend!(
     open_hours_stay_open_until_the_lateness_passed,
     stored_rows_of_an_older_release_are_converted,
     retention_removes_whole_blocks,
+    minute_rollups_of_closed_hours_pack_and_read_the_same,
+    a_late_sample_reopens_a_packed_hour,
+    retention_removes_packed_minutes,
 );
 
 const H: i64 = BLOCK_SPAN_MS;
@@ -254,4 +257,116 @@ async fn retention_removes_whole_blocks(backend: Backend) {
     assert_eq!(left.len(), 36 * 4);
     assert!(left[0].ts_ms >= now - 2 * day);
     assert_eq!(store.apply_retention(policy, now).await.unwrap().samples, 0);
+}
+
+/// Every read of 1-minute rollups and minute credits of `org`: the whole organisation, each GPU
+/// (rollups and chart series), and the newest minute of each GPU.
+async fn minute_answers(store: &dyn Store) -> Vec<String> {
+    let gpus = store.gpus(DEFAULT_ORG).await.unwrap();
+    let ids: Vec<i64> = gpus.iter().map(|g| g.id).collect();
+    let mut out = vec![
+        format!("{:?}", store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap()),
+        format!("{:?}", store.org_rollups(DEFAULT_ORG, Resolution::Hour, 0, i64::MAX).await.unwrap()),
+        format!("{:?}", store.latest_minutes(DEFAULT_ORG).await.unwrap()),
+        format!("{:?}", store.latest_minutes_of(DEFAULT_ORG, &ids).await.unwrap()),
+    ];
+    let mut credits = store.org_credits(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    credits.sort_by_key(|c| (c.gpu_id, c.bucket_ms));
+    out.push(format!("{credits:?}"));
+    for id in ids {
+        // Windows that cut hours, as charts ask for them.
+        for (from, to) in [(0, i64::MAX), (T0 + 17 * 60_000, T0 + H + 31 * 60_000)] {
+            out.push(format!("{:?}", store.rollups(DEFAULT_ORG, id, Resolution::Minute, from, to).await.unwrap()));
+            out.push(format!("{:?}", store.series(DEFAULT_ORG, id, Resolution::Minute, from, to).await.unwrap()));
+        }
+    }
+    out
+}
+
+async fn minute_rollups_of_closed_hours_pack_and_read_the_same(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    // GPU-a over three and a half hours; GPU-b stops after 83 minutes (its newest minute packed).
+    store.ingest(DEFAULT_ORG, "h1", samples("GPU-a", T0 - 1000, 3 * 3600 + 1800, 1000)).await.unwrap();
+    store.ingest(DEFAULT_ORG, "h1", samples("GPU-b", T0 + 200, 5000, 1000)).await.unwrap();
+    store.close_minutes(LATER, 120_000).await.unwrap();
+    let before = minute_answers(store.as_ref()).await;
+    let now = T0 + 3 * H + SEAL_LATENESS_MS;
+    let mut packed = 0;
+    loop {
+        let report = seal(&store, now, 2).await;
+        packed += report.minute_blocks;
+        if !report.more {
+            break;
+        }
+    }
+    // GPU-a: the minute before T0 (its own hour) and three whole hours; GPU-b: two hours.
+    assert_eq!(packed, 4 + 2);
+    assert_eq!(seal(&store, now, 100).await, Default::default(), "nothing left to pack");
+    let after = minute_answers(store.as_ref()).await;
+    for (i, (a, b)) in after.iter().zip(&before).enumerate() {
+        assert_eq!(a, b, "answer {i} changed by packing");
+    }
+    assert!(before[2].contains("sample_count"), "both GPUs have a newest minute");
+}
+
+async fn a_late_sample_reopens_a_packed_hour(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let batch = samples("GPU-late", T0, 3600, 1000);
+    store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    let now = T0 + 2 * H;
+    let report = seal(&store, now, 100).await;
+    assert_eq!((report.blocks, report.minute_blocks), (1, 1));
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-late").await.unwrap().unwrap();
+    let hour_before = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, T0, T0 + H).await.unwrap();
+    assert_eq!(hour_before[0].sample_count, 3600);
+    let mut late = batch[100].clone();
+    late.ts_ms += 500;
+    late.gpu_util_pct = Some(77.0);
+    store.ingest(DEFAULT_ORG, "h", vec![late.clone()]).await.unwrap();
+    let minute = (late.ts_ms / 60_000) * 60_000;
+    let check = |stage: &'static str| {
+        let store = store.clone();
+        async move {
+            let m = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, minute, minute + 1).await.unwrap();
+            assert_eq!(m.len(), 1, "{stage}");
+            assert_eq!(m[0].sample_count, 61, "{stage}: the minute counts the late sample once");
+            let all = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+            assert_eq!(all.len(), 60, "{stage}: every minute once");
+            assert_eq!(all.iter().map(|b| b.sample_count).sum::<i64>(), 3601, "{stage}");
+            let hour = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, T0, T0 + H).await.unwrap();
+            assert_eq!(hour[0].sample_count, 3601, "{stage}: the hour counts it once");
+            let series = store.series(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+            assert_eq!(series.len(), 60, "{stage}");
+        }
+    };
+    // Read while the minute waits for the rollup job (the open minute over the packed hour) …
+    check("open").await;
+    // … after the job wrote it (the hour unpacked to rows) …
+    store.close_minutes(LATER, 120_000).await.unwrap();
+    check("closed").await;
+    // … and after the hour is packed again.
+    let report = seal(&store, now, 100).await;
+    assert_eq!((report.blocks, report.minute_blocks), (1, 1));
+    check("packed again").await;
+}
+
+async fn retention_removes_packed_minutes(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let day = 86_400_000i64;
+    // Three days of 4 samples an hour: 72 packed hours of 4 minutes each.
+    store.ingest(DEFAULT_ORG, "h", samples("GPU-ret", T0, 3 * 24 * 4, 900_000)).await.unwrap();
+    let end = T0 + 3 * day;
+    assert_eq!(seal(&store, end + H, 10_000).await.minute_blocks, 72);
+    let now = end + day / 2;
+    // Minute rollups kept two days: the 36 hours ending at or before now - 2 days go.
+    let policy = RetentionPolicy { rollup_1m_ms: 2 * day, ..RetentionPolicy::default() };
+    let removed = store.apply_retention(policy, now).await.unwrap();
+    assert_eq!(removed.rollups_1m, 36 * 4);
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-ret").await.unwrap().unwrap();
+    let left = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    assert_eq!(left.len(), 36 * 4);
+    assert!(left[0].bucket_ms >= now - 2 * day);
+    // Hours are kept longer: all 72 are still there.
+    assert_eq!(store.rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 72);
+    assert_eq!(store.apply_retention(policy, now).await.unwrap().rollups_1m, 0);
 }

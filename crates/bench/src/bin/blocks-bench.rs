@@ -36,9 +36,19 @@ struct Args {
     codec_gpus: usize,
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pg_admin: String,
+    /// VictoriaMetrics single-node binary fed the same samples (`--backend all` or `vm`).
+    #[arg(long, default_value = "/usr/bin/victoria-metrics")]
+    vm_bin: std::path::PathBuf,
 }
 
 const H: i64 = 3_600_000;
+
+/// Sample `t` of GPU `g` of the simulated fleet, its time moved by up to ±25 ms.
+fn jittered(plan: &data::Plan, g: usize, t: usize) -> Sample {
+    let mut s = data::sample(plan, g, t);
+    s.ts_ms += (g as i64 * 7_919 + t as i64 * 104_729) % 51 - 25;
+    s
+}
 
 /// The simulated fleet's hour of GPU `g`, with per-sample jitter of up to ±25 ms.
 fn simulated_hour(plan: &data::Plan, g: usize) -> Vec<Sample> {
@@ -207,9 +217,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
             let mut batch = Vec::new();
             for g in host * data::GPUS_PER_HOST..((host + 1) * data::GPUS_PER_HOST).min(plan.gpus) {
                 for t in start..(start + 60).min(plan.samples_per_gpu) {
-                    let mut s = data::sample(plan, g, t);
-                    s.ts_ms += (g as i64 * 7_919 + t as i64 * 104_729) % 51 - 25;
-                    batch.push(s);
+                    batch.push(jittered(plan, g, t));
                 }
             }
             let store = store.clone();
@@ -229,11 +237,14 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
     let ingest_s = t.elapsed().as_secs_f64();
     let t = Instant::now();
     let now = plan.last_ts_ms() + 2 * H;
+    // The rollup job writes the minutes (sealing and packing wait for it), as on a server.
+    store.close_minutes(now, 120_000).await?;
     let mut sealed = fleetlens_store::SealReport::default();
     loop {
         let r = store.seal_closed_hours(now, 1000).await?;
         sealed.blocks += r.blocks;
         sealed.samples += r.samples;
+        sealed.minute_blocks += r.minute_blocks;
         if !r.more {
             break;
         }
@@ -258,8 +269,8 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
     );
     drop(store);
     println!(
-        "{backend}: {total} samples ingested in {ingest_s:.1} s (in process), {} blocks / {} samples sealed in {seal_s:.1} s",
-        sealed.blocks, sealed.samples
+        "{backend}: {total} samples ingested in {ingest_s:.1} s (in process), {} blocks / {} samples sealed and {} hours of minutes packed in {seal_s:.1} s",
+        sealed.blocks, sealed.samples, sealed.minute_blocks
     );
     let per = |bytes: i64| bytes as f64 / total as f64;
     if backend == "sqlite" {
@@ -268,13 +279,20 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         sqlx::query("VACUUM").execute(&mut c).await?;
         let payload: i64 =
             sqlx::query_scalar("SELECT sum(length(payload)) FROM sample_blocks").fetch_one(&mut c).await?;
+        let minutes: i64 =
+            sqlx::query_scalar("SELECT coalesce(sum(length(payload)), 0) FROM rollup_blocks").fetch_one(&mut c).await?;
+        let minute_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rollups_1m").fetch_one(&mut c).await?;
+        println!(
+            "sqlite: packed minute rollups {:.2} B/sample ({minutes} B), minute rows left {minute_rows}",
+            per(minutes)
+        );
         let pages: i64 = sqlx::query_scalar("PRAGMA page_count").fetch_one(&mut c).await?;
         let page: i64 = sqlx::query_scalar("PRAGMA page_size").fetch_one(&mut c).await?;
         c.close().await?;
         let file = std::fs::metadata(dir.path().join("bench.db"))?.len() as i64;
         let wal = std::fs::metadata(dir.path().join("bench.db-wal")).map(|m| m.len() as i64).unwrap_or(0);
         println!(
-            "sqlite: block payloads {:.2} B/sample; whole database file {:.2} B/sample ({} B, {} pages of {page}; WAL {wal} B) including rollups and credits",
+            "sqlite: block payloads {:.2} B/sample; EVERYTHING COUNTED (whole database file) {:.2} B/sample ({} B, {} pages of {page}; WAL {wal} B)",
             per(payload),
             per(file + wal),
             file,
@@ -292,8 +310,15 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         .fetch_one(&mut c)
         .await?;
         let open: i64 = sqlx::query_scalar("SELECT pg_total_relation_size('samples')").fetch_one(&mut c).await?;
+        let minutes: i64 =
+            sqlx::query_scalar("SELECT pg_total_relation_size('rollup_blocks')").fetch_one(&mut c).await?;
+        let minute_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rollups_1m").fetch_one(&mut c).await?;
+        println!(
+            "postgres: packed minute rollups with TOAST and indexes {:.2} B/sample, minute rows left {minute_rows}",
+            per(minutes)
+        );
         let tables: Vec<(String, i64)> = sqlx::query_as(
-            "SELECT relname::text, pg_total_relation_size(relid) FROM pg_stat_user_tables ORDER BY 2 DESC LIMIT 6",
+            "SELECT relname::text, pg_total_relation_size(relid) FROM pg_stat_user_tables ORDER BY 2 DESC LIMIT 8",
         )
         .fetch_all(&mut c)
         .await?;
@@ -301,7 +326,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         let empty: i64 = sqlx::query_scalar("SELECT pg_database_size('template1')").fetch_one(&mut c).await?;
         c.close().await?;
         println!(
-            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open samples table {:.2} B/sample; database minus an empty one {:.2} B/sample",
+            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open samples table {:.2} B/sample; EVERYTHING COUNTED (database minus an empty one) {:.2} B/sample",
             per(payload),
             per(blocks),
             per(open),
@@ -314,6 +339,87 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", pg_name.unwrap())).execute(&mut admin).await?;
     }
     Ok(())
+}
+
+/// The same jittered samples (the 22 fields of `data::VM_FIELDS`, labelled by GPU and host)
+/// imported into VictoriaMetrics, flushed and merged: the bytes of its data directory.
+async fn victoria_metrics(args: &Args, plan: &data::Plan) -> Result<()> {
+    use fleetlens_bench::child::{ChildGuard, free_port, wait_http_ok};
+    let dir = tempfile::tempdir()?;
+    let port = free_port()?;
+    let child = std::process::Command::new(&args.vm_bin)
+        .arg(format!("-storageDataPath={}", dir.path().display()))
+        .arg(format!("-httpListenAddr=127.0.0.1:{port}"))
+        .arg("-loggerLevel=ERROR")
+        .arg("-retentionPeriod=100y")
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .with_context(|| format!("spawn {} (apt-get install victoria-metrics)", args.vm_bin.display()))?;
+    let mut vm = ChildGuard { child, what: "victoria-metrics".into() };
+    let base = format!("http://127.0.0.1:{port}");
+    let client = reqwest::Client::new();
+    wait_http_ok(&client, &mut vm, &format!("{base}/health"), std::time::Duration::from_secs(60)).await?;
+    let mut points = 0u64;
+    for first in (0..plan.gpus).step_by(data::GPUS_PER_HOST) {
+        let mut body = Vec::new();
+        for g in first..(first + data::GPUS_PER_HOST).min(plan.gpus) {
+            let samples: Vec<Sample> = (0..plan.samples_per_gpu).map(|t| jittered(plan, g, t)).collect();
+            for (field, get) in data::VM_FIELDS {
+                let (ts, values): (Vec<i64>, Vec<f64>) =
+                    samples.iter().filter_map(|s| get(s).map(|v| (s.ts_ms, v))).unzip();
+                if ts.is_empty() {
+                    continue;
+                }
+                points += ts.len() as u64;
+                let line = serde_json::json!({
+                    "metric": {"__name__": format!("fleetlens_{field}"), "gpu": data::gpu_uuid(g), "host": data::host_name(g / data::GPUS_PER_HOST)},
+                    "values": values,
+                    "timestamps": ts,
+                });
+                serde_json::to_writer(&mut body, &line)?;
+                body.push(b'\n');
+            }
+        }
+        let answer = client.post(format!("{base}/api/v1/import")).body(body).send().await?;
+        anyhow::ensure!(answer.status().is_success(), "import answered {}", answer.status());
+    }
+    client.get(format!("{base}/internal/force_flush")).send().await?.error_for_status()?;
+    client.get(format!("{base}/internal/force_merge")).send().await?.error_for_status()?;
+    // Merges run in the background: wait until the directory stops changing.
+    let mut last = 0;
+    for _ in 0..120 {
+        tokio::time::sleep(std::time::Duration::from_secs(2)).await;
+        let now = dir_bytes(dir.path());
+        if now == last {
+            break;
+        }
+        last = now;
+    }
+    vm.kill();
+    let total = (plan.gpus * plan.samples_per_gpu) as f64;
+    let data_bytes = dir_bytes(&dir.path().join("data"));
+    let index_bytes = dir_bytes(&dir.path().join("indexdb"));
+    println!(
+        "victoria-metrics: {} GPU-samples ({points} datapoints), data {:.2} B/GPU-sample, indexdb {:.2}, whole directory {:.2} B/GPU-sample",
+        total,
+        data_bytes as f64 / total,
+        index_bytes as f64 / total,
+        last as f64 / total
+    );
+    Ok(())
+}
+
+/// Bytes of the files below `path`.
+fn dir_bytes(path: &std::path::Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(path) else { return 0 };
+    entries
+        .flatten()
+        .map(|e| match e.file_type() {
+            Ok(t) if t.is_dir() => dir_bytes(&e.path()),
+            Ok(t) if t.is_file() => e.metadata().map_or(0, |m| m.len()),
+            _ => 0,
+        })
+        .sum()
 }
 
 #[tokio::main]
@@ -334,6 +440,9 @@ async fn main() -> Result<()> {
         if args.backend == backend || args.backend == "all" {
             at_rest(&args, backend, &plan).await?;
         }
+    }
+    if args.backend == "vm" || args.backend == "all" {
+        victoria_metrics(&args, &plan).await?;
     }
     Ok(())
 }

@@ -42,9 +42,9 @@ pub(crate) const FORMAT_VERSION: u8 = 2;
 /// `tensor_hmma_active_pct`).
 const VERSION_1_COLUMNS: usize = 23;
 
-const ABSENT: u8 = 0;
-const CONSTANT: u8 = 1;
-const ALL: u8 = 2;
+pub(super) const ABSENT: u8 = 0;
+pub(super) const CONSTANT: u8 = 1;
+pub(super) const ALL: u8 = 2;
 const SOME: u8 = 3;
 const RAW_F64: u8 = 0x10;
 
@@ -191,16 +191,24 @@ fn quantize(values: &[Option<f64>], scale: i64) -> Option<Vec<Option<i64>>> {
 
 /// A decoded value: an integer (exact or scaled) or measured f64 bits.
 #[derive(Debug, Clone, Copy)]
-enum Number {
+pub(super) enum Number {
     Int(i64),
     Raw(f64),
 }
 
 impl Number {
-    fn as_i64(self) -> i64 {
+    pub(super) fn as_i64(self) -> i64 {
         match self {
             Number::Int(i) => i,
             Number::Raw(f) => f as i64,
+        }
+    }
+
+    /// A value written with [`put_raw_f64`] (or an integer column read as a number).
+    pub(super) fn as_raw_f64(self) -> f64 {
+        match self {
+            Number::Int(i) => i as f64,
+            Number::Raw(f) => f,
         }
     }
 
@@ -245,7 +253,7 @@ fn put_chunk<T: pco::data_types::Number>(out: &mut Vec<u8>, values: &[T]) {
     out.extend_from_slice(&chunk);
 }
 
-fn put_ints(out: &mut Vec<u8>, values: &[Option<i64>]) {
+pub(super) fn put_ints(out: &mut Vec<u8>, values: &[Option<i64>]) {
     let tag = presence(values);
     out.push(tag);
     match tag {
@@ -261,7 +269,7 @@ fn put_ints(out: &mut Vec<u8>, values: &[Option<i64>]) {
     }
 }
 
-fn put_raw_f64(out: &mut Vec<u8>, values: &[Option<f64>]) {
+pub(super) fn put_raw_f64(out: &mut Vec<u8>, values: &[Option<f64>]) {
     // Compare bits: a constant column of one value stays CONSTANT.
     let bits: Vec<Option<u64>> = values.iter().map(|v| v.map(f64::to_bits)).collect();
     let tag = presence(&bits);
@@ -279,7 +287,7 @@ fn put_raw_f64(out: &mut Vec<u8>, values: &[Option<f64>]) {
     }
 }
 
-fn put_dictionary(out: &mut Vec<u8>, texts: impl Iterator<Item = Option<String>>) {
+pub(super) fn put_dictionary(out: &mut Vec<u8>, texts: impl Iterator<Item = Option<String>>) {
     let mut dict: Vec<String> = Vec::new();
     let mut index: std::collections::HashMap<String, u32> = std::collections::HashMap::new();
     let mut last: Option<(String, u32)> = None;
@@ -325,10 +333,10 @@ fn put_dictionary(out: &mut Vec<u8>, texts: impl Iterator<Item = Option<String>>
     }
 }
 
-struct Reader<'a>(&'a [u8]);
+pub(super) struct Reader<'a>(pub(super) &'a [u8]);
 
 impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize) -> Result<&'a [u8], BlockError> {
+    pub(super) fn take(&mut self, n: usize) -> Result<&'a [u8], BlockError> {
         if self.0.len() < n {
             return Err(BlockError::Malformed("truncated"));
         }
@@ -337,15 +345,15 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn u8(&mut self) -> Result<u8, BlockError> {
+    pub(super) fn u8(&mut self) -> Result<u8, BlockError> {
         Ok(self.take(1)?[0])
     }
 
-    fn u16(&mut self) -> Result<u16, BlockError> {
+    pub(super) fn u16(&mut self) -> Result<u16, BlockError> {
         Ok(u16::from_le_bytes(self.take(2)?.try_into().expect("2 bytes")))
     }
 
-    fn u32(&mut self) -> Result<u32, BlockError> {
+    pub(super) fn u32(&mut self) -> Result<u32, BlockError> {
         Ok(u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes")))
     }
 
@@ -362,7 +370,7 @@ impl<'a> Reader<'a> {
         Ok(values)
     }
 
-    fn numbers(&mut self, n: usize) -> Result<Vec<Option<Number>>, BlockError> {
+    pub(super) fn numbers(&mut self, n: usize) -> Result<Vec<Option<Number>>, BlockError> {
         let tag = self.u8()?;
         let raw = tag & RAW_F64 != 0;
         let present: Vec<bool> = match tag & !RAW_F64 {
@@ -390,7 +398,11 @@ impl<'a> Reader<'a> {
 
     /// A dictionary column, each distinct text turned into a `T` once (a block of a busy hour
     /// repeats a few lists thousands of times).
-    fn dictionary<T: Clone>(&mut self, n: usize, parse: impl Fn(&str) -> T) -> Result<Vec<Option<T>>, BlockError> {
+    pub(super) fn dictionary<T: Clone>(
+        &mut self,
+        n: usize,
+        parse: impl Fn(&str) -> T,
+    ) -> Result<Vec<Option<T>>, BlockError> {
         let tag = self.u8()?;
         if tag == ABSENT {
             return Ok(vec![None; n]);

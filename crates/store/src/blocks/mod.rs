@@ -19,16 +19,19 @@
 //! Every read of raw samples merges both: [`merge`].
 
 pub(crate) mod format;
+pub(crate) mod minutes;
 pub(crate) mod pg;
 pub(crate) mod sqlite;
 
 /// `seal` (every closed GPU-hour of open rows, at most `max_blocks` of them) and its
-/// `seal_one` for one database (see [`crate::dialect`]). The invoking module provides `q`,
+/// `seal_one`, and `pack` / `pack_one` (the same for the hours' minute rollups), for one
+/// database (see [`crate::dialect`]). The invoking module provides `q`,
 /// `OLDEST_OPEN_SQL` (each GPU's oldest open sample before the bound horizon: `(gpu_id, ts)`),
+/// `OLDEST_MINUTE_SQL` (the same for the rows of `rollups_1m`),
 /// `BLOCK_LOCK` (the row lock of the block read back) and `async fn before_day(&Pool, day)`
 /// (called before the first block of each day of a pass).
 macro_rules! impl_seal {
-    ($pool:ty) => {
+    ($pool:ty, $dialect:ident) => {
         /// Seal every closed GPU-hour of open rows, at most `max_blocks` of them.
         pub(crate) async fn seal(pool: &$pool, now_ms: i64, max_blocks: u64) -> Result<super::SealReport> {
             let horizon = super::horizon(now_ms);
@@ -102,6 +105,110 @@ macro_rules! impl_seal {
             tx.commit().await?;
             Ok(moved)
         }
+
+        /// Pack every closed GPU-hour of `rollups_1m` rows into its block of minutes, at most
+        /// `max_blocks` of them; the same hours as sealing: closed for
+        /// [`SEAL_LATENESS_MS`](super::SEAL_LATENESS_MS), with no minute of them or before
+        /// waiting for the rollup job. Returns the blocks written and whether some are left.
+        pub(crate) async fn pack(pool: &$pool, now_ms: i64, max_blocks: u64) -> Result<(u64, bool)> {
+            let horizon = super::horizon(now_ms);
+            let oldest: Vec<(i64, i64)> = sqlx::query_as(&q(OLDEST_MINUTE_SQL)).bind(horizon).fetch_all(pool).await?;
+            let mut packed = 0;
+            for (gpu_id, oldest) in oldest {
+                let pending: Option<i64> =
+                    sqlx::query_scalar(&q("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ?"))
+                        .bind(gpu_id)
+                        .fetch_one(pool)
+                        .await?;
+                let horizon = super::gpu_horizon(horizon, pending);
+                let mut next = Some(oldest);
+                while let Some(ts) = next.filter(|&t| t < horizon) {
+                    if packed >= max_blocks {
+                        return Ok((packed, true));
+                    }
+                    let start = super::span_start(ts);
+                    if !pack_one(pool, gpu_id, start).await? {
+                        // A minute of the hour was marked meanwhile: the job writes it first.
+                        break;
+                    }
+                    packed += 1;
+                    next = sqlx::query_scalar(&q(
+                        "SELECT min(bucket_ms) FROM rollups_1m WHERE gpu_id = ? AND bucket_ms >= ?",
+                    ))
+                    .bind(gpu_id)
+                    .bind(start + SPAN_MS)
+                    .fetch_one(pool)
+                    .await?;
+                }
+            }
+            Ok((packed, false))
+        }
+
+        /// Move the minute rows of one GPU-hour into its block of minutes, in one
+        /// transaction, merged with the block packed before (a row wins: it is newer). Under
+        /// the GPU's pack lock (taken by the rollup job too before it unpacks an hour), and
+        /// only while no minute of the hour or before waits for the job: returns false, and
+        /// changes nothing, otherwise.
+        async fn pack_one(pool: &$pool, gpu_id: i64, start: i64) -> Result<bool> {
+            let mut tx = pool.begin().await?;
+            let sql = format!(
+                "DELETE FROM rollups_1m WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? RETURNING {}",
+                crate::columns::minute_returning()
+            );
+            if let Some(lock) = crate::dialect::$dialect::PACK_LOCK {
+                sqlx::query(&q(lock)).bind(gpu_id).execute(&mut *tx).await?;
+            }
+            let rows = sqlx::query(&q(&sql)).bind(gpu_id).bind(start).bind(start + SPAN_MS).fetch_all(&mut *tx).await?;
+            let pending: Option<i64> =
+                sqlx::query_scalar(&q("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ? AND minute_ms < ?"))
+                    .bind(gpu_id)
+                    .bind(start + SPAN_MS)
+                    .fetch_one(&mut *tx)
+                    .await?;
+            if pending.is_some() {
+                tx.rollback().await?;
+                return Ok(false);
+            }
+            let rows: Vec<minutes::StoredMinute> = rows
+                .iter()
+                .map(crate::columns::stored_minute_from_row)
+                .collect::<std::result::Result<_, sqlx::Error>>()?;
+            let sql = format!("SELECT payload FROM rollup_blocks WHERE gpu_id = ? AND start_ms = ?{BLOCK_LOCK}");
+            let packed: Option<Vec<u8>> =
+                sqlx::query_scalar(&q(&sql)).bind(gpu_id).bind(start).fetch_optional(&mut *tx).await?;
+            let packed = match packed {
+                Some(p) => minutes::decode(gpu_id, &p)?,
+                None => Vec::new(),
+            };
+            let all = super::merge_minutes(packed, rows);
+            sqlx::query(&q("INSERT INTO rollup_blocks (gpu_id, start_ms, n, payload) VALUES (?, ?, ?, ?) \
+                 ON CONFLICT (gpu_id, start_ms) DO UPDATE SET n = excluded.n, payload = excluded.payload"))
+            .bind(gpu_id)
+            .bind(start)
+            .bind(all.len() as i32)
+            .bind(minutes::encode(&all))
+            .execute(&mut *tx)
+            .await?;
+            tx.commit().await?;
+            Ok(true)
+        }
+
+        /// Retention of minute rollups: delete the packed hours wholly older than `cutoff_ms`,
+        /// in short statements; returns the minutes they held.
+        pub(crate) async fn drop_minutes_before(pool: &$pool, cutoff_ms: i64) -> Result<u64> {
+            let mut removed = 0u64;
+            loop {
+                let ns: Vec<i32> = sqlx::query_scalar(&q("DELETE FROM rollup_blocks WHERE (gpu_id, start_ms) IN \
+                     (SELECT gpu_id, start_ms FROM rollup_blocks WHERE start_ms <= ? LIMIT 1000) RETURNING n"))
+                .bind(cutoff_ms - SPAN_MS)
+                .fetch_all(pool)
+                .await?;
+                removed += ns.iter().map(|&n| n as u64).sum::<u64>();
+                if ns.len() < 1000 {
+                    return Ok(removed);
+                }
+            }
+        }
     };
 }
 use impl_seal;
@@ -127,7 +234,9 @@ pub struct SealReport {
     pub blocks: u64,
     /// Open rows moved into blocks.
     pub samples: u64,
-    /// The pass stopped at its limit with hours left to seal.
+    /// Blocks of minute rollups written (hours whose `rollups_1m` rows were packed).
+    pub minute_blocks: u64,
+    /// The pass stopped at its limit with hours left to seal or pack.
     pub more: bool,
 }
 
@@ -178,6 +287,33 @@ pub(crate) fn merge(sealed: Vec<Sample>, open: Vec<Sample>) -> Vec<Sample> {
     }
     out.extend(open);
     out
+}
+
+/// Packed and row minutes of one GPU as one list, ascending; a minute in both keeps the row
+/// (written by the rollup job after the hour was packed: the newer).
+pub(crate) fn merge_minutes(
+    packed: Vec<minutes::StoredMinute>,
+    rows: Vec<minutes::StoredMinute>,
+) -> Vec<minutes::StoredMinute> {
+    let mut by_minute: std::collections::BTreeMap<i64, minutes::StoredMinute> =
+        packed.into_iter().map(|m| (m.bucket.bucket_ms, m)).collect();
+    by_minute.extend(rows.into_iter().map(|m| (m.bucket.bucket_ms, m)));
+    by_minute.into_values().collect()
+}
+
+/// Rows read from a rollup table over the same rows decoded from packed hours, as one list
+/// ordered by `key`: a key in both keeps the row.
+pub(crate) fn rows_over_packed<T, K: Ord + Copy>(
+    packed: impl IntoIterator<Item = T>,
+    rows: Vec<T>,
+    key: impl Fn(&T) -> K,
+) -> Vec<T> {
+    let mut by_key: std::collections::BTreeMap<K, T> = packed.into_iter().map(|t| (key(&t), t)).collect();
+    if by_key.is_empty() {
+        return rows;
+    }
+    by_key.extend(rows.into_iter().map(|t| (key(&t), t)));
+    by_key.into_values().collect()
 }
 
 /// Blocks `(gpu_id, payload)` in GPU order decoded to their samples in `[from_ms, to_ms)`,

@@ -8,7 +8,7 @@
 use fleetlens_core::Sample;
 use sqlx::{PgPool, Postgres, Transaction};
 
-use super::{SPAN_MS, format};
+use super::{SPAN_MS, format, minutes};
 use crate::dialect::pg::q;
 use crate::{DAY_MS, Result};
 
@@ -17,6 +17,10 @@ const PARTITION_PREFIX: &str = "sample_blocks_day_";
 /// Each GPU's oldest open sample, where it is before the horizon: one index probe per GPU.
 const OLDEST_OPEN_SQL: &str = "SELECT g.id, o.ts FROM gpus g CROSS JOIN LATERAL \
      (SELECT min(ts_ms) AS ts FROM samples WHERE gpu_id = g.id) o WHERE o.ts < ? ORDER BY g.id";
+
+/// Each GPU's oldest row of `rollups_1m`, where it is before the horizon.
+const OLDEST_MINUTE_SQL: &str = "SELECT g.id, o.m FROM gpus g CROSS JOIN LATERAL \
+     (SELECT min(bucket_ms) AS m FROM rollups_1m WHERE gpu_id = g.id) o WHERE o.m < ? ORDER BY g.id";
 
 /// A second sealer (a replica that just took over) waits instead of rewriting the block from
 /// the same old version.
@@ -27,7 +31,7 @@ async fn before_day(pool: &PgPool, day: i64) -> Result<()> {
     ensure_partition(pool, day).await
 }
 
-super::impl_seal!(PgPool);
+super::impl_seal!(PgPool, pg);
 
 /// Create the partition of day `day` (days since the epoch) unless it exists.
 pub(crate) async fn ensure_partition(pool: &PgPool, day: i64) -> Result<()> {

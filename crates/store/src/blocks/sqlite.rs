@@ -3,7 +3,7 @@
 use fleetlens_core::Sample;
 use sqlx::{SqliteConnection, SqlitePool};
 
-use super::{SPAN_MS, format};
+use super::{SPAN_MS, format, minutes};
 use crate::Result;
 use crate::dialect::sqlite::q;
 
@@ -11,6 +11,10 @@ use crate::dialect::sqlite::q;
 /// scan of the open rows for old ones would read every row each pass).
 const OLDEST_OPEN_SQL: &str = "SELECT id, oldest FROM (SELECT g.id, (SELECT min(s.ts_ms) FROM samples s \
      WHERE s.gpu_id = g.id) AS oldest FROM gpus g) WHERE oldest < ? ORDER BY id";
+
+/// Each GPU's oldest row of `rollups_1m`, where it is before the horizon.
+const OLDEST_MINUTE_SQL: &str = "SELECT id, oldest FROM (SELECT g.id, (SELECT min(r.bucket_ms) FROM rollups_1m r \
+     WHERE r.gpu_id = g.id) AS oldest FROM gpus g) WHERE oldest < ? ORDER BY id";
 
 /// Blocks are rewritten under SQLite's one write lock: nothing to lock.
 const BLOCK_LOCK: &str = "";
@@ -23,7 +27,7 @@ async fn before_day(_pool: &SqlitePool, _day: i64) -> Result<()> {
 // The seal's DELETE comes first in its transaction: it takes the write lock at once (waiting
 // out the writer's commit) instead of upgrading a read transaction, which SQLite would refuse
 // while others write.
-super::impl_seal!(SqlitePool);
+super::impl_seal!(SqlitePool, sqlite);
 
 /// Payloads of one GPU's blocks overlapping `[from_ms, to_ms)`, in time order.
 async fn payloads(conn: impl sqlx::SqliteExecutor<'_>, gpu_id: i64, from_ms: i64, to_ms: i64) -> Result<Vec<Vec<u8>>> {

@@ -1,0 +1,237 @@
+//! The byte format of a packed hour of 1-minute rollups (issue 21, part 3): the `rollups_1m`
+//! rows of one GPU over one hour, one column per rollup column, so a closed hour costs a few
+//! kilobytes instead of sixty rows of ~900 B.
+//!
+//! ```text
+//! header   "FLMB", format version (u8), n (u32 LE): the minutes, bucket_ms ascending,
+//!          then s (u16 LE): the rollup signals stored, q (u16 LE): the quality counts,
+//!          c (u16 LE): the credit cells
+//! 7 cols   integer columns: bucket_ms, sample_count, allocated_count, processes_read_count,
+//!          first_ts_ms, last_ts_ms, sampled_ms
+//! q cols   integer columns: samples per data-quality flag
+//! s × 4    per signal: count (integer), sum, min, max (f64 as stored)
+//! 1 col    dictionary column: the minute's state
+//! c cols   f64 columns: the credit cells (`Credit::to_cells` order)
+//! ```
+//!
+//! Columns are the numbers and dictionary columns of [`super::format`]. Every value is kept
+//! exactly: floats as their bits (pco finds the common patterns of sums and credits), so a
+//! minute read from a packed hour is the row it was. A block written by a server that knew
+//! fewer signals, flags or credit cells reads the missing ones as absent or zero; a block with
+//! more than this server knows is refused.
+
+use fleetlens_core::{CREDIT_COLUMNS, Credit, QUALITY_COUNTS, ROLLUP_SIGNALS, RollupBucket, SignalStats};
+
+use super::format::{BlockError, Number, Reader, put_dictionary, put_ints, put_raw_f64};
+
+const MAGIC: &[u8; 4] = b"FLMB";
+const FORMAT_VERSION: u8 = 1;
+/// The integer columns before the quality counts.
+const HEAD_COLUMNS: usize = 7;
+
+/// One stored minute: its rollup (`gpu_id` is not stored: the block's row has it), its state
+/// and its credit.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct StoredMinute {
+    pub bucket: RollupBucket,
+    pub state: Option<String>,
+    pub credit: Credit,
+}
+
+/// Encode the minutes of one GPU-hour (ascending, distinct `bucket_ms`).
+pub(crate) fn encode(minutes: &[StoredMinute]) -> Vec<u8> {
+    let n = minutes.len();
+    let mut out = Vec::with_capacity(256 + n * 16);
+    out.extend_from_slice(MAGIC);
+    out.push(FORMAT_VERSION);
+    out.extend_from_slice(&(n as u32).to_le_bytes());
+    for count in [ROLLUP_SIGNALS.len(), QUALITY_COUNTS, CREDIT_COLUMNS] {
+        out.extend_from_slice(&(count as u16).to_le_bytes());
+    }
+    let ints =
+        |f: &dyn Fn(&RollupBucket) -> i64| -> Vec<Option<i64>> { minutes.iter().map(|m| Some(f(&m.bucket))).collect() };
+    let head: [&dyn Fn(&RollupBucket) -> i64; HEAD_COLUMNS] = [
+        &|b| b.bucket_ms,
+        &|b| b.sample_count,
+        &|b| b.allocated_count,
+        &|b| b.processes_read_count,
+        &|b| b.first_ts_ms,
+        &|b| b.last_ts_ms,
+        &|b| b.sampled_ms,
+    ];
+    for f in head {
+        put_ints(&mut out, &ints(f));
+    }
+    for q in 0..QUALITY_COUNTS {
+        put_ints(&mut out, &ints(&|b| b.quality[q]));
+    }
+    for s in 0..ROLLUP_SIGNALS.len() {
+        put_ints(&mut out, &ints(&|b| b.signals[s].count));
+        let floats = |f: &dyn Fn(&SignalStats) -> Option<f64>| -> Vec<Option<f64>> {
+            minutes.iter().map(|m| f(&m.bucket.signals[s])).collect()
+        };
+        put_raw_f64(&mut out, &floats(&|st| Some(st.sum)));
+        put_raw_f64(&mut out, &floats(&|st| st.min));
+        put_raw_f64(&mut out, &floats(&|st| st.max));
+    }
+    put_dictionary(&mut out, minutes.iter().map(|m| m.state.clone()));
+    let cells: Vec<[f64; CREDIT_COLUMNS]> = minutes.iter().map(|m| m.credit.to_cells()).collect();
+    for c in 0..CREDIT_COLUMNS {
+        put_raw_f64(&mut out, &cells.iter().map(|cells| Some(cells[c])).collect::<Vec<_>>());
+    }
+    out
+}
+
+/// Decode a packed hour of GPU `gpu_id`: its minutes, ascending.
+pub(crate) fn decode(gpu_id: i64, bytes: &[u8]) -> Result<Vec<StoredMinute>, BlockError> {
+    let mut r = Reader(bytes);
+    if r.take(4)? != MAGIC {
+        return Err(BlockError::Malformed("not a block of minute rollups"));
+    }
+    let version = r.u8()?;
+    if version == 0 || version > FORMAT_VERSION {
+        return Err(BlockError::Version(version));
+    }
+    let n = r.u32()? as usize;
+    let (signals, quality, credits) = (usize::from(r.u16()?), usize::from(r.u16()?), usize::from(r.u16()?));
+    if signals > ROLLUP_SIGNALS.len() || quality > QUALITY_COUNTS || credits > CREDIT_COLUMNS {
+        return Err(BlockError::Malformed("more rollup columns than this server knows"));
+    }
+    let ints = |r: &mut Reader<'_>| -> Result<Vec<i64>, BlockError> {
+        r.numbers(n)?.into_iter().map(|v| v.map(Number::as_i64).ok_or(BlockError::Malformed("absent count"))).collect()
+    };
+    let floats = |r: &mut Reader<'_>| -> Result<Vec<Option<f64>>, BlockError> {
+        Ok(r.numbers(n)?.into_iter().map(|v| v.map(Number::as_raw_f64)).collect())
+    };
+    let mut out: Vec<StoredMinute> = (0..n)
+        .map(|_| StoredMinute {
+            bucket: RollupBucket { gpu_id, ..Default::default() },
+            state: None,
+            credit: Credit::default(),
+        })
+        .collect();
+    let head: [fn(&mut RollupBucket) -> &mut i64; HEAD_COLUMNS] = [
+        |b| &mut b.bucket_ms,
+        |b| &mut b.sample_count,
+        |b| &mut b.allocated_count,
+        |b| &mut b.processes_read_count,
+        |b| &mut b.first_ts_ms,
+        |b| &mut b.last_ts_ms,
+        |b| &mut b.sampled_ms,
+    ];
+    for field in head {
+        for (m, v) in out.iter_mut().zip(ints(&mut r)?) {
+            *field(&mut m.bucket) = v;
+        }
+    }
+    for q in 0..quality {
+        for (m, v) in out.iter_mut().zip(ints(&mut r)?) {
+            m.bucket.quality[q] = v;
+        }
+    }
+    for s in 0..signals {
+        let counts = ints(&mut r)?;
+        let sums = floats(&mut r)?;
+        let mins = floats(&mut r)?;
+        let maxs = floats(&mut r)?;
+        for (i, m) in out.iter_mut().enumerate() {
+            m.bucket.signals[s] =
+                SignalStats { count: counts[i], sum: sums[i].unwrap_or(0.0), min: mins[i], max: maxs[i] };
+        }
+    }
+    for (m, state) in out.iter_mut().zip(r.dictionary(n, str::to_string)?) {
+        m.state = state;
+    }
+    let mut cells = vec![[0.0; CREDIT_COLUMNS]; n];
+    for c in 0..credits {
+        for (row, v) in cells.iter_mut().zip(floats(&mut r)?) {
+            row[c] = v.unwrap_or(0.0);
+        }
+    }
+    for (m, cells) in out.iter_mut().zip(&cells) {
+        m.credit = Credit::from_cells(cells);
+    }
+    if !r.0.is_empty() {
+        return Err(BlockError::Malformed("bytes after the last column"));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An hour of minutes as the rollup job writes them: one minute missing, a signal absent in
+    /// some, counts and credits that vary, a state that changes.
+    fn hour() -> Vec<StoredMinute> {
+        (0..60)
+            .filter(|i| *i != 17)
+            .map(|i| {
+                let mut bucket = RollupBucket {
+                    gpu_id: 9,
+                    bucket_ms: 1_700_002_800_000 + i * 60_000,
+                    sample_count: 60 - (i % 3),
+                    allocated_count: if i < 30 { 60 } else { 0 },
+                    processes_read_count: 60,
+                    first_ts_ms: 1_700_002_800_000 + i * 60_000 + 13,
+                    last_ts_ms: 1_700_002_800_000 + i * 60_000 + 59_013,
+                    sampled_ms: 59_000 + i,
+                    ..Default::default()
+                };
+                bucket.quality[1] = i % 2;
+                for (s, st) in bucket.signals.iter_mut().enumerate() {
+                    let present = !(s == 3 && i % 4 == 0);
+                    *st = SignalStats {
+                        count: if present { 60 } else { 0 },
+                        sum: if present { 60.0 * (37.25 + i as f64 * 0.01) + s as f64 } else { 0.0 },
+                        min: present.then_some(0.1 + s as f64),
+                        max: present.then_some(99.99 - i as f64 / 3.0),
+                    };
+                }
+                let mut cells = [0.0; CREDIT_COLUMNS];
+                for (c, v) in cells.iter_mut().enumerate() {
+                    *v = if c % 5 == 0 { 60.0 } else { (i * c as i64) as f64 / 7.0 };
+                }
+                StoredMinute {
+                    bucket,
+                    state: Some(if i < 30 { "busy" } else { "idle" }.to_string()),
+                    credit: Credit::from_cells(&cells),
+                }
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_packed_hour_reads_back_exactly() {
+        let minutes = hour();
+        let bytes = encode(&minutes);
+        assert_eq!(decode(9, &bytes).unwrap(), minutes);
+        // Far below the ~900 B a minute row takes in PostgreSQL.
+        assert!(bytes.len() < 59 * 150, "{} B for 59 minutes", bytes.len());
+    }
+
+    #[test]
+    fn absent_statistics_and_states_stay_absent() {
+        let mut minutes = hour();
+        minutes[0].state = None;
+        minutes[1].bucket.signals[0] = SignalStats { count: 0, sum: 0.0, min: None, max: None };
+        let back = decode(9, &encode(&minutes)).unwrap();
+        assert_eq!(back[0].state, None);
+        assert_eq!(back[1].bucket.signals[0].min, None);
+        assert_eq!(back, minutes);
+    }
+
+    #[test]
+    fn an_empty_hour_and_corrupt_or_newer_blocks() {
+        assert_eq!(decode(1, &encode(&[])).unwrap(), []);
+        let bytes = encode(&hour());
+        assert!(decode(9, &bytes[..bytes.len() - 3]).is_err(), "truncated");
+        assert!(decode(9, b"FLSB\x01").is_err(), "a sample block is not a minute block");
+        let mut newer = bytes.clone();
+        newer[4] = FORMAT_VERSION + 1;
+        assert!(matches!(decode(9, &newer), Err(BlockError::Version(_))));
+        let mut wider = bytes;
+        wider[9] = 200;
+        assert!(decode(9, &wider).is_err(), "more signals than known");
+    }
+}
