@@ -267,6 +267,7 @@ mod close {
         sqlx::Postgres,
         crate::dialect::pg::q,
         "s.processes::text",
+        crate::dialect::pg::SAMPLES_OF_MARK,
         sqlx::PgPool,
         crate::dialect::pg::PACK_LOCK
     );

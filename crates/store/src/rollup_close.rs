@@ -510,7 +510,9 @@ pub(crate) fn packed_of_marks_sql(condition: &str) -> String {
     )
 }
 
-pub(crate) fn load_sql(condition: &str, processes_expr: &str) -> LoadSql {
+/// `samples_of_mark`: how the dialect joins a mark `p` to its minute's samples `s`
+/// (`dialect::*::SAMPLES_OF_MARK`).
+pub(crate) fn load_sql(condition: &str, processes_expr: &str, samples_of_mark: &str) -> LoadSql {
     let from = "FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id";
     LoadSql {
         keys: format!(
@@ -519,8 +521,7 @@ pub(crate) fn load_sql(condition: &str, processes_expr: &str) -> LoadSql {
         ),
         samples: format!(
             "SELECT p.gpu_id, p.minute_ms, s.ts_ms, {}, f.flags AS quality_flags {from} \
-             JOIN samples s ON s.gpu_id = p.gpu_id AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000 \
-             LEFT JOIN sample_flags f ON f.gpu_id = s.gpu_id AND f.ts_ms = s.ts_ms WHERE {condition}",
+             {samples_of_mark} LEFT JOIN sample_flags f ON f.gpu_id = s.gpu_id AND f.ts_ms = s.ts_ms WHERE {condition}",
             crate::columns::sample_select_list("s", processes_expr)
         ),
         // The GPU's last `PREVIOUS_TIMESTAMPS` timestamps before the minute: one range along the
@@ -585,7 +586,7 @@ pub(crate) fn minute_upsert_tail() -> String {
 /// The per-backend loads, the job and the marks. `$db`: the sqlx database; `$q`: its
 /// placeholder rewrite; `$processes`: how it selects the process list as text.
 macro_rules! impl_rollup_close {
-    ($db:ty, $q:path, $processes:expr, $pool:ty, $pack_lock:expr) => {
+    ($db:ty, $q:path, $processes:expr, $samples_of_mark:expr, $pool:ty, $pack_lock:expr) => {
         use sqlx::Row as _;
 
         use $crate::rollup_close::{self as rc, OpenMinute, PendingScope};
@@ -625,7 +626,7 @@ macro_rules! impl_rollup_close {
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<Vec<OpenMinute>> {
             let (cond, binds) = scope.condition();
-            let sql = rc::load_sql(&cond, $processes);
+            let sql = rc::load_sql(&cond, $processes, $samples_of_mark);
             let keys_sql = format!("{}{}", sql.keys, lock.unwrap_or(""));
             let keys: Vec<rc::PendingKey> = bind_all(sqlx::query(&$q(&keys_sql)), &binds)
                 .fetch_all(&mut *conn)

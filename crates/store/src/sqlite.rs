@@ -524,6 +524,7 @@ mod close {
         sqlx::Sqlite,
         crate::dialect::sqlite::q,
         "s.processes",
+        crate::dialect::sqlite::SAMPLES_OF_MARK,
         sqlx::SqlitePool,
         crate::dialect::sqlite::PACK_LOCK
     );

@@ -36,6 +36,17 @@ struct Args {
     codec_gpus: usize,
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pg_admin: String,
+    /// The server binary that answers `GET /gpus/{uuid}/samples` over the sealed database
+    /// (skipped when it does not exist).
+    #[arg(long, default_value = "target/release/fleetlens-server")]
+    server_bin: String,
+    /// GPUs with 24 hours of 1-Hz samples for the 24-h series reads (minute rows, then packed).
+    #[arg(long, default_value_t = 20)]
+    series_gpus: usize,
+    /// Instead of everything else: a day of sealed blocks of this many GPUs (24 realistic
+    /// one-hour blocks each) in PostgreSQL, then the retention pass that drops the day.
+    #[arg(long)]
+    drop_day_gpus: Option<usize>,
     /// VictoriaMetrics single-node binary fed the same samples (`--backend all` or `vm`).
     #[arg(long, default_value = "/usr/bin/victoria-metrics")]
     vm_bin: std::path::PathBuf,
@@ -268,6 +279,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         times[25], times[49]
     );
     drop(store);
+    http_reads(args, backend, &url, plan, &gpus).await?;
     println!(
         "{backend}: {total} samples ingested in {ingest_s:.1} s (in process), {} blocks / {} samples sealed and {} hours of minutes packed in {seal_s:.1} s",
         sealed.blocks, sealed.samples, sealed.minute_blocks
@@ -335,8 +347,215 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         for (name, bytes) in tables {
             println!("  {name}: {bytes} B ({:.2} B/sample)", per(bytes));
         }
+        // The open tables' indexes keep their high-water mark after the rows moved into
+        // blocks: free pages that the next hour's rows reuse (VACUUM does not return them to
+        // the file system). Rebuilt, they hold what is live.
+        let mut c = sqlx::PgConnection::connect(&url).await?;
+        for table in ["samples", "rollups_1m", "rollup_pending", "sample_flags"] {
+            sqlx::query(&format!("REINDEX TABLE {table}")).execute(&mut c).await?;
+        }
+        sqlx::query("VACUUM").execute(&mut c).await?;
+        sqlx::query("CHECKPOINT").execute(&mut c).await?;
+        let db: i64 = sqlx::query_scalar("SELECT pg_database_size(current_database())").fetch_one(&mut c).await?;
+        c.close().await?;
+        println!(
+            "postgres: EVERYTHING COUNTED, the open tables' free index pages returned (REINDEX) {:.2} B/sample",
+            per(db - empty)
+        );
         let mut admin = sqlx::PgConnection::connect(&args.pg_admin).await?;
         sqlx::query(&format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", pg_name.unwrap())).execute(&mut admin).await?;
+    }
+    Ok(())
+}
+
+/// A scratch database of `backend`: its URL, and on PostgreSQL the name to drop.
+async fn scratch(args: &Args, backend: &str, dir: &std::path::Path, prefix: &str) -> Result<(String, Option<String>)> {
+    if backend == "sqlite" {
+        return Ok((format!("sqlite://{}", dir.join("bench.db").display()), None));
+    }
+    let name = format!("{prefix}_{}", std::process::id());
+    let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut c).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
+    Ok((format!("{}/{name}", args.pg_admin.rsplit_once('/').context("pg url")?.0), Some(name)))
+}
+
+/// A GPU's 24-h series at 1-minute points (`Store::series`, as `GET /gpus/{uuid}/series`
+/// reads it) over minute rows, then over the same minutes packed into hour blocks, in one run:
+/// `--series-gpus` GPUs × 24 h of 1-Hz samples, 5 reads of each GPU per side.
+async fn day_series(args: &Args, backend: &str) -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    let (url, pg_name) = scratch(args, backend, dir.path(), "fleetlens_series_bench").await?;
+    let store = fleetlens_store::connect(&url).await?;
+    let base = (1_795_000_000_000 / H) * H;
+    let plan = data::Plan { gpus: args.series_gpus, samples_per_gpu: 24 * 3600, ts_per_batch: 60, base_ts_ms: base };
+    for g in 0..plan.gpus {
+        for first in (0..plan.samples_per_gpu).step_by(3600) {
+            let batch: Vec<Sample> = (first..first + 3600).map(|t| jittered(&plan, g, t)).collect();
+            store.ingest(fleetlens_store::DEFAULT_ORG, &data::host_name(g / data::GPUS_PER_HOST), batch).await?;
+        }
+    }
+    let now = base + 26 * H;
+    store.close_minutes(now, 120_000).await?;
+    let gpus = store.gpu_identities(fleetlens_store::DEFAULT_ORG).await?;
+    let read_all = || async {
+        let mut times = Vec::new();
+        for _ in 0..5 {
+            for g in &gpus {
+                let t = Instant::now();
+                let rows = store
+                    .series(fleetlens_store::DEFAULT_ORG, g.id, fleetlens_core::Resolution::Minute, base, base + 24 * H)
+                    .await?;
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+                anyhow::ensure!(rows.len() == 24 * 60 || rows.len() == 24 * 60 + 1, "{} points", rows.len());
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        Ok::<_, anyhow::Error>(times)
+    };
+    let rows = read_all().await?;
+    while store.seal_closed_hours(now, 1000).await?.more {}
+    let packed = read_all().await?;
+    let p = |t: &[f64], q| fleetlens_bench::scratch::percentile(t, q);
+    println!(
+        "{backend}: a GPU's 24-h series at 1-min points (Store::series, {} reads): minute rows p50 {:.1} ms / p95 {:.1} ms; packed hours p50 {:.1} ms / p95 {:.1} ms",
+        rows.len(),
+        p(&rows, 0.5),
+        p(&rows, 0.95),
+        p(&packed, 0.5),
+        p(&packed, 0.95)
+    );
+    drop(store);
+    if let Some(name) = pg_name {
+        let mut admin = sqlx::PgConnection::connect(&args.pg_admin).await?;
+        sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await?;
+    }
+    Ok(())
+}
+
+/// Retention on PostgreSQL of one day of `gpus` GPUs' sealed blocks: the day's partition is
+/// filled with 24 blocks per GPU, each a real encoded hour of the simulated fleet (3,600
+/// samples with jitter), then `Store::apply_retention` runs with the day past the raw
+/// retention. No GPU rows are registered, so the pass does nothing but drop the day.
+async fn drop_day(args: &Args, gpus: usize) -> Result<()> {
+    const DAY: i64 = 86_400_000;
+    let name = format!("fleetlens_drop_day_bench_{}", std::process::id());
+    let mut admin = sqlx::PgConnection::connect(&args.pg_admin).await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut admin).await?;
+    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
+    let url = format!("{}/{name}", args.pg_admin.rsplit_once('/').context("pg url")?.0);
+    let store = fleetlens_store::connect(&url).await?;
+    let day_start = (1_795_000_000_000 / DAY) * DAY;
+    let plan = data::Plan { gpus: 1, samples_per_gpu: 3600, ts_per_batch: 60, base_ts_ms: day_start };
+    let hour: Vec<Sample> = (0..3600).map(|t| jittered(&plan, 0, t)).collect();
+    let payload = fleetlens_store::encode_block(&hour);
+    let mut c = sqlx::PgConnection::connect(&url).await?;
+    let day = day_start / DAY;
+    sqlx::query(&format!(
+        "CREATE TABLE sample_blocks_day_{day} PARTITION OF sample_blocks FOR VALUES FROM ({day_start}) TO ({})",
+        day_start + DAY
+    ))
+    .execute(&mut c)
+    .await?;
+    let t = Instant::now();
+    // A hundred GPUs a statement: each a short transaction.
+    for first in (1..=gpus as i64).step_by(100) {
+        sqlx::query(
+            "INSERT INTO sample_blocks (gpu_id, start_ms, end_ms, n, payload) \
+             SELECT g, $1 + h * 3600000, $1 + (h + 1) * 3600000, 3600, $2 \
+             FROM generate_series($3::int8, $4::int8) g CROSS JOIN generate_series(0, 23) h",
+        )
+        .bind(day_start)
+        .bind(&payload)
+        .bind(first)
+        .bind((first + 99).min(gpus as i64))
+        .execute(&mut c)
+        .await?;
+    }
+    let fill_s = t.elapsed().as_secs_f64();
+    sqlx::query("VACUUM ANALYZE").execute(&mut c).await?;
+    sqlx::query("CHECKPOINT").execute(&mut c).await?;
+    let bytes: i64 = sqlx::query_scalar(&format!("SELECT pg_total_relation_size('sample_blocks_day_{day}')"))
+        .fetch_one(&mut c)
+        .await?;
+    let policy = fleetlens_store::RetentionPolicy { raw_ms: 7 * DAY, ..Default::default() };
+    let t = Instant::now();
+    let report = store.apply_retention(policy, day_start + 8 * DAY).await?;
+    let drop_s = t.elapsed().as_secs_f64();
+    let expected = (gpus * 24 * 3600) as u64;
+    anyhow::ensure!(report.samples == expected, "dropped {} samples, expected {expected}", report.samples);
+    let left: i64 = sqlx::query_scalar("SELECT count(*) FROM sample_blocks").fetch_one(&mut c).await?;
+    anyhow::ensure!(left == 0, "{left} blocks left");
+    println!(
+        "postgres: one day of {gpus} GPUs ({} blocks of {} B, {:.1} GB with TOAST and index; filled in {fill_s:.0} s) \
+         dropped by the retention pass in {:.3} s ({} samples)",
+        gpus * 24,
+        payload.len(),
+        bytes as f64 / 1e9,
+        drop_s,
+        report.samples
+    );
+    drop(store);
+    c.close().await?;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&mut admin).await?;
+    Ok(())
+}
+
+/// One sealed GPU-hour through `GET /api/v1/gpus/{uuid}/samples` of a release server on the
+/// database just measured, as the dashboard asks for it: 50 reads, each of a different GPU
+/// (the whole answer received and parsed), without and with gzip.
+async fn http_reads(
+    args: &Args,
+    backend: &str,
+    url: &str,
+    plan: &data::Plan,
+    gpus: &[fleetlens_store::GpuRecord],
+) -> Result<()> {
+    if !std::path::Path::new(&args.server_bin).exists() {
+        println!("{backend}: {} not built: HTTP reads skipped", args.server_bin);
+        return Ok(());
+    }
+    const TOKEN: &str = "fl_bench_blocks_token_0123456789abcdef";
+    let (_server, base) = fleetlens_bench::scratch::start_server(&args.server_bin, url, TOKEN, &[])?;
+    for gzip in [false, true] {
+        let client = reqwest::Client::new();
+        let mut times = Vec::new();
+        let mut bytes = 0;
+        for (i, g) in gpus.iter().cycle().take(51).enumerate() {
+            let t = Instant::now();
+            let answer = client
+                .get(format!("{base}/api/v1/gpus/{}/samples", g.uuid))
+                .query(&[("from", plan.first_ts_ms().to_string()), ("to", (plan.first_ts_ms() + H).to_string())])
+                .bearer_auth(TOKEN)
+                .header("accept-encoding", if gzip { "gzip" } else { "identity" })
+                .send()
+                .await?
+                .error_for_status()?
+                .bytes()
+                .await?;
+            let json = if gzip {
+                let mut out = Vec::new();
+                std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&answer[..]), &mut out)?;
+                out
+            } else {
+                answer.to_vec()
+            };
+            let list: fleetlens_api::SampleList = serde_json::from_slice(&json)?;
+            anyhow::ensure!(list.samples.len() == plan.samples_per_gpu, "read {i}: {} samples", list.samples.len());
+            // The first read warms the server's connection pool.
+            if i > 0 {
+                times.push(t.elapsed().as_secs_f64() * 1e3);
+                bytes = answer.len();
+            }
+        }
+        times.sort_by(f64::total_cmp);
+        println!(
+            "{backend}: one sealed GPU-hour through GET /gpus/{{uuid}}/samples{}: p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms (50 reads, {bytes} B sent each)",
+            if gzip { " with gzip" } else { "" },
+            fleetlens_bench::scratch::percentile(&times, 0.5),
+            fleetlens_bench::scratch::percentile(&times, 0.95),
+            times[times.len() - 1]
+        );
     }
     Ok(())
 }
@@ -425,6 +644,9 @@ fn dir_bytes(path: &std::path::Path) -> u64 {
 #[tokio::main]
 async fn main() -> Result<()> {
     let args = Args::parse();
+    if let Some(gpus) = args.drop_day_gpus {
+        return drop_day(&args, gpus).await;
+    }
     // Hour-aligned: one block per GPU.
     let base = (1_795_000_000_000 / H) * H + 30_000;
     let codec_plan = data::Plan { gpus: args.codec_gpus, samples_per_gpu: 3560, ts_per_batch: 60, base_ts_ms: base };
@@ -439,6 +661,7 @@ async fn main() -> Result<()> {
     for backend in ["sqlite", "postgres"] {
         if args.backend == backend || args.backend == "all" {
             at_rest(&args, backend, &plan).await?;
+            day_series(&args, backend).await?;
         }
     }
     if args.backend == "vm" || args.backend == "all" {

@@ -32,6 +32,16 @@ pub(crate) mod sqlite;
 /// (called before the first block of each day of a pass).
 macro_rules! impl_seal {
     ($pool:ty, $dialect:ident) => {
+        /// [`super::gpu_horizon`] of one GPU, its oldest minute waiting for the rollup job read.
+        async fn gpu_horizon_of(pool: &$pool, gpu_id: i64, horizon: i64) -> Result<i64> {
+            let pending: Option<i64> =
+                sqlx::query_scalar(&q("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ?"))
+                    .bind(gpu_id)
+                    .fetch_one(pool)
+                    .await?;
+            Ok(super::gpu_horizon(horizon, pending))
+        }
+
         /// Seal every closed GPU-hour of open rows, at most `max_blocks` of them.
         pub(crate) async fn seal(pool: &$pool, now_ms: i64, max_blocks: u64) -> Result<super::SealReport> {
             let horizon = super::horizon(now_ms);
@@ -39,12 +49,7 @@ macro_rules! impl_seal {
             let mut report = super::SealReport::default();
             let mut days: std::collections::HashSet<i64> = Default::default();
             for (gpu_id, oldest) in oldest {
-                let pending: Option<i64> =
-                    sqlx::query_scalar(&q("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ?"))
-                        .bind(gpu_id)
-                        .fetch_one(pool)
-                        .await?;
-                let horizon = super::gpu_horizon(horizon, pending);
+                let horizon = gpu_horizon_of(pool, gpu_id, horizon).await?;
                 let mut next = Some(oldest);
                 while let Some(ts) = next.filter(|&t| t < horizon) {
                     if report.blocks >= max_blocks {
@@ -115,12 +120,7 @@ macro_rules! impl_seal {
             let oldest: Vec<(i64, i64)> = sqlx::query_as(&q(OLDEST_MINUTE_SQL)).bind(horizon).fetch_all(pool).await?;
             let mut packed = 0;
             for (gpu_id, oldest) in oldest {
-                let pending: Option<i64> =
-                    sqlx::query_scalar(&q("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ?"))
-                        .bind(gpu_id)
-                        .fetch_one(pool)
-                        .await?;
-                let horizon = super::gpu_horizon(horizon, pending);
+                let horizon = gpu_horizon_of(pool, gpu_id, horizon).await?;
                 let mut next = Some(oldest);
                 while let Some(ts) = next.filter(|&t| t < horizon) {
                     if packed >= max_blocks {
