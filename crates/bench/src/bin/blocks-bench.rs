@@ -40,6 +40,10 @@ struct Args {
     /// (skipped when it does not exist).
     #[arg(long, default_value = "target/release/fleetlens-server")]
     server_bin: String,
+    /// Which parts run: `at-rest` (bytes and reads of `--gpus` GPUs × 1 h), `series` (24-h
+    /// series over rows and packed hours), `vm` (VictoriaMetrics' bytes), comma-separated.
+    #[arg(long, default_value = "at-rest,series,vm")]
+    phases: String,
     /// GPUs with 24 hours of 1-Hz samples for the 24-h series reads (minute rows, then packed).
     #[arg(long, default_value_t = 20)]
     series_gpus: usize,
@@ -520,6 +524,7 @@ async fn http_reads(
     for gzip in [false, true] {
         let client = reqwest::Client::new();
         let mut times = Vec::new();
+        let mut received = Vec::new();
         let mut bytes = 0;
         for (i, g) in gpus.iter().cycle().take(51).enumerate() {
             let t = Instant::now();
@@ -533,6 +538,7 @@ async fn http_reads(
                 .error_for_status()?
                 .bytes()
                 .await?;
+            let last_byte_ms = t.elapsed().as_secs_f64() * 1e3;
             let json = if gzip {
                 let mut out = Vec::new();
                 std::io::Read::read_to_end(&mut flate2::read::GzDecoder::new(&answer[..]), &mut out)?;
@@ -545,16 +551,19 @@ async fn http_reads(
             // The first read warms the server's connection pool.
             if i > 0 {
                 times.push(t.elapsed().as_secs_f64() * 1e3);
+                received.push(last_byte_ms);
                 bytes = answer.len();
             }
         }
         times.sort_by(f64::total_cmp);
+        received.sort_by(f64::total_cmp);
         println!(
-            "{backend}: one sealed GPU-hour through GET /gpus/{{uuid}}/samples{}: p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms (50 reads, {bytes} B sent each)",
+            "{backend}: one sealed GPU-hour through GET /gpus/{{uuid}}/samples{}: p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms parsed; last byte received p50 {:.1} ms (50 reads, {bytes} B sent each)",
             if gzip { " with gzip" } else { "" },
             fleetlens_bench::scratch::percentile(&times, 0.5),
             fleetlens_bench::scratch::percentile(&times, 0.95),
-            times[times.len() - 1]
+            times[times.len() - 1],
+            fleetlens_bench::scratch::percentile(&received, 0.5)
         );
     }
     Ok(())
@@ -660,11 +669,15 @@ async fn main() -> Result<()> {
     let plan = data::Plan { gpus: args.gpus, samples_per_gpu: 3560, ts_per_batch: 60, base_ts_ms: base };
     for backend in ["sqlite", "postgres"] {
         if args.backend == backend || args.backend == "all" {
-            at_rest(&args, backend, &plan).await?;
-            day_series(&args, backend).await?;
+            if args.phases.contains("at-rest") {
+                at_rest(&args, backend, &plan).await?;
+            }
+            if args.phases.contains("series") {
+                day_series(&args, backend).await?;
+            }
         }
     }
-    if args.backend == "vm" || args.backend == "all" {
+    if (args.backend == "vm" || args.backend == "all") && args.phases.contains("vm") {
         victoria_metrics(&args, &plan).await?;
     }
     Ok(())
