@@ -213,15 +213,7 @@ fn codec_row(what: &str, blocks: &[&[Sample]]) {
 
 async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
     let dir = tempfile::tempdir()?;
-    let (url, pg_name) = if backend == "sqlite" {
-        (format!("sqlite://{}", dir.path().join("bench.db").display()), None)
-    } else {
-        let name = format!("fleetlens_blocks_bench_{}", std::process::id());
-        let mut c = sqlx::PgConnection::connect(&args.pg_admin).await?;
-        sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut c).await?;
-        sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut c).await?;
-        (format!("{}/{name}", args.pg_admin.rsplit_once('/').context("pg url")?.0), Some(name))
-    };
+    let (url, pg_name) = scratch(args, backend, dir.path(), "fleetlens_blocks_bench").await?;
     let store = fleetlens_store::connect(&url).await?;
     let t = Instant::now();
     let total = (plan.gpus * plan.samples_per_gpu) as u64;
@@ -443,11 +435,10 @@ async fn day_series(args: &Args, backend: &str) -> Result<()> {
 /// retention. No GPU rows are registered, so the pass does nothing but drop the day.
 async fn drop_day(args: &Args, gpus: usize) -> Result<()> {
     const DAY: i64 = 86_400_000;
-    let name = format!("fleetlens_drop_day_bench_{}", std::process::id());
+    let dir = tempfile::tempdir()?;
+    let (url, name) = scratch(args, "postgres", dir.path(), "fleetlens_drop_day_bench").await?;
+    let name = name.context("a PostgreSQL database")?;
     let mut admin = sqlx::PgConnection::connect(&args.pg_admin).await?;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {name}")).execute(&mut admin).await?;
-    sqlx::query(&format!("CREATE DATABASE {name}")).execute(&mut admin).await?;
-    let url = format!("{}/{name}", args.pg_admin.rsplit_once('/').context("pg url")?.0);
     let store = fleetlens_store::connect(&url).await?;
     let day_start = (1_795_000_000_000 / DAY) * DAY;
     let plan = data::Plan { gpus: 1, samples_per_gpu: 3600, ts_per_batch: 60, base_ts_ms: day_start };
