@@ -666,7 +666,7 @@ macro_rules! impl_rollup_close {
                 .map(|r| Ok(((r.try_get(0)?, r.try_get(1)?), r.try_get(2)?)))
                 .collect::<Result<_, sqlx::Error>>()?;
             // Minutes of hours packed into blocks first: a row of the same minute, pushed
-            // after, wins (see `blocks::merge_minutes`).
+            // after, wins (see `blocks::rows_over_packed`).
             let mut stored: Vec<(fleetlens_core::RollupBucket, fleetlens_core::Credit)> = Vec::new();
             let packed_before = $crate::blocks::span_start(rc::wall_clock_ms());
             if keys.iter().any(|k| k.1 < packed_before) {

@@ -169,10 +169,12 @@ macro_rules! impl_seal {
                 tx.rollback().await?;
                 return Ok(false);
             }
-            let rows: Vec<minutes::StoredMinute> = rows
+            let mut rows: Vec<minutes::StoredMinute> = rows
                 .iter()
                 .map(crate::columns::stored_minute_from_row)
                 .collect::<std::result::Result<_, sqlx::Error>>()?;
+            // `DELETE … RETURNING` has no order; a block's minutes are ascending.
+            rows.sort_by_key(|m| m.bucket.bucket_ms);
             let sql = format!("SELECT payload FROM rollup_blocks WHERE gpu_id = ? AND start_ms = ?{BLOCK_LOCK}");
             let packed: Option<Vec<u8>> =
                 sqlx::query_scalar(&q(&sql)).bind(gpu_id).bind(start).fetch_optional(&mut *tx).await?;
@@ -180,7 +182,7 @@ macro_rules! impl_seal {
                 Some(p) => minutes::decode(gpu_id, &p)?,
                 None => Vec::new(),
             };
-            let all = super::merge_minutes(packed, rows);
+            let all = super::rows_over_packed(packed, rows, |m| m.bucket.bucket_ms);
             sqlx::query(&q("INSERT INTO rollup_blocks (gpu_id, start_ms, n, payload) VALUES (?, ?, ?, ?) \
                  ON CONFLICT (gpu_id, start_ms) DO UPDATE SET n = excluded.n, payload = excluded.payload"))
             .bind(gpu_id)
@@ -287,18 +289,6 @@ pub(crate) fn merge(sealed: Vec<Sample>, open: Vec<Sample>) -> Vec<Sample> {
     }
     out.extend(open);
     out
-}
-
-/// Packed and row minutes of one GPU as one list, ascending; a minute in both keeps the row
-/// (written by the rollup job after the hour was packed: the newer).
-pub(crate) fn merge_minutes(
-    packed: Vec<minutes::StoredMinute>,
-    rows: Vec<minutes::StoredMinute>,
-) -> Vec<minutes::StoredMinute> {
-    let mut by_minute: std::collections::BTreeMap<i64, minutes::StoredMinute> =
-        packed.into_iter().map(|m| (m.bucket.bucket_ms, m)).collect();
-    by_minute.extend(rows.into_iter().map(|m| (m.bucket.bucket_ms, m)));
-    by_minute.into_values().collect()
 }
 
 /// Rows read from a rollup table over the same rows decoded from packed hours, as one list
