@@ -34,6 +34,9 @@ impl PgStore {
             .connect_with(opts)
             .await?;
         sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
+        // The open tables' partitions of this hour and the next, before the first batch (the
+        // sealing job, which keeps them prepared, first runs a whole interval after start).
+        blocks::hourly::prepare(&pool, crate::rollup_close::wall_clock_ms()).await?;
         Ok(Self { pool, classifier })
     }
 

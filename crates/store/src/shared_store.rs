@@ -640,6 +640,9 @@ macro_rules! impl_store {
                     // Then the minute rollups of the same closed hours.
                     (report.minute_blocks, report.more) = $crate::blocks::$dialect::pack(&self.pool, now_ms, max_blocks).await?;
                 }
+                if !report.more {
+                    report.partitions_dropped = $crate::blocks::$dialect::after_pass(&self.pool, now_ms).await?;
+                }
                 Ok(report)
             }
         }

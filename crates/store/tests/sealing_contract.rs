@@ -17,6 +17,8 @@ fleetlens_tests::for_each_backend!(
     minute_rollups_of_closed_hours_pack_and_read_the_same,
     a_late_sample_reopens_a_packed_hour,
     retention_removes_packed_minutes,
+    emptied_hour_partitions_are_dropped,
+    open_rows_written_before_hour_partitions_survive_the_upgrade,
 );
 
 const H: i64 = BLOCK_SPAN_MS;
@@ -369,4 +371,146 @@ async fn retention_removes_packed_minutes(backend: Backend) {
     // Hours are kept longer: all 72 are still there.
     assert_eq!(store.rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 72);
     assert_eq!(store.apply_retention(policy, now).await.unwrap().rollups_1m, 0);
+}
+
+/// Rows of the open tables in `table` (PostgreSQL), or None when it does not exist.
+async fn rows_in(pg: &sqlx::PgPool, table: &str) -> Option<i64> {
+    let exists: bool =
+        sqlx::query_scalar("SELECT to_regclass($1) IS NOT NULL").bind(table).fetch_one(pg).await.unwrap();
+    if !exists {
+        return None;
+    }
+    Some(sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(pg).await.unwrap())
+}
+
+/// PostgreSQL keeps the open tables (`samples`, `rollups_1m`) in hour partitions: a pass
+/// prepares the next hours, and drops an hour's partitions once sealing and packing emptied
+/// them; a late sample for a dropped hour lands in the default partition and is sealed from
+/// there. Every answer stays the same. SQLite has nothing to drop.
+async fn emptied_hour_partitions_are_dropped(backend: Backend) {
+    let (db, store) = open(backend).await;
+    let pg = match backend {
+        Backend::Postgres => Some(sqlx::PgPool::connect(&db.url).await.unwrap()),
+        Backend::Sqlite => None,
+    };
+    let hour = T0 / H;
+    let (samples_hour, minutes_hour) = (format!("samples_hour_{hour}"), format!("rollups_1m_hour_{hour}"));
+    // A pass at T0 prepares the partitions of T0's hour and the next two.
+    assert_eq!(seal(&store, T0, 100).await, Default::default());
+    let batch = samples("GPU-p", T0, 3600, 1000);
+    store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    store.close_minutes(LATER, 120_000).await.unwrap();
+    if let Some(pg) = &pg {
+        assert_eq!(rows_in(pg, &samples_hour).await, Some(3600), "the hour's rows in its partition");
+        assert_eq!(rows_in(pg, &minutes_hour).await, Some(60), "the hour's minutes in its partition");
+        assert_eq!(rows_in(pg, "samples_default").await, Some(0));
+        for later in [hour + 1, hour + 2] {
+            assert_eq!(rows_in(pg, &format!("samples_hour_{later}")).await, Some(0), "prepared ahead");
+        }
+    }
+    let before = answers(store.as_ref()).await;
+    let minutes_before = minute_answers(store.as_ref()).await;
+
+    let now = T0 + H + SEAL_LATENESS_MS;
+    let report = seal(&store, now, 100).await;
+    assert_eq!((report.blocks, report.samples, report.minute_blocks), (1, 3600, 1));
+    assert_eq!(report.partitions_dropped, if pg.is_some() { 2 } else { 0 });
+    if let Some(pg) = &pg {
+        assert_eq!(rows_in(pg, &samples_hour).await, None, "emptied and dropped");
+        assert_eq!(rows_in(pg, &minutes_hour).await, None, "emptied and dropped");
+        assert_eq!(rows_in(pg, &format!("samples_hour_{}", hour + 3)).await, Some(0), "prepared ahead of `now`");
+    }
+    assert_eq!(answers(store.as_ref()).await, before);
+    assert_eq!(minute_answers(store.as_ref()).await, minutes_before);
+    assert_eq!(seal(&store, now, 100).await, Default::default(), "nothing else to drop");
+
+    // A late sample for the dropped hour: the hour's rows come back (into the default
+    // partition on PostgreSQL), and the next pass seals them again.
+    let mut late = batch[10].clone();
+    late.ts_ms += 300;
+    assert_eq!(store.ingest(DEFAULT_ORG, "h", vec![late.clone()]).await.unwrap().inserted, 1);
+    if let Some(pg) = &pg {
+        assert_eq!(rows_in(pg, "samples_default").await, Some(3601));
+    }
+    let report = seal(&store, now, 100).await;
+    assert_eq!((report.blocks, report.samples, report.partitions_dropped), (1, 3601, 0));
+    if let Some(pg) = &pg {
+        assert_eq!(rows_in(pg, "samples_default").await, Some(0), "sealed from the default partition");
+    }
+    let mut expected = batch;
+    expected.insert(11, late);
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-p").await.unwrap().unwrap();
+    assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 10_000).await.unwrap(), expected);
+}
+
+/// Apply the repository's migrations up to `version` to the empty database at `url`, as the
+/// release of that version did, then run `statements` (that release's rows).
+async fn migrate_to(backend: Backend, url: &str, version: i64, statements: &[String]) {
+    let dir = tempfile::tempdir().unwrap();
+    let source = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../migrations").join(match backend {
+        Backend::Postgres => "postgres",
+        Backend::Sqlite => "sqlite",
+    });
+    for entry in std::fs::read_dir(source).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_str().unwrap().to_owned();
+        if name[..4].parse::<i64>().unwrap() <= version {
+            std::fs::copy(&path, dir.path().join(name)).unwrap();
+        }
+    }
+    let migrator = sqlx::migrate::Migrator::new(dir.path()).await.unwrap();
+    match backend {
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(url).await.unwrap();
+            migrator.run(&pool).await.unwrap();
+            for sql in statements {
+                sqlx::query(sql).execute(&pool).await.unwrap();
+            }
+        }
+        Backend::Sqlite => {
+            let opts: sqlx::sqlite::SqliteConnectOptions = url.parse().unwrap();
+            let pool = sqlx::SqlitePool::connect_with(opts.create_if_missing(true)).await.unwrap();
+            migrator.run(&pool).await.unwrap();
+            for sql in statements {
+                sqlx::query(sql).execute(&pool).await.unwrap();
+            }
+        }
+    }
+}
+
+/// A database of the release before migration 0026 (PostgreSQL's open tables unpartitioned),
+/// with open rows and a minute row in it: after the upgrade the reads answer them, and the
+/// sealing job seals and packs them as before (on PostgreSQL from the default partitions).
+async fn open_rows_written_before_hour_partitions_survive_the_upgrade(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let mut rows = vec![format!(
+        "INSERT INTO gpus (org_id, uuid, host, first_seen_ms, last_seen_ms) VALUES (1, 'GPU-old', 'h', {T0}, {})",
+        T0 + 119_000
+    )];
+    for i in 0..120i64 {
+        rows.push(format!(
+            "INSERT INTO samples (gpu_id, ts_ms, gpu_util_pct, sm_active_pct, power_w) VALUES (1, {}, {}, 12.5, 300.25)",
+            T0 + i * 1000,
+            i % 100
+        ));
+    }
+    rows.push(format!(
+        "INSERT INTO rollups_1m (gpu_id, bucket_ms, sample_count, allocated_count, processes_read_count, first_ts_ms, \
+         last_ts_ms) VALUES (1, {T0}, 60, 0, 0, {T0}, {})",
+        T0 + 59_000
+    ));
+    migrate_to(backend, &db.url, 25, &rows).await;
+
+    let store = fleetlens_store::connect(&db.url).await.expect("the upgrade");
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-old").await.unwrap().unwrap();
+    let read = store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap();
+    assert_eq!(read.len(), 120);
+    assert_eq!((read[7].ts_ms, read[7].gpu_util_pct, read[7].power_w), (T0 + 7000, Some(7.0), Some(300.25)));
+    let minutes = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    assert_eq!(minutes.iter().map(|m| (m.bucket_ms, m.sample_count)).collect::<Vec<_>>(), [(T0, 60)]);
+
+    let report = seal(&store, T0 + H + SEAL_LATENESS_MS, 100).await;
+    assert_eq!((report.blocks, report.samples, report.minute_blocks), (1, 120, 1));
+    assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap(), read);
+    assert_eq!(store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap(), minutes);
 }

@@ -215,6 +215,9 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (url, pg_name) = scratch(args, backend, dir.path(), "fleetlens_blocks_bench").await?;
     let store = fleetlens_store::connect(&url).await?;
+    // A running server's sealing job has prepared the hour partitions of the open tables
+    // (PostgreSQL) before the hour's samples come: a pass a minute before the first sample.
+    store.seal_closed_hours(plan.first_ts_ms() - 60_000, 1000).await?;
     let t = Instant::now();
     let total = (plan.gpus * plan.samples_per_gpu) as u64;
     // Each host's hour in 60-s batches, as agents would send them (8 GPUs × 60 samples).
@@ -317,7 +320,13 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         )
         .fetch_one(&mut c)
         .await?;
-        let open: i64 = sqlx::query_scalar("SELECT pg_total_relation_size('samples')").fetch_one(&mut c).await?;
+        // The open tables are partitioned by hour: every partition, the default one included.
+        let open: i64 = sqlx::query_scalar(
+            "SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::int8 FROM \
+             (SELECT relid FROM pg_partition_tree('samples') UNION ALL SELECT relid FROM pg_partition_tree('rollups_1m')) t",
+        )
+        .fetch_one(&mut c)
+        .await?;
         let minutes: i64 =
             sqlx::query_scalar("SELECT pg_total_relation_size('rollup_blocks')").fetch_one(&mut c).await?;
         let minute_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rollups_1m").fetch_one(&mut c).await?;
@@ -334,7 +343,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         let empty: i64 = sqlx::query_scalar("SELECT pg_database_size('template1')").fetch_one(&mut c).await?;
         c.close().await?;
         println!(
-            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open samples table {:.2} B/sample; EVERYTHING COUNTED (database minus an empty one) {:.2} B/sample",
+            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open tables (samples, rollups_1m: every partition) {:.2} B/sample; EVERYTHING COUNTED (database minus an empty one) {:.2} B/sample",
             per(payload),
             per(blocks),
             per(open),

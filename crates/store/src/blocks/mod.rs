@@ -19,6 +19,7 @@
 //! Every read of raw samples merges both: [`merge`].
 
 pub(crate) mod format;
+pub(crate) mod hourly;
 pub(crate) mod minutes;
 pub(crate) mod pg;
 pub(crate) mod sqlite;
@@ -238,6 +239,8 @@ pub struct SealReport {
     pub samples: u64,
     /// Blocks of minute rollups written (hours whose `rollups_1m` rows were packed).
     pub minute_blocks: u64,
+    /// Hour partitions of the open tables dropped once emptied (PostgreSQL: see `hourly`).
+    pub partitions_dropped: u64,
     /// The pass stopped at its limit with hours left to seal or pack.
     pub more: bool,
 }
@@ -264,8 +267,7 @@ pub(crate) fn span_start(ts_ms: i64) -> i64 {
 /// nothing of the current hour is sealed unless that clock runs more than the lateness ahead of
 /// ours. Live batches (the current hour) skip the lookup of blocks on the ingest path.
 pub(crate) fn may_be_sealed(lo_ms: i64) -> bool {
-    let now_ms = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_millis() as i64);
-    lo_ms < span_start(now_ms)
+    lo_ms < span_start(crate::rollup_close::wall_clock_ms())
 }
 
 /// Sealed and open samples of one GPU as one list, ascending by time; a timestamp in both

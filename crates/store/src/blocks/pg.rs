@@ -33,6 +33,14 @@ async fn before_day(pool: &PgPool, day: i64) -> Result<()> {
 
 super::impl_seal!(PgPool, pg);
 
+/// After a pass that left nothing to seal or pack: the open tables' partitions of the next
+/// hours prepared, and those of the hours now emptied dropped ([`super::hourly`]). Returns the
+/// partitions dropped.
+pub(crate) async fn after_pass(pool: &PgPool, now_ms: i64) -> Result<u64> {
+    super::hourly::prepare(pool, now_ms).await?;
+    super::hourly::drop_emptied(pool, super::horizon(now_ms)).await
+}
+
 /// Create the partition of day `day` (days since the epoch) unless it exists.
 pub(crate) async fn ensure_partition(pool: &PgPool, day: i64) -> Result<()> {
     let sql = format!(

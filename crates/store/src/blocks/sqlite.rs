@@ -24,6 +24,13 @@ async fn before_day(_pool: &SqlitePool, _day: i64) -> Result<()> {
     Ok(())
 }
 
+/// Nothing to do after a pass: SQLite's open tables are plain tables, and the pages of the rows
+/// a seal deleted go to the file's free list, where the next rows reuse them (PostgreSQL drops
+/// emptied hour partitions here).
+pub(crate) async fn after_pass(_pool: &SqlitePool, _now_ms: i64) -> Result<u64> {
+    Ok(0)
+}
+
 // The seal's DELETE comes first in its transaction: it takes the write lock at once (waiting
 // out the writer's commit) instead of upgrading a read transaction, which SQLite would refuse
 // while others write.
