@@ -1,7 +1,7 @@
 //! Black box: the real server on 127.0.0.1:0, on SQLite and PostgreSQL, through HTTP.
 //! Every invalid ingest request gets a clear 4xx and leaves the database unchanged.
 
-use fleetlens_tests::http::{get_json, now_ms};
+use fleetlens_tests::http::{get, get_json, now_ms};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines, gzip, table_counts};
 use serde_json::{Value, json};
 
@@ -10,6 +10,7 @@ fleetlens_tests::for_each_backend!(
     invalid_batches_are_rejected_whole_and_store_nothing,
     auth_is_required_and_scoped,
     the_hmma_tensor_pipe_is_stored_and_read_back,
+    samples_read_as_columns_are_the_rows,
 );
 
 async fn post_ingest(server: &TestServer, body: Vec<u8>, gzipped: bool, token: Option<&str>) -> (u16, Value) {
@@ -240,4 +241,60 @@ impl ReplaceNull for Vec<u8> {
         let text = String::from_utf8(self).unwrap();
         text.replacen("\"gpu_util_pct\":null", &format!("\"gpu_util_pct\":{with}"), 1).into_bytes()
     }
+}
+
+/// `format=columns` answers the samples of the rows, transposed: entry i of each signal's array
+/// is sample i's field (null where the row has none), and the process and allocation lists
+/// the samples refer to are theirs. A format it does not know is a 422 naming `format`.
+async fn samples_read_as_columns_are_the_rows(backend: Backend) {
+    let (_db, server) = start(backend).await;
+    let mut samples: Vec<Value> = fixture_lines();
+    for (i, s) in samples.iter_mut().enumerate() {
+        if i % 3 == 0 {
+            s["allocations"] = json!([{"namespace": "ml", "pod": format!("train-{}", i / 30)}]);
+        }
+    }
+    let body = serde_json::to_vec(&json!({"host": "gpu-node-01", "samples": samples})).unwrap();
+    let (status, answer) = post_ingest(&server, body, true, Some(ADMIN_TOKEN)).await;
+    assert_eq!(status, 200, "{answer}");
+    let uuid = samples[0]["uuid"].as_str().unwrap();
+    let from = samples.iter().map(|s| s["ts_ms"].as_i64().unwrap()).min().unwrap();
+    let path = format!("/api/v1/gpus/{uuid}/samples?from={from}&to={}&limit=80", from + 3_600_000);
+    let rows: Value = get_json(&server, &path).await;
+    let columns: Value = get_json(&server, &format!("{path}&format=columns")).await;
+    let rows_list = rows["samples"].as_array().unwrap();
+    assert_eq!(rows_list.len(), 80);
+    for key in ["uuid", "from_ms", "to_ms", "truncated"] {
+        assert_eq!(columns[key], rows[key], "{key}");
+    }
+    assert_eq!(columns["truncated"], true);
+    let times: Vec<Value> = rows_list.iter().map(|s| s["ts_ms"].clone()).collect();
+    assert_eq!(columns["ts_ms"].as_array().unwrap(), &times);
+    let signals = columns["signals"].as_object().unwrap();
+    assert!(signals.len() >= 20, "every signal: {:?}", signals.keys());
+    let mut present = 0;
+    for (name, values) in signals {
+        let values = values.as_array().unwrap();
+        assert_eq!(values.len(), 80, "{name}");
+        for (i, row) in rows_list.iter().enumerate() {
+            let want = row.get(name).cloned().unwrap_or(Value::Null);
+            assert_eq!(values[i], want, "{name} of sample {i}");
+            present += usize::from(!want.is_null());
+        }
+    }
+    assert!(present > 80 * 10, "the fixture's readings are there: {present}");
+    let process_lists = columns["process_lists"].as_array().unwrap();
+    let allocation_lists = columns["allocation_lists"].as_array().unwrap();
+    assert!(allocation_lists.len() >= 3, "{allocation_lists:?}");
+    for (i, row) in rows_list.iter().enumerate() {
+        let processes = match &columns["processes"][i] {
+            Value::Null => Value::Null,
+            k => process_lists[k.as_u64().unwrap() as usize].clone(),
+        };
+        assert_eq!(processes, row.get("processes").cloned().unwrap_or(Value::Null), "processes of sample {i}");
+        let allocations = &allocation_lists[columns["allocations"][i].as_u64().unwrap() as usize];
+        assert_eq!(allocations, &row.get("allocations").cloned().unwrap_or(json!([])), "allocations of sample {i}");
+    }
+    let (status, err) = get(&server, &format!("{path}&format=csv")).await;
+    assert_eq!((status, err["error"]["field"].as_str()), (422, Some("format")), "{err}");
 }

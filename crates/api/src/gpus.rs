@@ -85,3 +85,184 @@ pub struct StatesQuery {
     #[cfg_attr(feature = "openapi", param(value_type = Option<u32>, minimum = 1, maximum = 2_678_400))]
     pub window_s: Option<String>,
 }
+
+/// `GET /api/v1/gpus/{uuid}/samples`: a time range, a cap and the answer's layout.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
+pub struct SamplesQuery {
+    /// RFC 3339 or Unix milliseconds (default: an hour before `to`).
+    pub from: Option<String>,
+    /// RFC 3339 or Unix milliseconds (default: now).
+    pub to: Option<String>,
+    /// At most this many samples (default 10,000). Text, so that a value that is not a number
+    /// is the handler's 400 naming `limit` rather than the extractor's.
+    #[cfg_attr(feature = "openapi", param(value_type = Option<u32>, minimum = 1, maximum = 100_000))]
+    pub limit: Option<String>,
+    /// `rows` (default): one object per sample ([`crate::SampleList`]); `columns`: one array
+    /// per signal ([`SampleColumns`]), about a tenth of the bytes, for reading hours of raw data.
+    #[cfg_attr(feature = "openapi", param(value_type = Option<String>, pattern = "^(rows|columns)$"))]
+    pub format: Option<String>,
+}
+
+impl SamplesQuery {
+    /// The range and cap alone.
+    pub fn range(&self) -> RangeQuery {
+        RangeQuery { from: self.from.clone(), to: self.to.clone(), limit: self.limit.clone() }
+    }
+}
+
+/// One signal's values in [`SampleColumns`], one per sample, null where not measured:
+/// integers for the signals kept exactly (bytes, counts; a bitmask as its unsigned 64 bits),
+/// reals for the others.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum SignalColumn {
+    Integers(Vec<Option<i64>>),
+    Bitmasks(Vec<Option<u64>>),
+    Reals(Vec<Option<f64>>),
+}
+
+/// `GET /api/v1/gpus/{uuid}/samples?format=columns`: the samples of [`crate::SampleList`] as
+/// columns. Entry `i` of every array belongs to the sample at `ts_ms[i]`. Process lists and
+/// pod allocations repeat for minutes on end, so a list is given once and the samples refer to
+/// it by index.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct SampleColumns {
+    pub uuid: String,
+    pub from_ms: i64,
+    pub to_ms: i64,
+    /// True when `limit` cut the samples short; ask again from the last `ts_ms` + 1.
+    pub truncated: bool,
+    /// Sample times, ascending.
+    pub ts_ms: Vec<i64>,
+    /// Every signal of docs/METRICS.md by its name.
+    pub signals: std::collections::BTreeMap<String, SignalColumn>,
+    /// The process lists of these samples, each once for as long as samples in a row repeat it.
+    pub process_lists: Vec<Vec<fleetlens_core::GpuProcess>>,
+    /// Per sample: its process list in `process_lists`, null where the GPU reported none.
+    pub processes: Vec<Option<u32>>,
+    /// The pod-allocation lists of these samples, the same way (the first is the empty one).
+    pub allocation_lists: Vec<Vec<fleetlens_core::PodAllocation>>,
+    /// Per sample: its allocations in `allocation_lists`.
+    pub allocations: Vec<u32>,
+}
+
+impl SampleColumns {
+    /// The columns of `samples` (ascending by time).
+    pub fn new(uuid: String, from_ms: i64, to_ms: i64, truncated: bool, samples: &[fleetlens_core::Sample]) -> Self {
+        use fleetlens_core::signal::{Precision, SIGNALS, SignalKind};
+        let signals = SIGNALS
+            .iter()
+            .map(|signal| {
+                // As the rows carry them: integers kept exactly, a bitmask as its 64 bits.
+                let column = match (signal.precision, signal.kind) {
+                    (Precision::Exact, SignalKind::Bitmask) => SignalColumn::Bitmasks(
+                        samples.iter().map(|s| (signal.get_int)(s).map(|bits| bits as u64)).collect(),
+                    ),
+                    (Precision::Exact, _) => SignalColumn::Integers(samples.iter().map(signal.get_int).collect()),
+                    (Precision::Scaled(_), _) => SignalColumn::Reals(samples.iter().map(signal.get).collect()),
+                };
+                (signal.name.to_owned(), column)
+            })
+            .collect();
+        let mut process_lists = Vec::new();
+        let processes =
+            samples.iter().map(|s| s.processes.as_ref().map(|list| index_of(&mut process_lists, list))).collect();
+        let mut allocation_lists = vec![Vec::new()];
+        let allocations = samples.iter().map(|s| index_of(&mut allocation_lists, &s.allocations)).collect();
+        SampleColumns {
+            uuid,
+            from_ms,
+            to_ms,
+            truncated,
+            ts_ms: samples.iter().map(|s| s.ts_ms).collect(),
+            signals,
+            process_lists,
+            processes,
+            allocation_lists,
+            allocations,
+        }
+    }
+}
+
+/// How many of the newest lists a sample's list is compared with before it is added as new:
+/// bounded, so that samples whose lists all differ (per-process readings that change every
+/// second) cost a few comparisons each, not one per list so far.
+const RECENT_LISTS: usize = 8;
+
+/// The index of `list` among the newest [`RECENT_LISTS`] of `lists`, or of it added at the end.
+fn index_of<T: Clone + PartialEq>(lists: &mut Vec<Vec<T>>, list: &[T]) -> u32 {
+    let recent = lists.len().saturating_sub(RECENT_LISTS);
+    match lists[recent..].iter().rposition(|l| l.as_slice() == list) {
+        Some(i) => (recent + i) as u32,
+        None => {
+            lists.push(list.to_vec());
+            (lists.len() - 1) as u32
+        }
+    }
+}
+
+/// The answer of `GET /api/v1/gpus/{uuid}/samples`, in the layout `format` asked for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub enum SamplesAnswer {
+    Rows(crate::SampleList),
+    Columns(SampleColumns),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fleetlens_core::{GpuProcess, Sample};
+
+    fn sample(ts_ms: i64, pid: Option<u32>, throttle: Option<u64>) -> Sample {
+        Sample {
+            ts_ms,
+            gpu_util_pct: Some(ts_ms as f64 / 2.0),
+            throttle_reasons: throttle,
+            processes: pid.map(|pid| vec![GpuProcess { pid, ..Default::default() }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn columns_hold_each_sample_and_repeated_lists_once() {
+        let samples = [
+            sample(1, Some(7), None),
+            sample(2, Some(7), Some(1 << 63)),
+            sample(3, None, Some(4)),
+            sample(4, Some(8), None),
+            sample(5, Some(7), None),
+        ];
+        let c = SampleColumns::new("GPU-x".into(), 0, 10, false, &samples);
+        assert_eq!(c.ts_ms, [1, 2, 3, 4, 5]);
+        assert_eq!(
+            c.signals["gpu_util_pct"],
+            SignalColumn::Reals(vec![Some(0.5), Some(1.0), Some(1.5), Some(2.0), Some(2.5)])
+        );
+        // A bitmask keeps bit 63, as the rows do.
+        assert_eq!(
+            c.signals["throttle_reasons"],
+            SignalColumn::Bitmasks(vec![None, Some(1 << 63), Some(4), None, None])
+        );
+        assert_eq!(c.signals["sm_active_pct"], SignalColumn::Reals(vec![None; 5]));
+        assert_eq!(c.process_lists.len(), 2, "pid 7's list once, pid 8's once");
+        assert_eq!(c.processes, [Some(0), Some(0), None, Some(1), Some(0)]);
+        assert_eq!((c.allocation_lists.len(), c.allocations.as_slice()), (1, &[0u32; 5][..]));
+    }
+
+    #[test]
+    fn lists_that_all_differ_cost_a_bounded_search() {
+        let mut lists: Vec<Vec<u32>> = Vec::new();
+        for i in 0..100 {
+            assert_eq!(index_of(&mut lists, &[i]), i);
+        }
+        // Seen recently: found; seen long ago: added again (still the same list).
+        assert_eq!(index_of(&mut lists, &[97]), 97);
+        assert_eq!(index_of(&mut lists, &[3]), 100);
+        assert_eq!(lists[100], [3]);
+    }
+}

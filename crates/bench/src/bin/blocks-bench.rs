@@ -507,7 +507,8 @@ async fn drop_day(args: &Args, gpus: usize) -> Result<()> {
 
 /// One sealed GPU-hour through `GET /api/v1/gpus/{uuid}/samples` of a release server on the
 /// database just measured, as the dashboard asks for it: 50 reads, each of a different GPU
-/// (the whole answer received and parsed), without and with gzip.
+/// (the whole answer received and parsed), as rows and as columns (`format=columns`), without
+/// and with gzip.
 async fn http_reads(
     args: &Args,
     backend: &str,
@@ -521,7 +522,7 @@ async fn http_reads(
     }
     const TOKEN: &str = "fl_bench_blocks_token_0123456789abcdef";
     let (_server, base) = fleetlens_bench::scratch::start_server(&args.server_bin, url, TOKEN, &[])?;
-    for gzip in [false, true] {
+    for (format, gzip) in [("rows", false), ("rows", true), ("columns", false), ("columns", true)] {
         let client = reqwest::Client::new();
         let mut times = Vec::new();
         let mut received = Vec::new();
@@ -530,7 +531,11 @@ async fn http_reads(
             let t = Instant::now();
             let answer = client
                 .get(format!("{base}/api/v1/gpus/{}/samples", g.uuid))
-                .query(&[("from", plan.first_ts_ms().to_string()), ("to", (plan.first_ts_ms() + H).to_string())])
+                .query(&[
+                    ("from", plan.first_ts_ms().to_string()),
+                    ("to", (plan.first_ts_ms() + H).to_string()),
+                    ("format", format.to_owned()),
+                ])
                 .bearer_auth(TOKEN)
                 .header("accept-encoding", if gzip { "gzip" } else { "identity" })
                 .send()
@@ -546,8 +551,12 @@ async fn http_reads(
             } else {
                 answer.to_vec()
             };
-            let list: fleetlens_api::SampleList = serde_json::from_slice(&json)?;
-            anyhow::ensure!(list.samples.len() == plan.samples_per_gpu, "read {i}: {} samples", list.samples.len());
+            let n = if format == "rows" {
+                serde_json::from_slice::<fleetlens_api::SampleList>(&json)?.samples.len()
+            } else {
+                serde_json::from_slice::<fleetlens_api::gpus::SampleColumns>(&json)?.ts_ms.len()
+            };
+            anyhow::ensure!(n == plan.samples_per_gpu, "read {i}: {n} samples");
             // The first read warms the server's connection pool.
             if i > 0 {
                 times.push(t.elapsed().as_secs_f64() * 1e3);
@@ -558,7 +567,7 @@ async fn http_reads(
         times.sort_by(f64::total_cmp);
         received.sort_by(f64::total_cmp);
         println!(
-            "{backend}: one sealed GPU-hour through GET /gpus/{{uuid}}/samples{}: p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms parsed; last byte received p50 {:.1} ms (50 reads, {bytes} B sent each)",
+            "{backend}: one sealed GPU-hour through GET /gpus/{{uuid}}/samples?format={format}{}: p50 {:.1} ms, p95 {:.1} ms, max {:.1} ms parsed; last byte received p50 {:.1} ms (50 reads, {bytes} B sent each)",
             if gzip { " with gzip" } else { "" },
             fleetlens_bench::scratch::percentile(&times, 0.5),
             fleetlens_bench::scratch::percentile(&times, 0.95),

@@ -3,7 +3,9 @@
 use axum::Json;
 use axum::extract::{Path, Query, State};
 pub use fleetlens_api::gpus::RangeQuery;
-use fleetlens_api::gpus::{DataQualityFlag, GpuDetail, MoveGpuBody, SeriesQuery};
+use fleetlens_api::gpus::{
+    DataQualityFlag, GpuDetail, MoveGpuBody, SampleColumns, SamplesAnswer, SamplesQuery, SeriesQuery,
+};
 use fleetlens_api::{GpuList, GpuSummary, SampleList, Series, SeriesPoint};
 use std::collections::HashMap;
 
@@ -128,14 +130,25 @@ pub fn range(q: &RangeQuery) -> ApiResult<(i64, i64)> {
     Ok((from, to))
 }
 
-#[utoipa::path(get, path = "/gpus/{uuid}/samples", tag = "gpus", params(("uuid" = String, Path, description = "GPU UUID"), RangeQuery), responses((status = 200, body = SampleList), crate::openapi::ItemQueryErrors))]
+#[utoipa::path(get, path = "/gpus/{uuid}/samples", tag = "gpus", params(("uuid" = String, Path, description = "GPU UUID"), SamplesQuery), responses((status = 200, body = SamplesAnswer), crate::openapi::ItemQueryErrors))]
 pub async fn samples(
     State(state): State<AppState>,
     caller: Caller,
     Path(uuid): Path<String>,
-    Query(q): Query<RangeQuery>,
-) -> ApiResult<Json<SampleList>> {
+    Query(query): Query<SamplesQuery>,
+) -> ApiResult<Json<SamplesAnswer>> {
     caller.require(Scope::Read)?;
+    let columns = match query.format.as_deref() {
+        None | Some("rows") => false,
+        Some("columns") => true,
+        Some(other) => {
+            return Err(ApiError::Unprocessable {
+                field: "format".into(),
+                message: format!("{other:?}: use rows or columns"),
+            });
+        }
+    };
+    let q = query.range();
     let (from_ms, to_ms) = range(&q)?;
     let limit = match &q.limit {
         None => DEFAULT_SAMPLE_LIMIT,
@@ -167,7 +180,11 @@ pub async fn samples(
     let mut samples = state.store.samples(caller.org, gpu.id, from_ms, to_ms, limit + 1).await?;
     let truncated = samples.len() > limit as usize;
     samples.truncate(limit as usize);
-    Ok(Json(SampleList { uuid: gpu.uuid, from_ms, to_ms, truncated, samples }))
+    Ok(Json(if columns {
+        SamplesAnswer::Columns(SampleColumns::new(gpu.uuid, from_ms, to_ms, truncated, &samples))
+    } else {
+        SamplesAnswer::Rows(SampleList { uuid: gpu.uuid, from_ms, to_ms, truncated, samples })
+    }))
 }
 
 /// At most this many points per series request.
