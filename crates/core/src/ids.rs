@@ -75,6 +75,10 @@ ids! {
     ChannelId,
     /// An alert silence.
     SilenceId,
+    /// A notification message (a row of the outbox).
+    MessageId,
+    /// One delivery attempt of a notification message (a line of the delivery log).
+    DeliveryId,
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use fleetlens_core::rules::Matchers;
+use fleetlens_core::WorkloadState;
+use fleetlens_core::rules::{ChannelKind, Matchers, MessageKind, Severity};
 use serde_json::Value as Json;
 
 use crate::json_text::JsonText;
@@ -40,7 +41,7 @@ pub struct AlertRuleRecord {
     pub for_s: i64,
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
-    pub severity: String,
+    pub severity: Severity,
     #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
     pub labels: BTreeMap<String, String>,
     pub description: String,
@@ -67,7 +68,7 @@ pub struct NewAlertRule {
     pub for_s: i64,
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
-    pub severity: String,
+    pub severity: Severity,
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
@@ -82,8 +83,7 @@ pub struct ChannelRecord {
     pub id: i64,
     pub org_id: OrgId,
     pub name: String,
-    /// `slack`, `webhook` or `alertmanager`.
-    pub kind: String,
+    pub kind: ChannelKind,
     pub url: String,
     /// Rules with no channels of their own notify the default channels.
     pub is_default: bool,
@@ -110,7 +110,7 @@ pub struct ChannelRecord {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewChannel {
     pub name: String,
-    pub kind: String,
+    pub kind: ChannelKind,
     pub url: String,
     pub is_default: bool,
     pub min_interval_ms: i64,
@@ -195,7 +195,7 @@ pub struct AlertRecord {
     pub last_match_ms: i64,
     pub last_eval_ms: i64,
     pub rule_name: String,
-    pub severity: String,
+    pub severity: Severity,
     #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
     pub labels: BTreeMap<String, String>,
     pub fingerprint: String,
@@ -229,8 +229,7 @@ pub enum AlertWrite {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewNotification {
     pub channel_id: i64,
-    /// `firing`, `resolved`, `repeat` or `test`.
-    pub kind: String,
+    pub kind: MessageKind,
     /// 0, or the reminder's number for `repeat`.
     pub seq: i64,
     /// The JSON body to POST.
@@ -241,7 +240,7 @@ pub struct NewNotification {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSuppressed {
     pub channel_id: i64,
-    pub kind: String,
+    pub kind: MessageKind,
     pub silence_id: i64,
 }
 
@@ -261,7 +260,7 @@ pub struct GpuCursor {
     /// Samples up to this time have been evaluated.
     pub last_ts_ms: i64,
     /// Workload state of the newest sample, and since when the GPU has been in it.
-    pub state: String,
+    pub state: WorkloadState,
     pub state_since_ms: i64,
     /// The GPU's sampling interval as the data shows it.
     pub interval_ms: i64,
@@ -337,7 +336,7 @@ pub struct OutboxRecord {
     pub org_id: OrgId,
     pub alert_id: Option<i64>,
     pub channel_id: i64,
-    pub kind: String,
+    pub kind: MessageKind,
     pub seq: i64,
     pub payload: String,
     /// `pending`, `sending`, `delivered` or `failed`.
@@ -387,7 +386,7 @@ pub struct DeliveryRecord {
     pub outbox_id: Option<i64>,
     pub alert_id: Option<i64>,
     pub channel_id: i64,
-    pub kind: String,
+    pub kind: MessageKind,
     pub attempt: i64,
     pub at_ms: i64,
     /// `delivered`, `retry`, `failed`, `suppressed`, or `lease_lost` (a sender answered after
@@ -638,7 +637,7 @@ macro_rules! impl_alert_store {
                 .bind(rule.for_s)
                 .bind(rule.keep_firing_for_s)
                 .bind(rule.repeat_interval_s)
-                .bind(&rule.severity)
+                .bind(rule.severity.as_str())
                 .bind($crate::alerts::to_json(&rule.labels))
                 .bind(&rule.description)
                 .bind(&rule.advice)
@@ -652,7 +651,7 @@ macro_rules! impl_alert_store {
         fn bind_channel<'q>(query: Query<'q>, ch: &'q $crate::alerts::NewChannel) -> Query<'q> {
             query
                 .bind(&ch.name)
-                .bind(&ch.kind)
+                .bind(ch.kind.as_str())
                 .bind(&ch.url)
                 .bind(ch.is_default)
                 .bind(ch.min_interval_ms)
@@ -1109,7 +1108,7 @@ macro_rules! impl_alert_store {
                             .bind(a.last_match_ms)
                             .bind(a.last_eval_ms)
                             .bind(&a.rule_name)
-                            .bind(&a.severity)
+                            .bind(a.severity.as_str())
                             .bind($crate::alerts::to_json(&a.labels))
                             .bind(&a.fingerprint)
                             .bind(&a.summary)
@@ -1176,7 +1175,7 @@ macro_rules! impl_alert_store {
                         .bind(org)
                         .bind(alert_id)
                         .bind(s.channel_id)
-                        .bind(&s.kind)
+                        .bind(s.kind.as_str())
                         .bind(w.now_ms)
                         .bind(format!("silenced by silence #{}", s.silence_id))
                         .execute(&mut *tx)
@@ -1436,7 +1435,7 @@ macro_rules! impl_alert_store {
                 .bind(m.id)
                 .bind(m.alert_id)
                 .bind(m.channel_id)
-                .bind(&m.kind)
+                .bind(m.kind.as_str())
                 .bind(m.attempts)
                 .bind(now_ms)
                 .bind(outcome)
@@ -1526,7 +1525,7 @@ macro_rules! impl_alert_store {
             .bind(org)
             .bind(alert_id)
             .bind(n.channel_id)
-            .bind(&n.kind)
+            .bind(n.kind.as_str())
             .bind(n.seq)
             .bind(&n.payload)
             .bind(now_ms)
@@ -1549,7 +1548,7 @@ macro_rules! impl_alert_store {
             .bind(c.gpu_id)
             .bind(c.org_id)
             .bind(c.last_ts_ms)
-            .bind(&c.state)
+            .bind(c.state.as_str())
             .bind(c.state_since_ms)
             .bind(c.interval_ms)
             .bind(now_ms)

@@ -180,7 +180,7 @@ pub fn ReportRoutes() -> impl IntoView {
                         <span>"Channel"</span>
                         <select id="route-channel" aria-invalid=move || channel_error().is_some().to_string() on:change=move |ev| channel.set(event_target_value(&ev))>
                             <option value="">"Choose a channel"</option>
-                            {move || channels.get().into_iter().filter(|c| c.kind != "alertmanager").map(|c| view! {
+                            {move || channels.get().into_iter().filter(|c| c.kind != fleetlens_core::ChannelKind::Alertmanager).map(|c| view! {
                                 <option value=c.id.to_string()>{format!("{} ({})", c.name, c.kind)}</option>
                             }).collect_view()}
                         </select>

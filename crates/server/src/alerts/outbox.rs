@@ -105,7 +105,12 @@ async fn deliver(ctx: &AlertsCtx, m: ClaimedMessage) {
     };
     match result.outcome {
         DeliveryOutcome::Delivered => {
-            tracing::debug!(id = m.message.id, channel = m.channel.id, kind = m.message.kind, "notification delivered")
+            tracing::debug!(
+                id = m.message.id,
+                channel = m.channel.id,
+                kind = m.message.kind.as_str(),
+                "notification delivered"
+            )
         }
         _ => tracing::warn!(
             id = m.message.id,
