@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use fleetlens_core::rules::{FieldType, Matchers, SilenceWindow};
-use fleetlens_core::{AlertId, ChannelId, ChannelKind, MessageKind, RuleId, Severity, WorkloadState};
+use fleetlens_core::{
+    AlertId, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, RuleId, Severity, WorkloadState,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -161,7 +163,7 @@ pub struct AlertList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OutboxView {
-    pub id: i64,
+    pub id: MessageId,
     pub channel_id: ChannelId,
     pub kind: MessageKind,
     pub seq: i64,
@@ -178,8 +180,8 @@ pub struct OutboxView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeliveryView {
-    pub id: i64,
-    pub message_id: Option<i64>,
+    pub id: DeliveryId,
+    pub message_id: Option<MessageId>,
     pub alert_id: Option<AlertId>,
     /// Never reused: the channel the attempt went to, even after it was deleted.
     pub channel_id: ChannelId,
@@ -216,7 +218,7 @@ pub struct DeliveryList {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TestResult {
-    pub message_id: i64,
+    pub message_id: MessageId,
     pub delivered: bool,
     /// Outbox status: `delivered`, `sending`, `failed` …
     pub status: String,
@@ -232,7 +234,7 @@ pub struct TestResult {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChannelView {
-    pub id: i64,
+    pub id: ChannelId,
     pub name: String,
     pub kind: ChannelKind,
     pub url: String,
@@ -358,7 +360,7 @@ pub struct AlertQuery {
     /// `firing`, `resolved`, `pending`, `open` (pending or firing) or `all` (default).
     #[cfg_attr(feature = "openapi", param(pattern = "^(firing|resolved|pending|open|all)$"))]
     pub status: Option<String>,
-    pub rule_id: Option<i64>,
+    pub rule_id: Option<RuleId>,
     /// GPU UUID.
     pub gpu: Option<String>,
     /// Only alerts with an id below this (paging).
@@ -371,8 +373,8 @@ pub struct AlertQuery {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 pub struct DeliveryQuery {
-    pub channel_id: Option<i64>,
-    pub alert_id: Option<i64>,
+    pub channel_id: Option<ChannelId>,
+    pub alert_id: Option<AlertId>,
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
     pub limit: Option<i64>,
 }

@@ -5,7 +5,7 @@ pub mod remote_write;
 
 use std::collections::BTreeMap;
 
-use fleetlens_core::{FunnelLevelName, Severity, WorkloadState};
+use fleetlens_core::{AlertId, FunnelLevelName, RuleId, Severity, WorkloadState};
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -396,10 +396,10 @@ pub struct BillingReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AlertView {
-    pub id: i64,
+    pub id: AlertId,
     /// Ids are never reused, so this is always the rule that raised the alert, even after it
     /// was deleted (then `rule_deleted` is true and `rule_name` is its name at the time).
-    pub rule_id: i64,
+    pub rule_id: RuleId,
     /// The rule has been deleted since.
     pub rule_deleted: bool,
     pub rule_name: String,

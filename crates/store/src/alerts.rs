@@ -22,8 +22,8 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use fleetlens_core::WorkloadState;
 use fleetlens_core::rules::{ChannelKind, Matchers, MessageKind, Severity};
+use fleetlens_core::{DeliveryId, MessageId, WorkloadState};
 use serde_json::Value as Json;
 
 use crate::json_text::JsonText;
@@ -332,7 +332,7 @@ pub struct GpuBrief {
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct OutboxRecord {
-    pub id: i64,
+    pub id: MessageId,
     pub org_id: OrgId,
     pub alert_id: Option<i64>,
     pub channel_id: i64,
@@ -381,9 +381,9 @@ pub struct DeliveryResult {
 /// One line of the delivery log.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DeliveryRecord {
-    pub id: i64,
+    pub id: DeliveryId,
     pub org_id: OrgId,
-    pub outbox_id: Option<i64>,
+    pub outbox_id: Option<MessageId>,
     pub alert_id: Option<i64>,
     pub channel_id: i64,
     pub kind: MessageKind,
@@ -519,7 +519,7 @@ pub trait AlertStore: Send + Sync {
         alert_id: Option<i64>,
         n: &NewNotification,
         now_ms: i64,
-    ) -> Result<Option<i64>>;
+    ) -> Result<Option<MessageId>>;
     /// Claim up to `max` due messages, at most one per channel and only from channels whose
     /// rate limit allows a message now, oldest first per channel (a message waiting for its
     /// retry holds back the later ones of its channel, so they arrive in order).
@@ -532,8 +532,14 @@ pub trait AlertStore: Send + Sync {
     ) -> Result<Vec<ClaimedMessage>>;
     /// Record an attempt; false if `owner` no longer holds the lease (nothing is changed
     /// then but the log line).
-    async fn finish_notification(&self, id: i64, owner: &str, result: &DeliveryResult, now_ms: i64) -> Result<bool>;
-    async fn outbox_message(&self, org: OrgId, id: i64) -> Result<Option<OutboxRecord>>;
+    async fn finish_notification(
+        &self,
+        id: MessageId,
+        owner: &str,
+        result: &DeliveryResult,
+        now_ms: i64,
+    ) -> Result<bool>;
+    async fn outbox_message(&self, org: OrgId, id: MessageId) -> Result<Option<OutboxRecord>>;
     async fn outbox_for_alert(&self, org: OrgId, alert_id: i64) -> Result<Vec<OutboxRecord>>;
     /// Undelivered messages of every organisation (for metrics and tests).
     async fn outbox_backlog(&self) -> Result<i64>;
@@ -1316,7 +1322,7 @@ macro_rules! impl_alert_store {
                 alert_id: Option<i64>,
                 n: &$crate::alerts::NewNotification,
                 now_ms: i64,
-            ) -> $crate::Result<Option<i64>> {
+            ) -> $crate::Result<Option<fleetlens_core::MessageId>> {
                 let mut tx = begin(self.pool()).await?;
                 let id = insert_outbox(&mut tx, org, alert_id, n, now_ms).await?;
                 tx.commit().await?;
@@ -1388,7 +1394,7 @@ macro_rules! impl_alert_store {
 
             async fn finish_notification(
                 &self,
-                id: i64,
+                id: fleetlens_core::MessageId,
                 owner: &str,
                 r: &$crate::alerts::DeliveryResult,
                 now_ms: i64,
@@ -1461,7 +1467,7 @@ macro_rules! impl_alert_store {
             async fn outbox_message(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::MessageId,
             ) -> $crate::Result<Option<$crate::alerts::OutboxRecord>> {
                 let sql = format!("SELECT {} FROM alert_outbox WHERE org_id = ? AND id = ?", $crate::alerts::OUTBOX_COLS);
                 let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
@@ -1516,7 +1522,7 @@ macro_rules! impl_alert_store {
             alert_id: Option<i64>,
             n: &$crate::alerts::NewNotification,
             now_ms: i64,
-        ) -> $crate::Result<Option<i64>> {
+        ) -> $crate::Result<Option<fleetlens_core::MessageId>> {
             Ok(sqlx::query_scalar(&q(
                 "INSERT INTO alert_outbox (org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
                  next_attempt_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?) \

@@ -216,7 +216,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     let id = store.start_reclaim(&r, &w, T0).await.unwrap().expect("started");
     assert_eq!(store.start_reclaim(&r, &w, T0).await.unwrap(), None, "one open reclaim per policy and GPU");
     // The notice names its reclaim.
-    let sent = store.outbox_message(DEFAULT_ORG, 1).await.unwrap().expect("the notice");
+    let sent = store.outbox_message(DEFAULT_ORG, fleetlens_core::MessageId(1)).await.unwrap().expect("the notice");
     assert_eq!(sent.payload, format!("{{\"snooze\":\"/reclaims/{id}/snooze\"}}"));
 
     let open = store.open_reclaims().await.unwrap();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
-use fleetlens_core::{ChannelKind, MessageKind, Severity, WorkloadState};
+use fleetlens_core::{ChannelKind, MessageId, MessageKind, Severity, WorkloadState};
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
     EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed,
@@ -308,7 +308,7 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     }
     let now = 10_000;
     let c = store.claim_notifications("a", now, 30_000, 10).await.unwrap();
-    let got: HashSet<i64> = c.iter().map(|m| m.message.id).collect();
+    let got: HashSet<MessageId> = c.iter().map(|m| m.message.id).collect();
     assert_eq!(got, HashSet::from([ids[0], ids[2]]), "one message per channel, oldest first");
     assert!(c.iter().all(|m| m.message.attempts == 1 && m.message.status == "sending"));
     assert_eq!(c.iter().find(|m| m.channel.id == slow.id).unwrap().channel.url, "http://127.0.0.1:9/hook");

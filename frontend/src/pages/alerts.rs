@@ -810,7 +810,7 @@ fn RuleEditor(
             <fieldset class="checks">
                 <legend>"Notify (none ticked: the default channels)"</legend>
                 {list.into_iter().map(|c| {
-                    let id = c.id;
+                    let id = c.id.get();
                     view! {
                         <label class="check">
                             <input
@@ -965,7 +965,8 @@ fn Channels() -> impl IntoView {
     };
     let set_default = move |c: Channel| {
         spawn_local(async move {
-            match api::update_channel(c.id, &ChannelBody { default: Some(!c.default), ..ChannelBody::default() }).await
+            match api::update_channel(c.id.get(), &ChannelBody { default: Some(!c.default), ..ChannelBody::default() })
+                .await
             {
                 Ok(_) => {
                     error.set(None);
@@ -978,7 +979,7 @@ fn Channels() -> impl IntoView {
     let delete = move |c: Channel| {
         confirm_delete.set(None);
         spawn_local(async move {
-            match api::delete_channel(c.id).await {
+            match api::delete_channel(c.id.get()).await {
                 Ok(()) => {
                     error.set(None);
                     saved.set(Some(format!("Channel “{}” deleted.", c.name)));
@@ -1036,7 +1037,7 @@ fn Channels() -> impl IntoView {
                             ]}
                         >
                             {l.into_iter().map(|c| {
-                                let id = c.id;
+                                let id = c.id.get();
                                 let (c1, c2) = (c.clone(), c.clone());
                                 let name = c.name.clone();
                                 view! {

@@ -222,12 +222,13 @@ pub fn GpuDetailPage() -> impl IntoView {
 /// For each open alert held back by another, the chain to the alert that speaks for them all:
 /// `Busy but hollow ← Stalled GPU (possible hung collective) ← Agent offline`.
 fn inhibition_chains(list: &[fleetlens_api::AlertView]) -> Vec<String> {
-    let by_id: std::collections::HashMap<i64, &fleetlens_api::AlertView> = list.iter().map(|a| (a.id, a)).collect();
+    let by_id: std::collections::HashMap<i64, &fleetlens_api::AlertView> =
+        list.iter().map(|a| (a.id.get(), a)).collect();
     // Only the ends of chains: alerts no other open alert is held back by.
     let sources: std::collections::HashSet<i64> =
         list.iter().filter(|a| a.status != "resolved").filter_map(|a| a.inhibited_by).collect();
     list.iter()
-        .filter(|a| a.status != "resolved" && a.inhibited_by.is_some() && !sources.contains(&a.id))
+        .filter(|a| a.status != "resolved" && a.inhibited_by.is_some() && !sources.contains(&a.id.get()))
         .map(|a| {
             let mut names = vec![a.rule_name.clone()];
             let mut next = a.inhibited_by;

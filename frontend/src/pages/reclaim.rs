@@ -57,9 +57,11 @@ fn minutes_to_s(text: &str) -> Option<i64> {
 
 fn channel_name(channels: &[Channel], id: Option<i64>, none: &str) -> String {
     match id {
-        Some(id) => {
-            channels.iter().find(|c| c.id == id).map(|c| c.name.clone()).unwrap_or_else(|| format!("channel {id}"))
-        }
+        Some(id) => channels
+            .iter()
+            .find(|c| c.id.get() == id)
+            .map(|c| c.name.clone())
+            .unwrap_or_else(|| format!("channel {id}")),
         None => none.into(),
     }
 }

@@ -26,7 +26,7 @@ fn opt_number(s: &str) -> Result<Option<f64>, String> {
 fn channel_name(channels: &[Channel], id: i64) -> String {
     channels
         .iter()
-        .find(|c| c.id == id)
+        .find(|c| c.id.get() == id)
         .map(|c| format!("{} ({})", c.name, c.kind))
         .unwrap_or_else(|| format!("channel {id}"))
 }

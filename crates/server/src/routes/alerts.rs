@@ -20,7 +20,7 @@ use fleetlens_api::alerts::{
 };
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec};
-use fleetlens_core::{ChannelKind, MessageKind, Severity, WorkloadState};
+use fleetlens_core::{AlertId, ChannelId, ChannelKind, MessageKind, RuleId, Severity, WorkloadState};
 use fleetlens_store::alerts::{
     AlertFilter, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
     NewNotification, NewSilence, OutboxRecord, SilenceRecord,
@@ -327,7 +327,7 @@ pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionC
 fn channel_view(c: ChannelRecord) -> ChannelView {
     let group_by = crate::alerts::groups::group_by(&c);
     ChannelView {
-        id: c.id,
+        id: c.id.into(),
         name: c.name,
         kind: c.kind,
         url: c.url,
@@ -549,7 +549,8 @@ pub async fn list_alerts(
     if !(1..=1000).contains(&limit) {
         return Err(invalid("limit", "1–1000"));
     }
-    let filter = AlertFilter { statuses, rule_id: q.rule_id, gpu_uuid: q.gpu, before_id: q.before, limit };
+    let filter =
+        AlertFilter { statuses, rule_id: q.rule_id.map(RuleId::get), gpu_uuid: q.gpu, before_id: q.before, limit };
     let rules = rule_ids(&state, caller.org).await?;
     let alerts: Vec<AlertView> = state
         .store
@@ -607,8 +608,13 @@ fn delivery_view(d: DeliveryRecord, channels: &std::collections::HashSet<i64>) -
 
 /// One alert with its notification messages and delivery attempts.
 #[utoipa::path(get, path = "/alerts/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = AlertDetail), crate::openapi::ItemErrors))]
-pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<AlertDetail>> {
+pub async fn get_alert(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<AlertId>,
+) -> Res<Json<AlertDetail>> {
     caller.require(Scope::Read)?;
+    let id = id.get();
     let a = state.store.alert(caller.org, id).await?.ok_or_else(|| not_found("alert"))?;
     let messages: Vec<OutboxView> =
         state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(outbox_view).collect();
@@ -637,26 +643,28 @@ pub async fn list_deliveries(
 pub async fn channel_deliveries(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<ChannelId>,
     Query(q): Query<DeliveryQuery>,
 ) -> Res<Json<DeliveryList>> {
     caller.require(Scope::Read)?;
-    state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
+    state.store.notification_channel(caller.org, id.get()).await?.ok_or_else(|| not_found("notification channel"))?;
     deliveries(&state, caller.org, Some(id), q.alert_id, q.limit).await
 }
 
 async fn deliveries(
     state: &AppState,
     org: OrgId,
-    channel_id: Option<i64>,
-    alert_id: Option<i64>,
+    channel_id: Option<ChannelId>,
+    alert_id: Option<AlertId>,
     limit: Option<i64>,
 ) -> Res<Json<DeliveryList>> {
     let limit = limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(invalid("limit", "1–1000"));
     }
-    let filter = DeliveryFilter { channel_id, alert_id, limit };
+    // The store keys channels and alerts by their integer ids.
+    let filter =
+        DeliveryFilter { channel_id: channel_id.map(ChannelId::get), alert_id: alert_id.map(AlertId::get), limit };
     let channels = channel_ids(state, org).await?;
     let list: Vec<DeliveryView> =
         state.store.deliveries(org, &filter).await?.into_iter().map(|d| delivery_view(d, &channels)).collect();
