@@ -7,6 +7,7 @@
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap};
 
+use fleetlens_core::WorkloadState;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use serde::Deserialize;
@@ -28,7 +29,7 @@ const REOPEN_AFTER_MS: u64 = 30_000;
 pub struct LiveGpu {
     pub uuid: String,
     #[serde(default)]
-    pub state: Option<String>,
+    pub state: Option<WorkloadState>,
     #[serde(default)]
     pub last_seen_ms: i64,
 }
@@ -59,9 +60,9 @@ struct Snapshot {
 struct GpuStateEvent {
     uuid: String,
     #[serde(default)]
-    previous: Option<String>,
+    previous: Option<WorkloadState>,
     #[serde(default)]
-    state: Option<String>,
+    state: Option<WorkloadState>,
     #[serde(default)]
     last_seen_ms: i64,
 }
@@ -230,7 +231,7 @@ fn data<T: serde::de::DeserializeOwned>(e: &MessageEvent) -> Option<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{GpuStateEvent, LiveSummary, Snapshot};
+    use super::{GpuStateEvent, LiveSummary, Snapshot, WorkloadState};
 
     /// The examples of docs/API.md "Live stream" read as the dashboard expects.
     #[test]
@@ -239,13 +240,13 @@ mod tests {
             r#"{"seq":41,"at_ms":1764165600000,"gpus":[{"uuid":"GPU-0001","host":"node-1","state":"idle_held","last_seen_ms":1764165598000}],"alerts":[],"summary":{"at_ms":1764165600000,"gpu_count":1,"reporting":1,"by_state":{"offline":0,"idle_held":1},"alerts_pending":0,"alerts_firing":0}}"#,
         )
         .unwrap();
-        assert_eq!(snap.gpus[0].state.as_deref(), Some("idle_held"));
+        assert_eq!(snap.gpus[0].state, Some(WorkloadState::IdleHeld));
         assert_eq!(snap.summary.unwrap().by_state["idle_held"], 1);
         let ev: GpuStateEvent = serde_json::from_str(
             r#"{"uuid":"GPU-0001","host":"node-1","previous":"idle_held","state":"active","last_seen_ms":1764165604000,"at_ms":1764165605120}"#,
         )
         .unwrap();
-        assert_eq!((ev.previous.as_deref(), ev.state.as_deref()), (Some("idle_held"), Some("active")));
+        assert_eq!((ev.previous, ev.state), (Some(WorkloadState::IdleHeld), Some(WorkloadState::Active)));
         let new: GpuStateEvent = serde_json::from_str(
             r#"{"uuid":"GPU-2","host":"n","previous":null,"state":null,"last_seen_ms":1,"at_ms":2}"#,
         )

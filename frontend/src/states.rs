@@ -5,34 +5,31 @@
 use fleetlens_core::{PriceTable, WorkloadState};
 
 /// The state's METRICS.md name, readable: `idle_held` → `idle held`.
-pub fn label(name: &str) -> String {
+pub fn label(state: WorkloadState) -> String {
+    name_label(state.as_str())
+}
+
+/// [`label`] of a state's name as text (a key of a `hours_by_state` map, a filter value).
+pub fn name_label(name: &str) -> String {
     name.replace('_', " ")
 }
 
 /// CSS modifier of a state's color (one per state; `unknown` when the server gave none).
-pub fn css(name: Option<&str>) -> String {
-    match name.and_then(WorkloadState::parse) {
+pub fn css(state: Option<WorkloadState>) -> String {
+    match state {
         Some(s) => format!("state state-{}", s.as_str()),
         None => "state state-unknown".into(),
     }
 }
 
-pub fn meaning(name: &str) -> &'static str {
-    WorkloadState::parse(name).map(WorkloadState::meaning).unwrap_or("")
-}
-
-pub fn advice(name: &str) -> &'static str {
-    WorkloadState::parse(name).map(WorkloadState::advice).unwrap_or("")
-}
-
 /// True for the states that count (wholly or partly) as wasted cost.
-pub fn is_waste(name: &str) -> bool {
-    WorkloadState::parse(name).is_some_and(|s| s.waste_fraction(Some(0.0)) > 0.0)
+pub fn is_waste(state: WorkloadState) -> bool {
+    state.waste_fraction(Some(0.0)) > 0.0
 }
 
-/// Every state, in METRICS.md priority order.
-pub fn all() -> impl Iterator<Item = &'static str> {
-    WorkloadState::ALL.into_iter().map(WorkloadState::as_str)
+/// [`is_waste`] of a state's name as text (a key of a `hours_by_state` map).
+pub fn is_waste_name(name: &str) -> bool {
+    WorkloadState::parse(name).is_some_and(is_waste)
 }
 
 /// NVML clock-event (throttle) reasons, by bit.

@@ -587,10 +587,16 @@ async fn rule_validation_errors_point_at_the_condition() {
         .await;
     assert_eq!((status, ok["fields"].clone()), (200, json!(["state", "duration_in_state_s"])));
 
-    // Other fields are checked too; names are unique; channels must exist.
+    // Other fields are checked too; names are unique; channels must exist. A severity that is
+    // none of the names does not parse: 400, naming the field and the accepted names.
     let (status, e) =
         api.post("/api/v1/alert-rules", json!({"name": "x", "condition": "true", "severity": "urgent"})).await;
-    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("severity")));
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (400, Some("invalid_json"), Some("severity"))
+    );
+    let message = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`urgent`") && message.contains("`info`, `warning`, `critical`"), "{e}");
     let (status, e) =
         api.post("/api/v1/alert-rules", json!({"name": "x", "condition": "true", "channels": [99]})).await;
     assert_eq!((status, e["error"]["field"].as_str()), (422, Some("channels")));
@@ -632,7 +638,11 @@ async fn rule_validation_errors_point_at_the_condition() {
     assert_eq!(status, 409, "the shipped rule has that name");
     let (status, e) =
         api.post("/api/v1/notification-channels", json!({"name": "x", "kind": "pager", "url": "http://x"})).await;
-    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("kind")));
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (400, Some("invalid_json"), Some("kind"))
+    );
+    assert!(e["error"]["message"].as_str().unwrap_or_default().contains("`slack`, `webhook`, `alertmanager`"), "{e}");
     let (status, e) =
         api.post("/api/v1/notification-channels", json!({"name": "x", "kind": "slack", "url": "ftp://x"})).await;
     assert_eq!((status, e["error"]["field"].as_str()), (422, Some("url")));

@@ -109,6 +109,14 @@ async fn reclaim_policies_act_on_real_processes(backend: Backend) {
         let (status, e) = policy(body).await;
         assert_eq!((status, e["error"]["field"].as_str()), (422, Some(field)), "{e}");
     }
+    // A state that is no workload state does not parse: 400, naming the field.
+    let (status, e) =
+        policy(json!({"name": "x", "state": "busy", "for_s": 5, "grace_s": 5, "action": "agent_kill"})).await;
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (400, Some("invalid_json"), Some("state")),
+        "{e}"
+    );
     let (status, kill) = policy(json!({"name": "kill idle notebooks", "state": "idle_held", "for_s": 3,
         "grace_s": 3, "action": "agent_kill", "notice_channel_id": hook["id"]}))
     .await;

@@ -4,7 +4,9 @@
 use std::collections::BTreeMap;
 
 use fleetlens_core::rules::{FieldType, Matchers, SilenceWindow};
-use fleetlens_core::{AlertId, ChannelId, RuleId, WorkloadState};
+use fleetlens_core::{
+    AlertId, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, RuleId, Severity, WorkloadState,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -13,7 +15,7 @@ use crate::AlertView;
 // ---- rules ----
 
 /// An alert rule.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RuleView {
     pub id: RuleId,
@@ -23,7 +25,7 @@ pub struct RuleView {
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
     /// `info`, `warning` or `critical`.
-    pub severity: String,
+    pub severity: Severity,
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
@@ -64,7 +66,7 @@ pub struct RuleBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub repeat_interval_s: Option<i64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub severity: Option<String>,
+    pub severity: Option<Severity>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub labels: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -88,7 +90,7 @@ pub struct RuleBody {
 pub struct RuleFields {
     pub fields: Vec<FieldInfo>,
     pub states: Vec<WorkloadState>,
-    pub severities: Vec<String>,
+    pub severities: Vec<Severity>,
     pub operators: Vec<String>,
 }
 
@@ -161,9 +163,9 @@ pub struct AlertList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct OutboxView {
-    pub id: i64,
+    pub id: MessageId,
     pub channel_id: ChannelId,
-    pub kind: String,
+    pub kind: MessageKind,
     pub seq: i64,
     pub status: String,
     pub attempts: i64,
@@ -178,14 +180,14 @@ pub struct OutboxView {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeliveryView {
-    pub id: i64,
-    pub message_id: Option<i64>,
+    pub id: DeliveryId,
+    pub message_id: Option<MessageId>,
     pub alert_id: Option<AlertId>,
     /// Never reused: the channel the attempt went to, even after it was deleted.
     pub channel_id: ChannelId,
     /// The channel has been deleted since.
     pub channel_deleted: bool,
-    pub kind: String,
+    pub kind: MessageKind,
     pub attempt: i64,
     pub at_ms: i64,
     /// `delivered`, `retry`, `failed`, `suppressed` (a silence held it back) or `lease_lost`.
@@ -216,7 +218,7 @@ pub struct DeliveryList {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TestResult {
-    pub message_id: i64,
+    pub message_id: MessageId,
     pub delivered: bool,
     /// Outbox status: `delivered`, `sending`, `failed` …
     pub status: String,
@@ -229,12 +231,12 @@ pub struct TestResult {
 // ---- channels ----
 
 /// A notification channel.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ChannelView {
-    pub id: i64,
+    pub id: ChannelId,
     pub name: String,
-    pub kind: String,
+    pub kind: ChannelKind,
     pub url: String,
     /// Rules without channels of their own notify the default channels.
     pub default: bool,
@@ -263,7 +265,7 @@ pub struct ChannelBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub kind: Option<String>,
+    pub kind: Option<ChannelKind>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub url: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -358,7 +360,7 @@ pub struct AlertQuery {
     /// `firing`, `resolved`, `pending`, `open` (pending or firing) or `all` (default).
     #[cfg_attr(feature = "openapi", param(pattern = "^(firing|resolved|pending|open|all)$"))]
     pub status: Option<String>,
-    pub rule_id: Option<i64>,
+    pub rule_id: Option<RuleId>,
     /// GPU UUID.
     pub gpu: Option<String>,
     /// Only alerts with an id below this (paging).
@@ -371,8 +373,8 @@ pub struct AlertQuery {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::IntoParams), into_params(parameter_in = Query))]
 pub struct DeliveryQuery {
-    pub channel_id: Option<i64>,
-    pub alert_id: Option<i64>,
+    pub channel_id: Option<ChannelId>,
+    pub alert_id: Option<AlertId>,
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
     pub limit: Option<i64>,
 }
@@ -404,5 +406,19 @@ mod tests {
     fn a_rule_patch_sends_only_what_it_changes() {
         let patch = RuleBody { enabled: Some(false), channels: Some(vec![ChannelId(2)]), ..RuleBody::default() };
         assert_eq!(serde_json::to_value(&patch).unwrap(), serde_json::json!({"enabled": false, "channels": [2]}));
+    }
+
+    #[test]
+    fn severities_and_kinds_travel_as_their_names() {
+        let body = r#"{"kind":"alertmanager","digest":"off"}"#;
+        let channel: ChannelBody = serde_json::from_str(body).unwrap();
+        assert_eq!(channel.kind, Some(ChannelKind::Alertmanager));
+        assert_eq!(serde_json::to_string(&channel).unwrap(), body, "byte for byte");
+        let rule: RuleBody = serde_json::from_str(r#"{"severity":"critical"}"#).unwrap();
+        assert_eq!(rule.severity, Some(Severity::Critical));
+        let e = serde_json::from_str::<ChannelBody>(r#"{"kind":"pager"}"#).unwrap_err().to_string();
+        assert!(e.contains("unknown variant `pager`, expected one of `slack`, `webhook`, `alertmanager`"), "{e}");
+        let e = serde_json::from_str::<RuleBody>(r#"{"severity":"urgent"}"#).unwrap_err().to_string();
+        assert!(e.contains("`info`, `warning`, `critical`"), "{e}");
     }
 }

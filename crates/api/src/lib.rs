@@ -5,6 +5,7 @@ pub mod remote_write;
 
 use std::collections::BTreeMap;
 
+use fleetlens_core::{AlertId, FunnelLevelName, RuleId, Severity, WorkloadState};
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -122,7 +123,7 @@ pub struct GpuSummary {
     /// Efficiency score of the latest sample (null when undefined).
     pub efficiency: Option<f64>,
     /// Workload state of the current window (null until the classifier has a window).
-    pub state: Option<String>,
+    pub state: Option<WorkloadState>,
 }
 
 /// `GET /api/v1/gpus`.
@@ -151,7 +152,7 @@ pub struct StateWindow {
     pub from_ms: i64,
     pub to_ms: i64,
     /// Workload state name as in METRICS.md (`idle`, `idle_held`, `hollow`, …).
-    pub state: String,
+    pub state: WorkloadState,
     /// Efficiency score of the window; null when kernel utilization is 0 or unmeasured.
     pub efficiency: Option<f64>,
     pub sample_count: u32,
@@ -172,7 +173,7 @@ pub struct StateWindow {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FunnelLevel {
     /// `allocation`, `kernel`, `sm`, `tensor`, `mfu`.
-    pub level: String,
+    pub level: FunnelLevelName,
     /// Fraction (0–1) of the paid GPU-seconds the level covers; null when unmeasured.
     pub fraction: Option<f64>,
     /// Share (0–1) of paid GPU-seconds where the signal was measured.
@@ -200,7 +201,7 @@ pub struct GpuWaste {
     pub host: String,
     pub name: Option<String>,
     /// State the GPU spent the most wasted time in.
-    pub main_waste_state: Option<String>,
+    pub main_waste_state: Option<WorkloadState>,
     pub paid_gpu_hours: f64,
     pub wasted_cost: Option<f64>,
     pub wasted_hours: f64,
@@ -327,7 +328,7 @@ pub struct SeriesPoint {
     pub power_w: Option<f64>,
     pub temp_c: Option<f64>,
     /// The minute's workload state (1-minute resolution only).
-    pub state: Option<String>,
+    pub state: Option<WorkloadState>,
 }
 
 /// `GET /api/v1/gpus/{uuid}/series?from=&to=&resolution=1m|1h`: served from rollups.
@@ -395,14 +396,14 @@ pub struct BillingReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AlertView {
-    pub id: i64,
+    pub id: AlertId,
     /// Ids are never reused, so this is always the rule that raised the alert, even after it
     /// was deleted (then `rule_deleted` is true and `rule_name` is its name at the time).
-    pub rule_id: i64,
+    pub rule_id: RuleId,
     /// The rule has been deleted since.
     pub rule_deleted: bool,
     pub rule_name: String,
-    pub severity: String,
+    pub severity: Severity,
     /// `pending`, `firing` or `resolved`.
     pub status: String,
     /// Notifications were held back by a silence.
@@ -428,10 +429,29 @@ pub struct AlertView {
     pub condition: String,
     /// The condition's fields and their values when it fired.
     pub values: Vec<fleetlens_core::rules::payload::MatchedValue>,
-    pub state: Option<String>,
+    pub state: Option<WorkloadState>,
     pub advice: String,
     /// The firing notification went out.
     pub notified: bool,
     pub notified_channels: Vec<i64>,
     pub resolved_reason: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn states_and_funnel_levels_travel_as_their_names() {
+        let window = r#"{"from_ms":0,"to_ms":60000,"state":"idle_held","efficiency":null,"sample_count":60,"gpu_util_pct":0.0,"sm_active_pct":null,"tensor_active_pct":null,"dram_active_pct":null,"reason":"r","note":null,"advice":"a"}"#;
+        let w: StateWindow = serde_json::from_str(window).unwrap();
+        assert_eq!(w.state, WorkloadState::IdleHeld);
+        assert_eq!(serde_json::to_string(&w).unwrap(), window, "byte for byte");
+        let level = r#"{"level":"sm","fraction":0.5,"coverage":1.0,"gap_cost":null}"#;
+        let l: FunnelLevel = serde_json::from_str(level).unwrap();
+        assert_eq!(l.level, FunnelLevelName::Sm);
+        assert_eq!(serde_json::to_string(&l).unwrap(), level);
+        let e = serde_json::from_str::<FunnelLevel>(&level.replace("\"sm\"", "\"smx\"")).unwrap_err().to_string();
+        assert!(e.contains("`allocation`, `kernel`, `sm`, `tensor`, `mfu`"), "{e}");
+    }
 }

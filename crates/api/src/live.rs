@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 
+use fleetlens_core::WorkloadState;
 use serde::{Deserialize, Serialize};
 
 use crate::AlertView;
@@ -29,7 +30,7 @@ pub struct StreamGpu {
     pub uuid: String,
     pub host: String,
     /// METRICS.md state name.
-    pub state: String,
+    pub state: WorkloadState,
     /// Time of the GPU's newest sample.
     pub last_seen_ms: i64,
 }
@@ -55,8 +56,8 @@ pub struct GpuStateChange {
     pub uuid: String,
     pub host: String,
     /// The state before; `null` for a GPU new to the organisation.
-    pub previous: Option<String>,
-    pub state: String,
+    pub previous: Option<WorkloadState>,
+    pub state: WorkloadState,
     /// Time of the GPU's newest sample.
     pub last_seen_ms: i64,
     /// When the server saw the change.

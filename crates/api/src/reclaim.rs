@@ -1,8 +1,8 @@
 //! Idle reclaim (docs/ACTIONS.md): the bodies of `/reclaim-policies`, their dry run, and
 //! `/reclaims` with their logged steps.
 
-use fleetlens_core::ProcessOwner;
 use fleetlens_core::reclaim::WouldAct;
+use fleetlens_core::{ProcessOwner, WorkloadState};
 use serde::{Deserialize, Serialize};
 
 /// A policy.
@@ -12,7 +12,7 @@ pub struct ReclaimPolicy {
     pub id: i64,
     pub name: String,
     /// The workload state that must hold (e.g. `idle_held`; not `offline`).
-    pub state: String,
+    pub state: WorkloadState,
     /// For this many seconds before the notice.
     pub for_s: i64,
     /// Seconds between the notice and the action.
@@ -32,7 +32,7 @@ pub struct ReclaimPolicy {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewReclaimPolicy {
     pub name: String,
-    pub state: String,
+    pub state: WorkloadState,
     pub for_s: i64,
     pub grace_s: i64,
     pub action: String,

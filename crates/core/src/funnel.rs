@@ -17,6 +17,22 @@ use crate::sample::Sample;
 use crate::thresholds::Thresholds;
 use crate::window::sample_durations_ms;
 
+crate::named_enum! {
+    /// The funnel's levels, widest first: each is a share of the one before.
+    pub enum FunnelLevelName("funnel level") {
+        /// A process holds the GPU.
+        Allocation = "allocation",
+        /// A kernel runs (`gpu_util_pct`).
+        Kernel = "kernel",
+        /// SMs are busy (`sm_active_pct`).
+        Sm = "sm",
+        /// Tensor cores are busy (`tensor_active_pct`).
+        Tensor = "tensor",
+        /// Model FLOPs utilization.
+        Mfu = "mfu",
+    }
+}
+
 /// One level of the funnel.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Level {
@@ -172,6 +188,22 @@ impl Funnel {
             fraction: (self.peak_flop > 0.0).then(|| self.achieved_flop / self.peak_flop),
             coverage: (self.paid_s > 0.0).then(|| self.mfu_covered_s / self.paid_s),
         }
+    }
+
+    /// The level of that name.
+    pub fn level(&self, name: FunnelLevelName) -> Level {
+        match name {
+            FunnelLevelName::Allocation => self.allocation(),
+            FunnelLevelName::Kernel => self.kernel(),
+            FunnelLevelName::Sm => self.sm(),
+            FunnelLevelName::Tensor => self.tensor(),
+            FunnelLevelName::Mfu => self.mfu(),
+        }
+    }
+
+    /// Every level, widest first.
+    pub fn levels(&self) -> [(FunnelLevelName, Level); 5] {
+        FunnelLevelName::ALL.map(|name| (name, self.level(name)))
     }
 
     pub fn paid_gpu_hours(&self) -> f64 {

@@ -75,6 +75,10 @@ ids! {
     ChannelId,
     /// An alert silence.
     SilenceId,
+    /// A notification message (a row of the outbox).
+    MessageId,
+    /// One delivery attempt of a notification message (a line of the delivery log).
+    DeliveryId,
 }
 
 #[cfg(test)]
@@ -88,5 +92,7 @@ mod tests {
         assert!(serde_json::from_str::<TeamId>("\"7\"").is_err());
         assert_eq!("12".parse::<UserId>().unwrap(), UserId(12));
         assert_eq!(i64::from(OrgId(3)), 3);
+        assert_eq!(serde_json::from_str::<Option<MessageId>>("5").unwrap(), Some(MessageId(5)));
+        assert_eq!(serde_json::to_string(&DeliveryId(9)).unwrap(), "9");
     }
 }

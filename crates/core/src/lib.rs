@@ -15,6 +15,7 @@ pub mod funnel;
 pub mod ids;
 pub mod jobcard;
 pub mod live;
+pub mod names;
 pub mod owners;
 pub mod plans;
 pub mod prices;
@@ -36,7 +37,7 @@ mod classify_tests;
 mod fixture_tests;
 
 pub use access::{Role, Scope};
-pub use ids::{AlertId, ApiKeyId, ChannelId, GpuId, OrgId, RuleId, SilenceId, TeamId, UserId};
+pub use ids::{AlertId, ApiKeyId, ChannelId, DeliveryId, GpuId, MessageId, OrgId, RuleId, SilenceId, TeamId, UserId};
 pub use owners::{OwnerGroup, OwnerKey, minute_shares};
 pub use rollup::{
     QUALITY_COUNTS, ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats, minute_from_samples,
@@ -51,10 +52,12 @@ pub use credit::{CREDIT_COLUMNS, Credit, bucket_energy_j};
 pub use datasheet::{GpuModel, GpuSpec, Precision, SPECS, mfu};
 pub use energy::{EnergyTotals, energy, energy_by_state};
 pub use event::{EventError, GpuEvent, GpuEventKind, validate_event};
-pub use funnel::{Funnel, GpuUsage, Level};
+pub use funnel::{Funnel, FunnelLevelName, GpuUsage, Level};
 pub use jobcard::{CardAdvice, CardGpu, CardGpuInput, CardInput, JobCard, job_card, run_key};
+pub use names::UnknownName;
 pub use prices::{DEFAULT_PRICE_SOURCE, PriceError, PriceTable};
 pub use quality::{QualityFlag, QualityFlags, QualityTracker};
+pub use rules::{ChannelKind, MessageKind, Severity};
 pub use state::WorkloadState;
 pub use thresholds::{GIB, ThresholdError, Thresholds};
 pub use timeline::{GpuFacts, StateSpan};

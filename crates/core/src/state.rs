@@ -1,61 +1,24 @@
 //! The workload states of METRICS.md: one per GPU per evaluation window.
 
-use serde::{Deserialize, Serialize};
-
-/// What a GPU was doing over one evaluation window. The variant order is METRICS.md's
-/// priority order (first match wins), which is also the order dashboards list them in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub enum WorkloadState {
-    Offline,
-    Idle,
-    IdleHeld,
-    Stalled,
-    Hollow,
-    Starved,
-    LowOccupancy,
-    MemoryBound,
-    ComputeBound,
-    Active,
+crate::named_enum! {
+    /// What a GPU was doing over one evaluation window. The variant order is METRICS.md's
+    /// priority order (first match wins), which is also the order dashboards list them in
+    /// (`ALL`, and `Ord`). The names are METRICS.md's.
+    pub enum WorkloadState("workload state") {
+        Offline = "offline",
+        Idle = "idle",
+        IdleHeld = "idle_held",
+        Stalled = "stalled",
+        Hollow = "hollow",
+        Starved = "starved",
+        LowOccupancy = "low_occupancy",
+        MemoryBound = "memory_bound",
+        ComputeBound = "compute_bound",
+        Active = "active",
+    }
 }
 
 impl WorkloadState {
-    /// Every state, in priority order.
-    pub const ALL: [WorkloadState; 10] = [
-        WorkloadState::Offline,
-        WorkloadState::Idle,
-        WorkloadState::IdleHeld,
-        WorkloadState::Stalled,
-        WorkloadState::Hollow,
-        WorkloadState::Starved,
-        WorkloadState::LowOccupancy,
-        WorkloadState::MemoryBound,
-        WorkloadState::ComputeBound,
-        WorkloadState::Active,
-    ];
-
-    /// The METRICS.md name (same as the serde name), e.g. `idle_held`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            WorkloadState::Offline => "offline",
-            WorkloadState::Idle => "idle",
-            WorkloadState::IdleHeld => "idle_held",
-            WorkloadState::Stalled => "stalled",
-            WorkloadState::Hollow => "hollow",
-            WorkloadState::Starved => "starved",
-            WorkloadState::LowOccupancy => "low_occupancy",
-            WorkloadState::MemoryBound => "memory_bound",
-            WorkloadState::ComputeBound => "compute_bound",
-            WorkloadState::Active => "active",
-        }
-    }
-
-    /// Parse a METRICS.md name.
-    pub fn parse(name: &str) -> Option<WorkloadState> {
-        Self::ALL.into_iter().find(|s| s.as_str() == name)
-    }
-
     /// "What it means" column of METRICS.md.
     pub fn meaning(self) -> &'static str {
         match self {
@@ -107,12 +70,6 @@ impl WorkloadState {
     }
 }
 
-impl std::fmt::Display for WorkloadState {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -127,6 +84,8 @@ mod tests {
         assert_eq!(serde_json::to_string(&WorkloadState::IdleHeld).unwrap(), "\"idle_held\"");
         assert_eq!(serde_json::from_str::<WorkloadState>("\"low_occupancy\"").unwrap(), WorkloadState::LowOccupancy);
         assert_eq!(WorkloadState::parse("busy"), None);
+        let e = "busy".parse::<WorkloadState>().unwrap_err().to_string();
+        assert!(e.contains("idle_held") && e.contains("busy"), "{e}");
     }
 
     #[test]

@@ -250,7 +250,7 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     }
     for level in summary {
         if let Some(f) = level.fraction {
-            funnel.get_or_create(&LevelLabels { level: level.level }).set(f);
+            funnel.get_or_create(&LevelLabels { level: level.level.as_str().to_string() }).set(f);
         }
     }
 

@@ -310,7 +310,7 @@ macro_rules! impl_action_store {
                     ))
                     .bind(org)
                     .bind(n.channel_id)
-                    .bind(&n.kind)
+                    .bind(n.kind.as_str())
                     .bind(n.seq)
                     .bind(&n.payload)
                     .bind(now_ms)

@@ -22,7 +22,8 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use fleetlens_core::rules::Matchers;
+use fleetlens_core::rules::{ChannelKind, Matchers, MessageKind, Severity};
+use fleetlens_core::{DeliveryId, MessageId, WorkloadState};
 use serde_json::Value as Json;
 
 use crate::json_text::JsonText;
@@ -40,7 +41,7 @@ pub struct AlertRuleRecord {
     pub for_s: i64,
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
-    pub severity: String,
+    pub severity: Severity,
     #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
     pub labels: BTreeMap<String, String>,
     pub description: String,
@@ -67,7 +68,7 @@ pub struct NewAlertRule {
     pub for_s: i64,
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
-    pub severity: String,
+    pub severity: Severity,
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
@@ -82,8 +83,7 @@ pub struct ChannelRecord {
     pub id: i64,
     pub org_id: OrgId,
     pub name: String,
-    /// `slack`, `webhook` or `alertmanager`.
-    pub kind: String,
+    pub kind: ChannelKind,
     pub url: String,
     /// Rules with no channels of their own notify the default channels.
     pub is_default: bool,
@@ -110,7 +110,7 @@ pub struct ChannelRecord {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewChannel {
     pub name: String,
-    pub kind: String,
+    pub kind: ChannelKind,
     pub url: String,
     pub is_default: bool,
     pub min_interval_ms: i64,
@@ -195,7 +195,7 @@ pub struct AlertRecord {
     pub last_match_ms: i64,
     pub last_eval_ms: i64,
     pub rule_name: String,
-    pub severity: String,
+    pub severity: Severity,
     #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
     pub labels: BTreeMap<String, String>,
     pub fingerprint: String,
@@ -229,8 +229,7 @@ pub enum AlertWrite {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewNotification {
     pub channel_id: i64,
-    /// `firing`, `resolved`, `repeat` or `test`.
-    pub kind: String,
+    pub kind: MessageKind,
     /// 0, or the reminder's number for `repeat`.
     pub seq: i64,
     /// The JSON body to POST.
@@ -241,7 +240,7 @@ pub struct NewNotification {
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSuppressed {
     pub channel_id: i64,
-    pub kind: String,
+    pub kind: MessageKind,
     pub silence_id: i64,
 }
 
@@ -261,7 +260,7 @@ pub struct GpuCursor {
     /// Samples up to this time have been evaluated.
     pub last_ts_ms: i64,
     /// Workload state of the newest sample, and since when the GPU has been in it.
-    pub state: String,
+    pub state: WorkloadState,
     pub state_since_ms: i64,
     /// The GPU's sampling interval as the data shows it.
     pub interval_ms: i64,
@@ -333,11 +332,11 @@ pub struct GpuBrief {
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct OutboxRecord {
-    pub id: i64,
+    pub id: MessageId,
     pub org_id: OrgId,
     pub alert_id: Option<i64>,
     pub channel_id: i64,
-    pub kind: String,
+    pub kind: MessageKind,
     pub seq: i64,
     pub payload: String,
     /// `pending`, `sending`, `delivered` or `failed`.
@@ -382,12 +381,12 @@ pub struct DeliveryResult {
 /// One line of the delivery log.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DeliveryRecord {
-    pub id: i64,
+    pub id: DeliveryId,
     pub org_id: OrgId,
-    pub outbox_id: Option<i64>,
+    pub outbox_id: Option<MessageId>,
     pub alert_id: Option<i64>,
     pub channel_id: i64,
-    pub kind: String,
+    pub kind: MessageKind,
     pub attempt: i64,
     pub at_ms: i64,
     /// `delivered`, `retry`, `failed`, `suppressed`, or `lease_lost` (a sender answered after
@@ -520,7 +519,7 @@ pub trait AlertStore: Send + Sync {
         alert_id: Option<i64>,
         n: &NewNotification,
         now_ms: i64,
-    ) -> Result<Option<i64>>;
+    ) -> Result<Option<MessageId>>;
     /// Claim up to `max` due messages, at most one per channel and only from channels whose
     /// rate limit allows a message now, oldest first per channel (a message waiting for its
     /// retry holds back the later ones of its channel, so they arrive in order).
@@ -533,8 +532,14 @@ pub trait AlertStore: Send + Sync {
     ) -> Result<Vec<ClaimedMessage>>;
     /// Record an attempt; false if `owner` no longer holds the lease (nothing is changed
     /// then but the log line).
-    async fn finish_notification(&self, id: i64, owner: &str, result: &DeliveryResult, now_ms: i64) -> Result<bool>;
-    async fn outbox_message(&self, org: OrgId, id: i64) -> Result<Option<OutboxRecord>>;
+    async fn finish_notification(
+        &self,
+        id: MessageId,
+        owner: &str,
+        result: &DeliveryResult,
+        now_ms: i64,
+    ) -> Result<bool>;
+    async fn outbox_message(&self, org: OrgId, id: MessageId) -> Result<Option<OutboxRecord>>;
     async fn outbox_for_alert(&self, org: OrgId, alert_id: i64) -> Result<Vec<OutboxRecord>>;
     /// Undelivered messages of every organisation (for metrics and tests).
     async fn outbox_backlog(&self) -> Result<i64>;
@@ -638,7 +643,7 @@ macro_rules! impl_alert_store {
                 .bind(rule.for_s)
                 .bind(rule.keep_firing_for_s)
                 .bind(rule.repeat_interval_s)
-                .bind(&rule.severity)
+                .bind(rule.severity.as_str())
                 .bind($crate::alerts::to_json(&rule.labels))
                 .bind(&rule.description)
                 .bind(&rule.advice)
@@ -652,7 +657,7 @@ macro_rules! impl_alert_store {
         fn bind_channel<'q>(query: Query<'q>, ch: &'q $crate::alerts::NewChannel) -> Query<'q> {
             query
                 .bind(&ch.name)
-                .bind(&ch.kind)
+                .bind(ch.kind.as_str())
                 .bind(&ch.url)
                 .bind(ch.is_default)
                 .bind(ch.min_interval_ms)
@@ -1109,7 +1114,7 @@ macro_rules! impl_alert_store {
                             .bind(a.last_match_ms)
                             .bind(a.last_eval_ms)
                             .bind(&a.rule_name)
-                            .bind(&a.severity)
+                            .bind(a.severity.as_str())
                             .bind($crate::alerts::to_json(&a.labels))
                             .bind(&a.fingerprint)
                             .bind(&a.summary)
@@ -1176,7 +1181,7 @@ macro_rules! impl_alert_store {
                         .bind(org)
                         .bind(alert_id)
                         .bind(s.channel_id)
-                        .bind(&s.kind)
+                        .bind(s.kind.as_str())
                         .bind(w.now_ms)
                         .bind(format!("silenced by silence #{}", s.silence_id))
                         .execute(&mut *tx)
@@ -1317,7 +1322,7 @@ macro_rules! impl_alert_store {
                 alert_id: Option<i64>,
                 n: &$crate::alerts::NewNotification,
                 now_ms: i64,
-            ) -> $crate::Result<Option<i64>> {
+            ) -> $crate::Result<Option<fleetlens_core::MessageId>> {
                 let mut tx = begin(self.pool()).await?;
                 let id = insert_outbox(&mut tx, org, alert_id, n, now_ms).await?;
                 tx.commit().await?;
@@ -1389,7 +1394,7 @@ macro_rules! impl_alert_store {
 
             async fn finish_notification(
                 &self,
-                id: i64,
+                id: fleetlens_core::MessageId,
                 owner: &str,
                 r: &$crate::alerts::DeliveryResult,
                 now_ms: i64,
@@ -1436,7 +1441,7 @@ macro_rules! impl_alert_store {
                 .bind(m.id)
                 .bind(m.alert_id)
                 .bind(m.channel_id)
-                .bind(&m.kind)
+                .bind(m.kind.as_str())
                 .bind(m.attempts)
                 .bind(now_ms)
                 .bind(outcome)
@@ -1462,7 +1467,7 @@ macro_rules! impl_alert_store {
             async fn outbox_message(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::MessageId,
             ) -> $crate::Result<Option<$crate::alerts::OutboxRecord>> {
                 let sql = format!("SELECT {} FROM alert_outbox WHERE org_id = ? AND id = ?", $crate::alerts::OUTBOX_COLS);
                 let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
@@ -1517,7 +1522,7 @@ macro_rules! impl_alert_store {
             alert_id: Option<i64>,
             n: &$crate::alerts::NewNotification,
             now_ms: i64,
-        ) -> $crate::Result<Option<i64>> {
+        ) -> $crate::Result<Option<fleetlens_core::MessageId>> {
             Ok(sqlx::query_scalar(&q(
                 "INSERT INTO alert_outbox (org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
                  next_attempt_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?) \
@@ -1526,7 +1531,7 @@ macro_rules! impl_alert_store {
             .bind(org)
             .bind(alert_id)
             .bind(n.channel_id)
-            .bind(&n.kind)
+            .bind(n.kind.as_str())
             .bind(n.seq)
             .bind(&n.payload)
             .bind(now_ms)
@@ -1549,7 +1554,7 @@ macro_rules! impl_alert_store {
             .bind(c.gpu_id)
             .bind(c.org_id)
             .bind(c.last_ts_ms)
-            .bind(&c.state)
+            .bind(c.state.as_str())
             .bind(c.state_since_ms)
             .bind(c.interval_ms)
             .bind(now_ms)

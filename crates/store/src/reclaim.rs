@@ -2,7 +2,7 @@
 //! (issue 24, docs/ACTIONS.md). One trait, [`ReclaimStore`], one body of SQL for both backends.
 
 use async_trait::async_trait;
-use fleetlens_core::ProcessOwner;
+use fleetlens_core::{ProcessOwner, WorkloadState};
 
 use crate::alerts::NewNotification;
 use crate::json_text::JsonText;
@@ -14,8 +14,7 @@ pub struct ReclaimPolicyRecord {
     pub id: i64,
     pub org_id: OrgId,
     pub name: String,
-    /// A workload state (METRICS.md name).
-    pub state: String,
+    pub state: WorkloadState,
     pub for_s: i64,
     pub grace_s: i64,
     /// `webhook` or `agent_kill`.
@@ -190,7 +189,7 @@ macro_rules! impl_reclaim_store {
                 ))
                 .bind(org)
                 .bind(n.channel_id)
-                .bind(&n.kind)
+                .bind(n.kind.as_str())
                 .bind(n.seq)
                 .bind(n.payload.replace($crate::reclaim::RECLAIM_ID_TOKEN, &reclaim_id.to_string()))
                 .bind(now_ms)
@@ -263,7 +262,7 @@ macro_rules! impl_reclaim_store {
                 ))
                 .bind(org)
                 .bind(&p.name)
-                .bind(&p.state)
+                .bind(p.state.as_str())
                 .bind(p.for_s)
                 .bind(p.grace_s)
                 .bind(&p.action)

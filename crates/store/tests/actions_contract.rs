@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use fleetlens_core::ProcessOwner;
+use fleetlens_core::{MessageKind, ProcessOwner, WorkloadState};
 use fleetlens_store::actions::{FinishedRun, JobRunFilter, JobSighting, ReportRoute};
 use fleetlens_store::alerts::NewNotification;
 use fleetlens_store::reclaim::{AgentCommand, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord, ReclaimWrite};
@@ -40,7 +40,7 @@ async fn channel(store: &dyn Store) -> i64 {
             DEFAULT_ORG,
             &fleetlens_store::alerts::NewChannel {
                 name: "hook".into(),
-                kind: "webhook".into(),
+                kind: fleetlens_core::ChannelKind::Webhook,
                 url: "http://127.0.0.1:9/".into(),
                 is_default: false,
                 min_interval_ms: 0,
@@ -89,7 +89,7 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
     // An end request, then the end with its card and message, once.
     assert!(store.request_job_end(DEFAULT_ORG, run.id, T0 + 8_000, T0 + 10_000).await.unwrap());
     let ch = channel(store.as_ref()).await;
-    let note = NewNotification { channel_id: ch, kind: "job_report".into(), seq: run.id, payload: "{}".into() };
+    let note = NewNotification { channel_id: ch, kind: MessageKind::JobReport, seq: run.id, payload: "{}".into() };
     let done = FinishedRun {
         ended_ms: T0 + 8_000,
         reason: "requested",
@@ -172,7 +172,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
         id: 0,
         org_id: fleetlens_store::OrgId(0),
         name: "idle".into(),
-        state: "idle_held".into(),
+        state: WorkloadState::IdleHeld,
         for_s: 7200,
         grace_s: 900,
         action: "agent_kill".into(),
@@ -207,7 +207,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     };
     let notice = NewNotification {
         channel_id: ch,
-        kind: "reclaim_notice".into(),
+        kind: MessageKind::ReclaimNotice,
         seq: T0,
         payload: "{\"snooze\":\"/reclaims/__RECLAIM_ID__/snooze\"}".into(),
     };
@@ -216,7 +216,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     let id = store.start_reclaim(&r, &w, T0).await.unwrap().expect("started");
     assert_eq!(store.start_reclaim(&r, &w, T0).await.unwrap(), None, "one open reclaim per policy and GPU");
     // The notice names its reclaim.
-    let sent = store.outbox_message(DEFAULT_ORG, 1).await.unwrap().expect("the notice");
+    let sent = store.outbox_message(DEFAULT_ORG, fleetlens_core::MessageId(1)).await.unwrap().expect("the notice");
     assert_eq!(sent.payload, format!("{{\"snooze\":\"/reclaims/{id}/snooze\"}}"));
 
     let open = store.open_reclaims().await.unwrap();

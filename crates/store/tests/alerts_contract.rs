@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
+use fleetlens_core::{ChannelKind, MessageId, MessageKind, Severity, WorkloadState};
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
     EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed,
@@ -23,6 +24,7 @@ fleetlens_tests::for_each_backend!(
     ids_of_deleted_rows_are_never_reused,
     groups_are_compare_and_set_with_their_messages,
     digests_advance_once_per_period,
+    a_stored_name_that_is_no_name_reads_as_an_error,
 );
 
 async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
@@ -38,7 +40,7 @@ fn rule(name: &str) -> NewAlertRule {
         for_s: 300,
         keep_firing_for_s: 0,
         repeat_interval_s: 3600,
-        severity: "warning".into(),
+        severity: Severity::Warning,
         labels: BTreeMap::from([("page".to_string(), "no".to_string())]),
         description: "d".into(),
         advice: "a".into(),
@@ -52,7 +54,7 @@ fn rule(name: &str) -> NewAlertRule {
 fn channel(name: &str, min_interval_ms: i64) -> NewChannel {
     NewChannel {
         name: name.into(),
-        kind: "webhook".into(),
+        kind: ChannelKind::Webhook,
         url: "http://127.0.0.1:9/hook".into(),
         is_default: false,
         min_interval_ms,
@@ -86,7 +88,7 @@ fn alert(rule_id: i64, gpu_id: i64, status: AlertStatus) -> AlertRecord {
         last_match_ms: 20,
         last_eval_ms: 20,
         rule_name: "hollow".into(),
-        severity: "warning".into(),
+        severity: Severity::Warning,
         labels: BTreeMap::from([("alertname".to_string(), "hollow".to_string())]),
         fingerprint: "abc".into(),
         summary: "s".into(),
@@ -100,8 +102,8 @@ fn alert(rule_id: i64, gpu_id: i64, status: AlertStatus) -> AlertRecord {
     }
 }
 
-fn note(channel_id: i64, kind: &str) -> NewNotification {
-    NewNotification { channel_id, kind: kind.into(), seq: 0, payload: format!("{{\"kind\":\"{kind}\"}}") }
+fn note(channel_id: i64, kind: MessageKind) -> NewNotification {
+    NewNotification { channel_id, kind, seq: 0, payload: format!("{{\"kind\":\"{kind}\"}}") }
 }
 
 fn ok() -> DeliveryResult {
@@ -163,15 +165,15 @@ async fn defaults_are_seeded_once(backend: Backend) {
 async fn channels_and_silences(backend: Backend) {
     let (_db, store) = open(backend).await;
     let c = store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 1000), 1).await.unwrap();
-    assert_eq!((c.kind.as_str(), c.min_interval_ms, c.next_send_ms), ("webhook", 1000, 0));
+    assert_eq!((c.kind, c.min_interval_ms, c.next_send_ms), (ChannelKind::Webhook, 1000, 0));
     assert!(store.insert_notification_channel(DEFAULT_ORG, &channel("ops", 0), 1).await.unwrap_err().is_conflict());
     let mut edit = channel("ops-slack", 1000);
-    edit.kind = "slack".into();
+    edit.kind = ChannelKind::Slack;
     edit.is_default = true;
     let c2 = store.update_notification_channel(DEFAULT_ORG, c.id, &edit, 2).await.unwrap().unwrap();
-    assert_eq!((c2.name.as_str(), c2.kind.as_str(), c2.is_default), ("ops-slack", "slack", true));
+    assert_eq!((c2.name.as_str(), c2.kind, c2.is_default), ("ops-slack", ChannelKind::Slack, true));
     // Deleting a channel fails its undelivered messages.
-    let id = store.enqueue_notification(DEFAULT_ORG, None, &note(c.id, "test"), 3).await.unwrap().unwrap();
+    let id = store.enqueue_notification(DEFAULT_ORG, None, &note(c.id, MessageKind::Test), 3).await.unwrap().unwrap();
     assert!(store.delete_notification_channel(DEFAULT_ORG, c.id, 4).await.unwrap());
     let m = store.outbox_message(DEFAULT_ORG, id).await.unwrap().unwrap();
     assert_eq!((m.status.as_str(), m.last_error.as_deref()), ("failed", Some("channel deleted")));
@@ -209,7 +211,7 @@ async fn a_transition_is_written_once(backend: Backend) {
             gpu_id: g,
             org_id: DEFAULT_ORG,
             last_ts_ms: 10,
-            state: "hollow".into(),
+            state: WorkloadState::Hollow,
             state_since_ms: 5,
             interval_ms: 1000,
         }],
@@ -226,8 +228,8 @@ async fn a_transition_is_written_once(backend: Backend) {
         now_ms: 200,
         changes: vec![AlertChange {
             write: AlertWrite::Update { from: AlertStatus::Pending, alert: firing.clone() },
-            notify: vec![note(ch.id, "firing")],
-            suppressed: vec![NewSuppressed { channel_id: ch.id, kind: "firing".into(), silence_id: 4 }],
+            notify: vec![note(ch.id, MessageKind::Firing)],
+            suppressed: vec![NewSuppressed { channel_id: ch.id, kind: MessageKind::Firing, silence_id: 4 }],
         }],
         cursors: vec![],
     };
@@ -236,7 +238,10 @@ async fn a_transition_is_written_once(backend: Backend) {
     let again = store.apply_alert_changes(&fire).await.unwrap();
     assert_eq!((again.alert_ids, again.enqueued), (vec![None], 0));
     // Even a direct second enqueue of the same (alert, channel, kind, seq) is a no-op.
-    assert_eq!(store.enqueue_notification(DEFAULT_ORG, Some(id), &note(ch.id, "firing"), 300).await.unwrap(), None);
+    assert_eq!(
+        store.enqueue_notification(DEFAULT_ORG, Some(id), &note(ch.id, MessageKind::Firing), 300).await.unwrap(),
+        None
+    );
     assert_eq!(store.outbox_for_alert(DEFAULT_ORG, id).await.unwrap().len(), 1);
 
     let a = store.alert(DEFAULT_ORG, id).await.unwrap().unwrap();
@@ -261,7 +266,7 @@ async fn a_transition_is_written_once(backend: Backend) {
         now_ms: 300,
         changes: vec![AlertChange {
             write: AlertWrite::Update { from: AlertStatus::Firing, alert: resolved },
-            notify: vec![note(ch.id, "resolved")],
+            notify: vec![note(ch.id, MessageKind::Resolved)],
             suppressed: vec![],
         }],
         cursors: vec![],
@@ -298,12 +303,12 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     let fast = store.insert_notification_channel(DEFAULT_ORG, &channel("hook", 0), 1).await.unwrap();
     let mut ids = Vec::new();
     for (i, ch) in [slow.id, slow.id, fast.id].into_iter().enumerate() {
-        let n = NewNotification { channel_id: ch, kind: "test".into(), seq: i as i64, payload: format!("{i}") };
+        let n = NewNotification { channel_id: ch, kind: MessageKind::Test, seq: i as i64, payload: format!("{i}") };
         ids.push(store.enqueue_notification(DEFAULT_ORG, None, &n, 1000).await.unwrap().unwrap());
     }
     let now = 10_000;
     let c = store.claim_notifications("a", now, 30_000, 10).await.unwrap();
-    let got: HashSet<i64> = c.iter().map(|m| m.message.id).collect();
+    let got: HashSet<MessageId> = c.iter().map(|m| m.message.id).collect();
     assert_eq!(got, HashSet::from([ids[0], ids[2]]), "one message per channel, oldest first");
     assert!(c.iter().all(|m| m.message.attempts == 1 && m.message.status == "sending"));
     assert_eq!(c.iter().find(|m| m.channel.id == slow.id).unwrap().channel.url, "http://127.0.0.1:9/hook");
@@ -370,8 +375,12 @@ async fn concurrent_senders_claim_each_message_once(backend: Backend) {
     }
     let total = 60;
     for i in 0..total {
-        let n =
-            NewNotification { channel_id: channels[i % 4], kind: "test".into(), seq: i as i64, payload: i.to_string() };
+        let n = NewNotification {
+            channel_id: channels[i % 4],
+            kind: MessageKind::Test,
+            seq: i as i64,
+            payload: i.to_string(),
+        };
         store.enqueue_notification(DEFAULT_ORG, None, &n, 0).await.unwrap().unwrap();
     }
     let mut tasks = Vec::new();
@@ -408,7 +417,7 @@ async fn cursors_leases_and_host_labels(backend: Backend) {
         gpu_id: 1,
         org_id: DEFAULT_ORG,
         last_ts_ms: ts,
-        state: "idle".into(),
+        state: WorkloadState::Idle,
         state_since_ms: 0,
         interval_ms: 1000,
     };
@@ -502,7 +511,7 @@ async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
     };
     let firing = GroupChange {
         write: GroupWrite::Insert(rec(serde_json::json!({"n": 1}), 0, 0, true)),
-        notify: vec![(alert_id, note(ch.id, "firing"))],
+        notify: vec![(alert_id, note(ch.id, MessageKind::Firing))],
         mark_notified: vec![alert_id],
     };
     let ids = store.apply_group_changes(std::slice::from_ref(&firing), 40).await.unwrap();
@@ -520,15 +529,15 @@ async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
     // Updates are compare-and-set on the version: a stale writer loses.
     let resolve = |version: i64| GroupChange {
         write: GroupWrite::Update(rec(serde_json::json!({"n": 2}), version, gid, false)),
-        notify: vec![(alert_id, note(ch.id, "resolved"))],
+        notify: vec![(alert_id, note(ch.id, MessageKind::Resolved))],
         mark_notified: vec![],
     };
     assert_eq!(store.apply_group_changes(&[resolve(0)], 50).await.unwrap(), vec![Some(gid)]);
     assert_eq!(store.apply_group_changes(&[resolve(0)], 51).await.unwrap(), vec![None], "stale version");
     assert!(store.open_alert_groups().await.unwrap().is_empty(), "closed");
-    let kinds: Vec<String> =
+    let kinds: Vec<MessageKind> =
         store.outbox_for_alert(DEFAULT_ORG, alert_id).await.unwrap().into_iter().map(|m| m.kind).collect();
-    assert_eq!(kinds, ["firing", "resolved"]);
+    assert_eq!(kinds, [MessageKind::Firing, MessageKind::Resolved]);
     // A new group of the same key can open once the old one closed.
     let again = GroupChange {
         write: GroupWrite::Insert(rec(serde_json::json!({}), 0, 0, true)),
@@ -545,7 +554,7 @@ async fn digests_advance_once_per_period(backend: Backend) {
     let ch = store.insert_notification_channel(DEFAULT_ORG, &spec, 1).await.unwrap();
     assert_eq!((ch.digest.as_str(), ch.digest_at_min, ch.digest_last_ms), ("daily", 540, 0));
     assert!(store.advance_digest(DEFAULT_ORG, ch.id, 0, 1000, None, 5).await.unwrap());
-    let msg = NewNotification { channel_id: ch.id, kind: "digest".into(), seq: 2000, payload: "{}".into() };
+    let msg = NewNotification { channel_id: ch.id, kind: MessageKind::Digest, seq: 2000, payload: "{}".into() };
     assert!(store.advance_digest(DEFAULT_ORG, ch.id, 1000, 2000, Some(&msg), 6).await.unwrap());
     assert!(!store.advance_digest(DEFAULT_ORG, ch.id, 1000, 2000, Some(&msg), 7).await.unwrap(), "sent already");
     assert_eq!(store.outbox_backlog().await.unwrap(), 1, "one digest");
@@ -556,4 +565,32 @@ async fn digests_advance_once_per_period(backend: Backend) {
     spec.digest = "weekly".into();
     let c = store.update_notification_channel(DEFAULT_ORG, ch.id, &spec, 9).await.unwrap().unwrap();
     assert_eq!((c.digest.as_str(), c.digest_last_ms), ("weekly", 0));
+}
+
+/// The names are TEXT columns: a row whose severity, channel kind or cursor state is none of the
+/// enum's names (written by hand, or by a newer server) reads back as an error, never a panic.
+async fn a_stored_name_that_is_no_name_reads_as_an_error(backend: Backend) {
+    let (db, store) = open(backend).await;
+    let r = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap();
+    let c = store.insert_notification_channel(DEFAULT_ORG, &channel("hook", 0), 5).await.unwrap();
+    assert_eq!((r.severity, c.kind), (Severity::Warning, ChannelKind::Webhook));
+    let sql = ["UPDATE alert_rules SET severity = 'urgent'", "UPDATE notification_channels SET kind = 'pager'"];
+    match backend {
+        Backend::Sqlite => {
+            let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
+            for q in sql {
+                sqlx::query(q).execute(&pool).await.unwrap();
+            }
+        }
+        Backend::Postgres => {
+            let pool = sqlx::PgPool::connect(&db.url).await.unwrap();
+            for q in sql {
+                sqlx::query(q).execute(&pool).await.unwrap();
+            }
+        }
+    }
+    let e = store.alert_rule(DEFAULT_ORG, r.id).await.unwrap_err().to_string();
+    assert!(e.contains("urgent") && e.contains("info, warning, critical"), "{e}");
+    let e = store.notification_channels(DEFAULT_ORG).await.unwrap_err().to_string();
+    assert!(e.contains("pager") && e.contains("slack, webhook, alertmanager"), "{e}");
 }

@@ -2,19 +2,25 @@
 //! level with the dollars lost between each step and the next.
 
 use fleetlens_api::FleetSummary;
+use fleetlens_core::FunnelLevelName;
 use leptos::prelude::*;
 
 use crate::ctx::Latest;
 use crate::format;
 
-pub fn level_name(level: &str) -> (&'static str, &'static str) {
+pub fn level_name(level: FunnelLevelName) -> (&'static str, &'static str) {
     match level {
-        "allocation" => ("Allocation utilization", "GPU-time with at least one application process on the GPU"),
-        "kernel" => ("Kernel utilization", "GPU-time a kernel was running (what nvidia-smi calls utilization)"),
-        "sm" => ("SM utilization", "GPU-time weighted by SM activity: the share of SMs actually busy"),
-        "tensor" => ("Tensor utilization", "GPU-time weighted by tensor activity: the math the GPU was bought for"),
-        "mfu" => ("MFU", "achieved model FLOP/s over the GPU's dense peak, where jobs report it"),
-        _ => ("Other", ""),
+        FunnelLevelName::Allocation => {
+            ("Allocation utilization", "GPU-time with at least one application process on the GPU")
+        }
+        FunnelLevelName::Kernel => {
+            ("Kernel utilization", "GPU-time a kernel was running (what nvidia-smi calls utilization)")
+        }
+        FunnelLevelName::Sm => ("SM utilization", "GPU-time weighted by SM activity: the share of SMs actually busy"),
+        FunnelLevelName::Tensor => {
+            ("Tensor utilization", "GPU-time weighted by tensor activity: the math the GPU was bought for")
+        }
+        FunnelLevelName::Mfu => ("MFU", "achieved model FLOP/s over the GPU's dense peak, where jobs report it"),
     }
 }
 
@@ -30,7 +36,7 @@ pub fn Funnel(data: Latest<FleetSummary>) -> impl IntoView {
             d.funnel
                 .iter()
                 .map(|l| {
-                    let (name, hint) = level_name(&l.level);
+                    let (name, hint) = level_name(l.level);
                     let width = l.fraction.map(|f| (f * 100.0).clamp(0.0, 100.0)).unwrap_or(0.0);
                     let lost = match (prev, l.fraction) {
                         (Some(p), Some(f)) => Some((p - f).max(0.0)),
@@ -47,7 +53,7 @@ pub fn Funnel(data: Latest<FleetSummary>) -> impl IntoView {
                     };
                     let coverage = l.coverage.filter(|c| *c < 0.995 && l.fraction.is_some());
                     view! {
-                        <li class="funnel-row" data-level=l.level.clone()>
+                        <li class="funnel-row" data-level=l.level.as_str()>
                             <div class="funnel-label">
                                 <span class="funnel-name" title=hint>{name}</span>
                                 <span class="funnel-hint">{hint}</span>

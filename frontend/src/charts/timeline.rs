@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 
 use fleetlens_api::StateWindow;
+use fleetlens_core::WorkloadState;
 use leptos::prelude::*;
 
 use crate::components::state_badge::StateBadge;
@@ -15,7 +16,7 @@ use crate::states;
 pub struct Run {
     pub from_ms: i64,
     pub to_ms: i64,
-    pub state: String,
+    pub state: WorkloadState,
     pub reason: String,
 }
 
@@ -24,7 +25,7 @@ pub fn runs(windows: &[StateWindow]) -> Vec<Run> {
     for w in windows {
         match out.last_mut() {
             Some(r) if r.state == w.state && w.from_ms <= r.to_ms => r.to_ms = r.to_ms.max(w.to_ms),
-            _ => out.push(Run { from_ms: w.from_ms, to_ms: w.to_ms, state: w.state.clone(), reason: w.reason.clone() }),
+            _ => out.push(Run { from_ms: w.from_ms, to_ms: w.to_ms, state: w.state, reason: w.reason.clone() }),
         }
     }
     out
@@ -46,7 +47,7 @@ pub fn StateTimeline(
                 let right = ((r.to_ms - x0) as f64 / span * 100.0).clamp(0.0, 100.0);
                 let tip = format!(
                     "{} {}–{} ({}): {}",
-                    states::label(&r.state),
+                    states::label(r.state),
                     format::clock(r.from_ms),
                     format::clock(r.to_ms),
                     format::duration_ms(r.to_ms - r.from_ms),
@@ -64,13 +65,12 @@ pub fn StateTimeline(
             .collect_view()
     };
     let totals = move || {
-        let mut t: BTreeMap<usize, (String, i64)> = BTreeMap::new();
+        // In METRICS.md priority order (the states' `Ord`).
+        let mut t: BTreeMap<WorkloadState, i64> = BTreeMap::new();
         for r in runs.get() {
-            let order = states::all().position(|s| s == r.state).unwrap_or(usize::MAX);
-            let e = t.entry(order).or_insert_with(|| (r.state.clone(), 0));
-            e.1 += r.to_ms - r.from_ms;
+            *t.entry(r.state).or_default() += r.to_ms - r.from_ms;
         }
-        t.into_values()
+        t.into_iter()
             .map(|(s, ms)| {
                 view! { <li><StateBadge state=Some(s)/>" "{format::duration_ms(ms)}</li> }
             })
@@ -85,7 +85,7 @@ pub fn StateTimeline(
                     <tr>
                         <td>{format::date_time(r.from_ms)}</td>
                         <td>{format::duration_ms(r.to_ms - r.from_ms)}</td>
-                        <td><StateBadge state=Some(r.state.clone())/></td>
+                        <td><StateBadge state=Some(r.state)/></td>
                         <td>{r.reason.clone()}</td>
                     </tr>
                 }
@@ -96,7 +96,7 @@ pub fn StateTimeline(
         <div class="timeline-wrap">
             {move || runs.with(Vec::is_empty).then(|| view! { <p class="chart-empty">"No state windows in this range."</p> })}
             <div class="timeline" role="img" aria-label=move || {
-                let parts: Vec<String> = runs.get().iter().take(40).map(|r| format!("{} for {}", states::label(&r.state), format::duration_ms(r.to_ms - r.from_ms))).collect();
+                let parts: Vec<String> = runs.get().iter().take(40).map(|r| format!("{} for {}", states::label(r.state), format::duration_ms(r.to_ms - r.from_ms))).collect();
                 format!("Workload states over time: {}", parts.join(", "))
             }>{bands}</div>
             <ul class="legend timeline-legend">{totals}</ul>

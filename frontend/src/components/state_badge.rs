@@ -1,19 +1,20 @@
 //! A workload state as a colored badge with its METRICS.md meaning as a tooltip.
 
+use fleetlens_core::WorkloadState;
 use leptos::prelude::*;
 
 use crate::states;
 
 #[component]
-pub fn StateBadge(#[prop(into)] state: Signal<Option<String>>) -> impl IntoView {
-    let name = move || state.get();
+pub fn StateBadge(#[prop(into)] state: Signal<Option<WorkloadState>>) -> impl IntoView {
+    let state = move || state.get();
     view! {
         <span
-            class=move || states::css(name().as_deref())
-            data-state=move || name().unwrap_or_default()
-            title=move || name().map(|n| states::meaning(&n).to_string()).unwrap_or_else(|| "the server has not classified this GPU yet".into())
+            class=move || states::css(state())
+            data-state=move || state().map_or("", WorkloadState::as_str)
+            title=move || state().map_or("the server has not classified this GPU yet", WorkloadState::meaning)
         >
-            {move || name().map(|n| states::label(&n)).unwrap_or_else(|| "no state yet".into())}
+            {move || state().map(states::label).unwrap_or_else(|| "no state yet".into())}
         </span>
     }
 }

@@ -21,7 +21,7 @@ use fleetlens_core::rules::{Matchers, SilenceWindow, silenced_by};
 
 use fleetlens_api::AlertView as Alert;
 use fleetlens_api::alerts::{RuleBody, RuleView as Rule, TestResult};
-use fleetlens_core::ChannelId;
+use fleetlens_core::{ChannelId, ChannelKind, Severity};
 
 fn status_class(a: &Alert, silenced: bool) -> &'static str {
     match (silenced, a.status.as_str()) {
@@ -216,7 +216,7 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
                                         })}
                                         {inhibited}
                                     </td>
-                                    <td>{a.severity.clone()}</td>
+                                    <td>{a.severity.as_str()}</td>
                                     <td>{a.rule_name.clone()}</td>
                                     <td>
                                         <a href=format!("/gpus/{}", a.gpu)>{a.host.clone()}</a>
@@ -303,7 +303,7 @@ fn group_row(
                 <span class=class>{status}</span>
                 {(held > 0).then(|| view! { " " <span class="pill pill-muted">{format!("{held} held back")}</span> })}
             </td>
-            <td>{first.severity.clone()}</td>
+            <td>{first.severity.as_str()}</td>
             <td>{first.rule_name.clone()}</td>
             <td>
                 <button
@@ -508,7 +508,7 @@ struct RuleDraft {
     condition: String,
     for_s: String,
     keep_firing_for_s: String,
-    severity: String,
+    severity: Severity,
     description: String,
     advice: String,
     channels: Vec<i64>,
@@ -523,7 +523,7 @@ impl Default for RuleDraft {
             condition: String::new(),
             for_s: "300".into(),
             keep_firing_for_s: "60".into(),
-            severity: "warning".into(),
+            severity: Severity::Warning,
             description: String::new(),
             advice: String::new(),
             channels: Vec::new(),
@@ -540,7 +540,7 @@ impl RuleDraft {
             condition: r.condition.clone(),
             for_s: r.for_s.to_string(),
             keep_firing_for_s: r.keep_firing_for_s.to_string(),
-            severity: r.severity.clone(),
+            severity: r.severity,
             description: r.description.clone(),
             advice: r.advice.clone(),
             channels: r.channels.iter().map(|c| c.get()).collect(),
@@ -558,7 +558,7 @@ impl RuleDraft {
             condition: Some(self.condition.clone()),
             for_s: Some(secs("for_s", &self.for_s)?),
             keep_firing_for_s: Some(secs("keep_firing_for_s", &self.keep_firing_for_s)?),
-            severity: Some(self.severity.clone()),
+            severity: Some(self.severity),
             description: Some(self.description.clone()),
             advice: Some(self.advice.clone()),
             channels: Some(self.channels.iter().copied().map(ChannelId::from).collect()),
@@ -677,7 +677,7 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
                                             </th>
                                             <td><code>{r.condition.clone()}</code></td>
                                             <td class="num">{format::duration_ms(r.for_s * 1000)}</td>
-                                            <td>{r.severity.clone()}</td>
+                                            <td>{r.severity.as_str()}</td>
                                             <td>{if r.enabled { "yes" } else { "no" }}</td>
                                             {admin.then(|| view! {
                                                 <td>
@@ -810,7 +810,7 @@ fn RuleEditor(
             <fieldset class="checks">
                 <legend>"Notify (none ticked: the default channels)"</legend>
                 {list.into_iter().map(|c| {
-                    let id = c.id;
+                    let id = c.id.get();
                     view! {
                         <label class="check">
                             <input
@@ -846,10 +846,16 @@ fn RuleEditor(
             </label>
             <label for="rule-severity">
                 <span>"Severity"</span>
-                <select id="rule-severity" prop:value=get(|d| d.severity.clone()) on:change=set(|d, v| d.severity = v)>
-                    <option value="info">"info"</option>
-                    <option value="warning">"warning"</option>
-                    <option value="critical">"critical"</option>
+                <select
+                    id="rule-severity"
+                    prop:value=get(|d| d.severity.as_str().to_string())
+                    on:change=set(|d, v| {
+                        if let Some(s) = Severity::parse(&v) {
+                            d.severity = s;
+                        }
+                    })
+                >
+                    {Severity::ALL.map(|s| view! { <option value=s.as_str()>{s.as_str()}</option> }).to_vec()}
                 </select>
                 {err_view("severity")}
             </label>
@@ -921,7 +927,7 @@ fn Channels() -> impl IntoView {
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
     let name = RwSignal::new(String::new());
-    let kind = RwSignal::new("slack".to_string());
+    let kind = RwSignal::new(ChannelKind::Slack);
     let url = RwSignal::new(String::new());
     let default = RwSignal::new(false);
     let error = RwSignal::new(None::<ApiError>);
@@ -959,7 +965,8 @@ fn Channels() -> impl IntoView {
     };
     let set_default = move |c: Channel| {
         spawn_local(async move {
-            match api::update_channel(c.id, &ChannelBody { default: Some(!c.default), ..ChannelBody::default() }).await
+            match api::update_channel(c.id.get(), &ChannelBody { default: Some(!c.default), ..ChannelBody::default() })
+                .await
             {
                 Ok(_) => {
                     error.set(None);
@@ -972,7 +979,7 @@ fn Channels() -> impl IntoView {
     let delete = move |c: Channel| {
         confirm_delete.set(None);
         spawn_local(async move {
-            match api::delete_channel(c.id).await {
+            match api::delete_channel(c.id.get()).await {
                 Ok(()) => {
                     error.set(None);
                     saved.set(Some(format!("Channel “{}” deleted.", c.name)));
@@ -1030,13 +1037,13 @@ fn Channels() -> impl IntoView {
                             ]}
                         >
                             {l.into_iter().map(|c| {
-                                let id = c.id;
+                                let id = c.id.get();
                                 let (c1, c2) = (c.clone(), c.clone());
                                 let name = c.name.clone();
                                 view! {
                                     <tr data-channel-id=c.id.to_string()>
                                         <th scope="row">{c.name.clone()}</th>
-                                        <td>{c.kind.clone()}</td>
+                                        <td>{c.kind.as_str()}</td>
                                         <td class="cmd">{c.url.clone()}</td>
                                         <td>{if c.default { "yes" } else { "no" }}</td>
                                         <td>
@@ -1069,7 +1076,14 @@ fn Channels() -> impl IntoView {
                 </label>
                 <label for="channel-kind">
                     <span>"Kind"</span>
-                    <select id="channel-kind" on:change=move |ev| kind.set(event_target_value(&ev))>
+                    <select
+                        id="channel-kind"
+                        on:change=move |ev| {
+                            if let Some(k) = ChannelKind::parse(&event_target_value(&ev)) {
+                                kind.set(k);
+                            }
+                        }
+                    >
                         <option value="slack">"Slack"</option>
                         <option value="webhook">"Webhook"</option>
                         <option value="alertmanager">"Alertmanager"</option>

@@ -238,7 +238,7 @@ fn Wasters(data: Latest<FleetSummary>) -> impl IntoView {
                                         <a href=format!("/gpus/{}", w.uuid)>
                                             {w.name.clone().unwrap_or_else(|| "GPU".into())} " on " {w.host.clone()}
                                         </a>
-                                        <StateBadge state=w.main_waste_state.clone()/>
+                                        <StateBadge state=w.main_waste_state/>
                                     </div>
                                     <p class="waster-numbers">
                                         <strong class="waste">{cost}</strong>

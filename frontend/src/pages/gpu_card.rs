@@ -82,7 +82,7 @@ pub fn GpuCard(
                 .unwrap_or_default()
         })
     };
-    let state = Signal::derive(move || gpu.with(|g| g.as_ref().and_then(|g| g.state.clone())));
+    let state = Signal::derive(move || gpu.with(|g| g.as_ref().and_then(|g| g.state)));
     // Whose processes are on it now (latest sample); nothing when unknown.
     let owner = move || {
         gpu.with(|g| {

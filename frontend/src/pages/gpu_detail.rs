@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use fleetlens_api::gpus::{DataQualityFlag, GpuDetail};
 use fleetlens_api::{GpuSummary, Sample, SeriesPoint, StateWindow};
+use fleetlens_core::WorkloadState;
 use leptos::Params;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_params, use_query_map};
@@ -221,12 +222,13 @@ pub fn GpuDetailPage() -> impl IntoView {
 /// For each open alert held back by another, the chain to the alert that speaks for them all:
 /// `Busy but hollow ← Stalled GPU (possible hung collective) ← Agent offline`.
 fn inhibition_chains(list: &[fleetlens_api::AlertView]) -> Vec<String> {
-    let by_id: std::collections::HashMap<i64, &fleetlens_api::AlertView> = list.iter().map(|a| (a.id, a)).collect();
+    let by_id: std::collections::HashMap<i64, &fleetlens_api::AlertView> =
+        list.iter().map(|a| (a.id.get(), a)).collect();
     // Only the ends of chains: alerts no other open alert is held back by.
     let sources: std::collections::HashSet<i64> =
         list.iter().filter(|a| a.status != "resolved").filter_map(|a| a.inhibited_by).collect();
     list.iter()
-        .filter(|a| a.status != "resolved" && a.inhibited_by.is_some() && !sources.contains(&a.id))
+        .filter(|a| a.status != "resolved" && a.inhibited_by.is_some() && !sources.contains(&a.id.get()))
         .map(|a| {
             let mut names = vec![a.rule_name.clone()];
             let mut next = a.inhibited_by;
@@ -309,7 +311,7 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                                 <tr>
                                     <td><span class=class>{a.status.clone()}</span>{held}</td>
                                     <td>{a.rule_name.clone()}</td>
-                                    <td>{a.severity.clone()}</td>
+                                    <td>{a.severity.as_str()}</td>
                                     <td>
                                         {a.summary.clone()}
                                         {(!a.advice.is_empty()).then(|| view! { <span class="cell-note">{format!("What to do: {}", a.advice)}</span> })}
@@ -391,7 +393,7 @@ fn DetailBody(
                 .unwrap_or((0, 1))
         })
     });
-    let state = Signal::derive(move || gpu.with(|g| g.as_ref().and_then(|g| g.state.clone())));
+    let state = Signal::derive(move || gpu.with(|g| g.as_ref().and_then(|g| g.state)));
 
     let util_sm = Signal::derive(move || {
         detail.with(|d| {
@@ -546,7 +548,7 @@ fn DetailBody(
 fn StatesPanel(
     states_res: LocalResource<ApiResult<Vec<StateWindow>>>,
     x_range: Signal<(i64, i64)>,
-    state: Signal<Option<String>>,
+    state: Signal<Option<WorkloadState>>,
 ) -> impl IntoView {
     let windows_memo = latest_ok(states_res);
     let has = Signal::derive(move || windows_memo.with(Option::is_some));
@@ -558,23 +560,15 @@ fn StatesPanel(
         let (name, reason, note, advice) = match last() {
             // The newest window speaks for now unless the GPU has since changed state
             // (typically: gone offline after its last samples).
-            Some(w) if current.as_deref().is_none_or(|c| c == w.state) => {
-                (Some(w.state.clone()), w.reason.clone(), w.note.clone(), w.advice.clone())
+            Some(w) if current.is_none_or(|c| c == w.state) => {
+                (Some(w.state), w.reason.clone(), w.note.clone(), w.advice.clone())
             }
-            _ if current.is_some() => {
-                let a = current.as_deref().map(states::advice).unwrap_or("").to_string();
-                (current, String::new(), None, a)
-            }
-            _ => {
-                let s = state.get();
-                let a = s.as_deref().map(states::advice).unwrap_or("").to_string();
-                (s, String::new(), None, a)
-            }
+            _ => (current, String::new(), None, current.map_or("", WorkloadState::advice).to_string()),
         };
         let name = name?;
         Some(view! {
-            <div class="advice-box" data-state=name.clone()>
-                <p><strong>"Now: "</strong><StateBadge state=Some(name.clone())/>" — " {states::meaning(&name)}</p>
+            <div class="advice-box" data-state=name.as_str()>
+                <p><strong>"Now: "</strong><StateBadge state=Some(name)/>" — " {name.meaning()}</p>
                 {(!reason.is_empty()).then(|| view! { <p class="muted">"Why: " {reason}</p> })}
                 {note.map(|n| view! { <p class="muted">"Note: " {n}</p> })}
                 {(!advice.is_empty()).then(|| view! { <p class="advice"><strong>"What to do: "</strong>{advice}</p> })}

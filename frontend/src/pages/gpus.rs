@@ -5,6 +5,7 @@
 use std::collections::{BTreeSet, HashMap};
 
 use fleetlens_api::GpuSummary;
+use fleetlens_core::WorkloadState;
 use leptos::Params;
 use leptos::prelude::*;
 use leptos_router::hooks::use_query;
@@ -128,7 +129,7 @@ pub fn GpusPage() -> impl IntoView {
         live.gpus.with(|pushed| {
             for g in &mut list {
                 if let Some(p) = pushed.get(&g.uuid).filter(|p| p.last_seen_ms >= g.last_seen_ms) {
-                    g.state.clone_from(&p.state);
+                    g.state = p.state;
                     g.last_seen_ms = p.last_seen_ms;
                 }
             }
@@ -168,7 +169,7 @@ pub fn GpusPage() -> impl IntoView {
                 .filter(|g| match st.as_str() {
                     "" => true,
                     "none" => g.state.is_none(),
-                    s => g.state.as_deref() == Some(s),
+                    s => g.state.is_some_and(|x| Some(x) == WorkloadState::parse(s)),
                 })
                 .filter(|g| h.is_empty() || g.host == h)
                 .filter(|g| m.is_empty() || g.name.as_deref() == Some(m.as_str()))
@@ -199,8 +200,11 @@ pub fn GpusPage() -> impl IntoView {
     let models = Memo::new(move |_| gpus.with(|g| g.iter().filter_map(|g| g.name.clone()).collect::<BTreeSet<_>>()));
     let present_states = Memo::new(move |_| {
         gpus.with(|g| {
-            let mut v: Vec<String> =
-                states::all().filter(|s| g.iter().any(|x| x.state.as_deref() == Some(*s))).map(String::from).collect();
+            let mut v: Vec<String> = WorkloadState::ALL
+                .into_iter()
+                .filter(|s| g.iter().any(|x| x.state == Some(*s)))
+                .map(|s| s.as_str().to_string())
+                .collect();
             if g.iter().any(|x| x.state.is_none()) {
                 v.push("none".into());
             }
@@ -251,7 +255,7 @@ pub fn GpusPage() -> impl IntoView {
                         <option value="">"All states"</option>
                         <For each=move || present_states.get() key=|s| s.clone() let:s>
                             <option value=s.clone() selected=state_f.get_untracked() == s>
-                                {if s == "none" { "no state yet".to_string() } else { states::label(&s) }}
+                                {if s == "none" { "no state yet".to_string() } else { states::name_label(&s) }}
                             </option>
                         </For>
                     </select>

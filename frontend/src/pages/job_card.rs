@@ -5,8 +5,8 @@
 //! and whether the run is still open); a running run can be ended from here
 //! (`POST /api/v1/jobs/{id}/end`) by a caller who may send data.
 
-use fleetlens_core::Scope;
 use fleetlens_core::jobcard::JobCard;
+use fleetlens_core::{Scope, WorkloadState};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 use leptos_router::hooks::use_params;
@@ -155,7 +155,7 @@ fn Card(card: JobCard) -> impl IntoView {
             let share = h / total * 100.0;
             view! {
                 <tr data-state-row=s.clone()>
-                    <th scope="row"><StateBadge state=Some(s.clone())/></th>
+                    <th scope="row"><StateBadge state=WorkloadState::parse(&s)/></th>
                     <td class="num">{format::hours(h)}</td>
                     <td class="num">{format::pct(share)}</td>
                     <td class="bar-cell" aria-hidden="true"><span class="share-bar" style=format!("width: {}%", format::fx(share.clamp(0.0, 100.0), 1))></span></td>

@@ -5,6 +5,7 @@
 
 use std::collections::BTreeMap;
 
+use fleetlens_core::WorkloadState;
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
@@ -43,9 +44,12 @@ pub fn owner_text(run: &JobRun) -> String {
 }
 
 /// The waste states a card spent time in, most first (at most three).
-pub fn waste_states(hours_by_state: &BTreeMap<String, f64>) -> Vec<(String, f64)> {
-    let mut v: Vec<(String, f64)> =
-        hours_by_state.iter().filter(|(s, h)| **h > 0.0 && states::is_waste(s)).map(|(s, h)| (s.clone(), *h)).collect();
+pub fn waste_states(hours_by_state: &BTreeMap<String, f64>) -> Vec<(WorkloadState, f64)> {
+    let mut v: Vec<(WorkloadState, f64)> = hours_by_state
+        .iter()
+        .filter_map(|(s, h)| Some((WorkloadState::parse(s)?, *h)))
+        .filter(|(s, h)| *h > 0.0 && states::is_waste(*s))
+        .collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
     v.truncate(3);
     v

@@ -2,6 +2,7 @@
 //! run over the past week ("4 actions, $312 of idle GPU-time freed"), and the reclaims with
 //! every logged step (who, what, when, dollars held) and a snooze for the job's owner.
 
+use fleetlens_core::{ChannelKind, WorkloadState};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -56,9 +57,11 @@ fn minutes_to_s(text: &str) -> Option<i64> {
 
 fn channel_name(channels: &[Channel], id: Option<i64>, none: &str) -> String {
     match id {
-        Some(id) => {
-            channels.iter().find(|c| c.id == id).map(|c| c.name.clone()).unwrap_or_else(|| format!("channel {id}"))
-        }
+        Some(id) => channels
+            .iter()
+            .find(|c| c.id.get() == id)
+            .map(|c| c.name.clone())
+            .unwrap_or_else(|| format!("channel {id}")),
         None => none.into(),
     }
 }
@@ -131,7 +134,7 @@ fn Policies() -> impl IntoView {
     };
 
     let name = RwSignal::new(String::new());
-    let state = RwSignal::new("idle_held".to_string());
+    let state = RwSignal::new(WorkloadState::IdleHeld);
     let for_min = RwSignal::new("120".to_string());
     let grace_min = RwSignal::new("15".to_string());
     let action = RwSignal::new("webhook".to_string());
@@ -216,7 +219,7 @@ fn Policies() -> impl IntoView {
                             view! {
                                 <tr data-policy-id=id.to_string()>
                                     <th scope="row">{p.name.clone()}{(!p.enabled).then(|| view! { " " <span class="pill pill-muted">"disabled"</span> })}</th>
-                                    <td><StateBadge state=Some(p.state.clone())/></td>
+                                    <td><StateBadge state=Some(p.state)/></td>
                                     <td>{seconds(p.for_s)}</td>
                                     <td>{seconds(p.grace_s)}</td>
                                     <td>{action}</td>
@@ -248,9 +251,13 @@ fn Policies() -> impl IntoView {
                     </label>
                     <label for="policy-state">
                         <span>"State"</span>
-                        <select id="policy-state" on:change=move |ev| state.set(event_target_value(&ev))>
-                            {states::all().filter(|s| *s != "offline").map(|s| view! {
-                                <option value=s selected=s == "idle_held">{states::label(s)}</option>
+                        <select id="policy-state" on:change=move |ev| {
+                            if let Some(s) = WorkloadState::parse(&event_target_value(&ev)) {
+                                state.set(s);
+                            }
+                        }>
+                            {WorkloadState::ALL.into_iter().filter(|s| *s != WorkloadState::Offline).map(|s| view! {
+                                <option value=s.as_str() selected=s == WorkloadState::IdleHeld>{states::label(s)}</option>
                             }).collect_view()}
                         </select>
                     </label>
@@ -274,7 +281,7 @@ fn Policies() -> impl IntoView {
                             <span>"Webhook channel"</span>
                             <select id="policy-action-channel" aria-invalid=move || action_channel_error().is_some().to_string() on:change=move |ev| action_channel.set(event_target_value(&ev))>
                                 <option value="">"Choose a webhook channel"</option>
-                                {move || channels.get().into_iter().filter(|c| c.kind == "webhook").map(|c| view! {
+                                {move || channels.get().into_iter().filter(|c| c.kind == ChannelKind::Webhook).map(|c| view! {
                                     <option value=c.id.to_string()>{c.name.clone()}</option>
                                 }).collect_view()}
                             </select>
@@ -284,7 +291,7 @@ fn Policies() -> impl IntoView {
                         <span>"Notice to"</span>
                         <select id="policy-notice-channel" on:change=move |ev| notice_channel.set(event_target_value(&ev))>
                             <option value="">"The owner's report route"</option>
-                            {move || channels.get().into_iter().filter(|c| c.kind != "alertmanager").map(|c| view! {
+                            {move || channels.get().into_iter().filter(|c| c.kind != ChannelKind::Alertmanager).map(|c| view! {
                                 <option value=c.id.to_string()>{format!("{} ({})", c.name, c.kind)}</option>
                             }).collect_view()}
                         </select>
@@ -325,7 +332,7 @@ fn DryRunResult(policy: ReclaimPolicy, d: DryRun) -> impl IntoView {
             }
         })
         .collect_view();
-    let headline = dry_run_headline(&d, &policy.state);
+    let headline = dry_run_headline(&d, policy.state);
     view! {
         <div class="dry-run" role="status" data-testid="dry-run">
             <h3>{format!("Dry run of “{}”: {} – {}", policy.name, format::date_time(d.from_ms), format::date_time(d.to_ms))}</h3>
@@ -354,7 +361,7 @@ fn DryRunResult(policy: ReclaimPolicy, d: DryRun) -> impl IntoView {
 }
 
 /// "4 actions, $312 of idle held GPU-time freed" (GPU-hours where a GPU has no price).
-fn dry_run_headline(d: &DryRun, state: &str) -> String {
+fn dry_run_headline(d: &DryRun, state: WorkloadState) -> String {
     format!(
         "{} action{}, {} of {} GPU-time freed",
         d.actions,
@@ -496,9 +503,9 @@ mod tests {
             items: vec![],
             summary: String::new(),
         };
-        assert_eq!(dry_run_headline(&d, "idle_held"), "4 actions, $312 of idle held GPU-time freed");
+        assert_eq!(dry_run_headline(&d, WorkloadState::IdleHeld), "4 actions, $312 of idle held GPU-time freed");
         let one = DryRun { actions: 1, freed_cost: None, freed_gpu_hours: 2.5, ..d };
-        assert_eq!(dry_run_headline(&one, "stalled"), "1 action, 2.5 GPU-hours of stalled GPU-time freed");
+        assert_eq!(dry_run_headline(&one, WorkloadState::Stalled), "1 action, 2.5 GPU-hours of stalled GPU-time freed");
     }
 
     #[test]

@@ -26,7 +26,7 @@ fn opt_number(s: &str) -> Result<Option<f64>, String> {
 fn channel_name(channels: &[Channel], id: i64) -> String {
     channels
         .iter()
-        .find(|c| c.id == id)
+        .find(|c| c.id.get() == id)
         .map(|c| format!("{} ({})", c.name, c.kind))
         .unwrap_or_else(|| format!("channel {id}"))
 }
@@ -180,7 +180,7 @@ pub fn ReportRoutes() -> impl IntoView {
                         <span>"Channel"</span>
                         <select id="route-channel" aria-invalid=move || channel_error().is_some().to_string() on:change=move |ev| channel.set(event_target_value(&ev))>
                             <option value="">"Choose a channel"</option>
-                            {move || channels.get().into_iter().filter(|c| c.kind != "alertmanager").map(|c| view! {
+                            {move || channels.get().into_iter().filter(|c| c.kind != fleetlens_core::ChannelKind::Alertmanager).map(|c| view! {
                                 <option value=c.id.to_string()>{format!("{} ({})", c.name, c.kind)}</option>
                             }).collect_view()}
                         </select>

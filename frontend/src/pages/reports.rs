@@ -3,6 +3,7 @@
 //! samples, docs/OWNERS.md), with a CSV download of the same report.
 
 use fleetlens_api::{BillingReport, BillingRow};
+use fleetlens_core::WorkloadState;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
@@ -170,12 +171,12 @@ fn Jobs() -> impl IntoView {
 }
 
 /// The waste states a row spent time in, most first.
-fn waste_states(r: &BillingRow) -> Vec<(String, f64)> {
-    let mut v: Vec<(String, f64)> = r
+fn waste_states(r: &BillingRow) -> Vec<(WorkloadState, f64)> {
+    let mut v: Vec<(WorkloadState, f64)> = r
         .hours_by_state
         .iter()
-        .filter(|(s, h)| **h > 0.0 && states::is_waste(s))
-        .map(|(s, h)| (s.clone(), *h))
+        .filter_map(|(s, h)| Some((WorkloadState::parse(s)?, *h)))
+        .filter(|(s, h)| *h > 0.0 && states::is_waste(*s))
         .collect();
     v.sort_by(|a, b| b.1.total_cmp(&a.1));
     v.truncate(3);

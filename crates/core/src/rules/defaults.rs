@@ -1,6 +1,7 @@
 //! The alert rules every organisation starts with. They are ordinary rules once stored: a user
 //! edits, disables or deletes them like any other (a deleted one does not come back).
 
+use crate::rules::Severity;
 use crate::state::WorkloadState;
 
 /// A shipped rule.
@@ -13,7 +14,7 @@ pub struct DefaultRule {
     pub for_s: i64,
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
-    pub severity: &'static str,
+    pub severity: Severity,
     /// Summary template: `{field}` is replaced by the field's value when the alert fires.
     pub description: &'static str,
     pub advice: Advice,
@@ -53,7 +54,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         for_s: 300,
         keep_firing_for_s: 60,
         repeat_interval_s: DEFAULT_REPEAT_S,
-        severity: "warning",
+        severity: Severity::Warning,
         description: "This GPU reads {gpu_util_pct} % busy but its SMs are only {sm_active_pct} % active: \
                       the utilization number hides an almost empty GPU (tiny kernels, batch 1, launch \
                       overhead, or waiting on communication; a single spinning kernel is often a hung collective).",
@@ -67,7 +68,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         for_s: 900,
         keep_firing_for_s: 60,
         repeat_interval_s: DEFAULT_REPEAT_S,
-        severity: "warning",
+        severity: Severity::Warning,
         description: "Kernel utilization {gpu_util_pct} % but SM activity {sm_active_pct} % \
                       (efficiency {efficiency} %): most of the busy time leaves the SMs idle.",
         advice: Advice::Of(WorkloadState::Hollow),
@@ -80,7 +81,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         for_s: 600,
         keep_firing_for_s: 60,
         repeat_interval_s: DEFAULT_REPEAT_S,
-        severity: "critical",
+        severity: Severity::Critical,
         description: "A kernel spins on a few SMs: {gpu_util_pct} % busy, SMs {sm_active_pct} % active, \
                       power {power_pct_of_limit} % of the limit. Often a hung collective (NCCL) or a deadlock.",
         advice: Advice::Of(WorkloadState::Stalled),
@@ -93,7 +94,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         for_s: 1800,
         keep_firing_for_s: 60,
         repeat_interval_s: DEFAULT_REPEAT_S,
-        severity: "warning",
+        severity: Severity::Warning,
         description: "A process holds {mem_used_pct} % of this GPU's memory but runs nothing \
                       (kernel utilization {gpu_util_pct} %, SM activity {sm_active_pct} %): allocated and wasted.",
         advice: Advice::Of(WorkloadState::IdleHeld),
@@ -106,7 +107,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         for_s: 300,
         keep_firing_for_s: 0,
         repeat_interval_s: DEFAULT_REPEAT_S,
-        severity: "critical",
+        severity: Severity::Critical,
         // The offline time counts from when the silence outgrew the GPU's sampling and delivery
         // cadence, not from its last sample.
         description: "Offline for {duration_in_state_s} s: no sample from this GPU, the agent or the host is \
@@ -121,7 +122,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         for_s: 600,
         keep_firing_for_s: 60,
         repeat_interval_s: DEFAULT_REPEAT_S,
-        severity: "warning",
+        severity: Severity::Warning,
         description: "Clocks are held down (throttle reasons {throttle_reasons}, {temp_c} °C, \
                       {power_w} W of {power_limit_w} W): the GPU runs slower than it should.",
         advice: Advice::Text(
@@ -136,7 +137,7 @@ pub const DEFAULT_RULES: [DefaultRule; 7] = [
         for_s: 0,
         keep_firing_for_s: 600,
         repeat_interval_s: DEFAULT_REPEAT_S,
-        severity: "critical",
+        severity: Severity::Critical,
         description: "The driver reported {xid_errors} XID error(s) on this GPU.",
         advice: Advice::Text(
             "check the kernel log (dmesg) for the XID code; drain the node and reset the GPU if they repeat",
@@ -155,7 +156,6 @@ mod tests {
         for r in DEFAULT_RULES {
             Condition::parse(r.condition).unwrap_or_else(|e| panic!("{}: {e}", r.key));
             assert_eq!(DEFAULT_RULES.iter().filter(|o| o.key == r.key || o.name == r.name).count(), 1);
-            assert!(["info", "warning", "critical"].contains(&r.severity));
             assert!(!r.advice.text().is_empty());
             for t in r.inhibits {
                 let target = crate::rules::inhibit::Target::parse(t).unwrap();

@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Value as Json, json};
 
+use super::MessageKind;
 use super::payload::{
     Notification, NotifyStatus, SLACK_MAX_BLOCKS, SLACK_MAX_HEADER_CHARS, SLACK_MAX_SECTION_CHARS,
     SLACK_MAX_TEXT_CHARS, ZERO_TIME, am_alert, format_duration_ms, format_rfc3339_ms, mrkdwn, slack_escape,
@@ -24,13 +25,18 @@ pub enum GroupMessageKind {
 
 impl GroupMessageKind {
     /// The outbox kind.
-    pub fn as_str(self) -> &'static str {
+    pub fn message_kind(self) -> MessageKind {
         match self {
-            GroupMessageKind::Firing => "firing",
-            GroupMessageKind::Update => "update",
-            GroupMessageKind::Repeat => "repeat",
-            GroupMessageKind::Resolved => "resolved",
+            GroupMessageKind::Firing => MessageKind::Firing,
+            GroupMessageKind::Update => MessageKind::Update,
+            GroupMessageKind::Repeat => MessageKind::Repeat,
+            GroupMessageKind::Resolved => MessageKind::Resolved,
         }
+    }
+
+    /// The outbox kind's name.
+    pub fn as_str(self) -> &'static str {
+        self.message_kind().as_str()
     }
 }
 

@@ -9,6 +9,7 @@ pub mod fields;
 pub mod group;
 pub mod group_payload;
 pub mod inhibit;
+pub mod kinds;
 pub mod machine;
 pub mod payload;
 pub mod silence;
@@ -20,12 +21,13 @@ use serde::{Deserialize, Serialize};
 pub use defaults::{DEFAULT_RULES, DEFAULTS_VERSION, DefaultRule};
 pub use expr::{Condition, ParseError, Truth};
 pub use fields::{FIELDS, FieldDef, FieldType, Observation, Value};
+pub use kinds::{ChannelKind, MessageKind, Severity};
 pub use machine::{Phase, Step, Timing, repeat_due, step};
 pub use payload::{MatchedValue, Notification, NotifyStatus, alertmanager_v2, fingerprint, slack_message, webhook_v4};
 pub use silence::{Matchers, SilenceWindow, silenced_by};
 
-/// Severities, mildest first.
-pub const SEVERITIES: [&str; 3] = ["info", "warning", "critical"];
+/// Severity names, mildest first.
+pub const SEVERITIES: [&str; 3] = Severity::NAMES;
 /// Longest `for_s`, `keep_firing_for_s` and `repeat_interval_s`: 30 days.
 pub const MAX_DURATION_S: i64 = 30 * 86_400;
 /// Shortest repeat interval (0 turns reminders off).
@@ -41,7 +43,7 @@ pub struct RuleSpec {
     pub for_s: i64,
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
-    pub severity: String,
+    pub severity: Severity,
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
@@ -92,9 +94,6 @@ impl RuleSpec {
         if self.repeat_interval_s != 0 && self.repeat_interval_s < MIN_REPEAT_S {
             return Err(RuleError::new("repeat_interval_s", format!("0 (no reminders) or at least {MIN_REPEAT_S}")));
         }
-        if !SEVERITIES.contains(&self.severity.as_str()) {
-            return Err(RuleError::new("severity", format!("one of {}", SEVERITIES.join(", "))));
-        }
         for (k, v) in &self.labels {
             if !payload::valid_label_name(k) {
                 return Err(RuleError::new("labels", format!("{k:?} is not a label name ([A-Za-z_][A-Za-z0-9_]*)")));
@@ -121,7 +120,7 @@ impl From<&DefaultRule> for RuleSpec {
             for_s: d.for_s,
             keep_firing_for_s: d.keep_firing_for_s,
             repeat_interval_s: d.repeat_interval_s,
-            severity: d.severity.into(),
+            severity: d.severity,
             labels: BTreeMap::new(),
             description: d.description.into(),
             advice: d.advice.text().into(),
@@ -143,7 +142,7 @@ pub fn alert_labels(rule_id: i64, spec: &RuleSpec, subject: AlertSubject<'_>) ->
     let mut l = spec.labels.clone();
     l.insert(silence::LABEL_ALERTNAME.into(), spec.name.trim().to_string());
     l.insert(silence::LABEL_RULE_ID.into(), rule_id.to_string());
-    l.insert(silence::LABEL_SEVERITY.into(), spec.severity.clone());
+    l.insert(silence::LABEL_SEVERITY.into(), spec.severity.as_str().into());
     l.insert(silence::LABEL_HOST.into(), subject.host.to_string());
     l.insert(silence::LABEL_GPU.into(), subject.gpu_uuid.to_string());
     if let Some(team) = subject.team.filter(|t| !t.is_empty()) {
@@ -167,7 +166,6 @@ mod tests {
         let bad = RuleSpec { condition: "gpu_util_pct >= 80 && sm_actve_pct < 30".into(), ..spec() };
         let e = bad.validate().unwrap_err();
         assert_eq!((e.field, e.position), ("condition", Some(22)));
-        assert_eq!(RuleSpec { severity: "urgent".into(), ..spec() }.validate().unwrap_err().field, "severity");
         assert_eq!(RuleSpec { for_s: -1, ..spec() }.validate().unwrap_err().field, "for_s");
         assert_eq!(RuleSpec { repeat_interval_s: 5, ..spec() }.validate().unwrap_err().field, "repeat_interval_s");
         let labels = BTreeMap::from([("gpu".to_string(), "x".to_string())]);

@@ -7,7 +7,9 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 use serde_json::{Value as Json, json};
 
+use crate::rules::Severity;
 use crate::rules::fields::Observation;
+use crate::state::WorkloadState;
 
 /// Slack's limits (Block Kit reference): blocks per message, characters per section text,
 /// per field, fields per section, header text, button text, URL.
@@ -120,7 +122,7 @@ pub struct Notification {
     pub reminder: bool,
     pub rule_id: i64,
     pub rule_name: String,
-    pub severity: String,
+    pub severity: Severity,
     pub condition: String,
     /// The alert's labels: alertname, rule_id, severity, host, gpu, team, the rule's labels.
     pub labels: BTreeMap<String, String>,
@@ -130,7 +132,7 @@ pub struct Notification {
     pub advice: String,
     pub values: Vec<MatchedValue>,
     /// Workload state of the GPU when the alert fired.
-    pub state: Option<String>,
+    pub state: Option<WorkloadState>,
     pub host: String,
     pub gpu_uuid: String,
     pub gpu_index: Option<u32>,
@@ -199,8 +201,8 @@ impl Notification {
             a.insert("values".to_string(), values.join(", "));
         }
         a.insert("held_for".to_string(), format_duration_ms(self.held_ms()));
-        if let Some(s) = &self.state {
-            a.insert("state".to_string(), s.clone());
+        if let Some(s) = self.state {
+            a.insert("state".to_string(), s.as_str().to_string());
         }
         a
     }
@@ -310,12 +312,12 @@ pub fn slack_message(n: &Notification) -> Json {
         mrkdwn(format!("*Host*\n{}", name(&n.host)), SLACK_MAX_FIELD_CHARS),
         mrkdwn(format!("*Team*\n{}", name(n.team.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
         mrkdwn(format!("*Owner*\n{}", name(&n.owner_words().unwrap_or_else(|| "—".into()))), SLACK_MAX_FIELD_CHARS),
-        mrkdwn(format!("*Severity*\n{}", name(&n.severity)), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*Severity*\n{}", name(n.severity.as_str())), SLACK_MAX_FIELD_CHARS),
         mrkdwn(
             format!("*{}*\n{}", if n.status == NotifyStatus::Resolved { "Lasted" } else { "For" }, e(&when)),
             SLACK_MAX_FIELD_CHARS,
         ),
-        mrkdwn(format!("*State*\n{}", name(n.state.as_deref().unwrap_or("—"))), SLACK_MAX_FIELD_CHARS),
+        mrkdwn(format!("*State*\n{}", name(n.state.map_or("—", WorkloadState::as_str))), SLACK_MAX_FIELD_CHARS),
         mrkdwn(format!("*Condition*\n`{}`", slack_escape(&n.condition)), SLACK_MAX_FIELD_CHARS),
         mrkdwn(format!("*Values when it fired*\n{values}"), SLACK_MAX_FIELD_CHARS),
     ];
@@ -354,7 +356,7 @@ pub fn slack_message(n: &Notification) -> Json {
     let text = format!(
         "[{status}] {} ({}) on {} {}: {}",
         e(&n.rule_name),
-        name(&n.severity),
+        name(n.severity.as_str()),
         name(&n.host),
         name(&n.gpu_words()),
         e(&n.summary)
@@ -478,7 +480,6 @@ pub fn format_rfc3339_ms(ms: i64) -> String {
 pub(crate) mod tests {
     use super::*;
     use crate::sample::Sample;
-    use crate::state::WorkloadState;
 
     pub(crate) fn notification(status: NotifyStatus) -> Notification {
         let mut labels = BTreeMap::new();
@@ -491,14 +492,14 @@ pub(crate) mod tests {
             reminder: false,
             rule_id: 1,
             rule_name: "Busy but hollow".into(),
-            severity: "warning".into(),
+            severity: Severity::Warning,
             condition: "gpu_util_pct >= 80 && sm_active_pct < 30".into(),
             fingerprint: fingerprint(&labels),
             labels,
             summary: "This GPU reads 100 % busy but its SMs are 0.76 % active <probably a hang>".into(),
             advice: "bigger batches, CUDA graphs, kernel fusion, or a smaller GPU / collocation".into(),
             values: vec![MatchedValue { field: "gpu_util_pct".into(), value: "100".into() }],
-            state: Some("stalled".into()),
+            state: Some(WorkloadState::Stalled),
             host: "node-1".into(),
             gpu_uuid: "GPU-1".into(),
             gpu_index: Some(0),

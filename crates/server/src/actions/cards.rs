@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use fleetlens_core::jobcard::{CardGpuInput, CardInput, JobCard, card_text, job_card, local_run_key, worth_sending};
-use fleetlens_core::{OwnerGroup, OwnerKey, Resolution};
+use fleetlens_core::{ChannelKind, MessageKind, OwnerGroup, OwnerKey, Resolution};
 use fleetlens_store::actions::{FinishedRun, JobRunRecord, ReportRoute};
 use fleetlens_store::alerts::{ChannelRecord, NewNotification};
 use fleetlens_store::{GpuRecord, OrgId, Store};
@@ -20,8 +20,6 @@ const MINUTE_MS: i64 = 60_000;
 /// How long after a requested end its card waits for the samples still on their way (an
 /// agent sends every 5 s by default; the tracker writes every 2 s).
 const REQUESTED_END_WAIT_MS: i64 = 15_000;
-/// The outbox `kind` of a report card message.
-pub const MESSAGE_KIND: &str = "job_report";
 
 fn floor_minute(ms: i64) -> i64 {
     ms.div_euclid(MINUTE_MS) * MINUTE_MS
@@ -117,7 +115,7 @@ async fn finish(
         let payload = payload(&channel, run, &card, &state.alerts.ctx().public_url);
         message = payload.map(|payload| NewNotification {
             channel_id: channel.id,
-            kind: MESSAGE_KIND.into(),
+            kind: MessageKind::JobReport,
             seq: run.id,
             payload,
         });
@@ -304,9 +302,9 @@ pub fn payload(channel: &ChannelRecord, run: &JobRunRecord, card: &JobCard, publ
     let title = format!("Job {} ({}) ended on {}", run.run_key, owner_text(run), run.host);
     let text = card_text(&title, card);
     let url = format!("{public_url}/api/v1/jobs/{}/report", run.id);
-    let body = match channel.kind.as_str() {
-        "alertmanager" => return None,
-        "slack" => {
+    let body = match channel.kind {
+        ChannelKind::Alertmanager => return None,
+        ChannelKind::Slack => {
             let fallback: String = text.chars().take(2900).collect();
             let mut lines = text.lines().skip(1);
             let figures: String = lines.by_ref().take(2).collect::<Vec<_>>().join("\n");
@@ -322,7 +320,7 @@ pub fn payload(channel: &ChannelRecord, run: &JobRunRecord, card: &JobCard, publ
             }
             json!({"text": fallback, "blocks": blocks})
         }
-        _ => json!({
+        ChannelKind::Webhook => json!({
             "type": "fleetlens.job_report",
             "version": 1,
             "run": {

@@ -7,7 +7,10 @@ use std::collections::HashMap;
 
 use fleetlens_core::jobcard::{global_run_key, run_key};
 use fleetlens_core::reclaim::{ReclaimProgress, ReclaimStep, ReclaimTiming, ReclaimView, next_step};
-use fleetlens_core::{GpuProcess, PriceTable, ProcessOwner, Thresholds, WindowAggregate, WorkloadState, classify};
+use fleetlens_core::{
+    ChannelKind, GpuProcess, MessageKind, PriceTable, ProcessOwner, Thresholds, WindowAggregate, WorkloadState,
+    classify,
+};
 use fleetlens_store::alerts::NewNotification;
 use fleetlens_store::reclaim::{
     AgentCommand, RECLAIM_ID_TOKEN, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord, ReclaimWrite,
@@ -129,8 +132,7 @@ impl ReclaimEngine {
             let lookback = policies.iter().map(|p| (p.for_s + p.grace_s) * 1000).max().unwrap_or(0) + 10 * 60_000;
             self.follow(state, &gpus, &th, lookback.min(86_400_000)).await?;
             for p in &policies {
-                let Some(st) = WorkloadState::parse(&p.state) else { continue };
-                let timing = ReclaimTiming { state: st, for_ms: p.for_s * 1000, grace_ms: p.grace_s * 1000 };
+                let timing = ReclaimTiming { state: p.state, for_ms: p.for_s * 1000, grace_ms: p.grace_s * 1000 };
                 for g in &gpus {
                     let existing = open.iter().find(|r| r.policy_id == p.id && r.gpu_uuid == g.uuid);
                     sent |= self.decide(state, org, p, &timing, g, existing, &prices).await?;
@@ -209,9 +211,9 @@ impl ReclaimEngine {
                 let channel = notice_channel(state, org, p, &t.owner).await?;
                 let message = channel.map(|c| NewNotification {
                     channel_id: c.id,
-                    kind: "reclaim_notice".into(),
+                    kind: MessageKind::ReclaimNotice,
                     seq: now,
-                    payload: message_payload(&c.kind, "notice", p, &record, dollars, now + timing.grace_ms, state),
+                    payload: message_payload(c.kind, "notice", p, &record, dollars, now + timing.grace_ms, state),
                 });
                 let entry = log(
                     "notice",
@@ -268,9 +270,9 @@ impl ReclaimEngine {
                     };
                     message = channel.map(|c| NewNotification {
                         channel_id: c.id,
-                        kind: "reclaim_action".into(),
+                        kind: MessageKind::ReclaimAction,
                         seq: now,
-                        payload: message_payload(&c.kind, "action", p, r, dollars, now, state),
+                        payload: message_payload(c.kind, "action", p, r, dollars, now, state),
                     });
                     entry = log(
                         "action_webhook",
@@ -326,7 +328,7 @@ async fn notice_channel(
 
 /// A notice or action message: Slack text, or JSON for the site's automation.
 fn message_payload(
-    kind: &str,
+    kind: ChannelKind,
     what: &str,
     p: &ReclaimPolicyRecord,
     r: &ReclaimRecord,
@@ -356,7 +358,7 @@ fn message_payload(
             p.name, r.gpu_uuid, r.host, r.pid, r.run_key
         )
     };
-    let body = if kind == "slack" {
+    let body = if kind == ChannelKind::Slack {
         json!({"text": text, "blocks": [{"type": "section", "text": {"type": "mrkdwn", "text": text}}]})
     } else {
         json!({

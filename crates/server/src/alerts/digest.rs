@@ -9,9 +9,9 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use fleetlens_api::OwnerWaste;
-use fleetlens_core::OwnerKey;
 use fleetlens_core::rules::group::{DigestEvery, digest_period};
 use fleetlens_core::rules::payload::{SLACK_MAX_SECTION_CHARS, format_rfc3339_ms, slack_escape, truncate_chars};
+use fleetlens_core::{ChannelKind, MessageKind, OwnerKey};
 use fleetlens_store::alerts::{AlertFilter, AlertRecord, ChannelRecord, NewNotification};
 use fleetlens_store::{OrgId, StoreError};
 use serde_json::{Value as Json, json};
@@ -51,7 +51,7 @@ pub async fn run(
             let body = build(ctx, *org, c, every, from, to, now).await?;
             let message = body.map(|b| NewNotification {
                 channel_id: c.id,
-                kind: "digest".into(),
+                kind: MessageKind::Digest,
                 seq: to,
                 payload: b.to_string(),
             });
@@ -118,9 +118,9 @@ async fn build(
         }
     };
     let d = Digest { every, from_ms: from, to_ms: to, currency: prices.currency.clone(), top, idle_held, fired };
-    Ok(Some(match c.kind.as_str() {
-        "slack" => slack(&d),
-        _ => webhook(&d, &c.name),
+    Ok(Some(match c.kind {
+        ChannelKind::Slack => slack(&d),
+        ChannelKind::Webhook | ChannelKind::Alertmanager => webhook(&d, &c.name),
     }))
 }
 

@@ -35,7 +35,7 @@ use fleetlens_core::rules::{
     alert_labels, fingerprint, repeat_due, silenced_by, step,
 };
 use fleetlens_core::rules::{DefaultRule, SilenceWindow};
-use fleetlens_core::{Sample, Thresholds, WindowAggregate, WorkloadState, classify};
+use fleetlens_core::{ChannelKind, MessageKind, Sample, Thresholds, WindowAggregate, WorkloadState, classify};
 use fleetlens_store::alerts::{
     ALERT_ENGINE_JOB, AlertChange, AlertRecord, AlertRuleRecord, AlertStatus, AlertWrite, ChannelRecord, EvalWrite,
     GpuBrief, GpuCursor, NewAlertRule, NewNotification, NewSuppressed,
@@ -161,7 +161,7 @@ impl Rule {
             for_s: rec.for_s,
             keep_firing_for_s: rec.keep_firing_for_s,
             repeat_interval_s: rec.repeat_interval_s,
-            severity: rec.severity.clone(),
+            severity: rec.severity,
             labels: rec.labels.clone(),
             description: rec.description.clone(),
             advice: rec.advice.clone(),
@@ -211,7 +211,7 @@ pub fn new_rule(spec: &RuleSpec, channels: Vec<i64>, enabled: bool) -> NewAlertR
         for_s: spec.for_s,
         keep_firing_for_s: spec.keep_firing_for_s,
         repeat_interval_s: spec.repeat_interval_s,
-        severity: spec.severity.clone(),
+        severity: spec.severity,
         labels: spec.labels.clone(),
         description: spec.description.clone(),
         advice: spec.advice.clone(),
@@ -568,7 +568,7 @@ impl Engine {
             gpu_id: g.id,
             org_id: g.org_id,
             last_ts_ms: s.ts_ms,
-            state: state.as_str().to_string(),
+            state,
             state_since_ms: s.ts_ms,
             interval_ms: 0,
         });
@@ -580,8 +580,8 @@ impl Engine {
                 cursor.interval_ms = (3 * cursor.interval_ms + gap) / 4;
             }
             let was_offline = gap >= offline_limit_ms(cursor.interval_ms, th);
-            if cursor.state != state.as_str() || was_offline {
-                cursor.state = state.as_str().to_string();
+            if cursor.state != state || was_offline {
+                cursor.state = state;
                 cursor.state_since_ms = s.ts_ms;
             }
             cursor.last_ts_ms = s.ts_ms;
@@ -652,7 +652,7 @@ impl Engine {
             // wait for the next one).
             let Some(s) = self.last_sample.get(&g.id).cloned() else { return };
             let cursor = self.cursors.get(&g.id);
-            let state = cursor.and_then(|c| WorkloadState::parse(&c.state)).unwrap_or(WorkloadState::Active);
+            let state = cursor.map_or(WorkloadState::Active, |c| c.state);
             let since = cursor.map_or(s.ts_ms, |c| c.state_since_ms);
             let mut obs = Observation::of_sample(&s, state, (s.ts_ms - since).max(0) as f64 / 1000.0, &g.host, team);
             obs.ts_ms = now;
@@ -737,7 +737,7 @@ impl Engine {
                 .into_iter()
                 .map(|c| NewNotification {
                     channel_id: c.id,
-                    kind: "repeat".into(),
+                    kind: MessageKind::Repeat,
                     seq: a.repeat_seq,
                     payload: render::payload(c, &n, now, rule.rec.repeat_interval_s),
                 })
@@ -776,7 +776,7 @@ impl Engine {
             for c in data.channels_by_id(a.org_id, &d.notified_channels) {
                 notify.push(NewNotification {
                     channel_id: c.id,
-                    kind: "resolved".into(),
+                    kind: MessageKind::Resolved,
                     seq: 0,
                     payload: render::payload(c, &n, now, 0),
                 });
@@ -841,7 +841,7 @@ impl Engine {
                 a.last_eval_ms = t;
                 let mut d = AlertDetails::of(&a);
                 d.values = matched_values(rule.cond.fields(), obs);
-                d.state = Some(obs.state.as_str().to_string());
+                d.state = Some(obs.state);
                 a.details = d.to_json();
                 a.summary = summary(rule, obs);
                 let notes = self.firing_notes(rule, &mut a, data, now);
@@ -876,14 +876,18 @@ impl Engine {
                     for c in channels {
                         notify.push(NewNotification {
                             channel_id: c.id,
-                            kind: "resolved".into(),
+                            kind: MessageKind::Resolved,
                             seq: 0,
                             payload: render::payload(c, &n, now, 0),
                         });
                     }
                 } else if let Some(sid) = a.silenced_by {
                     for c in data.channels_for(&rule.rec) {
-                        suppressed.push(NewSuppressed { channel_id: c.id, kind: "resolved".into(), silence_id: sid });
+                        suppressed.push(NewSuppressed {
+                            channel_id: c.id,
+                            kind: MessageKind::Resolved,
+                            silence_id: sid,
+                        });
                     }
                 }
                 self.resolved_events.push(a.clone());
@@ -907,7 +911,7 @@ impl Engine {
         let details = AlertDetails {
             condition: rule.rec.condition.clone(),
             values: matched_values(rule.cond.fields(), obs),
-            state: Some(obs.state.as_str().to_string()),
+            state: Some(obs.state),
             advice,
             gpu_name: g.name.clone(),
             gpu_index: g.gpu_index.and_then(|i| u32::try_from(i).ok()),
@@ -930,7 +934,7 @@ impl Engine {
             last_match_ms: t,
             last_eval_ms: t,
             rule_name: rule.rec.name.clone(),
-            severity: rule.rec.severity.clone(),
+            severity: rule.rec.severity,
             fingerprint: fingerprint(&labels),
             labels,
             summary: summary(rule, obs),
@@ -961,7 +965,7 @@ impl Engine {
             a.notified_firing = false;
             let suppressed = channels
                 .iter()
-                .map(|c| NewSuppressed { channel_id: c.id, kind: "firing".into(), silence_id: sid })
+                .map(|c| NewSuppressed { channel_id: c.id, kind: MessageKind::Firing, silence_id: sid })
                 .collect();
             return (vec![], suppressed);
         }
@@ -984,7 +988,7 @@ impl Engine {
             .iter()
             .map(|c| NewNotification {
                 channel_id: c.id,
-                kind: "firing".into(),
+                kind: MessageKind::Firing,
                 seq: 0,
                 payload: render::payload(c, &n, now, rule.rec.repeat_interval_s),
             })
@@ -1116,7 +1120,7 @@ fn open_ref(a: &AlertRecord, id: i64) -> OpenAlert<'_> {
 /// Alertmanager channels get one message per alert (Alertmanager groups and inhibits by
 /// itself); the others get grouped messages or digests.
 pub(super) fn per_alert(c: &ChannelRecord) -> bool {
-    c.kind == "alertmanager"
+    c.kind == ChannelKind::Alertmanager
 }
 
 fn push_notes(changes: &mut Changes, key: Key, (notify, suppressed): (Vec<NewNotification>, Vec<NewSuppressed>)) {

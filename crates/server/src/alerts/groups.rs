@@ -16,12 +16,12 @@
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
-use fleetlens_core::PriceTable;
 use fleetlens_core::rules::group::{
     DEFAULT_GROUP_BY, GroupAction, GroupProgress, GroupTiming, group_action, group_key,
 };
 use fleetlens_core::rules::group_payload::{GroupMessage, GroupMessageKind, slack_group_message, webhook_v4_group};
 use fleetlens_core::rules::{Notification, NotifyStatus};
+use fleetlens_core::{ChannelKind, PriceTable};
 use fleetlens_store::alerts::{AlertGroupRecord, AlertStatus, ChannelRecord, GroupChange, GroupWrite, NewNotification};
 use fleetlens_store::{OrgId, Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -201,15 +201,15 @@ impl Engine {
                 for (kind, listed, joined, seq) in &p.messages {
                     let table = prices.get(&p.entry.org).cloned().unwrap_or_default();
                     let msg = message(&p.entry, *kind, listed, *joined, &table, now);
-                    let payload = match channel.kind.as_str() {
-                        "slack" => slack_group_message(&msg),
-                        _ => webhook_v4_group(&msg, &channel.name),
+                    let payload = match channel.kind {
+                        ChannelKind::Slack => slack_group_message(&msg),
+                        ChannelKind::Webhook | ChannelKind::Alertmanager => webhook_v4_group(&msg, &channel.name),
                     };
                     notify.push((
                         p.entry.state.lead_alert_id,
                         NewNotification {
                             channel_id: channel.id,
-                            kind: kind.as_str().into(),
+                            kind: kind.message_kind(),
                             seq: *seq,
                             payload: payload.to_string(),
                         },

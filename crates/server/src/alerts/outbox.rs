@@ -8,6 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use fleetlens_core::MessageId;
 use fleetlens_store::alerts::{ClaimedMessage, DeliveryOutcome, DeliveryResult};
 use reqwest::StatusCode;
 use reqwest::header::{CONTENT_TYPE, RETRY_AFTER};
@@ -105,10 +106,15 @@ async fn deliver(ctx: &AlertsCtx, m: ClaimedMessage) {
     };
     match result.outcome {
         DeliveryOutcome::Delivered => {
-            tracing::debug!(id = m.message.id, channel = m.channel.id, kind = m.message.kind, "notification delivered")
+            tracing::debug!(
+                id = m.message.id.get(),
+                channel = m.channel.id,
+                kind = m.message.kind.as_str(),
+                "notification delivered"
+            )
         }
         _ => tracing::warn!(
-            id = m.message.id,
+            id = m.message.id.get(),
             channel = m.channel.id,
             attempt = m.message.attempts,
             error = result.error.as_deref().unwrap_or(""),
@@ -117,7 +123,7 @@ async fn deliver(ctx: &AlertsCtx, m: ClaimedMessage) {
     }
     if let Err(e) = ctx.store.finish_notification(m.message.id, &ctx.owner, &result, now).await {
         // The lease runs out and another attempt follows; the receiver may see it twice.
-        tracing::error!(error = %e, id = m.message.id, "outbox: cannot record a delivery");
+        tracing::error!(error = %e, id = m.message.id.get(), "outbox: cannot record a delivery");
     }
 }
 
@@ -187,7 +193,8 @@ fn retry_or_give_up(ctx: &AlertsCtx, m: &ClaimedMessage, now: i64, at_ms: i64) -
 }
 
 /// base × 2^(attempt−1), at most the maximum, ±10 % jitter (deterministic per message).
-pub fn backoff_ms(ctx: &AlertsCtx, id: i64, attempt: i64) -> i64 {
+pub fn backoff_ms(ctx: &AlertsCtx, id: MessageId, attempt: i64) -> i64 {
+    let id = id.get();
     let base = ctx.cfg.retry_base_ms();
     let exp = u32::try_from((attempt - 1).clamp(0, 30)).unwrap_or(30);
     let raw = base.saturating_mul(1i64 << exp).min(ctx.cfg.retry_max_ms());

@@ -1,12 +1,9 @@
 //! From a stored alert to the body each kind of channel takes.
 
 use fleetlens_core::rules::payload::{MatchedValue, alertmanager_v2, slack_message, webhook_v4};
-use fleetlens_core::rules::{Notification, NotifyStatus};
+use fleetlens_core::rules::{ChannelKind, Notification, NotifyStatus, Severity};
 use fleetlens_store::alerts::{AlertRecord, ChannelRecord};
 use serde::{Deserialize, Serialize};
-
-/// Channel kinds.
-pub const KINDS: [&str; 3] = ["slack", "webhook", "alertmanager"];
 
 /// Slack asks for about one message per second per webhook.
 pub const SLACK_MIN_INTERVAL_MS: i64 = 1000;
@@ -25,7 +22,7 @@ pub struct AlertDetails {
     #[serde(default)]
     pub values: Vec<MatchedValue>,
     #[serde(default)]
-    pub state: Option<String>,
+    pub state: Option<fleetlens_core::WorkloadState>,
     #[serde(default)]
     pub advice: String,
     #[serde(default)]
@@ -81,7 +78,7 @@ pub fn notification(alert: &AlertRecord, status: NotifyStatus, reminder: bool, p
         reminder,
         rule_id: alert.rule_id,
         rule_name: alert.rule_name.clone(),
-        severity: alert.severity.clone(),
+        severity: alert.severity,
         condition: d.condition,
         labels: alert.labels.clone(),
         summary,
@@ -104,29 +101,29 @@ pub fn notification(alert: &AlertRecord, status: NotifyStatus, reminder: bool, p
 
 /// The JSON body for `channel`.
 pub fn payload(channel: &ChannelRecord, n: &Notification, now_ms: i64, repeat_interval_s: i64) -> String {
-    let body = match channel.kind.as_str() {
-        "slack" => slack_message(n),
-        "alertmanager" => {
+    let body = match channel.kind {
+        ChannelKind::Slack => slack_message(n),
+        ChannelKind::Alertmanager => {
             let valid_for =
                 if repeat_interval_s > 0 { 2 * repeat_interval_s * 1000 + AM_GRACE_MS } else { AM_NO_REFRESH_MS };
             alertmanager_v2(n, now_ms + valid_for)
         }
-        _ => webhook_v4(n, &channel.name),
+        ChannelKind::Webhook => webhook_v4(n, &channel.name),
     };
     body.to_string()
 }
 
 /// The body of a test message: like a firing alert, but one Alertmanager drops after 5 min.
 pub fn test_payload(channel: &ChannelRecord, n: &Notification, now_ms: i64) -> String {
-    match channel.kind.as_str() {
-        "alertmanager" => alertmanager_v2(n, now_ms + 300_000).to_string(),
-        _ => payload(channel, n, now_ms, 0),
+    match channel.kind {
+        ChannelKind::Alertmanager => alertmanager_v2(n, now_ms + 300_000).to_string(),
+        ChannelKind::Slack | ChannelKind::Webhook => payload(channel, n, now_ms, 0),
     }
 }
 
 /// Where to POST for `channel`: Alertmanager's alerts API under its base URL.
 pub fn target_url(channel: &ChannelRecord) -> String {
-    if channel.kind == "alertmanager" && !channel.url.trim_end_matches('/').ends_with("/api/v2/alerts") {
+    if channel.kind == ChannelKind::Alertmanager && !channel.url.trim_end_matches('/').ends_with("/api/v2/alerts") {
         format!("{}/api/v2/alerts", channel.url.trim_end_matches('/'))
     } else {
         channel.url.clone()
@@ -137,7 +134,7 @@ pub fn target_url(channel: &ChannelRecord) -> String {
 pub fn test_notification(channel: &ChannelRecord, public_url: &str, now_ms: i64) -> Notification {
     let mut labels = std::collections::BTreeMap::new();
     labels.insert("alertname".to_string(), "Fleetlens test message".to_string());
-    labels.insert("severity".to_string(), "info".to_string());
+    labels.insert("severity".to_string(), Severity::Info.as_str().to_string());
     labels.insert("host".to_string(), "fleetlens-test".to_string());
     labels.insert("gpu".to_string(), "GPU-00000000-0000-0000-0000-000000000000".to_string());
     labels.insert("test_channel".to_string(), channel.id.to_string());
@@ -147,7 +144,7 @@ pub fn test_notification(channel: &ChannelRecord, public_url: &str, now_ms: i64)
         reminder: false,
         rule_id: 0,
         rule_name: "Fleetlens test message".into(),
-        severity: "info".into(),
+        severity: Severity::Info,
         condition: "true".into(),
         labels,
         summary: format!("A test message to channel “{}” from {public_url}: if you read this, it works.", channel.name),

@@ -186,7 +186,7 @@ pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow
     StateWindow {
         from_ms,
         to_ms,
-        state: c.state.as_str().to_string(),
+        state: c.state,
         efficiency: c.efficiency_pct,
         sample_count: c.values.sample_count,
         gpu_util_pct: c.values.gpu_util_pct,

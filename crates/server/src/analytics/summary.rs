@@ -9,8 +9,7 @@ use fleetlens_core::Credit;
 
 use fleetlens_api::{FleetSummary, FunnelLevel, GpuWaste, RightSizeAdvice};
 use fleetlens_core::{
-    Funnel, GpuModel, Level, PriceTable, Thresholds, WasteBreakdown, WorkloadState, p95, projected_monthly_waste,
-    right_size,
+    Funnel, GpuModel, PriceTable, Thresholds, WasteBreakdown, WorkloadState, p95, projected_monthly_waste, right_size,
 };
 use fleetlens_store::{BucketCredit, GpuRecord, JobRecord, OrgId};
 
@@ -278,15 +277,8 @@ fn add_jobs(funnel: &mut Funnel, input: &SummaryInput<'_>) {
 /// The funnel levels with the cost of each step's gap (previous level − this level, the first
 /// measured against 100 %), over the priced cost.
 fn funnel_levels(f: &Funnel, cost: Option<f64>) -> Vec<FunnelLevel> {
-    let levels: [(&str, Level); 5] = [
-        ("allocation", f.allocation()),
-        ("kernel", f.kernel()),
-        ("sm", f.sm()),
-        ("tensor", f.tensor()),
-        ("mfu", f.mfu()),
-    ];
     let mut prev = Some(1.0);
-    levels
+    f.levels()
         .into_iter()
         .map(|(name, level)| {
             let gap_cost = match (prev, level.fraction, cost) {
@@ -296,7 +288,7 @@ fn funnel_levels(f: &Funnel, cost: Option<f64>) -> Vec<FunnelLevel> {
             if level.fraction.is_some() {
                 prev = level.fraction;
             }
-            FunnelLevel { level: name.into(), fraction: level.fraction, coverage: level.coverage, gap_cost }
+            FunnelLevel { level: name, fraction: level.fraction, coverage: level.coverage, gap_cost }
         })
         .collect()
 }
@@ -333,7 +325,7 @@ fn gpu_waste(
         uuid: gpu.uuid.clone(),
         host: gpu.host.clone(),
         name: gpu.name.clone(),
-        main_waste_state: main.map(|s| s.as_str().to_string()),
+        main_waste_state: main,
         paid_gpu_hours: l.paid_s / 3600.0,
         wasted_cost: waste.map(|w| w.wasted),
         wasted_hours: wasted_s / 3600.0,

@@ -71,7 +71,7 @@ impl Picture {
                         .map(|(uuid, g)| StreamGpu {
                             uuid: uuid.clone(),
                             host: g.host.clone(),
-                            state: g.state.as_str().to_string(),
+                            state: g.state,
                             last_seen_ms: g.last_seen_ms,
                         })
                         .collect(),
@@ -157,8 +157,8 @@ pub async fn read(
             let change = GpuStateChange {
                 uuid: c.uuid.to_string(),
                 host: c.host.to_string(),
-                previous: c.previous.map(|s| s.as_str().to_string()),
-                state: c.state.as_str().to_string(),
+                previous: c.previous,
+                state: c.state,
                 last_seen_ms: c.last_seen_ms,
                 at_ms: now,
             };

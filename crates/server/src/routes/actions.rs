@@ -173,7 +173,7 @@ pub async fn create_route(
         .notification_channel(caller.org, r.channel_id)
         .await?
         .ok_or_else(|| bad("channel_id", "no such notification channel"))?;
-    if channel.kind == "alertmanager" {
+    if channel.kind == fleetlens_core::ChannelKind::Alertmanager {
         return Err(bad("channel_id", "report cards go to slack or webhook channels, not Alertmanager"));
     }
     if let Some(t) = r.team_id

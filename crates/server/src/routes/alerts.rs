@@ -18,9 +18,9 @@ use fleetlens_api::alerts::{
     DeliveryView, FieldInfo, OutboxView, RuleBody, RuleErrorBody, RuleErrorDetail, RuleFields, RuleList, RuleView,
     SilenceBody, SilenceList, SilenceView, TestResult,
 };
-use fleetlens_core::WorkloadState;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
-use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec, SEVERITIES};
+use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec};
+use fleetlens_core::{AlertId, ChannelId, ChannelKind, MessageKind, RuleId, Severity, WorkloadState};
 use fleetlens_store::alerts::{
     AlertFilter, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
     NewNotification, NewSilence, OutboxRecord, SilenceRecord,
@@ -30,7 +30,7 @@ use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::alerts::engine::new_rule;
-use crate::alerts::render::{self, KINDS, SLACK_MIN_INTERVAL_MS};
+use crate::alerts::render::{self, SLACK_MIN_INTERVAL_MS};
 pub use crate::alerts::views::{alert_view, marking_deleted};
 use crate::auth::Caller;
 use crate::error::ApiError;
@@ -211,7 +211,7 @@ pub async fn create_rule(
         for_s: 0,
         keep_firing_for_s: 0,
         repeat_interval_s: fleetlens_core::rules::defaults::DEFAULT_REPEAT_S,
-        severity: "warning".into(),
+        severity: Severity::Warning,
         labels: BTreeMap::new(),
         description: String::new(),
         advice: String::new(),
@@ -257,7 +257,7 @@ pub async fn put_rule(
         for_s: current.for_s,
         keep_firing_for_s: current.keep_firing_for_s,
         repeat_interval_s: current.repeat_interval_s,
-        severity: current.severity.clone(),
+        severity: current.severity,
         labels: current.labels.clone(),
         description: current.description.clone(),
         advice: current.advice.clone(),
@@ -298,7 +298,7 @@ pub async fn rule_fields(caller: Caller) -> Res<Json<RuleFields>> {
     Ok(Json(RuleFields {
         fields: FIELDS.iter().map(FieldInfo::from).collect(),
         states: WorkloadState::ALL.to_vec(),
-        severities: SEVERITIES.map(String::from).to_vec(),
+        severities: Severity::ALL.to_vec(),
         operators: ["&&", "||", "!", "==", "!=", "<", "<=", ">", ">=", "+", "-", "*", "/", "(", ")"]
             .map(String::from)
             .to_vec(),
@@ -327,7 +327,7 @@ pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionC
 fn channel_view(c: ChannelRecord) -> ChannelView {
     let group_by = crate::alerts::groups::group_by(&c);
     ChannelView {
-        id: c.id,
+        id: c.id.into(),
         name: c.name,
         kind: c.kind,
         url: c.url,
@@ -349,16 +349,13 @@ fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChann
     if name.is_empty() || name.chars().count() > 200 || name.chars().any(char::is_control) {
         return Err(invalid("name", "1–200 printable characters"));
     }
-    let kind = b.kind.or_else(|| current.map(|c| c.kind.clone())).ok_or_else(|| invalid("kind", "required"))?;
-    if !KINDS.contains(&kind.as_str()) {
-        return Err(invalid("kind", format!("one of {}", KINDS.join(", "))));
-    }
+    let kind = b.kind.or_else(|| current.map(|c| c.kind)).ok_or_else(|| invalid("kind", "required"))?;
     let url = b.url.or_else(|| current.map(|c| c.url.clone())).ok_or_else(|| invalid("url", "required"))?;
     let parsed = reqwest::Url::parse(url.trim()).map_err(|e| invalid("url", format!("not a URL: {e}")))?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host_str().is_none() {
         return Err(invalid("url", "must be an http:// or https:// URL"));
     }
-    let default_interval = if kind == "slack" { SLACK_MIN_INTERVAL_MS } else { 0 };
+    let default_interval = if kind == ChannelKind::Slack { SLACK_MIN_INTERVAL_MS } else { 0 };
     let min_interval_ms = b
         .min_interval_ms
         .or_else(|| current.filter(|c| c.kind == kind).map(|c| c.min_interval_ms))
@@ -394,7 +391,7 @@ fn channel_spec(b: ChannelBody, current: Option<&ChannelRecord>) -> Res<NewChann
         Some(_) => return Err(invalid("digest", "off, daily or weekly")),
         None => current.map(|c| c.digest.clone()).unwrap_or_default(),
     };
-    if !digest.is_empty() && kind == "alertmanager" {
+    if !digest.is_empty() && kind == ChannelKind::Alertmanager {
         return Err(invalid("digest", "an Alertmanager channel takes alerts, not digests"));
     }
     let digest_at_min = match b.digest_at.as_deref() {
@@ -492,8 +489,12 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
     let c = state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
     let now = now_ms();
     let n = render::test_notification(&c, &state.alerts.ctx().public_url, now);
-    let note =
-        NewNotification { channel_id: c.id, kind: "test".into(), seq: now, payload: render::test_payload(&c, &n, now) };
+    let note = NewNotification {
+        channel_id: c.id,
+        kind: MessageKind::Test,
+        seq: now,
+        payload: render::test_payload(&c, &n, now),
+    };
     let message_id = state
         .store
         .enqueue_notification(caller.org, None, &note, now)
@@ -548,7 +549,8 @@ pub async fn list_alerts(
     if !(1..=1000).contains(&limit) {
         return Err(invalid("limit", "1–1000"));
     }
-    let filter = AlertFilter { statuses, rule_id: q.rule_id, gpu_uuid: q.gpu, before_id: q.before, limit };
+    let filter =
+        AlertFilter { statuses, rule_id: q.rule_id.map(RuleId::get), gpu_uuid: q.gpu, before_id: q.before, limit };
     let rules = rule_ids(&state, caller.org).await?;
     let alerts: Vec<AlertView> = state
         .store
@@ -606,8 +608,13 @@ fn delivery_view(d: DeliveryRecord, channels: &std::collections::HashSet<i64>) -
 
 /// One alert with its notification messages and delivery attempts.
 #[utoipa::path(get, path = "/alerts/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = AlertDetail), crate::openapi::ItemErrors))]
-pub async fn get_alert(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<AlertDetail>> {
+pub async fn get_alert(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<AlertId>,
+) -> Res<Json<AlertDetail>> {
     caller.require(Scope::Read)?;
+    let id = id.get();
     let a = state.store.alert(caller.org, id).await?.ok_or_else(|| not_found("alert"))?;
     let messages: Vec<OutboxView> =
         state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(outbox_view).collect();
@@ -636,26 +643,28 @@ pub async fn list_deliveries(
 pub async fn channel_deliveries(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<ChannelId>,
     Query(q): Query<DeliveryQuery>,
 ) -> Res<Json<DeliveryList>> {
     caller.require(Scope::Read)?;
-    state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
+    state.store.notification_channel(caller.org, id.get()).await?.ok_or_else(|| not_found("notification channel"))?;
     deliveries(&state, caller.org, Some(id), q.alert_id, q.limit).await
 }
 
 async fn deliveries(
     state: &AppState,
     org: OrgId,
-    channel_id: Option<i64>,
-    alert_id: Option<i64>,
+    channel_id: Option<ChannelId>,
+    alert_id: Option<AlertId>,
     limit: Option<i64>,
 ) -> Res<Json<DeliveryList>> {
     let limit = limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(invalid("limit", "1–1000"));
     }
-    let filter = DeliveryFilter { channel_id, alert_id, limit };
+    // The store keys channels and alerts by their integer ids.
+    let filter =
+        DeliveryFilter { channel_id: channel_id.map(ChannelId::get), alert_id: alert_id.map(AlertId::get), limit };
     let channels = channel_ids(state, org).await?;
     let list: Vec<DeliveryView> =
         state.store.deliveries(org, &filter).await?.into_iter().map(|d| delivery_view(d, &channels)).collect();

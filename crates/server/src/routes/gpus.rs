@@ -9,7 +9,7 @@ use fleetlens_api::gpus::{
 use fleetlens_api::{GpuList, GpuSummary, SampleList, Series, SeriesPoint};
 use std::collections::HashMap;
 
-use fleetlens_core::{Resolution, timeline};
+use fleetlens_core::{Resolution, WorkloadState, timeline};
 use fleetlens_store::{GpuRecord, LatestMinute, Scope};
 
 use crate::analytics;
@@ -36,7 +36,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Js
         .map(|g| {
             let allowance = state.deliveries.allowance_ms(caller.org, &g.host);
             let state = analytics::current_state(&g, newest.get(&g.id), now, &th, allowance);
-            summary(g, state.as_str())
+            summary(g, state)
         })
         .collect();
     Ok(Json(GpuList { gpus }))
@@ -64,12 +64,7 @@ pub async fn detail(
     let quality_from = Resolution::Minute.bucket_start(now - DATA_QUALITY_SPAN_MS);
     let minutes = store.rollups(caller.org, gpu.id, Resolution::Minute, quality_from, now + 1).await?;
     let data_quality = data_quality(&minutes);
-    Ok(Json(GpuDetail {
-        gpu: summary(gpu, c.state.as_str()),
-        current,
-        data_quality,
-        data_quality_from_ms: quality_from,
-    }))
+    Ok(Json(GpuDetail { gpu: summary(gpu, c.state), current, data_quality, data_quality_from_ms: quality_from }))
 }
 
 /// How far back the GPU detail counts data-quality flags.
@@ -95,7 +90,7 @@ fn data_quality(minutes: &[fleetlens_core::RollupBucket]) -> Vec<DataQualityFlag
         .collect()
 }
 
-fn summary(g: GpuRecord, state: &str) -> GpuSummary {
+fn summary(g: GpuRecord, state: WorkloadState) -> GpuSummary {
     let efficiency = g.latest.as_ref().and_then(|s| s.efficiency());
     GpuSummary {
         uuid: g.uuid,
@@ -108,7 +103,7 @@ fn summary(g: GpuRecord, state: &str) -> GpuSummary {
         last_seen_ms: g.last_seen_ms,
         latest: g.latest,
         efficiency,
-        state: Some(state.to_string()),
+        state: Some(state),
     }
 }
 
@@ -227,22 +222,28 @@ pub async fn series(
     let mean = |sum: f64, count: i64| (count > 0).then(|| sum / count as f64);
     let points = rows
         .into_iter()
-        .map(|r| SeriesPoint {
-            ts_ms: r.bucket_ms,
-            sample_count: r.sample_count,
-            gpu_util_pct: mean(r.gpu_util_pct_sum, r.gpu_util_pct_count),
-            gpu_util_pct_max: r.gpu_util_pct_max,
-            sm_active_pct: mean(r.sm_active_pct_sum, r.sm_active_pct_count),
-            sm_active_pct_min: r.sm_active_pct_min,
-            sm_occupancy_pct: mean(r.sm_occupancy_pct_sum, r.sm_occupancy_pct_count),
-            tensor_active_pct: mean(r.tensor_active_pct_sum, r.tensor_active_pct_count),
-            dram_active_pct: mean(r.dram_active_pct_sum, r.dram_active_pct_count),
-            mem_used_bytes_max: r.mem_used_bytes_max,
-            power_w: mean(r.power_w_sum, r.power_w_count),
-            temp_c: mean(r.temp_c_sum, r.temp_c_count),
-            state: r.state,
+        .map(|r| {
+            // The rollup's `state` column is TEXT: a name that is no state is a broken row.
+            let state = r.state.as_deref().map(str::parse::<WorkloadState>).transpose().map_err(|e| {
+                ApiError::Store(fleetlens_store::StoreError::Invalid(format!("rollup minute {}: {e}", r.bucket_ms)))
+            })?;
+            Ok(SeriesPoint {
+                ts_ms: r.bucket_ms,
+                sample_count: r.sample_count,
+                gpu_util_pct: mean(r.gpu_util_pct_sum, r.gpu_util_pct_count),
+                gpu_util_pct_max: r.gpu_util_pct_max,
+                sm_active_pct: mean(r.sm_active_pct_sum, r.sm_active_pct_count),
+                sm_active_pct_min: r.sm_active_pct_min,
+                sm_occupancy_pct: mean(r.sm_occupancy_pct_sum, r.sm_occupancy_pct_count),
+                tensor_active_pct: mean(r.tensor_active_pct_sum, r.tensor_active_pct_count),
+                dram_active_pct: mean(r.dram_active_pct_sum, r.dram_active_pct_count),
+                mem_used_bytes_max: r.mem_used_bytes_max,
+                power_w: mean(r.power_w_sum, r.power_w_count),
+                temp_c: mean(r.temp_c_sum, r.temp_c_count),
+                state,
+            })
         })
-        .collect();
+        .collect::<ApiResult<Vec<_>>>()?;
     let resolution = match res {
         Resolution::Minute => "1m",
         Resolution::Hour => "1h",

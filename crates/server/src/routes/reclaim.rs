@@ -9,7 +9,7 @@ use fleetlens_api::reclaim::{
     ReclaimPolicy, ReclaimStepView, SnoozeRequest,
 };
 use fleetlens_core::reclaim::{ReclaimTiming, dry_run};
-use fleetlens_core::{Resolution, WorkloadState};
+use fleetlens_core::{ChannelKind, Resolution, WorkloadState};
 use fleetlens_store::Scope;
 use fleetlens_store::reclaim::{ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord};
 
@@ -54,10 +54,8 @@ pub async fn create_policy(
     if name.is_empty() || name.len() > 200 {
         return Err(bad("name", "1 to 200 characters"));
     }
-    match WorkloadState::parse(&p.state) {
-        None => return Err(bad("state", "a workload state (METRICS.md), e.g. idle_held")),
-        Some(WorkloadState::Offline) => return Err(bad("state", "never acts on offline GPUs")),
-        Some(_) => {}
+    if p.state == WorkloadState::Offline {
+        return Err(bad("state", "never acts on offline GPUs"));
     }
     // At least one second, at most 30 days.
     for (field, v) in [("for_s", p.for_s), ("grace_s", p.grace_s)] {
@@ -75,8 +73,8 @@ pub async fn create_policy(
         }
     };
     match p.action.as_str() {
-        "webhook" => match channel_kind(p.action_channel_id).await?.as_deref() {
-            Some("webhook") => {}
+        "webhook" => match channel_kind(p.action_channel_id).await? {
+            Some(ChannelKind::Webhook) => {}
             _ => return Err(bad("action_channel_id", "a `webhook` action needs a webhook channel")),
         },
         "agent_kill" => {
@@ -86,7 +84,9 @@ pub async fn create_policy(
         }
         _ => return Err(bad("action", "`webhook` or `agent_kill`")),
     }
-    if p.notice_channel_id.is_some() && channel_kind(p.notice_channel_id).await?.is_none_or(|k| k == "alertmanager") {
+    if p.notice_channel_id.is_some()
+        && channel_kind(p.notice_channel_id).await?.is_none_or(|k| k == ChannelKind::Alertmanager)
+    {
         return Err(bad("notice_channel_id", "a slack or webhook channel"));
     }
     let record = ReclaimPolicyRecord {
@@ -146,8 +146,7 @@ pub async fn dry_run_policy(
     if to - from > 31 * 86_400_000 {
         return Err(bad("from", "a dry run covers at most 31 days"));
     }
-    let st = WorkloadState::parse(&p.state).ok_or_else(|| bad("state", "the stored state is unknown"))?;
-    let timing = ReclaimTiming { state: st, for_ms: p.for_s * 1000, grace_ms: p.grace_s * 1000 };
+    let timing = ReclaimTiming { state: p.state, for_ms: p.for_s * 1000, grace_ms: p.grace_s * 1000 };
     let prices = crate::analytics::prices(state.store.as_ref(), caller.org).await?;
     let mut items = Vec::new();
     for g in state.store.gpu_identities(caller.org).await? {
