@@ -283,14 +283,15 @@ async fn samples_read_as_columns_are_the_rows(backend: Backend) {
         }
     }
     assert!(present > 80 * 10, "the fixture's readings are there: {present}");
-    let process_lists = columns["process_lists"].as_array().unwrap();
+    // The processes: the typed reading puts each sample's list back together; the fixture has
+    // samples with processes and samples without.
+    let typed: fleetlens_api::gpus::SampleColumns = serde_json::from_value(columns.clone()).unwrap();
+    let lists = typed.processes.lists(&typed.process_count);
+    assert!(typed.processes.process.len() > 10, "{:?}", typed.processes);
     let allocation_lists = columns["allocation_lists"].as_array().unwrap();
     assert!(allocation_lists.len() >= 3, "{allocation_lists:?}");
     for (i, row) in rows_list.iter().enumerate() {
-        let processes = match &columns["processes"][i] {
-            Value::Null => Value::Null,
-            k => process_lists[k.as_u64().unwrap() as usize].clone(),
-        };
+        let processes = serde_json::to_value(&lists[i]).unwrap();
         assert_eq!(processes, row.get("processes").cloned().unwrap_or(Value::Null), "processes of sample {i}");
         let allocations = &allocation_lists[columns["allocations"][i].as_u64().unwrap() as usize];
         assert_eq!(allocations, &row.get("allocations").cloned().unwrap_or(json!([])), "allocations of sample {i}");

@@ -124,9 +124,9 @@ pub enum SignalColumn {
 }
 
 /// `GET /api/v1/gpus/{uuid}/samples?format=columns`: the samples of [`crate::SampleList`] as
-/// columns. Entry `i` of every array belongs to the sample at `ts_ms[i]`. Process lists and
-/// pod allocations repeat for minutes on end, so a list is given once and the samples refer to
-/// it by index.
+/// columns. Entry `i` of every per-sample array belongs to the sample at `ts_ms[i]`. The
+/// processes are a table of their own (a row per process per sample), and pod allocations,
+/// which repeat for minutes on end, are lists given once that the samples refer to by index.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SampleColumns {
@@ -139,10 +139,10 @@ pub struct SampleColumns {
     pub ts_ms: Vec<i64>,
     /// Every signal of docs/METRICS.md by its name.
     pub signals: std::collections::BTreeMap<String, SignalColumn>,
-    /// The process lists of these samples, each once for as long as samples in a row repeat it.
-    pub process_lists: Vec<Vec<fleetlens_core::GpuProcess>>,
-    /// Per sample: its process list in `process_lists`, null where the GPU reported none.
-    pub processes: Vec<Option<u32>>,
+    /// Per sample: how many rows of `processes` are its (they follow the previous sample's);
+    /// null where the GPU reported no process list, 0 for an empty one.
+    pub process_count: Vec<Option<u32>>,
+    pub processes: ProcessColumns,
     /// The pod-allocation lists of these samples, the same way (the first is the empty one).
     pub allocation_lists: Vec<Vec<fleetlens_core::PodAllocation>>,
     /// Per sample: its allocations in `allocation_lists`.
@@ -167,9 +167,17 @@ impl SampleColumns {
                 (signal.name.to_owned(), column)
             })
             .collect();
-        let mut process_lists = Vec::new();
-        let processes =
-            samples.iter().map(|s| s.processes.as_ref().map(|list| index_of(&mut process_lists, list))).collect();
+        let mut processes = ProcessColumns::default();
+        let process_count = samples
+            .iter()
+            .map(|s| {
+                let list = s.processes.as_ref()?;
+                for p in list {
+                    processes.push(p);
+                }
+                Some(list.len() as u32)
+            })
+            .collect();
         let mut allocation_lists = vec![Vec::new()];
         let allocations = samples.iter().map(|s| index_of(&mut allocation_lists, &s.allocations)).collect();
         SampleColumns {
@@ -179,13 +187,72 @@ impl SampleColumns {
             truncated,
             ts_ms: samples.iter().map(|s| s.ts_ms).collect(),
             signals,
-            process_lists,
+            process_count,
             processes,
             allocation_lists,
             allocations,
         }
     }
 }
+
+/// The processes of [`SampleColumns`]: one row per process per sample, in the samples' order.
+/// A process's identity (pid, command, user, container, owner) is given once in `identities`;
+/// its readings, which change every sample, are columns.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct ProcessColumns {
+    /// Per row: the process, as its index in `identities`.
+    pub process: Vec<u32>,
+    /// Per row: GPU memory the process held, bytes (null where not read).
+    pub used_bytes: Vec<Option<i64>>,
+    /// Per row: the process's share of SM time, % (null where not read).
+    pub sm_pct: Vec<Option<f64>>,
+    /// The processes, without their readings (`used_bytes` and `sm_pct` null).
+    pub identities: Vec<fleetlens_core::GpuProcess>,
+}
+
+impl ProcessColumns {
+    /// Add one process of one sample.
+    fn push(&mut self, p: &fleetlens_core::GpuProcess) {
+        let identity = fleetlens_core::GpuProcess { used_bytes: None, sm_pct: None, ..p.clone() };
+        let recent = self.identities.len().saturating_sub(RECENT_PROCESSES);
+        let index = match self.identities[recent..].iter().rposition(|known| *known == identity) {
+            Some(i) => recent + i,
+            None => {
+                self.identities.push(identity);
+                self.identities.len() - 1
+            }
+        };
+        self.process.push(index as u32);
+        self.used_bytes.push(p.used_bytes);
+        self.sm_pct.push(p.sm_pct);
+    }
+
+    /// The process list of each sample, given [`SampleColumns::process_count`]: the rows
+    /// back as the `processes` of the samples' rows.
+    pub fn lists(&self, process_count: &[Option<u32>]) -> Vec<Option<Vec<fleetlens_core::GpuProcess>>> {
+        let mut row = 0;
+        process_count
+            .iter()
+            .map(|count| {
+                let count = (*count)? as usize;
+                let list = (row..row + count)
+                    .map(|r| fleetlens_core::GpuProcess {
+                        used_bytes: self.used_bytes[r],
+                        sm_pct: self.sm_pct[r],
+                        ..self.identities[self.process[r] as usize].clone()
+                    })
+                    .collect();
+                row += count;
+                Some(list)
+            })
+            .collect()
+    }
+}
+
+/// How many of the newest process identities a process is compared with before it is added as
+/// new: more than a GPU runs at once, so a process seen in the previous sample is found.
+const RECENT_PROCESSES: usize = 64;
 
 /// How many of the newest lists a sample's list is compared with before it is added as new:
 /// bounded, so that samples whose lists all differ (per-process readings that change every
@@ -223,7 +290,7 @@ mod tests {
             ts_ms,
             gpu_util_pct: Some(ts_ms as f64 / 2.0),
             throttle_reasons: throttle,
-            processes: pid.map(|pid| vec![GpuProcess { pid, ..Default::default() }]),
+            processes: pid.map(|pid| vec![GpuProcess { pid, used_bytes: Some(ts_ms * 10), ..Default::default() }]),
             ..Default::default()
         }
     }
@@ -249,8 +316,12 @@ mod tests {
             SignalColumn::Bitmasks(vec![None, Some(1 << 63), Some(4), None, None])
         );
         assert_eq!(c.signals["sm_active_pct"], SignalColumn::Reals(vec![None; 5]));
-        assert_eq!(c.process_lists.len(), 2, "pid 7's list once, pid 8's once");
-        assert_eq!(c.processes, [Some(0), Some(0), None, Some(1), Some(0)]);
+        assert_eq!(c.process_count, [Some(1), Some(1), None, Some(1), Some(1)]);
+        assert_eq!(c.processes.identities.iter().map(|p| p.pid).collect::<Vec<_>>(), [7, 8], "each process once");
+        assert_eq!(c.processes.process, [0, 0, 1, 0]);
+        assert_eq!(c.processes.used_bytes, [Some(10), Some(20), Some(40), Some(50)], "the readings per row");
+        let lists = c.processes.lists(&c.process_count);
+        assert_eq!(lists, samples.iter().map(|s| s.processes.clone()).collect::<Vec<_>>());
         assert_eq!((c.allocation_lists.len(), c.allocations.as_slice()), (1, &[0u32; 5][..]));
     }
 
