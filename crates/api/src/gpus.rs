@@ -114,13 +114,107 @@ impl SamplesQuery {
 /// One signal's values in [`SampleColumns`], one per sample, null where not measured:
 /// integers for the signals kept exactly (bytes, counts; a bitmask as its unsigned 64 bits),
 /// reals for the others.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum SignalColumn {
     Integers(Vec<Option<i64>>),
     Bitmasks(Vec<Option<u64>>),
     Reals(Vec<Option<f64>>),
+}
+
+/// A number of a [`SignalColumn`] as JSON has it.
+#[derive(Clone, Copy)]
+enum JsonNumber {
+    Signed(i64),
+    Unsigned(u64),
+    Real(f64),
+}
+
+impl<'de> Deserialize<'de> for JsonNumber {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = JsonNumber;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a number")
+            }
+            fn visit_i64<E>(self, v: i64) -> Result<JsonNumber, E> {
+                Ok(JsonNumber::Signed(v))
+            }
+            fn visit_u64<E>(self, v: u64) -> Result<JsonNumber, E> {
+                Ok(i64::try_from(v).map_or(JsonNumber::Unsigned(v), JsonNumber::Signed))
+            }
+            fn visit_f64<E>(self, v: f64) -> Result<JsonNumber, E> {
+                Ok(JsonNumber::Real(v))
+            }
+        }
+        d.deserialize_any(Visitor)
+    }
+}
+
+impl SignalColumn {
+    /// The column of the signal `name` from the numbers JSON has for it: of the kind the signal
+    /// table gives it (so a column all null reads back as what it was written as); a signal
+    /// this build does not know is `Reals` when it has a real number, `Bitmasks` when an
+    /// integer beyond `i64`, else `Integers`.
+    fn from_json(name: &str, values: Vec<Option<JsonNumber>>) -> Self {
+        use fleetlens_core::signal::{Precision, SIGNALS, SignalKind};
+        let known = SIGNALS.iter().find(|s| s.name == name).map(|s| (s.precision, s.kind));
+        let real = || values.iter().flatten().any(|v| matches!(v, JsonNumber::Real(_)));
+        let unsigned = || values.iter().flatten().any(|v| matches!(v, JsonNumber::Unsigned(_)));
+        match known {
+            Some((Precision::Scaled(_), _)) => SignalColumn::Reals(map(values, JsonNumber::real)),
+            Some((Precision::Exact, SignalKind::Bitmask)) => SignalColumn::Bitmasks(map(values, JsonNumber::bits)),
+            Some((Precision::Exact, _)) => SignalColumn::Integers(map(values, JsonNumber::integer)),
+            None if real() => SignalColumn::Reals(map(values, JsonNumber::real)),
+            None if unsigned() => SignalColumn::Bitmasks(map(values, JsonNumber::bits)),
+            None => SignalColumn::Integers(map(values, JsonNumber::integer)),
+        }
+    }
+}
+
+fn map<T>(values: Vec<Option<JsonNumber>>, f: fn(JsonNumber) -> T) -> Vec<Option<T>> {
+    values.into_iter().map(|v| v.map(f)).collect()
+}
+
+impl JsonNumber {
+    fn real(self) -> f64 {
+        match self {
+            JsonNumber::Signed(i) => i as f64,
+            JsonNumber::Unsigned(u) => u as f64,
+            JsonNumber::Real(r) => r,
+        }
+    }
+    fn bits(self) -> u64 {
+        match self {
+            JsonNumber::Signed(i) => i as u64,
+            JsonNumber::Unsigned(u) => u,
+            JsonNumber::Real(r) => r as u64,
+        }
+    }
+    fn integer(self) -> i64 {
+        match self {
+            JsonNumber::Signed(i) => i,
+            JsonNumber::Unsigned(u) => u as i64,
+            JsonNumber::Real(r) => r as i64,
+        }
+    }
+}
+
+/// `SampleColumns::signals`, read in one pass: serde's untagged enums would buffer each array
+/// and try every variant in turn, which costs more than the rest of the answer.
+fn signals_from_json<'de, D: serde::Deserializer<'de>>(
+    d: D,
+) -> Result<std::collections::BTreeMap<String, SignalColumn>, D::Error> {
+    let raw = std::collections::BTreeMap::<String, Vec<Option<JsonNumber>>>::deserialize(d)?;
+    Ok(raw
+        .into_iter()
+        .map(|(name, values)| {
+            let column = SignalColumn::from_json(&name, values);
+            (name, column)
+        })
+        .collect())
 }
 
 /// `GET /api/v1/gpus/{uuid}/samples?format=columns`: the samples of [`crate::SampleList`] as
@@ -138,6 +232,7 @@ pub struct SampleColumns {
     /// Sample times, ascending.
     pub ts_ms: Vec<i64>,
     /// Every signal of docs/METRICS.md by its name.
+    #[serde(deserialize_with = "signals_from_json")]
     pub signals: std::collections::BTreeMap<String, SignalColumn>,
     /// Per sample: how many rows of `processes` are its (they follow the previous sample's);
     /// null where the GPU reported no process list, 0 for an empty one.
@@ -323,6 +418,20 @@ mod tests {
         let lists = c.processes.lists(&c.process_count);
         assert_eq!(lists, samples.iter().map(|s| s.processes.clone()).collect::<Vec<_>>());
         assert_eq!((c.allocation_lists.len(), c.allocations.as_slice()), (1, &[0u32; 5][..]));
+        // Read back as it was written (a column of whole reals stays reals: JSON writes `1.0`).
+        let back: SampleColumns = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
+        assert_eq!(back, c);
+        let whole = SampleColumns::new("GPU-x".into(), 0, 10, false, &[sample(2, None, Some(3))]);
+        assert_eq!(serde_json::from_str::<SampleColumns>(&serde_json::to_string(&whole).unwrap()).unwrap(), whole);
+        // A signal of a newer server: its kind from its numbers.
+        let mut json = serde_json::to_value(&whole).unwrap();
+        json["signals"]["future_pct"] = serde_json::json!([1, 2.5]);
+        json["signals"]["future_bits"] = serde_json::json!([u64::MAX]);
+        json["signals"]["future_count"] = serde_json::json!([null, -3]);
+        let newer: SampleColumns = serde_json::from_value(json).unwrap();
+        assert_eq!(newer.signals["future_pct"], SignalColumn::Reals(vec![Some(1.0), Some(2.5)]));
+        assert_eq!(newer.signals["future_bits"], SignalColumn::Bitmasks(vec![Some(u64::MAX)]));
+        assert_eq!(newer.signals["future_count"], SignalColumn::Integers(vec![None, Some(-3)]));
     }
 
     #[test]
