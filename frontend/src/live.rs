@@ -5,12 +5,11 @@
 //! API key, which `EventSource` cannot send, a dropped connection) the pages poll as before.
 
 use std::cell::RefCell;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 
-use fleetlens_core::WorkloadState;
+use fleetlens_api::live::{GpuStateChange, LiveSummary, StreamGpu, StreamSnapshot};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use serde::Deserialize;
 use wasm_bindgen::JsCast;
 use wasm_bindgen::closure::Closure;
 use web_sys::{EventSource, MessageEvent};
@@ -24,56 +23,13 @@ const SUMMARY_REFRESH_MS: i64 = 10_000;
 /// After the server refused or ended the stream for good, how long until it is tried again.
 const REOPEN_AFTER_MS: u64 = 30_000;
 
-/// A GPU's current state as the stream tells it.
-#[derive(Debug, Clone, PartialEq, Deserialize)]
-pub struct LiveGpu {
-    pub uuid: String,
-    #[serde(default)]
-    pub state: Option<WorkloadState>,
-    #[serde(default)]
-    pub last_seen_ms: i64,
-}
-
-/// The live fleet counts (`summary` events).
-#[derive(Debug, Clone, PartialEq, Deserialize, Default)]
-#[serde(default)]
-pub struct LiveSummary {
-    pub at_ms: i64,
-    pub gpu_count: u64,
-    pub reporting: u64,
-    pub by_state: BTreeMap<String, u64>,
-    pub alerts_pending: u64,
-    pub alerts_firing: u64,
-}
-
-/// `snapshot` and `resync`: the whole live picture.
-#[derive(Debug, Deserialize)]
-struct Snapshot {
-    #[serde(default)]
-    gpus: Vec<LiveGpu>,
-    #[serde(default)]
-    summary: Option<LiveSummary>,
-}
-
-/// `gpu_state`: one GPU's state changed (`previous` null: a GPU new to the organisation).
-#[derive(Debug, Deserialize)]
-struct GpuStateEvent {
-    uuid: String,
-    #[serde(default)]
-    previous: Option<WorkloadState>,
-    #[serde(default)]
-    state: Option<WorkloadState>,
-    #[serde(default)]
-    last_seen_ms: i64,
-}
-
 /// What the stream has told, for the pages to show (provided once by the app).
 #[derive(Clone, Copy)]
 pub struct Live {
     /// A stream is open and has sent its snapshot: state changes and alerts arrive as they happen.
     pub connected: RwSignal<bool>,
     /// The newest state of each GPU the stream told of (by UUID).
-    pub gpus: RwSignal<HashMap<String, LiveGpu>>,
+    pub gpus: RwSignal<HashMap<String, StreamGpu>>,
     /// The newest live counts.
     pub summary: RwSignal<Option<LiveSummary>>,
     /// Incremented on every alert event: the alert lists fetch again.
@@ -176,26 +132,26 @@ impl Live {
     }
 
     fn on_snapshot(self, e: &MessageEvent) {
-        let Some(snap) = data::<Snapshot>(e) else { return };
+        let Some(snap) = data::<StreamSnapshot>(e) else { return };
         let known = self.gpus.with_untracked(HashMap::len);
-        let gpus: HashMap<String, LiveGpu> = snap.gpus.into_iter().map(|g| (g.uuid.clone(), g)).collect();
+        let gpus: HashMap<String, StreamGpu> = snap.gpus.into_iter().map(|g| (g.uuid.clone(), g)).collect();
         // After a gap (a reconnect, a resync) GPUs may have come: the list fetches again.
         if known > 0 && gpus.keys().any(|u| self.gpus.with_untracked(|k| !k.contains_key(u))) {
             self.gpus_added.update(|n| *n += 1);
         }
         self.gpus.set(gpus);
-        if let Some(s) = snap.summary {
-            self.summary.set(Some(s));
-        }
+        self.summary.set(Some(snap.summary));
         self.alerts_changed.update(|n| *n += 1);
         self.connected.set(true);
     }
 
     fn on_gpu_state(self, e: &MessageEvent) {
-        let Some(ev) = data::<GpuStateEvent>(e) else { return };
+        let Some(ev) = data::<GpuStateChange>(e) else { return };
         let new = ev.previous.is_none() && self.gpus.with_untracked(|g| !g.contains_key(&ev.uuid));
         self.gpus.update(|g| {
-            g.insert(ev.uuid.clone(), LiveGpu { uuid: ev.uuid, state: ev.state, last_seen_ms: ev.last_seen_ms });
+            let gpu =
+                StreamGpu { uuid: ev.uuid.clone(), host: ev.host, state: ev.state, last_seen_ms: ev.last_seen_ms };
+            g.insert(ev.uuid, gpu);
         });
         if new {
             self.gpus_added.update(|n| *n += 1);
@@ -231,27 +187,29 @@ fn data<T: serde::de::DeserializeOwned>(e: &MessageEvent) -> Option<T> {
 
 #[cfg(test)]
 mod tests {
-    use super::{GpuStateEvent, LiveSummary, Snapshot, WorkloadState};
+    use fleetlens_api::live::{GpuStateChange, LiveSummary, StreamSnapshot};
+    use fleetlens_core::WorkloadState;
 
-    /// The examples of docs/API.md "Live stream" read as the dashboard expects.
+    /// The examples of docs/API.md "Live stream" read as the dashboard reads them (the API
+    /// crate's types).
     #[test]
     fn stream_events_of_the_api_docs_are_read() {
-        let snap: Snapshot = serde_json::from_str(
+        let snap: StreamSnapshot = serde_json::from_str(
             r#"{"seq":41,"at_ms":1764165600000,"gpus":[{"uuid":"GPU-0001","host":"node-1","state":"idle_held","last_seen_ms":1764165598000}],"alerts":[],"summary":{"at_ms":1764165600000,"gpu_count":1,"reporting":1,"by_state":{"offline":0,"idle_held":1},"alerts_pending":0,"alerts_firing":0}}"#,
         )
         .unwrap();
-        assert_eq!(snap.gpus[0].state, Some(WorkloadState::IdleHeld));
-        assert_eq!(snap.summary.unwrap().by_state["idle_held"], 1);
-        let ev: GpuStateEvent = serde_json::from_str(
+        assert_eq!(snap.gpus[0].state, WorkloadState::IdleHeld);
+        assert_eq!(snap.summary.by_state["idle_held"], 1);
+        let ev: GpuStateChange = serde_json::from_str(
             r#"{"uuid":"GPU-0001","host":"node-1","previous":"idle_held","state":"active","last_seen_ms":1764165604000,"at_ms":1764165605120}"#,
         )
         .unwrap();
-        assert_eq!((ev.previous, ev.state), (Some(WorkloadState::IdleHeld), Some(WorkloadState::Active)));
-        let new: GpuStateEvent = serde_json::from_str(
-            r#"{"uuid":"GPU-2","host":"n","previous":null,"state":null,"last_seen_ms":1,"at_ms":2}"#,
+        assert_eq!((ev.previous, ev.state), (Some(WorkloadState::IdleHeld), WorkloadState::Active));
+        let new: GpuStateChange = serde_json::from_str(
+            r#"{"uuid":"GPU-2","host":"n","previous":null,"state":"idle","last_seen_ms":1,"at_ms":2}"#,
         )
         .unwrap();
-        assert!(new.previous.is_none() && new.state.is_none());
+        assert!(new.previous.is_none());
         let s: LiveSummary = serde_json::from_str(
             r#"{"at_ms":1,"gpu_count":3,"reporting":2,"by_state":{"offline":1},"alerts_pending":0,"alerts_firing":1}"#,
         )

@@ -378,7 +378,7 @@ fn DetailBody(
     let gpu: Latest<GpuSummary> = Memo::new(move |_| {
         let mut gpu = detail.with(|d| d.as_ref().map(|d| d.gpu.clone()))?;
         if let Some(p) = live.gpus.with(|g| g.get(&gpu.uuid).cloned()).filter(|p| p.last_seen_ms >= gpu.last_seen_ms) {
-            gpu.state = p.state;
+            gpu.state = Some(p.state);
             gpu.last_seen_ms = p.last_seen_ms;
         }
         Some(gpu)

@@ -129,7 +129,7 @@ pub fn GpusPage() -> impl IntoView {
         live.gpus.with(|pushed| {
             for g in &mut list {
                 if let Some(p) = pushed.get(&g.uuid).filter(|p| p.last_seen_ms >= g.last_seen_ms) {
-                    g.state = p.state;
+                    g.state = Some(p.state);
                     g.last_seen_ms = p.last_seen_ms;
                 }
             }
