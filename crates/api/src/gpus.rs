@@ -116,7 +116,6 @@ impl SamplesQuery {
 /// reals for the others.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 #[serde(untagged)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum SignalColumn {
     Integers(Vec<Option<i64>>),
     Bitmasks(Vec<Option<u64>>),
@@ -231,8 +230,11 @@ pub struct SampleColumns {
     pub truncated: bool,
     /// Sample times, ascending.
     pub ts_ms: Vec<i64>,
-    /// Every signal of docs/METRICS.md by its name.
+    /// Every signal of docs/METRICS.md by its name. (In the schema: arrays of numbers, since
+    /// JSON Schema's `oneOf` over integer and real arrays would match a column of whole
+    /// numbers twice.)
     #[serde(deserialize_with = "signals_from_json")]
+    #[cfg_attr(feature = "openapi", schema(value_type = std::collections::BTreeMap<String, Vec<Option<f64>>>))]
     pub signals: std::collections::BTreeMap<String, SignalColumn>,
     /// Per sample: how many rows of `processes` are its (they follow the previous sample's);
     /// null where the GPU reported no process list, 0 for an empty one.
