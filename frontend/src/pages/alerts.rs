@@ -855,7 +855,7 @@ fn RuleEditor(
                         }
                     })
                 >
-                    {Severity::ALL.map(|s| view! { <option value=s.as_str()>{s.as_str()}</option> }).to_vec()}
+                    {Severity::ALL.into_iter().map(|s| view! { <option value=s.as_str()>{s.as_str()}</option> }).collect::<Vec<_>>()}
                 </select>
                 {err_view("severity")}
             </label>
