@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
-use fleetlens_core::{ChannelKind, MessageId, MessageKind, Severity, WorkloadState};
+use fleetlens_core::rules::inhibit::InhibitScope;
+use fleetlens_core::{ChannelKind, MessageId, MessageKind, OutboxStatus, Severity, WorkloadState};
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
     EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed,
@@ -47,7 +48,7 @@ fn rule(name: &str) -> NewAlertRule {
         channels: vec![3, 1],
         enabled: true,
         inhibits: vec!["busy_but_hollow".into(), "*".into()],
-        inhibit_scope: "host".into(),
+        inhibit_scope: InhibitScope::Host,
     }
 }
 
@@ -310,7 +311,7 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     let c = store.claim_notifications("a", now, 30_000, 10).await.unwrap();
     let got: HashSet<MessageId> = c.iter().map(|m| m.message.id).collect();
     assert_eq!(got, HashSet::from([ids[0], ids[2]]), "one message per channel, oldest first");
-    assert!(c.iter().all(|m| m.message.attempts == 1 && m.message.status == "sending"));
+    assert!(c.iter().all(|m| m.message.attempts == 1 && m.message.status == OutboxStatus::Sending));
     assert_eq!(c.iter().find(|m| m.channel.id == slow.id).unwrap().channel.url, "http://127.0.0.1:9/hook");
     // Leased and (for the slow channel) rate-limited: nothing more now.
     assert!(store.claim_notifications("b", now, 30_000, 10).await.unwrap().is_empty());
