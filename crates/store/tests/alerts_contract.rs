@@ -573,9 +573,17 @@ async fn digests_advance_once_per_period(backend: Backend) {
 async fn a_stored_name_that_is_no_name_reads_as_an_error(backend: Backend) {
     let (db, store) = open(backend).await;
     let r = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap();
+    let scoped = store.insert_alert_rule(DEFAULT_ORG, &rule("stalled"), 5).await.unwrap();
     let c = store.insert_notification_channel(DEFAULT_ORG, &channel("hook", 0), 5).await.unwrap();
-    assert_eq!((r.severity, c.kind), (Severity::Warning, ChannelKind::Webhook));
-    let sql = ["UPDATE alert_rules SET severity = 'urgent'", "UPDATE notification_channels SET kind = 'pager'"];
+    assert_eq!(
+        (r.severity, c.kind, scoped.inhibit_scope),
+        (Severity::Warning, ChannelKind::Webhook, InhibitScope::Host)
+    );
+    let sql = [
+        "UPDATE alert_rules SET severity = 'urgent' WHERE name = 'hollow'",
+        "UPDATE alert_rules SET inhibit_scope = 'rack' WHERE name = 'stalled'",
+        "UPDATE notification_channels SET kind = 'pager'",
+    ];
     match backend {
         Backend::Sqlite => {
             let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
@@ -592,6 +600,8 @@ async fn a_stored_name_that_is_no_name_reads_as_an_error(backend: Backend) {
     }
     let e = store.alert_rule(DEFAULT_ORG, r.id).await.unwrap_err().to_string();
     assert!(e.contains("urgent") && e.contains("info, warning, critical"), "{e}");
+    let e = store.alert_rule(DEFAULT_ORG, scoped.id).await.unwrap_err().to_string();
+    assert!(e.contains("rack") && e.contains("gpu, host, job"), "{e}");
     let e = store.notification_channels(DEFAULT_ORG).await.unwrap_err().to_string();
     assert!(e.contains("pager") && e.contains("slack, webhook, alertmanager"), "{e}");
 }
