@@ -55,8 +55,6 @@ crate::named_enum! {
     }
 }
 
-pub const SCOPES: [&str; 3] = InhibitScope::NAMES;
-
 /// One entry of a rule's `inhibits`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
