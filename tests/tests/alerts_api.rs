@@ -614,7 +614,13 @@ async fn rule_validation_errors_point_at_the_condition() {
             json!({"name": "x", "condition": "true", "inhibits": ["*"], "inhibit_scope": "rack"}),
         )
         .await;
-    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("inhibit_scope")), "{e}");
+    assert_eq!(
+        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+        (400, Some("invalid_json"), Some("inhibit_scope")),
+        "{e}"
+    );
+    let message = e["error"]["message"].as_str().unwrap_or_default();
+    assert!(message.contains("`rack`") && message.contains("`gpu`, `host`, `job`"), "{e}");
     let (status, r) = api
         .post(
             "/api/v1/alert-rules",

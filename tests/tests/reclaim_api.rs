@@ -104,19 +104,22 @@ async fn reclaim_policies_act_on_real_processes(backend: Backend) {
             json!({"name": "x", "state": "idle_held", "for_s": 5, "grace_s": 5, "action": "webhook"}),
             "action_channel_id",
         ),
-        (json!({"name": "x", "state": "idle_held", "for_s": 5, "grace_s": 5, "action": "reboot"}), "action"),
     ] {
         let (status, e) = policy(body).await;
         assert_eq!((status, e["error"]["field"].as_str()), (422, Some(field)), "{e}");
     }
-    // A state that is no workload state does not parse: 400, naming the field.
-    let (status, e) =
-        policy(json!({"name": "x", "state": "busy", "for_s": 5, "grace_s": 5, "action": "agent_kill"})).await;
-    assert_eq!(
-        (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
-        (400, Some("invalid_json"), Some("state")),
-        "{e}"
-    );
+    // A state or an action that is none of the names does not parse: 400, naming the field.
+    for (body, field) in [
+        (json!({"name": "x", "state": "busy", "for_s": 5, "grace_s": 5, "action": "agent_kill"}), "state"),
+        (json!({"name": "x", "state": "idle_held", "for_s": 5, "grace_s": 5, "action": "reboot"}), "action"),
+    ] {
+        let (status, e) = policy(body).await;
+        assert_eq!(
+            (status, e["error"]["code"].as_str(), e["error"]["field"].as_str()),
+            (400, Some("invalid_json"), Some(field)),
+            "{e}"
+        );
+    }
     let (status, kill) = policy(json!({"name": "kill idle notebooks", "state": "idle_held", "for_s": 3,
         "grace_s": 3, "action": "agent_kill", "notice_channel_id": hook["id"]}))
     .await;

@@ -1,7 +1,7 @@
 //! Job runs, their report cards and the report routes (docs/ACTIONS.md): the bodies of
 //! `/job-runs`, `/jobs/{id}/end` and `/report-routes`.
 
-use fleetlens_core::jobcard::JobCard;
+use fleetlens_core::jobcard::{JobCard, JobRunStatus};
 use fleetlens_core::{ProcessOwner, TeamId};
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +19,7 @@ pub struct JobRun {
     pub first_ms: i64,
     pub last_ms: i64,
     /// `running` or `ended`.
-    pub status: String,
+    pub status: JobRunStatus,
     pub end_requested_ms: Option<i64>,
     pub ended_ms: Option<i64>,
     /// `left_gpus` or `requested`.

@@ -3,9 +3,11 @@
 
 use std::collections::BTreeMap;
 
+use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::{FieldType, Matchers, SilenceWindow};
 use fleetlens_core::{
-    AlertId, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, RuleId, Severity, WorkloadState,
+    AlertId, AttemptOutcome, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, OutboxStatus, RuleId,
+    Severity, WorkloadState,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -39,7 +41,7 @@ pub struct RuleView {
     /// `*` (every other rule), `state:<state>` (rules that hold in that workload state).
     pub inhibits: Vec<String>,
     /// Where: `gpu` (the same GPU), `host` or `job` (the same `owner_job`).
-    pub inhibit_scope: String,
+    pub inhibit_scope: InhibitScope,
 }
 
 /// `{"rules": [...]}`.
@@ -80,7 +82,8 @@ pub struct RuleBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inhibits: Option<Vec<String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub inhibit_scope: Option<String>,
+    /// `gpu`, `host` or `job`.
+    pub inhibit_scope: Option<InhibitScope>,
 }
 
 /// `GET /api/v1/alert-rules/fields`: the condition language: its fields, states, severities
@@ -167,7 +170,8 @@ pub struct OutboxView {
     pub channel_id: ChannelId,
     pub kind: MessageKind,
     pub seq: i64,
-    pub status: String,
+    /// `pending`, `sending`, `delivered` or `failed`.
+    pub status: OutboxStatus,
     pub attempts: i64,
     pub next_attempt_ms: i64,
     pub last_error: Option<String>,
@@ -191,7 +195,7 @@ pub struct DeliveryView {
     pub attempt: i64,
     pub at_ms: i64,
     /// `delivered`, `retry`, `failed`, `suppressed` (a silence held it back) or `lease_lost`.
-    pub outcome: String,
+    pub outcome: AttemptOutcome,
     pub status_code: Option<i64>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,
@@ -215,13 +219,13 @@ pub struct DeliveryList {
 }
 
 /// `POST /api/v1/notification-channels/{id}/test`: the outcome of a test message.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TestResult {
     pub message_id: MessageId,
     pub delivered: bool,
-    /// Outbox status: `delivered`, `sending`, `failed` …
-    pub status: String,
+    /// Outbox status: `pending`, `sending`, `delivered` or `failed`.
+    pub status: OutboxStatus,
     pub attempts: i64,
     /// HTTP status the receiver answered, if it answered.
     pub status_code: Option<i64>,

@@ -5,7 +5,7 @@ pub mod remote_write;
 
 use std::collections::BTreeMap;
 
-use fleetlens_core::{AlertId, FunnelLevelName, RuleId, Severity, WorkloadState};
+use fleetlens_core::{AlertId, AlertStatus, FunnelLevelName, RuleId, Severity, WorkloadState};
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -405,7 +405,7 @@ pub struct AlertView {
     pub rule_name: String,
     pub severity: Severity,
     /// `pending`, `firing` or `resolved`.
-    pub status: String,
+    pub status: AlertStatus,
     /// Notifications were held back by a silence.
     pub silenced: bool,
     pub silenced_by: Option<i64>,

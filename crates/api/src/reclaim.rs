@@ -1,7 +1,7 @@
 //! Idle reclaim (docs/ACTIONS.md): the bodies of `/reclaim-policies`, their dry run, and
 //! `/reclaims` with their logged steps.
 
-use fleetlens_core::reclaim::WouldAct;
+use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus, WouldAct};
 use fleetlens_core::{ProcessOwner, WorkloadState};
 use serde::{Deserialize, Serialize};
 
@@ -19,7 +19,7 @@ pub struct ReclaimPolicy {
     pub grace_s: i64,
     /// `webhook` (to `action_channel_id`, a webhook channel) or `agent_kill` (SIGTERM by the
     /// agent of the host, if it runs with `--allow-reclaim-kill`).
-    pub action: String,
+    pub action: ReclaimAction,
     pub action_channel_id: Option<i64>,
     /// Where notices go; null: the owner's report route.
     pub notice_channel_id: Option<i64>,
@@ -35,7 +35,8 @@ pub struct NewReclaimPolicy {
     pub state: WorkloadState,
     pub for_s: i64,
     pub grace_s: i64,
-    pub action: String,
+    /// `webhook` or `agent_kill`.
+    pub action: ReclaimAction,
     #[serde(default)]
     pub action_channel_id: Option<i64>,
     #[serde(default)]
@@ -94,7 +95,7 @@ pub struct Reclaim {
     pub acted_ms: Option<i64>,
     pub closed_ms: Option<i64>,
     /// `noticed`, `acted` or `cancelled`.
-    pub status: String,
+    pub status: ReclaimStatus,
     pub log: Vec<ReclaimStepView>,
 }
 
@@ -105,7 +106,7 @@ pub struct ReclaimStepView {
     pub id: i64,
     pub reclaim_id: i64,
     /// `notice`, `snooze`, `action_webhook`, `kill_queued`, `killed`, `kill_refused`, `cancelled`.
-    pub step: String,
+    pub step: ReclaimLogStep,
     pub actor: String,
     pub dollars_held: Option<f64>,
     pub at_ms: i64,

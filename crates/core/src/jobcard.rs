@@ -18,6 +18,22 @@ use crate::sample::GpuProcess;
 use crate::state::WorkloadState;
 use crate::thresholds::{GIB, Thresholds};
 
+crate::named_enum! {
+    /// Whether a job run is still seen on its GPUs.
+    pub enum JobRunStatus("job run status") {
+        Running = "running",
+        /// It left its GPUs, or its end was requested (`POST /jobs/{id}/end`).
+        Ended = "ended",
+    }
+}
+
+impl JobRunStatus {
+    /// A run is ended once it has an end time.
+    pub fn of(ended_ms: Option<i64>) -> JobRunStatus {
+        if ended_ms.is_some() { JobRunStatus::Ended } else { JobRunStatus::Running }
+    }
+}
+
 /// The run a process belongs to, without its host: `slurm:<job id>`, a Kubernetes job as
 /// `<kind, lower case>:<namespace>/<name>` (`jobset:ml/llm-pretrain`: every pod of the job, on
 /// every node, is one run), `pod:<namespace>/<name>` (or `pod:<uid>`), `container:<id>`, else
@@ -454,6 +470,13 @@ pub fn card_text(title: &str, card: &JobCard) -> String {
 mod tests {
     use super::*;
     use crate::ProcessOwner;
+
+    #[test]
+    fn a_run_with_an_end_time_is_ended() {
+        assert_eq!(JobRunStatus::of(None), JobRunStatus::Running);
+        assert_eq!(JobRunStatus::of(Some(0)), JobRunStatus::Ended);
+        assert_eq!(serde_json::to_string(&JobRunStatus::Ended).unwrap(), "\"ended\"");
+    }
 
     fn credit(state: WorkloadState, seconds: f64, util: f64, sm: f64, tensor: f64) -> Credit {
         let i = WorkloadState::ALL.iter().position(|s| *s == state).unwrap();

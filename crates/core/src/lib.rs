@@ -57,7 +57,7 @@ pub use jobcard::{CardAdvice, CardGpu, CardGpuInput, CardInput, JobCard, job_car
 pub use names::UnknownName;
 pub use prices::{DEFAULT_PRICE_SOURCE, PriceError, PriceTable};
 pub use quality::{QualityFlag, QualityFlags, QualityTracker};
-pub use rules::{ChannelKind, MessageKind, Severity};
+pub use rules::{AlertStatus, AttemptOutcome, ChannelKind, MessageKind, OutboxStatus, Severity};
 pub use state::WorkloadState;
 pub use thresholds::{GIB, ThresholdError, Thresholds};
 pub use timeline::{GpuFacts, StateSpan};

@@ -10,6 +10,44 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::WorkloadState;
 
+crate::named_enum! {
+    /// What a policy does once the grace period is over.
+    pub enum ReclaimAction("reclaim action") {
+        /// A message to the policy's webhook channel, for the site's automation.
+        Webhook = "webhook",
+        /// SIGTERM by the agent of the host (if it runs with `--allow-reclaim-kill`).
+        AgentKill = "agent_kill",
+    }
+}
+
+crate::named_enum! {
+    /// Where a reclaim is: noticed (in its grace period), acted on, or cancelled.
+    pub enum ReclaimStatus("reclaim status") {
+        Noticed = "noticed",
+        Acted = "acted",
+        Cancelled = "cancelled",
+    }
+}
+
+crate::named_enum! {
+    /// One logged step of a reclaim.
+    pub enum ReclaimLogStep("reclaim step") {
+        /// The owner was told.
+        Notice = "notice",
+        /// Someone held it off.
+        Snooze = "snooze",
+        /// The webhook action was sent.
+        ActionWebhook = "action_webhook",
+        /// A kill command waits for the host's agent.
+        KillQueued = "kill_queued",
+        /// The agent sent SIGTERM.
+        Killed = "killed",
+        /// The agent refused (the PID is not on the GPU, or not the owner's).
+        KillRefused = "kill_refused",
+        Cancelled = "cancelled",
+    }
+}
+
 /// The timing of a policy.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct ReclaimTiming {

@@ -22,7 +22,9 @@
 use std::collections::BTreeMap;
 
 use async_trait::async_trait;
-use fleetlens_core::rules::{ChannelKind, Matchers, MessageKind, Severity};
+pub use fleetlens_core::rules::AlertStatus;
+use fleetlens_core::rules::inhibit::InhibitScope;
+use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, Severity};
 use fleetlens_core::{DeliveryId, MessageId, WorkloadState};
 use serde_json::Value as Json;
 
@@ -55,7 +57,7 @@ pub struct AlertRuleRecord {
     #[sqlx(try_from = "JsonText<Vec<String>>")]
     pub inhibits: Vec<String>,
     /// Where: `gpu`, `host` or `job`.
-    pub inhibit_scope: String,
+    pub inhibit_scope: InhibitScope,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -75,7 +77,7 @@ pub struct NewAlertRule {
     pub channels: Vec<i64>,
     pub enabled: bool,
     pub inhibits: Vec<String>,
-    pub inhibit_scope: String,
+    pub inhibit_scope: InhibitScope,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -143,40 +145,6 @@ pub struct NewSilence {
     pub created_by: String,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum AlertStatus {
-    Pending,
-    Firing,
-    Resolved,
-}
-
-impl AlertStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            AlertStatus::Pending => "pending",
-            AlertStatus::Firing => "firing",
-            AlertStatus::Resolved => "resolved",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<AlertStatus> {
-        match s {
-            "pending" => Some(AlertStatus::Pending),
-            "firing" => Some(AlertStatus::Firing),
-            "resolved" => Some(AlertStatus::Resolved),
-            _ => None,
-        }
-    }
-}
-
-impl TryFrom<String> for AlertStatus {
-    type Error = crate::StoreError;
-
-    fn try_from(s: String) -> Result<Self> {
-        AlertStatus::parse(&s).ok_or_else(|| crate::StoreError::Invalid(format!("alert status {s:?}")))
-    }
-}
-
 /// One alert instance (a rule on a GPU, from pending to resolved).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRecord {
@@ -187,7 +155,6 @@ pub struct AlertRecord {
     /// From the GPU registry (empty if the GPU is gone).
     pub gpu_uuid: String,
     pub host: String,
-    #[sqlx(try_from = "String")]
     pub status: AlertStatus,
     pub active_since_ms: i64,
     pub fired_at_ms: Option<i64>,
@@ -339,8 +306,7 @@ pub struct OutboxRecord {
     pub kind: MessageKind,
     pub seq: i64,
     pub payload: String,
-    /// `pending`, `sending`, `delivered` or `failed`.
-    pub status: String,
+    pub status: OutboxStatus,
     pub attempts: i64,
     pub next_attempt_ms: i64,
     pub last_error: Option<String>,
@@ -389,9 +355,7 @@ pub struct DeliveryRecord {
     pub kind: MessageKind,
     pub attempt: i64,
     pub at_ms: i64,
-    /// `delivered`, `retry`, `failed`, `suppressed`, or `lease_lost` (a sender answered after
-    /// its lease had passed to another).
-    pub outcome: String,
+    pub outcome: AttemptOutcome,
     pub status_code: Option<i64>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,
@@ -650,7 +614,7 @@ macro_rules! impl_alert_store {
                 .bind($crate::alerts::to_json(&rule.channels))
                 .bind(rule.enabled)
                 .bind($crate::alerts::to_json(&rule.inhibits))
-                .bind(&rule.inhibit_scope)
+                .bind(rule.inhibit_scope.as_str())
         }
 
         /// Binds a channel's [`CHANNEL_SPEC_COLS`]($crate::alerts::CHANNEL_SPEC_COLS), in their order.
@@ -1336,6 +1300,7 @@ macro_rules! impl_alert_store {
                 lease_ms: i64,
                 max: i64,
             ) -> $crate::Result<Vec<$crate::alerts::ClaimedMessage>> {
+                use fleetlens_core::OutboxStatus;
                 let mut tx = begin(self.pool()).await?;
                 let sql = format!(
                     "SELECT {} FROM notification_channels c WHERE c.next_send_ms <= ? AND EXISTS \
@@ -1361,8 +1326,8 @@ macro_rules! impl_alert_store {
                         use sqlx::Row as _;
                         head.try_get("lease_until_ms")?
                     };
-                    let due = match message.status.as_str() {
-                        "pending" => message.next_attempt_ms <= now_ms,
+                    let due = match message.status {
+                        OutboxStatus::Pending => message.next_attempt_ms <= now_ms,
                         // A sender that died mid-flight: its lease ran out.
                         _ => lease_until.is_none_or(|u| u < now_ms),
                     };
@@ -1384,7 +1349,7 @@ macro_rules! impl_alert_store {
                         .bind(channel.id)
                         .execute(&mut *tx)
                         .await?;
-                    message.status = "sending".into();
+                    message.status = OutboxStatus::Sending;
                     message.attempts += 1;
                     claimed.push($crate::alerts::ClaimedMessage { message, channel, lease_until_ms: until });
                 }
@@ -1400,6 +1365,7 @@ macro_rules! impl_alert_store {
                 now_ms: i64,
             ) -> $crate::Result<bool> {
                 use $crate::alerts::DeliveryOutcome;
+                use fleetlens_core::{AttemptOutcome, OutboxStatus};
                 let mut tx = begin(self.pool()).await?;
                 let sql = format!("SELECT {} FROM alert_outbox WHERE id = ?", $crate::alerts::OUTBOX_COLS);
                 let Some(row) = sqlx::query(&q(&sql)).bind(id).fetch_optional(&mut *tx).await? else {
@@ -1407,16 +1373,18 @@ macro_rules! impl_alert_store {
                 };
                 let m = outbox_from_row(&row)?;
                 let (status, next, delivered, outcome) = match r.outcome {
-                    DeliveryOutcome::Delivered => ("delivered", now_ms, Some(now_ms), "delivered"),
-                    DeliveryOutcome::Retry { at_ms } => ("pending", at_ms, None, "retry"),
-                    DeliveryOutcome::Failed => ("failed", now_ms, None, "failed"),
+                    DeliveryOutcome::Delivered => {
+                        (OutboxStatus::Delivered, now_ms, Some(now_ms), AttemptOutcome::Delivered)
+                    }
+                    DeliveryOutcome::Retry { at_ms } => (OutboxStatus::Pending, at_ms, None, AttemptOutcome::Retry),
+                    DeliveryOutcome::Failed => (OutboxStatus::Failed, now_ms, None, AttemptOutcome::Failed),
                 };
                 let done = sqlx::query(&q(
                     "UPDATE alert_outbox SET status = ?, next_attempt_ms = ?, delivered_ms = ?, last_error = ?, \
                      last_status_code = ?, lease_owner = NULL, lease_until_ms = NULL \
                      WHERE id = ? AND lease_owner = ? AND status = 'sending'",
                 ))
-                .bind(status)
+                .bind(status.as_str())
                 .bind(next)
                 .bind(delivered)
                 .bind(r.error.as_deref())
@@ -1429,7 +1397,7 @@ macro_rules! impl_alert_store {
                 // A sender whose lease ran out still logs what it saw, as `lease_lost`.
                 let (outcome, error) = if done == 0 {
                     let what = format!("{outcome} after the lease had passed to another sender");
-                    ("lease_lost", Some(r.error.as_deref().map_or(what.clone(), |e| format!("{what}: {e}"))))
+                    (AttemptOutcome::LeaseLost, Some(r.error.as_deref().map_or(what.clone(), |e| format!("{what}: {e}"))))
                 } else {
                     (outcome, r.error.clone())
                 };
@@ -1444,7 +1412,7 @@ macro_rules! impl_alert_store {
                 .bind(m.kind.as_str())
                 .bind(m.attempts)
                 .bind(now_ms)
-                .bind(outcome)
+                .bind(outcome.as_str())
                 .bind(r.status_code)
                 .bind(error)
                 .bind(r.duration_ms)

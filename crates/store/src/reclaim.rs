@@ -2,6 +2,7 @@
 //! (issue 24, docs/ACTIONS.md). One trait, [`ReclaimStore`], one body of SQL for both backends.
 
 use async_trait::async_trait;
+use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
 use fleetlens_core::{ProcessOwner, WorkloadState};
 
 use crate::alerts::NewNotification;
@@ -17,8 +18,7 @@ pub struct ReclaimPolicyRecord {
     pub state: WorkloadState,
     pub for_s: i64,
     pub grace_s: i64,
-    /// `webhook` or `agent_kill`.
-    pub action: String,
+    pub action: ReclaimAction,
     /// The webhook channel of a `webhook` action.
     pub action_channel_id: Option<i64>,
     /// Where notices go; None: the owner's report route (docs/ACTIONS.md).
@@ -45,8 +45,7 @@ pub struct ReclaimRecord {
     pub snoozed_until_ms: Option<i64>,
     pub acted_ms: Option<i64>,
     pub closed_ms: Option<i64>,
-    /// `noticed`, `acted`, `cancelled`.
-    pub status: String,
+    pub status: ReclaimStatus,
     pub updated_ms: i64,
 }
 
@@ -56,9 +55,7 @@ pub struct ReclaimLogEntry {
     pub id: i64,
     pub org_id: OrgId,
     pub reclaim_id: i64,
-    /// `notice`, `snooze`, `action_webhook`, `kill_queued`, `killed`, `kill_refused`,
-    /// `cancelled`.
-    pub step: String,
+    pub step: ReclaimLogStep,
     /// `fleetlens` (the engine), an agent (`agent:<host>`) or the user or key that did it.
     pub actor: String,
     /// What the GPU had cost while held in the state, at that moment; None without a price.
@@ -174,7 +171,7 @@ macro_rules! impl_reclaim_store {
                      VALUES (?, ?, ?, ?, ?, ?, ?)"))
                 .bind(org)
                 .bind(reclaim_id)
-                .bind(&l.step)
+                .bind(l.step.as_str())
                 .bind(&l.actor)
                 .bind(l.dollars_held)
                 .bind(l.at_ms)
@@ -265,7 +262,7 @@ macro_rules! impl_reclaim_store {
                 .bind(p.state.as_str())
                 .bind(p.for_s)
                 .bind(p.grace_s)
-                .bind(&p.action)
+                .bind(p.action.as_str())
                 .bind(p.action_channel_id)
                 .bind(p.notice_channel_id)
                 .bind(p.enabled)
@@ -352,7 +349,7 @@ macro_rules! impl_reclaim_store {
                 .bind(serde_json::to_string(&r.owner).expect("an owner serialises"))
                 .bind(r.state_since_ms)
                 .bind(r.noticed_ms)
-                .bind(&r.status)
+                .bind(r.status.as_str())
                 .bind(now_ms)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -373,7 +370,7 @@ macro_rules! impl_reclaim_store {
                     "UPDATE reclaims SET status = ?, snoozed_until_ms = ?, acted_ms = ?, closed_ms = ?, updated_ms = ? \
                      WHERE org_id = ? AND id = ? AND closed_ms IS NULL",
                 ))
-                .bind(&r.status)
+                .bind(r.status.as_str())
                 .bind(r.snoozed_until_ms)
                 .bind(r.acted_ms)
                 .bind(r.closed_ms)

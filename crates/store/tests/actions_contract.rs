@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
 use fleetlens_core::{MessageKind, ProcessOwner, WorkloadState};
 use fleetlens_store::actions::{FinishedRun, JobRunFilter, JobSighting, ReportRoute};
 use fleetlens_store::alerts::NewNotification;
@@ -153,12 +154,12 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
     assert!(store.report_routes(DEFAULT_ORG).await.unwrap().is_empty());
 }
 
-fn entry(step: &str) -> ReclaimLogEntry {
+fn entry(step: ReclaimLogStep) -> ReclaimLogEntry {
     ReclaimLogEntry {
         id: 0,
         org_id: fleetlens_store::OrgId(0),
         reclaim_id: 0,
-        step: step.into(),
+        step,
         actor: "fleetlens".into(),
         dollars_held: Some(1.5),
         at_ms: T0,
@@ -175,7 +176,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
         state: WorkloadState::IdleHeld,
         for_s: 7200,
         grace_s: 900,
-        action: "agent_kill".into(),
+        action: ReclaimAction::AgentKill,
         action_channel_id: None,
         notice_channel_id: None,
         enabled: true,
@@ -202,7 +203,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
         snoozed_until_ms: None,
         acted_ms: None,
         closed_ms: None,
-        status: "noticed".into(),
+        status: ReclaimStatus::Noticed,
         updated_ms: T0,
     };
     let notice = NewNotification {
@@ -211,7 +212,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
         seq: T0,
         payload: "{\"snooze\":\"/reclaims/__RECLAIM_ID__/snooze\"}".into(),
     };
-    let e = entry("notice");
+    let e = entry(ReclaimLogStep::Notice);
     let w = ReclaimWrite { log: Some(&e), notify: vec![&notice], command: None };
     let id = store.start_reclaim(&r, &w, T0).await.unwrap().expect("started");
     assert_eq!(store.start_reclaim(&r, &w, T0).await.unwrap(), None, "one open reclaim per policy and GPU");
@@ -223,7 +224,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     assert_eq!(open.len(), 1);
     let mut acted = open[0].clone();
     assert_eq!((acted.id, acted.pid, acted.owner.user.as_deref()), (id, 4242, Some("bob")));
-    acted.status = "acted".into();
+    acted.status = ReclaimStatus::Acted;
     acted.acted_ms = Some(T0 + 900_000);
     acted.closed_ms = Some(T0 + 900_000);
     let command = AgentCommand {
@@ -239,7 +240,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
         done_ms: None,
         result: None,
     };
-    let e = entry("kill_queued");
+    let e = entry(ReclaimLogStep::KillQueued);
     let w = ReclaimWrite { log: Some(&e), notify: vec![], command: Some(&command) };
     assert!(store.update_reclaim(&acted, &w, T0 + 900_000).await.unwrap());
     assert!(!store.update_reclaim(&acted, &w, T0 + 900_000).await.unwrap(), "closed reclaims stay closed");
@@ -251,7 +252,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     assert_eq!(taken.len(), 1);
     assert_eq!((taken[0].pid, taken[0].owner_user.as_str(), taken[0].taken_ms), (4242, "bob", Some(T0 + 901_000)));
     assert!(store.take_agent_commands(DEFAULT_ORG, "node-1", T0 + 902_000).await.unwrap().is_empty());
-    let mut killed = entry("killed");
+    let mut killed = entry(ReclaimLogStep::Killed);
     killed.actor = "agent:node-1".into();
     killed.dollars_held = None;
     assert!(
@@ -270,11 +271,11 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     assert_eq!(steps, ["killed", "kill_queued", "notice"]);
     assert_eq!(log[2].dollars_held, Some(1.5));
     assert_eq!(log[0].actor, "agent:node-1");
-    assert_eq!(store.reclaims(DEFAULT_ORG, 10).await.unwrap()[0].status, "acted");
+    assert_eq!(store.reclaims(DEFAULT_ORG, 10).await.unwrap()[0].status, ReclaimStatus::Acted);
 
     // Deleting a policy cancels its open reclaims.
     let again = store.start_reclaim(&r, &ReclaimWrite::default(), T0 + 1_000_000).await.unwrap().expect("a new one");
     assert!(store.delete_reclaim_policy(DEFAULT_ORG, p.id).await.unwrap());
-    assert_eq!(store.reclaim(DEFAULT_ORG, again).await.unwrap().unwrap().status, "cancelled");
+    assert_eq!(store.reclaim(DEFAULT_ORG, again).await.unwrap().unwrap().status, ReclaimStatus::Cancelled);
     assert!(store.reclaim_policies(DEFAULT_ORG).await.unwrap().is_empty());
 }

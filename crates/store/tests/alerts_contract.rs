@@ -5,7 +5,8 @@ use std::sync::Arc;
 
 use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
-use fleetlens_core::{ChannelKind, MessageId, MessageKind, Severity, WorkloadState};
+use fleetlens_core::rules::inhibit::InhibitScope;
+use fleetlens_core::{ChannelKind, MessageId, MessageKind, OutboxStatus, Severity, WorkloadState};
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
     EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed,
@@ -47,7 +48,7 @@ fn rule(name: &str) -> NewAlertRule {
         channels: vec![3, 1],
         enabled: true,
         inhibits: vec!["busy_but_hollow".into(), "*".into()],
-        inhibit_scope: "host".into(),
+        inhibit_scope: InhibitScope::Host,
     }
 }
 
@@ -310,7 +311,7 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     let c = store.claim_notifications("a", now, 30_000, 10).await.unwrap();
     let got: HashSet<MessageId> = c.iter().map(|m| m.message.id).collect();
     assert_eq!(got, HashSet::from([ids[0], ids[2]]), "one message per channel, oldest first");
-    assert!(c.iter().all(|m| m.message.attempts == 1 && m.message.status == "sending"));
+    assert!(c.iter().all(|m| m.message.attempts == 1 && m.message.status == OutboxStatus::Sending));
     assert_eq!(c.iter().find(|m| m.channel.id == slow.id).unwrap().channel.url, "http://127.0.0.1:9/hook");
     // Leased and (for the slow channel) rate-limited: nothing more now.
     assert!(store.claim_notifications("b", now, 30_000, 10).await.unwrap().is_empty());
@@ -572,9 +573,17 @@ async fn digests_advance_once_per_period(backend: Backend) {
 async fn a_stored_name_that_is_no_name_reads_as_an_error(backend: Backend) {
     let (db, store) = open(backend).await;
     let r = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap();
+    let scoped = store.insert_alert_rule(DEFAULT_ORG, &rule("stalled"), 5).await.unwrap();
     let c = store.insert_notification_channel(DEFAULT_ORG, &channel("hook", 0), 5).await.unwrap();
-    assert_eq!((r.severity, c.kind), (Severity::Warning, ChannelKind::Webhook));
-    let sql = ["UPDATE alert_rules SET severity = 'urgent'", "UPDATE notification_channels SET kind = 'pager'"];
+    assert_eq!(
+        (r.severity, c.kind, scoped.inhibit_scope),
+        (Severity::Warning, ChannelKind::Webhook, InhibitScope::Host)
+    );
+    let sql = [
+        "UPDATE alert_rules SET severity = 'urgent' WHERE name = 'hollow'",
+        "UPDATE alert_rules SET inhibit_scope = 'rack' WHERE name = 'stalled'",
+        "UPDATE notification_channels SET kind = 'pager'",
+    ];
     match backend {
         Backend::Sqlite => {
             let pool = sqlx::SqlitePool::connect(&db.url).await.unwrap();
@@ -591,6 +600,8 @@ async fn a_stored_name_that_is_no_name_reads_as_an_error(backend: Backend) {
     }
     let e = store.alert_rule(DEFAULT_ORG, r.id).await.unwrap_err().to_string();
     assert!(e.contains("urgent") && e.contains("info, warning, critical"), "{e}");
+    let e = store.alert_rule(DEFAULT_ORG, scoped.id).await.unwrap_err().to_string();
+    assert!(e.contains("rack") && e.contains("gpu, host, job"), "{e}");
     let e = store.notification_channels(DEFAULT_ORG).await.unwrap_err().to_string();
     assert!(e.contains("pager") && e.contains("slack, webhook, alertmanager"), "{e}");
 }

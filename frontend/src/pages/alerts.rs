@@ -21,15 +21,14 @@ use fleetlens_core::rules::{Matchers, SilenceWindow, silenced_by};
 
 use fleetlens_api::AlertView as Alert;
 use fleetlens_api::alerts::{RuleBody, RuleView as Rule, TestResult};
-use fleetlens_core::{ChannelId, ChannelKind, Severity};
+use fleetlens_core::{AlertStatus, ChannelId, ChannelKind, Severity};
 
 fn status_class(a: &Alert, silenced: bool) -> &'static str {
-    match (silenced, a.status.as_str()) {
+    match (silenced, a.status) {
         (true, _) => "pill pill-muted",
-        (_, "firing") => "pill pill-bad",
-        (_, "pending") => "pill pill-warn",
-        (_, "resolved") => "pill pill-ok",
-        _ => "pill pill-muted",
+        (_, AlertStatus::Firing) => "pill pill-bad",
+        (_, AlertStatus::Pending) => "pill pill-warn",
+        (_, AlertStatus::Resolved) => "pill pill-ok",
     }
 }
 
@@ -100,7 +99,7 @@ pub fn AlertsPage() -> impl IntoView {
                     let w = windows.get();
                     let firing = alert_list.with(|a| {
                         a.iter()
-                            .filter(|a| a.status == "firing" && !a.silenced && silenced_by(&w, &a.labels, now).is_none())
+                            .filter(|a| a.status == AlertStatus::Firing && !a.silenced && silenced_by(&w, &a.labels, now).is_none())
                             .count()
                     });
                     format!("{firing} firing, not silenced")
@@ -196,20 +195,20 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
                                 None => format!("{} ({})", format::date_time(since), format::ago(since, now)),
                             };
                             let by = a.silenced_by.or_else(|| {
-                                (a.status != "resolved").then(|| silenced_by(&windows, &a.labels, now)).flatten()
+                                (a.status != AlertStatus::Resolved).then(|| silenced_by(&windows, &a.labels, now)).flatten()
                             });
                             let silenced = a.silenced || by.is_some();
-                            let can_silence = admin && !silenced && a.status != "resolved";
+                            let can_silence = admin && !silenced && a.status != AlertStatus::Resolved;
                             let a2 = a.clone();
                             let choice = RwSignal::new(DURATIONS[0].1);
-                            let inhibited = (a.inhibited && a.status != "resolved").then(|| {
+                            let inhibited = (a.inhibited && a.status != AlertStatus::Resolved).then(|| {
                                 let title = a.inhibited_by.map(|id| format!("held back by alert {id} (the same problem)")).unwrap_or_default();
                                 view! { " " <span class="pill pill-muted" title=title>"inhibited"</span> }
                             });
                             view! {
                                 <tr data-alert-id=a.id.to_string() class:group-member=grouped hidden=hidden>
                                     <td>
-                                        <span class=status_class(&a, silenced)>{a.status.clone()}</span>
+                                        <span class=status_class(&a, silenced)>{a.status.as_str()}</span>
                                         {silenced.then(|| {
                                             let title = by.map(|id| format!("by silence {id}")).unwrap_or_default();
                                             view! { " " <span class="pill pill-muted" title=title>"silenced"</span> }
@@ -258,7 +257,11 @@ fn group_alerts(list: Vec<Alert>) -> Vec<(String, Vec<Alert>)> {
     let mut out: Vec<(String, Vec<Alert>)> = Vec::new();
     for a in list {
         // Resolved alerts of one key are separate episodes: only open ones are grouped.
-        let key = if a.group.is_empty() || a.status == "resolved" { format!("#{}", a.id) } else { a.group.clone() };
+        let key = if a.group.is_empty() || a.status == AlertStatus::Resolved {
+            format!("#{}", a.id)
+        } else {
+            a.group.clone()
+        };
         match out.iter_mut().find(|(k, _)| *k == key) {
             Some((_, members)) => members.push(a),
             None => out.push((key, vec![a])),
@@ -277,7 +280,7 @@ fn group_row(
     admin: bool,
 ) -> impl IntoView + use<> {
     let first = &members[0];
-    let firing = members.iter().filter(|a| a.status == "firing").count();
+    let firing = members.iter().filter(|a| a.status == AlertStatus::Firing).count();
     let held = members.iter().filter(|a| a.inhibited || a.silenced).count();
     let status = if firing > 0 { "firing" } else { "pending" };
     let class = if firing > 0 { "pill pill-bad" } else { "pill pill-warn" };

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fleetlens_api::gpus::{DataQualityFlag, GpuDetail};
 use fleetlens_api::{GpuSummary, Sample, SeriesPoint, StateWindow};
-use fleetlens_core::WorkloadState;
+use fleetlens_core::{AlertStatus, WorkloadState};
 use leptos::Params;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_params, use_query_map};
@@ -226,9 +226,9 @@ fn inhibition_chains(list: &[fleetlens_api::AlertView]) -> Vec<String> {
         list.iter().map(|a| (a.id.get(), a)).collect();
     // Only the ends of chains: alerts no other open alert is held back by.
     let sources: std::collections::HashSet<i64> =
-        list.iter().filter(|a| a.status != "resolved").filter_map(|a| a.inhibited_by).collect();
+        list.iter().filter(|a| a.status != AlertStatus::Resolved).filter_map(|a| a.inhibited_by).collect();
     list.iter()
-        .filter(|a| a.status != "resolved" && a.inhibited_by.is_some() && !sources.contains(&a.id.get()))
+        .filter(|a| a.status != AlertStatus::Resolved && a.inhibited_by.is_some() && !sources.contains(&a.id.get()))
         .map(|a| {
             let mut names = vec![a.rule_name.clone()];
             let mut next = a.inhibited_by;
@@ -293,23 +293,23 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                         ]}
                     >
                         {list.into_iter().map(|a| {
-                            let class = match a.status.as_str() {
-                                "firing" => "pill pill-bad",
-                                "pending" => "pill pill-warn",
-                                _ => "pill pill-ok",
+                            let class = match a.status {
+                                AlertStatus::Firing => "pill pill-bad",
+                                AlertStatus::Pending => "pill pill-warn",
+                                AlertStatus::Resolved => "pill pill-ok",
                             };
                             let since = a.fired_at_ms.unwrap_or(a.active_since_ms);
                             let when = match a.resolved_at_ms {
                                 Some(r) => format!("{} – {}", crate::format::date_time(since), crate::format::date_time(r)),
                                 None => crate::format::date_time(since),
                             };
-                            let held = (a.inhibited && a.status != "resolved").then(|| {
+                            let held = (a.inhibited && a.status != AlertStatus::Resolved).then(|| {
                                 let title = a.inhibited_by.map(|id| format!("held back by alert {id}")).unwrap_or_default();
                                 view! { " " <span class="pill pill-muted" title=title>"inhibited"</span> }
                             });
                             view! {
                                 <tr>
-                                    <td><span class=class>{a.status.clone()}</span>{held}</td>
+                                    <td><span class=class>{a.status.as_str()}</span>{held}</td>
                                     <td>{a.rule_name.clone()}</td>
                                     <td>{a.severity.as_str()}</td>
                                     <td>

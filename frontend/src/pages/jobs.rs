@@ -367,7 +367,7 @@ mod tests {
             gpus: vec![],
             first_ms: 0,
             last_ms: 1,
-            status: if card.is_some() { "ended" } else { "running" }.into(),
+            status: fleetlens_core::jobcard::JobRunStatus::of(card.as_ref().map(|_| 1)),
             end_requested_ms: None,
             ended_ms: card.as_ref().map(|_| 1),
             end_reason: None,

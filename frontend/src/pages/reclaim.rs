@@ -2,6 +2,7 @@
 //! run over the past week ("4 actions, $312 of idle GPU-time freed"), and the reclaims with
 //! every logged step (who, what, when, dollars held) and a snooze for the job's owner.
 
+use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
 use fleetlens_core::{ChannelKind, WorkloadState};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
@@ -22,16 +23,15 @@ use fleetlens_api::alerts::ChannelView as Channel;
 const SNOOZE_S: i64 = 3600;
 
 /// A step of the log in words.
-fn step_label(step: &str) -> &'static str {
+fn step_label(step: ReclaimLogStep) -> &'static str {
     match step {
-        "notice" => "notice sent",
-        "snooze" => "snoozed",
-        "action_webhook" => "action sent to the webhook",
-        "kill_queued" => "kill queued for the agent",
-        "killed" => "process sent SIGTERM",
-        "kill_refused" => "agent refused the kill",
-        "cancelled" => "cancelled",
-        _ => "step",
+        ReclaimLogStep::Notice => "notice sent",
+        ReclaimLogStep::Snooze => "snoozed",
+        ReclaimLogStep::ActionWebhook => "action sent to the webhook",
+        ReclaimLogStep::KillQueued => "kill queued for the agent",
+        ReclaimLogStep::Killed => "process sent SIGTERM",
+        ReclaimLogStep::KillRefused => "agent refused the kill",
+        ReclaimLogStep::Cancelled => "cancelled",
     }
 }
 
@@ -137,7 +137,7 @@ fn Policies() -> impl IntoView {
     let state = RwSignal::new(WorkloadState::IdleHeld);
     let for_min = RwSignal::new("120".to_string());
     let grace_min = RwSignal::new("15".to_string());
-    let action = RwSignal::new("webhook".to_string());
+    let action = RwSignal::new(ReclaimAction::Webhook);
     let action_channel = RwSignal::new(String::new());
     let notice_channel = RwSignal::new(String::new());
     let local_error = |field: &str, message: &str| ApiError {
@@ -161,7 +161,11 @@ fn Policies() -> impl IntoView {
             state: state.get_untracked(),
             for_s,
             grace_s,
-            action_channel_id: if act == "webhook" { action_channel.get_untracked().parse().ok() } else { None },
+            action_channel_id: if act == ReclaimAction::Webhook {
+                action_channel.get_untracked().parse().ok()
+            } else {
+                None
+            },
             notice_channel_id: notice_channel.get_untracked().parse().ok(),
             action: act,
             enabled: true,
@@ -208,9 +212,9 @@ fn Policies() -> impl IntoView {
                         {list.into_iter().map(|p| {
                             let id = p.id;
                             let n = p.name.clone();
-                            let action = match p.action.as_str() {
-                                "agent_kill" => "SIGTERM by the host's agent (if opted in)".to_string(),
-                                _ => format!("webhook to {}", channel_name(&chs, p.action_channel_id, "?")),
+                            let action = match p.action {
+                                ReclaimAction::AgentKill => "SIGTERM by the host's agent (if opted in)".to_string(),
+                                ReclaimAction::Webhook => format!("webhook to {}", channel_name(&chs, p.action_channel_id, "?")),
                             };
                             let aria_dry = format!("Dry run (7 days) of {n}");
                             let aria_delete = format!("Delete policy {n}");
@@ -271,12 +275,12 @@ fn Policies() -> impl IntoView {
                     </label>
                     <label for="policy-action">
                         <span>"Action"</span>
-                        <select id="policy-action" on:change=move |ev| action.set(event_target_value(&ev))>
+                        <select id="policy-action" on:change=move |ev| if let Some(a) = ReclaimAction::parse(&event_target_value(&ev)) { action.set(a) }>
                             <option value="webhook" selected=true>"Webhook (the site's automation)"</option>
                             <option value="agent_kill">"SIGTERM by the host's agent"</option>
                         </select>
                     </label>
-                    <Show when=move || action.get() == "webhook">
+                    <Show when=move || action.get() == ReclaimAction::Webhook>
                         <label for="policy-action-channel">
                             <span>"Webhook channel"</span>
                             <select id="policy-action-channel" aria-invalid=move || action_channel_error().is_some().to_string() on:change=move |ev| action_channel.set(event_target_value(&ev))>
@@ -430,8 +434,8 @@ fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<i64>) -> impl I
     let id = r.id;
     let open = r.closed_ms.is_none();
     let who = r.owner.user.clone().or_else(|| r.owner.job_user.clone()).unwrap_or_else(|| "unknown".into());
-    let status = match (r.status.as_str(), r.snoozed_until_ms) {
-        ("noticed", Some(t)) if open => format!("noticed · snoozed until {}", format::date_time(t)),
+    let status = match (r.status, r.snoozed_until_ms) {
+        (ReclaimStatus::Noticed, Some(t)) if open => format!("noticed · snoozed until {}", format::date_time(t)),
         (s, _) => s.to_string(),
     };
     let heading_id = format!("reclaim-{id}");
@@ -441,9 +445,9 @@ fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<i64>) -> impl I
         .iter()
         .map(|s| {
             view! {
-                <tr data-step=s.step.clone()>
+                <tr data-step=s.step.as_str()>
                     <td>{format::date_time(s.at_ms)}</td>
-                    <th scope="row">{step_label(&s.step)}</th>
+                    <th scope="row">{step_label(s.step)}</th>
                     <td>{s.actor.clone()}</td>
                     <td class="num">{held(s.dollars_held, &currency)}</td>
                     <td class="small">{s.detail.clone()}</td>
@@ -455,7 +459,7 @@ fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<i64>) -> impl I
         <article class="reclaim" data-reclaim-id=id.to_string() aria-labelledby=labelled_by>
             <div class="section-head">
                 <h3 id=heading_id>{format!("{} on {} · {}", r.gpu, r.host, who)}</h3>
-                <span class="pill" class:pill-ok=r.status == "cancelled" class:pill-muted=r.status != "cancelled" data-testid="reclaim-status">{status}</span>
+                <span class="pill" class:pill-ok=r.status == ReclaimStatus::Cancelled class:pill-muted=r.status != ReclaimStatus::Cancelled data-testid="reclaim-status">{status}</span>
                 {open.then(|| view! {
                     <button type="button" class="btn" aria-label=format!("Snooze 1 h: the reclaim of {}", r.gpu) on:click=move |_| on_snooze.run(id)>"Snooze 1 h"</button>
                 })}
@@ -516,9 +520,8 @@ mod tests {
     }
 
     #[test]
-    fn every_logged_step_has_words() {
-        for s in ["notice", "snooze", "action_webhook", "kill_queued", "killed", "kill_refused", "cancelled"] {
-            assert_ne!(step_label(s), "step", "{s}");
-        }
+    fn every_logged_step_has_its_own_words() {
+        let labels: std::collections::HashSet<&str> = ReclaimLogStep::ALL.into_iter().map(step_label).collect();
+        assert_eq!(labels.len(), ReclaimLogStep::ALL.len(), "{labels:?}");
     }
 }

@@ -16,8 +16,6 @@
 
 use std::collections::{HashMap, HashSet};
 
-use serde::{Deserialize, Serialize};
-
 use super::expr::{Condition, Truth};
 use super::fields::Observation;
 use crate::state::WorkloadState;
@@ -45,34 +43,15 @@ pub fn holds_in(cond: &Condition) -> Vec<WorkloadState> {
         .collect()
 }
 
-/// Where an inhibiting alert's reach ends.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum InhibitScope {
-    #[default]
-    Gpu,
-    Host,
-    Job,
-}
-
-pub const SCOPES: [&str; 3] = ["gpu", "host", "job"];
-
-impl InhibitScope {
-    pub fn parse(s: &str) -> Option<InhibitScope> {
-        match s {
-            "gpu" => Some(InhibitScope::Gpu),
-            "host" => Some(InhibitScope::Host),
-            "job" => Some(InhibitScope::Job),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            InhibitScope::Gpu => "gpu",
-            InhibitScope::Host => "host",
-            InhibitScope::Job => "job",
-        }
+crate::named_enum! {
+    /// Where an inhibiting alert's reach ends (a rule's `inhibit_scope`).
+    pub enum InhibitScope("inhibit scope") {
+        /// The same GPU (the default).
+        Gpu = "gpu",
+        /// The same host.
+        Host = "host",
+        /// The same `owner_job` (the same GPU for GPUs without one).
+        Job = "job",
     }
 }
 

@@ -1,5 +1,5 @@
-//! The names of alerting: how severe a rule is, what kind of receiver a channel is, and what
-//! kind of message an outbox row carries.
+//! The names of alerting: how severe a rule is, what kind of receiver a channel is, what
+//! kind of message an outbox row carries, and the statuses of alerts, messages and deliveries.
 
 crate::named_enum! {
     /// How severe a rule's alerts are, mildest first (`Ord` follows).
@@ -45,6 +45,44 @@ crate::named_enum! {
     }
 }
 
+crate::named_enum! {
+    /// Where an alert instance (a rule on a GPU) is in its life.
+    pub enum AlertStatus("alert status") {
+        /// The condition holds, not yet for the rule's `for_s`.
+        Pending = "pending",
+        Firing = "firing",
+        Resolved = "resolved",
+    }
+}
+
+crate::named_enum! {
+    /// Where a notification message (an outbox row) is on its way out.
+    pub enum OutboxStatus("outbox status") {
+        /// Waiting for its next attempt.
+        Pending = "pending",
+        /// A sender holds its lease.
+        Sending = "sending",
+        Delivered = "delivered",
+        /// Given up (a permanent error, too old, or its channel was deleted).
+        Failed = "failed",
+    }
+}
+
+crate::named_enum! {
+    /// What one line of the delivery log came to.
+    pub enum AttemptOutcome("delivery outcome") {
+        Delivered = "delivered",
+        /// It failed for now; the message is tried again.
+        Retry = "retry",
+        /// It failed for good.
+        Failed = "failed",
+        /// A silence held it back (no attempt was made).
+        Suppressed = "suppressed",
+        /// The sender answered after its lease had passed to another sender.
+        LeaseLost = "lease_lost",
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -61,6 +99,15 @@ mod tests {
         let e = serde_json::from_str::<ChannelKind>("\"email\"").unwrap_err().to_string();
         assert!(e.contains("`slack`, `webhook`, `alertmanager`"), "{e}");
         assert_eq!("alertmanager".parse::<ChannelKind>(), Ok(ChannelKind::Alertmanager));
+    }
+
+    #[test]
+    fn statuses_and_outcomes_keep_their_stored_names() {
+        assert_eq!(AlertStatus::NAMES, ["pending", "firing", "resolved"]);
+        assert_eq!(OutboxStatus::NAMES, ["pending", "sending", "delivered", "failed"]);
+        assert_eq!(AttemptOutcome::LeaseLost.as_str(), "lease_lost");
+        let e = serde_json::from_str::<AlertStatus>("\"open\"").unwrap_err().to_string();
+        assert!(e.contains("`pending`, `firing`, `resolved`"), "{e}");
     }
 
     #[test]

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 pub use defaults::{DEFAULT_RULES, DEFAULTS_VERSION, DefaultRule};
 pub use expr::{Condition, ParseError, Truth};
 pub use fields::{FIELDS, FieldDef, FieldType, Observation, Value};
-pub use kinds::{ChannelKind, MessageKind, Severity};
+pub use kinds::{AlertStatus, AttemptOutcome, ChannelKind, MessageKind, OutboxStatus, Severity};
 pub use machine::{Phase, Step, Timing, repeat_due, step};
 pub use payload::{MatchedValue, Notification, NotifyStatus, alertmanager_v2, fingerprint, slack_message, webhook_v4};
 pub use silence::{Matchers, SilenceWindow, silenced_by};

@@ -6,7 +6,9 @@
 use std::collections::HashMap;
 
 use fleetlens_core::jobcard::{global_run_key, run_key};
-use fleetlens_core::reclaim::{ReclaimProgress, ReclaimStep, ReclaimTiming, ReclaimView, next_step};
+use fleetlens_core::reclaim::{
+    ReclaimAction, ReclaimLogStep, ReclaimProgress, ReclaimStatus, ReclaimStep, ReclaimTiming, ReclaimView, next_step,
+};
 use fleetlens_core::{
     ChannelKind, GpuProcess, MessageKind, PriceTable, ProcessOwner, Thresholds, WindowAggregate, WorkloadState,
     classify,
@@ -65,12 +67,12 @@ fn target(host: &str, procs: Option<&[GpuProcess]>) -> Option<Target> {
     })
 }
 
-fn log(step: &str, actor: &str, dollars_held: Option<f64>, detail: String, now: i64) -> ReclaimLogEntry {
+fn log(step: ReclaimLogStep, actor: &str, dollars_held: Option<f64>, detail: String, now: i64) -> ReclaimLogEntry {
     ReclaimLogEntry {
         id: 0,
         org_id: OrgId(0),
         reclaim_id: 0,
-        step: step.into(),
+        step,
         actor: actor.into(),
         dollars_held,
         at_ms: now,
@@ -205,7 +207,7 @@ impl ReclaimEngine {
                     snoozed_until_ms: None,
                     acted_ms: None,
                     closed_ms: None,
-                    status: "noticed".into(),
+                    status: ReclaimStatus::Noticed,
                     updated_ms: now,
                 };
                 let channel = notice_channel(state, org, p, &t.owner).await?;
@@ -216,7 +218,7 @@ impl ReclaimEngine {
                     payload: message_payload(c.kind, "notice", p, &record, dollars, now + timing.grace_ms, state),
                 });
                 let entry = log(
-                    "notice",
+                    ReclaimLogStep::Notice,
                     "fleetlens",
                     dollars,
                     format!(
@@ -235,11 +237,11 @@ impl ReclaimEngine {
                 let Some(r) = existing else { return Ok(false) };
                 self.acted.insert((p.id, r.gpu_uuid.clone(), r.pid));
                 let mut done = r.clone();
-                done.status = "acted".into();
+                done.status = ReclaimStatus::Acted;
                 done.acted_ms = Some(now);
                 done.closed_ms = Some(now);
                 let (entry, message, command);
-                if p.action == "agent_kill" {
+                if p.action == ReclaimAction::AgentKill {
                     let user = r.owner.user.clone().unwrap_or_default();
                     command = Some(AgentCommand {
                         id: 0,
@@ -256,7 +258,7 @@ impl ReclaimEngine {
                     });
                     message = None;
                     entry = log(
-                        "kill_queued",
+                        ReclaimLogStep::KillQueued,
                         "fleetlens",
                         dollars,
                         format!("{held_text}; SIGTERM to pid {} of {user} on {} queued for its agent", r.pid, r.host),
@@ -275,7 +277,7 @@ impl ReclaimEngine {
                         payload: message_payload(c.kind, "action", p, r, dollars, now, state),
                     });
                     entry = log(
-                        "action_webhook",
+                        ReclaimLogStep::ActionWebhook,
                         "fleetlens",
                         dollars,
                         format!("{held_text}; webhook with pid {} ({}) sent", r.pid, r.run_key),
@@ -294,9 +296,9 @@ impl ReclaimEngine {
                     Some(_) => "the process on the GPU is not the one noticed".to_string(),
                 };
                 let mut done = r.clone();
-                done.status = "cancelled".into();
+                done.status = ReclaimStatus::Cancelled;
                 done.closed_ms = Some(now);
-                let entry = log("cancelled", "fleetlens", dollars, why, now);
+                let entry = log(ReclaimLogStep::Cancelled, "fleetlens", dollars, why, now);
                 let w = ReclaimWrite { log: Some(&entry), ..Default::default() };
                 store.update_reclaim(&done, &w, now).await?;
                 Ok(false)
@@ -349,7 +351,7 @@ fn message_payload(
             r.pid,
             r.run_key,
             p.name,
-            if p.action == "agent_kill" { "stop the process (SIGTERM)" } else { "reclaim it" },
+            if p.action == ReclaimAction::AgentKill { "stop the process (SIGTERM)" } else { "reclaim it" },
             p.grace_s
         )
     } else {

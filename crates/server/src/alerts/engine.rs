@@ -218,7 +218,7 @@ pub fn new_rule(spec: &RuleSpec, channels: Vec<i64>, enabled: bool) -> NewAlertR
         channels,
         enabled,
         inhibits: vec![],
-        inhibit_scope: InhibitScope::Gpu.as_str().to_string(),
+        inhibit_scope: InhibitScope::Gpu,
     }
 }
 
@@ -494,7 +494,7 @@ impl Engine {
                     .iter()
                     .map(|r| {
                         let targets = r.rec.inhibits.iter().filter_map(|t| Target::parse(t).ok()).collect();
-                        let scope = InhibitScope::parse(&r.rec.inhibit_scope).unwrap_or_default();
+                        let scope = r.rec.inhibit_scope;
                         let rule = RuleRef {
                             id: r.rec.id,
                             key: r.rec.builtin.as_deref(),

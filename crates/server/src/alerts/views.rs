@@ -16,7 +16,7 @@ pub fn alert_view(a: AlertRecord) -> AlertView {
         rule_deleted: false,
         rule_name: a.rule_name,
         severity: a.severity,
-        status: a.status.as_str().to_string(),
+        status: a.status,
         silenced: a.silenced_by.is_some(),
         silenced_by: a.silenced_by,
         inhibited: a.inhibited_by.is_some(),

@@ -91,7 +91,7 @@ impl Picture {
 fn open_statuses(alerts: &BTreeMap<i64, AlertView>) -> BTreeMap<i64, OpenStatus> {
     alerts
         .iter()
-        .map(|(id, a)| (*id, if a.status == "firing" { OpenStatus::Firing } else { OpenStatus::Pending }))
+        .map(|(id, a)| (*id, if a.status == AlertStatus::Firing { OpenStatus::Firing } else { OpenStatus::Pending }))
         .collect()
 }
 

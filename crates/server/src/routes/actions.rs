@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, PlansQuery, ReportRouteView, RunQuery};
-use fleetlens_core::jobcard::JobCard;
+use fleetlens_core::jobcard::{JobCard, JobRunStatus};
 use fleetlens_store::Scope;
 use fleetlens_store::actions::{JobRunFilter, JobRunRecord, ReportRoute};
 
@@ -23,7 +23,7 @@ fn view(r: JobRunRecord) -> JobRun {
         gpus: r.gpu_uuids,
         first_ms: r.first_ms,
         last_ms: r.last_ms,
-        status: if r.ended_ms.is_some() { "ended" } else { "running" }.into(),
+        status: JobRunStatus::of(r.ended_ms),
         end_requested_ms: r.end_requested_ms,
         ended_ms: r.ended_ms,
         end_reason: r.end_reason,

@@ -18,9 +18,10 @@ use fleetlens_api::alerts::{
     DeliveryView, FieldInfo, OutboxView, RuleBody, RuleErrorBody, RuleErrorDetail, RuleFields, RuleList, RuleView,
     SilenceBody, SilenceList, SilenceView, TestResult,
 };
+use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec};
-use fleetlens_core::{AlertId, ChannelId, ChannelKind, MessageKind, RuleId, Severity, WorkloadState};
+use fleetlens_core::{AlertId, ChannelId, ChannelKind, MessageKind, OutboxStatus, RuleId, Severity, WorkloadState};
 use fleetlens_store::alerts::{
     AlertFilter, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
     NewNotification, NewSilence, OutboxRecord, SilenceRecord,
@@ -126,12 +127,9 @@ fn rule_view(r: AlertRuleRecord) -> RuleView {
     }
 }
 
-/// Check `inhibits` (every rule it names exists) and the scope.
-async fn check_inhibits(store: &dyn Store, org: OrgId, inhibits: &[String], scope: &str) -> Res<()> {
-    use fleetlens_core::rules::inhibit::{InhibitScope, SCOPES, Target};
-    if InhibitScope::parse(scope).is_none() {
-        return Err(invalid("inhibit_scope", format!("one of {}", SCOPES.join(", "))));
-    }
+/// Check `inhibits` (every rule it names exists; the scope is an `InhibitScope` already).
+async fn check_inhibits(store: &dyn Store, org: OrgId, inhibits: &[String]) -> Res<()> {
+    use fleetlens_core::rules::inhibit::Target;
     if inhibits.len() > 100 {
         return Err(invalid("inhibits", "at most 100 entries"));
     }
@@ -198,7 +196,7 @@ pub async fn create_rule(
     caller.require(Scope::Admin)?;
     let b: RuleBody = parse_body(&body)?;
     let inhibits = b.inhibits.clone().unwrap_or_default();
-    let inhibit_scope = b.inhibit_scope.clone().unwrap_or_else(|| "gpu".into());
+    let inhibit_scope = b.inhibit_scope.unwrap_or(InhibitScope::Gpu);
     if b.name.is_none() {
         return Err(invalid("name", "required"));
     }
@@ -221,7 +219,7 @@ pub async fn create_rule(
     let channels = channels.unwrap_or_default();
     check_channels(state.store.as_ref(), caller.org, &channels).await?;
     seed(&state, caller.org).await?;
-    check_inhibits(state.store.as_ref(), caller.org, &inhibits, &inhibit_scope).await?;
+    check_inhibits(state.store.as_ref(), caller.org, &inhibits).await?;
     let mut rule = new_rule(&spec, channels, enabled.unwrap_or(true));
     rule.inhibits = inhibits;
     rule.inhibit_scope = inhibit_scope;
@@ -249,8 +247,8 @@ pub async fn put_rule(
     let b: RuleBody = parse_body(&body)?;
     let current = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
     let inhibits = b.inhibits.clone().unwrap_or_else(|| current.inhibits.clone());
-    let inhibit_scope = b.inhibit_scope.clone().unwrap_or_else(|| current.inhibit_scope.clone());
-    check_inhibits(state.store.as_ref(), caller.org, &inhibits, &inhibit_scope).await?;
+    let inhibit_scope = b.inhibit_scope.unwrap_or(current.inhibit_scope);
+    check_inhibits(state.store.as_ref(), caller.org, &inhibits).await?;
     let base = RuleSpec {
         name: current.name.clone(),
         condition: current.condition.clone(),
@@ -504,12 +502,13 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let m = state.store.outbox_message(caller.org, message_id).await?.ok_or_else(|| not_found("message"))?;
-        let settled = m.attempts > 0 && m.status != "sending";
+        let settled = m.attempts > 0 && m.status != OutboxStatus::Sending;
         if settled || tokio::time::Instant::now() >= deadline {
-            let status = if m.status == "delivered" { StatusCode::OK } else { StatusCode::ACCEPTED };
+            let delivered = m.status == OutboxStatus::Delivered;
+            let status = if delivered { StatusCode::OK } else { StatusCode::ACCEPTED };
             let body = TestResult {
                 message_id: m.id,
-                delivered: m.status == "delivered",
+                delivered,
                 status: m.status,
                 attempts: m.attempts,
                 status_code: m.last_status_code,

@@ -8,7 +8,7 @@ use fleetlens_api::reclaim::{
     AgentCommand, CommandQuery, CommandResult, DryRun, DryRunItem, DryRunQuery, NewReclaimPolicy, Reclaim,
     ReclaimPolicy, ReclaimStepView, SnoozeRequest,
 };
-use fleetlens_core::reclaim::{ReclaimTiming, dry_run};
+use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimTiming, dry_run};
 use fleetlens_core::{ChannelKind, Resolution, WorkloadState};
 use fleetlens_store::Scope;
 use fleetlens_store::reclaim::{ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord};
@@ -72,17 +72,16 @@ pub async fn create_policy(
             }
         }
     };
-    match p.action.as_str() {
-        "webhook" => match channel_kind(p.action_channel_id).await? {
+    match p.action {
+        ReclaimAction::Webhook => match channel_kind(p.action_channel_id).await? {
             Some(ChannelKind::Webhook) => {}
             _ => return Err(bad("action_channel_id", "a `webhook` action needs a webhook channel")),
         },
-        "agent_kill" => {
+        ReclaimAction::AgentKill => {
             if p.action_channel_id.is_some() {
                 return Err(bad("action_channel_id", "an `agent_kill` action has no channel"));
             }
         }
-        _ => return Err(bad("action", "`webhook` or `agent_kill`")),
     }
     if p.notice_channel_id.is_some()
         && channel_kind(p.notice_channel_id).await?.is_none_or(|k| k == ChannelKind::Alertmanager)
@@ -263,7 +262,7 @@ pub async fn snooze(
         id: 0,
         org_id: caller.org,
         reclaim_id: id,
-        step: "snooze".into(),
+        step: ReclaimLogStep::Snooze,
         actor: caller.key.name.clone(),
         dollars_held: None,
         at_ms: now,
@@ -305,8 +304,8 @@ pub async fn command_result(
 ) -> ApiResult<StatusCode> {
     caller.require(Scope::Ingest)?;
     let step = match r.result.as_str() {
-        "killed" => "killed",
-        "refused" => "kill_refused",
+        "killed" => ReclaimLogStep::Killed,
+        "refused" => ReclaimLogStep::KillRefused,
         _ => return Err(bad("result", "`killed` or `refused`")),
     };
     let host = r.host.trim();
@@ -315,7 +314,7 @@ pub async fn command_result(
         id: 0,
         org_id: caller.org,
         reclaim_id: 0,
-        step: step.into(),
+        step,
         actor: format!("agent:{host}"),
         dollars_held: None,
         at_ms: now,
