@@ -118,6 +118,22 @@ pub(crate) async fn prepare(pool: &PgPool, now_ms: i64) -> Result<u64> {
     Ok(created)
 }
 
+/// `VACUUM` one partition, throttled as autovacuum is: a manual VACUUM runs at full speed by
+/// default, and reading an hour of dead rows that fast delays the ingest commits behind its I/O
+/// (the maintenance job's lesson, `PgStore::maintain`). Outside a transaction, on a
+/// connection of its own for the settings.
+async fn vacuum(pool: &PgPool, name: &str) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    sqlx::query("SET vacuum_cost_delay = '2ms'").execute(&mut *conn).await?;
+    sqlx::query("SET vacuum_cost_limit = 200").execute(&mut *conn).await?;
+    let vacuumed = sqlx::query(&format!("VACUUM {name}")).execute(&mut *conn).await;
+    // The connection goes back to the pool: its settings go back to the defaults first.
+    sqlx::query("RESET vacuum_cost_delay").execute(&mut *conn).await?;
+    sqlx::query("RESET vacuum_cost_limit").execute(&mut *conn).await?;
+    vacuumed?;
+    Ok(())
+}
+
 /// Drop the hour partitions of the open tables that ended at or before `horizon` (the hours
 /// sealing has done with) and hold no row; returns how many were dropped.
 ///
@@ -135,8 +151,7 @@ pub(crate) async fn drop_emptied(pool: &PgPool, horizon: i64) -> Result<u64> {
             if (hour + 1) * SPAN_MS > horizon {
                 break;
             }
-            // VACUUM runs outside a transaction: the simple protocol, on its own.
-            sqlx::raw_sql(&format!("VACUUM {name}")).execute(pool).await?;
+            vacuum(pool, &name).await?;
             let bytes: i64 =
                 sqlx::query_scalar("SELECT pg_relation_size($1::regclass)").bind(&name).fetch_one(pool).await?;
             if bytes > DROP_MAX_BYTES {
