@@ -152,23 +152,44 @@ impl<'de> Deserialize<'de> for JsonNumber {
     }
 }
 
+/// Which variant of [`SignalColumn`] a signal's values take.
+#[derive(Clone, Copy)]
+enum ColumnKind {
+    Integers,
+    Bitmasks,
+    Reals,
+}
+
+impl ColumnKind {
+    /// As the rows carry the signal: integers kept exactly, a bitmask as its 64 bits, the rest
+    /// as reals.
+    fn of(signal: &fleetlens_core::signal::Signal) -> Self {
+        use fleetlens_core::signal::{Precision, SignalKind};
+        match (signal.precision, signal.kind) {
+            (Precision::Exact, SignalKind::Bitmask) => ColumnKind::Bitmasks,
+            (Precision::Exact, _) => ColumnKind::Integers,
+            (Precision::Scaled(_), _) => ColumnKind::Reals,
+        }
+    }
+}
+
 impl SignalColumn {
     /// The column of the signal `name` from the numbers JSON has for it: of the kind the signal
     /// table gives it (so a column all null reads back as what it was written as); a signal
     /// this build does not know is `Reals` when it has a real number, `Bitmasks` when an
     /// integer beyond `i64`, else `Integers`.
     fn from_json(name: &str, values: Vec<Option<JsonNumber>>) -> Self {
-        use fleetlens_core::signal::{Precision, SIGNALS, SignalKind};
-        let known = SIGNALS.iter().find(|s| s.name == name).map(|s| (s.precision, s.kind));
-        let real = || values.iter().flatten().any(|v| matches!(v, JsonNumber::Real(_)));
-        let unsigned = || values.iter().flatten().any(|v| matches!(v, JsonNumber::Unsigned(_)));
-        match known {
-            Some((Precision::Scaled(_), _)) => SignalColumn::Reals(map(values, JsonNumber::real)),
-            Some((Precision::Exact, SignalKind::Bitmask)) => SignalColumn::Bitmasks(map(values, JsonNumber::bits)),
-            Some((Precision::Exact, _)) => SignalColumn::Integers(map(values, JsonNumber::integer)),
-            None if real() => SignalColumn::Reals(map(values, JsonNumber::real)),
-            None if unsigned() => SignalColumn::Bitmasks(map(values, JsonNumber::bits)),
-            None => SignalColumn::Integers(map(values, JsonNumber::integer)),
+        let has = |wanted: fn(&JsonNumber) -> bool| values.iter().flatten().any(wanted);
+        let kind = match fleetlens_core::signal::SIGNALS.iter().find(|s| s.name == name) {
+            Some(signal) => ColumnKind::of(signal),
+            None if has(|v| matches!(v, JsonNumber::Real(_))) => ColumnKind::Reals,
+            None if has(|v| matches!(v, JsonNumber::Unsigned(_))) => ColumnKind::Bitmasks,
+            None => ColumnKind::Integers,
+        };
+        match kind {
+            ColumnKind::Integers => SignalColumn::Integers(map(values, JsonNumber::integer)),
+            ColumnKind::Bitmasks => SignalColumn::Bitmasks(map(values, JsonNumber::bits)),
+            ColumnKind::Reals => SignalColumn::Reals(map(values, JsonNumber::real)),
         }
     }
 }
@@ -249,17 +270,15 @@ pub struct SampleColumns {
 impl SampleColumns {
     /// The columns of `samples` (ascending by time).
     pub fn new(uuid: String, from_ms: i64, to_ms: i64, truncated: bool, samples: &[fleetlens_core::Sample]) -> Self {
-        use fleetlens_core::signal::{Precision, SIGNALS, SignalKind};
-        let signals = SIGNALS
+        let signals = fleetlens_core::signal::SIGNALS
             .iter()
             .map(|signal| {
-                // As the rows carry them: integers kept exactly, a bitmask as its 64 bits.
-                let column = match (signal.precision, signal.kind) {
-                    (Precision::Exact, SignalKind::Bitmask) => SignalColumn::Bitmasks(
+                let column = match ColumnKind::of(signal) {
+                    ColumnKind::Bitmasks => SignalColumn::Bitmasks(
                         samples.iter().map(|s| (signal.get_int)(s).map(|bits| bits as u64)).collect(),
                     ),
-                    (Precision::Exact, _) => SignalColumn::Integers(samples.iter().map(signal.get_int).collect()),
-                    (Precision::Scaled(_), _) => SignalColumn::Reals(samples.iter().map(signal.get).collect()),
+                    ColumnKind::Integers => SignalColumn::Integers(samples.iter().map(signal.get_int).collect()),
+                    ColumnKind::Reals => SignalColumn::Reals(samples.iter().map(signal.get).collect()),
                 };
                 (signal.name.to_owned(), column)
             })
