@@ -39,10 +39,6 @@ const DROP_MAX_BYTES: i64 = 1 << 20;
 const LOCK_NOT_AVAILABLE: &str = "55P03";
 /// SQLSTATE: the default partition holds rows of the hour (a check constraint violated).
 const CHECK_VIOLATION: &str = "23514";
-/// SQLSTATE: the table exists (another replica created it first).
-const DUPLICATE_TABLE: &str = "42P07";
-/// SQLSTATE: a unique violation in the catalogs (a concurrent creation of the same name).
-const UNIQUE_VIOLATION: &str = "23505";
 
 fn partition_name(table: &str, hour: i64) -> String {
     format!("{table}_hour_{hour}")
@@ -77,6 +73,13 @@ fn sqlstate(e: &sqlx::Error) -> Option<String> {
     }
 }
 
+/// Whether a `CREATE TABLE … PARTITION OF` failed only because another process created the
+/// same partition first: the table exists (42P07), or the two catalog inserts collided
+/// (23505). Hour partitions here, day partitions of `sample_blocks` in `blocks::pg`.
+pub(super) fn created_concurrently(e: &sqlx::Error) -> bool {
+    matches!(sqlstate(e).as_deref(), Some("42P07" | "23505"))
+}
+
 /// Create the partitions of the hour of `now_ms` and the [`HOURS_AHEAD`] after it that are
 /// missing. Returns how many were created. An hour whose rows already sit in the default
 /// partition is left there (creating its partition would have to move them under a lock).
@@ -102,8 +105,8 @@ pub(crate) async fn prepare(pool: &PgPool, now_ms: i64) -> Result<u64> {
                     tx.commit().await?;
                     created += 1;
                 }
+                Err(e) if created_concurrently(&e) => {}
                 Err(e) => match sqlstate(&e).as_deref() {
-                    Some(DUPLICATE_TABLE | UNIQUE_VIOLATION) => {}
                     Some(CHECK_VIOLATION) => {
                         tracing::debug!(table, hour, "rows of the hour are in the default partition; it keeps them")
                     }

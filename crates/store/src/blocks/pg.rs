@@ -50,8 +50,8 @@ pub(crate) async fn ensure_partition(pool: &PgPool, day: i64) -> Result<()> {
     );
     match sqlx::query(&sql).execute(pool).await {
         Ok(_) => Ok(()),
-        // Two processes creating the same day at once: the loser's catalog insert collides.
-        Err(sqlx::Error::Database(db)) if matches!(db.code().as_deref(), Some("23505" | "42P07")) => Ok(()),
+        // Two processes creating the same day at once.
+        Err(e) if super::hourly::created_concurrently(&e) => Ok(()),
         Err(e) => Err(e.into()),
     }
 }
