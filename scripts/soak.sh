@@ -95,7 +95,8 @@ run_one() {
   # Whatever the agents spooled on SIGTERM is sent after their next start; count what is stored.
   sleep 2
   local stored gpus_seen
-  stored=$(sql "$db_url" "SELECT count(*) FROM samples")
+  # Open rows and the samples sealed into blocks (an hour boundary may pass during the soak).
+  stored=$(sql "$db_url" "SELECT (SELECT count(*) FROM samples) + (SELECT coalesce(sum(n), 0) FROM sample_blocks)")
   gpus_seen=$(sql "$db_url" "SELECT count(*) FROM gpus")
   # On-disk bytes of each table with its indexes (PostgreSQL: after VACUUM ANALYZE settles the
   # visibility map; SQLite: the dbstat virtual table, pages of the table and its indexes).
@@ -103,8 +104,11 @@ run_one() {
   if [ "$backend" = postgres ]; then
     psql -X -q "$db_url" -c "VACUUM ANALYZE samples, rollups_1m, rollups_1h, rollup_pending" >/dev/null
     # The marks of the minutes the rollup job has not written yet (issue 21, part 3).
-    echo "rollup_pending: $(sql "$db_url" "SELECT count(*) FROM rollup_pending") rows, $(sql "$db_url" "SELECT pg_total_relation_size('rollup_pending')") bytes" >&2
-    bytes=$(sql "$db_url" "SELECT pg_total_relation_size('samples') || ',' || pg_total_relation_size('rollups_1m') || ',' || pg_total_relation_size('rollups_1h')")
+    # The open tables and the marks are partitioned by hour (migrations 0026, 0027): every
+    # partition counts (a plain table is its own one-member tree).
+    local size="(SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('@TABLE@'))"
+    echo "rollup_pending: $(sql "$db_url" "SELECT count(*) FROM rollup_pending") rows, $(sql "$db_url" "SELECT ${size//@TABLE@/rollup_pending}") bytes" >&2
+    bytes=$(sql "$db_url" "SELECT ${size//@TABLE@/samples} || ',' || ${size//@TABLE@/rollups_1m} || ',' || ${size//@TABLE@/rollups_1h}")
   else
     local per_table="SELECT sum(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = '@TABLE@')"
     bytes="$(sql "$db_url" "${per_table//@TABLE@/samples}"),$(sql "$db_url" "${per_table//@TABLE@/rollups_1m}"),$(sql "$db_url" "${per_table//@TABLE@/rollups_1h}")"

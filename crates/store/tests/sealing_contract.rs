@@ -383,9 +383,9 @@ async fn rows_in(pg: &sqlx::PgPool, table: &str) -> Option<i64> {
     Some(sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(pg).await.unwrap())
 }
 
-/// PostgreSQL keeps the open tables (`samples`, `rollups_1m`) in hour partitions: a pass
-/// prepares the next hours, and drops an hour's partitions once sealing and packing emptied
-/// them; a late sample for a dropped hour lands in the default partition and is sealed from
+/// PostgreSQL keeps the open tables (`samples`, `rollups_1m`, `rollup_pending`) in hour
+/// partitions: a pass prepares the next hours, and drops an hour's partitions once the rollup
+/// job, sealing and packing emptied them; a late sample for a dropped hour lands in the default partition and is sealed from
 /// there. Every answer stays the same. SQLite has nothing to drop.
 async fn emptied_hour_partitions_are_dropped(backend: Backend) {
     let (db, store) = open(backend).await;
@@ -395,12 +395,18 @@ async fn emptied_hour_partitions_are_dropped(backend: Backend) {
     };
     let hour = T0 / H;
     let (samples_hour, minutes_hour) = (format!("samples_hour_{hour}"), format!("rollups_1m_hour_{hour}"));
+    let marks_hour = format!("rollup_pending_hour_{hour}");
     // A pass at T0 prepares the partitions of T0's hour and the next two.
     assert_eq!(seal(&store, T0, 100).await, Default::default());
     let batch = samples("GPU-p", T0, 3600, 1000);
     store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    if let Some(pg) = &pg {
+        assert_eq!(rows_in(pg, &marks_hour).await, Some(60), "the hour's minute marks in its partition");
+        assert_eq!(rows_in(pg, "rollup_pending_default").await, Some(0));
+    }
     store.close_minutes(LATER, 120_000).await.unwrap();
     if let Some(pg) = &pg {
+        assert_eq!(rows_in(pg, &marks_hour).await, Some(0), "the job closed the hour's minutes");
         assert_eq!(rows_in(pg, &samples_hour).await, Some(3600), "the hour's rows in its partition");
         assert_eq!(rows_in(pg, &minutes_hour).await, Some(60), "the hour's minutes in its partition");
         assert_eq!(rows_in(pg, "samples_default").await, Some(0));
@@ -414,10 +420,11 @@ async fn emptied_hour_partitions_are_dropped(backend: Backend) {
     let now = T0 + H + SEAL_LATENESS_MS;
     let report = seal(&store, now, 100).await;
     assert_eq!((report.blocks, report.samples, report.minute_blocks), (1, 3600, 1));
-    assert_eq!(report.partitions_dropped, if pg.is_some() { 2 } else { 0 });
+    assert_eq!(report.partitions_dropped, if pg.is_some() { 3 } else { 0 });
     if let Some(pg) = &pg {
         assert_eq!(rows_in(pg, &samples_hour).await, None, "emptied and dropped");
         assert_eq!(rows_in(pg, &minutes_hour).await, None, "emptied and dropped");
+        assert_eq!(rows_in(pg, &marks_hour).await, None, "emptied and dropped");
         assert_eq!(rows_in(pg, &format!("samples_hour_{}", hour + 3)).await, Some(0), "prepared ahead of `now`");
     }
     assert_eq!(answers(store.as_ref()).await, before);
@@ -479,7 +486,7 @@ async fn migrate_to(backend: Backend, url: &str, version: i64, statements: &[Str
 }
 
 /// A database of the release before migration 0026 (PostgreSQL's open tables unpartitioned),
-/// with open rows and a minute row in it: after the upgrade the reads answer them, and the
+/// with open rows, a minute row and a minute's mark in it: after the upgrade the reads answer them, and the
 /// sealing job seals and packs them as before (on PostgreSQL from the default partitions).
 async fn open_rows_written_before_hour_partitions_survive_the_upgrade(backend: Backend) {
     let db = TestDatabase::new(backend).await;
@@ -499,6 +506,8 @@ async fn open_rows_written_before_hour_partitions_survive_the_upgrade(backend: B
          last_ts_ms) VALUES (1, {T0}, 60, 0, 0, {T0}, {})",
         T0 + 59_000
     ));
+    // The second minute waits for the rollup job (its mark; 0027 partitions the marks).
+    rows.push(format!("INSERT INTO rollup_pending (gpu_id, minute_ms) VALUES (1, {})", T0 + 60_000));
     migrate_to(backend, &db.url, 25, &rows).await;
 
     let store = fleetlens_store::connect(&db.url).await.expect("the upgrade");
@@ -506,11 +515,25 @@ async fn open_rows_written_before_hour_partitions_survive_the_upgrade(backend: B
     let read = store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap();
     assert_eq!(read.len(), 120);
     assert_eq!((read[7].ts_ms, read[7].gpu_util_pct, read[7].power_w), (T0 + 7000, Some(7.0), Some(300.25)));
+    // The marked minute reads from its samples until the job writes it.
     let minutes = store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
-    assert_eq!(minutes.iter().map(|m| (m.bucket_ms, m.sample_count)).collect::<Vec<_>>(), [(T0, 60)]);
+    assert_eq!(
+        minutes.iter().map(|m| (m.bucket_ms, m.sample_count)).collect::<Vec<_>>(),
+        [(T0, 60), (T0 + 60_000, 60)]
+    );
+
+    if let Backend::Postgres = backend {
+        let pg = sqlx::PgPool::connect(&db.url).await.unwrap();
+        assert_eq!(rows_in(&pg, "rollup_pending_default").await, Some(1), "the mark kept by the upgrade");
+    }
 
     let report = seal(&store, T0 + H + SEAL_LATENESS_MS, 100).await;
     assert_eq!((report.blocks, report.samples, report.minute_blocks), (1, 120, 1));
     assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap(), read);
+    // The job wrote the marked minute (from the default partition on PostgreSQL) as it read.
     assert_eq!(store.rollups(DEFAULT_ORG, gpu.id, Resolution::Minute, 0, i64::MAX).await.unwrap(), minutes);
+    if let Backend::Postgres = backend {
+        let pg = sqlx::PgPool::connect(&db.url).await.unwrap();
+        assert_eq!(rows_in(&pg, "rollup_pending_default").await, Some(0), "the job took the mark");
+    }
 }

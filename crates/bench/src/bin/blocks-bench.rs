@@ -200,12 +200,22 @@ fn codec_row(what: &str, blocks: &[&[Sample]]) {
     let t = Instant::now();
     let zlib: usize = blocks.iter().map(|b| zlib_deltas(b)).sum();
     let zlib_s = t.elapsed().as_secs_f64();
+    // The share of the process lists and pod allocations: the same blocks without them.
+    let bare: usize = blocks
+        .iter()
+        .map(|b| {
+            let bare: Vec<Sample> =
+                b.iter().map(|s| Sample { processes: None, allocations: Vec::new(), ..s.clone() }).collect();
+            fleetlens_store::encode_block(&bare).len()
+        })
+        .sum();
     println!(
-        "| {what} | {} | {n} | {:.2} B/sample (encode {:.0} ns/sample, encode+decode {:.0} ns/sample) | {:.2} B/sample (encode {:.0} ns/sample) |",
+        "| {what} | {} | {n} | {:.2} B/sample (encode {:.0} ns/sample, encode+decode {:.0} ns/sample) | {:.2} B/sample | {:.2} B/sample (encode {:.0} ns/sample) |",
         blocks.len(),
         pco as f64 / n as f64,
         pco_s * 1e9 / n as f64,
         roundtrip_s * 1e9 / n as f64,
+        (pco - bare) as f64 / n as f64,
         zlib as f64 / n as f64,
         zlib_s * 1e9 / n as f64,
     );
@@ -321,12 +331,13 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         .fetch_one(&mut c)
         .await?;
         // The open tables are partitioned by hour: every partition, the default one included.
-        let open: i64 = sqlx::query_scalar(
-            "SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::int8 FROM \
-             (SELECT relid FROM pg_partition_tree('samples') UNION ALL SELECT relid FROM pg_partition_tree('rollups_1m')) t",
-        )
-        .fetch_one(&mut c)
-        .await?;
+        let partitioned = |table: &str| {
+            format!("SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::int8 FROM pg_partition_tree('{table}')")
+        };
+        let samples_open: i64 = sqlx::query_scalar(&partitioned("samples")).fetch_one(&mut c).await?;
+        let minutes_open: i64 = sqlx::query_scalar(&partitioned("rollups_1m")).fetch_one(&mut c).await?;
+        let open = samples_open + minutes_open;
+        let marks: i64 = sqlx::query_scalar(&partitioned("rollup_pending")).fetch_one(&mut c).await?;
         let minutes: i64 =
             sqlx::query_scalar("SELECT pg_total_relation_size('rollup_blocks')").fetch_one(&mut c).await?;
         let minute_rows: i64 = sqlx::query_scalar("SELECT count(*) FROM rollups_1m").fetch_one(&mut c).await?;
@@ -343,10 +354,11 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
         let empty: i64 = sqlx::query_scalar("SELECT pg_database_size('template1')").fetch_one(&mut c).await?;
         c.close().await?;
         println!(
-            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open tables (samples, rollups_1m: every partition) {:.2} B/sample; EVERYTHING COUNTED (database minus an empty one) {:.2} B/sample",
+            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open tables (samples, rollups_1m: every partition) {:.2} B/sample; rollup marks (rollup_pending: every partition) {:.2} B/sample; EVERYTHING COUNTED (database minus an empty one) {:.2} B/sample",
             per(payload),
             per(blocks),
             per(open),
+            per(marks),
             per(db - empty)
         );
         for (name, bytes) in tables {
@@ -668,8 +680,10 @@ async fn main() -> Result<()> {
     // Hour-aligned: one block per GPU.
     let base = (1_795_000_000_000 / H) * H + 30_000;
     let codec_plan = data::Plan { gpus: args.codec_gpus, samples_per_gpu: 3560, ts_per_batch: 60, base_ts_ms: base };
-    println!("| data | GPU-hours | samples | pco blocks (as sealed) | zlib-9 over deltas |");
-    println!("|---|---|---|---|---|");
+    println!(
+        "| data | GPU-hours | samples | pco blocks (as sealed) | of which process lists and allocations | zlib-9 over deltas |"
+    );
+    println!("|---|---|---|---|---|---|");
     let sim: Vec<Vec<Sample>> = (0..codec_plan.gpus).map(|g| simulated_hour(&codec_plan, g)).collect();
     codec_row("simulated fleet, jitter ±25 ms", &sim.iter().map(Vec::as_slice).collect::<Vec<_>>());
     let traces = recorded_traces()?;

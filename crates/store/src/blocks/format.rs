@@ -7,8 +7,20 @@
 //! ts       numbers column of the n timestamps (ms)
 //! k cols   one numbers column per measurement, the first k of `columns::SAMPLE_COLUMNS`
 //!          (version 1 has no k: its blocks hold the first 23, the columns of that time)
-//! 2 cols   one dictionary column each: processes (JSON), allocations (JSON)
+//! procs    the process lists: (versions 1, 2) a dictionary column of each sample's list as
+//!          JSON; (version 3) a layout byte, then that column ([`PROCESS_LISTS`]) or the
+//!          lists as columns ([`PROCESS_COLUMNS`], below), whichever is smaller for the block
+//! allocs   one dictionary column: the pod allocations (JSON)
 //! ```
+//!
+//! The process lists as columns are four columns over the processes of every sample in turn:
+//! a numbers column of the n list lengths (absent: the list was not read, which is not an
+//! empty list), a dictionary column of each process's identity (the process as JSON without
+//! its two readings: pid, command, user, container, owner), and numbers columns of its
+//! readings, `used_bytes` (exact) and `sm_pct` (the f64 as measured). A process keeps its
+//! identity all hour while its memory may move every second, and then each sample's list is
+//! a new dictionary text; where the lists repeat (memory steady), the dictionary of lists is
+//! the smaller.
 //!
 //! A *numbers column* starts with a tag byte: the low nibble says which samples have a value
 //! ([`ABSENT`]: none, [`CONSTANT`]: all, one value stored once, [`ALL`]: all, [`SOME`]: a
@@ -36,8 +48,16 @@ use crate::columns::{self, Cell, SAMPLE_COLUMNS};
 const MAGIC: &[u8; 4] = b"FLSB";
 /// Bump when the layout changes; readers keep decoding every older version they know.
 /// Version 2 records how many measurement columns a block holds, so a signal added later
-/// reads as absent from the blocks sealed before it existed.
-pub(crate) const FORMAT_VERSION: u8 = 2;
+/// reads as absent from the blocks sealed before it existed; version 3 keeps the process lists
+/// as columns.
+pub(crate) const FORMAT_VERSION: u8 = 3;
+/// Version 3's process layouts: each sample's list as a dictionary text, or the lists as
+/// columns.
+const PROCESS_LISTS: u8 = 0;
+const PROCESS_COLUMNS: u8 = 1;
+/// The most processes a block may list over all its samples: a corrupt length column is
+/// refused before anything is allocated for it.
+const MAX_PROCESS_ENTRIES: usize = 1 << 24;
 /// The measurement columns of a version-1 block (every one of them before 0024's
 /// `tensor_hmma_active_pct`).
 const VERSION_1_COLUMNS: usize = 23;
@@ -118,9 +138,67 @@ fn encode_as(samples: &[Sample], version: u8, columns: usize) -> Vec<u8> {
             },
         }
     }
-    put_dictionary(&mut out, samples.iter().map(columns::processes_json));
+    let mut lists = Vec::new();
+    put_dictionary(&mut lists, samples.iter().map(columns::processes_json));
+    if version >= 3 {
+        let mut as_columns = Vec::new();
+        put_process_columns(&mut as_columns, samples);
+        if as_columns.len() < lists.len() {
+            out.push(PROCESS_COLUMNS);
+            lists = as_columns;
+        } else {
+            out.push(PROCESS_LISTS);
+        }
+    }
+    out.extend_from_slice(&lists);
     put_dictionary(&mut out, samples.iter().map(columns::allocations_json));
     out
+}
+
+/// The process lists as columns (version 3; the layout is in the module's documentation).
+fn put_process_columns(out: &mut Vec<u8>, samples: &[Sample]) {
+    let lengths: Vec<Option<i64>> = samples.iter().map(|s| s.processes.as_ref().map(|p| p.len() as i64)).collect();
+    put_ints(out, &lengths);
+    let listed = || samples.iter().flat_map(|s| s.processes.iter().flatten());
+    put_dictionary(out, listed().map(|p| Some(process_identity(p))));
+    put_ints(out, &listed().map(|p| p.used_bytes).collect::<Vec<_>>());
+    put_raw_f64(out, &listed().map(|p| p.sm_pct).collect::<Vec<_>>());
+}
+
+/// A process without its readings, as JSON: the same all hour for one process.
+fn process_identity(p: &GpuProcess) -> String {
+    let identity = GpuProcess { used_bytes: None, sm_pct: None, ..p.clone() };
+    serde_json::to_string(&identity).expect("a process serializes")
+}
+
+/// The process lists of `out`'s samples from their columns ([`PROCESS_COLUMNS`]).
+fn read_process_columns(r: &mut Reader, out: &mut [Sample]) -> Result<(), BlockError> {
+    let lengths = r.numbers(out.len())?;
+    let mut total = 0usize;
+    for len in lengths.iter().flatten() {
+        let len = usize::try_from(len.as_i64()).map_err(|_| BlockError::Malformed("a negative process count"))?;
+        total = total.saturating_add(len);
+    }
+    if total > MAX_PROCESS_ENTRIES {
+        return Err(BlockError::Malformed("more processes than a block can list"));
+    }
+    // Written by us from a GpuProcess: see `process_identity`.
+    let identities = r.dictionary(total, |t| serde_json::from_str::<GpuProcess>(t).ok())?;
+    let used = r.numbers(total)?;
+    let sm = r.numbers(total)?;
+    let mut listed = identities.into_iter().zip(used).zip(sm).map(|((identity, used), sm)| {
+        let mut p = identity.flatten().ok_or(BlockError::Malformed("a process without a readable identity"))?;
+        p.used_bytes = used.map(Number::as_i64);
+        p.sm_pct = sm.map(Number::as_raw_f64);
+        Ok(p)
+    });
+    for (s, len) in out.iter_mut().zip(lengths) {
+        s.processes = match len {
+            None => None,
+            Some(len) => Some(listed.by_ref().take(len.as_i64() as usize).collect::<Result<_, BlockError>>()?),
+        };
+    }
+    Ok(())
 }
 
 /// Decode a block: its samples, ascending, with empty identity fields.
@@ -159,10 +237,17 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
             }
         }
     }
-    // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
-    let processes = r.dictionary(n, |t| serde_json::from_str::<Vec<GpuProcess>>(t).ok())?;
-    for (s, p) in out.iter_mut().zip(processes) {
-        s.processes = p.flatten();
+    let layout = if version >= 3 { r.u8()? } else { PROCESS_LISTS };
+    if layout == PROCESS_COLUMNS {
+        read_process_columns(&mut r, &mut out)?;
+    } else if layout != PROCESS_LISTS {
+        return Err(BlockError::Malformed("unknown process layout"));
+    } else {
+        // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
+        let processes = r.dictionary(n, |t| serde_json::from_str::<Vec<GpuProcess>>(t).ok())?;
+        for (s, p) in out.iter_mut().zip(processes) {
+            s.processes = p.flatten();
+        }
     }
     for (s, a) in out.iter_mut().zip(r.dictionary(n, |t| columns::parse_allocations(Some(t)))?) {
         s.allocations = a.unwrap_or_default();
@@ -599,6 +684,88 @@ mod tests {
         let mut trailing = bytes;
         trailing.push(0);
         assert!(decode(&trailing).is_err());
+    }
+
+    /// `hour()` with each process's memory and SM share moving every second, as a training
+    /// job's allocator moves them: every sample's list is then a new text.
+    fn moving_hour() -> Vec<Sample> {
+        let mut samples = hour();
+        for (i, s) in samples.iter_mut().enumerate() {
+            for p in s.processes.iter_mut().flatten() {
+                p.used_bytes = p.used_bytes.map(|u| u + (i as i64 % 97) * 1_048_576);
+                p.sm_pct = Some((i % 100) as f64);
+            }
+        }
+        samples
+    }
+
+    /// Where the process section of a block of `n` samples starts (version 3: its layout
+    /// byte).
+    fn processes_at(bytes: &[u8], n: usize) -> usize {
+        let mut r = Reader(bytes);
+        r.take(11).unwrap();
+        for _ in 0..=SAMPLE_COLUMNS.len() {
+            r.numbers(n).unwrap();
+        }
+        bytes.len() - r.0.len()
+    }
+
+    /// Blocks sealed in version 2 (a JSON list of processes per sample) still read back, and
+    /// version 3 keeps the same lists in whichever layout is smaller (a dictionary of lists
+    /// where they repeat, columns where memory moves): missing readings, owners, several
+    /// processes of one identity, an empty list and an unread one.
+    #[test]
+    fn process_lists_read_back_from_every_layout() {
+        let owner = fleetlens_core::ProcessOwner { user: Some("alice".into()), ..Default::default() };
+        for (mut samples, layout) in [(hour(), PROCESS_LISTS), (moving_hour(), PROCESS_COLUMNS)] {
+            samples[3].processes = None;
+            samples[4].processes = Some(Vec::new());
+            samples[5].processes = Some(vec![
+                GpuProcess { pid: 7, sm_pct: Some(12.5), owner: Some(owner.clone()), ..proc(7, 9) },
+                GpuProcess { used_bytes: None, ..proc(7, 0) },
+                proc(8, i64::MAX),
+            ]);
+            let version_2 = encode_as(&samples, 2, SAMPLE_COLUMNS.len());
+            assert_eq!(decode(&version_2).unwrap(), samples);
+            let version_3 = encode(&samples);
+            assert_eq!(version_3[4], 3);
+            assert_eq!(version_3[processes_at(&version_3, samples.len())], layout);
+            assert_eq!(decode(&version_3).unwrap(), samples);
+            assert!(version_3.len() <= version_2.len() + 1, "{} B, {} B as lists", version_3.len(), version_2.len());
+            if layout == PROCESS_COLUMNS {
+                assert!(version_3.len() * 2 < version_2.len(), "{} B, {} B as lists", version_3.len(), version_2.len());
+            }
+        }
+    }
+
+    /// A process count that does not match the process columns, or one no block can hold, is a
+    /// malformed block, not a panic or a huge allocation.
+    #[test]
+    fn corrupt_process_counts_are_refused() {
+        let samples = moving_hour();
+        let mut lying = samples.clone();
+        lying[0].processes.as_mut().unwrap().push(proc(99, 1));
+        // The counts column of the lying block over the process columns of the true one.
+        let (truth, lie) = (encode(&samples), encode(&lying));
+        let counts_at = |bytes: &[u8]| {
+            let at = processes_at(bytes, samples.len());
+            assert_eq!(bytes[at], PROCESS_COLUMNS);
+            let mut r = Reader(&bytes[at + 1..]);
+            r.numbers(samples.len()).unwrap();
+            (at + 1, bytes.len() - r.0.len())
+        };
+        let ((t0, t1), (l0, l1)) = (counts_at(&truth), counts_at(&lie));
+        let spliced = [&truth[..t0], &lie[l0..l1], &truth[t1..]].concat();
+        assert!(matches!(decode(&spliced), Err(BlockError::Malformed(_) | BlockError::Codec(_))));
+        // One sample's empty list: its count stored as a constant, made 2^40.
+        let mut bytes = encode(&[Sample { ts_ms: 1, processes: Some(Vec::new()), ..Sample::default() }]);
+        let at = processes_at(&bytes, 1);
+        assert_eq!(&bytes[at..at + 2], [PROCESS_COLUMNS, CONSTANT]);
+        bytes[at + 2..at + 10].copy_from_slice(&(1i64 << 40).to_le_bytes());
+        assert!(matches!(decode(&bytes), Err(BlockError::Malformed(_))));
+        // An unknown layout.
+        bytes[at] = 7;
+        assert!(matches!(decode(&bytes), Err(BlockError::Malformed(_))));
     }
 
     /// Sealed blocks already hold these precisions: the signal table must not change them.
