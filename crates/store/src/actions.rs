@@ -127,14 +127,6 @@ pub fn union(a: &[String], b: &[String]) -> Vec<String> {
 
 macro_rules! impl_action_store {
     ($store:ty, $db:ty) => {
-        fn run_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::actions::JobRunRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn route_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::actions::ReportRoute> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
         #[async_trait::async_trait]
         impl $crate::actions::ActionStore for $store {
             async fn record_job_sightings(
@@ -213,8 +205,7 @@ macro_rules! impl_action_store {
                     "SELECT {} FROM job_runs WHERE ended_ms IS NULL ORDER BY org_id, id",
                     $crate::actions::RUN_COLS
                 );
-                let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
-                rows.iter().map(run_from_row).collect()
+                Ok(sqlx::query_as(&sql).fetch_all(self.pool()).await?)
             }
 
             async fn job_runs(
@@ -229,7 +220,7 @@ macro_rules! impl_action_store {
                      ORDER BY last_ms DESC, id DESC LIMIT ?",
                     $crate::actions::RUN_COLS
                 );
-                let rows = sqlx::query(&q(&sql))
+                Ok(sqlx::query_as(&q(&sql))
                     .bind(org)
                     .bind(f.from_ms)
                     .bind(f.to_ms)
@@ -237,8 +228,7 @@ macro_rules! impl_action_store {
                     .bind(open)
                     .bind(f.limit)
                     .fetch_all(self.pool())
-                    .await?;
-                rows.iter().map(run_from_row).collect()
+                    .await?)
             }
 
             async fn job_run(
@@ -246,9 +236,7 @@ macro_rules! impl_action_store {
                 org: $crate::OrgId,
                 id: i64,
             ) -> $crate::Result<Option<$crate::actions::JobRunRecord>> {
-                let sql = format!("SELECT {} FROM job_runs WHERE org_id = ? AND id = ?", $crate::actions::RUN_COLS);
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(run_from_row).transpose()
+                one_of_org(self.pool(), $crate::actions::RUN_COLS, "job_runs", org, id).await
             }
 
             async fn job_run_by_key(
@@ -260,8 +248,7 @@ macro_rules! impl_action_store {
                     "SELECT {} FROM job_runs WHERE org_id = ? AND run_key = ? ORDER BY first_ms DESC, id DESC LIMIT 1",
                     $crate::actions::RUN_COLS
                 );
-                let row = sqlx::query(&q(&sql)).bind(org).bind(run_key).fetch_optional(self.pool()).await?;
-                row.as_ref().map(run_from_row).transpose()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(run_key).fetch_optional(self.pool()).await?)
             }
 
             async fn request_job_end(
@@ -304,29 +291,14 @@ macro_rules! impl_action_store {
                     return Ok(false);
                 }
                 if let Some(n) = done.notify {
-                    sqlx::query(&q(
-                        "INSERT INTO alert_outbox (org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
-                         next_attempt_ms, created_ms) VALUES (?, NULL, ?, ?, ?, ?, 'pending', 0, ?, ?)",
-                    ))
-                    .bind(org)
-                    .bind(n.channel_id)
-                    .bind(n.kind.as_str())
-                    .bind(n.seq)
-                    .bind(&n.payload)
-                    .bind(now_ms)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await?;
+                    insert_outbox(&mut tx, org, None, n, now_ms).await?;
                 }
                 tx.commit().await?;
                 Ok(true)
             }
 
             async fn report_routes(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::actions::ReportRoute>> {
-                let sql =
-                    format!("SELECT {} FROM report_routes WHERE org_id = ? ORDER BY id", $crate::actions::ROUTE_COLS);
-                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
-                rows.iter().map(route_from_row).collect()
+                all_of_org(self.pool(), $crate::actions::ROUTE_COLS, "report_routes", "id", org).await
             }
 
             async fn insert_report_route(
@@ -360,14 +332,14 @@ macro_rules! impl_action_store {
 }
 
 mod sqlite_impl {
-    use crate::dialect::sqlite::{begin, q};
+    use crate::dialect::sqlite::{all_of_org, begin, insert_outbox, one_of_org, q};
     use crate::sqlite::SqliteStore;
 
     impl_action_store!(SqliteStore, sqlx::Sqlite);
 }
 
 mod pg_impl {
-    use crate::dialect::pg::{begin, q};
+    use crate::dialect::pg::{all_of_org, begin, insert_outbox, one_of_org, q};
     use crate::postgres::PgStore;
 
     impl_action_store!(PgStore, sqlx::Postgres);

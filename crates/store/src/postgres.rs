@@ -266,14 +266,7 @@ impl PgStore {
 
 /// The rollup job's loads and writes on PostgreSQL (`rollup_close`).
 mod close {
-    crate::rollup_close::impl_rollup_close!(
-        sqlx::Postgres,
-        crate::dialect::pg::q,
-        "s.processes::text",
-        crate::dialect::pg::SAMPLES_OF_MARK,
-        sqlx::PgPool,
-        crate::dialect::pg::PACK_LOCK
-    );
+    crate::rollup_close::impl_rollup_close!(sqlx::Postgres, pg);
 }
 
 crate::shared_store::impl_store!(PgStore, pg, {

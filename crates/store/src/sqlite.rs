@@ -520,14 +520,7 @@ impl SqliteStore {
 
 /// The rollup job's loads and writes on SQLite (`rollup_close`).
 mod close {
-    crate::rollup_close::impl_rollup_close!(
-        sqlx::Sqlite,
-        crate::dialect::sqlite::q,
-        "s.processes",
-        crate::dialect::sqlite::SAMPLES_OF_MARK,
-        sqlx::SqlitePool,
-        crate::dialect::sqlite::PACK_LOCK
-    );
+    crate::rollup_close::impl_rollup_close!(sqlx::Sqlite, sqlite);
 }
 
 crate::shared_store::impl_store!(SqliteStore, sqlite, {
