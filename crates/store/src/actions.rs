@@ -136,33 +136,29 @@ macro_rules! impl_action_store {
                 rejoin_ms: i64,
                 now_ms: i64,
             ) -> $crate::Result<u64> {
-                use sqlx::Row as _;
                 if sightings.is_empty() {
                     return Ok(0);
                 }
                 let mut tx = begin(self.pool()).await?;
                 let mut opened = 0;
                 for s in sightings {
-                    let open = sqlx::query(&q("SELECT id, gpu_uuids, first_ms, last_ms FROM job_runs \
-                         WHERE org_id = ? AND run_key = ? AND ended_ms IS NULL"))
-                    .bind(org)
-                    .bind(&s.run_key)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    if let Some(row) = open {
-                        let gpus: Vec<String> =
-                            serde_json::from_str(&row.try_get::<String, _>("gpu_uuids")?).unwrap_or_default();
-                        let gpus = $crate::actions::union(&gpus, &s.gpu_uuids);
-                        let first = row.try_get::<i64, _>("first_ms")?.min(s.first_ms);
-                        let last = row.try_get::<i64, _>("last_ms")?.max(s.last_ms);
+                    let open: Option<(i64, $crate::json_text::JsonText<Vec<String>>, i64, i64)> =
+                        sqlx::query_as(&q("SELECT id, gpu_uuids, first_ms, last_ms FROM job_runs \
+                             WHERE org_id = ? AND run_key = ? AND ended_ms IS NULL"))
+                        .bind(org)
+                        .bind(&s.run_key)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if let Some((id, gpus, first, last)) = open {
+                        let gpus = $crate::actions::union(&Vec::from(gpus), &s.gpu_uuids);
                         sqlx::query(&q(
                             "UPDATE job_runs SET gpu_uuids = ?, first_ms = ?, last_ms = ?, updated_ms = ? WHERE id = ?",
                         ))
                         .bind(serde_json::to_string(&gpus).expect("strings serialise"))
-                        .bind(first)
-                        .bind(last)
+                        .bind(first.min(s.first_ms))
+                        .bind(last.max(s.last_ms))
                         .bind(now_ms)
-                        .bind(row.try_get::<i64, _>("id")?)
+                        .bind(id)
                         .execute(&mut *tx)
                         .await?;
                         continue;
