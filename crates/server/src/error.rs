@@ -80,6 +80,12 @@ impl From<StoreError> for ApiError {
 }
 
 impl ApiError {
+    /// A store failure where a unique key taken means `message` (a name in use): 409 with it;
+    /// every other failure as [`From<StoreError>`] maps it.
+    pub fn conflict_or(e: StoreError, message: impl Into<String>) -> ApiError {
+        if e.is_conflict() { ApiError::Conflict(message.into()) } else { ApiError::Store(e) }
+    }
+
     fn status_and_code(&self) -> (StatusCode, &'static str) {
         match self {
             ApiError::BadRequest(_) => (StatusCode::BAD_REQUEST, "bad_request"),

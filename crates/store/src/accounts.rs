@@ -370,15 +370,6 @@ macro_rules! impl_account_store {
                 Ok(rows)
             }
 
-            async fn team_id_in_org(&self, org: OrgId, team: TeamId) -> $crate::Result<bool> {
-                let found: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM teams WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(team)
-                    .fetch_optional(self.pool())
-                    .await?;
-                Ok(found.is_some())
-            }
-
             async fn ensure_team(&self, org: OrgId, name: &str, now_ms: i64) -> $crate::Result<TeamId> {
                 let sql = q("SELECT id FROM teams WHERE org_id = ? AND name = ?");
                 let found: Option<i64> =
@@ -471,12 +462,7 @@ macro_rules! impl_account_store {
 
             async fn delete_team(&self, org: OrgId, id: TeamId) -> $crate::Result<bool> {
                 let mut tx = begin(self.pool()).await?;
-                let found: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM teams WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if found.is_none() {
+                if !org_has(&mut *tx, "teams", org, id).await? {
                     return Ok(false);
                 }
                 for sql in [
@@ -610,12 +596,7 @@ macro_rules! impl_account_store {
 
             async fn delete_user(&self, org: OrgId, id: UserId, now_ms: i64) -> $crate::Result<bool> {
                 let mut tx = begin(self.pool()).await?;
-                let found: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM users WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(id)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                if found.is_none() {
+                if !org_has(&mut *tx, "users", org, id).await? {
                     return Ok(false);
                 }
                 sqlx::query(&q(
@@ -728,21 +709,9 @@ macro_rules! impl_account_store {
                 user: Option<UserId>,
                 team: Option<TeamId>,
             ) -> $crate::Result<ApiKeyInfo> {
-                let id: i64 = sqlx::query_scalar(&q(
-                    "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms, user_id, team_id) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                ))
-                .bind(key.org_id)
-                .bind(key.name)
-                .bind(key.prefix)
-                .bind(key.key_hash)
-                .bind($crate::scopes_to_text(key.scopes))
-                .bind(key.created_ms)
-                .bind(user)
-                .bind(team)
-                .fetch_one(self.pool())
-                .await?;
-                Ok(ApiKeyInfo { key: $crate::api_key_from_new(id, &key), user_id: user, team_id: team, last_used_ms: None })
+                let id = insert_api_key(self.pool(), &key, user, team, false, "RETURNING id").await?;
+                let key = $crate::api_key_from_new(id.expect("RETURNING gives the id"), &key);
+                Ok(ApiKeyInfo { key, user_id: user, team_id: team, last_used_ms: None })
             }
 
             async fn api_keys(&self, org: OrgId, user: Option<UserId>) -> $crate::Result<Vec<ApiKeyInfo>> {
@@ -851,19 +820,9 @@ macro_rules! impl_account_store {
                         }
                         Some((_, revoked_ms)) => current_revoked = revoked_ms.is_some(),
                         None => {
-                            sqlx::query(&q(
-                                // Another replica starting with the same value may insert it first.
-                                "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms, bootstrap) \
-                                 VALUES (?, ?, ?, ?, ?, ?, 1) ON CONFLICT (key_hash) DO NOTHING",
-                            ))
-                            .bind(k.org_id)
-                            .bind(k.name)
-                            .bind(k.prefix)
-                            .bind(k.key_hash)
-                            .bind($crate::scopes_to_text(k.scopes))
-                            .bind(k.created_ms)
-                            .execute(&mut *tx)
-                            .await?;
+                            // Another replica starting with the same value may insert it first.
+                            let tail = "ON CONFLICT (key_hash) DO NOTHING";
+                            insert_api_key(&mut *tx, &k, None, None, true, tail).await?;
                         }
                     }
                 }
@@ -919,13 +878,7 @@ macro_rules! impl_account_store {
                 }
                 match team {
                     Some(team) => {
-                        let found: Option<i64> =
-                            sqlx::query_scalar(&q("SELECT id FROM teams WHERE org_id = ? AND id = ?"))
-                                .bind(org)
-                                .bind(team)
-                                .fetch_optional(&mut *tx)
-                                .await?;
-                        if found.is_none() {
+                        if !org_has(&mut *tx, "teams", org, team).await? {
                             return Ok(Assigned::NoTeam);
                         }
                         sqlx::query(&q(
@@ -978,13 +931,7 @@ macro_rules! impl_account_store {
                 let Some(gpu) = gpu else { return Ok(Assigned::NoTarget) };
                 match team {
                     Some(team) => {
-                        let found: Option<i64> =
-                            sqlx::query_scalar(&q("SELECT id FROM teams WHERE org_id = ? AND id = ?"))
-                                .bind(org)
-                                .bind(team)
-                                .fetch_optional(&mut *tx)
-                                .await?;
-                        if found.is_none() {
+                        if !org_has(&mut *tx, "teams", org, team).await? {
                             return Ok(Assigned::NoTeam);
                         }
                         sqlx::query(&q("UPDATE gpus SET team_id = ?, team_source = 'gpu' WHERE id = ?"))
@@ -1025,7 +972,7 @@ macro_rules! impl_account_store {
                         .fetch_optional(self.pool())
                         .await?;
                 let key_team = match key_team {
-                    Some(t) if self.team_id_in_org(org, t).await? => Some(t),
+                    Some(t) if org_has(self.pool(), "teams", org, t).await? => Some(t),
                     _ => None,
                 };
                 let (team, source) = match (pinned, key_team, label) {
@@ -1063,7 +1010,7 @@ macro_rules! impl_account_store {
 mod sqlite_impl {
     use sqlx::Sqlite;
 
-    use crate::dialect::sqlite::{begin, q};
+    use crate::dialect::sqlite::{begin, insert_api_key, org_has, q};
     use crate::sqlite::SqliteStore;
 
     impl_account_store!(SqliteStore, Sqlite);
@@ -1072,7 +1019,7 @@ mod sqlite_impl {
 mod pg_impl {
     use sqlx::Postgres;
 
-    use crate::dialect::pg::{begin, q};
+    use crate::dialect::pg::{begin, insert_api_key, org_has, q};
     use crate::postgres::PgStore;
 
     impl_account_store!(PgStore, Postgres);

@@ -127,14 +127,6 @@ pub fn union(a: &[String], b: &[String]) -> Vec<String> {
 
 macro_rules! impl_action_store {
     ($store:ty, $db:ty) => {
-        fn run_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::actions::JobRunRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn route_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::actions::ReportRoute> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
         #[async_trait::async_trait]
         impl $crate::actions::ActionStore for $store {
             async fn record_job_sightings(
@@ -144,33 +136,29 @@ macro_rules! impl_action_store {
                 rejoin_ms: i64,
                 now_ms: i64,
             ) -> $crate::Result<u64> {
-                use sqlx::Row as _;
                 if sightings.is_empty() {
                     return Ok(0);
                 }
                 let mut tx = begin(self.pool()).await?;
                 let mut opened = 0;
                 for s in sightings {
-                    let open = sqlx::query(&q("SELECT id, gpu_uuids, first_ms, last_ms FROM job_runs \
-                         WHERE org_id = ? AND run_key = ? AND ended_ms IS NULL"))
-                    .bind(org)
-                    .bind(&s.run_key)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    if let Some(row) = open {
-                        let gpus: Vec<String> =
-                            serde_json::from_str(&row.try_get::<String, _>("gpu_uuids")?).unwrap_or_default();
-                        let gpus = $crate::actions::union(&gpus, &s.gpu_uuids);
-                        let first = row.try_get::<i64, _>("first_ms")?.min(s.first_ms);
-                        let last = row.try_get::<i64, _>("last_ms")?.max(s.last_ms);
+                    let open: Option<(i64, $crate::json_text::JsonText<Vec<String>>, i64, i64)> =
+                        sqlx::query_as(&q("SELECT id, gpu_uuids, first_ms, last_ms FROM job_runs \
+                             WHERE org_id = ? AND run_key = ? AND ended_ms IS NULL"))
+                        .bind(org)
+                        .bind(&s.run_key)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                    if let Some((id, gpus, first, last)) = open {
+                        let gpus = $crate::actions::union(&Vec::from(gpus), &s.gpu_uuids);
                         sqlx::query(&q(
                             "UPDATE job_runs SET gpu_uuids = ?, first_ms = ?, last_ms = ?, updated_ms = ? WHERE id = ?",
                         ))
                         .bind(serde_json::to_string(&gpus).expect("strings serialise"))
-                        .bind(first)
-                        .bind(last)
+                        .bind(first.min(s.first_ms))
+                        .bind(last.max(s.last_ms))
                         .bind(now_ms)
-                        .bind(row.try_get::<i64, _>("id")?)
+                        .bind(id)
                         .execute(&mut *tx)
                         .await?;
                         continue;
@@ -213,8 +201,7 @@ macro_rules! impl_action_store {
                     "SELECT {} FROM job_runs WHERE ended_ms IS NULL ORDER BY org_id, id",
                     $crate::actions::RUN_COLS
                 );
-                let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
-                rows.iter().map(run_from_row).collect()
+                Ok(sqlx::query_as(&sql).fetch_all(self.pool()).await?)
             }
 
             async fn job_runs(
@@ -229,7 +216,7 @@ macro_rules! impl_action_store {
                      ORDER BY last_ms DESC, id DESC LIMIT ?",
                     $crate::actions::RUN_COLS
                 );
-                let rows = sqlx::query(&q(&sql))
+                Ok(sqlx::query_as(&q(&sql))
                     .bind(org)
                     .bind(f.from_ms)
                     .bind(f.to_ms)
@@ -237,8 +224,7 @@ macro_rules! impl_action_store {
                     .bind(open)
                     .bind(f.limit)
                     .fetch_all(self.pool())
-                    .await?;
-                rows.iter().map(run_from_row).collect()
+                    .await?)
             }
 
             async fn job_run(
@@ -246,9 +232,7 @@ macro_rules! impl_action_store {
                 org: $crate::OrgId,
                 id: i64,
             ) -> $crate::Result<Option<$crate::actions::JobRunRecord>> {
-                let sql = format!("SELECT {} FROM job_runs WHERE org_id = ? AND id = ?", $crate::actions::RUN_COLS);
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(run_from_row).transpose()
+                one_of_org(self.pool(), $crate::actions::RUN_COLS, "job_runs", org, id).await
             }
 
             async fn job_run_by_key(
@@ -260,8 +244,7 @@ macro_rules! impl_action_store {
                     "SELECT {} FROM job_runs WHERE org_id = ? AND run_key = ? ORDER BY first_ms DESC, id DESC LIMIT 1",
                     $crate::actions::RUN_COLS
                 );
-                let row = sqlx::query(&q(&sql)).bind(org).bind(run_key).fetch_optional(self.pool()).await?;
-                row.as_ref().map(run_from_row).transpose()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(run_key).fetch_optional(self.pool()).await?)
             }
 
             async fn request_job_end(
@@ -304,29 +287,14 @@ macro_rules! impl_action_store {
                     return Ok(false);
                 }
                 if let Some(n) = done.notify {
-                    sqlx::query(&q(
-                        "INSERT INTO alert_outbox (org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
-                         next_attempt_ms, created_ms) VALUES (?, NULL, ?, ?, ?, ?, 'pending', 0, ?, ?)",
-                    ))
-                    .bind(org)
-                    .bind(n.channel_id)
-                    .bind(n.kind.as_str())
-                    .bind(n.seq)
-                    .bind(&n.payload)
-                    .bind(now_ms)
-                    .bind(now_ms)
-                    .execute(&mut *tx)
-                    .await?;
+                    insert_outbox(&mut tx, org, None, n, now_ms).await?;
                 }
                 tx.commit().await?;
                 Ok(true)
             }
 
             async fn report_routes(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::actions::ReportRoute>> {
-                let sql =
-                    format!("SELECT {} FROM report_routes WHERE org_id = ? ORDER BY id", $crate::actions::ROUTE_COLS);
-                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
-                rows.iter().map(route_from_row).collect()
+                all_of_org(self.pool(), $crate::actions::ROUTE_COLS, "report_routes", "id", org).await
             }
 
             async fn insert_report_route(
@@ -360,14 +328,14 @@ macro_rules! impl_action_store {
 }
 
 mod sqlite_impl {
-    use crate::dialect::sqlite::{begin, q};
+    use crate::dialect::sqlite::{all_of_org, begin, insert_outbox, one_of_org, q};
     use crate::sqlite::SqliteStore;
 
     impl_action_store!(SqliteStore, sqlx::Sqlite);
 }
 
 mod pg_impl {
-    use crate::dialect::pg::{begin, q};
+    use crate::dialect::pg::{all_of_org, begin, insert_outbox, one_of_org, q};
     use crate::postgres::PgStore;
 
     impl_action_store!(PgStore, sqlx::Postgres);

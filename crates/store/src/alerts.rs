@@ -250,13 +250,14 @@ pub struct EvalOutcome {
 }
 
 /// A notification group of a channel (its state is the engine's JSON).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertGroupRecord {
     pub id: i64,
     pub org_id: OrgId,
     pub channel_id: i64,
     pub group_key: String,
     pub is_open: bool,
+    #[sqlx(try_from = "JsonText<Json>")]
     pub state: Json,
     /// Bumped by every write (compare-and-set).
     pub version: i64,
@@ -284,7 +285,7 @@ pub struct GroupChange {
 }
 
 /// A GPU as the engine needs it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuBrief {
     pub id: i64,
     pub org_id: OrgId,
@@ -554,12 +555,21 @@ pub(crate) const OUTBOX_COLS: &str = "id, org_id, alert_id, channel_id, kind, se
 pub(crate) const DELIVERY_COLS: &str =
     "id, org_id, outbox_id, alert_id, channel_id, kind, attempt, at_ms, outcome, status_code, error, duration_ms";
 
-pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
-    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
+/// `INSERT INTO {table} ({lead}, {spec}) VALUES (?, …) {tail}`: the columns the store sets
+/// (`lead`, bound first) and a record's spec columns (bound by `bind_rule` / `bind_channel`).
+pub(crate) fn insert_spec_sql(table: &str, lead: &[&str], spec: &[&str], tail: &str) -> String {
+    let cols: Vec<&str> = lead.iter().chain(spec).copied().collect();
+    let marks = vec!["?"; cols.len()].join(", ");
+    format!("INSERT INTO {table} ({}) VALUES ({marks}) {tail}", cols.join(", "))
 }
 
-pub(crate) fn from_json<T: serde::de::DeserializeOwned + Default>(text: &str) -> T {
-    serde_json::from_str(text).unwrap_or_default()
+/// `col = ?, …` of a record's spec columns, for an `UPDATE … SET`.
+pub(crate) fn spec_sets(spec: &[&str]) -> String {
+    spec.iter().map(|c| format!("{c} = ?")).collect::<Vec<_>>().join(", ")
+}
+
+pub(crate) fn to_json<T: serde::Serialize>(v: &T) -> String {
+    serde_json::to_string(v).unwrap_or_else(|_| "null".into())
 }
 
 /// The SQL of [`AlertStore`], for one backend. The invoking module provides:
@@ -567,36 +577,6 @@ pub(crate) fn from_json<T: serde::de::DeserializeOwned + Default>(text: &str) ->
 /// (a write transaction) and `const LOCK_SKIP_LOCKED: &str` (the claim's row-lock clause).
 macro_rules! impl_alert_store {
     ($store:ty, $db:ty) => {
-        type Row = <$db as sqlx::Database>::Row;
-
-        fn rule_from_row(r: &Row) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn channel_from_row(r: &Row) -> $crate::Result<$crate::alerts::ChannelRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn silence_from_row(r: &Row) -> $crate::Result<$crate::alerts::SilenceRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn alert_from_row(r: &Row) -> $crate::Result<$crate::alerts::AlertRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn outbox_from_row(r: &Row) -> $crate::Result<$crate::alerts::OutboxRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn delivery_from_row(r: &Row) -> $crate::Result<$crate::alerts::DeliveryRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn cursor_from_row(r: &Row) -> $crate::Result<$crate::alerts::GpuCursor> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
         type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
 
         /// Binds a rule's [`RULE_SPEC_COLS`]($crate::alerts::RULE_SPEC_COLS), in their order.
@@ -635,15 +615,12 @@ macro_rules! impl_alert_store {
         #[async_trait::async_trait]
         impl $crate::alerts::AlertStore for $store {
             async fn alert_rules(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::alerts::AlertRuleRecord>> {
-                let sql = format!("SELECT {} FROM alert_rules WHERE org_id = ? ORDER BY id", $crate::alerts::RULE_COLS);
-                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
-                rows.iter().map(rule_from_row).collect()
+                all_of_org(self.pool(), $crate::alerts::RULE_COLS, "alert_rules", "id", org).await
             }
 
             async fn all_alert_rules(&self) -> $crate::Result<Vec<$crate::alerts::AlertRuleRecord>> {
                 let sql = format!("SELECT {} FROM alert_rules ORDER BY id", $crate::alerts::RULE_COLS);
-                let rows = sqlx::query(&q(&sql)).fetch_all(self.pool()).await?;
-                rows.iter().map(rule_from_row).collect()
+                Ok(sqlx::query_as(&sql).fetch_all(self.pool()).await?)
             }
 
             async fn alert_rule(
@@ -651,9 +628,7 @@ macro_rules! impl_alert_store {
                 org: $crate::OrgId,
                 id: i64,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
-                let sql = format!("SELECT {} FROM alert_rules WHERE org_id = ? AND id = ?", $crate::alerts::RULE_COLS);
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(rule_from_row).transpose()
+                one_of_org(self.pool(), $crate::alerts::RULE_COLS, "alert_rules", org, id).await
             }
 
             async fn insert_alert_rule(
@@ -662,16 +637,16 @@ macro_rules! impl_alert_store {
                 rule: &$crate::alerts::NewAlertRule,
                 now_ms: i64,
             ) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
-                let sql = format!(
-                    "INSERT INTO alert_rules (org_id, created_ms, updated_ms, {}) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {}",
-                    $crate::alerts::RULE_SPEC_COLS.join(", "),
-                    $crate::alerts::RULE_COLS
+                let sql = $crate::alerts::insert_spec_sql(
+                    "alert_rules",
+                    &["org_id", "created_ms", "updated_ms"],
+                    &$crate::alerts::RULE_SPEC_COLS,
+                    &format!("RETURNING {}", $crate::alerts::RULE_COLS),
                 );
                 let sql = q(&sql);
                 let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
                 let row = bind_rule(query, rule).fetch_one(self.pool()).await?;
-                rule_from_row(&row)
+                Ok(sqlx::FromRow::from_row(&row)?)
             }
 
             async fn update_alert_rule(
@@ -681,7 +656,7 @@ macro_rules! impl_alert_store {
                 rule: &$crate::alerts::NewAlertRule,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
-                let sets = $crate::alerts::RULE_SPEC_COLS.map(|c| format!("{c} = ?")).join(", ");
+                let sets = $crate::alerts::spec_sets(&$crate::alerts::RULE_SPEC_COLS);
                 let sql = format!(
                     "UPDATE alert_rules SET {sets}, updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
                     $crate::alerts::RULE_COLS
@@ -692,7 +667,7 @@ macro_rules! impl_alert_store {
                     .bind(id)
                     .fetch_optional(self.pool())
                     .await?;
-                row.as_ref().map(rule_from_row).transpose()
+                Ok(row.as_ref().map(sqlx::FromRow::from_row).transpose()?)
             }
 
             async fn delete_alert_rule(&self, org: $crate::OrgId, id: i64) -> $crate::Result<bool> {
@@ -711,10 +686,11 @@ macro_rules! impl_alert_store {
                 rules: &[(String, $crate::alerts::NewAlertRule)],
                 now_ms: i64,
             ) -> $crate::Result<u64> {
-                let insert = format!(
-                    "INSERT INTO alert_rules (org_id, builtin, created_ms, updated_ms, {}) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
-                    $crate::alerts::RULE_SPEC_COLS.join(", ")
+                let insert = $crate::alerts::insert_spec_sql(
+                    "alert_rules",
+                    &["org_id", "builtin", "created_ms", "updated_ms"],
+                    &$crate::alerts::RULE_SPEC_COLS,
+                    "ON CONFLICT DO NOTHING",
                 );
                 let insert = q(&insert);
                 let mut tx = begin(self.pool()).await?;
@@ -743,12 +719,7 @@ macro_rules! impl_alert_store {
                 &self,
                 org: $crate::OrgId,
             ) -> $crate::Result<Vec<$crate::alerts::ChannelRecord>> {
-                let sql = format!(
-                    "SELECT {} FROM notification_channels WHERE org_id = ? ORDER BY id",
-                    $crate::alerts::CHANNEL_COLS
-                );
-                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
-                rows.iter().map(channel_from_row).collect()
+                all_of_org(self.pool(), $crate::alerts::CHANNEL_COLS, "notification_channels", "id", org).await
             }
 
             async fn notification_channel(
@@ -756,12 +727,7 @@ macro_rules! impl_alert_store {
                 org: $crate::OrgId,
                 id: i64,
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
-                let sql = format!(
-                    "SELECT {} FROM notification_channels WHERE org_id = ? AND id = ?",
-                    $crate::alerts::CHANNEL_COLS
-                );
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(channel_from_row).transpose()
+                one_of_org(self.pool(), $crate::alerts::CHANNEL_COLS, "notification_channels", org, id).await
             }
 
             async fn insert_notification_channel(
@@ -770,16 +736,17 @@ macro_rules! impl_alert_store {
                 ch: &$crate::alerts::NewChannel,
                 now_ms: i64,
             ) -> $crate::Result<$crate::alerts::ChannelRecord> {
-                let sql = format!(
-                    "INSERT INTO notification_channels (org_id, next_send_ms, created_ms, updated_ms, {}) \
-                     VALUES (?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING {}",
-                    $crate::alerts::CHANNEL_SPEC_COLS.join(", "),
-                    $crate::alerts::CHANNEL_COLS
+                // `next_send_ms` starts at its default, 0.
+                let sql = $crate::alerts::insert_spec_sql(
+                    "notification_channels",
+                    &["org_id", "created_ms", "updated_ms"],
+                    &$crate::alerts::CHANNEL_SPEC_COLS,
+                    &format!("RETURNING {}", $crate::alerts::CHANNEL_COLS),
                 );
                 let sql = q(&sql);
                 let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
                 let row = bind_channel(query, ch).fetch_one(self.pool()).await?;
-                channel_from_row(&row)
+                Ok(sqlx::FromRow::from_row(&row)?)
             }
 
             async fn update_notification_channel(
@@ -790,7 +757,7 @@ macro_rules! impl_alert_store {
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
                 // The right-hand sides read the row as it was: a changed digest schedule starts over.
-                let sets = $crate::alerts::CHANNEL_SPEC_COLS.map(|c| format!("{c} = ?")).join(", ");
+                let sets = $crate::alerts::spec_sets(&$crate::alerts::CHANNEL_SPEC_COLS);
                 let sql = format!(
                     "UPDATE notification_channels SET {sets}, updated_ms = ?, \
                      digest_last_ms = CASE WHEN digest = ? AND digest_at_min = ? THEN digest_last_ms ELSE 0 END \
@@ -805,7 +772,7 @@ macro_rules! impl_alert_store {
                     .bind(id)
                     .fetch_optional(self.pool())
                     .await?;
-                row.as_ref().map(channel_from_row).transpose()
+                Ok(row.as_ref().map(sqlx::FromRow::from_row).transpose()?)
             }
 
             async fn delete_notification_channel(&self, org: $crate::OrgId, id: i64, now_ms: i64) -> $crate::Result<bool> {
@@ -841,7 +808,7 @@ macro_rules! impl_alert_store {
                      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING {}",
                     $crate::alerts::SILENCE_COLS
                 );
-                let row = sqlx::query(&q(&sql))
+                Ok(sqlx::query_as(&q(&sql))
                     .bind(org)
                     .bind($crate::alerts::to_json(&s.matchers))
                     .bind(s.starts_at_ms)
@@ -850,17 +817,11 @@ macro_rules! impl_alert_store {
                     .bind(&s.created_by)
                     .bind(now_ms)
                     .fetch_one(self.pool())
-                    .await?;
-                silence_from_row(&row)
+                    .await?)
             }
 
             async fn silences(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::alerts::SilenceRecord>> {
-                let sql = format!(
-                    "SELECT {} FROM alert_silences WHERE org_id = ? ORDER BY id DESC",
-                    $crate::alerts::SILENCE_COLS
-                );
-                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
-                rows.iter().map(silence_from_row).collect()
+                all_of_org(self.pool(), $crate::alerts::SILENCE_COLS, "alert_silences", "id DESC", org).await
             }
 
             async fn current_silences(&self, now_ms: i64) -> $crate::Result<Vec<$crate::alerts::SilenceRecord>> {
@@ -868,17 +829,11 @@ macro_rules! impl_alert_store {
                     "SELECT {} FROM alert_silences WHERE ends_at_ms > ? ORDER BY id",
                     $crate::alerts::SILENCE_COLS
                 );
-                let rows = sqlx::query(&q(&sql)).bind(now_ms).fetch_all(self.pool()).await?;
-                rows.iter().map(silence_from_row).collect()
+                Ok(sqlx::query_as(&q(&sql)).bind(now_ms).fetch_all(self.pool()).await?)
             }
 
             async fn expire_silence(&self, org: $crate::OrgId, id: i64, now_ms: i64) -> $crate::Result<bool> {
-                let found: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM alert_silences WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(id)
-                    .fetch_optional(self.pool())
-                    .await?;
-                if found.is_none() {
+                if !org_has(self.pool(), "alert_silences", org, id).await? {
                     return Ok(false);
                 }
                 sqlx::query(&q(
@@ -907,7 +862,7 @@ macro_rules! impl_alert_store {
                      ORDER BY a.id DESC LIMIT ?",
                     $crate::alerts::ALERT_COLS
                 );
-                let rows = sqlx::query(&q(&sql))
+                Ok(sqlx::query_as(&q(&sql))
                     .bind(org)
                     .bind(want("pending"))
                     .bind(want("firing"))
@@ -920,8 +875,7 @@ macro_rules! impl_alert_store {
                     .bind(f.before_id)
                     .bind(f.limit.max(1))
                     .fetch_all(self.pool())
-                    .await?;
-                rows.iter().map(alert_from_row).collect()
+                    .await?)
             }
 
             async fn alert(&self, org: $crate::OrgId, id: i64) -> $crate::Result<Option<$crate::alerts::AlertRecord>> {
@@ -929,8 +883,7 @@ macro_rules! impl_alert_store {
                     "SELECT {} FROM alerts a LEFT JOIN gpus g ON g.id = a.gpu_id WHERE a.org_id = ? AND a.id = ?",
                     $crate::alerts::ALERT_COLS
                 );
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(alert_from_row).transpose()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?)
             }
 
             async fn open_alerts(&self) -> $crate::Result<Vec<$crate::alerts::AlertRecord>> {
@@ -939,8 +892,7 @@ macro_rules! impl_alert_store {
                      WHERE a.status IN ('pending', 'firing') ORDER BY a.id",
                     $crate::alerts::ALERT_COLS
                 );
-                let rows = sqlx::query(&q(&sql)).fetch_all(self.pool()).await?;
-                rows.iter().map(alert_from_row).collect()
+                Ok(sqlx::query_as(&sql).fetch_all(self.pool()).await?)
             }
 
             async fn try_job_lease(&self, name: &str, owner: &str, now_ms: i64, ttl_ms: i64) -> $crate::Result<bool> {
@@ -969,35 +921,19 @@ macro_rules! impl_alert_store {
             }
 
             async fn alert_gpus(&self) -> $crate::Result<Vec<$crate::alerts::GpuBrief>> {
-                use sqlx::Row as _;
-                let rows = sqlx::query(&q(
+                Ok(sqlx::query_as(
                     "SELECT id, org_id, uuid, host, name, gpu_index, last_seen_ms, last_live_ms FROM gpus ORDER BY id",
-                ))
+                )
                 .fetch_all(self.pool())
-                .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok($crate::alerts::GpuBrief {
-                            id: r.try_get("id")?,
-                            org_id: r.try_get("org_id")?,
-                            uuid: r.try_get("uuid")?,
-                            host: r.try_get("host")?,
-                            name: r.try_get("name")?,
-                            gpu_index: r.try_get("gpu_index")?,
-                            last_seen_ms: r.try_get("last_seen_ms")?,
-                            last_live_ms: r.try_get("last_live_ms")?,
-                        })
-                    })
-                    .collect()
+                .await?)
             }
 
             async fn alert_cursors(&self) -> $crate::Result<Vec<$crate::alerts::GpuCursor>> {
-                let rows = sqlx::query(&q(
+                Ok(sqlx::query_as(
                     "SELECT gpu_id, org_id, last_ts_ms, state, state_since_ms, interval_ms FROM alert_gpu_cursors",
-                ))
+                )
                 .fetch_all(self.pool())
-                .await?;
-                rows.iter().map(cursor_from_row).collect()
+                .await?)
             }
 
             async fn save_alert_cursors(&self, cursors: &[$crate::alerts::GpuCursor], now_ms: i64) -> $crate::Result<()> {
@@ -1015,19 +951,10 @@ macro_rules! impl_alert_store {
             async fn host_labels(
                 &self,
             ) -> $crate::Result<Vec<($crate::OrgId, String, std::collections::BTreeMap<String, String>)>> {
-                use sqlx::Row as _;
-                let rows = sqlx::query(&q("SELECT org_id, host, labels FROM alert_host_labels"))
-                    .fetch_all(self.pool())
-                    .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok((
-                            r.try_get("org_id")?,
-                            r.try_get("host")?,
-                            $crate::alerts::from_json(&r.try_get::<String, _>("labels")?),
-                        ))
-                    })
-                    .collect()
+                type Labels = std::collections::BTreeMap<String, String>;
+                let rows: Vec<($crate::OrgId, String, $crate::json_text::JsonText<Labels>)> =
+                    sqlx::query_as("SELECT org_id, host, labels FROM alert_host_labels").fetch_all(self.pool()).await?;
+                Ok(rows.into_iter().map(|(org, host, labels)| (org, host, labels.into())).collect())
             }
 
             async fn put_host_labels(
@@ -1160,29 +1087,12 @@ macro_rules! impl_alert_store {
             }
 
             async fn open_alert_groups(&self) -> $crate::Result<Vec<$crate::alerts::AlertGroupRecord>> {
-                use sqlx::Row as _;
-                let rows = sqlx::query(&q(
+                Ok(sqlx::query_as(
                     "SELECT id, org_id, channel_id, group_key, is_open, state, version, created_ms, updated_ms \
                      FROM alert_groups WHERE is_open ORDER BY id",
-                ))
+                )
                 .fetch_all(self.pool())
-                .await?;
-                rows.iter()
-                    .map(|r| {
-                        Ok($crate::alerts::AlertGroupRecord {
-                            id: r.try_get("id")?,
-                            org_id: r.try_get("org_id")?,
-                            channel_id: r.try_get("channel_id")?,
-                            group_key: r.try_get("group_key")?,
-                            is_open: r.try_get("is_open")?,
-                            state: serde_json::from_str(&r.try_get::<String, _>("state")?)
-                                .unwrap_or(serde_json::Value::Null),
-                            version: r.try_get("version")?,
-                            created_ms: r.try_get("created_ms")?,
-                            updated_ms: r.try_get("updated_ms")?,
-                        })
-                    })
-                    .collect()
+                .await?)
             }
 
             async fn apply_group_changes(
@@ -1312,7 +1222,7 @@ macro_rules! impl_alert_store {
                 let channels = sqlx::query(&q(&sql)).bind(now_ms).bind(max.max(1)).fetch_all(&mut *tx).await?;
                 let mut claimed = Vec::new();
                 for row in &channels {
-                    let channel = channel_from_row(row)?;
+                    let channel: $crate::alerts::ChannelRecord = sqlx::FromRow::from_row(row)?;
                     let sql = format!(
                         "SELECT {}, lease_until_ms FROM alert_outbox WHERE channel_id = ? AND status IN ('pending', 'sending') \
                          ORDER BY id LIMIT 1",
@@ -1321,7 +1231,7 @@ macro_rules! impl_alert_store {
                     let Some(head) = sqlx::query(&q(&sql)).bind(channel.id).fetch_optional(&mut *tx).await? else {
                         continue;
                     };
-                    let mut message = outbox_from_row(&head)?;
+                    let mut message: $crate::alerts::OutboxRecord = sqlx::FromRow::from_row(&head)?;
                     let lease_until: Option<i64> = {
                         use sqlx::Row as _;
                         head.try_get("lease_until_ms")?
@@ -1368,10 +1278,13 @@ macro_rules! impl_alert_store {
                 use fleetlens_core::{AttemptOutcome, OutboxStatus};
                 let mut tx = begin(self.pool()).await?;
                 let sql = format!("SELECT {} FROM alert_outbox WHERE id = ?", $crate::alerts::OUTBOX_COLS);
-                let Some(row) = sqlx::query(&q(&sql)).bind(id).fetch_optional(&mut *tx).await? else {
+                let Some(m) = sqlx::query_as::<_, $crate::alerts::OutboxRecord>(&q(&sql))
+                    .bind(id)
+                    .fetch_optional(&mut *tx)
+                    .await?
+                else {
                     return Ok(false);
                 };
-                let m = outbox_from_row(&row)?;
                 let (status, next, delivered, outcome) = match r.outcome {
                     DeliveryOutcome::Delivered => {
                         (OutboxStatus::Delivered, now_ms, Some(now_ms), AttemptOutcome::Delivered)
@@ -1438,8 +1351,7 @@ macro_rules! impl_alert_store {
                 id: fleetlens_core::MessageId,
             ) -> $crate::Result<Option<$crate::alerts::OutboxRecord>> {
                 let sql = format!("SELECT {} FROM alert_outbox WHERE org_id = ? AND id = ?", $crate::alerts::OUTBOX_COLS);
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(outbox_from_row).transpose()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?)
             }
 
             async fn outbox_for_alert(
@@ -1451,8 +1363,7 @@ macro_rules! impl_alert_store {
                     "SELECT {} FROM alert_outbox WHERE org_id = ? AND alert_id = ? ORDER BY id",
                     $crate::alerts::OUTBOX_COLS
                 );
-                let rows = sqlx::query(&q(&sql)).bind(org).bind(alert_id).fetch_all(self.pool()).await?;
-                rows.iter().map(outbox_from_row).collect()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(alert_id).fetch_all(self.pool()).await?)
             }
 
             async fn outbox_backlog(&self) -> $crate::Result<i64> {
@@ -1471,7 +1382,7 @@ macro_rules! impl_alert_store {
                      AND (? IS NULL OR alert_id = ?) ORDER BY id DESC LIMIT ?",
                     $crate::alerts::DELIVERY_COLS
                 );
-                let rows = sqlx::query(&q(&sql))
+                Ok(sqlx::query_as(&q(&sql))
                     .bind(org)
                     .bind(f.channel_id)
                     .bind(f.channel_id)
@@ -1479,33 +1390,8 @@ macro_rules! impl_alert_store {
                     .bind(f.alert_id)
                     .bind(f.limit.max(1))
                     .fetch_all(self.pool())
-                    .await?;
-                rows.iter().map(delivery_from_row).collect()
+                    .await?)
             }
-        }
-
-        async fn insert_outbox(
-            tx: &mut sqlx::Transaction<'static, $db>,
-            org: $crate::OrgId,
-            alert_id: Option<i64>,
-            n: &$crate::alerts::NewNotification,
-            now_ms: i64,
-        ) -> $crate::Result<Option<fleetlens_core::MessageId>> {
-            Ok(sqlx::query_scalar(&q(
-                "INSERT INTO alert_outbox (org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
-                 next_attempt_ms, created_ms) VALUES (?, ?, ?, ?, ?, ?, 'pending', 0, ?, ?) \
-                 ON CONFLICT DO NOTHING RETURNING id",
-            ))
-            .bind(org)
-            .bind(alert_id)
-            .bind(n.channel_id)
-            .bind(n.kind.as_str())
-            .bind(n.seq)
-            .bind(&n.payload)
-            .bind(now_ms)
-            .bind(now_ms)
-            .fetch_optional(&mut **tx)
-            .await?)
         }
 
         async fn upsert_cursor(
@@ -1536,7 +1422,7 @@ macro_rules! impl_alert_store {
 mod sqlite_impl {
     use sqlx::Sqlite;
 
-    use crate::dialect::sqlite::{LOCK_SKIP_LOCKED, begin, q};
+    use crate::dialect::sqlite::{LOCK_SKIP_LOCKED, all_of_org, begin, insert_outbox, one_of_org, org_has, q};
     use crate::sqlite::SqliteStore;
 
     impl_alert_store!(SqliteStore, Sqlite);
@@ -1545,7 +1431,7 @@ mod sqlite_impl {
 mod pg_impl {
     use sqlx::Postgres;
 
-    use crate::dialect::pg::{LOCK_SKIP_LOCKED, begin, q};
+    use crate::dialect::pg::{LOCK_SKIP_LOCKED, all_of_org, begin, insert_outbox, one_of_org, org_has, q};
     use crate::postgres::PgStore;
 
     impl_alert_store!(PgStore, Postgres);

@@ -388,6 +388,25 @@ pub(crate) struct GpuUpsert<'a> {
     pub live_ms: i64,
 }
 
+/// The end of the `INSERT INTO gpus` of a batch's GPUs (after the values), returning
+/// `id, uuid, power_limit_w, mem_total_bytes`. A back-filled (older) batch must not overwrite
+/// the newer identity of a GPU. `least` / `greatest`: the database's two-argument minimum and
+/// maximum (`min` / `max` on SQLite, `LEAST` / `GREATEST` on PostgreSQL).
+pub(crate) fn gpu_upsert_tail(least: &str, greatest: &str) -> String {
+    format!(
+        " ON CONFLICT (org_id, uuid) DO UPDATE SET \
+         host = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN excluded.host ELSE gpus.host END, \
+         gpu_index = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.gpu_index, gpus.gpu_index) ELSE gpus.gpu_index END, \
+         name = coalesce(gpus.name, excluded.name), \
+         mem_total_bytes = coalesce(excluded.mem_total_bytes, gpus.mem_total_bytes), \
+         power_limit_w = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.power_limit_w, gpus.power_limit_w) ELSE gpus.power_limit_w END, \
+         first_seen_ms = {least}(gpus.first_seen_ms, excluded.first_seen_ms), \
+         last_seen_ms = {greatest}(gpus.last_seen_ms, excluded.last_seen_ms), \
+         last_live_ms = {greatest}(gpus.last_live_ms, excluded.last_live_ms) \
+         RETURNING id, uuid, power_limit_w, mem_total_bytes"
+    )
+}
+
 /// One entry per distinct uuid, sorted by uuid (a fixed lock order across transactions).
 pub(crate) fn gpu_upserts(samples: &[Sample]) -> Vec<GpuUpsert<'_>> {
     let mut by_uuid: std::collections::BTreeMap<&str, GpuUpsert<'_>> = Default::default();

@@ -19,7 +19,9 @@
 //! outgrows the SQL it wraps; a macro body type-checks once per database with concrete types.
 //!
 //! How to add a query: write it in the family's macro body with `?` placeholders, run it as
-//! `sqlx::query(&q(sql))` (or `query_as` into a `#[derive(sqlx::FromRow)]` struct), take write
+//! `sqlx::query(&q(sql))` (or `query_as` into a `#[derive(sqlx::FromRow)]` struct; the
+//! statements several families share, such as one record of an organisation or an outbox
+//! message, are in [`crate::queries`] and come into scope with `q`), take write
 //! transactions with `begin(pool)`, and build dynamic SQL (optional filters, `IN` lists) with
 //! `sqlx::QueryBuilder` and `push_bind`, which numbers placeholders itself. What only one
 //! database can do (PostgreSQL's `COPY`, SQLite's single writer) stays in `postgres.rs` /
@@ -52,6 +54,8 @@ pub(crate) mod sqlite {
         "JOIN samples s ON s.gpu_id = p.gpu_id AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000";
     /// `samples.processes` (alias `s`) as text: stored as text.
     pub(crate) const PROCESSES_TEXT: &str = "s.processes";
+
+    crate::queries::impl_queries!(Sqlite);
 }
 
 pub(crate) mod pg {
@@ -88,6 +92,8 @@ pub(crate) mod pg {
          AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000 OFFSET 0) s";
     /// `samples.processes` (alias `s`, `jsonb`) as text.
     pub(crate) const PROCESSES_TEXT: &str = "s.processes::text";
+
+    crate::queries::impl_queries!(Postgres);
 }
 
 /// `?` placeholders → `$1, $2, …` (PostgreSQL). The shared SQL has no `?` inside literals.

@@ -21,6 +21,7 @@ pub mod leader;
 mod merge;
 mod pg_samples;
 mod postgres;
+mod queries;
 pub mod reclaim;
 pub mod rollup_close;
 mod shared_store;

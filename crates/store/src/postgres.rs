@@ -203,33 +203,25 @@ async fn upsert_gpus(
     let first: Vec<i64> = gpus.iter().map(|g| g.first_ms).collect();
     let last: Vec<i64> = gpus.iter().map(|g| g.last_ms).collect();
     let live: Vec<i64> = gpus.iter().map(|g| g.live_ms).collect();
-    let rows = sqlx::query(
+    let sql = format!(
         "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms) \
          SELECT $1, u, $2, i, n, m, p, f, l, v FROM UNNEST($3::text[], $4::int8[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::int8[], $10::int8[]) \
-         AS t(u, i, n, m, p, f, l, v) \
-         ON CONFLICT (org_id, uuid) DO UPDATE SET \
-         host = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN excluded.host ELSE gpus.host END, \
-         gpu_index = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.gpu_index, gpus.gpu_index) ELSE gpus.gpu_index END, \
-         name = coalesce(gpus.name, excluded.name), \
-         mem_total_bytes = coalesce(excluded.mem_total_bytes, gpus.mem_total_bytes), \
-         power_limit_w = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.power_limit_w, gpus.power_limit_w) ELSE gpus.power_limit_w END, \
-         first_seen_ms = LEAST(gpus.first_seen_ms, excluded.first_seen_ms), \
-         last_seen_ms = GREATEST(gpus.last_seen_ms, excluded.last_seen_ms), \
-         last_live_ms = GREATEST(gpus.last_live_ms, excluded.last_live_ms) \
-         RETURNING id, uuid, power_limit_w, mem_total_bytes",
-    )
-    .bind(org)
-    .bind(host)
-    .bind(&uuids)
-    .bind(&idx)
-    .bind(&names)
-    .bind(&mem)
-    .bind(&power)
-    .bind(&first)
-    .bind(&last)
-    .bind(&live)
-    .fetch_all(&mut **tx)
-    .await?;
+         AS t(u, i, n, m, p, f, l, v){}",
+        columns::gpu_upsert_tail("LEAST", "GREATEST")
+    );
+    let rows = sqlx::query(&sql)
+        .bind(org)
+        .bind(host)
+        .bind(&uuids)
+        .bind(&idx)
+        .bind(&names)
+        .bind(&mem)
+        .bind(&power)
+        .bind(&first)
+        .bind(&last)
+        .bind(&live)
+        .fetch_all(&mut **tx)
+        .await?;
     let mut ids = HashMap::with_capacity(rows.len());
     for row in rows {
         ids.insert(row.try_get::<String, _>(1)?, row.try_get::<i64, _>(0)?);
@@ -266,14 +258,7 @@ impl PgStore {
 
 /// The rollup job's loads and writes on PostgreSQL (`rollup_close`).
 mod close {
-    crate::rollup_close::impl_rollup_close!(
-        sqlx::Postgres,
-        crate::dialect::pg::q,
-        "s.processes::text",
-        crate::dialect::pg::SAMPLES_OF_MARK,
-        sqlx::PgPool,
-        crate::dialect::pg::PACK_LOCK
-    );
+    crate::rollup_close::impl_rollup_close!(sqlx::Postgres, pg);
 }
 
 crate::shared_store::impl_store!(PgStore, pg, {

@@ -141,24 +141,6 @@ pub(crate) const COMMAND_COLS: &str =
 
 macro_rules! impl_reclaim_store {
     ($store:ty, $db:ty) => {
-        type Row = <$db as sqlx::Database>::Row;
-
-        fn policy_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimPolicyRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn reclaim_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn log_from_row(r: &Row) -> $crate::Result<$crate::reclaim::ReclaimLogEntry> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
-        fn command_from_row(r: &Row) -> $crate::Result<$crate::reclaim::AgentCommand> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
         async fn write_extras(
             tx: &mut sqlx::Transaction<'static, $db>,
             org: $crate::OrgId,
@@ -180,19 +162,9 @@ macro_rules! impl_reclaim_store {
                 .await?;
             }
             for n in &w.notify {
-                sqlx::query(&q(
-                    "INSERT INTO alert_outbox (org_id, alert_id, channel_id, kind, seq, payload, status, attempts, \
-                     next_attempt_ms, created_ms) VALUES (?, NULL, ?, ?, ?, ?, 'pending', 0, ?, ?)",
-                ))
-                .bind(org)
-                .bind(n.channel_id)
-                .bind(n.kind.as_str())
-                .bind(n.seq)
-                .bind(n.payload.replace($crate::reclaim::RECLAIM_ID_TOKEN, &reclaim_id.to_string()))
-                .bind(now_ms)
-                .bind(now_ms)
-                .execute(&mut **tx)
-                .await?;
+                let payload = n.payload.replace($crate::reclaim::RECLAIM_ID_TOKEN, &reclaim_id.to_string());
+                let n = $crate::alerts::NewNotification { payload, ..(*n).clone() };
+                insert_outbox(tx, org, None, &n, now_ms).await?;
             }
             if let Some(c) = w.command {
                 sqlx::query(&q("INSERT INTO agent_commands (org_id, host, reclaim_id, gpu_uuid, pid, owner_user, \
@@ -216,12 +188,7 @@ macro_rules! impl_reclaim_store {
                 &self,
                 org: $crate::OrgId,
             ) -> $crate::Result<Vec<$crate::reclaim::ReclaimPolicyRecord>> {
-                let sql = format!(
-                    "SELECT {} FROM reclaim_policies WHERE org_id = ? ORDER BY id",
-                    $crate::reclaim::POLICY_COLS
-                );
-                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
-                rows.iter().map(policy_from_row).collect()
+                all_of_org(self.pool(), $crate::reclaim::POLICY_COLS, "reclaim_policies", "id", org).await
             }
 
             async fn enabled_reclaim_policies(&self) -> $crate::Result<Vec<$crate::reclaim::ReclaimPolicyRecord>> {
@@ -229,8 +196,7 @@ macro_rules! impl_reclaim_store {
                     "SELECT {} FROM reclaim_policies WHERE enabled ORDER BY org_id, id",
                     $crate::reclaim::POLICY_COLS
                 );
-                let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
-                rows.iter().map(policy_from_row).collect()
+                Ok(sqlx::query_as(&sql).fetch_all(self.pool()).await?)
             }
 
             async fn reclaim_policy(
@@ -238,12 +204,7 @@ macro_rules! impl_reclaim_store {
                 org: $crate::OrgId,
                 id: i64,
             ) -> $crate::Result<Option<$crate::reclaim::ReclaimPolicyRecord>> {
-                let sql = format!(
-                    "SELECT {} FROM reclaim_policies WHERE org_id = ? AND id = ?",
-                    $crate::reclaim::POLICY_COLS
-                );
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(policy_from_row).transpose()
+                one_of_org(self.pool(), $crate::reclaim::POLICY_COLS, "reclaim_policies", org, id).await
             }
 
             async fn insert_reclaim_policy(
@@ -301,8 +262,7 @@ macro_rules! impl_reclaim_store {
             async fn open_reclaims(&self) -> $crate::Result<Vec<$crate::reclaim::ReclaimRecord>> {
                 let sql =
                     format!("SELECT {} FROM reclaims WHERE closed_ms IS NULL ORDER BY id", $crate::reclaim::RECLAIM_COLS);
-                let rows = sqlx::query(&sql).fetch_all(self.pool()).await?;
-                rows.iter().map(reclaim_from_row).collect()
+                Ok(sqlx::query_as(&sql).fetch_all(self.pool()).await?)
             }
 
             async fn reclaims(
@@ -314,8 +274,7 @@ macro_rules! impl_reclaim_store {
                     "SELECT {} FROM reclaims WHERE org_id = ? ORDER BY id DESC LIMIT ?",
                     $crate::reclaim::RECLAIM_COLS
                 );
-                let rows = sqlx::query(&q(&sql)).bind(org).bind(limit).fetch_all(self.pool()).await?;
-                rows.iter().map(reclaim_from_row).collect()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(limit).fetch_all(self.pool()).await?)
             }
 
             async fn reclaim(
@@ -323,9 +282,7 @@ macro_rules! impl_reclaim_store {
                 org: $crate::OrgId,
                 id: i64,
             ) -> $crate::Result<Option<$crate::reclaim::ReclaimRecord>> {
-                let sql = format!("SELECT {} FROM reclaims WHERE org_id = ? AND id = ?", $crate::reclaim::RECLAIM_COLS);
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(reclaim_from_row).transpose()
+                one_of_org(self.pool(), $crate::reclaim::RECLAIM_COLS, "reclaims", org, id).await
             }
 
             async fn start_reclaim(
@@ -399,14 +356,13 @@ macro_rules! impl_reclaim_store {
                      ORDER BY id DESC LIMIT ?",
                     $crate::reclaim::LOG_COLS
                 );
-                let rows = sqlx::query(&q(&sql))
+                Ok(sqlx::query_as(&q(&sql))
                     .bind(org)
                     .bind(reclaim_id)
                     .bind(reclaim_id)
                     .bind(limit)
                     .fetch_all(self.pool())
-                    .await?;
-                rows.iter().map(log_from_row).collect()
+                    .await?)
             }
 
             async fn take_agent_commands(
@@ -420,9 +376,8 @@ macro_rules! impl_reclaim_store {
                     "SELECT {} FROM agent_commands WHERE org_id = ? AND host = ? AND taken_ms IS NULL ORDER BY id",
                     $crate::reclaim::COMMAND_COLS
                 );
-                let rows = sqlx::query(&q(&sql)).bind(org).bind(host).fetch_all(&mut *tx).await?;
                 let mut out: Vec<$crate::reclaim::AgentCommand> =
-                    rows.iter().map(command_from_row).collect::<$crate::Result<_>>()?;
+                    sqlx::query_as(&q(&sql)).bind(org).bind(host).fetch_all(&mut *tx).await?;
                 for c in &mut out {
                     sqlx::query(&q("UPDATE agent_commands SET taken_ms = ? WHERE id = ?"))
                         .bind(now_ms)
@@ -459,8 +414,8 @@ macro_rules! impl_reclaim_store {
                     return Ok(None);
                 }
                 let sql = format!("SELECT {} FROM agent_commands WHERE id = ?", $crate::reclaim::COMMAND_COLS);
-                let row = sqlx::query(&q(&sql)).bind(id).fetch_one(&mut *tx).await?;
-                let command = command_from_row(&row)?;
+                let command: $crate::reclaim::AgentCommand =
+                    sqlx::query_as(&q(&sql)).bind(id).fetch_one(&mut *tx).await?;
                 let w = $crate::reclaim::ReclaimWrite { log: Some(log), ..Default::default() };
                 write_extras(&mut tx, org, command.reclaim_id, &w, now_ms).await?;
                 tx.commit().await?;
@@ -471,14 +426,14 @@ macro_rules! impl_reclaim_store {
 }
 
 mod sqlite_impl {
-    use crate::dialect::sqlite::{begin, q};
+    use crate::dialect::sqlite::{all_of_org, begin, insert_outbox, one_of_org, q};
     use crate::sqlite::SqliteStore;
 
     impl_reclaim_store!(SqliteStore, sqlx::Sqlite);
 }
 
 mod pg_impl {
-    use crate::dialect::pg::{begin, q};
+    use crate::dialect::pg::{all_of_org, begin, insert_outbox, one_of_org, q};
     use crate::postgres::PgStore;
 
     impl_reclaim_store!(PgStore, sqlx::Postgres);

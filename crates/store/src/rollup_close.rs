@@ -583,11 +583,14 @@ pub(crate) fn minute_upsert_tail() -> String {
     format!(" ON CONFLICT (gpu_id, bucket_ms) DO UPDATE SET {}", set.join(", "))
 }
 
-/// The per-backend loads, the job and the marks. `$db`: the sqlx database; `$q`: its
-/// placeholder rewrite; `$processes`: how it selects the process list as text.
+/// The per-backend loads, the job and the marks. `$db`: the sqlx database; `$dialect`: its
+/// module in [`crate::dialect`] (placeholders, how it selects the process list as text, how a
+/// mark meets its samples, the pack lock).
 macro_rules! impl_rollup_close {
-    ($db:ty, $q:path, $processes:expr, $samples_of_mark:expr, $pool:ty, $pack_lock:expr) => {
+    ($db:ty, $dialect:ident) => {
         use sqlx::Row as _;
+
+        use $crate::dialect::$dialect::{PACK_LOCK, PROCESSES_TEXT, SAMPLES_OF_MARK, q};
 
         use $crate::rollup_close::{self as rc, OpenMinute, PendingScope};
 
@@ -626,9 +629,9 @@ macro_rules! impl_rollup_close {
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<Vec<OpenMinute>> {
             let (cond, binds) = scope.condition();
-            let sql = rc::load_sql(&cond, $processes, $samples_of_mark);
+            let sql = rc::load_sql(&cond, PROCESSES_TEXT, SAMPLES_OF_MARK);
             let keys_sql = format!("{}{}", sql.keys, lock.unwrap_or(""));
-            let keys: Vec<rc::PendingKey> = bind_all(sqlx::query(&$q(&keys_sql)), &binds)
+            let keys: Vec<rc::PendingKey> = bind_all(sqlx::query(&q(&keys_sql)), &binds)
                 .fetch_all(&mut *conn)
                 .await?
                 .iter()
@@ -639,18 +642,18 @@ macro_rules! impl_rollup_close {
             }
             if let Some(key) = classifier.settings_key().filter(|_| current_settings) {
                 let rows: Vec<($crate::OrgId, String)> =
-                    sqlx::query_as(&$q("SELECT org_id, value FROM org_settings WHERE key = ?"))
+                    sqlx::query_as(&q("SELECT org_id, value FROM org_settings WHERE key = ?"))
                         .bind(key)
                         .fetch_all(&mut *conn)
                         .await?;
                 classifier.use_settings(rows);
             }
-            let samples_sql = $q(&sql.samples).into_owned();
-            let mut q = sqlx::query_as::<_, PendingSampleRow>(&samples_sql);
+            let samples_sql = q(&sql.samples).into_owned();
+            let mut query = sqlx::query_as::<_, PendingSampleRow>(&samples_sql);
             for b in &binds {
-                q = q.bind(*b);
+                query = query.bind(*b);
             }
-            let samples = q
+            let samples = query
                 .fetch_all(&mut *conn)
                 .await?
                 .into_iter()
@@ -659,7 +662,7 @@ macro_rules! impl_rollup_close {
                     ((r.gpu_id, r.minute_ms), r.values.into_sample(r.ts_ms, "", None, None), f)
                 })
                 .collect();
-            let before = bind_all(sqlx::query(&$q(&sql.before)), &binds)
+            let before = bind_all(sqlx::query(&q(&sql.before)), &binds)
                 .fetch_all(&mut *conn)
                 .await?
                 .iter()
@@ -670,7 +673,7 @@ macro_rules! impl_rollup_close {
             let mut stored: Vec<(fleetlens_core::RollupBucket, fleetlens_core::Credit)> = Vec::new();
             let packed_before = $crate::blocks::span_start(rc::wall_clock_ms());
             if keys.iter().any(|k| k.1 < packed_before) {
-                let packed_sql = $q(&rc::packed_of_marks_sql(&cond)).into_owned();
+                let packed_sql = q(&rc::packed_of_marks_sql(&cond)).into_owned();
                 let blocks =
                     bind_all(sqlx::query(&packed_sql), &binds).bind(packed_before).fetch_all(&mut *conn).await?;
                 for block in blocks {
@@ -680,7 +683,7 @@ macro_rules! impl_rollup_close {
                     stored.extend(minutes.into_iter().map(|m| (m.bucket, m.credit)));
                 }
             }
-            for row in bind_all(sqlx::query(&$q(&sql.stored)), &binds).fetch_all(&mut *conn).await? {
+            for row in bind_all(sqlx::query(&q(&sql.stored)), &binds).fetch_all(&mut *conn).await? {
                 stored.push($crate::columns::merged_from_row(&row)?);
             }
             Ok(rc::roll_up(rc::assemble(keys, samples, before, stored), classifier))
@@ -690,7 +693,7 @@ macro_rules! impl_rollup_close {
         /// The marks are loaded before and checked after the read: a job run that wrote some
         /// of them in between (so the stored rows may hold them too) makes it read again.
         pub(crate) async fn with_open<T, Fut>(
-            pool: &$pool,
+            pool: &sqlx::Pool<$db>,
             scope: PendingScope<'_>,
             classifier: &dyn $crate::credits::MinuteClassifier,
             read: impl Fn() -> Fut,
@@ -719,7 +722,7 @@ macro_rules! impl_rollup_close {
             let sql = format!(
                 "SELECT p.gpu_id, p.minute_ms FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id WHERE {cond}"
             );
-            Ok(bind_all(sqlx::query(&$q(&sql)), &binds)
+            Ok(bind_all(sqlx::query(&q(&sql)), &binds)
                 .fetch_all(&mut *conn)
                 .await?
                 .iter()
@@ -813,13 +816,13 @@ macro_rules! impl_rollup_close {
             let mut unpacked = 0;
             let mut locked = None;
             for (gpu_id, start) in hours {
-                if let Some(lock) = $pack_lock
+                if let Some(lock) = PACK_LOCK
                     && locked != Some(gpu_id)
                 {
-                    sqlx::query(&$q(lock)).bind(gpu_id).execute(&mut *conn).await?;
+                    sqlx::query(&q(lock)).bind(gpu_id).execute(&mut *conn).await?;
                     locked = Some(gpu_id);
                 }
-                let payload: Option<Vec<u8>> = sqlx::query_scalar(&$q(
+                let payload: Option<Vec<u8>> = sqlx::query_scalar(&q(
                     "DELETE FROM rollup_blocks WHERE gpu_id = ? AND start_ms = ? RETURNING payload",
                 ))
                 .bind(gpu_id)
@@ -839,8 +842,8 @@ macro_rules! impl_rollup_close {
 
         /// The GPUs with minutes marked before `cutoff_ms`, in chunks of
         /// [`rc::GPUS_PER_CLOSE`] (first id, last id): one job transaction each.
-        pub(crate) async fn close_chunks(pool: &$pool, cutoff_ms: i64) -> $crate::Result<Vec<(i64, i64)>> {
-            let ids: Vec<i64> = sqlx::query_scalar(&$q(
+        pub(crate) async fn close_chunks(pool: &sqlx::Pool<$db>, cutoff_ms: i64) -> $crate::Result<Vec<(i64, i64)>> {
+            let ids: Vec<i64> = sqlx::query_scalar(&q(
                 "SELECT DISTINCT gpu_id FROM rollup_pending WHERE minute_ms < ? ORDER BY gpu_id",
             ))
             .bind(cutoff_ms)
@@ -872,22 +875,22 @@ macro_rules! impl_rollup_close {
             }
             // A reopened minute that has no samples left (retention took them): nothing to hold.
             for m in open.iter().filter(|m| m.bucket.sample_count == 0 && m.stored.is_some()) {
-                sqlx::query(&$q("DELETE FROM rollups_1m WHERE gpu_id = ? AND bucket_ms = ?"))
+                sqlx::query(&q("DELETE FROM rollups_1m WHERE gpu_id = ? AND bucket_ms = ?"))
                     .bind(m.gpu_id())
                     .bind(m.minute_ms())
                     .execute(&mut *conn)
                     .await?;
             }
             let (hours, days) = rc::touched_hours_and_days(&open);
-            let hour_sql = $q(&rc::hour_from_minutes_sql()).into_owned();
+            let hour_sql = q(&rc::hour_from_minutes_sql()).into_owned();
             for (gpu_id, h) in hours {
                 sqlx::query(&hour_sql).bind(gpu_id).bind(h).bind(h + 3_600_000).execute(&mut *conn).await?;
             }
             let day_sql =
-                $q(&$crate::day_credits_from_hours_sql("r.gpu_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?"))
+                q(&$crate::day_credits_from_hours_sql("r.gpu_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?"))
                     .into_owned();
             for (gpu_id, d) in days {
-                sqlx::query(&$q("DELETE FROM credits_1d WHERE gpu_id = ? AND day_ms = ?"))
+                sqlx::query(&q("DELETE FROM credits_1d WHERE gpu_id = ? AND day_ms = ?"))
                     .bind(gpu_id)
                     .bind(d)
                     .execute(&mut *conn)

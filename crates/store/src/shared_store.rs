@@ -14,7 +14,7 @@ macro_rules! impl_store {
     ($store:ident, $dialect:ident, { $($own:tt)* }) => {
     mod shared {
         use super::*;
-        use $crate::dialect::$dialect::{CLOSE_LOCK, PROCESSES_TEXT, begin, q};
+        use $crate::dialect::$dialect::{CLOSE_LOCK, PROCESSES_TEXT, begin, insert_api_key, q};
         use $crate::rollup_close::{self as rc, PendingScope, minute_range};
 
         /// The stored rows alone, which the `Store` reads complete with the open minutes.
@@ -254,35 +254,13 @@ macro_rules! impl_store {
             }
 
             async fn insert_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
-                let id: i64 = sqlx::query_scalar(&q(
-                    "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES (?, ?, ?, ?, ?, ?) \
-                     RETURNING id",
-                ))
-                .bind(key.org_id)
-                .bind(key.name)
-                .bind(key.prefix)
-                .bind(key.key_hash)
-                .bind($crate::scopes_to_text(key.scopes))
-                .bind(key.created_ms)
-                .fetch_one(&self.pool)
-                .await?;
-                Ok($crate::api_key_from_new(id, &key))
+                let id = insert_api_key(&self.pool, &key, None, None, false, "RETURNING id").await?;
+                Ok($crate::api_key_from_new(id.expect("RETURNING gives the id"), &key))
             }
 
             async fn ensure_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
                 // Several replicas may bootstrap the same key at once: the unique hash decides.
-                sqlx::query(&q(
-                    "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES (?, ?, ?, ?, ?, ?) \
-                     ON CONFLICT (key_hash) DO NOTHING",
-                ))
-                .bind(key.org_id)
-                .bind(key.name)
-                .bind(key.prefix)
-                .bind(key.key_hash)
-                .bind($crate::scopes_to_text(key.scopes))
-                .bind(key.created_ms)
-                .execute(&self.pool)
-                .await?;
+                insert_api_key(&self.pool, &key, None, None, false, "ON CONFLICT (key_hash) DO NOTHING").await?;
                 self.api_key_by_hash(key.key_hash)
                     .await?
                     .ok_or_else(|| $crate::StoreError::Invalid("api key vanished after insert".into()))

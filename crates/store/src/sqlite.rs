@@ -434,25 +434,13 @@ async fn upsert_gpus(
                 .push_bind(g.last_ms)
                 .push_bind(g.live_ms);
         });
-        qb.push(GPU_UPSERT_TAIL);
+        qb.push(columns::gpu_upsert_tail("min", "max"));
         for row in qb.build().fetch_all(&mut *conn).await? {
             ids.insert(row.try_get::<String, _>(1)?, row.try_get(0)?);
         }
     }
     Ok(ids)
 }
-
-/// A back-filled (older) batch must not overwrite the newer identity of a GPU.
-const GPU_UPSERT_TAIL: &str = " ON CONFLICT (org_id, uuid) DO UPDATE SET \
-    host = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN excluded.host ELSE gpus.host END, \
-    gpu_index = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.gpu_index, gpus.gpu_index) ELSE gpus.gpu_index END, \
-    name = coalesce(gpus.name, excluded.name), \
-    mem_total_bytes = coalesce(excluded.mem_total_bytes, gpus.mem_total_bytes), \
-    power_limit_w = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.power_limit_w, gpus.power_limit_w) ELSE gpus.power_limit_w END, \
-    first_seen_ms = min(gpus.first_seen_ms, excluded.first_seen_ms), \
-    last_seen_ms = max(gpus.last_seen_ms, excluded.last_seen_ms), \
-    last_live_ms = max(gpus.last_live_ms, excluded.last_live_ms) \
-    RETURNING id, uuid, power_limit_w, mem_total_bytes";
 
 /// Most rows in one multi-row statement (see [`bounded_chunks`]).
 const MAX_STATEMENT_ROWS: usize = 256;
@@ -520,14 +508,7 @@ impl SqliteStore {
 
 /// The rollup job's loads and writes on SQLite (`rollup_close`).
 mod close {
-    crate::rollup_close::impl_rollup_close!(
-        sqlx::Sqlite,
-        crate::dialect::sqlite::q,
-        "s.processes",
-        crate::dialect::sqlite::SAMPLES_OF_MARK,
-        sqlx::SqlitePool,
-        crate::dialect::sqlite::PACK_LOCK
-    );
+    crate::rollup_close::impl_rollup_close!(sqlx::Sqlite, sqlite);
 }
 
 crate::shared_store::impl_store!(SqliteStore, sqlite, {

@@ -677,11 +677,7 @@ impl Engine {
             if a.status != AlertStatus::Firing {
                 if inhibited != a.inhibited_by {
                     // A pending alert shows what holds it back too.
-                    let mut a = a.clone();
-                    changes.origin.entry(key).or_insert(a.status);
-                    a.inhibited_by = inhibited;
-                    changes.touch(key);
-                    self.open.insert(key, a);
+                    self.edit_open(key, changes, |a| a.inhibited_by = inhibited);
                 }
                 continue;
             }
@@ -702,23 +698,13 @@ impl Engine {
                     changes.touch(key);
                     self.open.insert(key, a);
                 } else if was_held && (silenced != a.silenced_by || inhibited != a.inhibited_by) {
-                    let mut a = a.clone();
-                    changes.origin.entry(key).or_insert(a.status);
-                    a.silenced_by = silenced;
-                    a.inhibited_by = inhibited;
-                    changes.touch(key);
-                    self.open.insert(key, a);
+                    self.edit_open(key, changes, |a| (a.silenced_by, a.inhibited_by) = (silenced, inhibited));
                 }
                 continue;
             }
             if silenced != a.silenced_by || inhibited != a.inhibited_by {
                 // Notified already: the flags say whether its reminders are held back now.
-                let mut a = a.clone();
-                changes.origin.entry(key).or_insert(a.status);
-                a.silenced_by = silenced;
-                a.inhibited_by = inhibited;
-                changes.touch(key);
-                self.open.insert(key, a);
+                self.edit_open(key, changes, |a| (a.silenced_by, a.inhibited_by) = (silenced, inhibited));
             }
             let Some(a) = self.open.get(&key) else { continue };
             let repeat_ms = rule.rec.repeat_interval_s.saturating_mul(1000);
@@ -749,6 +735,15 @@ impl Engine {
     }
 
     /// Resolve (or drop, if pending) an open alert whose rule was deleted or disabled.
+    /// Change the open alert `key` in place, as a write of this batch (which keeps the status
+    /// it was stored with as its origin).
+    fn edit_open(&mut self, key: Key, changes: &mut Changes, edit: impl FnOnce(&mut AlertRecord)) {
+        let Some(a) = self.open.get_mut(&key) else { return };
+        changes.origin.entry(key).or_insert(a.status);
+        edit(a);
+        changes.touch(key);
+    }
+
     fn close_orphan(&mut self, key: Key, now: i64, data: &CycleData, changes: &mut Changes) {
         let Some(mut a) = self.open.remove(&key) else { return };
         let origin = changes.origin.remove(&key).unwrap_or(a.status);

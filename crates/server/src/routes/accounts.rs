@@ -25,7 +25,7 @@ use fleetlens_store::accounts::{
     ApiKeyInfo, Assigned, GpuTeam, HostRecord, NewSession, NewUser, OrgRecord, Role, TeamRecord, UserRecord,
     UserUpdate, expand_scopes,
 };
-use fleetlens_store::{NewApiKey, Scope, StoreError, hash_api_key};
+use fleetlens_store::{NewApiKey, Scope, hash_api_key};
 use serde::de::DeserializeOwned;
 
 use crate::accounts::{
@@ -118,10 +118,6 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 
 fn not_found(what: &str) -> ApiError {
     ApiError::NotFound(format!("no such {what}"))
-}
-
-fn conflict_or(e: StoreError, message: &str) -> ApiError {
-    if e.is_conflict() { ApiError::Conflict(message.into()) } else { ApiError::Store(e) }
 }
 
 /// The one answer to a new user's email that is taken, wherever it is taken.
@@ -346,8 +342,11 @@ pub async fn create_org(
     }
     let hash = hash_password_blocking(&state.accounts, b.admin_password).await?;
     let now = now_ms();
-    let org =
-        state.store.create_org(&name, now).await.map_err(|e| conflict_or(e, "an organisation of that name exists"))?;
+    let org = state
+        .store
+        .create_org(&name, now)
+        .await
+        .map_err(|e| ApiError::conflict_or(e, "an organisation of that name exists"))?;
     let admin = state
         .store
         .create_user(NewUser {
@@ -359,7 +358,7 @@ pub async fn create_org(
             now_ms: now,
         })
         .await
-        .map_err(|e| conflict_or(e, EMAIL_UNAVAILABLE))?;
+        .map_err(|e| ApiError::conflict_or(e, EMAIL_UNAVAILABLE))?;
     let org = state.store.org(org).await?.ok_or_else(|| not_found("organisation"))?;
     Ok((StatusCode::CREATED, Json(CreatedOrgView { org: org_view(org), admin: user_view(admin) })))
 }
@@ -517,7 +516,7 @@ pub async fn create_team(
         .store
         .create_team(caller.org, &name, now_ms())
         .await
-        .map_err(|e| conflict_or(e, "a team of that name exists"))?;
+        .map_err(|e| ApiError::conflict_or(e, "a team of that name exists"))?;
     Ok((StatusCode::CREATED, Json(team_view(team))))
 }
 
@@ -544,7 +543,7 @@ pub async fn rename_team(
         .store
         .rename_team(caller.org, id, &name)
         .await
-        .map_err(|e| conflict_or(e, "a team of that name exists"))?
+        .map_err(|e| ApiError::conflict_or(e, "a team of that name exists"))?
         .ok_or_else(|| not_found("team"))?;
     state.accounts.assignments_changed();
     Ok(Json(team_view(team)))

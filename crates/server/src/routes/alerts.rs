@@ -83,13 +83,7 @@ fn invalid(field: &str, message: impl Into<String>) -> AlertsError {
 
 /// A write by name that found the name taken ([`StoreError::Conflict`]) says which name.
 fn name_taken<'a>(what: &'static str, name: &'a str) -> impl FnOnce(StoreError) -> AlertsError + 'a {
-    move |e| {
-        if e.is_conflict() {
-            AlertsError::Api(ApiError::Conflict(format!("a {what} named {name:?} exists")))
-        } else {
-            e.into()
-        }
-    }
+    move |e| AlertsError::Api(ApiError::conflict_or(e, format!("a {what} named {name:?} exists")))
 }
 
 fn not_found(what: &str) -> AlertsError {
