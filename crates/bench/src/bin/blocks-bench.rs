@@ -54,6 +54,82 @@ struct Args {
     /// VictoriaMetrics single-node binary fed the same samples (`--backend all` or `vm`).
     #[arg(long, default_value = "/usr/bin/victoria-metrics")]
     vm_bin: std::path::PathBuf,
+    /// The samples of the `at-rest` and `vm` phases: the simulated fleet, or the recorded
+    /// H100 and H200 traces (tests/fixtures) tiled over every GPU, each GPU shifted along them.
+    #[arg(long, value_enum, default_value = "simulated")]
+    data: Fleet,
+}
+
+#[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
+enum Fleet {
+    Simulated,
+    Traces,
+}
+
+/// The recorded traces one after the other, with an energy counter that keeps counting where
+/// a trace starts again (a GPU's counter never goes back).
+struct Tiles {
+    samples: Vec<Sample>,
+    /// The energy counted from the first sample to each, J.
+    energy_j: Vec<f64>,
+    /// The energy of one pass over all of them, J.
+    cycle_j: f64,
+}
+
+impl Tiles {
+    fn load() -> Result<Self> {
+        let samples: Vec<Sample> = recorded_traces()?.into_iter().flatten().collect();
+        let mut energy_j = Vec::with_capacity(samples.len());
+        let (mut total, mut steps, mut last) = (0.0, Vec::new(), None::<f64>);
+        for s in &samples {
+            if let (Some(e), Some(l)) = (s.energy_j, last)
+                && e >= l
+            {
+                total += e - l;
+                steps.push(e - l);
+            }
+            last = s.energy_j.or(last);
+            energy_j.push(total);
+        }
+        let step = steps.iter().sum::<f64>() / steps.len().max(1) as f64;
+        Ok(Tiles { cycle_j: total + step, energy_j, samples })
+    }
+
+    /// Sample `t` of GPU `g`: the recording at `g`'s own offset along the tiles, at the plan's
+    /// time of `t` plus the recording's own offset within its second.
+    fn sample(&self, plan: &data::Plan, g: usize, t: usize) -> Sample {
+        let identity = data::sample(plan, g, t);
+        let i = g * 131 + t;
+        let (pass, k) = (i / self.samples.len(), i % self.samples.len());
+        let recorded = &self.samples[k];
+        let energy = 5.0e6 + pass as f64 * self.cycle_j + self.energy_j[k];
+        Sample {
+            ts_ms: identity.ts_ms + recorded.ts_ms.rem_euclid(1000),
+            uuid: identity.uuid,
+            gpu_index: identity.gpu_index,
+            energy_j: recorded.energy_j.map(|_| (energy * 1000.0).round() / 1000.0),
+            ..recorded.clone()
+        }
+    }
+}
+
+/// Where the samples of the `at-rest` and `vm` phases come from ([`Fleet`]).
+struct Source(Option<Tiles>);
+
+impl Source {
+    fn of(fleet: Fleet) -> Result<Self> {
+        Ok(Source(match fleet {
+            Fleet::Simulated => None,
+            Fleet::Traces => Some(Tiles::load()?),
+        }))
+    }
+
+    fn sample(&self, plan: &data::Plan, g: usize, t: usize) -> Sample {
+        match &self.0 {
+            None => jittered(plan, g, t),
+            Some(tiles) => tiles.sample(plan, g, t),
+        }
+    }
 }
 
 const H: i64 = 3_600_000;
@@ -221,7 +297,7 @@ fn codec_row(what: &str, blocks: &[&[Sample]]) {
     );
 }
 
-async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
+async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source) -> Result<()> {
     let dir = tempfile::tempdir()?;
     let (url, pg_name) = scratch(args, backend, dir.path(), "fleetlens_blocks_bench").await?;
     let store = fleetlens_store::connect(&url).await?;
@@ -237,7 +313,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan) -> Result<()> {
             let mut batch = Vec::new();
             for g in host * data::GPUS_PER_HOST..((host + 1) * data::GPUS_PER_HOST).min(plan.gpus) {
                 for t in start..(start + 60).min(plan.samples_per_gpu) {
-                    batch.push(jittered(plan, g, t));
+                    batch.push(source.sample(plan, g, t));
                 }
             }
             let store = store.clone();
@@ -592,7 +668,7 @@ async fn http_reads(
 
 /// The same jittered samples (the 22 fields of `data::VM_FIELDS`, labelled by GPU and host)
 /// imported into VictoriaMetrics, flushed and merged: the bytes of its data directory.
-async fn victoria_metrics(args: &Args, plan: &data::Plan) -> Result<()> {
+async fn victoria_metrics(args: &Args, plan: &data::Plan, source: &Source) -> Result<()> {
     use fleetlens_bench::child::{ChildGuard, free_port, wait_http_ok};
     let dir = tempfile::tempdir()?;
     let port = free_port()?;
@@ -612,7 +688,7 @@ async fn victoria_metrics(args: &Args, plan: &data::Plan) -> Result<()> {
     for first in (0..plan.gpus).step_by(data::GPUS_PER_HOST) {
         let mut body = Vec::new();
         for g in first..(first + data::GPUS_PER_HOST).min(plan.gpus) {
-            let samples: Vec<Sample> = (0..plan.samples_per_gpu).map(|t| jittered(plan, g, t)).collect();
+            let samples: Vec<Sample> = (0..plan.samples_per_gpu).map(|t| source.sample(plan, g, t)).collect();
             for (field, get) in data::VM_FIELDS {
                 let (ts, values): (Vec<i64>, Vec<f64>) =
                     samples.iter().filter_map(|s| get(s).map(|v| (s.ts_ms, v))).unzip();
@@ -690,10 +766,11 @@ async fn main() -> Result<()> {
     let blocks: Vec<&[Sample]> = traces.iter().flat_map(|t| hours(t)).collect();
     codec_row("recorded H100 + H200 traces", &blocks);
     let plan = data::Plan { gpus: args.gpus, samples_per_gpu: 3560, ts_per_batch: 60, base_ts_ms: base };
+    let source = Source::of(args.data)?;
     for backend in ["sqlite", "postgres"] {
         if args.backend == backend || args.backend == "all" {
             if args.phases.contains("at-rest") {
-                at_rest(&args, backend, &plan).await?;
+                at_rest(&args, backend, &plan, &source).await?;
             }
             if args.phases.contains("series") {
                 day_series(&args, backend).await?;
@@ -701,7 +778,7 @@ async fn main() -> Result<()> {
         }
     }
     if (args.backend == "vm" || args.backend == "all") && args.phases.contains("vm") {
-        victoria_metrics(&args, &plan).await?;
+        victoria_metrics(&args, &plan, &source).await?;
     }
     Ok(())
 }

@@ -183,20 +183,30 @@ fn read_process_columns(r: &mut Reader, out: &mut [Sample]) -> Result<(), BlockE
         return Err(BlockError::Malformed("more processes than a block can list"));
     }
     // Written by us from a GpuProcess: see `process_identity`.
-    let identities = r.dictionary(total, |t| serde_json::from_str::<GpuProcess>(t).ok())?;
+    let (identities, ids) = r.dictionary_parts(total, |t| serde_json::from_str::<GpuProcess>(t).ok())?;
     let used = r.numbers(total)?;
     let sm = r.numbers(total)?;
-    let mut listed = identities.into_iter().zip(used).zip(sm).map(|((identity, used), sm)| {
-        let mut p = identity.flatten().ok_or(BlockError::Malformed("a process without a readable identity"))?;
-        p.used_bytes = used.map(Number::as_i64);
-        p.sm_pct = sm.map(Number::as_raw_f64);
-        Ok(p)
-    });
+    // Each process built once, in its list (a GpuProcess is large: moving it through
+    // intermediate collections cost more than decoding the columns).
+    let mut k = 0;
     for (s, len) in out.iter_mut().zip(lengths) {
-        s.processes = match len {
-            None => None,
-            Some(len) => Some(listed.by_ref().take(len.as_i64() as usize).collect::<Result<_, BlockError>>()?),
-        };
+        let Some(len) = len else { continue };
+        let len = len.as_i64() as usize;
+        let mut list = Vec::with_capacity(len);
+        for (&id, (used, sm)) in ids[k..k + len].iter().zip(used[k..k + len].iter().zip(&sm[k..k + len])) {
+            let identity = (id as usize)
+                .checked_sub(1)
+                .and_then(|i| identities.get(i))
+                .and_then(Option::as_ref)
+                .ok_or(BlockError::Malformed("a process without a readable identity"))?;
+            list.push(GpuProcess {
+                used_bytes: used.map(Number::as_i64),
+                sm_pct: sm.map(Number::as_raw_f64),
+                ..identity.clone()
+            });
+        }
+        k += len;
+        s.processes = Some(list);
     }
     Ok(())
 }
@@ -488,9 +498,24 @@ impl<'a> Reader<'a> {
         n: usize,
         parse: impl Fn(&str) -> T,
     ) -> Result<Vec<Option<T>>, BlockError> {
+        let (dict, ids) = self.dictionary_parts(n, parse)?;
+        ids.into_iter()
+            .map(|id| match id {
+                0 => Ok(None),
+                k => dict
+                    .get(k as usize - 1)
+                    .map(|t| Some(t.clone()))
+                    .ok_or(BlockError::Malformed("index outside dictionary")),
+            })
+            .collect()
+    }
+
+    /// A dictionary column as stored: the parsed texts, and each of the `n` values' index into
+    /// them (0: absent, k: the k-th), for a reader that builds its values in place.
+    fn dictionary_parts<T>(&mut self, n: usize, parse: impl Fn(&str) -> T) -> Result<(Vec<T>, Vec<u32>), BlockError> {
         let tag = self.u8()?;
         if tag == ABSENT {
-            return Ok(vec![None; n]);
+            return Ok((Vec::new(), vec![0; n]));
         }
         let entries = self.u32()? as usize;
         let inflated_len = self.u32()? as usize;
@@ -515,15 +540,7 @@ impl<'a> Reader<'a> {
             ALL => self.chunk(n)?,
             _ => return Err(BlockError::Malformed("unknown dictionary tag")),
         };
-        ids.into_iter()
-            .map(|id| match id {
-                0 => Ok(None),
-                k => dict
-                    .get(k as usize - 1)
-                    .map(|t| Some(t.clone()))
-                    .ok_or(BlockError::Malformed("index outside dictionary")),
-            })
-            .collect()
+        Ok((dict, ids))
     }
 }
 
