@@ -21,7 +21,7 @@ use fleetlens_api::alerts::{
 use fleetlens_api::analytics::Prices;
 use fleetlens_api::gpus::GpuDetail;
 use fleetlens_api::{BillingReport, ErrorBody, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
-use fleetlens_core::{PriceTable, TeamId};
+use fleetlens_core::{PriceTable, SilenceId, TeamId};
 use gloo_net::http::{Request, RequestBuilder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -404,7 +404,7 @@ pub async fn create_silence(body: &SilenceBody) -> ApiResult<SilenceView> {
 }
 
 /// `DELETE /api/v1/silences/{id}`: ends the silence now.
-pub async fn end_silence(id: i64) -> ApiResult<()> {
+pub async fn end_silence(id: SilenceId) -> ApiResult<()> {
     let path = format!("{PREFIX}/silences/{id}");
     send_empty(Request::delete(&path), &path).await
 }

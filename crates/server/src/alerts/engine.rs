@@ -35,7 +35,9 @@ use fleetlens_core::rules::{
     alert_labels, fingerprint, repeat_due, silenced_by, step,
 };
 use fleetlens_core::rules::{DefaultRule, SilenceWindow};
-use fleetlens_core::{ChannelKind, MessageKind, Sample, Thresholds, WindowAggregate, WorkloadState, classify};
+use fleetlens_core::{
+    ChannelKind, MessageKind, Sample, SilenceId, Thresholds, WindowAggregate, WorkloadState, classify,
+};
 use fleetlens_store::alerts::{
     ALERT_ENGINE_JOB, AlertChange, AlertRecord, AlertRuleRecord, AlertStatus, AlertWrite, ChannelRecord, EvalWrite,
     GpuBrief, GpuCursor, NewAlertRule, NewNotification, NewSuppressed,
@@ -268,7 +270,7 @@ impl CycleData {
         all.iter().filter(|c| ids.contains(&c.id)).collect()
     }
 
-    fn silence(&self, org: OrgId, labels: &BTreeMap<String, String>, now: i64) -> Option<i64> {
+    fn silence(&self, org: OrgId, labels: &BTreeMap<String, String>, now: i64) -> Option<SilenceId> {
         silenced_by(self.silences.get(&org).map(Vec::as_slice).unwrap_or_default(), labels, now)
     }
 }
