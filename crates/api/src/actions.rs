@@ -24,7 +24,7 @@ pub struct JobRun {
     pub ended_ms: Option<i64>,
     /// `left_gpus` or `requested`.
     pub end_reason: Option<String>,
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     pub card: Option<JobCard>,
     /// The channel its card was sent to (at most once); null when none matched or the card
     /// did not pass the route's bar.
@@ -58,7 +58,7 @@ pub struct EndRequest {
 pub struct ReportRouteView {
     pub id: i64,
     /// Only jobs on this team's GPUs (null: any team).
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     /// Only this user's jobs (null: anyone's).
     pub owner: Option<String>,
     /// A `slack` or `webhook` notification channel.
@@ -75,7 +75,7 @@ pub struct ReportRouteView {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewReportRoute {
     #[serde(default)]
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     #[serde(default)]
     pub owner: Option<String>,
     pub channel_id: i64,

@@ -3,7 +3,7 @@
 //! backends ([`impl_action_store`]).
 
 use async_trait::async_trait;
-use fleetlens_core::ProcessOwner;
+use fleetlens_core::{ProcessOwner, TeamId};
 
 use crate::alerts::NewNotification;
 use crate::json_text::JsonText;
@@ -40,7 +40,7 @@ pub struct JobRunRecord {
     pub ended_ms: Option<i64>,
     /// `left_gpus` (its processes left its GPUs) or `requested`.
     pub end_reason: Option<String>,
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     /// The report card (JSON), once ended.
     pub card: Option<String>,
     /// The channel its card was sent to, if it was.
@@ -65,7 +65,7 @@ pub struct JobRunFilter {
 pub struct ReportRoute {
     pub id: i64,
     pub org_id: OrgId,
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     pub owner: Option<String>,
     pub channel_id: i64,
     pub min_gpu_hours: f64,
@@ -78,7 +78,7 @@ pub struct ReportRoute {
 pub struct FinishedRun<'a> {
     pub ended_ms: i64,
     pub reason: &'a str,
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     pub card: &'a str,
     /// The message to the owner's channel, enqueued in the same transaction (so a card is
     /// sent at most once).

@@ -254,7 +254,7 @@ macro_rules! impl_store {
             }
 
             async fn insert_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
-                let id: i64 = sqlx::query_scalar(&q(
+                let id: fleetlens_core::ApiKeyId = sqlx::query_scalar(&q(
                     "INSERT INTO api_keys (org_id, name, prefix, key_hash, scopes, created_ms) VALUES (?, ?, ?, ?, ?, ?) \
                      RETURNING id",
                 ))

@@ -4,6 +4,7 @@
 
 pub use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, ReportRouteView};
 pub use fleetlens_api::reclaim::{DryRun, NewReclaimPolicy, Reclaim, ReclaimPolicy, SnoozeRequest};
+use fleetlens_core::TeamId;
 use fleetlens_core::plans::Plans;
 use gloo_net::http::Request;
 
@@ -13,7 +14,7 @@ use super::{ApiResult, PREFIX, get, seg, send_empty, send_json, to_body};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunFilter {
     pub owner: String,
-    pub team: Option<i64>,
+    pub team: Option<TeamId>,
     /// `running`, `ended` or empty for both.
     pub status: String,
 }

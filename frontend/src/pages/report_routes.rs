@@ -143,7 +143,7 @@ pub fn ReportRoutes() -> impl IntoView {
                         {list.into_iter().map(|r| {
                             let id = r.id;
                             let who = r.owner.clone().unwrap_or_else(|| "anyone".into());
-                            let team = r.team_id.map(|t| tms.iter().find(|x| x.id.get() == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
+                            let team = r.team_id.map(|t| tms.iter().find(|x| x.id == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
                             let aria_label = format!("Delete the route of {who}");
                             let on_confirm = Callback::new(move |()| delete(id));
                             view! {

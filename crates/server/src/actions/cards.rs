@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use fleetlens_core::jobcard::{CardGpuInput, CardInput, JobCard, card_text, job_card, local_run_key, worth_sending};
-use fleetlens_core::{ChannelKind, MessageKind, OwnerGroup, OwnerKey, Resolution};
+use fleetlens_core::{ChannelKind, MessageKind, OwnerGroup, OwnerKey, Resolution, TeamId};
 use fleetlens_store::actions::{FinishedRun, JobRunRecord, ReportRoute};
 use fleetlens_store::alerts::{ChannelRecord, NewNotification};
 use fleetlens_store::{GpuRecord, OrgId, Store};
@@ -137,7 +137,7 @@ async fn finish(
 }
 
 /// The most specific route for a team's owner: owner and team, owner, team, then anyone.
-pub fn route_for<'a>(routes: &'a [ReportRoute], team: Option<i64>, owner: Option<&str>) -> Option<&'a ReportRoute> {
+pub fn route_for<'a>(routes: &'a [ReportRoute], team: Option<TeamId>, owner: Option<&str>) -> Option<&'a ReportRoute> {
     let score = |r: &ReportRoute| -> Option<u8> {
         let owner_ok = match &r.owner {
             None => Some(0),

@@ -68,7 +68,7 @@ pub async fn list_runs(
     Ok(Json(
         runs.into_iter()
             .filter(|r| q.owner.as_ref().is_none_or(|o| owner_of(r).as_ref() == Some(o)))
-            .filter(|r| q.team.is_none_or(|t| r.team_id == Some(t.get())))
+            .filter(|r| q.team.is_none_or(|t| r.team_id == Some(t)))
             .take(limit as usize)
             .map(view)
             .collect(),
