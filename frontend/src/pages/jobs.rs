@@ -360,7 +360,7 @@ mod tests {
             shared_gpu: false,
         });
         JobRun {
-            id: 1,
+            id: fleetlens_core::JobRunId(1),
             key: "slurm:1".into(),
             host: "n".into(),
             owner: fleetlens_core::ProcessOwner { user: user.map(str::to_string), ..Default::default() },

@@ -116,7 +116,7 @@ async fn finish(
         message = payload.map(|payload| NewNotification {
             channel_id: channel.id,
             kind: MessageKind::JobReport,
-            seq: run.id,
+            seq: run.id.get(),
             payload,
         });
     }
@@ -125,7 +125,7 @@ async fn finish(
     let finished = store.finish_job_run(org, run.id, &done, now_ms()).await?;
     if finished {
         tracing::info!(
-            run = run.id,
+            run = run.id.get(),
             key = run.run_key,
             reason,
             gpu_hours = card.gpu_hours,
