@@ -127,7 +127,7 @@ pub async fn run(server: String, api_key: Option<String>, board: ProcessBoard, p
                     Ok(pid) => ("killed", format!("SIGTERM sent to pid {pid} of {} on GPU {}", c.owner_user, c.gpu)),
                     Err(why) => ("refused", why),
                 };
-                tracing::info!(command = c.id, pid = c.pid, result, detail, "reclaim kill command");
+                tracing::info!(command = c.id.get(), pid = c.pid, result, detail, "reclaim kill command");
                 let mut req = client
                     .post(format!("{base}/api/v1/agent/commands/{}/result", c.id))
                     .json(&CommandResult { host: host.clone(), result: result.into(), detail });
@@ -135,7 +135,7 @@ pub async fn run(server: String, api_key: Option<String>, board: ProcessBoard, p
                     req = req.bearer_auth(k);
                 }
                 if let Err(e) = req.send().await {
-                    tracing::warn!(error = %e, command = c.id, "reclaim: could not report a command's result");
+                    tracing::warn!(error = %e, command = c.id.get(), "reclaim: could not report a command's result");
                 }
             }
         }
@@ -145,7 +145,7 @@ pub async fn run(server: String, api_key: Option<String>, board: ProcessBoard, p
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetlens_core::{ProcessOwner, Sample};
+    use fleetlens_core::{AgentCommandId, ProcessOwner, ReclaimId, Sample};
 
     fn board_with(pid: u32, user: &str) -> ProcessBoard {
         let board = ProcessBoard::default();
@@ -170,8 +170,8 @@ mod tests {
         let mut child = std::process::Command::new("sleep").arg("30").spawn().unwrap();
         let pid = child.id();
         let cmd = |gpu: &str, pid: u32, user: &str| AgentCommand {
-            id: 1,
-            reclaim_id: 1,
+            id: AgentCommandId(1),
+            reclaim_id: ReclaimId(1),
             gpu: gpu.into(),
             pid: i64::from(pid),
             owner_user: user.into(),

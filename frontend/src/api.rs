@@ -21,7 +21,7 @@ use fleetlens_api::alerts::{
 use fleetlens_api::analytics::Prices;
 use fleetlens_api::gpus::GpuDetail;
 use fleetlens_api::{BillingReport, ErrorBody, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
-use fleetlens_core::{PriceTable, TeamId};
+use fleetlens_core::{ApiKeyId, PriceTable, SilenceId, TeamId, UserId};
 use gloo_net::http::{Request, RequestBuilder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -404,7 +404,7 @@ pub async fn create_silence(body: &SilenceBody) -> ApiResult<SilenceView> {
 }
 
 /// `DELETE /api/v1/silences/{id}`: ends the silence now.
-pub async fn end_silence(id: i64) -> ApiResult<()> {
+pub async fn end_silence(id: SilenceId) -> ApiResult<()> {
     let path = format!("{PREFIX}/silences/{id}");
     send_empty(Request::delete(&path), &path).await
 }
@@ -433,7 +433,7 @@ pub async fn create_api_key(name: &str, scopes: &[String]) -> ApiResult<CreatedK
 }
 
 /// `DELETE /api/v1/api-keys/{id}`: revokes the key.
-pub async fn revoke_api_key(id: i64) -> ApiResult<()> {
+pub async fn revoke_api_key(id: ApiKeyId) -> ApiResult<()> {
     let path = format!("{PREFIX}/api-keys/{id}");
     send_empty(Request::delete(&path), &path).await
 }
@@ -458,13 +458,13 @@ pub async fn change_password(current: &str, new: &str, revoke_api_keys: bool) ->
 }
 
 /// `PUT /api/v1/users/{id}` with the fields to change.
-pub async fn update_user(id: i64, body: &UserPatch) -> ApiResult<UserView> {
+pub async fn update_user(id: UserId, body: &UserPatch) -> ApiResult<UserView> {
     let path = format!("{PREFIX}/users/{id}");
     send_json(Request::put(&path), &path, to_body(body)).await
 }
 
 /// `DELETE /api/v1/users/{id}`: also revokes their keys and ends their sessions.
-pub async fn delete_user(id: i64) -> ApiResult<()> {
+pub async fn delete_user(id: UserId) -> ApiResult<()> {
     let path = format!("{PREFIX}/users/{id}");
     send_empty(Request::delete(&path), &path).await
 }
@@ -481,7 +481,7 @@ pub async fn create_team(name: &str) -> ApiResult<TeamView> {
 }
 
 /// `DELETE /api/v1/teams/{id}`
-pub async fn delete_team(id: i64) -> ApiResult<()> {
+pub async fn delete_team(id: TeamId) -> ApiResult<()> {
     let path = format!("{PREFIX}/teams/{id}");
     send_empty(Request::delete(&path), &path).await
 }

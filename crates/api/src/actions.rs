@@ -2,14 +2,14 @@
 //! `/job-runs`, `/jobs/{id}/end` and `/report-routes`.
 
 use fleetlens_core::jobcard::{JobCard, JobRunStatus};
-use fleetlens_core::{ProcessOwner, TeamId};
+use fleetlens_core::{ChannelId, JobRunId, ProcessOwner, ReportRouteId, TeamId};
 use serde::{Deserialize, Serialize};
 
 /// A job run: a Slurm job, pod, container or process seen on GPUs, and its card once ended.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobRun {
-    pub id: i64,
+    pub id: JobRunId,
     /// `slurm:<id>`, `pod:<namespace>/<name>` (or `pod:<uid>`), `container:<id>`,
     /// `pid:<host>/<pid>`.
     pub key: String,
@@ -24,11 +24,11 @@ pub struct JobRun {
     pub ended_ms: Option<i64>,
     /// `left_gpus` or `requested`.
     pub end_reason: Option<String>,
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     pub card: Option<JobCard>,
     /// The channel its card was sent to (at most once); null when none matched or the card
     /// did not pass the route's bar.
-    pub notified_channel_id: Option<i64>,
+    pub notified_channel_id: Option<ChannelId>,
 }
 
 impl JobRun {
@@ -56,13 +56,13 @@ pub struct EndRequest {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReportRouteView {
-    pub id: i64,
+    pub id: ReportRouteId,
     /// Only jobs on this team's GPUs (null: any team).
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     /// Only this user's jobs (null: anyone's).
     pub owner: Option<String>,
     /// A `slack` or `webhook` notification channel.
-    pub channel_id: i64,
+    pub channel_id: ChannelId,
     /// Send only cards of jobs with at least this many GPU-hours…
     pub min_gpu_hours: f64,
     /// …and at least this share wasted, %.
@@ -75,10 +75,10 @@ pub struct ReportRouteView {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NewReportRoute {
     #[serde(default)]
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     #[serde(default)]
     pub owner: Option<String>,
-    pub channel_id: i64,
+    pub channel_id: ChannelId,
     /// Default 0.5.
     #[serde(default)]
     pub min_gpu_hours: Option<f64>,

@@ -7,7 +7,7 @@ use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::{FieldType, Matchers, SilenceWindow};
 use fleetlens_core::{
     AlertId, AttemptOutcome, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, OutboxStatus, RuleId,
-    Severity, WorkloadState,
+    Severity, SilenceId, WorkloadState,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -301,7 +301,7 @@ pub struct ChannelList {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SilenceView {
-    pub id: i64,
+    pub id: SilenceId,
     pub matchers: Matchers,
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,

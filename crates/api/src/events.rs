@@ -1,13 +1,13 @@
 //! Bodies of `GET /api/v1/events`: what agents saw happen to GPUs between samples.
 
-use fleetlens_core::GpuEventKind;
+use fleetlens_core::{GpuEventId, GpuEventKind};
 use serde::{Deserialize, Serialize};
 
 /// One event of one GPU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EventView {
-    pub id: i64,
+    pub id: GpuEventId,
     pub ts_ms: i64,
     /// `ts_ms` as RFC 3339 (UTC).
     pub time: String,
@@ -41,7 +41,7 @@ pub struct EventQuery {
     #[cfg_attr(feature = "openapi", param(pattern = "^(xid|gpu_lost|gpu_recovered|gpm_unavailable|gpm_available)$"))]
     pub kind: Option<String>,
     /// Only events with an id below this (paging: the last id of the previous page).
-    pub before_id: Option<i64>,
+    pub before_id: Option<GpuEventId>,
     /// At most this many events (default 500).
     #[cfg_attr(feature = "openapi", param(value_type = Option<u32>, minimum = 1, maximum = 10_000))]
     pub limit: Option<String>,

@@ -5,7 +5,7 @@ pub mod remote_write;
 
 use std::collections::BTreeMap;
 
-use fleetlens_core::{AlertId, AlertStatus, FunnelLevelName, RuleId, Severity, WorkloadState};
+use fleetlens_core::{AlertId, AlertStatus, FunnelLevelName, RuleId, Severity, SilenceId, WorkloadState};
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -408,7 +408,7 @@ pub struct AlertView {
     pub status: AlertStatus,
     /// Notifications were held back by a silence.
     pub silenced: bool,
-    pub silenced_by: Option<i64>,
+    pub silenced_by: Option<SilenceId>,
     /// Held back by another open alert of the same problem (inhibition): it sends nothing.
     pub inhibited: bool,
     /// That alert's id.

@@ -2,14 +2,16 @@
 //! `/reclaims` with their logged steps.
 
 use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus, WouldAct};
-use fleetlens_core::{ProcessOwner, WorkloadState};
+use fleetlens_core::{
+    AgentCommandId, ChannelId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId, WorkloadState,
+};
 use serde::{Deserialize, Serialize};
 
 /// A policy.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReclaimPolicy {
-    pub id: i64,
+    pub id: ReclaimPolicyId,
     pub name: String,
     /// The workload state that must hold (e.g. `idle_held`; not `offline`).
     pub state: WorkloadState,
@@ -20,9 +22,9 @@ pub struct ReclaimPolicy {
     /// `webhook` (to `action_channel_id`, a webhook channel) or `agent_kill` (SIGTERM by the
     /// agent of the host, if it runs with `--allow-reclaim-kill`).
     pub action: ReclaimAction,
-    pub action_channel_id: Option<i64>,
+    pub action_channel_id: Option<ChannelId>,
     /// Where notices go; null: the owner's report route.
-    pub notice_channel_id: Option<i64>,
+    pub notice_channel_id: Option<ChannelId>,
     pub enabled: bool,
     pub created_ms: i64,
 }
@@ -38,9 +40,9 @@ pub struct NewReclaimPolicy {
     /// `webhook` or `agent_kill`.
     pub action: ReclaimAction,
     #[serde(default)]
-    pub action_channel_id: Option<i64>,
+    pub action_channel_id: Option<ChannelId>,
     #[serde(default)]
-    pub notice_channel_id: Option<i64>,
+    pub notice_channel_id: Option<ChannelId>,
     #[serde(default = "yes")]
     pub enabled: bool,
 }
@@ -65,7 +67,7 @@ pub struct DryRunItem {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DryRun {
-    pub policy_id: i64,
+    pub policy_id: ReclaimPolicyId,
     pub from_ms: i64,
     pub to_ms: i64,
     pub actions: usize,
@@ -82,8 +84,8 @@ pub struct DryRun {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Reclaim {
-    pub id: i64,
-    pub policy_id: i64,
+    pub id: ReclaimId,
+    pub policy_id: ReclaimPolicyId,
     pub gpu: String,
     pub host: String,
     pub run_key: String,
@@ -103,8 +105,8 @@ pub struct Reclaim {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReclaimStepView {
-    pub id: i64,
-    pub reclaim_id: i64,
+    pub id: ReclaimStepId,
+    pub reclaim_id: ReclaimId,
     /// `notice`, `snooze`, `action_webhook`, `kill_queued`, `killed`, `kill_refused`, `cancelled`.
     pub step: ReclaimLogStep,
     pub actor: String,
@@ -143,8 +145,8 @@ pub struct CommandQuery {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AgentCommand {
-    pub id: i64,
-    pub reclaim_id: i64,
+    pub id: AgentCommandId,
+    pub reclaim_id: ReclaimId,
     /// The GPU's UUID.
     pub gpu: String,
     pub pid: i64,

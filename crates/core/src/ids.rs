@@ -79,6 +79,20 @@ ids! {
     MessageId,
     /// One delivery attempt of a notification message (a line of the delivery log).
     DeliveryId,
+    /// A GPU event (an XID error, a GPU lost or recovered, …).
+    GpuEventId,
+    /// A job run (a Slurm job, pod, container or process seen on GPUs).
+    JobRunId,
+    /// A report route (where the report cards of finished job runs go).
+    ReportRouteId,
+    /// An idle-reclaim policy.
+    ReclaimPolicyId,
+    /// A reclaim of one GPU by a policy.
+    ReclaimId,
+    /// A logged step of a reclaim.
+    ReclaimStepId,
+    /// A kill command for an agent (a reclaim's action).
+    AgentCommandId,
 }
 
 #[cfg(test)]

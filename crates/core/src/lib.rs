@@ -37,7 +37,10 @@ mod classify_tests;
 mod fixture_tests;
 
 pub use access::{Role, Scope};
-pub use ids::{AlertId, ApiKeyId, ChannelId, DeliveryId, GpuId, MessageId, OrgId, RuleId, SilenceId, TeamId, UserId};
+pub use ids::{
+    AgentCommandId, AlertId, ApiKeyId, ChannelId, DeliveryId, GpuEventId, GpuId, JobRunId, MessageId, OrgId, ReclaimId,
+    ReclaimPolicyId, ReclaimStepId, ReportRouteId, RuleId, SilenceId, TeamId, UserId,
+};
 pub use owners::{OwnerGroup, OwnerKey, minute_shares};
 pub use rollup::{
     QUALITY_COUNTS, ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats, minute_from_samples,

@@ -28,7 +28,7 @@ use argon2::Argon2;
 use argon2::password_hash::{PasswordHash, PasswordHasher, PasswordVerifier, SaltString};
 use axum::extract::ConnectInfo;
 use axum::http::{Extensions, HeaderMap};
-use fleetlens_store::accounts::{NewUser, Role, TeamId, UserUpdate};
+use fleetlens_store::accounts::{ApiKeyId, NewUser, Role, TeamId, UserUpdate};
 use fleetlens_store::{DEFAULT_ORG, OrgId, Store, StoreError};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
@@ -146,7 +146,7 @@ const MAP_MAX: usize = 100_000;
 /// that keep account work off the ingest path.
 pub struct Accounts {
     limiter: Mutex<HashMap<String, Bucket>>,
-    touched: Mutex<HashMap<i64, Instant>>,
+    touched: Mutex<HashMap<ApiKeyId, Instant>>,
     teams_seen: Mutex<HashMap<(OrgId, String), TeamCheck>>,
     /// Permits to run one argon2 hash: a burst of logins cannot take every core and
     /// 19 MiB per attempt.
@@ -249,7 +249,7 @@ impl Accounts {
     }
 
     /// Whether the key's last-used time is due to be written now.
-    pub fn touch_due(&self, key_id: i64) -> bool {
+    pub fn touch_due(&self, key_id: ApiKeyId) -> bool {
         let mut touched = self.touched.lock().expect("touch lock");
         let now = Instant::now();
         if touched.get(&key_id).is_some_and(|at| now.duration_since(*at) < TOUCH_EVERY) {

@@ -18,7 +18,7 @@ use axum::extract::FromRequestParts;
 use axum::http::header::{AUTHORIZATION, COOKIE};
 use axum::http::request::Parts;
 use axum::http::{HeaderMap, Method};
-use fleetlens_store::accounts::{KeyAuth, Role, SessionRecord, TeamId, UserId, UserRecord};
+use fleetlens_store::accounts::{ApiKeyId, KeyAuth, Role, SessionRecord, TeamId, UserId, UserRecord};
 use fleetlens_store::{ApiKey, DEFAULT_ORG, OrgId, Scope, hash_api_key};
 
 use crate::accounts::{CSRF_HEADER, secrets_equal};
@@ -228,7 +228,7 @@ impl FromRequestParts<AppState> for Caller {
             check_csrf(&parts.method, &parts.headers, &session.csrf_token)?;
             let user = session.user;
             let key = ApiKey {
-                id: 0,
+                id: ApiKeyId(0),
                 org_id: user.org_id,
                 name: user.email.clone(),
                 prefix: "session".into(),
@@ -269,7 +269,7 @@ async fn key_caller(state: &AppState, token: &str) -> Result<Caller, ApiError> {
         let store = state.store.clone();
         tokio::spawn(async move {
             if let Err(e) = store.touch_api_key(id, now_ms()).await {
-                tracing::warn!(error = %e, key = id, "could not record the key's last use");
+                tracing::warn!(error = %e, key = id.get(), "could not record the key's last use");
             }
         });
     }

@@ -6,6 +6,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use fleetlens_store::accounts::{ApiKeyId, UserId};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::auth::{Caller, Principal};
@@ -32,8 +33,8 @@ pub const MAX_TRACKED_CALLERS: usize = 10_000;
 /// Who a permit is counted against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Who {
-    Key(i64),
-    User(i64),
+    Key(ApiKeyId),
+    User(UserId),
 }
 
 /// The semaphores of the callers that ingest.
@@ -97,26 +98,26 @@ mod tests {
     #[test]
     fn each_caller_has_its_own_bound() {
         let gate = IngestGate::new(2);
-        let a1 = gate.enter_as(Who::Key(1)).unwrap();
-        let _a2 = gate.enter_as(Who::Key(1)).unwrap();
-        assert!(matches!(gate.enter_as(Who::Key(1)), Err(ApiError::InFlight { retry_after_s: 1, .. })));
-        let _b = gate.enter_as(Who::Key(2)).expect("another key");
-        let _u = gate.enter_as(Who::User(1)).expect("a user is not the key with the same id");
+        let a1 = gate.enter_as(Who::Key(ApiKeyId(1))).unwrap();
+        let _a2 = gate.enter_as(Who::Key(ApiKeyId(1))).unwrap();
+        assert!(matches!(gate.enter_as(Who::Key(ApiKeyId(1))), Err(ApiError::InFlight { retry_after_s: 1, .. })));
+        let _b = gate.enter_as(Who::Key(ApiKeyId(2))).expect("another key");
+        let _u = gate.enter_as(Who::User(UserId(1))).expect("a user is not the key with the same id");
         drop(a1);
-        let _again = gate.enter_as(Who::Key(1)).expect("a permit came back");
+        let _again = gate.enter_as(Who::Key(ApiKeyId(1))).expect("a permit came back");
     }
 
     #[test]
     fn the_map_stays_bounded_and_drops_idle_callers_first() {
         let gate = IngestGate::new(1);
-        let busy_one = gate.enter_as(Who::Key(0)).unwrap();
+        let busy_one = gate.enter_as(Who::Key(ApiKeyId(0))).unwrap();
         for id in 1..MAX_TRACKED_CALLERS as i64 {
-            drop(gate.enter_as(Who::Key(id)).unwrap());
+            drop(gate.enter_as(Who::Key(ApiKeyId(id))).unwrap());
         }
         assert_eq!(gate.tracked(), MAX_TRACKED_CALLERS);
-        let _new = gate.enter_as(Who::Key(-1)).expect("idle entries make room");
+        let _new = gate.enter_as(Who::Key(ApiKeyId(-1))).expect("idle entries make room");
         assert_eq!(gate.tracked(), 2, "the busy key and the new one");
-        assert!(gate.enter_as(Who::Key(0)).is_err(), "the busy key's permit survived the cleanup");
+        assert!(gate.enter_as(Who::Key(ApiKeyId(0))).is_err(), "the busy key's permit survived the cleanup");
         drop(busy_one);
     }
 }

@@ -18,8 +18,7 @@ pub use fleetlens_core::Role;
 
 use crate::{ApiKey, NewApiKey, OrgId, Result, Scope, StoreError};
 
-pub type TeamId = i64;
-pub type UserId = i64;
+pub use fleetlens_core::{ApiKeyId, TeamId, UserId};
 
 /// Every scope `scopes` grants (`admin` implies the others), in the order admin, read, ingest.
 pub fn expand_scopes(scopes: &[Scope]) -> Vec<Scope> {
@@ -255,13 +254,13 @@ pub trait AccountStore: Send + Sync {
     ) -> Result<ApiKeyInfo>;
     /// Keys of the organisation (of one user if `user` is set), revoked ones too, oldest first.
     async fn api_keys(&self, org: OrgId, user: Option<UserId>) -> Result<Vec<ApiKeyInfo>>;
-    async fn api_key(&self, org: OrgId, id: i64) -> Result<Option<ApiKeyInfo>>;
+    async fn api_key(&self, org: OrgId, id: ApiKeyId) -> Result<Option<ApiKeyInfo>>;
     /// Revokes the key (keeping the first revocation time); `None` if not in `org`.
-    async fn revoke_api_key(&self, org: OrgId, id: i64, now_ms: i64) -> Result<Option<ApiKeyInfo>>;
+    async fn revoke_api_key(&self, org: OrgId, id: ApiKeyId, now_ms: i64) -> Result<Option<ApiKeyInfo>>;
     /// The key with this hash, revoked or not, with its owner's role.
     async fn api_key_auth(&self, key_hash: &str) -> Result<Option<KeyAuth>>;
     /// Record a use at `now_ms` unless a later use is recorded.
-    async fn touch_api_key(&self, id: i64, now_ms: i64) -> Result<()>;
+    async fn touch_api_key(&self, id: ApiKeyId, now_ms: i64) -> Result<()>;
     /// Revokes every key the user made; returns how many were live.
     async fn revoke_api_keys_of(&self, org: OrgId, user: UserId, now_ms: i64) -> Result<u64>;
     /// The bootstrap key (`FLEETLENS_ADMIN_TOKEN`) at start: `key` (if set) is stored, marked
@@ -306,7 +305,7 @@ macro_rules! impl_account_store {
     ($store:ty, $db:ty) => {
         type Row = <$db as sqlx::Database>::Row;
         use $crate::accounts::{
-            ApiKeyInfo, Assigned, BootstrapKeySync, GpuTeam, HostRecord, KeyAuth, NewSession, NewUser, OrgRecord,
+            ApiKeyId, ApiKeyInfo, Assigned, BootstrapKeySync, GpuTeam, HostRecord, KeyAuth, NewSession, NewUser, OrgRecord,
             SessionRecord, TeamId, TeamRecord, TeamSource, UserId, UserRecord, UserUpdate,
         };
         use $crate::{NewApiKey, OrgId};
@@ -350,7 +349,7 @@ macro_rules! impl_account_store {
 
         impl $store {
             async fn team_members_of(&self, org: OrgId, team: Option<TeamId>) -> $crate::Result<Vec<(TeamId, UserId)>> {
-                let rows: Vec<(i64, i64)> = match team {
+                let rows: Vec<(TeamId, UserId)> = match team {
                     Some(team) => {
                         sqlx::query_as(&q("SELECT m.team_id, m.user_id FROM team_members m JOIN teams t ON t.id = m.team_id \
                              WHERE t.org_id = ? AND t.id = ? ORDER BY m.user_id"))
@@ -372,7 +371,7 @@ macro_rules! impl_account_store {
 
             async fn ensure_team(&self, org: OrgId, name: &str, now_ms: i64) -> $crate::Result<TeamId> {
                 let sql = q("SELECT id FROM teams WHERE org_id = ? AND name = ?");
-                let found: Option<i64> =
+                let found: Option<TeamId> =
                     sqlx::query_scalar(&sql).bind(org).bind(name).fetch_optional(self.pool()).await?;
                 if let Some(id) = found {
                     return Ok(id);
@@ -405,7 +404,7 @@ macro_rules! impl_account_store {
             }
 
             async fn create_team(&self, org: OrgId, name: &str, now_ms: i64) -> $crate::Result<TeamRecord> {
-                let id: i64 =
+                let id: TeamId =
                     sqlx::query_scalar(&q("INSERT INTO teams (org_id, name, created_ms) VALUES (?, ?, ?) RETURNING id"))
                         .bind(org)
                         .bind(name)
@@ -416,7 +415,7 @@ macro_rules! impl_account_store {
             }
 
             async fn teams(&self, org: OrgId) -> $crate::Result<Vec<TeamRecord>> {
-                let rows: Vec<(i64, String, i64)> =
+                let rows: Vec<(TeamId, String, i64)> =
                     sqlx::query_as(&q("SELECT id, name, created_ms FROM teams WHERE org_id = ? ORDER BY name, id"))
                         .bind(org)
                         .fetch_all(self.pool())
@@ -510,7 +509,7 @@ macro_rules! impl_account_store {
             }
 
             async fn create_user(&self, user: NewUser<'_>) -> $crate::Result<UserRecord> {
-                let id: i64 = sqlx::query_scalar(&q(
+                let id: UserId = sqlx::query_scalar(&q(
                     "INSERT INTO users (org_id, email, name, password_hash, role, created_ms, updated_ms) \
                      VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 ))
@@ -729,14 +728,14 @@ macro_rules! impl_account_store {
                 rows.iter().map(key_from_row).collect()
             }
 
-            async fn api_key(&self, org: OrgId, id: i64) -> $crate::Result<Option<ApiKeyInfo>> {
+            async fn api_key(&self, org: OrgId, id: ApiKeyId) -> $crate::Result<Option<ApiKeyInfo>> {
                 let sql =
                     format!("SELECT {} FROM api_keys k WHERE k.org_id = ? AND k.id = ?", $crate::accounts::KEY_COLS);
                 let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
                 row.as_ref().map(key_from_row).transpose()
             }
 
-            async fn revoke_api_key(&self, org: OrgId, id: i64, now_ms: i64) -> $crate::Result<Option<ApiKeyInfo>> {
+            async fn revoke_api_key(&self, org: OrgId, id: ApiKeyId, now_ms: i64) -> $crate::Result<Option<ApiKeyInfo>> {
                 sqlx::query(&q("UPDATE api_keys SET revoked_ms = coalesce(revoked_ms, ?) WHERE org_id = ? AND id = ?"))
                     .bind(now_ms)
                     .bind(org)
@@ -766,7 +765,7 @@ macro_rules! impl_account_store {
                 }))
             }
 
-            async fn touch_api_key(&self, id: i64, now_ms: i64) -> $crate::Result<()> {
+            async fn touch_api_key(&self, id: ApiKeyId, now_ms: i64) -> $crate::Result<()> {
                 sqlx::query(&q(
                     "UPDATE api_keys SET last_used_ms = ? WHERE id = ? AND (last_used_ms IS NULL OR last_used_ms < ?)",
                 ))
@@ -842,7 +841,7 @@ macro_rules! impl_account_store {
                         .bind(org)
                         .fetch_all(self.pool())
                         .await?;
-                let pins: Vec<(String, i64)> =
+                let pins: Vec<(String, TeamId)> =
                     sqlx::query_as(&q("SELECT host, team_id FROM host_teams WHERE org_id = ?"))
                         .bind(org)
                         .fetch_all(self.pool())
@@ -965,7 +964,7 @@ macro_rules! impl_account_store {
                 label: Option<&str>,
                 now_ms: i64,
             ) -> $crate::Result<Option<TeamId>> {
-                let pinned: Option<i64> =
+                let pinned: Option<TeamId> =
                     sqlx::query_scalar(&q("SELECT team_id FROM host_teams WHERE org_id = ? AND host = ?"))
                         .bind(org)
                         .bind(host)

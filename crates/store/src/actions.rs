@@ -3,7 +3,7 @@
 //! backends ([`impl_action_store`]).
 
 use async_trait::async_trait;
-use fleetlens_core::ProcessOwner;
+use fleetlens_core::{JobRunId, ProcessOwner, ReportRouteId, TeamId};
 
 use crate::alerts::NewNotification;
 use crate::json_text::JsonText;
@@ -24,7 +24,7 @@ pub struct JobSighting {
 /// A stored job run.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct JobRunRecord {
-    pub id: i64,
+    pub id: JobRunId,
     pub org_id: OrgId,
     pub run_key: String,
     pub host: String,
@@ -40,7 +40,7 @@ pub struct JobRunRecord {
     pub ended_ms: Option<i64>,
     /// `left_gpus` (its processes left its GPUs) or `requested`.
     pub end_reason: Option<String>,
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     /// The report card (JSON), once ended.
     pub card: Option<String>,
     /// The channel its card was sent to, if it was.
@@ -63,9 +63,9 @@ pub struct JobRunFilter {
 /// None) jobs go, and the bar a card must pass to be sent.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReportRoute {
-    pub id: i64,
+    pub id: ReportRouteId,
     pub org_id: OrgId,
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     pub owner: Option<String>,
     pub channel_id: i64,
     pub min_gpu_hours: f64,
@@ -78,7 +78,7 @@ pub struct ReportRoute {
 pub struct FinishedRun<'a> {
     pub ended_ms: i64,
     pub reason: &'a str,
-    pub team_id: Option<i64>,
+    pub team_id: Option<TeamId>,
     pub card: &'a str,
     /// The message to the owner's channel, enqueued in the same transaction (so a card is
     /// sent at most once).
@@ -100,17 +100,17 @@ pub trait ActionStore: Send + Sync {
     /// Every organisation's running runs.
     async fn open_job_runs(&self) -> Result<Vec<JobRunRecord>>;
     async fn job_runs(&self, org: OrgId, filter: &JobRunFilter) -> Result<Vec<JobRunRecord>>;
-    async fn job_run(&self, org: OrgId, id: i64) -> Result<Option<JobRunRecord>>;
+    async fn job_run(&self, org: OrgId, id: JobRunId) -> Result<Option<JobRunRecord>>;
     /// The newest run of a key.
     async fn job_run_by_key(&self, org: OrgId, run_key: &str) -> Result<Option<JobRunRecord>>;
     /// Ask for a running run to end at `at_ms`; false if it is not running.
-    async fn request_job_end(&self, org: OrgId, id: i64, at_ms: i64, now_ms: i64) -> Result<bool>;
+    async fn request_job_end(&self, org: OrgId, id: JobRunId, at_ms: i64, now_ms: i64) -> Result<bool>;
     /// End a running run with its card (and enqueue its message); false if it had ended.
-    async fn finish_job_run(&self, org: OrgId, id: i64, done: &FinishedRun<'_>, now_ms: i64) -> Result<bool>;
+    async fn finish_job_run(&self, org: OrgId, id: JobRunId, done: &FinishedRun<'_>, now_ms: i64) -> Result<bool>;
     async fn report_routes(&self, org: OrgId) -> Result<Vec<ReportRoute>>;
     /// `route.id` and `route.created_ms` are assigned.
     async fn insert_report_route(&self, org: OrgId, route: &ReportRoute, now_ms: i64) -> Result<ReportRoute>;
-    async fn delete_report_route(&self, org: OrgId, id: i64) -> Result<bool>;
+    async fn delete_report_route(&self, org: OrgId, id: ReportRouteId) -> Result<bool>;
 }
 
 pub(crate) const RUN_COLS: &str = "id, org_id, run_key, host, owner, gpu_uuids, first_ms, last_ms, end_requested_ms, \
@@ -230,7 +230,7 @@ macro_rules! impl_action_store {
             async fn job_run(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::JobRunId,
             ) -> $crate::Result<Option<$crate::actions::JobRunRecord>> {
                 one_of_org(self.pool(), $crate::actions::RUN_COLS, "job_runs", org, id).await
             }
@@ -250,7 +250,7 @@ macro_rules! impl_action_store {
             async fn request_job_end(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::JobRunId,
                 at_ms: i64,
                 now_ms: i64,
             ) -> $crate::Result<bool> {
@@ -263,7 +263,7 @@ macro_rules! impl_action_store {
             async fn finish_job_run(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::JobRunId,
                 done: &$crate::actions::FinishedRun<'_>,
                 now_ms: i64,
             ) -> $crate::Result<bool> {
@@ -303,7 +303,7 @@ macro_rules! impl_action_store {
                 r: &$crate::actions::ReportRoute,
                 now_ms: i64,
             ) -> $crate::Result<$crate::actions::ReportRoute> {
-                let id: i64 = sqlx::query_scalar(&q(
+                let id: fleetlens_core::ReportRouteId = sqlx::query_scalar(&q(
                     "INSERT INTO report_routes (org_id, team_id, owner, channel_id, min_gpu_hours, min_waste_pct, \
                      created_ms) VALUES (?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 ))
@@ -319,7 +319,11 @@ macro_rules! impl_action_store {
                 Ok($crate::actions::ReportRoute { id, org_id: org, created_ms: now_ms, ..r.clone() })
             }
 
-            async fn delete_report_route(&self, org: $crate::OrgId, id: i64) -> $crate::Result<bool> {
+            async fn delete_report_route(
+                &self,
+                org: $crate::OrgId,
+                id: fleetlens_core::ReportRouteId,
+            ) -> $crate::Result<bool> {
                 let sql = q("DELETE FROM report_routes WHERE org_id = ? AND id = ?");
                 Ok(sqlx::query(&sql).bind(org).bind(id).execute(self.pool()).await?.rows_affected() == 1)
             }

@@ -25,7 +25,7 @@ use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
 use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, Severity};
-use fleetlens_core::{DeliveryId, MessageId, WorkloadState};
+use fleetlens_core::{DeliveryId, MessageId, SilenceId, WorkloadState};
 use serde_json::Value as Json;
 
 use crate::json_text::JsonText;
@@ -125,7 +125,7 @@ pub struct NewChannel {
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct SilenceRecord {
-    pub id: i64,
+    pub id: SilenceId,
     pub org_id: OrgId,
     #[sqlx(try_from = "JsonText<Matchers>")]
     pub matchers: Matchers,
@@ -170,7 +170,7 @@ pub struct AlertRecord {
     /// Values that matched, condition, state, advice, the channels notified, …
     #[sqlx(try_from = "JsonText<Json>")]
     pub details: Json,
-    pub silenced_by: Option<i64>,
+    pub silenced_by: Option<SilenceId>,
     /// The open alert that holds this one's notifications back (inhibition).
     pub inhibited_by: Option<i64>,
     /// The firing notification went out to at least one channel (so resolved goes too).
@@ -208,7 +208,7 @@ pub struct NewNotification {
 pub struct NewSuppressed {
     pub channel_id: i64,
     pub kind: MessageKind,
-    pub silence_id: i64,
+    pub silence_id: SilenceId,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -428,7 +428,7 @@ pub trait AlertStore: Send + Sync {
     /// Silences of every organisation in force at `now_ms` or later.
     async fn current_silences(&self, now_ms: i64) -> Result<Vec<SilenceRecord>>;
     /// End a silence now; false if there is no such silence.
-    async fn expire_silence(&self, org: OrgId, id: i64, now_ms: i64) -> Result<bool>;
+    async fn expire_silence(&self, org: OrgId, id: SilenceId, now_ms: i64) -> Result<bool>;
 
     // Alerts ----------------------------------------------------------------------------------
     async fn alerts(&self, org: OrgId, filter: &AlertFilter) -> Result<Vec<AlertRecord>>;
@@ -832,7 +832,7 @@ macro_rules! impl_alert_store {
                 Ok(sqlx::query_as(&q(&sql)).bind(now_ms).fetch_all(self.pool()).await?)
             }
 
-            async fn expire_silence(&self, org: $crate::OrgId, id: i64, now_ms: i64) -> $crate::Result<bool> {
+            async fn expire_silence(&self, org: $crate::OrgId, id: fleetlens_core::SilenceId, now_ms: i64) -> $crate::Result<bool> {
                 if !org_has(self.pool(), "alert_silences", org, id).await? {
                     return Ok(false);
                 }

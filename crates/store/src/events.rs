@@ -2,14 +2,14 @@
 //! body of SQL for both backends ([`impl_event_store`]).
 
 use async_trait::async_trait;
-use fleetlens_core::GpuEvent;
+use fleetlens_core::{GpuEvent, GpuEventId};
 
 use crate::{OrgId, Result};
 
 /// A stored event.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuEventRecord {
-    pub id: i64,
+    pub id: GpuEventId,
     pub org_id: OrgId,
     pub gpu_uuid: String,
     pub host: String,
@@ -29,7 +29,7 @@ pub struct EventFilter {
     pub from_ms: i64,
     pub to_ms: i64,
     /// Only events with an id below this (paging).
-    pub before_id: Option<i64>,
+    pub before_id: Option<GpuEventId>,
     pub limit: i64,
 }
 
@@ -42,7 +42,7 @@ pub trait EventStore: Send + Sync {
     async fn gpu_events(&self, org: OrgId, filter: &EventFilter) -> Result<Vec<GpuEventRecord>>;
     /// Events of every organisation with an id above `after_id`, oldest first (the alert
     /// engine's feed).
-    async fn gpu_events_after(&self, after_id: i64, limit: i64) -> Result<Vec<GpuEventRecord>>;
+    async fn gpu_events_after(&self, after_id: GpuEventId, limit: i64) -> Result<Vec<GpuEventRecord>>;
     /// Delete events older than `before_ms`; returns how many went.
     async fn delete_gpu_events_before(&self, before_ms: i64) -> Result<u64>;
 }
@@ -109,7 +109,7 @@ macro_rules! impl_event_store {
                     .bind(f.gpu_uuid.as_deref())
                     .bind(f.kind.as_deref())
                     .bind(f.kind.as_deref())
-                    .bind(f.before_id.unwrap_or(i64::MAX))
+                    .bind(f.before_id.map_or(i64::MAX, fleetlens_core::GpuEventId::get))
                     .bind(f.limit)
                     .fetch_all(self.pool())
                     .await?;
@@ -118,7 +118,7 @@ macro_rules! impl_event_store {
 
             async fn gpu_events_after(
                 &self,
-                after_id: i64,
+                after_id: fleetlens_core::GpuEventId,
                 limit: i64,
             ) -> $crate::Result<Vec<$crate::events::GpuEventRecord>> {
                 let sql = format!("SELECT {} FROM gpu_events WHERE id > ? ORDER BY id LIMIT ?", $crate::events::COLS);

@@ -112,7 +112,7 @@ pub use fleetlens_core::{Role, Scope};
 /// A stored API key, without its secret.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ApiKey {
-    pub id: i64,
+    pub id: fleetlens_core::ApiKeyId,
     pub org_id: OrgId,
     pub name: String,
     pub prefix: String,
@@ -631,7 +631,7 @@ fn rollup_table(res: Resolution) -> &'static str {
     }
 }
 
-fn api_key_from_new(id: i64, key: &NewApiKey<'_>) -> ApiKey {
+fn api_key_from_new(id: fleetlens_core::ApiKeyId, key: &NewApiKey<'_>) -> ApiKey {
     ApiKey {
         id,
         org_id: key.org_id,
@@ -646,7 +646,7 @@ fn api_key_from_new(id: i64, key: &NewApiKey<'_>) -> ApiKey {
 /// An `api_keys` row as stored (scopes as comma-separated text).
 #[derive(sqlx::FromRow)]
 pub(crate) struct ApiKeyRow {
-    id: i64,
+    id: fleetlens_core::ApiKeyId,
     org_id: OrgId,
     name: String,
     prefix: String,

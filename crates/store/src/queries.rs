@@ -9,15 +9,16 @@ macro_rules! impl_queries {
     ($db:ty) => {
         /// `SELECT {cols} FROM {table} WHERE org_id = ? AND id = ?`: one record of the
         /// organisation (`None` for an id of another organisation).
-        pub(crate) async fn one_of_org<T>(
+        pub(crate) async fn one_of_org<T, I>(
             pool: &sqlx::Pool<$db>,
             cols: &str,
             table: &str,
             org: $crate::OrgId,
-            id: i64,
+            id: I,
         ) -> $crate::Result<Option<T>>
         where
             T: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row> + Send + Unpin,
+            I: for<'q> sqlx::Encode<'q, $db> + sqlx::Type<$db> + Send,
         {
             let sql = format!("SELECT {cols} FROM {table} WHERE org_id = ? AND id = ?");
             Ok(sqlx::query_as(&q(&sql)).bind(org).bind(id).fetch_optional(pool).await?)
@@ -41,9 +42,10 @@ macro_rules! impl_queries {
 
         /// Whether the organisation has the row `id` of `table` (a row of another organisation:
         /// no), on a pool or inside a transaction.
-        pub(crate) async fn org_has<'e, E>(exec: E, table: &str, org: $crate::OrgId, id: i64) -> $crate::Result<bool>
+        pub(crate) async fn org_has<'e, E, I>(exec: E, table: &str, org: $crate::OrgId, id: I) -> $crate::Result<bool>
         where
             E: sqlx::Executor<'e, Database = $db>,
+            I: for<'q> sqlx::Encode<'q, $db> + sqlx::Type<$db> + Send,
         {
             let sql = format!("SELECT id FROM {table} WHERE org_id = ? AND id = ?");
             let found: Option<i64> = sqlx::query_scalar(&q(&sql)).bind(org).bind(id).fetch_optional(exec).await?;
@@ -56,11 +58,11 @@ macro_rules! impl_queries {
         pub(crate) async fn insert_api_key<'e, E>(
             exec: E,
             key: &$crate::NewApiKey<'_>,
-            user: Option<i64>,
-            team: Option<i64>,
+            user: Option<fleetlens_core::UserId>,
+            team: Option<fleetlens_core::TeamId>,
             bootstrap: bool,
             tail: &str,
-        ) -> $crate::Result<Option<i64>>
+        ) -> $crate::Result<Option<fleetlens_core::ApiKeyId>>
         where
             E: sqlx::Executor<'e, Database = $db>,
         {

@@ -3,7 +3,7 @@
 
 use async_trait::async_trait;
 use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
-use fleetlens_core::{ProcessOwner, WorkloadState};
+use fleetlens_core::{AgentCommandId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId, WorkloadState};
 
 use crate::alerts::NewNotification;
 use crate::json_text::JsonText;
@@ -12,7 +12,7 @@ use crate::{OrgId, Result};
 /// A policy as stored.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimPolicyRecord {
-    pub id: i64,
+    pub id: ReclaimPolicyId,
     pub org_id: OrgId,
     pub name: String,
     pub state: WorkloadState,
@@ -31,9 +31,9 @@ pub struct ReclaimPolicyRecord {
 /// One reclaim of one GPU.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimRecord {
-    pub id: i64,
+    pub id: ReclaimId,
     pub org_id: OrgId,
-    pub policy_id: i64,
+    pub policy_id: ReclaimPolicyId,
     pub gpu_uuid: String,
     pub host: String,
     pub run_key: String,
@@ -52,9 +52,9 @@ pub struct ReclaimRecord {
 /// A step of a reclaim.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimLogEntry {
-    pub id: i64,
+    pub id: ReclaimStepId,
     pub org_id: OrgId,
-    pub reclaim_id: i64,
+    pub reclaim_id: ReclaimId,
     pub step: ReclaimLogStep,
     /// `fleetlens` (the engine), an agent (`agent:<host>`) or the user or key that did it.
     pub actor: String,
@@ -67,10 +67,10 @@ pub struct ReclaimLogEntry {
 /// A kill request for an agent.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AgentCommand {
-    pub id: i64,
+    pub id: AgentCommandId,
     pub org_id: OrgId,
     pub host: String,
-    pub reclaim_id: i64,
+    pub reclaim_id: ReclaimId,
     pub gpu_uuid: String,
     pub pid: i64,
     pub owner_user: String,
@@ -93,7 +93,7 @@ pub trait ReclaimStore: Send + Sync {
     async fn reclaim_policies(&self, org: OrgId) -> Result<Vec<ReclaimPolicyRecord>>;
     /// Every organisation's enabled policies.
     async fn enabled_reclaim_policies(&self) -> Result<Vec<ReclaimPolicyRecord>>;
-    async fn reclaim_policy(&self, org: OrgId, id: i64) -> Result<Option<ReclaimPolicyRecord>>;
+    async fn reclaim_policy(&self, org: OrgId, id: ReclaimPolicyId) -> Result<Option<ReclaimPolicyRecord>>;
     /// None when the name is taken.
     async fn insert_reclaim_policy(
         &self,
@@ -101,25 +101,25 @@ pub trait ReclaimStore: Send + Sync {
         p: &ReclaimPolicyRecord,
         now_ms: i64,
     ) -> Result<Option<ReclaimPolicyRecord>>;
-    async fn delete_reclaim_policy(&self, org: OrgId, id: i64) -> Result<bool>;
+    async fn delete_reclaim_policy(&self, org: OrgId, id: ReclaimPolicyId) -> Result<bool>;
     /// Every organisation's reclaims not closed.
     async fn open_reclaims(&self) -> Result<Vec<ReclaimRecord>>;
     async fn reclaims(&self, org: OrgId, limit: i64) -> Result<Vec<ReclaimRecord>>;
-    async fn reclaim(&self, org: OrgId, id: i64) -> Result<Option<ReclaimRecord>>;
+    async fn reclaim(&self, org: OrgId, id: ReclaimId) -> Result<Option<ReclaimRecord>>;
     /// A new reclaim (its notice); None when the GPU already has an open one for the policy.
-    async fn start_reclaim(&self, r: &ReclaimRecord, w: &ReclaimWrite<'_>, now_ms: i64) -> Result<Option<i64>>;
+    async fn start_reclaim(&self, r: &ReclaimRecord, w: &ReclaimWrite<'_>, now_ms: i64) -> Result<Option<ReclaimId>>;
     /// Store a reclaim's new status, snooze, action and closing times, with its log entry,
     /// messages and command; false when it was closed already.
     async fn update_reclaim(&self, r: &ReclaimRecord, w: &ReclaimWrite<'_>, now_ms: i64) -> Result<bool>;
     /// The step log, newest first; of one reclaim or all.
-    async fn reclaim_log(&self, org: OrgId, reclaim_id: Option<i64>, limit: i64) -> Result<Vec<ReclaimLogEntry>>;
+    async fn reclaim_log(&self, org: OrgId, reclaim_id: Option<ReclaimId>, limit: i64) -> Result<Vec<ReclaimLogEntry>>;
     /// A host's commands not yet taken, marked taken.
     async fn take_agent_commands(&self, org: OrgId, host: &str, now_ms: i64) -> Result<Vec<AgentCommand>>;
     /// Record a command's result (once) with its log entry; None when unknown or done.
     async fn finish_agent_command(
         &self,
         org: OrgId,
-        id: i64,
+        id: AgentCommandId,
         host: &str,
         result: &str,
         log: &ReclaimLogEntry,
@@ -144,7 +144,7 @@ macro_rules! impl_reclaim_store {
         async fn write_extras(
             tx: &mut sqlx::Transaction<'static, $db>,
             org: $crate::OrgId,
-            reclaim_id: i64,
+            reclaim_id: fleetlens_core::ReclaimId,
             w: &$crate::reclaim::ReclaimWrite<'_>,
             now_ms: i64,
         ) -> $crate::Result<()> {
@@ -202,7 +202,7 @@ macro_rules! impl_reclaim_store {
             async fn reclaim_policy(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::ReclaimPolicyId,
             ) -> $crate::Result<Option<$crate::reclaim::ReclaimPolicyRecord>> {
                 one_of_org(self.pool(), $crate::reclaim::POLICY_COLS, "reclaim_policies", org, id).await
             }
@@ -213,7 +213,7 @@ macro_rules! impl_reclaim_store {
                 p: &$crate::reclaim::ReclaimPolicyRecord,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::reclaim::ReclaimPolicyRecord>> {
-                let id: Option<i64> = sqlx::query_scalar(&q(
+                let id: Option<fleetlens_core::ReclaimPolicyId> = sqlx::query_scalar(&q(
                     "INSERT INTO reclaim_policies (org_id, name, state, for_s, grace_s, action, action_channel_id, \
                      notice_channel_id, enabled, created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                      ON CONFLICT DO NOTHING RETURNING id",
@@ -240,7 +240,7 @@ macro_rules! impl_reclaim_store {
                 }))
             }
 
-            async fn delete_reclaim_policy(&self, org: $crate::OrgId, id: i64) -> $crate::Result<bool> {
+            async fn delete_reclaim_policy(&self, org: $crate::OrgId, id: fleetlens_core::ReclaimPolicyId) -> $crate::Result<bool> {
                 let mut tx = begin(self.pool()).await?;
                 let gone = sqlx::query(&q("DELETE FROM reclaim_policies WHERE org_id = ? AND id = ?"))
                     .bind(org)
@@ -280,7 +280,7 @@ macro_rules! impl_reclaim_store {
             async fn reclaim(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::ReclaimId,
             ) -> $crate::Result<Option<$crate::reclaim::ReclaimRecord>> {
                 one_of_org(self.pool(), $crate::reclaim::RECLAIM_COLS, "reclaims", org, id).await
             }
@@ -290,9 +290,9 @@ macro_rules! impl_reclaim_store {
                 r: &$crate::reclaim::ReclaimRecord,
                 w: &$crate::reclaim::ReclaimWrite<'_>,
                 now_ms: i64,
-            ) -> $crate::Result<Option<i64>> {
+            ) -> $crate::Result<Option<fleetlens_core::ReclaimId>> {
                 let mut tx = begin(self.pool()).await?;
-                let id: Option<i64> = sqlx::query_scalar(&q(
+                let id: Option<fleetlens_core::ReclaimId> = sqlx::query_scalar(&q(
                     "INSERT INTO reclaims (org_id, policy_id, gpu_uuid, host, run_key, pid, owner, state_since_ms, \
                      noticed_ms, status, updated_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
                      ON CONFLICT DO NOTHING RETURNING id",
@@ -348,7 +348,7 @@ macro_rules! impl_reclaim_store {
             async fn reclaim_log(
                 &self,
                 org: $crate::OrgId,
-                reclaim_id: Option<i64>,
+                reclaim_id: Option<fleetlens_core::ReclaimId>,
                 limit: i64,
             ) -> $crate::Result<Vec<$crate::reclaim::ReclaimLogEntry>> {
                 let sql = format!(
@@ -393,7 +393,7 @@ macro_rules! impl_reclaim_store {
             async fn finish_agent_command(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::AgentCommandId,
                 host: &str,
                 result: &str,
                 log: &$crate::reclaim::ReclaimLogEntry,

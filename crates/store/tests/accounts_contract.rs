@@ -3,7 +3,9 @@
 use std::sync::Arc;
 
 use fleetlens_core::Sample;
-use fleetlens_store::accounts::{Assigned, GpuTeam, NewSession, NewUser, Role, TeamSource, UserUpdate, expand_scopes};
+use fleetlens_store::accounts::{
+    ApiKeyId, Assigned, GpuTeam, NewSession, NewUser, Role, TeamSource, UserUpdate, expand_scopes,
+};
 use fleetlens_store::{DEFAULT_ORG, NewApiKey, OrgId, Scope, Store, hash_api_key};
 use fleetlens_tests::{Backend, TestDatabase};
 
@@ -175,9 +177,9 @@ async fn api_keys_keep_owner_team_and_last_use(backend: Backend) {
     let h3 = hash_api_key("flk_secret_three");
     let other = store.create_api_key(key(b, &h3, &[Scope::Admin]), None, None).await.unwrap();
 
-    let all: Vec<i64> = store.api_keys(DEFAULT_ORG, None).await.unwrap().iter().map(|k| k.key.id).collect();
+    let all: Vec<ApiKeyId> = store.api_keys(DEFAULT_ORG, None).await.unwrap().iter().map(|k| k.key.id).collect();
     assert_eq!(all, vec![mine.key.id, service.key.id]);
-    let own: Vec<i64> = store.api_keys(DEFAULT_ORG, Some(u.id)).await.unwrap().iter().map(|k| k.key.id).collect();
+    let own: Vec<ApiKeyId> = store.api_keys(DEFAULT_ORG, Some(u.id)).await.unwrap().iter().map(|k| k.key.id).collect();
     assert_eq!(own, vec![mine.key.id]);
     assert_eq!(store.api_key(DEFAULT_ORG, mine.key.id).await.unwrap().unwrap(), mine);
     assert_eq!(store.api_key(DEFAULT_ORG, other.key.id).await.unwrap(), None);

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
-use fleetlens_core::{MessageKind, ProcessOwner, WorkloadState};
+use fleetlens_core::{
+    AgentCommandId, MessageKind, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId, ReportRouteId, WorkloadState,
+};
 use fleetlens_store::actions::{FinishedRun, JobRunFilter, JobSighting, ReportRoute};
 use fleetlens_store::alerts::NewNotification;
 use fleetlens_store::reclaim::{AgentCommand, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord, ReclaimWrite};
@@ -90,7 +92,8 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
     // An end request, then the end with its card and message, once.
     assert!(store.request_job_end(DEFAULT_ORG, run.id, T0 + 8_000, T0 + 10_000).await.unwrap());
     let ch = channel(store.as_ref()).await;
-    let note = NewNotification { channel_id: ch, kind: MessageKind::JobReport, seq: run.id, payload: "{}".into() };
+    let note =
+        NewNotification { channel_id: ch, kind: MessageKind::JobReport, seq: run.id.get(), payload: "{}".into() };
     let done = FinishedRun {
         ended_ms: T0 + 8_000,
         reason: "requested",
@@ -136,7 +139,7 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
 
     // Report routes.
     let route = ReportRoute {
-        id: 0,
+        id: ReportRouteId(0),
         org_id: fleetlens_store::OrgId(0),
         team_id: None,
         owner: Some("alice".into()),
@@ -156,9 +159,9 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
 
 fn entry(step: ReclaimLogStep) -> ReclaimLogEntry {
     ReclaimLogEntry {
-        id: 0,
+        id: ReclaimStepId(0),
         org_id: fleetlens_store::OrgId(0),
-        reclaim_id: 0,
+        reclaim_id: ReclaimId(0),
         step,
         actor: "fleetlens".into(),
         dollars_held: Some(1.5),
@@ -170,7 +173,7 @@ fn entry(step: ReclaimLogStep) -> ReclaimLogEntry {
 async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     let (_db, store) = open(backend).await;
     let policy = ReclaimPolicyRecord {
-        id: 0,
+        id: ReclaimPolicyId(0),
         org_id: fleetlens_store::OrgId(0),
         name: "idle".into(),
         state: WorkloadState::IdleHeld,
@@ -190,7 +193,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
 
     let ch = channel(store.as_ref()).await;
     let r = ReclaimRecord {
-        id: 0,
+        id: ReclaimId(0),
         org_id: DEFAULT_ORG,
         policy_id: p.id,
         gpu_uuid: "GPU-1".into(),
@@ -228,7 +231,7 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     acted.acted_ms = Some(T0 + 900_000);
     acted.closed_ms = Some(T0 + 900_000);
     let command = AgentCommand {
-        id: 0,
+        id: AgentCommandId(0),
         org_id: DEFAULT_ORG,
         host: "node-1".into(),
         reclaim_id: id,

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
 use fleetlens_core::rules::inhibit::InhibitScope;
-use fleetlens_core::{ChannelKind, MessageId, MessageKind, OutboxStatus, Severity, WorkloadState};
+use fleetlens_core::{ChannelKind, MessageId, MessageKind, OutboxStatus, Severity, SilenceId, WorkloadState};
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
     EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed,
@@ -194,7 +194,7 @@ async fn channels_and_silences(backend: Backend) {
     assert_eq!(store.current_silences(200).await.unwrap().len(), 0);
     assert!(store.expire_silence(DEFAULT_ORG, stored.id, 120).await.unwrap());
     assert_eq!(store.silences(DEFAULT_ORG).await.unwrap()[0].ends_at_ms, 120);
-    assert!(!store.expire_silence(DEFAULT_ORG, 999, 120).await.unwrap());
+    assert!(!store.expire_silence(DEFAULT_ORG, SilenceId(999), 120).await.unwrap());
 }
 
 async fn a_transition_is_written_once(backend: Backend) {
@@ -230,7 +230,7 @@ async fn a_transition_is_written_once(backend: Backend) {
         changes: vec![AlertChange {
             write: AlertWrite::Update { from: AlertStatus::Pending, alert: firing.clone() },
             notify: vec![note(ch.id, MessageKind::Firing)],
-            suppressed: vec![NewSuppressed { channel_id: ch.id, kind: MessageKind::Firing, silence_id: 4 }],
+            suppressed: vec![NewSuppressed { channel_id: ch.id, kind: MessageKind::Firing, silence_id: SilenceId(4) }],
         }],
         cursors: vec![],
     };

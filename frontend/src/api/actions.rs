@@ -5,6 +5,7 @@
 pub use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, ReportRouteView};
 pub use fleetlens_api::reclaim::{DryRun, NewReclaimPolicy, Reclaim, ReclaimPolicy, SnoozeRequest};
 use fleetlens_core::plans::Plans;
+use fleetlens_core::{JobRunId, ReclaimId, ReclaimPolicyId, ReportRouteId, TeamId};
 use gloo_net::http::Request;
 
 use super::{ApiResult, PREFIX, get, seg, send_empty, send_json, to_body};
@@ -13,7 +14,7 @@ use super::{ApiResult, PREFIX, get, seg, send_empty, send_json, to_body};
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct RunFilter {
     pub owner: String,
-    pub team: Option<i64>,
+    pub team: Option<TeamId>,
     /// `running`, `ended` or empty for both.
     pub status: String,
 }
@@ -42,7 +43,7 @@ pub async fn job_run(id: &str) -> ApiResult<JobRun> {
 }
 
 /// `POST /api/v1/jobs/{id}/end`: the run ends now (its card follows at the next scan).
-pub async fn end_job(id: i64) -> ApiResult<JobRun> {
+pub async fn end_job(id: JobRunId) -> ApiResult<JobRun> {
     let path = format!("{PREFIX}/jobs/{id}/end");
     send_json(Request::post(&path), &path, to_body(&EndRequest::default())).await
 }
@@ -59,7 +60,7 @@ pub async fn create_report_route(route: &NewReportRoute) -> ApiResult<ReportRout
 }
 
 /// `DELETE /api/v1/report-routes/{id}`
-pub async fn delete_report_route(id: i64) -> ApiResult<()> {
+pub async fn delete_report_route(id: ReportRouteId) -> ApiResult<()> {
     let path = format!("{PREFIX}/report-routes/{id}");
     send_empty(Request::delete(&path), &path).await
 }
@@ -76,13 +77,13 @@ pub async fn create_reclaim_policy(policy: &NewReclaimPolicy) -> ApiResult<Recla
 }
 
 /// `DELETE /api/v1/reclaim-policies/{id}` (its open reclaims are cancelled).
-pub async fn delete_reclaim_policy(id: i64) -> ApiResult<()> {
+pub async fn delete_reclaim_policy(id: ReclaimPolicyId) -> ApiResult<()> {
     let path = format!("{PREFIX}/reclaim-policies/{id}");
     send_empty(Request::delete(&path), &path).await
 }
 
 /// `GET /api/v1/reclaim-policies/{id}/dry-run` over the server's default period (the past week).
-pub async fn dry_run(id: i64) -> ApiResult<DryRun> {
+pub async fn dry_run(id: ReclaimPolicyId) -> ApiResult<DryRun> {
     get(&format!("/reclaim-policies/{id}/dry-run"), &[]).await
 }
 
@@ -92,7 +93,7 @@ pub async fn reclaims() -> ApiResult<Vec<Reclaim>> {
 }
 
 /// `POST /api/v1/reclaims/{id}/snooze`
-pub async fn snooze_reclaim(id: i64, for_s: i64) -> ApiResult<Reclaim> {
+pub async fn snooze_reclaim(id: ReclaimId, for_s: i64) -> ApiResult<Reclaim> {
     let path = format!("{PREFIX}/reclaims/{id}/snooze");
     send_json(Request::post(&path), &path, to_body(&SnoozeRequest { for_s })).await
 }

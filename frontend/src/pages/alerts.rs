@@ -21,7 +21,7 @@ use fleetlens_core::rules::{Matchers, SilenceWindow, silenced_by};
 
 use fleetlens_api::AlertView as Alert;
 use fleetlens_api::alerts::{RuleBody, RuleView as Rule, TestResult};
-use fleetlens_core::{AlertStatus, ChannelId, ChannelKind, Severity};
+use fleetlens_core::{AlertStatus, ChannelId, ChannelKind, Severity, SilenceId};
 
 fn status_class(a: &Alert, silenced: bool) -> &'static str {
     match (silenced, a.status) {
@@ -379,7 +379,7 @@ fn Silences(
             }
         });
     };
-    let end = move |id: i64| {
+    let end = move |id: SilenceId| {
         spawn_local(async move {
             match api::end_silence(id).await {
                 Ok(()) => {

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use fleetlens_core::WorkloadState;
+use fleetlens_core::{TeamId, WorkloadState};
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
@@ -100,8 +100,8 @@ fn group_sums(runs: &[JobRun], key: impl Fn(&JobRun) -> Option<String>) -> Vec<(
     v
 }
 
-fn team_name(teams: &[Team], id: Option<i64>) -> Option<String> {
-    id.map(|id| teams.iter().find(|t| t.id.get() == id).map(|t| t.name.clone()).unwrap_or_else(|| format!("team {id}")))
+fn team_name(teams: &[Team], id: Option<TeamId>) -> Option<String> {
+    id.map(|id| teams.iter().find(|t| t.id == id).map(|t| t.name.clone()).unwrap_or_else(|| format!("team {id}")))
 }
 
 #[component]
@@ -360,7 +360,7 @@ mod tests {
             shared_gpu: false,
         });
         JobRun {
-            id: 1,
+            id: fleetlens_core::JobRunId(1),
             key: "slurm:1".into(),
             host: "n".into(),
             owner: fleetlens_core::ProcessOwner { user: user.map(str::to_string), ..Default::default() },

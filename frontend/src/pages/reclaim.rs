@@ -3,7 +3,7 @@
 //! every logged step (who, what, when, dollars held) and a snooze for the job's owner.
 
 use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
-use fleetlens_core::{ChannelKind, WorkloadState};
+use fleetlens_core::{ChannelId, ChannelKind, ReclaimId, ReclaimPolicyId, WorkloadState};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -55,13 +55,11 @@ fn minutes_to_s(text: &str) -> Option<i64> {
     (m.is_finite() && m > 0.0).then(|| ((m * 60.0).round() as i64).max(1))
 }
 
-fn channel_name(channels: &[Channel], id: Option<i64>, none: &str) -> String {
+fn channel_name(channels: &[Channel], id: Option<ChannelId>, none: &str) -> String {
     match id {
-        Some(id) => channels
-            .iter()
-            .find(|c| c.id.get() == id)
-            .map(|c| c.name.clone())
-            .unwrap_or_else(|| format!("channel {id}")),
+        Some(id) => {
+            channels.iter().find(|c| c.id == id).map(|c| c.name.clone()).unwrap_or_else(|| format!("channel {id}"))
+        }
         None => none.into(),
     }
 }
@@ -96,7 +94,7 @@ fn Policies() -> impl IntoView {
     // The dry run shown, and the policy it is of.
     let dry = RwSignal::new(None::<(ReclaimPolicy, DryRun)>);
     let dry_error = RwSignal::new(None::<ApiError>);
-    let dry_busy = RwSignal::new(None::<i64>);
+    let dry_busy = RwSignal::new(None::<ReclaimPolicyId>);
     let done = move |out: Result<String, ApiError>| {
         match out {
             Ok(m) => {
@@ -126,7 +124,7 @@ fn Policies() -> impl IntoView {
             dry_busy.set(None);
         });
     };
-    let delete = move |id: i64, name: String| {
+    let delete = move |id: ReclaimPolicyId, name: String| {
         confirm.set(None);
         spawn_local(async move {
             done(actions::delete_reclaim_policy(id).await.map(|()| format!("Policy “{name}” deleted.")))
@@ -234,7 +232,7 @@ fn Policies() -> impl IntoView {
                                                 {move || if dry_busy.get() == Some(id) { "Running…" } else { "Dry run (7 days)" }}
                                             </button>
                                             {admin.then(|| view! {
-                                                <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label=aria_delete class="btn-quiet btn-danger" on_confirm/>
+                                                <ConfirmButton asking=confirm id=id.get() label="Delete" confirm_label="Confirm delete" aria_label=aria_delete class="btn-quiet btn-danger" on_confirm/>
                                             })}
                                         </div>
                                     </td>
@@ -386,7 +384,7 @@ fn Reclaims() -> impl IntoView {
     let prices = latest_ok(LocalResource::new(api::prices));
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
-    let snooze = move |id: i64| {
+    let snooze = move |id: ReclaimId| {
         spawn_local(async move {
             match actions::snooze_reclaim(id, SNOOZE_S).await {
                 Ok(r) => {
@@ -430,7 +428,7 @@ fn Reclaims() -> impl IntoView {
 }
 
 #[component]
-fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<i64>) -> impl IntoView {
+fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<ReclaimId>) -> impl IntoView {
     let id = r.id;
     let open = r.closed_ms.is_none();
     let who = r.owner.user.clone().or_else(|| r.owner.job_user.clone()).unwrap_or_else(|| "unknown".into());
@@ -497,7 +495,7 @@ mod tests {
     #[test]
     fn dry_run_headline_counts_actions_and_money() {
         let d = DryRun {
-            policy_id: 1,
+            policy_id: ReclaimPolicyId(1),
             from_ms: 0,
             to_ms: 1,
             actions: 4,

@@ -13,6 +13,7 @@ use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, polled, use_app};
 use fleetlens_api::accounts::TeamView as Team;
 use fleetlens_api::alerts::ChannelView as Channel;
+use fleetlens_core::{ChannelId, ReportRouteId};
 
 /// A number typed in a form: empty means the server's default.
 fn opt_number(s: &str) -> Result<Option<f64>, String> {
@@ -23,10 +24,10 @@ fn opt_number(s: &str) -> Result<Option<f64>, String> {
     s.parse::<f64>().map(Some).map_err(|_| format!("“{s}” is not a number"))
 }
 
-fn channel_name(channels: &[Channel], id: i64) -> String {
+fn channel_name(channels: &[Channel], id: ChannelId) -> String {
     channels
         .iter()
-        .find(|c| c.id.get() == id)
+        .find(|c| c.id == id)
         .map(|c| format!("{} ({})", c.name, c.kind))
         .unwrap_or_else(|| format!("channel {id}"))
 }
@@ -79,7 +80,7 @@ pub fn ReportRoutes() -> impl IntoView {
             (Err(m), _) => return done(Err(local_error("min_gpu_hours", m))),
             (_, Err(m)) => return done(Err(local_error("min_waste_pct", m))),
         };
-        let Ok(channel_id) = channel.get_untracked().parse::<i64>() else {
+        let Ok(channel_id) = channel.get_untracked().parse::<ChannelId>() else {
             return done(Err(local_error("channel_id", "choose a channel".into())));
         };
         let o = owner.get_untracked().trim().to_string();
@@ -104,7 +105,7 @@ pub fn ReportRoutes() -> impl IntoView {
             done(out);
         });
     };
-    let delete = move |id: i64| {
+    let delete = move |id: ReportRouteId| {
         confirm.set(None);
         spawn_local(
             async move { done(actions::delete_report_route(id).await.map(|()| "Report route deleted.".into())) },
@@ -143,7 +144,7 @@ pub fn ReportRoutes() -> impl IntoView {
                         {list.into_iter().map(|r| {
                             let id = r.id;
                             let who = r.owner.clone().unwrap_or_else(|| "anyone".into());
-                            let team = r.team_id.map(|t| tms.iter().find(|x| x.id.get() == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
+                            let team = r.team_id.map(|t| tms.iter().find(|x| x.id == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
                             let aria_label = format!("Delete the route of {who}");
                             let on_confirm = Callback::new(move |()| delete(id));
                             view! {
@@ -154,7 +155,7 @@ pub fn ReportRoutes() -> impl IntoView {
                                     <td class="num">{crate::format::fx(r.min_gpu_hours, 2).to_string()}</td>
                                     <td class="num">{crate::format::pct(r.min_waste_pct)}</td>
                                     <td>{admin.then(|| view! {
-                                        <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
+                                        <ConfirmButton asking=confirm id=id.get() label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
                                     })}</td>
                                 </tr>
                             }

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use fleetlens_api::accounts::{NewUserBody, UserPatch, Via};
-use fleetlens_core::{GpuModel, PriceTable, SPECS, Scope, TeamId};
+use fleetlens_core::{ApiKeyId, GpuModel, PriceTable, SPECS, Scope, TeamId, UserId};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -200,7 +200,7 @@ fn Teams() -> impl IntoView {
             done(out);
         });
     };
-    let delete = move |id: i64, n: String| {
+    let delete = move |id: TeamId, n: String| {
         confirm.set(None);
         spawn_local(async move { done(api::delete_team(id).await.map(|()| format!("Team “{n}” deleted."))) });
     };
@@ -231,7 +231,7 @@ fn Teams() -> impl IntoView {
                 view! {
                     <ul class="team-list">
                         {list.into_iter().map(|t| {
-                            let id = t.id.get();
+                            let id = t.id;
                             let n = t.name.clone();
                             view! {
                                 <li data-team-id=t.id.to_string()>
@@ -242,7 +242,7 @@ fn Teams() -> impl IntoView {
                                         let on_confirm = Callback::new(move |()| delete(id, n.clone()));
                                         view! {
                                             " "
-                                            <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
+                                            <ConfirmButton asking=confirm id=id.get() label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
                                         }
                                     })}
                                 </li>
@@ -363,7 +363,7 @@ fn ApiKeys() -> impl IntoView {
             }
         });
     };
-    let revoke = move |id: i64| {
+    let revoke = move |id: ApiKeyId| {
         confirm.set(None);
         spawn_local(async move {
             match api::revoke_api_key(id).await {
@@ -404,7 +404,7 @@ fn ApiKeys() -> impl IntoView {
                             ]}
                         >
                             {list.into_iter().map(|k| {
-                                let id = k.id.get();
+                                let id = k.id;
                                 let name = k.name.clone();
                                 view! {
                                     <tr data-key-id=k.id.to_string()>
@@ -421,7 +421,7 @@ fn ApiKeys() -> impl IntoView {
                                                     <div class="actions">
                                                         <ConfirmButton
                                                             asking=confirm
-                                                            id
+                                                            id=id.get()
                                                             label="Revoke"
                                                             confirm_label="Confirm revoke"
                                                             aria_label=format!("Revoke key {name}")
@@ -527,10 +527,10 @@ fn Users() -> impl IntoView {
             done(out);
         });
     };
-    let update = move |id: i64, body: UserPatch, what: String| {
+    let update = move |id: UserId, body: UserPatch, what: String| {
         spawn_local(async move { done(api::update_user(id, &body).await.map(|_| what)) });
     };
-    let delete = move |id: i64, who: String| {
+    let delete = move |id: UserId, who: String| {
         confirm.set(None);
         spawn_local(async move { done(api::delete_user(id).await.map(|()| format!("User {who} deleted."))) });
     };
@@ -557,8 +557,8 @@ fn Users() -> impl IntoView {
                             ]}
                         >
                             {list.into_iter().map(|u| {
-                                let id = u.id.get();
-                                let is_me = me == Some(id.into());
+                                let id = u.id;
+                                let is_me = me == Some(id);
                                 let (e1, e2, e3) = (u.email.clone(), u.email.clone(), u.email.clone());
                                 let disabled = u.disabled;
                                 view! {
@@ -586,7 +586,7 @@ fn Users() -> impl IntoView {
                                                     </button>
                                                     <ConfirmButton
                                                         asking=confirm
-                                                        id
+                                                        id=id.get()
                                                         label="Delete"
                                                         confirm_label="Confirm delete"
                                                         on_confirm=Callback::new(move |()| delete(id, e3.clone()))

@@ -6,6 +6,8 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::SilenceId;
+
 /// The alert labels a silence can match on. Each given matcher must match; a value may use
 /// `*` as a wildcard (`GPU-b8c2*`, `node-*`). `rule` matches the rule's name or its id.
 #[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
@@ -78,7 +80,7 @@ impl Matchers {
 /// A silence in force from `starts_at_ms` (inclusive) to `ends_at_ms` (exclusive).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct SilenceWindow {
-    pub id: i64,
+    pub id: SilenceId,
     pub matchers: Matchers,
     pub starts_at_ms: i64,
     pub ends_at_ms: i64,
@@ -91,7 +93,7 @@ impl SilenceWindow {
 }
 
 /// The first silence (lowest id) that silences an alert with `labels` at `now_ms`.
-pub fn silenced_by(silences: &[SilenceWindow], labels: &BTreeMap<String, String>, now_ms: i64) -> Option<i64> {
+pub fn silenced_by(silences: &[SilenceWindow], labels: &BTreeMap<String, String>, now_ms: i64) -> Option<SilenceId> {
     silences.iter().filter(|s| s.active_at(now_ms) && s.matchers.matches(labels)).map(|s| s.id).min()
 }
 
@@ -169,9 +171,9 @@ mod tests {
             starts_at_ms: start,
             ends_at_ms: end,
         };
-        let list = [s(5, 0, 100), s(2, 50, 60)];
-        assert_eq!(silenced_by(&list, &labels(), 55), Some(2));
-        assert_eq!(silenced_by(&list, &labels(), 60), Some(5));
+        let list = [s(SilenceId(5), 0, 100), s(SilenceId(2), 50, 60)];
+        assert_eq!(silenced_by(&list, &labels(), 55), Some(SilenceId(2)));
+        assert_eq!(silenced_by(&list, &labels(), 60), Some(SilenceId(5)));
         assert_eq!(silenced_by(&list, &labels(), 100), None);
     }
 

@@ -6,7 +6,7 @@
 use std::collections::{HashMap, HashSet};
 
 use fleetlens_core::jobcard::{CardGpuInput, CardInput, JobCard, card_text, job_card, local_run_key, worth_sending};
-use fleetlens_core::{ChannelKind, MessageKind, OwnerGroup, OwnerKey, Resolution};
+use fleetlens_core::{ChannelKind, MessageKind, OwnerGroup, OwnerKey, Resolution, TeamId};
 use fleetlens_store::actions::{FinishedRun, JobRunRecord, ReportRoute};
 use fleetlens_store::alerts::{ChannelRecord, NewNotification};
 use fleetlens_store::{GpuRecord, OrgId, Store};
@@ -116,7 +116,7 @@ async fn finish(
         message = payload.map(|payload| NewNotification {
             channel_id: channel.id,
             kind: MessageKind::JobReport,
-            seq: run.id,
+            seq: run.id.get(),
             payload,
         });
     }
@@ -125,7 +125,7 @@ async fn finish(
     let finished = store.finish_job_run(org, run.id, &done, now_ms()).await?;
     if finished {
         tracing::info!(
-            run = run.id,
+            run = run.id.get(),
             key = run.run_key,
             reason,
             gpu_hours = card.gpu_hours,
@@ -137,7 +137,7 @@ async fn finish(
 }
 
 /// The most specific route for a team's owner: owner and team, owner, team, then anyone.
-pub fn route_for<'a>(routes: &'a [ReportRoute], team: Option<i64>, owner: Option<&str>) -> Option<&'a ReportRoute> {
+pub fn route_for<'a>(routes: &'a [ReportRoute], team: Option<TeamId>, owner: Option<&str>) -> Option<&'a ReportRoute> {
     let score = |r: &ReportRoute| -> Option<u8> {
         let owner_ok = match &r.owner {
             None => Some(0),

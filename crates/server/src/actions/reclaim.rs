@@ -10,8 +10,8 @@ use fleetlens_core::reclaim::{
     ReclaimAction, ReclaimLogStep, ReclaimProgress, ReclaimStatus, ReclaimStep, ReclaimTiming, ReclaimView, next_step,
 };
 use fleetlens_core::{
-    ChannelKind, GpuProcess, MessageKind, PriceTable, ProcessOwner, Thresholds, WindowAggregate, WorkloadState,
-    classify,
+    AgentCommandId, ChannelKind, GpuProcess, MessageKind, PriceTable, ProcessOwner, ReclaimId, ReclaimPolicyId,
+    ReclaimStepId, Thresholds, WindowAggregate, WorkloadState, classify,
 };
 use fleetlens_store::alerts::NewNotification;
 use fleetlens_store::reclaim::{
@@ -46,7 +46,7 @@ pub struct ReclaimEngine {
     gpus: HashMap<i64, Followed>,
     /// (policy, GPU, PID) acted on: not noticed again (a process the action did not end, or
     /// a replayed list, would otherwise be acted on every `for + grace`).
-    acted: std::collections::HashSet<(i64, String, i64)>,
+    acted: std::collections::HashSet<(ReclaimPolicyId, String, i64)>,
 }
 
 /// The target of a reclaim on a GPU: its first process with an owner.
@@ -69,9 +69,9 @@ fn target(host: &str, procs: Option<&[GpuProcess]>) -> Option<Target> {
 
 fn log(step: ReclaimLogStep, actor: &str, dollars_held: Option<f64>, detail: String, now: i64) -> ReclaimLogEntry {
     ReclaimLogEntry {
-        id: 0,
+        id: ReclaimStepId(0),
         org_id: OrgId(0),
-        reclaim_id: 0,
+        reclaim_id: ReclaimId(0),
         step,
         actor: actor.into(),
         dollars_held,
@@ -194,7 +194,7 @@ impl ReclaimEngine {
                     return Ok(false);
                 }
                 let record = ReclaimRecord {
-                    id: 0,
+                    id: ReclaimId(0),
                     org_id: org,
                     policy_id: p.id,
                     gpu_uuid: g.uuid.clone(),
@@ -244,7 +244,7 @@ impl ReclaimEngine {
                 if p.action == ReclaimAction::AgentKill {
                     let user = r.owner.user.clone().unwrap_or_default();
                     command = Some(AgentCommand {
-                        id: 0,
+                        id: AgentCommandId(0),
                         org_id: org,
                         host: r.host.clone(),
                         reclaim_id: r.id,

@@ -35,7 +35,9 @@ use fleetlens_core::rules::{
     alert_labels, fingerprint, repeat_due, silenced_by, step,
 };
 use fleetlens_core::rules::{DefaultRule, SilenceWindow};
-use fleetlens_core::{ChannelKind, MessageKind, Sample, Thresholds, WindowAggregate, WorkloadState, classify};
+use fleetlens_core::{
+    ChannelKind, GpuEventId, MessageKind, Sample, SilenceId, Thresholds, WindowAggregate, WorkloadState, classify,
+};
 use fleetlens_store::alerts::{
     ALERT_ENGINE_JOB, AlertChange, AlertRecord, AlertRuleRecord, AlertStatus, AlertWrite, ChannelRecord, EvalWrite,
     GpuBrief, GpuCursor, NewAlertRule, NewNotification, NewSuppressed,
@@ -268,7 +270,7 @@ impl CycleData {
         all.iter().filter(|c| ids.contains(&c.id)).collect()
     }
 
-    fn silence(&self, org: OrgId, labels: &BTreeMap<String, String>, now: i64) -> Option<i64> {
+    fn silence(&self, org: OrgId, labels: &BTreeMap<String, String>, now: i64) -> Option<SilenceId> {
         silenced_by(self.silences.get(&org).map(Vec::as_slice).unwrap_or_default(), labels, now)
     }
 }
@@ -309,7 +311,7 @@ pub(super) struct Engine {
     deliveries: HashMap<i64, Delivery>,
     /// The newest GPU event read, and the times of XID errors per GPU not yet matched to a
     /// sample (the `xid_errors` field of the GPU's next sample counts them).
-    last_event_id: i64,
+    last_event_id: GpuEventId,
     xids: HashMap<i64, Vec<i64>>,
     last_cursor_flush: i64,
     thresholds: HashMap<OrgId, (Thresholds, i64)>,
@@ -336,7 +338,7 @@ impl Engine {
             last_sample: HashMap::new(),
             dirty_cursors: HashSet::new(),
             deliveries: HashMap::new(),
-            last_event_id: 0,
+            last_event_id: GpuEventId(0),
             xids: HashMap::new(),
             last_cursor_flush: now_ms(),
             thresholds: HashMap::new(),

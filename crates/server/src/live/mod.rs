@@ -22,6 +22,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use fleetlens_store::accounts::{ApiKeyId, UserId};
 use fleetlens_store::{Change, OrgId, Store};
 use tokio::sync::{Notify, broadcast, watch};
 
@@ -74,8 +75,8 @@ pub struct Feed {
 /// Who an open stream counts against.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 enum Who {
-    Key(i64),
-    User(i64),
+    Key(ApiKeyId),
+    User(UserId),
 }
 
 #[derive(Default)]

@@ -22,8 +22,8 @@ use fleetlens_api::accounts::{
     Via,
 };
 use fleetlens_store::accounts::{
-    ApiKeyInfo, Assigned, GpuTeam, HostRecord, NewSession, NewUser, OrgRecord, Role, TeamRecord, UserRecord,
-    UserUpdate, expand_scopes,
+    ApiKeyId, ApiKeyInfo, Assigned, GpuTeam, HostRecord, NewSession, NewUser, OrgRecord, Role, TeamId, TeamRecord,
+    UserId, UserRecord, UserUpdate, expand_scopes,
 };
 use fleetlens_store::{NewApiKey, Scope, hash_api_key};
 use serde::de::DeserializeOwned;
@@ -45,7 +45,7 @@ fn org_view(o: OrgRecord) -> OrgView {
 
 fn user_view(u: UserRecord) -> UserView {
     UserView {
-        id: u.id.into(),
+        id: u.id,
         email: u.email,
         name: u.name,
         role: u.role,
@@ -58,22 +58,17 @@ fn user_view(u: UserRecord) -> UserView {
 }
 
 fn team_view(t: TeamRecord) -> TeamView {
-    TeamView {
-        id: t.id.into(),
-        name: t.name,
-        created_ms: t.created_ms,
-        members: t.members.into_iter().map(Into::into).collect(),
-    }
+    TeamView { id: t.id, name: t.name, created_ms: t.created_ms, members: t.members }
 }
 
 fn key_view(k: ApiKeyInfo) -> KeyView {
     KeyView {
-        id: k.key.id.into(),
+        id: k.key.id,
         name: k.key.name,
         prefix: k.key.prefix,
         scopes: k.key.scopes.clone(),
-        user_id: k.user_id.map(Into::into),
-        team_id: k.team_id.map(Into::into),
+        user_id: k.user_id,
+        team_id: k.team_id,
         created_ms: k.key.created_ms,
         last_used_ms: k.last_used_ms,
         revoked: k.key.revoked_ms.is_some(),
@@ -85,7 +80,7 @@ fn gpu_team_view(g: GpuTeam) -> GpuTeamView {
     GpuTeamView {
         uuid: g.uuid,
         host: g.host,
-        team_id: g.team_id.map(Into::into),
+        team_id: g.team_id,
         team_name: g.team_name,
         team_source: g.source.map(|s| s.as_str().to_string()),
     }
@@ -94,7 +89,7 @@ fn gpu_team_view(g: GpuTeam) -> GpuTeamView {
 fn host_view(h: HostRecord) -> HostView {
     HostView {
         host: h.host,
-        assigned_team_id: h.assigned_team_id.map(Into::into),
+        assigned_team_id: h.assigned_team_id,
         last_seen_ms: h.last_seen_ms,
         gpus: h.gpus.into_iter().map(gpu_team_view).collect(),
     }
@@ -142,7 +137,7 @@ fn team_name_field(name: &str) -> ApiResult<String> {
 /// The team a new key's hosts join: any team of the organisation for an admin; for anyone
 /// else only a team they are a member of (a key's team decides whose bill and dashboards the
 /// hosts land in).
-async fn key_team_allowed(state: &AppState, caller: &Caller, team: Option<i64>) -> ApiResult<()> {
+async fn key_team_allowed(state: &AppState, caller: &Caller, team: Option<TeamId>) -> ApiResult<()> {
     let Some(id) = team else { return Ok(()) };
     let team = state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team"))?;
     if caller.has(Scope::Admin) {
@@ -250,10 +245,10 @@ pub async fn me(State(state): State<AppState>, caller: Caller) -> ApiResult<Json
             role: None,
             scopes,
             api_key: Some(MeKeyView {
-                id: caller.key.id.into(),
+                id: caller.key.id,
                 name: caller.key.name,
                 prefix: caller.key.prefix,
-                team_id: team.map(Into::into),
+                team_id: team,
             }),
             csrf_token: None,
             session_expires_ms: None,
@@ -299,7 +294,7 @@ pub async fn change_password(
     if b.revoke_api_keys {
         let revoked = state.store.revoke_api_keys_of(caller.org, user.id, now).await?;
         state.key_cache.clear();
-        tracing::info!(user = user.id, revoked, "API keys revoked with a password change");
+        tracing::info!(user = user.id.get(), revoked, "API keys revoked with a password change");
     }
     Ok(StatusCode::NO_CONTENT)
 }
@@ -420,7 +415,11 @@ pub async fn create_user(
 
 /// `GET /api/v1/users/{id}` (admin, or the user themself).
 #[utoipa::path(get, path = "/users/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 200, body = UserView), crate::openapi::ItemErrors))]
-pub async fn get_user(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<UserView>> {
+pub async fn get_user(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<UserId>,
+) -> ApiResult<Json<UserView>> {
     if caller.user().map(|u| u.id) != Some(id) {
         caller.require(Scope::Admin)?;
     }
@@ -442,7 +441,7 @@ async fn keep_an_admin(state: &AppState, caller: &Caller, target: &UserRecord) -
 pub async fn update_user(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<UserId>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Json<UserView>> {
@@ -478,7 +477,11 @@ pub async fn update_user(
 
 /// `DELETE /api/v1/users/{id}` (admin): ends the user's sessions and revokes their keys.
 #[utoipa::path(delete, path = "/users/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemBodyErrors))]
-pub async fn delete_user(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<StatusCode> {
+pub async fn delete_user(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<UserId>,
+) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     let target = state.store.user(caller.org, id).await?.ok_or_else(|| not_found("user"))?;
     if caller.user().map(|u| u.id) == Some(id) {
@@ -522,7 +525,11 @@ pub async fn create_team(
 
 /// `GET /api/v1/teams/{id}` (read).
 #[utoipa::path(get, path = "/teams/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 200, body = TeamView), crate::openapi::ItemErrors))]
-pub async fn get_team(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<TeamView>> {
+pub async fn get_team(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<TeamId>,
+) -> ApiResult<Json<TeamView>> {
     caller.require(Scope::Read)?;
     Ok(Json(state.store.team(caller.org, id).await?.ok_or_else(|| not_found("team")).map(team_view)?))
 }
@@ -532,7 +539,7 @@ pub async fn get_team(State(state): State<AppState>, caller: Caller, Path(id): P
 pub async fn rename_team(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<TeamId>,
     headers: HeaderMap,
     body: Bytes,
 ) -> ApiResult<Json<TeamView>> {
@@ -551,7 +558,11 @@ pub async fn rename_team(
 
 /// `DELETE /api/v1/teams/{id}` (admin): its hosts, GPUs and keys are left without a team.
 #[utoipa::path(delete, path = "/teams/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
-pub async fn delete_team(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<StatusCode> {
+pub async fn delete_team(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<TeamId>,
+) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.delete_team(caller.org, id).await? {
         return Err(not_found("team"));
@@ -566,7 +577,7 @@ pub async fn delete_team(State(state): State<AppState>, caller: Caller, Path(id)
 pub async fn add_member(
     State(state): State<AppState>,
     caller: Caller,
-    Path((team, user)): Path<(i64, i64)>,
+    Path((team, user)): Path<(TeamId, UserId)>,
 ) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.set_team_member(caller.org, team, user, true).await? {
@@ -580,7 +591,7 @@ pub async fn add_member(
 pub async fn remove_member(
     State(state): State<AppState>,
     caller: Caller,
-    Path((team, user)): Path<(i64, i64)>,
+    Path((team, user)): Path<(TeamId, UserId)>,
 ) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.set_team_member(caller.org, team, user, false).await? {
@@ -639,7 +650,7 @@ pub async fn create_key(
             scopes.push(scope);
         }
     }
-    key_team_allowed(&state, &caller, b.team_id.map(Into::into)).await?;
+    key_team_allowed(&state, &caller, b.team_id).await?;
     let secret = new_api_key();
     let prefix: String = secret.chars().take(12).collect();
     let key_hash = hash_api_key(&secret);
@@ -651,13 +662,17 @@ pub async fn create_key(
         scopes: &scopes,
         created_ms: now_ms(),
     };
-    let info = state.store.create_api_key(key, caller.user_id(), b.team_id.map(Into::into)).await?;
+    let info = state.store.create_api_key(key, caller.user_id(), b.team_id).await?;
     Ok((StatusCode::CREATED, Json(CreatedKeyView { view: key_view(info), key: secret })))
 }
 
 /// `GET /api/v1/api-keys/{id}`: admins, or the key's owner.
 #[utoipa::path(get, path = "/api-keys/{id}", tag = "accounts", params(("id" = i64, Path)), responses((status = 200, body = KeyView), crate::openapi::ItemErrors))]
-pub async fn get_key(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<Json<KeyView>> {
+pub async fn get_key(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<ApiKeyId>,
+) -> ApiResult<Json<KeyView>> {
     let key = state
         .store
         .api_key(caller.org, id)
@@ -673,7 +688,7 @@ pub async fn get_key(State(state): State<AppState>, caller: Caller, Path(id): Pa
 pub async fn revoke_key(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<ApiKeyId>,
 ) -> ApiResult<Json<KeyView>> {
     state
         .store
@@ -715,7 +730,7 @@ pub async fn assign_host(
 ) -> ApiResult<Json<HostView>> {
     caller.require(Scope::Admin)?;
     let b: AssignBody = parse(&headers, &body)?;
-    assigned(state.store.set_host_team(caller.org, &host, b.team_id.map(Into::into), now_ms()).await?, "host")?;
+    assigned(state.store.set_host_team(caller.org, &host, b.team_id, now_ms()).await?, "host")?;
     state.accounts.assignments_changed();
     let view =
         state.store.hosts(caller.org).await?.into_iter().find(|h| h.host == host).ok_or_else(|| not_found("host"))?;
@@ -734,7 +749,7 @@ pub async fn assign_gpu(
 ) -> ApiResult<Json<GpuTeamView>> {
     caller.require(Scope::Admin)?;
     let b: AssignBody = parse(&headers, &body)?;
-    assigned(state.store.set_gpu_team(caller.org, &uuid, b.team_id.map(Into::into)).await?, "GPU")?;
+    assigned(state.store.set_gpu_team(caller.org, &uuid, b.team_id).await?, "GPU")?;
     state.accounts.assignments_changed();
     let view = state
         .store

@@ -6,6 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, PlansQuery, ReportRouteView, RunQuery};
 use fleetlens_core::jobcard::{JobCard, JobRunStatus};
+use fleetlens_core::{ChannelId, JobRunId, ReportRouteId};
 use fleetlens_store::Scope;
 use fleetlens_store::actions::{JobRunFilter, JobRunRecord, ReportRoute};
 
@@ -29,7 +30,7 @@ fn view(r: JobRunRecord) -> JobRun {
         end_reason: r.end_reason,
         team_id: r.team_id,
         card: r.card.and_then(|c| serde_json::from_str(&c).ok()),
-        notified_channel_id: r.notified_channel_id,
+        notified_channel_id: r.notified_channel_id.map(ChannelId),
     }
 }
 
@@ -68,7 +69,7 @@ pub async fn list_runs(
     Ok(Json(
         runs.into_iter()
             .filter(|r| q.owner.as_ref().is_none_or(|o| owner_of(r).as_ref() == Some(o)))
-            .filter(|r| q.team.is_none_or(|t| r.team_id == Some(t.get())))
+            .filter(|r| q.team.is_none_or(|t| r.team_id == Some(t)))
             .take(limit as usize)
             .map(view)
             .collect(),
@@ -77,7 +78,7 @@ pub async fn list_runs(
 
 /// A run by its id (digits) or its key (the newest run of that key).
 async fn find(state: &AppState, caller: &Caller, id: &str) -> ApiResult<JobRunRecord> {
-    let found = match id.parse::<i64>() {
+    let found = match id.parse::<JobRunId>() {
         Ok(n) => state.store.job_run(caller.org, n).await?,
         Err(_) => state.store.job_run_by_key(caller.org, id).await?,
     };
@@ -147,7 +148,7 @@ fn route_view(r: ReportRoute) -> ReportRouteView {
         id: r.id,
         team_id: r.team_id,
         owner: r.owner,
-        channel_id: r.channel_id,
+        channel_id: ChannelId(r.channel_id),
         min_gpu_hours: r.min_gpu_hours,
         min_waste_pct: r.min_waste_pct,
         created_ms: r.created_ms,
@@ -170,7 +171,7 @@ pub async fn create_route(
     let bad = |field: &str, message: &str| ApiError::Unprocessable { field: field.into(), message: message.into() };
     let channel = state
         .store
-        .notification_channel(caller.org, r.channel_id)
+        .notification_channel(caller.org, r.channel_id.get())
         .await?
         .ok_or_else(|| bad("channel_id", "no such notification channel"))?;
     if channel.kind == fleetlens_core::ChannelKind::Alertmanager {
@@ -194,11 +195,11 @@ pub async fn create_route(
         return Err(bad("min_waste_pct", "a percentage from 0 to 100"));
     }
     let route = ReportRoute {
-        id: 0,
+        id: ReportRouteId(0),
         org_id: caller.org,
         team_id: r.team_id,
         owner,
-        channel_id: r.channel_id,
+        channel_id: r.channel_id.get(),
         min_gpu_hours,
         min_waste_pct,
         created_ms: 0,
@@ -208,7 +209,11 @@ pub async fn create_route(
 }
 
 #[utoipa::path(delete, path = "/report-routes/{id}", tag = "jobs", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
-pub async fn delete_route(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> ApiResult<StatusCode> {
+pub async fn delete_route(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<ReportRouteId>,
+) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     if state.store.delete_report_route(caller.org, id).await? {
         Ok(StatusCode::NO_CONTENT)

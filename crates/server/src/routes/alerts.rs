@@ -21,7 +21,9 @@ use fleetlens_api::alerts::{
 use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec};
-use fleetlens_core::{AlertId, ChannelId, ChannelKind, MessageKind, OutboxStatus, RuleId, Severity, WorkloadState};
+use fleetlens_core::{
+    AlertId, ChannelId, ChannelKind, MessageKind, OutboxStatus, RuleId, Severity, SilenceId, WorkloadState,
+};
 use fleetlens_store::alerts::{
     AlertFilter, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
     NewNotification, NewSilence, OutboxRecord, SilenceRecord,
@@ -749,7 +751,11 @@ pub async fn list_silences(State(state): State<AppState>, caller: Caller) -> Res
 
 /// `DELETE /api/v1/silences/{id}`: end the silence now (it stays listed, expired).
 #[utoipa::path(delete, path = "/silences/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Expired"), crate::openapi::ItemErrors))]
-pub async fn delete_silence(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
+pub async fn delete_silence(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<SilenceId>,
+) -> Res<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.expire_silence(caller.org, id, now_ms()).await? {
         return Err(not_found("silence"));

@@ -19,7 +19,7 @@ use crate::state::AppState;
 /// one that no longer parses (written by a newer server) is left out rather than guessed.
 fn event_view(e: GpuEventRecord) -> Option<EventView> {
     let Some(kind) = GpuEventKind::parse(&e.kind) else {
-        tracing::warn!(id = e.id, kind = %e.kind, "stored GPU event of an unknown kind left out");
+        tracing::warn!(id = e.id.get(), kind = %e.kind, "stored GPU event of an unknown kind left out");
         return None;
     };
     Some(EventView {

@@ -9,7 +9,9 @@ use fleetlens_api::reclaim::{
     ReclaimPolicy, ReclaimStepView, SnoozeRequest,
 };
 use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimTiming, dry_run};
-use fleetlens_core::{ChannelKind, Resolution, WorkloadState};
+use fleetlens_core::{
+    AgentCommandId, ChannelId, ChannelKind, ReclaimId, ReclaimPolicyId, ReclaimStepId, Resolution, WorkloadState,
+};
 use fleetlens_store::Scope;
 use fleetlens_store::reclaim::{ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord};
 
@@ -30,8 +32,8 @@ fn policy_view(p: ReclaimPolicyRecord) -> ReclaimPolicy {
         for_s: p.for_s,
         grace_s: p.grace_s,
         action: p.action,
-        action_channel_id: p.action_channel_id,
-        notice_channel_id: p.notice_channel_id,
+        action_channel_id: p.action_channel_id.map(ChannelId),
+        notice_channel_id: p.notice_channel_id.map(ChannelId),
         enabled: p.enabled,
         created_ms: p.created_ms,
     }
@@ -63,11 +65,11 @@ pub async fn create_policy(
             return Err(bad(field, "seconds, from 1 to 2592000"));
         }
     }
-    let channel_kind = |id: Option<i64>| {
+    let channel_kind = |id: Option<ChannelId>| {
         let store = state.store.clone();
         async move {
             match id {
-                Some(id) => store.notification_channel(caller.org, id).await.map(|c| c.map(|c| c.kind)),
+                Some(id) => store.notification_channel(caller.org, id.get()).await.map(|c| c.map(|c| c.kind)),
                 None => Ok(None),
             }
         }
@@ -89,15 +91,15 @@ pub async fn create_policy(
         return Err(bad("notice_channel_id", "a slack or webhook channel"));
     }
     let record = ReclaimPolicyRecord {
-        id: 0,
+        id: ReclaimPolicyId(0),
         org_id: caller.org,
         name: name.to_string(),
         state: p.state,
         for_s: p.for_s,
         grace_s: p.grace_s,
         action: p.action,
-        action_channel_id: p.action_channel_id,
-        notice_channel_id: p.notice_channel_id,
+        action_channel_id: p.action_channel_id.map(ChannelId::get),
+        notice_channel_id: p.notice_channel_id.map(ChannelId::get),
         enabled: p.enabled,
         created_ms: 0,
         updated_ms: 0,
@@ -114,7 +116,7 @@ pub async fn create_policy(
 pub async fn delete_policy(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<ReclaimPolicyId>,
 ) -> ApiResult<StatusCode> {
     caller.require(Scope::Admin)?;
     if state.store.delete_reclaim_policy(caller.org, id).await? {
@@ -128,7 +130,7 @@ pub async fn delete_policy(
 pub async fn dry_run_policy(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<ReclaimPolicyId>,
     Query(q): Query<DryRunQuery>,
 ) -> ApiResult<Json<DryRun>> {
     caller.require(Scope::Read)?;
@@ -232,7 +234,7 @@ pub async fn list_reclaims(State(state): State<AppState>, caller: Caller) -> Api
 pub async fn get_reclaim(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<ReclaimId>,
 ) -> ApiResult<Json<Reclaim>> {
     caller.require(Scope::Read)?;
     let r = state.store.reclaim(caller.org, id).await?.ok_or_else(|| ApiError::NotFound("no such reclaim".into()))?;
@@ -243,7 +245,7 @@ pub async fn get_reclaim(
 pub async fn snooze(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<ReclaimId>,
     JsonBody(s): JsonBody<SnoozeRequest>,
 ) -> ApiResult<Json<Reclaim>> {
     // Any member may snooze: the owner of the job is a person, not a role.
@@ -259,7 +261,7 @@ pub async fn snooze(
     let mut next = r.clone();
     next.snoozed_until_ms = Some(now + s.for_s * 1000);
     let entry = ReclaimLogEntry {
-        id: 0,
+        id: ReclaimStepId(0),
         org_id: caller.org,
         reclaim_id: id,
         step: ReclaimLogStep::Snooze,
@@ -299,7 +301,7 @@ pub async fn take_commands(
 pub async fn command_result(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<AgentCommandId>,
     JsonBody(r): JsonBody<CommandResult>,
 ) -> ApiResult<StatusCode> {
     caller.require(Scope::Ingest)?;
@@ -311,9 +313,9 @@ pub async fn command_result(
     let host = r.host.trim();
     let now = now_ms();
     let entry = ReclaimLogEntry {
-        id: 0,
+        id: ReclaimStepId(0),
         org_id: caller.org,
-        reclaim_id: 0,
+        reclaim_id: ReclaimId(0),
         step,
         actor: format!("agent:{host}"),
         dollars_held: None,
