@@ -736,7 +736,6 @@ impl Engine {
         }
     }
 
-    /// Resolve (or drop, if pending) an open alert whose rule was deleted or disabled.
     /// Change the open alert `key` in place, as a write of this batch (which keeps the status
     /// it was stored with as its origin).
     fn edit_open(&mut self, key: Key, changes: &mut Changes, edit: impl FnOnce(&mut AlertRecord)) {
@@ -746,6 +745,7 @@ impl Engine {
         changes.touch(key);
     }
 
+    /// Resolve (or drop, if pending) an open alert whose rule was deleted or disabled.
     fn close_orphan(&mut self, key: Key, now: i64, data: &CycleData, changes: &mut Changes) {
         let Some(mut a) = self.open.remove(&key) else { return };
         let origin = changes.origin.remove(&key).unwrap_or(a.status);
