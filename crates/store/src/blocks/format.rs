@@ -173,12 +173,13 @@ fn process_identity(p: &GpuProcess) -> String {
 
 /// The process lists of `out`'s samples from their columns ([`PROCESS_COLUMNS`]).
 fn read_process_columns(r: &mut Reader, out: &mut [Sample]) -> Result<(), BlockError> {
-    let lengths = r.numbers(out.len())?;
-    let mut total = 0usize;
-    for len in lengths.iter().flatten() {
-        let len = usize::try_from(len.as_i64()).map_err(|_| BlockError::Malformed("a negative process count"))?;
-        total = total.saturating_add(len);
-    }
+    let lengths: Vec<Option<usize>> = r
+        .numbers(out.len())?
+        .into_iter()
+        .map(|len| len.map(|len| usize::try_from(len.as_i64())).transpose())
+        .collect::<Result<_, _>>()
+        .map_err(|_| BlockError::Malformed("a negative process count"))?;
+    let total = lengths.iter().flatten().fold(0usize, |total, &len| total.saturating_add(len));
     if total > MAX_PROCESS_ENTRIES {
         return Err(BlockError::Malformed("more processes than a block can list"));
     }
@@ -191,7 +192,6 @@ fn read_process_columns(r: &mut Reader, out: &mut [Sample]) -> Result<(), BlockE
     let mut k = 0;
     for (s, len) in out.iter_mut().zip(lengths) {
         let Some(len) = len else { continue };
-        let len = len.as_i64() as usize;
         let mut list = Vec::with_capacity(len);
         for (&id, (used, sm)) in ids[k..k + len].iter().zip(used[k..k + len].iter().zip(&sm[k..k + len])) {
             let identity = (id as usize)
@@ -247,17 +247,16 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
             }
         }
     }
-    let layout = if version >= 3 { r.u8()? } else { PROCESS_LISTS };
-    if layout == PROCESS_COLUMNS {
-        read_process_columns(&mut r, &mut out)?;
-    } else if layout != PROCESS_LISTS {
-        return Err(BlockError::Malformed("unknown process layout"));
-    } else {
-        // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
-        let processes = r.dictionary(n, |t| serde_json::from_str::<Vec<GpuProcess>>(t).ok())?;
-        for (s, p) in out.iter_mut().zip(processes) {
-            s.processes = p.flatten();
+    match if version >= 3 { r.u8()? } else { PROCESS_LISTS } {
+        PROCESS_LISTS => {
+            // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
+            let processes = r.dictionary(n, |t| serde_json::from_str::<Vec<GpuProcess>>(t).ok())?;
+            for (s, p) in out.iter_mut().zip(processes) {
+                s.processes = p.flatten();
+            }
         }
+        PROCESS_COLUMNS => read_process_columns(&mut r, &mut out)?,
+        _ => return Err(BlockError::Malformed("unknown process layout")),
     }
     for (s, a) in out.iter_mut().zip(r.dictionary(n, |t| columns::parse_allocations(Some(t)))?) {
         s.allocations = a.unwrap_or_default();
