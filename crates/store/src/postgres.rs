@@ -342,8 +342,7 @@ crate::shared_store::impl_store!(PgStore, pg, {
         // Throttled as autovacuum is (a manual VACUUM or ANALYZE runs unthrottled by default):
         // unthrottled, each minute's pass read the growing samples table at full speed and
         // the ingest commits waiting behind that I/O showed as lag spikes.
-        sqlx::query("SET vacuum_cost_delay = '2ms'").execute(&mut conn).await?;
-        sqlx::query("SET vacuum_cost_limit = 200").execute(&mut conn).await?;
+        blocks::hourly::throttle_vacuum(&mut conn).await?;
         for table in &due {
             sqlx::query(&format!("VACUUM (ANALYZE) {table}")).execute(&mut conn).await?;
         }

@@ -122,14 +122,22 @@ pub(crate) async fn prepare(pool: &PgPool, now_ms: i64) -> Result<u64> {
     Ok(created)
 }
 
+/// Make the connection's `VACUUM` and `ANALYZE` pause as autovacuum's do (its default cost
+/// delay and limit) instead of running at full speed: the hour partitions here and the
+/// maintenance job (`PgStore::maintain`) both vacuum this way.
+pub(crate) async fn throttle_vacuum(conn: &mut sqlx::PgConnection) -> Result<()> {
+    sqlx::query("SET vacuum_cost_delay = '2ms'").execute(&mut *conn).await?;
+    sqlx::query("SET vacuum_cost_limit = 200").execute(&mut *conn).await?;
+    Ok(())
+}
+
 /// `VACUUM` one partition, throttled as autovacuum is: a manual VACUUM runs at full speed by
 /// default, and reading an hour of dead rows that fast delays the ingest commits behind its I/O
 /// (the maintenance job's lesson, `PgStore::maintain`). Outside a transaction, on a
 /// connection of its own for the settings.
 async fn vacuum(pool: &PgPool, name: &str) -> Result<()> {
     let mut conn = pool.acquire().await?;
-    sqlx::query("SET vacuum_cost_delay = '2ms'").execute(&mut *conn).await?;
-    sqlx::query("SET vacuum_cost_limit = 200").execute(&mut *conn).await?;
+    throttle_vacuum(&mut conn).await?;
     let vacuumed = sqlx::query(&format!("VACUUM {name}")).execute(&mut *conn).await;
     // The connection goes back to the pool: its settings go back to the defaults first.
     sqlx::query("RESET vacuum_cost_delay").execute(&mut *conn).await?;
