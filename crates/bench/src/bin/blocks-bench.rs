@@ -80,18 +80,19 @@ impl Tiles {
     fn load() -> Result<Self> {
         let samples: Vec<Sample> = recorded_traces()?.into_iter().flatten().collect();
         let mut energy_j = Vec::with_capacity(samples.len());
-        let (mut total, mut steps, mut last) = (0.0, Vec::new(), None::<f64>);
+        let (mut total, mut steps, mut last) = (0.0, 0usize, None::<f64>);
         for s in &samples {
             if let (Some(e), Some(l)) = (s.energy_j, last)
                 && e >= l
             {
                 total += e - l;
-                steps.push(e - l);
+                steps += 1;
             }
             last = s.energy_j.or(last);
             energy_j.push(total);
         }
-        let step = steps.iter().sum::<f64>() / steps.len().max(1) as f64;
+        // The join from the last sample to the first counts as a mean step.
+        let step = total / steps.max(1) as f64;
         Ok(Tiles { cycle_j: total + step, energy_j, samples })
     }
 
@@ -143,14 +144,7 @@ fn jittered(plan: &data::Plan, g: usize, t: usize) -> Sample {
 
 /// The simulated fleet's hour of GPU `g`, with per-sample jitter of up to ±25 ms.
 fn simulated_hour(plan: &data::Plan, g: usize) -> Vec<Sample> {
-    (0..plan.samples_per_gpu)
-        .map(|t| {
-            let mut s = data::sample(plan, g, t);
-            let h = (g as i64 * 7_919 + t as i64 * 104_729) % 51;
-            s.ts_ms += h - 25;
-            s
-        })
-        .collect()
+    (0..plan.samples_per_gpu).map(|t| jittered(plan, g, t)).collect()
 }
 
 fn recorded_traces() -> Result<Vec<Vec<Sample>>> {
