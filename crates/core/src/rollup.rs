@@ -8,6 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::quality::{QualityFlag, QualityFlags};
 use crate::sample::Sample;
+use crate::signal::Precision;
 use crate::window::{SignalCounts, WindowAggregate};
 
 /// Number of data-quality flag kinds counted per bucket.
@@ -58,6 +59,9 @@ pub const ROLLUP_SIGNALS: [&str; 12] = [
 
 /// The accessors of [`ROLLUP_SIGNALS`], from the signal table.
 const ROLLUP_GETTERS: [fn(&Sample) -> Option<f64>; ROLLUP_SIGNALS.len()] = crate::signal::getters(ROLLUP_SIGNALS);
+
+/// What [`ROLLUP_SIGNALS`] keep at rest; a closed minute's statistics are kept at it.
+const ROLLUP_PRECISION: [Precision; ROLLUP_SIGNALS.len()] = crate::signal::precisions(ROLLUP_SIGNALS);
 
 fn signal_values(s: &Sample) -> [Option<f64>; ROLLUP_SIGNALS.len()] {
     ROLLUP_GETTERS.map(|get| get(s))
@@ -193,6 +197,18 @@ impl RollupBucket {
         }
     }
 
+    /// This bucket with each signal's sum, minimum and maximum at the signal's stored precision
+    /// (docs/METRICS.md, "Stored precision"): what a closed minute keeps, so that its row and
+    /// its hour packed as integer columns hold the same numbers.
+    pub fn at_stored_precision(mut self) -> Self {
+        for (stats, precision) in self.signals.iter_mut().zip(ROLLUP_PRECISION) {
+            stats.sum = precision.round(stats.sum);
+            stats.min = stats.min.map(|v| precision.round(v));
+            stats.max = stats.max.map(|v| precision.round(v));
+        }
+        self
+    }
+
     pub fn signal(&self, name: &str) -> Option<&SignalStats> {
         ROLLUP_SIGNALS.iter().position(|n| *n == name).map(|i| &self.signals[i])
     }
@@ -281,7 +297,8 @@ impl RollupAccumulator {
 /// minute's samples with their data-quality flags, in any order (a repeated timestamp counts
 /// once); `before` the GPU's stored timestamps just before the minute, ascending (its sampled
 /// time continues from them, as ingest's does: `crate::window::sampled_ms_since_previous`).
-/// Equal to merging the per-batch deltas of the same samples when they arrived in time order.
+/// Equal to merging the per-batch deltas of the same samples when they arrived in time order,
+/// with its statistics at the stored precision ([`RollupBucket::at_stored_precision`]).
 pub fn minute_from_samples(
     gpu_id: i64,
     minute_ms: i64,
@@ -305,7 +322,7 @@ pub fn minute_from_samples(
         acc.add(s, sampled[i], *flags);
         i += 1;
     }
-    acc
+    acc.at_stored_precision()
 }
 
 #[cfg(test)]
@@ -418,6 +435,7 @@ mod tests {
                 per_batch.add(3, s, ms, *f);
             }
         }
+        let mut rounded = 0;
         for want in per_batch.into_buckets() {
             let minute = want.bucket_ms;
             let prior: Vec<i64> = ts.iter().copied().filter(|t| *t < minute).collect();
@@ -428,8 +446,13 @@ mod tests {
             mine.reverse();
             mine.push(mine[3].clone());
             let got = minute_from_samples(3, minute, prior, &mut mine, 3);
-            assert_eq!(got, want, "minute {minute}");
+            assert_eq!(got, want.clone().at_stored_precision(), "minute {minute}");
+            // The thirds of this trace are not at 0.01: the minute's statistics are rounded.
+            let (kept, exact) = (&got.signals[1], &want.signals[1]);
+            assert!((kept.sum - exact.sum).abs() <= 0.005, "minute {minute}");
+            rounded += usize::from(kept.min != exact.min || kept.sum != exact.sum);
         }
+        assert!(rounded > 0, "some statistic was not at 0.01");
     }
 
     #[test]

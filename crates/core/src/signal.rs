@@ -53,6 +53,23 @@ pub enum Precision {
     Scaled(i64),
 }
 
+impl Precision {
+    /// `v` kept at this precision: the nearest multiple of `1 / scale`, as the f64 that the
+    /// stored integer divided by the scale gives (so storing it again as that integer and reading
+    /// it back returns the same bits). Exact signals are whole numbers and stay as they are; so
+    /// does a value too large for its integer to be exact in f64 (beyond 2^53).
+    pub fn round(self, v: f64) -> f64 {
+        const LIMIT: f64 = (1u64 << 53) as f64;
+        match self {
+            Precision::Exact => v,
+            Precision::Scaled(scale) => {
+                let q = (v * scale as f64).round();
+                if q.is_finite() && q.abs() < LIMIT { q / scale as f64 } else { v }
+            }
+        }
+    }
+}
+
 impl Signal {
     const fn stored(self, precision: Precision) -> Self {
         Signal { precision, ..self }

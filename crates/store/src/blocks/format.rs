@@ -132,10 +132,7 @@ fn encode_as(samples: &[Sample], version: u8, columns: usize) -> Vec<u8> {
                     .collect();
                 put_ints(&mut out, &ints);
             }
-            Precision::Scaled(scale) => match quantize(&values, scale) {
-                Some(ints) => put_ints(&mut out, &ints),
-                None => put_raw_f64(&mut out, &values),
-            },
+            Precision::Scaled(_) => put_at_precision(&mut out, &values, *precision),
         }
     }
     let mut lists = Vec::new();
@@ -308,7 +305,7 @@ impl Number {
 
     /// Division by the integer scale (not multiplication by its inverse): the stored value
     /// `37.25` comes back as the same f64 that parsing "37.25" gives.
-    fn as_f64(self, precision: Precision) -> f64 {
+    pub(super) fn as_f64(self, precision: Precision) -> f64 {
         match (self, precision) {
             (Number::Int(i), Precision::Scaled(scale)) => i as f64 / scale as f64,
             (Number::Int(i), Precision::Exact) => i as f64,
@@ -360,6 +357,19 @@ pub(super) fn put_ints(out: &mut Vec<u8>, values: &[Option<i64>]) {
             let present: Vec<i64> = values.iter().flatten().copied().collect();
             put_chunk(out, &present);
         }
+    }
+}
+
+/// A numbers column of `values` as integers at `precision` (the integer of a value that is
+/// not at it is the nearest one), or as measured f64 bits when a value does not fit one.
+pub(super) fn put_at_precision(out: &mut Vec<u8>, values: &[Option<f64>], precision: Precision) {
+    let scale = match precision {
+        Precision::Exact => 1,
+        Precision::Scaled(scale) => scale,
+    };
+    match quantize(values, scale) {
+        Some(ints) => put_ints(out, &ints),
+        None => put_raw_f64(out, values),
     }
 }
 

@@ -9,23 +9,31 @@
 //! 7 cols   integer columns: bucket_ms, sample_count, allocated_count, processes_read_count,
 //!          first_ts_ms, last_ts_ms, sampled_ms
 //! q cols   integer columns: samples per data-quality flag
-//! s × 4    per signal: count (integer), sum, min, max (f64 as stored)
+//! s × 4    per signal: count (integer), sum, min, max (version 1: f64 bits; version 2:
+//!          integers at the signal's stored precision, f64 bits for a value too large)
 //! 1 col    dictionary column: the minute's state
 //! c cols   f64 columns: the credit cells (`Credit::to_cells` order)
 //! ```
 //!
 //! Columns are the numbers and dictionary columns of [`super::format`]. Every value is kept
-//! exactly: floats as their bits (pco finds the common patterns of sums and credits), so a
-//! minute read from a packed hour is the row it was. A block written by a server that knew
+//! exactly, so a minute read from a packed hour is the row it was: the rollup job writes a
+//! minute's statistics at their signal's stored precision
+//! (`RollupBucket::at_stored_precision`), which version 2 keeps as integers (arbitrary f64
+//! minima and sums cost ~6 B each as bits, a percentage at 0.01 one or two); credits stay f64
+//! bits (pco finds their common patterns). A row written before statistics were kept at their
+//! precision is rounded to it when its hour is packed. A block written by a server that knew
 //! fewer signals, flags or credit cells reads the missing ones as absent or zero; a block with
 //! more than this server knows is refused.
 
 use fleetlens_core::{CREDIT_COLUMNS, Credit, QUALITY_COUNTS, ROLLUP_SIGNALS, RollupBucket, SignalStats};
 
-use super::format::{BlockError, Number, Reader, put_dictionary, put_ints, put_raw_f64};
+use super::format::{BlockError, Number, Precision, Reader, put_at_precision, put_dictionary, put_ints, put_raw_f64};
 
 const MAGIC: &[u8; 4] = b"FLMB";
-const FORMAT_VERSION: u8 = 1;
+/// Version 2 keeps the signals' statistics as integers at their stored precision.
+const FORMAT_VERSION: u8 = 2;
+/// What each of [`ROLLUP_SIGNALS`] keeps at rest.
+const PRECISION: [Precision; ROLLUP_SIGNALS.len()] = fleetlens_core::signal::precisions(ROLLUP_SIGNALS);
 /// The integer columns before the quality counts.
 const HEAD_COLUMNS: usize = 7;
 
@@ -40,10 +48,15 @@ pub(crate) struct StoredMinute {
 
 /// Encode the minutes of one GPU-hour (ascending, distinct `bucket_ms`).
 pub(crate) fn encode(minutes: &[StoredMinute]) -> Vec<u8> {
+    encode_as(minutes, FORMAT_VERSION)
+}
+
+/// [`encode`] in format `version` (tests write the blocks of older servers with it).
+fn encode_as(minutes: &[StoredMinute], version: u8) -> Vec<u8> {
     let n = minutes.len();
     let mut out = Vec::with_capacity(256 + n * 16);
     out.extend_from_slice(MAGIC);
-    out.push(FORMAT_VERSION);
+    out.push(version);
     out.extend_from_slice(&(n as u32).to_le_bytes());
     for count in [ROLLUP_SIGNALS.len(), QUALITY_COUNTS, CREDIT_COLUMNS] {
         out.extend_from_slice(&(count as u16).to_le_bytes());
@@ -70,9 +83,12 @@ pub(crate) fn encode(minutes: &[StoredMinute]) -> Vec<u8> {
         let floats = |f: &dyn Fn(&SignalStats) -> Option<f64>| -> Vec<Option<f64>> {
             minutes.iter().map(|m| f(&m.bucket.signals[s])).collect()
         };
-        put_raw_f64(&mut out, &floats(&|st| Some(st.sum)));
-        put_raw_f64(&mut out, &floats(&|st| st.min));
-        put_raw_f64(&mut out, &floats(&|st| st.max));
+        for column in [floats(&|st| Some(st.sum)), floats(&|st| st.min), floats(&|st| st.max)] {
+            match version {
+                1 => put_raw_f64(&mut out, &column),
+                _ => put_at_precision(&mut out, &column, PRECISION[s]),
+            }
+        }
     }
     put_dictionary(&mut out, minutes.iter().map(|m| m.state.clone()));
     let cells: Vec<[f64; CREDIT_COLUMNS]> = minutes.iter().map(|m| m.credit.to_cells()).collect();
@@ -103,6 +119,10 @@ pub(crate) fn decode(gpu_id: i64, bytes: &[u8]) -> Result<Vec<StoredMinute>, Blo
     let floats = |r: &mut Reader<'_>| -> Result<Vec<Option<f64>>, BlockError> {
         Ok(r.numbers(n)?.into_iter().map(|v| v.map(Number::as_raw_f64)).collect())
     };
+    // Integers at the signal's precision (version 2), or f64 bits (version 1, a huge value).
+    let stats = |r: &mut Reader<'_>, precision: Precision| -> Result<Vec<Option<f64>>, BlockError> {
+        Ok(r.numbers(n)?.into_iter().map(|v| v.map(|v| v.as_f64(precision))).collect())
+    };
     let mut out: Vec<StoredMinute> = (0..n)
         .map(|_| StoredMinute {
             bucket: RollupBucket { gpu_id, ..Default::default() },
@@ -131,9 +151,9 @@ pub(crate) fn decode(gpu_id: i64, bytes: &[u8]) -> Result<Vec<StoredMinute>, Blo
     }
     for s in 0..signals {
         let counts = ints(&mut r)?;
-        let sums = floats(&mut r)?;
-        let mins = floats(&mut r)?;
-        let maxs = floats(&mut r)?;
+        let sums = stats(&mut r, PRECISION[s])?;
+        let mins = stats(&mut r, PRECISION[s])?;
+        let maxs = stats(&mut r, PRECISION[s])?;
         for (i, m) in out.iter_mut().enumerate() {
             m.bucket.signals[s] =
                 SignalStats { count: counts[i], sum: sums[i].unwrap_or(0.0), min: mins[i], max: maxs[i] };
@@ -188,6 +208,11 @@ mod tests {
                         max: present.then_some(99.99 - i as f64 / 3.0),
                     };
                 }
+                // Bytes are whole numbers.
+                let bytes = &mut bucket.signals[ROLLUP_SIGNALS.iter().position(|s| *s == "mem_used_bytes").unwrap()];
+                (bytes.sum, bytes.min, bytes.max) =
+                    (bytes.sum.round(), bytes.min.map(f64::round), bytes.max.map(f64::round));
+                let bucket = bucket.at_stored_precision();
                 let mut cells = [0.0; CREDIT_COLUMNS];
                 for (c, v) in cells.iter_mut().enumerate() {
                     *v = if c % 5 == 0 { 60.0 } else { (i * c as i64) as f64 / 7.0 };
@@ -208,6 +233,32 @@ mod tests {
         assert_eq!(decode(9, &bytes).unwrap(), minutes);
         // Far below the ~900 B a minute row takes in PostgreSQL.
         assert!(bytes.len() < 59 * 150, "{} B for 59 minutes", bytes.len());
+    }
+
+    #[test]
+    fn statistics_are_integers_at_their_precision_and_older_blocks_still_read() {
+        let minutes = hour();
+        let version_1 = encode_as(&minutes, 1);
+        assert_eq!(decode(9, &version_1).unwrap(), minutes);
+        let version_2 = encode(&minutes);
+        // This hour's regular values suit pco's float mode too; measured traces gain far more
+        // (docs/BENCHMARKS.md).
+        assert!(version_2.len() < version_1.len(), "{} B vs {} B as f64 bits", version_2.len(), version_1.len());
+        // A minute row of an older release, statistics not at their precision: rounded to it
+        // when packed, so within half a step of what it was.
+        let mut older = hour();
+        older[0].bucket.signals[1].max = Some(99.123_456);
+        older[0].bucket.signals[5].sum = 12_345_678_901.0;
+        older[1].bucket.signals[11].min = Some(1.0e6 + 1.0 / 3.0);
+        let back = decode(9, &encode(&older)).unwrap();
+        assert_eq!(back[0].bucket.signals[1].max, Some(99.12));
+        assert_eq!(back[0].bucket.signals[5].sum, 12_345_678_901.0, "bytes stay exact");
+        assert_eq!(back[1].bucket.signals[11].min, Some(1_000_000.333), "energy at 1 mJ");
+        assert_eq!(back[2..], older[2..]);
+        // A sum too large for its integer to be exact stays f64 bits.
+        let mut huge = hour();
+        huge[3].bucket.signals[6].sum = 1.0e300;
+        assert_eq!(decode(9, &encode(&huge)).unwrap(), huge);
     }
 
     #[test]
