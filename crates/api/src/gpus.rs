@@ -330,12 +330,12 @@ pub struct ProcessColumns {
 impl ProcessColumns {
     /// Add one process of one sample.
     fn push(&mut self, p: &fleetlens_core::GpuProcess) {
-        let identity = fleetlens_core::GpuProcess { used_bytes: None, sm_pct: None, ..p.clone() };
         let recent = self.identities.len().saturating_sub(RECENT_PROCESSES);
-        let index = match self.identities[recent..].iter().rposition(|known| *known == identity) {
+        // Compared in place: a process seen before (nearly every row) is not cloned.
+        let index = match self.identities[recent..].iter().rposition(|known| known.same_identity(p)) {
             Some(i) => recent + i,
             None => {
-                self.identities.push(identity);
+                self.identities.push(fleetlens_core::GpuProcess { used_bytes: None, sm_pct: None, ..p.clone() });
                 self.identities.len() - 1
             }
         };

@@ -212,6 +212,19 @@ pub struct GpuProcess {
     pub owner: Option<ProcessOwner>,
 }
 
+impl GpuProcess {
+    /// The same process (pid, command, user, container, owner), whatever its readings.
+    pub fn same_identity(&self, other: &GpuProcess) -> bool {
+        // Destructured, so that a field added later must be placed on one side or the other.
+        let GpuProcess { pid, used_bytes: _, sm_pct: _, command, user, container_id, owner } = self;
+        *pid == other.pid
+            && *command == other.command
+            && *user == other.user
+            && *container_id == other.container_id
+            && *owner == other.owner
+    }
+}
+
 /// The owner of a GPU process, from `/proc/<pid>/{status,cgroup,environ}`. Every field is
 /// `null` where the host cannot tell: nothing is guessed.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -423,6 +436,24 @@ mod holder_tests {
     fn pod_of(p: &GpuProcess) -> (Option<&str>, Option<&str>) {
         let o = p.owner.as_ref().unwrap();
         (o.namespace.as_deref(), o.pod_name.as_deref())
+    }
+
+    #[test]
+    fn a_process_is_the_same_whatever_its_readings() {
+        let p = GpuProcess {
+            pid: 7,
+            used_bytes: Some(1 << 30),
+            sm_pct: Some(40.0),
+            command: Some("python".into()),
+            owner: Some(ProcessOwner { user: Some("ana".into()), ..Default::default() }),
+            ..Default::default()
+        };
+        assert!(p.same_identity(&GpuProcess { used_bytes: Some(2 << 30), sm_pct: None, ..p.clone() }));
+        assert!(!p.same_identity(&GpuProcess { pid: 8, ..p.clone() }));
+        assert!(!p.same_identity(&GpuProcess { command: None, ..p.clone() }));
+        assert!(!p.same_identity(&GpuProcess { user: Some("root".into()), ..p.clone() }));
+        assert!(!p.same_identity(&GpuProcess { container_id: Some("c1".into()), ..p.clone() }));
+        assert!(!p.same_identity(&GpuProcess { owner: None, ..p.clone() }));
     }
 
     #[test]
