@@ -54,18 +54,26 @@ pub enum Precision {
 }
 
 impl Precision {
-    /// `v` kept at this precision: the nearest multiple of `1 / scale`, as the f64 that the
-    /// stored integer divided by the scale gives (so storing it again as that integer and reading
-    /// it back returns the same bits). Exact signals are whole numbers and stay as they are; so
-    /// does a value too large for its integer to be exact in f64 (beyond 2^53).
-    pub fn round(self, v: f64) -> f64 {
+    /// `v` as the integer it is stored as: the nearest multiple of `1 / scale` times the scale
+    /// (an exact signal's whole number as it is), or `None` when that integer is not exactly
+    /// representable in f64 (beyond 2^53 the value read back would not be it over the scale).
+    pub fn stored_int(self, v: f64) -> Option<i64> {
         const LIMIT: f64 = (1u64 << 53) as f64;
+        let scale = match self {
+            Precision::Exact => 1,
+            Precision::Scaled(scale) => scale,
+        };
+        let q = (v * scale as f64).round();
+        (q.is_finite() && q.abs() < LIMIT).then_some(q as i64)
+    }
+
+    /// `v` kept at this precision: the stored integer divided by the scale (the f64 that
+    /// reading the stored value back gives, so storing it again changes nothing). Exact signals
+    /// are whole numbers and stay as they are; so does a value without a stored integer.
+    pub fn round(self, v: f64) -> f64 {
         match self {
             Precision::Exact => v,
-            Precision::Scaled(scale) => {
-                let q = (v * scale as f64).round();
-                if q.is_finite() && q.abs() < LIMIT { q / scale as f64 } else { v }
-            }
+            Precision::Scaled(scale) => self.stored_int(v).map_or(v, |q| q as f64 / scale as f64),
         }
     }
 }

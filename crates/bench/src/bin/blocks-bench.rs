@@ -343,7 +343,8 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source)
     assert_eq!(store.sample_count().await?, total);
     // One GPU's sealed hour as `GET /gpus/{uuid}/samples` reads it (in process, no HTTP).
     let gpus = store.gpu_identities(fleetlens_store::DEFAULT_ORG).await?;
-    let mut times = Vec::new();
+    // And what the server does with it for `format=columns`: the columns built, then JSON.
+    let (mut times, mut built, mut serialized, mut bytes) = (Vec::new(), Vec::new(), Vec::new(), 0);
     for (i, g) in gpus.iter().cycle().take(50).enumerate() {
         let t = Instant::now();
         let got = store
@@ -351,11 +352,20 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source)
             .await?;
         times.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(got.len(), plan.samples_per_gpu, "read {i}");
+        let t = Instant::now();
+        let columns = fleetlens_api::gpus::SampleColumns::new(g.uuid.clone(), 0, 0, false, &got);
+        built.push(t.elapsed().as_secs_f64() * 1e3);
+        let t = Instant::now();
+        bytes = serde_json::to_vec(&columns)?.len();
+        serialized.push(t.elapsed().as_secs_f64() * 1e3);
     }
-    times.sort_by(f64::total_cmp);
+    for t in [&mut times, &mut built, &mut serialized] {
+        t.sort_by(f64::total_cmp);
+    }
     println!(
-        "{backend}: one sealed GPU-hour through Store::samples: p50 {:.1} ms, max {:.1} ms (50 reads)",
-        times[25], times[49]
+        "{backend}: one sealed GPU-hour through Store::samples: p50 {:.1} ms, max {:.1} ms (50 reads); \
+         its columns built p50 {:.1} ms, as JSON p50 {:.1} ms ({bytes} B)",
+        times[25], times[49], built[25], serialized[25]
     );
     drop(store);
     http_reads(args, backend, &url, plan, &gpus).await?;

@@ -264,18 +264,14 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
     Ok(out)
 }
 
-/// Integers at `scale`, or `None` when a value does not fit one exactly representable in f64
-/// (beyond 2^53 the decoded value would not be the stored integer over the scale).
-fn quantize(values: &[Option<f64>], scale: i64) -> Option<Vec<Option<i64>>> {
-    const LIMIT: f64 = (1u64 << 53) as f64;
+/// The integers of `values` at `precision`, or `None` when one does not fit an integer exactly
+/// representable in f64 ([`Precision::stored_int`]).
+fn quantize(values: &[Option<f64>], precision: Precision) -> Option<Vec<Option<i64>>> {
     values
         .iter()
         .map(|v| match v {
             None => Some(None),
-            Some(v) => {
-                let q = (v * scale as f64).round();
-                (q.is_finite() && q.abs() < LIMIT).then_some(Some(q as i64))
-            }
+            Some(v) => precision.stored_int(*v).map(Some),
         })
         .collect()
 }
@@ -363,11 +359,7 @@ pub(super) fn put_ints(out: &mut Vec<u8>, values: &[Option<i64>]) {
 /// A numbers column of `values` as integers at `precision` (the integer of a value that is
 /// not at it is the nearest one), or as measured f64 bits when a value does not fit one.
 pub(super) fn put_at_precision(out: &mut Vec<u8>, values: &[Option<f64>], precision: Precision) {
-    let scale = match precision {
-        Precision::Exact => 1,
-        Precision::Scaled(scale) => scale,
-    };
-    match quantize(values, scale) {
+    match quantize(values, precision) {
         Some(ints) => put_ints(out, &ints),
         None => put_raw_f64(out, values),
     }
