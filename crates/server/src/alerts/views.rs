@@ -44,7 +44,7 @@ pub fn alert_view(a: AlertRecord) -> AlertView {
 }
 
 /// `view` with `rule_deleted` set: its rule is not among the organisation's `rules` now.
-pub fn marking_deleted(mut view: AlertView, rules: &std::collections::HashSet<i64>) -> AlertView {
-    view.rule_deleted = !rules.contains(&view.rule_id.get());
+pub fn marking_deleted(mut view: AlertView, rules: &std::collections::HashSet<fleetlens_core::RuleId>) -> AlertView {
+    view.rule_deleted = !rules.contains(&view.rule_id);
     view
 }
