@@ -11,8 +11,8 @@ use crate::alerts::render::AlertDetails;
 pub fn alert_view(a: AlertRecord) -> AlertView {
     let d = AlertDetails::of(&a);
     AlertView {
-        id: a.id.into(),
-        rule_id: a.rule_id.into(),
+        id: a.id,
+        rule_id: a.rule_id,
         rule_deleted: false,
         rule_name: a.rule_name,
         severity: a.severity,

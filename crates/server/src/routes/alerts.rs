@@ -103,7 +103,7 @@ fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
 /// `POST` takes these (name and condition required); `PUT` changes the fields it names.
 fn rule_view(r: AlertRuleRecord) -> RuleView {
     RuleView {
-        id: r.id.into(),
+        id: r.id,
         name: r.name,
         condition: r.condition,
         for_s: r.for_s,
@@ -113,7 +113,7 @@ fn rule_view(r: AlertRuleRecord) -> RuleView {
         labels: r.labels,
         description: r.description,
         advice: r.advice,
-        channels: r.channels.into_iter().map(Into::into).collect(),
+        channels: r.channels,
         enabled: r.enabled,
         builtin: r.builtin,
         created_ms: r.created_ms,
@@ -169,9 +169,7 @@ fn merge(base: RuleSpec, b: RuleBody) -> (RuleSpec, Option<Vec<ChannelId>>, Opti
         description: b.description.unwrap_or(base.description),
         advice: b.advice.unwrap_or(base.advice),
     };
-    // The store keys channels by their integer id.
-    let channels = b.channels.map(|ids| ids.into_iter().map(Into::into).collect());
-    (spec, channels, b.enabled)
+    (spec, b.channels, b.enabled)
 }
 
 /// `{"rules": [...]}`.
@@ -321,7 +319,7 @@ pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionC
 fn channel_view(c: ChannelRecord) -> ChannelView {
     let group_by = crate::alerts::groups::group_by(&c);
     ChannelView {
-        id: c.id.into(),
+        id: c.id,
         name: c.name,
         kind: c.kind,
         url: c.url,
@@ -577,7 +575,7 @@ async fn channel_ids(state: &AppState, org: OrgId) -> Res<std::collections::Hash
 fn outbox_view(m: OutboxRecord) -> OutboxView {
     OutboxView {
         id: m.id,
-        channel_id: m.channel_id.into(),
+        channel_id: m.channel_id,
         kind: m.kind,
         seq: m.seq,
         status: m.status,
@@ -595,9 +593,9 @@ fn delivery_view(d: DeliveryRecord, channels: &std::collections::HashSet<Channel
     DeliveryView {
         id: d.id,
         message_id: d.outbox_id,
-        alert_id: d.alert_id.map(Into::into),
+        alert_id: d.alert_id,
         channel_deleted: !channels.contains(&d.channel_id),
-        channel_id: d.channel_id.into(),
+        channel_id: d.channel_id,
         kind: d.kind,
         attempt: d.attempt,
         at_ms: d.at_ms,
