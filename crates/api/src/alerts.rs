@@ -368,7 +368,7 @@ pub struct AlertQuery {
     /// GPU UUID.
     pub gpu: Option<String>,
     /// Only alerts with an id below this (paging).
-    pub before: Option<i64>,
+    pub before: Option<AlertId>,
     #[cfg_attr(feature = "openapi", param(minimum = 1, maximum = 1000))]
     pub limit: Option<i64>,
 }

@@ -5,7 +5,7 @@ pub mod remote_write;
 
 use std::collections::BTreeMap;
 
-use fleetlens_core::{AlertId, AlertStatus, FunnelLevelName, RuleId, Severity, SilenceId, WorkloadState};
+use fleetlens_core::{AlertId, AlertStatus, ChannelId, FunnelLevelName, RuleId, Severity, SilenceId, WorkloadState};
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -412,7 +412,7 @@ pub struct AlertView {
     /// Held back by another open alert of the same problem (inhibition): it sends nothing.
     pub inhibited: bool,
     /// That alert's id.
-    pub inhibited_by: Option<i64>,
+    pub inhibited_by: Option<AlertId>,
     /// Its notification group under the default key (rule, job or owner, host).
     pub group: String,
     pub gpu: String,
@@ -433,7 +433,7 @@ pub struct AlertView {
     pub advice: String,
     /// The firing notification went out.
     pub notified: bool,
-    pub notified_channels: Vec<i64>,
+    pub notified_channels: Vec<ChannelId>,
     pub resolved_reason: Option<String>,
 }
 

@@ -1,67 +1,27 @@
 //! Who may do what: the scopes of an API key and the roles of a user.
 
-use serde::{Deserialize, Serialize};
-
-/// What an API key may do.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum Scope {
-    Ingest,
-    Read,
-    Admin,
-}
-
-impl Scope {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::Ingest => "ingest",
-            Scope::Read => "read",
-            Scope::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Scope> {
-        match s {
-            "ingest" => Some(Scope::Ingest),
-            "read" => Some(Scope::Read),
-            "admin" => Some(Scope::Admin),
-            _ => None,
-        }
+crate::named_enum! {
+    /// What an API key may do.
+    pub enum Scope("scope") {
+        Ingest = "ingest",
+        Read = "read",
+        Admin = "admin",
     }
 }
 
-/// A user's role in their organisation, least privileged first.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// Reads everything of the organisation.
-    Viewer,
-    /// Also sends data (ingest, job reports) and manages their own `read`/`ingest` API keys.
-    Member,
-    /// Also manages users, teams, every API key, assignments, settings and alerting.
-    Admin,
+crate::named_enum! {
+    /// A user's role in their organisation, least privileged first.
+    pub enum Role("role") {
+        /// Reads everything of the organisation.
+        Viewer = "viewer",
+        /// Also sends data (ingest, job reports) and manages their own `read`/`ingest` API keys.
+        Member = "member",
+        /// Also manages users, teams, every API key, assignments, settings and alerting.
+        Admin = "admin",
+    }
 }
 
 impl Role {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Role::Viewer => "viewer",
-            Role::Member => "member",
-            Role::Admin => "admin",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<Role> {
-        match s {
-            "viewer" => Some(Role::Viewer),
-            "member" => Some(Role::Member),
-            "admin" => Some(Role::Admin),
-            _ => None,
-        }
-    }
-
     /// The API scopes a user of this role holds (and the most a key they create may have).
     pub fn scopes(self) -> &'static [Scope] {
         match self {
@@ -87,6 +47,10 @@ mod tests {
             assert_eq!(serde_json::to_value(r).unwrap(), r.as_str());
         }
         assert_eq!(Scope::parse("root"), None);
-        assert!(Role::Viewer < Role::Admin);
+        assert_eq!(
+            "root".parse::<Role>().unwrap_err().to_string(),
+            "unknown role \"root\": expected one of viewer, member, admin"
+        );
+        assert!(Role::Viewer < Role::Member && Role::Member < Role::Admin);
     }
 }

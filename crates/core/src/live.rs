@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use crate::WorkloadState;
+use crate::{AlertId, WorkloadState};
 
 /// One GPU in a reading: what `GET /gpus` shows of it now.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -63,10 +63,10 @@ pub enum AlertTransition {
 
 /// The transitions between two readings of the open alerts (id → status), by id.
 pub fn alert_transitions(
-    prev: &BTreeMap<i64, OpenStatus>,
-    next: &BTreeMap<i64, OpenStatus>,
-) -> Vec<(i64, AlertTransition)> {
-    let mut out: Vec<(i64, AlertTransition)> = next
+    prev: &BTreeMap<AlertId, OpenStatus>,
+    next: &BTreeMap<AlertId, OpenStatus>,
+) -> Vec<(AlertId, AlertTransition)> {
+    let mut out: Vec<(AlertId, AlertTransition)> = next
         .iter()
         .filter_map(|(id, status)| match (prev.get(id), status) {
             (None, _) => Some((*id, AlertTransition::New)),
@@ -140,11 +140,17 @@ mod tests {
     #[test]
     fn alert_transitions_are_new_firing_and_closed() {
         use OpenStatus::*;
-        let prev: BTreeMap<i64, OpenStatus> = [(1, Pending), (2, Pending), (3, Firing), (4, Firing)].into();
-        let next: BTreeMap<i64, OpenStatus> = [(1, Pending), (2, Firing), (4, Firing), (5, Firing)].into();
+        let prev: BTreeMap<AlertId, OpenStatus> =
+            [(AlertId(1), Pending), (AlertId(2), Pending), (AlertId(3), Firing), (AlertId(4), Firing)].into();
+        let next: BTreeMap<AlertId, OpenStatus> =
+            [(AlertId(1), Pending), (AlertId(2), Firing), (AlertId(4), Firing), (AlertId(5), Firing)].into();
         assert_eq!(
             alert_transitions(&prev, &next),
-            vec![(2, AlertTransition::Firing), (3, AlertTransition::Closed), (5, AlertTransition::New)]
+            vec![
+                (AlertId(2), AlertTransition::Firing),
+                (AlertId(3), AlertTransition::Closed),
+                (AlertId(5), AlertTransition::New)
+            ]
         );
         assert!(alert_transitions(&next, &next).is_empty());
     }

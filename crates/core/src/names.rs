@@ -24,11 +24,23 @@ pub struct UnknownName {
     pub accepted: &'static [&'static str],
 }
 
+/// An enum's doc comment as its schema's description, the way utoipa's derive writes it: each
+/// line without trailing blanks and without the indent all non-empty lines share, joined by
+/// newlines; `None` without a doc comment.
+#[doc(hidden)]
+pub fn doc_description(lines: &[&str]) -> Option<String> {
+    let lines: Vec<&str> = lines.iter().map(|l| l.trim_end()).collect();
+    let indent = lines.iter().filter(|l| !l.is_empty()).map(|l| l.len() - l.trim_start_matches(' ').len()).min();
+    let indent = indent?;
+    Some(lines.iter().map(|l| if l.is_empty() { *l } else { &l[indent..] }).collect::<Vec<_>>().join("\n"))
+}
+
 /// Defines a fieldless enum from one table of `Variant = "name"` lines, with:
 /// `as_str`, `parse` (`Option`), `ALL` (table order), `NAMES`, `Display`, `FromStr` and
 /// `TryFrom<String>` / `TryFrom<&str>` (error [`UnknownName`]), serde `Serialize` /
 /// `Deserialize` as the name (an unknown name is a deserialization error listing the accepted
-/// names), under the `openapi` feature a utoipa schema (a string enum of the names), and under
+/// names), under the `openapi` feature a utoipa schema (a string enum of the names, described by
+/// the enum's doc comment), and under
 /// the `sqlx` feature `sqlx::Type` / `Decode` / `Encode` as TEXT (a stored text that is no name
 /// is a decode error). The features are fleetlens-core's: the macro is for core's own enums.
 ///
@@ -47,12 +59,12 @@ pub struct UnknownName {
 #[macro_export]
 macro_rules! named_enum {
     (
-        $(#[$meta:meta])*
+        $(#[$($meta:tt)*])*
         $vis:vis enum $name:ident($what:literal) {
             $( $(#[$vmeta:meta])* $variant:ident = $text:literal ),+ $(,)?
         }
     ) => {
-        $(#[$meta])*
+        $(#[$($meta)*])*
         #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
         $vis enum $name {
             $( $(#[$vmeta])* $variant, )+
@@ -138,6 +150,7 @@ macro_rules! named_enum {
             fn schema() -> $crate::names::__private::utoipa::openapi::RefOr<$crate::names::__private::utoipa::openapi::schema::Schema> {
                 $crate::names::__private::utoipa::openapi::schema::ObjectBuilder::new()
                     .schema_type($crate::names::__private::utoipa::openapi::schema::Type::String)
+                    .description($crate::names::doc_description($crate::named_enum!(@docs [] $([$($meta)*])*)))
                     .enum_values(Some($name::NAMES))
                     .into()
             }
@@ -188,6 +201,12 @@ macro_rules! named_enum {
             }
         }
     };
+    // The enum's doc lines, from its attributes (the others skipped).
+    (@docs [$($doc:literal)*]) => { &[$($doc),*] };
+    (@docs [$($doc:literal)*] [doc = $line:literal] $($rest:tt)*) => {
+        $crate::named_enum!(@docs [$($doc)* $line] $($rest)*)
+    };
+    (@docs [$($doc:literal)*] [$($other:tt)*] $($rest:tt)*) => { $crate::named_enum!(@docs [$($doc)*] $($rest)*) };
     (@count) => { 0usize };
     (@count $head:ident $($tail:ident)*) => { 1usize + $crate::named_enum!(@count $($tail)*) };
 }
@@ -214,6 +233,14 @@ mod tests {
             assert_eq!(serde_json::to_string(&c).unwrap(), format!("\"{}\"", c.as_str()));
             assert_eq!(serde_json::from_str::<Colour>(&format!("\"{}\"", c.as_str())).unwrap(), c);
         }
+    }
+
+    #[test]
+    fn a_doc_comment_describes_like_utoipa_derive_does() {
+        use super::doc_description;
+        assert_eq!(doc_description(&[]), None);
+        assert_eq!(doc_description(&[" One line. "]), Some("One line.".into()));
+        assert_eq!(doc_description(&[" A list:", "", " - indented"]), Some("A list:\n\n- indented".into()));
     }
 
     #[test]

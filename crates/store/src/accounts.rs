@@ -16,7 +16,7 @@ use async_trait::async_trait;
 
 pub use fleetlens_core::Role;
 
-use crate::{ApiKey, NewApiKey, OrgId, Result, Scope, StoreError};
+use crate::{ApiKey, NewApiKey, OrgId, Result, Scope};
 
 pub use fleetlens_core::{ApiKeyId, TeamId, UserId};
 
@@ -212,7 +212,7 @@ pub trait AccountStore: Send + Sync {
     async fn org(&self, org: OrgId) -> Result<Option<OrgRecord>>;
     async fn orgs(&self) -> Result<Vec<OrgRecord>>;
 
-    /// [`StoreError::Conflict`] if the organisation has a team of this name.
+    /// [`crate::StoreError::Conflict`] if the organisation has a team of this name.
     async fn create_team(&self, org: OrgId, name: &str, now_ms: i64) -> Result<TeamRecord>;
     async fn teams(&self, org: OrgId) -> Result<Vec<TeamRecord>>;
     async fn team(&self, org: OrgId, id: TeamId) -> Result<Option<TeamRecord>>;
@@ -222,7 +222,7 @@ pub trait AccountStore: Send + Sync {
     /// Add (`member`) or remove a user; false if the team or the user is not in `org`.
     async fn set_team_member(&self, org: OrgId, team: TeamId, user: UserId, member: bool) -> Result<bool>;
 
-    /// [`StoreError::Conflict`] if the email is taken (in any organisation).
+    /// [`crate::StoreError::Conflict`] if the email is taken (in any organisation).
     async fn create_user(&self, user: NewUser<'_>) -> Result<UserRecord>;
     async fn users(&self, org: OrgId) -> Result<Vec<UserRecord>>;
     async fn user(&self, org: OrgId, id: UserId) -> Result<Option<UserRecord>>;
@@ -294,10 +294,6 @@ pub(crate) const KEY_COLS: &str =
 pub(crate) const GPU_TEAM_SQL: &str = "SELECT g.id, g.uuid, g.host, g.team_id, t.name AS team_name, g.team_source \
      FROM gpus g LEFT JOIN teams t ON t.id = g.team_id WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid";
 
-pub(crate) fn role_from_text(text: &str) -> Result<Role> {
-    Role::parse(text).ok_or_else(|| StoreError::Invalid(format!("unknown role {text:?} in the database")))
-}
-
 /// The SQL of [`AccountStore`], for one backend. The invoking module provides
 /// `fn q(sql: &str) -> Cow<str>` (placeholders) and `async fn begin(&Pool) -> Result<Transaction>`
 /// (a write transaction).
@@ -317,7 +313,7 @@ macro_rules! impl_account_store {
                 org_id: r.try_get("org_id")?,
                 email: r.try_get("email")?,
                 name: r.try_get("name")?,
-                role: $crate::accounts::role_from_text(&r.try_get::<String, _>("role")?)?,
+                role: r.try_get("role")?,
                 created_ms: r.try_get("created_ms")?,
                 updated_ms: r.try_get("updated_ms")?,
                 last_login_ms: r.try_get("last_login_ms")?,
@@ -517,7 +513,7 @@ macro_rules! impl_account_store {
                 .bind(user.email)
                 .bind(user.name)
                 .bind(user.password_hash)
-                .bind(user.role.as_str())
+                .bind(user.role)
                 .bind(user.now_ms)
                 .bind(user.now_ms)
                 .fetch_one(self.pool())
@@ -577,7 +573,7 @@ macro_rules! impl_account_store {
                      updated_ms = ? WHERE org_id = ? AND id = ?",
                 ))
                 .bind(update.name.as_deref())
-                .bind(update.role.map(|r| r.as_str()))
+                .bind(update.role)
                 .bind(update.password_hash.as_deref())
                 .bind(disabled)
                 .bind(now_ms)
@@ -754,10 +750,7 @@ macro_rules! impl_account_store {
                 );
                 let row = sqlx::query(&q(&sql)).bind(key_hash).fetch_optional(self.pool()).await?;
                 let Some(r) = row else { return Ok(None) };
-                let owner_role = match r.try_get::<Option<String>, _>("owner_role")? {
-                    Some(text) => Some($crate::accounts::role_from_text(&text)?),
-                    None => None,
-                };
+                let owner_role = r.try_get("owner_role")?;
                 Ok(Some(KeyAuth {
                     info: key_from_row(&r)?,
                     owner_role,

@@ -3,7 +3,7 @@
 //! backends ([`impl_action_store`]).
 
 use async_trait::async_trait;
-use fleetlens_core::{JobRunId, ProcessOwner, ReportRouteId, TeamId};
+use fleetlens_core::{ChannelId, JobRunId, ProcessOwner, ReportRouteId, TeamId};
 
 use crate::alerts::NewNotification;
 use crate::json_text::JsonText;
@@ -44,7 +44,7 @@ pub struct JobRunRecord {
     /// The report card (JSON), once ended.
     pub card: Option<String>,
     /// The channel its card was sent to, if it was.
-    pub notified_channel_id: Option<i64>,
+    pub notified_channel_id: Option<ChannelId>,
     pub updated_ms: i64,
 }
 
@@ -67,7 +67,7 @@ pub struct ReportRoute {
     pub org_id: OrgId,
     pub team_id: Option<TeamId>,
     pub owner: Option<String>,
-    pub channel_id: i64,
+    pub channel_id: ChannelId,
     pub min_gpu_hours: f64,
     pub min_waste_pct: f64,
     pub created_ms: i64,

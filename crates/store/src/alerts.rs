@@ -25,7 +25,7 @@ use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
 use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, Severity};
-use fleetlens_core::{DeliveryId, MessageId, SilenceId, WorkloadState};
+use fleetlens_core::{AlertId, ChannelId, DeliveryId, MessageId, RuleId, SilenceId, WorkloadState};
 use serde_json::Value as Json;
 
 use crate::json_text::JsonText;
@@ -36,7 +36,7 @@ pub const ALERT_ENGINE_JOB: &str = "alert-engine";
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRuleRecord {
-    pub id: i64,
+    pub id: RuleId,
     pub org_id: OrgId,
     pub name: String,
     pub condition: String,
@@ -48,8 +48,8 @@ pub struct AlertRuleRecord {
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
-    #[sqlx(try_from = "JsonText<Vec<i64>>")]
-    pub channels: Vec<i64>,
+    #[sqlx(try_from = "JsonText<Vec<ChannelId>>")]
+    pub channels: Vec<ChannelId>,
     pub enabled: bool,
     /// Key of the shipped rule this one started as.
     pub builtin: Option<String>,
@@ -74,7 +74,7 @@ pub struct NewAlertRule {
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
-    pub channels: Vec<i64>,
+    pub channels: Vec<ChannelId>,
     pub enabled: bool,
     pub inhibits: Vec<String>,
     pub inhibit_scope: InhibitScope,
@@ -82,7 +82,7 @@ pub struct NewAlertRule {
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ChannelRecord {
-    pub id: i64,
+    pub id: ChannelId,
     pub org_id: OrgId,
     pub name: String,
     pub kind: ChannelKind,
@@ -148,9 +148,9 @@ pub struct NewSilence {
 /// One alert instance (a rule on a GPU, from pending to resolved).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRecord {
-    pub id: i64,
+    pub id: AlertId,
     pub org_id: OrgId,
-    pub rule_id: i64,
+    pub rule_id: RuleId,
     pub gpu_id: i64,
     /// From the GPU registry (empty if the GPU is gone).
     pub gpu_uuid: String,
@@ -172,7 +172,7 @@ pub struct AlertRecord {
     pub details: Json,
     pub silenced_by: Option<SilenceId>,
     /// The open alert that holds this one's notifications back (inhibition).
-    pub inhibited_by: Option<i64>,
+    pub inhibited_by: Option<AlertId>,
     /// The firing notification went out to at least one channel (so resolved goes too).
     pub notified_firing: bool,
     pub last_notified_ms: Option<i64>,
@@ -189,13 +189,13 @@ pub enum AlertWrite {
     /// Write the instance's mutable fields if its status is still `from`.
     Update { from: AlertStatus, alert: AlertRecord },
     /// Remove a pending instance that never fired, if its status is still `from`.
-    Delete { id: i64, from: AlertStatus },
+    Delete { id: AlertId, from: AlertStatus },
 }
 
 /// A message to enqueue for an alert.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewNotification {
-    pub channel_id: i64,
+    pub channel_id: ChannelId,
     pub kind: MessageKind,
     /// 0, or the reminder's number for `repeat`.
     pub seq: i64,
@@ -206,7 +206,7 @@ pub struct NewNotification {
 /// A notification held back by a silence (logged, not sent).
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewSuppressed {
-    pub channel_id: i64,
+    pub channel_id: ChannelId,
     pub kind: MessageKind,
     pub silence_id: SilenceId,
 }
@@ -244,7 +244,7 @@ pub struct EvalWrite {
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct EvalOutcome {
     /// Per change: the alert's id if the write took effect, `None` if it lost a race.
-    pub alert_ids: Vec<Option<i64>>,
+    pub alert_ids: Vec<Option<AlertId>>,
     /// Outbox rows newly inserted.
     pub enqueued: u64,
 }
@@ -254,7 +254,7 @@ pub struct EvalOutcome {
 pub struct AlertGroupRecord {
     pub id: i64,
     pub org_id: OrgId,
-    pub channel_id: i64,
+    pub channel_id: ChannelId,
     pub group_key: String,
     pub is_open: bool,
     #[sqlx(try_from = "JsonText<Json>")]
@@ -279,9 +279,9 @@ pub enum GroupWrite {
 pub struct GroupChange {
     pub write: GroupWrite,
     /// Messages to enqueue if the write took effect: (the alert they are logged under, message).
-    pub notify: Vec<(i64, NewNotification)>,
+    pub notify: Vec<(AlertId, NewNotification)>,
     /// Alerts whose firing notification went out with this change.
-    pub mark_notified: Vec<i64>,
+    pub mark_notified: Vec<AlertId>,
 }
 
 /// A GPU as the engine needs it.
@@ -302,8 +302,8 @@ pub struct GpuBrief {
 pub struct OutboxRecord {
     pub id: MessageId,
     pub org_id: OrgId,
-    pub alert_id: Option<i64>,
-    pub channel_id: i64,
+    pub alert_id: Option<AlertId>,
+    pub channel_id: ChannelId,
     pub kind: MessageKind,
     pub seq: i64,
     pub payload: String,
@@ -351,8 +351,8 @@ pub struct DeliveryRecord {
     pub id: DeliveryId,
     pub org_id: OrgId,
     pub outbox_id: Option<MessageId>,
-    pub alert_id: Option<i64>,
-    pub channel_id: i64,
+    pub alert_id: Option<AlertId>,
+    pub channel_id: ChannelId,
     pub kind: MessageKind,
     pub attempt: i64,
     pub at_ms: i64,
@@ -366,17 +366,17 @@ pub struct DeliveryRecord {
 pub struct AlertFilter {
     /// Only these statuses (all when empty).
     pub statuses: Vec<AlertStatus>,
-    pub rule_id: Option<i64>,
+    pub rule_id: Option<RuleId>,
     pub gpu_uuid: Option<String>,
     /// Only alerts with a smaller id (paging, newest first).
-    pub before_id: Option<i64>,
+    pub before_id: Option<AlertId>,
     pub limit: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct DeliveryFilter {
-    pub channel_id: Option<i64>,
-    pub alert_id: Option<i64>,
+    pub channel_id: Option<ChannelId>,
+    pub alert_id: Option<AlertId>,
     pub limit: i64,
 }
 
@@ -386,7 +386,7 @@ pub trait AlertStore: Send + Sync {
     async fn alert_rules(&self, org: OrgId) -> Result<Vec<AlertRuleRecord>>;
     /// Every organisation's rules (for the engine).
     async fn all_alert_rules(&self) -> Result<Vec<AlertRuleRecord>>;
-    async fn alert_rule(&self, org: OrgId, id: i64) -> Result<Option<AlertRuleRecord>>;
+    async fn alert_rule(&self, org: OrgId, id: RuleId) -> Result<Option<AlertRuleRecord>>;
     /// [`crate::StoreError::Conflict`] when the organisation already has a rule of that name.
     async fn insert_alert_rule(&self, org: OrgId, rule: &NewAlertRule, now_ms: i64) -> Result<AlertRuleRecord>;
     /// `None` when the organisation has no rule `id`; [`crate::StoreError::Conflict`] when
@@ -394,18 +394,18 @@ pub trait AlertStore: Send + Sync {
     async fn update_alert_rule(
         &self,
         org: OrgId,
-        id: i64,
+        id: RuleId,
         rule: &NewAlertRule,
         now_ms: i64,
     ) -> Result<Option<AlertRuleRecord>>;
-    async fn delete_alert_rule(&self, org: OrgId, id: i64) -> Result<bool>;
+    async fn delete_alert_rule(&self, org: OrgId, id: RuleId) -> Result<bool>;
     /// Insert the shipped rules (key, rule) the organisation has never been given; returns
     /// how many were inserted. A key is given once, so a deleted default stays deleted.
     async fn seed_default_rules(&self, org: OrgId, rules: &[(String, NewAlertRule)], now_ms: i64) -> Result<u64>;
 
     // Channels --------------------------------------------------------------------------------
     async fn notification_channels(&self, org: OrgId) -> Result<Vec<ChannelRecord>>;
-    async fn notification_channel(&self, org: OrgId, id: i64) -> Result<Option<ChannelRecord>>;
+    async fn notification_channel(&self, org: OrgId, id: ChannelId) -> Result<Option<ChannelRecord>>;
     /// [`crate::StoreError::Conflict`] when the organisation already has a channel of that name.
     async fn insert_notification_channel(&self, org: OrgId, channel: &NewChannel, now_ms: i64)
     -> Result<ChannelRecord>;
@@ -414,12 +414,12 @@ pub trait AlertStore: Send + Sync {
     async fn update_notification_channel(
         &self,
         org: OrgId,
-        id: i64,
+        id: ChannelId,
         channel: &NewChannel,
         now_ms: i64,
     ) -> Result<Option<ChannelRecord>>;
     /// Delete the channel; its undelivered messages are marked failed.
-    async fn delete_notification_channel(&self, org: OrgId, id: i64, now_ms: i64) -> Result<bool>;
+    async fn delete_notification_channel(&self, org: OrgId, id: ChannelId, now_ms: i64) -> Result<bool>;
 
     // Silences --------------------------------------------------------------------------------
     async fn insert_silence(&self, org: OrgId, silence: &NewSilence, now_ms: i64) -> Result<SilenceRecord>;
@@ -432,7 +432,7 @@ pub trait AlertStore: Send + Sync {
 
     // Alerts ----------------------------------------------------------------------------------
     async fn alerts(&self, org: OrgId, filter: &AlertFilter) -> Result<Vec<AlertRecord>>;
-    async fn alert(&self, org: OrgId, id: i64) -> Result<Option<AlertRecord>>;
+    async fn alert(&self, org: OrgId, id: AlertId) -> Result<Option<AlertRecord>>;
     /// Pending and firing alerts of every organisation (the engine's state).
     async fn open_alerts(&self) -> Result<Vec<AlertRecord>>;
 
@@ -468,7 +468,7 @@ pub trait AlertStore: Send + Sync {
     async fn advance_digest(
         &self,
         org: OrgId,
-        channel_id: i64,
+        channel_id: ChannelId,
         from_ms: i64,
         to_ms: i64,
         message: Option<&NewNotification>,
@@ -481,7 +481,7 @@ pub trait AlertStore: Send + Sync {
     async fn enqueue_notification(
         &self,
         org: OrgId,
-        alert_id: Option<i64>,
+        alert_id: Option<AlertId>,
         n: &NewNotification,
         now_ms: i64,
     ) -> Result<Option<MessageId>>;
@@ -505,7 +505,7 @@ pub trait AlertStore: Send + Sync {
         now_ms: i64,
     ) -> Result<bool>;
     async fn outbox_message(&self, org: OrgId, id: MessageId) -> Result<Option<OutboxRecord>>;
-    async fn outbox_for_alert(&self, org: OrgId, alert_id: i64) -> Result<Vec<OutboxRecord>>;
+    async fn outbox_for_alert(&self, org: OrgId, alert_id: AlertId) -> Result<Vec<OutboxRecord>>;
     /// Undelivered messages of every organisation (for metrics and tests).
     async fn outbox_backlog(&self) -> Result<i64>;
     /// The delivery log, newest first.
@@ -626,7 +626,7 @@ macro_rules! impl_alert_store {
             async fn alert_rule(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::RuleId,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
                 one_of_org(self.pool(), $crate::alerts::RULE_COLS, "alert_rules", org, id).await
             }
@@ -652,7 +652,7 @@ macro_rules! impl_alert_store {
             async fn update_alert_rule(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::RuleId,
                 rule: &$crate::alerts::NewAlertRule,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
@@ -670,7 +670,7 @@ macro_rules! impl_alert_store {
                 Ok(row.as_ref().map(sqlx::FromRow::from_row).transpose()?)
             }
 
-            async fn delete_alert_rule(&self, org: $crate::OrgId, id: i64) -> $crate::Result<bool> {
+            async fn delete_alert_rule(&self, org: $crate::OrgId, id: fleetlens_core::RuleId) -> $crate::Result<bool> {
                 let done = sqlx::query(&q("DELETE FROM alert_rules WHERE org_id = ? AND id = ?"))
                     .bind(org)
                     .bind(id)
@@ -725,7 +725,7 @@ macro_rules! impl_alert_store {
             async fn notification_channel(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::ChannelId,
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
                 one_of_org(self.pool(), $crate::alerts::CHANNEL_COLS, "notification_channels", org, id).await
             }
@@ -752,7 +752,7 @@ macro_rules! impl_alert_store {
             async fn update_notification_channel(
                 &self,
                 org: $crate::OrgId,
-                id: i64,
+                id: fleetlens_core::ChannelId,
                 ch: &$crate::alerts::NewChannel,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
@@ -775,7 +775,7 @@ macro_rules! impl_alert_store {
                 Ok(row.as_ref().map(sqlx::FromRow::from_row).transpose()?)
             }
 
-            async fn delete_notification_channel(&self, org: $crate::OrgId, id: i64, now_ms: i64) -> $crate::Result<bool> {
+            async fn delete_notification_channel(&self, org: $crate::OrgId, id: fleetlens_core::ChannelId, now_ms: i64) -> $crate::Result<bool> {
                 let mut tx = begin(self.pool()).await?;
                 let done = sqlx::query(&q("DELETE FROM notification_channels WHERE org_id = ? AND id = ?"))
                     .bind(org)
@@ -878,7 +878,7 @@ macro_rules! impl_alert_store {
                     .await?)
             }
 
-            async fn alert(&self, org: $crate::OrgId, id: i64) -> $crate::Result<Option<$crate::alerts::AlertRecord>> {
+            async fn alert(&self, org: $crate::OrgId, id: fleetlens_core::AlertId) -> $crate::Result<Option<$crate::alerts::AlertRecord>> {
                 let sql = format!(
                     "SELECT {} FROM alerts a LEFT JOIN gpus g ON g.id = a.gpu_id WHERE a.org_id = ? AND a.id = ?",
                     $crate::alerts::ALERT_COLS
@@ -987,7 +987,7 @@ macro_rules! impl_alert_store {
                 for change in &w.changes {
                     let (id, org) = match &change.write {
                         AlertWrite::Open(a) => {
-                            let id: Option<i64> = sqlx::query_scalar(&q(
+                            let id: Option<fleetlens_core::AlertId> = sqlx::query_scalar(&q(
                                 "INSERT INTO alerts (org_id, rule_id, gpu_id, status, active_since_ms, fired_at_ms, \
                                  resolved_at_ms, last_match_ms, last_eval_ms, rule_name, severity, labels, fingerprint, \
                                  summary, details, silenced_by, notified_firing, last_notified_ms, repeat_seq, updated_ms, \
@@ -1163,7 +1163,7 @@ macro_rules! impl_alert_store {
             async fn advance_digest(
                 &self,
                 org: $crate::OrgId,
-                channel_id: i64,
+                channel_id: fleetlens_core::ChannelId,
                 from_ms: i64,
                 to_ms: i64,
                 message: Option<&$crate::alerts::NewNotification>,
@@ -1193,7 +1193,7 @@ macro_rules! impl_alert_store {
             async fn enqueue_notification(
                 &self,
                 org: $crate::OrgId,
-                alert_id: Option<i64>,
+                alert_id: Option<fleetlens_core::AlertId>,
                 n: &$crate::alerts::NewNotification,
                 now_ms: i64,
             ) -> $crate::Result<Option<fleetlens_core::MessageId>> {
@@ -1357,7 +1357,7 @@ macro_rules! impl_alert_store {
             async fn outbox_for_alert(
                 &self,
                 org: $crate::OrgId,
-                alert_id: i64,
+                alert_id: fleetlens_core::AlertId,
             ) -> $crate::Result<Vec<$crate::alerts::OutboxRecord>> {
                 let sql = format!(
                     "SELECT {} FROM alert_outbox WHERE org_id = ? AND alert_id = ? ORDER BY id",

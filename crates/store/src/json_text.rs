@@ -46,6 +46,7 @@ macro_rules! json_text_into {
 
 json_text_into!(
     Vec<i64>,
+    Vec<fleetlens_core::ChannelId>,
     Vec<String>,
     BTreeMap<String, String>,
     serde_json::Value,

@@ -620,8 +620,32 @@ fn scopes_to_text(scopes: &[Scope]) -> String {
     scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
 }
 
-fn scopes_from_text(text: &str) -> Vec<Scope> {
-    text.split(',').filter_map(Scope::parse).collect()
+/// An API key's scopes as stored: their names, comma-separated, in one TEXT column. A name
+/// that is no scope is a decode error (the column is written by [`scopes_to_text`] only).
+pub(crate) struct StoredScopes(Vec<Scope>);
+
+impl<DB: sqlx::Database> sqlx::Type<DB> for StoredScopes
+where
+    String: sqlx::Type<DB>,
+{
+    fn type_info() -> DB::TypeInfo {
+        <String as sqlx::Type<DB>>::type_info()
+    }
+
+    fn compatible(ty: &DB::TypeInfo) -> bool {
+        <String as sqlx::Type<DB>>::compatible(ty)
+    }
+}
+
+impl<'r, DB: sqlx::Database> sqlx::Decode<'r, DB> for StoredScopes
+where
+    String: sqlx::Decode<'r, DB>,
+{
+    fn decode(value: <DB as sqlx::Database>::ValueRef<'r>) -> std::result::Result<Self, sqlx::error::BoxDynError> {
+        let text = <String as sqlx::Decode<'r, DB>>::decode(value)?;
+        let scopes = text.split(',').filter(|name| !name.is_empty()).map(str::parse).collect::<Result<_, _>>()?;
+        Ok(StoredScopes(scopes))
+    }
 }
 
 fn rollup_table(res: Resolution) -> &'static str {
@@ -643,14 +667,14 @@ fn api_key_from_new(id: fleetlens_core::ApiKeyId, key: &NewApiKey<'_>) -> ApiKey
     }
 }
 
-/// An `api_keys` row as stored (scopes as comma-separated text).
+/// An `api_keys` row as stored.
 #[derive(sqlx::FromRow)]
 pub(crate) struct ApiKeyRow {
     id: fleetlens_core::ApiKeyId,
     org_id: OrgId,
     name: String,
     prefix: String,
-    scopes: String,
+    scopes: StoredScopes,
     created_ms: i64,
     revoked_ms: Option<i64>,
 }
@@ -662,7 +686,7 @@ impl From<ApiKeyRow> for ApiKey {
             org_id: r.org_id,
             name: r.name,
             prefix: r.prefix,
-            scopes: scopes_from_text(&r.scopes),
+            scopes: r.scopes.0,
             created_ms: r.created_ms,
             revoked_ms: r.revoked_ms,
         }

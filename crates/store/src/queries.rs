@@ -90,7 +90,7 @@ macro_rules! impl_queries {
         pub(crate) async fn insert_outbox(
             tx: &mut sqlx::Transaction<'static, $db>,
             org: $crate::OrgId,
-            alert_id: Option<i64>,
+            alert_id: Option<fleetlens_core::AlertId>,
             n: &$crate::alerts::NewNotification,
             now_ms: i64,
         ) -> $crate::Result<Option<fleetlens_core::MessageId>> {

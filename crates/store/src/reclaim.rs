@@ -3,7 +3,9 @@
 
 use async_trait::async_trait;
 use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
-use fleetlens_core::{AgentCommandId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId, WorkloadState};
+use fleetlens_core::{
+    AgentCommandId, ChannelId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId, WorkloadState,
+};
 
 use crate::alerts::NewNotification;
 use crate::json_text::JsonText;
@@ -20,9 +22,9 @@ pub struct ReclaimPolicyRecord {
     pub grace_s: i64,
     pub action: ReclaimAction,
     /// The webhook channel of a `webhook` action.
-    pub action_channel_id: Option<i64>,
+    pub action_channel_id: Option<ChannelId>,
     /// Where notices go; None: the owner's report route (docs/ACTIONS.md).
-    pub notice_channel_id: Option<i64>,
+    pub notice_channel_id: Option<ChannelId>,
     pub enabled: bool,
     pub created_ms: i64,
     pub updated_ms: i64,

@@ -37,7 +37,7 @@ fn sighting(key: &str, gpus: &[&str], first: i64, last: i64) -> JobSighting {
     }
 }
 
-async fn channel(store: &dyn Store) -> i64 {
+async fn channel(store: &dyn Store) -> fleetlens_core::ChannelId {
     store
         .insert_notification_channel(
             DEFAULT_ORG,

@@ -6,7 +6,9 @@ use std::sync::Arc;
 use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
 use fleetlens_core::rules::inhibit::InhibitScope;
-use fleetlens_core::{ChannelKind, MessageId, MessageKind, OutboxStatus, Severity, SilenceId, WorkloadState};
+use fleetlens_core::{
+    AlertId, ChannelId, ChannelKind, MessageId, MessageKind, OutboxStatus, RuleId, Severity, SilenceId, WorkloadState,
+};
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
     EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed,
@@ -45,7 +47,7 @@ fn rule(name: &str) -> NewAlertRule {
         labels: BTreeMap::from([("page".to_string(), "no".to_string())]),
         description: "d".into(),
         advice: "a".into(),
-        channels: vec![3, 1],
+        channels: vec![ChannelId(3), ChannelId(1)],
         enabled: true,
         inhibits: vec!["busy_but_hollow".into(), "*".into()],
         inhibit_scope: InhibitScope::Host,
@@ -74,9 +76,9 @@ async fn gpu(store: &Arc<dyn Store>, uuid: &str) -> i64 {
     store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap().id
 }
 
-fn alert(rule_id: i64, gpu_id: i64, status: AlertStatus) -> AlertRecord {
+fn alert(rule_id: RuleId, gpu_id: i64, status: AlertStatus) -> AlertRecord {
     AlertRecord {
-        id: 0,
+        id: AlertId(0),
         org_id: DEFAULT_ORG,
         rule_id,
         gpu_id,
@@ -103,7 +105,7 @@ fn alert(rule_id: i64, gpu_id: i64, status: AlertStatus) -> AlertRecord {
     }
 }
 
-fn note(channel_id: i64, kind: MessageKind) -> NewNotification {
+fn note(channel_id: ChannelId, kind: MessageKind) -> NewNotification {
     NewNotification { channel_id, kind, seq: 0, payload: format!("{{\"kind\":\"{kind}\"}}") }
 }
 
@@ -120,7 +122,10 @@ fn ok() -> DeliveryResult {
 async fn rules_round_trip_and_names_are_unique(backend: Backend) {
     let (_db, store) = open(backend).await;
     let a = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap();
-    assert_eq!((a.name.as_str(), a.for_s, a.channels.clone(), a.enabled), ("hollow", 300, vec![3, 1], true));
+    assert_eq!(
+        (a.name.as_str(), a.for_s, a.channels.clone(), a.enabled),
+        ("hollow", 300, vec![ChannelId(3), ChannelId(1)], true)
+    );
     assert_eq!(a.labels["page"], "no");
     assert_eq!(
         (a.inhibits.clone(), a.inhibit_scope.as_str()),
@@ -138,7 +143,7 @@ async fn rules_round_trip_and_names_are_unique(backend: Backend) {
     let e = store.update_alert_rule(DEFAULT_ORG, a.id, &edit, 9).await.unwrap().unwrap();
     assert_eq!((e.name.as_str(), e.for_s, e.enabled, e.created_ms, e.updated_ms), ("hollow2", 3, false, 5, 9));
     assert!(store.update_alert_rule(DEFAULT_ORG, b.id, &edit, 9).await.unwrap_err().is_conflict(), "name taken");
-    assert_eq!(store.update_alert_rule(DEFAULT_ORG, 999, &edit, 9).await.unwrap(), None, "no such rule");
+    assert_eq!(store.update_alert_rule(DEFAULT_ORG, RuleId(999), &edit, 9).await.unwrap(), None, "no such rule");
     let other = store.create_org("other", 0).await.unwrap();
     assert!(store.alert_rule(other, a.id).await.unwrap().is_none(), "organisations are apart");
     store.insert_alert_rule(other, &rule("hollow2"), 6).await.expect("names are per org");
@@ -204,7 +209,7 @@ async fn a_transition_is_written_once(backend: Backend) {
     let open = EvalWrite {
         now_ms: 100,
         changes: vec![AlertChange {
-            write: AlertWrite::Open(alert(7, g, AlertStatus::Pending)),
+            write: AlertWrite::Open(alert(RuleId(7), g, AlertStatus::Pending)),
             notify: vec![],
             suppressed: vec![],
         }],
@@ -222,7 +227,7 @@ async fn a_transition_is_written_once(backend: Backend) {
     assert_eq!(store.apply_alert_changes(&open).await.unwrap().alert_ids, [None], "one open alert per rule and GPU");
 
     // Pending → firing with a message, twice (a replay, a second replica): written once.
-    let mut firing = alert(7, g, AlertStatus::Firing);
+    let mut firing = alert(RuleId(7), g, AlertStatus::Firing);
     firing.id = id;
     firing.notified_firing = true;
     let fire = EvalWrite {
@@ -490,14 +495,14 @@ async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
     let g = gpu(&store, "GPU-g").await;
     // One firing alert, inhibited by nothing yet.
     let mut a = alert(r.id, g, AlertStatus::Firing);
-    a.inhibited_by = Some(77);
+    a.inhibited_by = Some(AlertId(77));
     let w = EvalWrite {
         now_ms: 30,
         changes: vec![AlertChange { write: AlertWrite::Open(a), notify: vec![], suppressed: vec![] }],
         cursors: vec![],
     };
     let alert_id = store.apply_alert_changes(&w).await.unwrap().alert_ids[0].unwrap();
-    assert_eq!(store.alert(DEFAULT_ORG, alert_id).await.unwrap().unwrap().inhibited_by, Some(77));
+    assert_eq!(store.alert(DEFAULT_ORG, alert_id).await.unwrap().unwrap().inhibited_by, Some(AlertId(77)));
 
     let rec = |state: serde_json::Value, version: i64, id: i64, open: bool| AlertGroupRecord {
         id,

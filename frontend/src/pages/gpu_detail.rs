@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fleetlens_api::gpus::{DataQualityFlag, GpuDetail};
 use fleetlens_api::{GpuSummary, Sample, SeriesPoint, StateWindow};
-use fleetlens_core::{AlertStatus, WorkloadState};
+use fleetlens_core::{AlertId, AlertStatus, WorkloadState};
 use leptos::Params;
 use leptos::prelude::*;
 use leptos_router::hooks::{use_params, use_query_map};
@@ -222,13 +222,12 @@ pub fn GpuDetailPage() -> impl IntoView {
 /// For each open alert held back by another, the chain to the alert that speaks for them all:
 /// `Busy but hollow ← Stalled GPU (possible hung collective) ← Agent offline`.
 fn inhibition_chains(list: &[fleetlens_api::AlertView]) -> Vec<String> {
-    let by_id: std::collections::HashMap<i64, &fleetlens_api::AlertView> =
-        list.iter().map(|a| (a.id.get(), a)).collect();
+    let by_id: std::collections::HashMap<AlertId, &fleetlens_api::AlertView> = list.iter().map(|a| (a.id, a)).collect();
     // Only the ends of chains: alerts no other open alert is held back by.
-    let sources: std::collections::HashSet<i64> =
+    let sources: std::collections::HashSet<AlertId> =
         list.iter().filter(|a| a.status != AlertStatus::Resolved).filter_map(|a| a.inhibited_by).collect();
     list.iter()
-        .filter(|a| a.status != AlertStatus::Resolved && a.inhibited_by.is_some() && !sources.contains(&a.id.get()))
+        .filter(|a| a.status != AlertStatus::Resolved && a.inhibited_by.is_some() && !sources.contains(&a.id))
         .map(|a| {
             let mut names = vec![a.rule_name.clone()];
             let mut next = a.inhibited_by;

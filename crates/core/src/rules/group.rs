@@ -67,11 +67,11 @@ pub struct GroupProgress {
     pub notified: bool,
     pub last_sent_ms: i64,
     /// Members listed in the last message.
-    pub sent: Vec<i64>,
+    pub sent: Vec<crate::AlertId>,
     /// Members still firing (held back or not).
     pub present: usize,
     /// Members firing and neither silenced nor inhibited now.
-    pub active: Vec<i64>,
+    pub active: Vec<crate::AlertId>,
     /// A member was notifiable at some point (it may have resolved since).
     pub ever_active: bool,
 }
@@ -180,10 +180,14 @@ mod tests {
 
     const T: GroupTiming = GroupTiming { wait_ms: 2000, interval_ms: 300_000, repeat_ms: 0 };
 
+    fn ids(ids: &[i64]) -> Vec<crate::AlertId> {
+        ids.iter().copied().map(crate::AlertId).collect()
+    }
+
     #[test]
     fn first_message_waits_for_the_group() {
         let mut g =
-            GroupProgress { opened_ms: 0, present: 1, active: vec![1], ever_active: true, ..Default::default() };
+            GroupProgress { opened_ms: 0, present: 1, active: ids(&[1]), ever_active: true, ..Default::default() };
         assert_eq!(group_action(&g, 1999, T), GroupAction::Wait);
         assert_eq!(group_action(&g, 2000, T), GroupAction::Firing);
         // Every member held back: nothing.
@@ -203,16 +207,16 @@ mod tests {
             opened_ms: 0,
             notified: true,
             last_sent_ms: 10_000,
-            sent: vec![1, 2],
+            sent: ids(&[1, 2]),
             present: 2,
-            active: vec![1, 2],
+            active: ids(&[1, 2]),
             ever_active: true,
         };
         assert_eq!(group_action(&g, 10_000_000, T), GroupAction::Wait, "nothing new, no reminders");
-        let joined = GroupProgress { active: vec![1, 2, 3], present: 3, ..g.clone() };
+        let joined = GroupProgress { active: ids(&[1, 2, 3]), present: 3, ..g.clone() };
         assert_eq!(group_action(&joined, 20_000, T), GroupAction::Wait, "rate-limited");
         assert_eq!(group_action(&joined, 310_000, T), GroupAction::Update);
-        let fewer = GroupProgress { active: vec![1], present: 1, ..g.clone() };
+        let fewer = GroupProgress { active: ids(&[1]), present: 1, ..g.clone() };
         assert_eq!(group_action(&fewer, 310_000, T), GroupAction::Wait, "a member resolving is not news");
         let held = GroupProgress { active: vec![], ..g.clone() };
         assert_eq!(group_action(&held, 310_000, T), GroupAction::Wait, "held back, not resolved");

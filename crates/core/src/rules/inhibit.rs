@@ -18,6 +18,7 @@ use std::collections::{HashMap, HashSet};
 
 use super::expr::{Condition, Truth};
 use super::fields::Observation;
+use crate::RuleId;
 use crate::state::WorkloadState;
 
 /// The workload states in which `cond` holds on the state alone (every other field unknown,
@@ -87,7 +88,7 @@ impl Target {
 /// A rule as inhibition sees it.
 #[derive(Debug, Clone)]
 pub struct RuleRef<'a> {
-    pub id: i64,
+    pub id: RuleId,
     /// The shipped rule's key.
     pub key: Option<&'a str>,
     pub name: &'a str,
@@ -107,13 +108,13 @@ impl Target {
 
 /// Which rules each rule inhibits (by id), and where: `rule id → (scope, targets)`. A rule
 /// never inhibits itself.
-pub type Inhibitions = HashMap<i64, (InhibitScope, HashSet<i64>)>;
+pub type Inhibitions = HashMap<RuleId, (InhibitScope, HashSet<RuleId>)>;
 
 /// Resolve every rule's `inhibits` against the organisation's rules.
 pub fn resolve(rules: &[(RuleRef<'_>, InhibitScope, Vec<Target>)]) -> Inhibitions {
     let mut out = Inhibitions::new();
     for (src, scope, targets) in rules {
-        let ids: HashSet<i64> = rules
+        let ids: HashSet<RuleId> = rules
             .iter()
             .map(|(r, _, _)| r)
             .filter(|r| r.id != src.id && targets.iter().any(|t| t.matches(r)))
@@ -129,8 +130,9 @@ pub fn resolve(rules: &[(RuleRef<'_>, InhibitScope, Vec<Target>)]) -> Inhibition
 /// An open alert.
 #[derive(Debug, Clone)]
 pub struct OpenAlert<'a> {
+    /// The caller's handle of the alert (what [`inhibited_by`] answers in).
     pub id: i64,
-    pub rule_id: i64,
+    pub rule_id: RuleId,
     pub gpu: &'a str,
     pub host: &'a str,
     pub job: Option<&'a str>,
@@ -215,11 +217,11 @@ mod tests {
     use super::*;
 
     fn rule<'a>(id: i64, key: &'a str, holds_in: &'a [WorkloadState]) -> RuleRef<'a> {
-        RuleRef { id, key: Some(key), name: key, holds_in }
+        RuleRef { id: RuleId(id), key: Some(key), name: key, holds_in }
     }
 
     fn alert<'a>(id: i64, rule_id: i64, gpu: &'a str, host: &'a str, firing: bool, since: i64) -> OpenAlert<'a> {
-        OpenAlert { id, rule_id, gpu, host, job: None, firing, active_since_ms: since }
+        OpenAlert { id, rule_id: RuleId(rule_id), gpu, host, job: None, firing, active_since_ms: since }
     }
 
     /// The shipped defaults: stalled (3) → hollow (1), inefficient (2); offline (5) → all;
@@ -249,10 +251,11 @@ mod tests {
     #[test]
     fn targets_resolve_to_rule_ids() {
         let r = shipped();
-        assert_eq!(r[&3].1, HashSet::from([1, 2]));
-        assert_eq!(r[&4].1, HashSet::from([8]));
-        assert_eq!(r[&5].1, HashSet::from([1, 2, 3, 4, 8]), "everything else, not itself");
-        assert!(!r.contains_key(&1));
+        let ids = |ids: &[i64]| ids.iter().copied().map(RuleId).collect::<HashSet<_>>();
+        assert_eq!(r[&RuleId(3)].1, ids(&[1, 2]));
+        assert_eq!(r[&RuleId(4)].1, ids(&[8]));
+        assert_eq!(r[&RuleId(5)].1, ids(&[1, 2, 3, 4, 8]), "everything else, not itself");
+        assert!(!r.contains_key(&RuleId(1)));
         assert!(Target::parse("state:busy").is_err());
         assert!(Target::parse(" ").is_err());
     }

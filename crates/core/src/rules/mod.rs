@@ -138,7 +138,7 @@ pub struct AlertSubject<'a> {
 
 /// The labels of an alert of rule `rule_id` on a GPU: the rule's own labels, then `alertname`,
 /// `rule_id`, `severity`, `host`, `gpu` and (when known) `team`.
-pub fn alert_labels(rule_id: i64, spec: &RuleSpec, subject: AlertSubject<'_>) -> BTreeMap<String, String> {
+pub fn alert_labels(rule_id: crate::RuleId, spec: &RuleSpec, subject: AlertSubject<'_>) -> BTreeMap<String, String> {
     let mut l = spec.labels.clone();
     l.insert(silence::LABEL_ALERTNAME.into(), spec.name.trim().to_string());
     l.insert(silence::LABEL_RULE_ID.into(), rule_id.to_string());
@@ -178,12 +178,13 @@ mod tests {
         let mut s = spec();
         s.labels.insert("team".into(), "platform".into());
         s.labels.insert("page".into(), "yes".into());
-        let l = alert_labels(7, &s, AlertSubject { host: "node-1", gpu_uuid: "GPU-1", team: Some("ml") });
+        let l =
+            alert_labels(crate::RuleId(7), &s, AlertSubject { host: "node-1", gpu_uuid: "GPU-1", team: Some("ml") });
         assert_eq!(l["alertname"], "Busy but hollow");
         assert_eq!(l["rule_id"], "7");
         assert_eq!(l["team"], "ml", "the host's team wins over the rule's label");
         assert_eq!(l["page"], "yes");
-        let l = alert_labels(7, &s, AlertSubject { host: "node-1", gpu_uuid: "GPU-1", team: None });
+        let l = alert_labels(crate::RuleId(7), &s, AlertSubject { host: "node-1", gpu_uuid: "GPU-1", team: None });
         assert_eq!(l["team"], "platform");
     }
 }

@@ -120,7 +120,7 @@ pub struct Notification {
     /// A reminder that the alert is still firing (repeat interval).
     #[serde(default)]
     pub reminder: bool,
-    pub rule_id: i64,
+    pub rule_id: crate::RuleId,
     pub rule_name: String,
     pub severity: Severity,
     pub condition: String,
@@ -490,7 +490,7 @@ pub(crate) mod tests {
         Notification {
             status,
             reminder: false,
-            rule_id: 1,
+            rule_id: crate::RuleId(1),
             rule_name: "Busy but hollow".into(),
             severity: Severity::Warning,
             condition: "gpu_util_pct >= 80 && sm_active_pct < 30".into(),

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use fleetlens_api::OwnerWaste;
 use fleetlens_core::rules::group::{DigestEvery, digest_period};
 use fleetlens_core::rules::payload::{SLACK_MAX_SECTION_CHARS, format_rfc3339_ms, slack_escape, truncate_chars};
-use fleetlens_core::{ChannelKind, MessageKind, OwnerKey};
+use fleetlens_core::{ChannelKind, MessageKind, OwnerKey, RuleId};
 use fleetlens_store::alerts::{AlertFilter, AlertRecord, ChannelRecord, NewNotification};
 use fleetlens_store::{OrgId, StoreError};
 use serde_json::{Value as Json, json};
@@ -90,7 +90,7 @@ async fn build(
         .into_iter()
         .filter(|a| a.fired_at_ms.is_some_and(|t| (from..to).contains(&t)))
         .collect();
-    let idle_rules: HashSet<i64> = store
+    let idle_rules: HashSet<RuleId> = store
         .alert_rules(org)
         .await?
         .into_iter()

@@ -36,7 +36,8 @@ use fleetlens_core::rules::{
 };
 use fleetlens_core::rules::{DefaultRule, SilenceWindow};
 use fleetlens_core::{
-    ChannelKind, GpuEventId, MessageKind, Sample, SilenceId, Thresholds, WindowAggregate, WorkloadState, classify,
+    AlertId, ChannelId, ChannelKind, GpuEventId, MessageKind, RuleId, Sample, SilenceId, Thresholds, WindowAggregate,
+    WorkloadState, classify,
 };
 use fleetlens_store::alerts::{
     ALERT_ENGINE_JOB, AlertChange, AlertRecord, AlertRuleRecord, AlertStatus, AlertWrite, ChannelRecord, EvalWrite,
@@ -57,7 +58,8 @@ const CURSOR_FLUSH_MS: i64 = 10_000;
 /// a PUT served by another replica reaches the rules' states within the bound docs/API.md gives.
 const THRESHOLDS_TTL_MS: i64 = crate::analytics::THRESHOLDS_REFRESH.as_millis() as i64;
 
-pub(super) type Key = (i64, i64);
+/// An open alert's key: its rule and its GPU.
+pub(super) type Key = (RuleId, i64);
 
 /// Run the engine until the process ends.
 pub async fn run(ctx: Arc<AlertsCtx>) {
@@ -171,7 +173,7 @@ impl Rule {
         let cond = match Condition::parse(&rec.condition) {
             Ok(c) => c,
             Err(e) => {
-                tracing::warn!(rule = rec.id, error = %e, "stored rule does not parse; skipped");
+                tracing::warn!(rule = rec.id.get(), error = %e, "stored rule does not parse; skipped");
                 return None;
             }
         };
@@ -206,7 +208,7 @@ pub fn default_rules() -> Vec<(String, NewAlertRule)> {
         .collect()
 }
 
-pub fn new_rule(spec: &RuleSpec, channels: Vec<i64>, enabled: bool) -> NewAlertRule {
+pub fn new_rule(spec: &RuleSpec, channels: Vec<ChannelId>, enabled: bool) -> NewAlertRule {
     NewAlertRule {
         name: spec.name.trim().to_string(),
         condition: spec.condition.clone(),
@@ -227,7 +229,7 @@ pub fn new_rule(spec: &RuleSpec, channels: Vec<i64>, enabled: bool) -> NewAlertR
 /// What one cycle reads once.
 pub(super) struct CycleData {
     rules: HashMap<OrgId, Vec<Rule>>,
-    enabled_rules: HashSet<i64>,
+    enabled_rules: HashSet<RuleId>,
     pub(super) channels: HashMap<OrgId, Vec<ChannelRecord>>,
     silences: HashMap<OrgId, Vec<SilenceWindow>>,
     teams: HashMap<(OrgId, String), String>,
@@ -261,11 +263,11 @@ impl CycleData {
         self.channels_for(rule).into_iter().filter(|c| !per_alert(c) && c.digest.is_empty()).collect()
     }
 
-    pub(super) fn rule(&self, org: OrgId, id: i64) -> Option<&Rule> {
+    pub(super) fn rule(&self, org: OrgId, id: RuleId) -> Option<&Rule> {
         self.rules.get(&org).and_then(|rs| rs.iter().find(|r| r.rec.id == id))
     }
 
-    fn channels_by_id(&self, org: OrgId, ids: &[i64]) -> Vec<&ChannelRecord> {
+    fn channels_by_id(&self, org: OrgId, ids: &[ChannelId]) -> Vec<&ChannelRecord> {
         let all = self.channels.get(&org).map(Vec::as_slice).unwrap_or_default();
         all.iter().filter(|c| ids.contains(&c.id)).collect()
     }
@@ -317,11 +319,11 @@ pub(super) struct Engine {
     thresholds: HashMap<OrgId, (Thresholds, i64)>,
     seeded: HashSet<OrgId>,
     /// Open notification groups per (channel, key).
-    pub(super) groups: HashMap<(i64, String), super::groups::GroupEntry>,
+    pub(super) groups: HashMap<(ChannelId, String), super::groups::GroupEntry>,
     /// Alerts resolved in this cycle, for their groups (in time order there).
     pub(super) resolved_events: Vec<AlertRecord>,
     /// Ids of alerts inserted already resolved (rule, GPU, active since → id).
-    pub(super) resolved_ids: HashMap<(i64, i64, i64), i64>,
+    pub(super) resolved_ids: HashMap<(RuleId, i64, i64), AlertId>,
 }
 
 impl Engine {
@@ -753,7 +755,7 @@ impl Engine {
         changes.touched_set.remove(&key);
         changes.touched.retain(|k| *k != key);
         if a.status == AlertStatus::Pending {
-            if a.id != 0 {
+            if a.id.get() != 0 {
                 changes.list.push(AlertChange {
                     write: AlertWrite::Delete { id: a.id, from: origin },
                     notify: vec![],
@@ -780,7 +782,7 @@ impl Engine {
             }
         }
         self.resolved_events.push(a.clone());
-        let write = if a.id == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
+        let write = if a.id.get() == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
         changes.list.push(AlertChange { write, notify, suppressed });
     }
 
@@ -850,7 +852,7 @@ impl Engine {
                 if let Some(a) = self.open.remove(&key) {
                     let origin = changes.origin.remove(&key).unwrap_or(a.status);
                     changes.notes.remove(&key);
-                    if a.id != 0 {
+                    if a.id.get() != 0 {
                         changes.list.push(AlertChange {
                             write: AlertWrite::Delete { id: a.id, from: origin },
                             notify: vec![],
@@ -888,7 +890,8 @@ impl Engine {
                     }
                 }
                 self.resolved_events.push(a.clone());
-                let write = if a.id == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
+                let write =
+                    if a.id.get() == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
                 changes.list.push(AlertChange { write, notify, suppressed });
             }
         }
@@ -918,7 +921,7 @@ impl Engine {
             resolved_reason: None,
         };
         AlertRecord {
-            id: 0,
+            id: AlertId(0),
             org_id: g.org_id,
             rule_id: rule.rec.id,
             gpu_id: g.id,
@@ -1005,7 +1008,7 @@ impl Engine {
         for key in std::mem::take(&mut changes.touched) {
             let Some(a) = self.open.get(&key) else { continue };
             let (notify, suppressed) = changes.notes.remove(&key).unwrap_or_default();
-            let write = if a.id == 0 {
+            let write = if a.id.get() == 0 {
                 changes.opened.push((changes.list.len(), key));
                 AlertWrite::Open(a.clone())
             } else {
@@ -1014,7 +1017,7 @@ impl Engine {
             };
             changes.list.push(AlertChange { write, notify, suppressed });
         }
-        let inserted_resolved: Vec<(usize, (i64, i64, i64))> = changes
+        let inserted_resolved: Vec<(usize, (RuleId, i64, i64))> = changes
             .list
             .iter()
             .enumerate()
@@ -1067,7 +1070,7 @@ async fn announce(store: &dyn Store, changes: &[AlertChange]) {
 impl Engine {
     /// The open alert that holds `a` back now (inhibition), by id (0 for one not stored yet:
     /// the wall clock puts its id in before long).
-    fn inhibitor_of(&self, data: &CycleData, a: &AlertRecord) -> Option<i64> {
+    fn inhibitor_of(&self, data: &CycleData, a: &AlertRecord) -> Option<AlertId> {
         let rules = data.inhibitions.get(&a.org_id).filter(|r| !r.is_empty())?;
         let others: Vec<&AlertRecord> = self
             .open
@@ -1082,7 +1085,7 @@ impl Engine {
     }
 
     /// For every open alert held back by another, the other's id.
-    fn current_inhibitors(&self, data: &CycleData) -> HashMap<Key, i64> {
+    fn current_inhibitors(&self, data: &CycleData) -> HashMap<Key, AlertId> {
         let mut by_org: HashMap<OrgId, Vec<(&Key, &AlertRecord)>> = HashMap::new();
         for (k, a) in &self.open {
             if data.inhibitions.get(&a.org_id).is_some_and(|r| !r.is_empty()) {

@@ -21,7 +21,7 @@ use fleetlens_core::rules::group::{
 };
 use fleetlens_core::rules::group_payload::{GroupMessage, GroupMessageKind, slack_group_message, webhook_v4_group};
 use fleetlens_core::rules::{Notification, NotifyStatus};
-use fleetlens_core::{ChannelKind, PriceTable};
+use fleetlens_core::{AlertId, ChannelId, ChannelKind, PriceTable};
 use fleetlens_store::alerts::{AlertGroupRecord, AlertStatus, ChannelRecord, GroupChange, GroupWrite, NewNotification};
 use fleetlens_store::{OrgId, Store, StoreError};
 use serde::{Deserialize, Serialize};
@@ -34,11 +34,11 @@ use super::render;
 pub struct GroupState {
     pub opened_ms: i64,
     /// The first member: the group's messages are logged under its alert.
-    pub lead_alert_id: i64,
+    pub lead_alert_id: AlertId,
     pub notified: bool,
     pub last_sent_ms: i64,
     /// Members listed in the last message.
-    pub sent: Vec<i64>,
+    pub sent: Vec<AlertId>,
     /// Follow-ups and reminders sent (their outbox `seq`).
     pub messages: i64,
     pub members: Vec<GroupMember>,
@@ -46,7 +46,7 @@ pub struct GroupState {
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct GroupMember {
-    pub alert_id: i64,
+    pub alert_id: AlertId,
     pub firing: bool,
     /// Silenced or inhibited now.
     pub held: bool,
@@ -68,12 +68,12 @@ impl GroupState {
         }
     }
 
-    fn active(&self) -> Vec<i64> {
+    fn active(&self) -> Vec<AlertId> {
         self.members.iter().filter(|m| m.firing && !m.held).map(|m| m.alert_id).collect()
     }
 
     fn add(&mut self, m: GroupMember) {
-        if self.lead_alert_id == 0 {
+        if self.lead_alert_id.get() == 0 {
             self.lead_alert_id = m.alert_id;
         }
         self.members.push(m);
@@ -86,14 +86,14 @@ pub struct GroupEntry {
     /// The stored row (None until it is first written).
     pub rec: Option<AlertGroupRecord>,
     pub org: OrgId,
-    pub channel: i64,
+    pub channel: ChannelId,
     pub key: String,
     pub state: GroupState,
     pub dirty: bool,
 }
 
 /// The open groups, by (channel, key).
-pub async fn load(store: &dyn Store) -> Result<HashMap<(i64, String), GroupEntry>, StoreError> {
+pub async fn load(store: &dyn Store) -> Result<HashMap<(ChannelId, String), GroupEntry>, StoreError> {
     Ok(store
         .open_alert_groups()
         .await?
@@ -121,11 +121,11 @@ pub fn group_by(c: &ChannelRecord) -> Vec<String> {
 /// One message to send: its kind, the members it lists, how many joined, its outbox seq.
 struct Planned {
     entry: GroupEntry,
-    messages: Vec<(GroupMessageKind, Vec<i64>, usize, i64)>,
+    messages: Vec<(GroupMessageKind, Vec<AlertId>, usize, i64)>,
     close: bool,
 }
 
-fn new_entry(org: OrgId, channel: i64, key: String, now: i64) -> GroupEntry {
+fn new_entry(org: OrgId, channel: ChannelId, key: String, now: i64) -> GroupEntry {
     GroupEntry { rec: None, org, channel, key, state: GroupState { opened_ms: now, ..Default::default() }, dirty: true }
 }
 
@@ -136,11 +136,11 @@ fn resolve_member(m: &mut GroupMember, at: i64) {
 }
 
 /// Apply a message's effects on the group; returns (listed members, joined, seq).
-fn send(state: &mut GroupState, kind: GroupMessageKind, now: i64) -> (Vec<i64>, usize, i64) {
+fn send(state: &mut GroupState, kind: GroupMessageKind, now: i64) -> (Vec<AlertId>, usize, i64) {
     let active = state.active();
     let (listed, joined) = match kind {
         GroupMessageKind::Firing => {
-            let listed: Vec<i64> = state
+            let listed: Vec<AlertId> = state
                 .members
                 .iter()
                 .filter(|m| (m.firing && !m.held) || (!m.firing && m.ever_active))
@@ -247,7 +247,7 @@ impl Engine {
             report.reload = true;
             return Ok(());
         }
-        let mut notified: HashSet<i64> = HashSet::new();
+        let mut notified: HashSet<AlertId> = HashSet::new();
         for ((p, mark), id) in written.into_iter().zip(ids) {
             notified.extend(mark);
             if p.close {
@@ -286,14 +286,14 @@ impl Engine {
         let resolved_ids = std::mem::take(&mut self.resolved_ids);
         events.sort_by_key(|a| (a.resolved_at_ms.unwrap_or(now), a.id));
         for mut a in events {
-            if a.id == 0 {
+            if a.id.get() == 0 {
                 match resolved_ids.get(&(a.rule_id, a.gpu_id, a.active_since_ms)) {
                     Some(id) => a.id = *id,
                     None => continue,
                 }
             }
             let at = a.resolved_at_ms.unwrap_or(now);
-            let mut touched: Vec<(i64, String)> = Vec::new();
+            let mut touched: Vec<(ChannelId, String)> = Vec::new();
             for (k, g) in self.groups.iter_mut() {
                 if let Some(m) = g.state.members.iter_mut().find(|m| m.alert_id == a.id) {
                     resolve_member(m, at);
@@ -343,8 +343,8 @@ impl Engine {
         }
 
         // 2. Firing alerts join their groups; members whose alert no longer fires resolve.
-        let mut firing: HashSet<(i64, i64, String)> = HashSet::new();
-        for a in self.open.values().filter(|a| a.status == AlertStatus::Firing && a.id != 0) {
+        let mut firing: HashSet<(AlertId, ChannelId, String)> = HashSet::new();
+        for a in self.open.values().filter(|a| a.status == AlertStatus::Firing && a.id.get() != 0) {
             let Some(rule) = data.rule(a.org_id, a.rule_id) else { continue };
             let held = a.silenced_by.is_some() || a.inhibited_by.is_some();
             for c in data.group_channels_for(&rule.rec) {
@@ -378,7 +378,7 @@ impl Engine {
         }
 
         // 3. What each group sends now.
-        let keys: Vec<(i64, String)> = self.groups.keys().cloned().collect();
+        let keys: Vec<(ChannelId, String)> = self.groups.keys().cloned().collect();
         for k in keys {
             let Some(g) = self.groups.get_mut(&k) else { continue };
             let channel = data.channels.get(&g.org).and_then(|cs| cs.iter().find(|c| c.id == g.channel));
@@ -447,12 +447,12 @@ fn repeat_ms(data: &CycleData, g: &GroupEntry) -> i64 {
 fn message(
     entry: &GroupEntry,
     kind: GroupMessageKind,
-    listed: &[i64],
+    listed: &[AlertId],
     joined: usize,
     prices: &PriceTable,
     now: i64,
 ) -> GroupMessage {
-    let by_id: BTreeMap<i64, &GroupMember> = entry.state.members.iter().map(|m| (m.alert_id, m)).collect();
+    let by_id: BTreeMap<AlertId, &GroupMember> = entry.state.members.iter().map(|m| (m.alert_id, m)).collect();
     let members: Vec<Notification> = listed
         .iter()
         .filter_map(|id| by_id.get(id))

@@ -108,14 +108,14 @@ async fn deliver(ctx: &AlertsCtx, m: ClaimedMessage) {
         DeliveryOutcome::Delivered => {
             tracing::debug!(
                 id = m.message.id.get(),
-                channel = m.channel.id,
+                channel = m.channel.id.get(),
                 kind = m.message.kind.as_str(),
                 "notification delivered"
             )
         }
         _ => tracing::warn!(
             id = m.message.id.get(),
-            channel = m.channel.id,
+            channel = m.channel.id.get(),
             attempt = m.message.attempts,
             error = result.error.as_deref().unwrap_or(""),
             "notification not delivered"

@@ -33,7 +33,7 @@ pub struct AlertDetails {
     pub team: Option<String>,
     /// Channels the firing notification went to (resolved and reminders go to the same).
     #[serde(default)]
-    pub notified_channels: Vec<i64>,
+    pub notified_channels: Vec<fleetlens_core::ChannelId>,
     #[serde(default)]
     pub repeat_interval_s: i64,
     /// Why it resolved when it was not the condition (rule deleted or disabled).
@@ -142,7 +142,7 @@ pub fn test_notification(channel: &ChannelRecord, public_url: &str, now_ms: i64)
     Notification {
         status: NotifyStatus::Firing,
         reminder: false,
-        rule_id: 0,
+        rule_id: fleetlens_core::RuleId(0),
         rule_name: "Fleetlens test message".into(),
         severity: Severity::Info,
         condition: "true".into(),

@@ -11,8 +11,8 @@ use crate::alerts::render::AlertDetails;
 pub fn alert_view(a: AlertRecord) -> AlertView {
     let d = AlertDetails::of(&a);
     AlertView {
-        id: a.id.into(),
-        rule_id: a.rule_id.into(),
+        id: a.id,
+        rule_id: a.rule_id,
         rule_deleted: false,
         rule_name: a.rule_name,
         severity: a.severity,
@@ -44,7 +44,7 @@ pub fn alert_view(a: AlertRecord) -> AlertView {
 }
 
 /// `view` with `rule_deleted` set: its rule is not among the organisation's `rules` now.
-pub fn marking_deleted(mut view: AlertView, rules: &std::collections::HashSet<i64>) -> AlertView {
-    view.rule_deleted = !rules.contains(&view.rule_id.get());
+pub fn marking_deleted(mut view: AlertView, rules: &std::collections::HashSet<fleetlens_core::RuleId>) -> AlertView {
+    view.rule_deleted = !rules.contains(&view.rule_id);
     view
 }

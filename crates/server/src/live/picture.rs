@@ -10,6 +10,7 @@ use fleetlens_api::live::{
     StreamSnapshot,
 };
 use fleetlens_core::live::{AlertTransition, FleetCounts, GpuNow, OpenStatus, alert_transitions, fleet_counts};
+use fleetlens_core::{AlertId, RuleId};
 use fleetlens_store::alerts::{AlertFilter, AlertStatus};
 use fleetlens_store::{LatestMinute, OrgId, Store};
 use serde::Serialize;
@@ -45,7 +46,7 @@ pub struct Picture {
     pub at_ms: i64,
     pub gpus: BTreeMap<String, GpuNow>,
     /// The open alerts by id.
-    pub alerts: BTreeMap<i64, AlertView>,
+    pub alerts: BTreeMap<AlertId, AlertView>,
     pub counts: FleetCounts,
     /// Each GPU's newest minute by GPU id, and the newest sample it was read for: the next
     /// reading re-reads only the GPUs whose newest sample moved since.
@@ -83,12 +84,12 @@ impl Picture {
             .clone()
     }
 
-    fn open_statuses(&self) -> BTreeMap<i64, OpenStatus> {
+    fn open_statuses(&self) -> BTreeMap<AlertId, OpenStatus> {
         open_statuses(&self.alerts)
     }
 }
 
-fn open_statuses(alerts: &BTreeMap<i64, AlertView>) -> BTreeMap<i64, OpenStatus> {
+fn open_statuses(alerts: &BTreeMap<AlertId, AlertView>) -> BTreeMap<AlertId, OpenStatus> {
     alerts
         .iter()
         .map(|(id, a)| (*id, if a.status == AlertStatus::Firing { OpenStatus::Firing } else { OpenStatus::Pending }))
@@ -132,8 +133,8 @@ pub async fn read(
         limit: MAX_OPEN_ALERTS,
         ..Default::default()
     };
-    let rules: HashSet<i64> = store.alert_rules(org).await?.into_iter().map(|r| r.id).collect();
-    let alerts: BTreeMap<i64, AlertView> =
+    let rules: HashSet<RuleId> = store.alert_rules(org).await?.into_iter().map(|r| r.id).collect();
+    let alerts: BTreeMap<AlertId, AlertView> =
         store.alerts(org, &filter).await?.into_iter().map(|a| (a.id, marking_deleted(alert_view(a), &rules))).collect();
     let now = now_ms();
     let gpus: BTreeMap<String, GpuNow> = identities

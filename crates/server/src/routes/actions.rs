@@ -6,7 +6,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, PlansQuery, ReportRouteView, RunQuery};
 use fleetlens_core::jobcard::{JobCard, JobRunStatus};
-use fleetlens_core::{ChannelId, JobRunId, ReportRouteId};
+use fleetlens_core::{JobRunId, ReportRouteId};
 use fleetlens_store::Scope;
 use fleetlens_store::actions::{JobRunFilter, JobRunRecord, ReportRoute};
 
@@ -30,7 +30,7 @@ fn view(r: JobRunRecord) -> JobRun {
         end_reason: r.end_reason,
         team_id: r.team_id,
         card: r.card.and_then(|c| serde_json::from_str(&c).ok()),
-        notified_channel_id: r.notified_channel_id.map(ChannelId),
+        notified_channel_id: r.notified_channel_id,
     }
 }
 
@@ -148,7 +148,7 @@ fn route_view(r: ReportRoute) -> ReportRouteView {
         id: r.id,
         team_id: r.team_id,
         owner: r.owner,
-        channel_id: ChannelId(r.channel_id),
+        channel_id: r.channel_id,
         min_gpu_hours: r.min_gpu_hours,
         min_waste_pct: r.min_waste_pct,
         created_ms: r.created_ms,
@@ -171,7 +171,7 @@ pub async fn create_route(
     let bad = |field: &str, message: &str| ApiError::Unprocessable { field: field.into(), message: message.into() };
     let channel = state
         .store
-        .notification_channel(caller.org, r.channel_id.get())
+        .notification_channel(caller.org, r.channel_id)
         .await?
         .ok_or_else(|| bad("channel_id", "no such notification channel"))?;
     if channel.kind == fleetlens_core::ChannelKind::Alertmanager {
@@ -199,7 +199,7 @@ pub async fn create_route(
         org_id: caller.org,
         team_id: r.team_id,
         owner,
-        channel_id: r.channel_id.get(),
+        channel_id: r.channel_id,
         min_gpu_hours,
         min_waste_pct,
         created_ms: 0,

@@ -103,7 +103,7 @@ fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
 /// `POST` takes these (name and condition required); `PUT` changes the fields it names.
 fn rule_view(r: AlertRuleRecord) -> RuleView {
     RuleView {
-        id: r.id.into(),
+        id: r.id,
         name: r.name,
         condition: r.condition,
         for_s: r.for_s,
@@ -113,7 +113,7 @@ fn rule_view(r: AlertRuleRecord) -> RuleView {
         labels: r.labels,
         description: r.description,
         advice: r.advice,
-        channels: r.channels.into_iter().map(Into::into).collect(),
+        channels: r.channels,
         enabled: r.enabled,
         builtin: r.builtin,
         created_ms: r.created_ms,
@@ -149,15 +149,15 @@ async fn seed(state: &AppState, org: OrgId) -> Res<()> {
     Ok(())
 }
 
-async fn check_channels(store: &dyn Store, org: OrgId, ids: &[i64]) -> Res<()> {
-    let known: Vec<i64> = store.notification_channels(org).await?.into_iter().map(|c| c.id).collect();
+async fn check_channels(store: &dyn Store, org: OrgId, ids: &[ChannelId]) -> Res<()> {
+    let known: Vec<ChannelId> = store.notification_channels(org).await?.into_iter().map(|c| c.id).collect();
     if let Some(bad) = ids.iter().find(|id| !known.contains(id)) {
         return Err(invalid("channels", format!("no notification channel {bad} in this organisation")));
     }
     Ok(())
 }
 
-fn merge(base: RuleSpec, b: RuleBody) -> (RuleSpec, Option<Vec<i64>>, Option<bool>) {
+fn merge(base: RuleSpec, b: RuleBody) -> (RuleSpec, Option<Vec<ChannelId>>, Option<bool>) {
     let spec = RuleSpec {
         name: b.name.unwrap_or(base.name),
         condition: b.condition.unwrap_or(base.condition),
@@ -169,9 +169,7 @@ fn merge(base: RuleSpec, b: RuleBody) -> (RuleSpec, Option<Vec<i64>>, Option<boo
         description: b.description.unwrap_or(base.description),
         advice: b.advice.unwrap_or(base.advice),
     };
-    // The store keys channels by their integer id.
-    let channels = b.channels.map(|ids| ids.into_iter().map(Into::into).collect());
-    (spec, channels, b.enabled)
+    (spec, b.channels, b.enabled)
 }
 
 /// `{"rules": [...]}`.
@@ -226,7 +224,7 @@ pub async fn create_rule(
 }
 
 #[utoipa::path(get, path = "/alert-rules/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = RuleView), crate::openapi::ItemErrors))]
-pub async fn get_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<RuleView>> {
+pub async fn get_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<RuleId>) -> Res<Json<RuleView>> {
     caller.require(Scope::Read)?;
     let r = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
     Ok(Json(rule_view(r)))
@@ -236,7 +234,7 @@ pub async fn get_rule(State(state): State<AppState>, caller: Caller, Path(id): P
 pub async fn put_rule(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<RuleId>,
     body: Bytes,
 ) -> Res<Json<RuleView>> {
     caller.require(Scope::Admin)?;
@@ -274,7 +272,7 @@ pub async fn put_rule(
 }
 
 #[utoipa::path(delete, path = "/alert-rules/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
-pub async fn delete_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
+pub async fn delete_rule(State(state): State<AppState>, caller: Caller, Path(id): Path<RuleId>) -> Res<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.delete_alert_rule(caller.org, id).await? {
         return Err(not_found("alert rule"));
@@ -321,7 +319,7 @@ pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionC
 fn channel_view(c: ChannelRecord) -> ChannelView {
     let group_by = crate::alerts::groups::group_by(&c);
     ChannelView {
-        id: c.id.into(),
+        id: c.id,
         name: c.name,
         kind: c.kind,
         url: c.url,
@@ -438,7 +436,11 @@ pub async fn create_channel(
 }
 
 #[utoipa::path(get, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = ChannelView), crate::openapi::ItemErrors))]
-pub async fn get_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Json<ChannelView>> {
+pub async fn get_channel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<ChannelId>,
+) -> Res<Json<ChannelView>> {
     caller.require(Scope::Admin)?;
     let c = state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
     Ok(Json(channel_view(c)))
@@ -448,7 +450,7 @@ pub async fn get_channel(State(state): State<AppState>, caller: Caller, Path(id)
 pub async fn put_channel(
     State(state): State<AppState>,
     caller: Caller,
-    Path(id): Path<i64>,
+    Path(id): Path<ChannelId>,
     body: Bytes,
 ) -> Res<Json<ChannelView>> {
     caller.require(Scope::Admin)?;
@@ -465,7 +467,11 @@ pub async fn put_channel(
 }
 
 #[utoipa::path(delete, path = "/notification-channels/{id}", tag = "alerts", params(("id" = i64, Path)), responses((status = 204, description = "Deleted"), crate::openapi::ItemErrors))]
-pub async fn delete_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<StatusCode> {
+pub async fn delete_channel(
+    State(state): State<AppState>,
+    caller: Caller,
+    Path(id): Path<ChannelId>,
+) -> Res<StatusCode> {
     caller.require(Scope::Admin)?;
     if !state.store.delete_notification_channel(caller.org, id, now_ms()).await? {
         return Err(not_found("notification channel"));
@@ -478,7 +484,7 @@ pub async fn delete_channel(State(state): State<AppState>, caller: Caller, Path(
 /// attempt's outcome.
 /// The outcome of a test message.
 #[utoipa::path(post, path = "/notification-channels/{id}/test", tag = "alerts", params(("id" = i64, Path)), responses((status = 200, body = TestResult, description = "Delivered"), (status = 202, body = TestResult, description = "Not delivered (yet): see `status` and `error`"), (status = 409, description = "A test message was just sent", body = fleetlens_api::ErrorBody), crate::openapi::ItemErrors))]
-pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<i64>) -> Res<Response> {
+pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id): Path<ChannelId>) -> Res<Response> {
     caller.require(Scope::Admin)?;
     let c = state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
     let now = now_ms();
@@ -544,8 +550,7 @@ pub async fn list_alerts(
     if !(1..=1000).contains(&limit) {
         return Err(invalid("limit", "1–1000"));
     }
-    let filter =
-        AlertFilter { statuses, rule_id: q.rule_id.map(RuleId::get), gpu_uuid: q.gpu, before_id: q.before, limit };
+    let filter = AlertFilter { statuses, rule_id: q.rule_id, gpu_uuid: q.gpu, before_id: q.before, limit };
     let rules = rule_ids(&state, caller.org).await?;
     let alerts: Vec<AlertView> = state
         .store
@@ -558,19 +563,19 @@ pub async fn list_alerts(
 }
 
 /// The ids of the organisation's rules that still exist.
-pub async fn rule_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<i64>> {
+pub async fn rule_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<RuleId>> {
     Ok(state.store.alert_rules(org).await?.into_iter().map(|r| r.id).collect())
 }
 
 /// The ids of the organisation's channels that still exist.
-async fn channel_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<i64>> {
+async fn channel_ids(state: &AppState, org: OrgId) -> Res<std::collections::HashSet<ChannelId>> {
     Ok(state.store.notification_channels(org).await?.into_iter().map(|c| c.id).collect())
 }
 
 fn outbox_view(m: OutboxRecord) -> OutboxView {
     OutboxView {
         id: m.id,
-        channel_id: m.channel_id.into(),
+        channel_id: m.channel_id,
         kind: m.kind,
         seq: m.seq,
         status: m.status,
@@ -584,13 +589,13 @@ fn outbox_view(m: OutboxRecord) -> OutboxView {
 }
 
 /// A delivery attempt; `channels` are the ids of the channels that still exist.
-fn delivery_view(d: DeliveryRecord, channels: &std::collections::HashSet<i64>) -> DeliveryView {
+fn delivery_view(d: DeliveryRecord, channels: &std::collections::HashSet<ChannelId>) -> DeliveryView {
     DeliveryView {
         id: d.id,
         message_id: d.outbox_id,
-        alert_id: d.alert_id.map(Into::into),
+        alert_id: d.alert_id,
         channel_deleted: !channels.contains(&d.channel_id),
-        channel_id: d.channel_id.into(),
+        channel_id: d.channel_id,
         kind: d.kind,
         attempt: d.attempt,
         at_ms: d.at_ms,
@@ -609,7 +614,6 @@ pub async fn get_alert(
     Path(id): Path<AlertId>,
 ) -> Res<Json<AlertDetail>> {
     caller.require(Scope::Read)?;
-    let id = id.get();
     let a = state.store.alert(caller.org, id).await?.ok_or_else(|| not_found("alert"))?;
     let messages: Vec<OutboxView> =
         state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(outbox_view).collect();
@@ -642,7 +646,7 @@ pub async fn channel_deliveries(
     Query(q): Query<DeliveryQuery>,
 ) -> Res<Json<DeliveryList>> {
     caller.require(Scope::Read)?;
-    state.store.notification_channel(caller.org, id.get()).await?.ok_or_else(|| not_found("notification channel"))?;
+    state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
     deliveries(&state, caller.org, Some(id), q.alert_id, q.limit).await
 }
 
@@ -658,8 +662,7 @@ async fn deliveries(
         return Err(invalid("limit", "1–1000"));
     }
     // The store keys channels and alerts by their integer ids.
-    let filter =
-        DeliveryFilter { channel_id: channel_id.map(ChannelId::get), alert_id: alert_id.map(AlertId::get), limit };
+    let filter = DeliveryFilter { channel_id, alert_id, limit };
     let channels = channel_ids(state, org).await?;
     let list: Vec<DeliveryView> =
         state.store.deliveries(org, &filter).await?.into_iter().map(|d| delivery_view(d, &channels)).collect();

@@ -32,8 +32,8 @@ fn policy_view(p: ReclaimPolicyRecord) -> ReclaimPolicy {
         for_s: p.for_s,
         grace_s: p.grace_s,
         action: p.action,
-        action_channel_id: p.action_channel_id.map(ChannelId),
-        notice_channel_id: p.notice_channel_id.map(ChannelId),
+        action_channel_id: p.action_channel_id,
+        notice_channel_id: p.notice_channel_id,
         enabled: p.enabled,
         created_ms: p.created_ms,
     }
@@ -69,7 +69,7 @@ pub async fn create_policy(
         let store = state.store.clone();
         async move {
             match id {
-                Some(id) => store.notification_channel(caller.org, id.get()).await.map(|c| c.map(|c| c.kind)),
+                Some(id) => store.notification_channel(caller.org, id).await.map(|c| c.map(|c| c.kind)),
                 None => Ok(None),
             }
         }
@@ -98,8 +98,8 @@ pub async fn create_policy(
         for_s: p.for_s,
         grace_s: p.grace_s,
         action: p.action,
-        action_channel_id: p.action_channel_id.map(ChannelId::get),
-        notice_channel_id: p.notice_channel_id.map(ChannelId::get),
+        action_channel_id: p.action_channel_id,
+        notice_channel_id: p.notice_channel_id,
         enabled: p.enabled,
         created_ms: 0,
         updated_ms: 0,
