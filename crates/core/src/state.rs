@@ -1,9 +1,9 @@
 //! The workload states of METRICS.md: one per GPU per evaluation window.
 
 crate::named_enum! {
-    /// What a GPU was doing over one evaluation window. The variant order is METRICS.md's
-    /// priority order (first match wins), which is also the order dashboards list them in
-    /// (`ALL`, and `Ord`). The names are METRICS.md's.
+    /// What a GPU was doing over one evaluation window (docs/METRICS.md, "Workload states").
+    /// Listed in the classifier's priority order (the first that matches wins), which is also
+    /// the order dashboards list them in.
     pub enum WorkloadState("workload state") {
         Offline = "offline",
         Idle = "idle",

@@ -2,7 +2,7 @@
 //! kind of message an outbox row carries, and the statuses of alerts, messages and deliveries.
 
 crate::named_enum! {
-    /// How severe a rule's alerts are, mildest first (`Ord` follows).
+    /// How severe a rule's alerts are, listed mildest first (they sort in this order).
     pub enum Severity("severity") {
         Info = "info",
         Warning = "warning",
