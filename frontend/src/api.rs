@@ -67,6 +67,18 @@ impl ApiError {
         matches!(self.status, 400 | 422) && self.field.as_deref().is_some_and(|f| f == field || f.ends_with(field))
     }
 
+    /// A form's own check of `field` failed before anything was sent: worded as the server's
+    /// validation error of `path` would be, so that it shows next to its field the same way.
+    pub fn invalid(path: &str, field: &str, message: impl Into<String>) -> ApiError {
+        ApiError {
+            status: 422,
+            code: "invalid".into(),
+            message: message.into(),
+            path: path.into(),
+            field: Some(field.into()),
+        }
+    }
+
     fn local(code: &str, path: &str, message: impl fmt::Display) -> ApiError {
         ApiError { status: 0, code: code.into(), message: message.to_string(), path: path.into(), field: None }
     }
@@ -330,9 +342,22 @@ async fn send_json<T: DeserializeOwned>(req: RequestBuilder, path: &str, body: S
     parse(&text, path)
 }
 
-/// A DELETE (or a POST without a body) whose answer is not read.
-async fn send_empty(req: RequestBuilder, path: &str) -> ApiResult<()> {
-    send(req, true, path, None, None).await.map(|_| ())
+/// `POST` of a typed body to `path` (under the API prefix, like [`get`]'s), answer parsed.
+async fn post<T: DeserializeOwned, B: Serialize>(path: &str, body: &B) -> ApiResult<T> {
+    let url = format!("{PREFIX}{path}");
+    send_json(Request::post(&url), &url, to_body(body)).await
+}
+
+/// `PUT` of a typed body to `path` (under the API prefix), answer parsed.
+async fn put<T: DeserializeOwned, B: Serialize>(path: &str, body: &B) -> ApiResult<T> {
+    let url = format!("{PREFIX}{path}");
+    send_json(Request::put(&url), &url, to_body(body)).await
+}
+
+/// `DELETE` of `path` (under the API prefix); the answer is not read.
+async fn delete(path: &str) -> ApiResult<()> {
+    let url = format!("{PREFIX}{path}");
+    send(Request::delete(&url), true, &url, None, None).await.map(|_| ())
 }
 
 /// `GET /api/v1/alert-rules/fields`
@@ -342,47 +367,35 @@ pub async fn rule_fields() -> ApiResult<RuleFields> {
 
 /// `POST /api/v1/alert-rules/check`: parses a condition without storing it.
 pub async fn check_condition(condition: &str) -> ApiResult<()> {
-    let path = format!("{PREFIX}/alert-rules/check");
-    let body = to_body(&CheckBody { condition: condition.into() });
-    send_json::<ConditionCheck>(Request::post(&path), &path, body).await.map(|_| ())
+    post::<ConditionCheck, _>("/alert-rules/check", &CheckBody { condition: condition.into() }).await.map(|_| ())
 }
 
 /// `POST /api/v1/alert-rules` (`id` None) or `PUT /api/v1/alert-rules/{id}`.
 pub async fn save_rule(id: Option<i64>, body: &RuleBody) -> ApiResult<RuleView> {
     match id {
-        None => {
-            let path = format!("{PREFIX}/alert-rules");
-            send_json(Request::post(&path), &path, to_body(body)).await
-        }
-        Some(id) => {
-            let path = format!("{PREFIX}/alert-rules/{id}");
-            send_json(Request::put(&path), &path, to_body(body)).await
-        }
+        None => post("/alert-rules", body).await,
+        Some(id) => put(&format!("/alert-rules/{id}"), body).await,
     }
 }
 
 /// `DELETE /api/v1/alert-rules/{id}`
 pub async fn delete_rule(id: i64) -> ApiResult<()> {
-    let path = format!("{PREFIX}/alert-rules/{id}");
-    send_empty(Request::delete(&path), &path).await
+    delete(&format!("/alert-rules/{id}")).await
 }
 
 /// `POST /api/v1/notification-channels`
 pub async fn create_channel(body: &ChannelBody) -> ApiResult<ChannelView> {
-    let path = format!("{PREFIX}/notification-channels");
-    send_json(Request::post(&path), &path, to_body(body)).await
+    post("/notification-channels", body).await
 }
 
 /// `PUT /api/v1/notification-channels/{id}` with the fields to change.
 pub async fn update_channel(id: i64, body: &ChannelBody) -> ApiResult<ChannelView> {
-    let path = format!("{PREFIX}/notification-channels/{id}");
-    send_json(Request::put(&path), &path, to_body(body)).await
+    put(&format!("/notification-channels/{id}"), body).await
 }
 
 /// `DELETE /api/v1/notification-channels/{id}`
 pub async fn delete_channel(id: i64) -> ApiResult<()> {
-    let path = format!("{PREFIX}/notification-channels/{id}");
-    send_empty(Request::delete(&path), &path).await
+    delete(&format!("/notification-channels/{id}")).await
 }
 
 /// `POST /api/v1/notification-channels/{id}/test`: the first attempt's outcome.
@@ -399,14 +412,12 @@ pub async fn silences() -> ApiResult<SilenceList> {
 
 /// `POST /api/v1/silences`
 pub async fn create_silence(body: &SilenceBody) -> ApiResult<SilenceView> {
-    let path = format!("{PREFIX}/silences");
-    send_json(Request::post(&path), &path, to_body(body)).await
+    post("/silences", body).await
 }
 
 /// `DELETE /api/v1/silences/{id}`: ends the silence now.
 pub async fn end_silence(id: SilenceId) -> ApiResult<()> {
-    let path = format!("{PREFIX}/silences/{id}");
-    send_empty(Request::delete(&path), &path).await
+    delete(&format!("/silences/{id}")).await
 }
 
 /// `GET /api/v1/settings/thresholds`
@@ -416,8 +427,7 @@ pub async fn thresholds() -> ApiResult<Map<String, Value>> {
 
 /// `PUT /api/v1/settings/thresholds`
 pub async fn put_thresholds(values: &Map<String, Value>) -> ApiResult<Map<String, Value>> {
-    let path = format!("{PREFIX}/settings/thresholds");
-    send_json(Request::put(&path), &path, Value::Object(values.clone()).to_string()).await
+    put("/settings/thresholds", values).await
 }
 
 /// `GET /api/v1/api-keys`: all of the organisation's for an admin, else the caller's own.
@@ -427,15 +437,12 @@ pub async fn api_keys() -> ApiResult<Vec<KeyView>> {
 
 /// `POST /api/v1/api-keys`: the answer holds the secret, shown once.
 pub async fn create_api_key(name: &str, scopes: &[String]) -> ApiResult<CreatedKeyView> {
-    let path = format!("{PREFIX}/api-keys");
-    let body = NewKeyBody { name: name.into(), scopes: scopes.to_vec(), team_id: None };
-    send_json(Request::post(&path), &path, to_body(&body)).await
+    post("/api-keys", &NewKeyBody { name: name.into(), scopes: scopes.to_vec(), team_id: None }).await
 }
 
 /// `DELETE /api/v1/api-keys/{id}`: revokes the key.
 pub async fn revoke_api_key(id: ApiKeyId) -> ApiResult<()> {
-    let path = format!("{PREFIX}/api-keys/{id}");
-    send_empty(Request::delete(&path), &path).await
+    delete(&format!("/api-keys/{id}")).await
 }
 
 /// `GET /api/v1/users`
@@ -445,8 +452,7 @@ pub async fn users() -> ApiResult<Vec<UserView>> {
 
 /// `POST /api/v1/users`
 pub async fn create_user(body: &NewUserBody) -> ApiResult<UserView> {
-    let path = format!("{PREFIX}/users");
-    send_json(Request::post(&path), &path, to_body(body)).await
+    post("/users", body).await
 }
 
 /// `PUT /api/v1/auth/password`: the logged-in user's own password; with `revoke_api_keys`
@@ -459,14 +465,12 @@ pub async fn change_password(current: &str, new: &str, revoke_api_keys: bool) ->
 
 /// `PUT /api/v1/users/{id}` with the fields to change.
 pub async fn update_user(id: UserId, body: &UserPatch) -> ApiResult<UserView> {
-    let path = format!("{PREFIX}/users/{id}");
-    send_json(Request::put(&path), &path, to_body(body)).await
+    put(&format!("/users/{id}"), body).await
 }
 
 /// `DELETE /api/v1/users/{id}`: also revokes their keys and ends their sessions.
 pub async fn delete_user(id: UserId) -> ApiResult<()> {
-    let path = format!("{PREFIX}/users/{id}");
-    send_empty(Request::delete(&path), &path).await
+    delete(&format!("/users/{id}")).await
 }
 
 /// `GET /api/v1/teams`
@@ -476,14 +480,12 @@ pub async fn teams() -> ApiResult<Vec<TeamView>> {
 
 /// `POST /api/v1/teams`
 pub async fn create_team(name: &str) -> ApiResult<TeamView> {
-    let path = format!("{PREFIX}/teams");
-    send_json(Request::post(&path), &path, to_body(&TeamBody { name: name.into() })).await
+    post("/teams", &TeamBody { name: name.into() }).await
 }
 
 /// `DELETE /api/v1/teams/{id}`
 pub async fn delete_team(id: TeamId) -> ApiResult<()> {
-    let path = format!("{PREFIX}/teams/{id}");
-    send_empty(Request::delete(&path), &path).await
+    delete(&format!("/teams/{id}")).await
 }
 
 /// `GET /api/v1/hosts`
@@ -493,8 +495,7 @@ pub async fn hosts() -> ApiResult<Vec<HostView>> {
 
 /// `PUT /api/v1/hosts/{host}/team`: the host's team (None: no assignment).
 pub async fn assign_host(host: &str, team_id: Option<TeamId>) -> ApiResult<HostView> {
-    let path = format!("{PREFIX}/hosts/{}/team", seg(host));
-    send_json(Request::put(&path), &path, to_body(&AssignBody { team_id })).await
+    put(&format!("/hosts/{}/team", seg(host)), &AssignBody { team_id }).await
 }
 
 /// `GET /api/v1/jobs?from=&to=`

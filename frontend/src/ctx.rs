@@ -190,6 +190,17 @@ where
     })
 }
 
+/// An API value read once (not on the poll tick), for the choices of a form (channels, teams):
+/// the default (empty) until it answers, and if it fails.
+pub fn read_once<T, Fut>(fetch: impl Fn() -> Fut + 'static) -> Memo<T>
+where
+    T: Clone + Default + PartialEq + Send + Sync + 'static,
+    Fut: Future<Output = ApiResult<T>> + 'static,
+{
+    let res = LocalResource::new(fetch);
+    Memo::new(move |_| res.with(|r| r.as_ref().and_then(|r| r.as_ref().ok().cloned())).unwrap_or_default())
+}
+
 /// The newest successful answer of `res` (see [`Latest`]).
 pub fn latest_ok<T>(res: LocalResource<ApiResult<T>>) -> Latest<T>
 where

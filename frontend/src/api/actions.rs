@@ -6,9 +6,8 @@ pub use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, ReportRoute
 pub use fleetlens_api::reclaim::{DryRun, NewReclaimPolicy, Reclaim, ReclaimPolicy, SnoozeRequest};
 use fleetlens_core::plans::Plans;
 use fleetlens_core::{JobRunId, ReclaimId, ReclaimPolicyId, ReportRouteId, TeamId};
-use gloo_net::http::Request;
 
-use super::{ApiResult, PREFIX, get, seg, send_empty, send_json, to_body};
+use super::{ApiResult, delete, get, post, seg};
 
 /// Filters of the job list, as the URL holds them.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -44,8 +43,7 @@ pub async fn job_run(id: &str) -> ApiResult<JobRun> {
 
 /// `POST /api/v1/jobs/{id}/end`: the run ends now (its card follows at the next scan).
 pub async fn end_job(id: JobRunId) -> ApiResult<JobRun> {
-    let path = format!("{PREFIX}/jobs/{id}/end");
-    send_json(Request::post(&path), &path, to_body(&EndRequest::default())).await
+    post(&format!("/jobs/{id}/end"), &EndRequest::default()).await
 }
 
 /// `GET /api/v1/report-routes`
@@ -55,14 +53,12 @@ pub async fn report_routes() -> ApiResult<Vec<ReportRouteView>> {
 
 /// `POST /api/v1/report-routes`
 pub async fn create_report_route(route: &NewReportRoute) -> ApiResult<ReportRouteView> {
-    let path = format!("{PREFIX}/report-routes");
-    send_json(Request::post(&path), &path, to_body(route)).await
+    post("/report-routes", route).await
 }
 
 /// `DELETE /api/v1/report-routes/{id}`
 pub async fn delete_report_route(id: ReportRouteId) -> ApiResult<()> {
-    let path = format!("{PREFIX}/report-routes/{id}");
-    send_empty(Request::delete(&path), &path).await
+    delete(&format!("/report-routes/{id}")).await
 }
 
 /// `GET /api/v1/reclaim-policies`
@@ -72,14 +68,12 @@ pub async fn reclaim_policies() -> ApiResult<Vec<ReclaimPolicy>> {
 
 /// `POST /api/v1/reclaim-policies`
 pub async fn create_reclaim_policy(policy: &NewReclaimPolicy) -> ApiResult<ReclaimPolicy> {
-    let path = format!("{PREFIX}/reclaim-policies");
-    send_json(Request::post(&path), &path, to_body(policy)).await
+    post("/reclaim-policies", policy).await
 }
 
 /// `DELETE /api/v1/reclaim-policies/{id}` (its open reclaims are cancelled).
 pub async fn delete_reclaim_policy(id: ReclaimPolicyId) -> ApiResult<()> {
-    let path = format!("{PREFIX}/reclaim-policies/{id}");
-    send_empty(Request::delete(&path), &path).await
+    delete(&format!("/reclaim-policies/{id}")).await
 }
 
 /// `GET /api/v1/reclaim-policies/{id}/dry-run` over the server's default period (the past week).
@@ -94,8 +88,7 @@ pub async fn reclaims() -> ApiResult<Vec<Reclaim>> {
 
 /// `POST /api/v1/reclaims/{id}/snooze`
 pub async fn snooze_reclaim(id: ReclaimId, for_s: i64) -> ApiResult<Reclaim> {
-    let path = format!("{PREFIX}/reclaims/{id}/snooze");
-    send_json(Request::post(&path), &path, to_body(&SnoozeRequest { for_s })).await
+    post(&format!("/reclaims/{id}/snooze"), &SnoozeRequest { for_s }).await
 }
 
 /// `GET /api/v1/plans?from=&to=`

@@ -8,8 +8,9 @@ use crate::ctx::use_app;
 use crate::format;
 use leptos_router::hooks::{use_location, use_navigate};
 
+/// "Log out": ends the session, then shows the login page.
 #[component]
-pub fn Header() -> impl IntoView {
+pub fn LogOutButton(class: &'static str) -> impl IntoView {
     let ctx = use_app();
     let navigate = use_navigate();
     let log_out = move |_| {
@@ -19,6 +20,12 @@ pub fn Header() -> impl IntoView {
             navigate("/login", Default::default());
         });
     };
+    view! { <button type="button" class=class on:click=log_out>"Log out"</button> }
+}
+
+#[component]
+pub fn Header() -> impl IntoView {
+    let ctx = use_app();
     let who = move || ctx.me.with(|m| m.as_ref().map(|m| m.who()).unwrap_or_default());
     let role = move || ctx.me.with(|m| m.as_ref().map(|m| m.role_label()).unwrap_or_default());
     let org = move || ctx.me.with(|m| m.as_ref().map(|m| m.org.name.clone()).unwrap_or_default());
@@ -80,7 +87,7 @@ pub fn Header() -> impl IntoView {
                     " "
                     <span class="pill pill-muted whoami-role">{role}</span>
                 </span>
-                <button type="button" class="btn-quiet" on:click=log_out>"Log out"</button>
+                <LogOutButton class="btn-quiet"/>
             </div>
         </header>
     }

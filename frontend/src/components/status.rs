@@ -84,6 +84,42 @@ pub fn FormError(
     view! { <ActionError error=shown/> }
 }
 
+/// Shows what an action came to: its message for [`Saved`], or its error for [`FieldError`] and
+/// [`FormError`]; the other is cleared. True when it succeeded.
+pub fn show_outcome(
+    error: RwSignal<Option<ApiError>>,
+    saved: RwSignal<Option<String>>,
+    out: Result<String, ApiError>,
+) -> bool {
+    match out {
+        Ok(message) => {
+            error.set(None);
+            saved.set(Some(message));
+            true
+        }
+        Err(e) => {
+            saved.set(None);
+            error.set(Some(e));
+            false
+        }
+    }
+}
+
+/// Shows the error of an action that has nothing to say when it works (a toggle, a revoke), or
+/// clears the last one. True when it succeeded.
+pub fn show_error<T>(error: RwSignal<Option<ApiError>>, out: Result<T, ApiError>) -> bool {
+    match out {
+        Ok(_) => {
+            error.set(None);
+            true
+        }
+        Err(e) => {
+            error.set(Some(e));
+            false
+        }
+    }
+}
+
 /// What an action has just done ("Team “ml” created.").
 #[component]
 pub fn Saved(saved: RwSignal<Option<String>>) -> impl IntoView {

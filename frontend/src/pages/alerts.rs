@@ -11,7 +11,10 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::{self, ApiError};
-use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::components::form::TextField;
+use crate::components::status::{
+    ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about, show_error, show_outcome,
+};
 use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, now_ms, polled, use_app};
 use crate::format;
@@ -147,12 +150,8 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
             ends_at: (now_ms() + ms).into(),
         };
         spawn_local(async move {
-            match api::create_silence(&body).await {
-                Ok(_) => {
-                    error.set(None);
-                    refresh.run(());
-                }
-                Err(e) => error.set(Some(e)),
+            if show_error(error, api::create_silence(&body).await) {
+                refresh.run(());
             }
         });
     };
@@ -363,40 +362,22 @@ fn Silences(
             comment: comment.get_untracked().trim().to_string(),
         };
         spawn_local(async move {
-            match api::create_silence(&body).await {
-                Ok(s) => {
-                    error.set(None);
-                    saved.set(Some(format!("Silence {} added ({}).", s.id, s.matchers_text())));
-                    for v in [rule, host, gpu, team, severity, comment] {
-                        v.set(String::new());
-                    }
-                    refresh.run(());
+            let out =
+                api::create_silence(&body).await.map(|s| format!("Silence {} added ({}).", s.id, s.matchers_text()));
+            if show_outcome(error, saved, out) {
+                for v in [rule, host, gpu, team, severity, comment] {
+                    v.set(String::new());
                 }
-                Err(e) => {
-                    saved.set(None);
-                    error.set(Some(e));
-                }
+                refresh.run(());
             }
         });
     };
     let end = move |id: SilenceId| {
         spawn_local(async move {
-            match api::end_silence(id).await {
-                Ok(()) => {
-                    error.set(None);
-                    refresh.run(());
-                }
-                Err(e) => error.set(Some(e)),
+            if show_error(error, api::end_silence(id).await) {
+                refresh.run(());
             }
         });
-    };
-    let text_input = move |id: &'static str, label: &'static str, sig: RwSignal<String>, placeholder: &'static str| {
-        view! {
-            <label for=id>
-                <span>{label}</span>
-                <input id=id placeholder=placeholder prop:value=move || sig.get() on:input=move |ev| sig.set(event_target_value(&ev))/>
-            </label>
-        }
     };
     let matchers_error = about(error, "matchers");
     view! {
@@ -468,9 +449,9 @@ fn Silences(
                             {move || rules.get().into_iter().map(|r| view! { <option value=r.name.clone()>{r.name.clone()}</option> }).collect_view()}
                         </select>
                     </label>
-                    {text_input("silence-host", "Host", host, "node-*")}
-                    {text_input("silence-gpu", "GPU UUID", gpu, "GPU-…")}
-                    {text_input("silence-team", "Team", team, "")}
+                    <TextField id="silence-host" label="Host" value=host placeholder="node-*"/>
+                    <TextField id="silence-gpu" label="GPU UUID" value=gpu placeholder="GPU-…"/>
+                    <TextField id="silence-team" label="Team" value=team placeholder=""/>
                     <label for="silence-severity">
                         <span>"Severity"</span>
                         <select id="silence-severity" prop:value=move || severity.get() on:change=move |ev| severity.set(event_target_value(&ev))>
@@ -486,10 +467,7 @@ fn Silences(
                             {DURATIONS.iter().map(|(l, ms)| view! { <option value=ms.to_string()>{*l}</option> }).collect_view()}
                         </select>
                     </label>
-                    <label for="silence-comment" class="grow">
-                        <span>"Comment"</span>
-                        <input id="silence-comment" prop:value=move || comment.get() on:input=move |ev| comment.set(event_target_value(&ev))/>
-                    </label>
+                    <TextField id="silence-comment" label="Comment" value=comment class="grow"/>
                     <button type="submit" class="btn-primary">"Add silence"</button>
                 </form>
                 {move || matchers_error().map(|m| view! { <p class="field-error" role="alert" data-field="matchers">{m}</p> })}
@@ -598,16 +576,8 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
     });
     let run = move |fut: std::pin::Pin<Box<dyn std::future::Future<Output = api::ApiResult<String>>>>| {
         spawn_local(async move {
-            match fut.await {
-                Ok(msg) => {
-                    error.set(None);
-                    saved.set(Some(msg));
-                    refresh.run(());
-                }
-                Err(e) => {
-                    saved.set(None);
-                    error.set(Some(e));
-                }
+            if show_outcome(error, saved, fut.await) {
+                refresh.run(());
             }
         });
     };
@@ -773,17 +743,12 @@ fn RuleEditor(
         local_error.set(None);
         busy.set(true);
         spawn_local(async move {
-            match api::save_rule(d.id, &body).await {
-                Ok(r) => {
-                    error.set(None);
-                    saved.set(Some(format!("Rule “{}” {}.", r.name, if d.id.is_some() { "saved" } else { "created" })));
-                    draft.set(None);
-                    refresh.run(());
-                }
-                Err(e) => {
-                    saved.set(None);
-                    error.set(Some(e));
-                }
+            let out = api::save_rule(d.id, &body)
+                .await
+                .map(|r| format!("Rule “{}” {}.", r.name, if d.id.is_some() { "saved" } else { "created" }));
+            if show_outcome(error, saved, out) {
+                draft.set(None);
+                refresh.run(());
             }
             busy.set(false);
         });
@@ -947,18 +912,14 @@ fn Channels() -> impl IntoView {
             ..ChannelBody::default()
         };
         spawn_local(async move {
-            match api::create_channel(&body).await {
-                Ok(c) => {
-                    error.set(None);
-                    saved.set(Some(format!("Channel “{}” added.", c.name)));
-                    name.set(String::new());
-                    url.set(String::new());
-                    res.refetch();
-                }
-                Err(e) => {
-                    saved.set(None);
-                    error.set(Some(e));
-                }
+            if show_outcome(
+                error,
+                saved,
+                api::create_channel(&body).await.map(|c| format!("Channel “{}” added.", c.name)),
+            ) {
+                name.set(String::new());
+                url.set(String::new());
+                res.refetch();
             }
         });
     };
@@ -968,27 +929,18 @@ fn Channels() -> impl IntoView {
     };
     let set_default = move |c: Channel| {
         spawn_local(async move {
-            match api::update_channel(c.id.get(), &ChannelBody { default: Some(!c.default), ..ChannelBody::default() })
-                .await
-            {
-                Ok(_) => {
-                    error.set(None);
-                    res.refetch();
-                }
-                Err(e) => error.set(Some(e)),
+            let body = ChannelBody { default: Some(!c.default), ..ChannelBody::default() };
+            if show_error(error, api::update_channel(c.id.get(), &body).await) {
+                res.refetch();
             }
         });
     };
     let delete = move |c: Channel| {
         confirm_delete.set(None);
         spawn_local(async move {
-            match api::delete_channel(c.id.get()).await {
-                Ok(()) => {
-                    error.set(None);
-                    saved.set(Some(format!("Channel “{}” deleted.", c.name)));
-                    res.refetch();
-                }
-                Err(e) => error.set(Some(e)),
+            if show_error(error, api::delete_channel(c.id.get()).await) {
+                saved.set(Some(format!("Channel “{}” deleted.", c.name)));
+                res.refetch();
             }
         });
     };
@@ -1013,8 +965,6 @@ fn Channels() -> impl IntoView {
             })
         }
     };
-    let url_error = about(error, "url");
-    let name_error = about(error, "name");
 
     view! {
         <section class="card" aria-labelledby="channels-title">
@@ -1073,10 +1023,7 @@ fn Channels() -> impl IntoView {
                 }}
             </Show>
             <form class="form-grid" on:submit=submit novalidate aria-label="Add a notification channel">
-                <label for="channel-name">
-                    <span>"Name"</span>
-                    <input id="channel-name" aria-invalid=move || name_error().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                </label>
+                <TextField id="channel-name" label="Name" value=name error field="name"/>
                 <label for="channel-kind">
                     <span>"Kind"</span>
                     <select
@@ -1092,10 +1039,7 @@ fn Channels() -> impl IntoView {
                         <option value="alertmanager">"Alertmanager"</option>
                     </select>
                 </label>
-                <label for="channel-url" class="grow">
-                    <span>"URL"</span>
-                    <input id="channel-url" type="url" aria-invalid=move || url_error().is_some().to_string() prop:value=move || url.get() on:input=move |ev| url.set(event_target_value(&ev))/>
-                </label>
+                <TextField id="channel-url" label="URL" value=url error field="url" class="grow" input_type="url"/>
                 <label class="check">
                     <input type="checkbox" prop:checked=move || default.get() on:change=move |ev| default.set(event_target_checked(&ev))/>
                     <span>"Default"</span>

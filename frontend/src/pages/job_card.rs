@@ -15,7 +15,7 @@ use leptos_router::params::Params;
 use crate::api::ApiError;
 use crate::api::actions::{self, JobRun};
 use crate::components::state_badge::StateBadge;
-use crate::components::status::{ActionError, PollStatus, Saved};
+use crate::components::status::{ActionError, PollStatus, Saved, show_outcome};
 use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, polled, use_app};
 use crate::format;
@@ -53,16 +53,11 @@ pub fn JobCardPage() -> impl IntoView {
     let end = move |_| {
         let Some(run_id) = run.with_untracked(|r| r.as_ref().map(|r| r.id)) else { return };
         spawn_local(async move {
-            match actions::end_job(run_id).await {
-                Ok(r) => {
-                    error.set(None);
-                    saved.set(Some(format!("Run {} ends now: its card follows within a minute.", r.key)));
-                    res.refetch();
-                }
-                Err(e) => {
-                    saved.set(None);
-                    error.set(Some(e));
-                }
+            let out = actions::end_job(run_id)
+                .await
+                .map(|r| format!("Run {} ends now: its card follows within a minute.", r.key));
+            if show_outcome(error, saved, out) {
+                res.refetch();
             }
         });
     };

@@ -14,7 +14,7 @@ use crate::api::actions::{self, JobRun, RunFilter};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::components::table::{Column, DataTable};
-use crate::ctx::{latest_ok, polled, use_app};
+use crate::ctx::{latest_ok, polled, read_once, use_app};
 use crate::format;
 use crate::states;
 use crate::url_state::query_setter;
@@ -123,9 +123,7 @@ pub fn JobsPage() -> impl IntoView {
     });
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
-    let teams_res = LocalResource::new(api::teams);
-    let teams =
-        Memo::new(move |_| teams_res.with(|t| t.as_ref().and_then(|t| t.as_ref().ok().cloned())).unwrap_or_default());
+    let teams = read_once(api::teams);
     let set_query = query_setter();
     let on_change = move |key: &'static str| {
         let set_query = set_query.clone();

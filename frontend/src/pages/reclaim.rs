@@ -10,10 +10,13 @@ use leptos::task::spawn_local;
 
 use crate::api::actions::{self, DryRun, NewReclaimPolicy, Reclaim, ReclaimPolicy};
 use crate::api::{self, ApiError};
+use crate::components::form::{MessageChannelSelect, TextField};
 use crate::components::state_badge::StateBadge;
-use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::components::status::{
+    ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about, show_outcome,
+};
 use crate::components::table::{Column, DataTable};
-use crate::ctx::{latest_ok, polled, use_app};
+use crate::ctx::{latest_ok, polled, read_once, use_app};
 use crate::format;
 use crate::pages::report_routes::ReportRoutes;
 use crate::states;
@@ -84,10 +87,7 @@ fn Policies() -> impl IntoView {
     let res = polled(actions::reclaim_policies);
     let policies = latest_ok(res);
     let has_data = Signal::derive(move || policies.with(Option::is_some));
-    let channels_res = LocalResource::new(api::channels);
-    let channels = Memo::new(move |_| {
-        channels_res.with(|c| c.as_ref().and_then(|c| c.as_ref().ok()).map(|c| c.channels.clone())).unwrap_or_default()
-    });
+    let channels = read_once(|| async { api::channels().await.map(|c| c.channels) });
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
     let confirm = RwSignal::new(None::<i64>);
@@ -96,16 +96,7 @@ fn Policies() -> impl IntoView {
     let dry_error = RwSignal::new(None::<ApiError>);
     let dry_busy = RwSignal::new(None::<ReclaimPolicyId>);
     let done = move |out: Result<String, ApiError>| {
-        match out {
-            Ok(m) => {
-                error.set(None);
-                saved.set(Some(m));
-            }
-            Err(e) => {
-                saved.set(None);
-                error.set(Some(e));
-            }
-        }
+        show_outcome(error, saved, out);
         res.refetch();
     };
     let run_dry = move |p: ReclaimPolicy| {
@@ -138,13 +129,7 @@ fn Policies() -> impl IntoView {
     let action = RwSignal::new(ReclaimAction::Webhook);
     let action_channel = RwSignal::new(String::new());
     let notice_channel = RwSignal::new(String::new());
-    let local_error = |field: &str, message: &str| ApiError {
-        status: 422,
-        code: "invalid".into(),
-        message: message.into(),
-        path: "/api/v1/reclaim-policies".into(),
-        field: Some(field.into()),
-    };
+    let local_error = |field: &str, message: &str| ApiError::invalid("/api/v1/reclaim-policies", field, message);
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
         let Some(for_s) = minutes_to_s(&for_min.get_untracked()) else {
@@ -176,7 +161,6 @@ fn Policies() -> impl IntoView {
             done(out);
         });
     };
-    let name_error = about(error, "name");
     let action_channel_error = about(error, "action_channel_id");
 
     view! {
@@ -247,10 +231,7 @@ fn Policies() -> impl IntoView {
             {move || dry.get().map(|(policy, d)| view! { <DryRunResult policy d/> })}
             <Show when=move || ctx.is_admin()>
                 <form class="form-grid" on:submit=submit novalidate aria-label="New reclaim policy">
-                    <label for="policy-name">
-                        <span>"Name"</span>
-                        <input id="policy-name" aria-invalid=move || name_error().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                    </label>
+                    <TextField id="policy-name" label="Name" value=name error field="name"/>
                     <label for="policy-state">
                         <span>"State"</span>
                         <select id="policy-state" on:change=move |ev| {
@@ -263,14 +244,8 @@ fn Policies() -> impl IntoView {
                             }).collect_view()}
                         </select>
                     </label>
-                    <label for="policy-for">
-                        <span>"Held for (minutes)"</span>
-                        <input id="policy-for" inputmode="decimal" prop:value=move || for_min.get() on:input=move |ev| for_min.set(event_target_value(&ev))/>
-                    </label>
-                    <label for="policy-grace">
-                        <span>"Grace after the notice (minutes)"</span>
-                        <input id="policy-grace" inputmode="decimal" prop:value=move || grace_min.get() on:input=move |ev| grace_min.set(event_target_value(&ev))/>
-                    </label>
+                    <TextField id="policy-for" label="Held for (minutes)" value=for_min inputmode="decimal"/>
+                    <TextField id="policy-grace" label="Grace after the notice (minutes)" value=grace_min inputmode="decimal"/>
                     <label for="policy-action">
                         <span>"Action"</span>
                         <select id="policy-action" on:change=move |ev| if let Some(a) = ReclaimAction::parse(&event_target_value(&ev)) { action.set(a) }>
@@ -289,15 +264,7 @@ fn Policies() -> impl IntoView {
                             </select>
                         </label>
                     </Show>
-                    <label for="policy-notice-channel">
-                        <span>"Notice to"</span>
-                        <select id="policy-notice-channel" on:change=move |ev| notice_channel.set(event_target_value(&ev))>
-                            <option value="">"The owner's report route"</option>
-                            {move || channels.get().into_iter().filter(|c| c.kind != ChannelKind::Alertmanager).map(|c| view! {
-                                <option value=c.id.to_string()>{format!("{} ({})", c.name, c.kind)}</option>
-                            }).collect_view()}
-                        </select>
-                    </label>
+                    <MessageChannelSelect id="policy-notice-channel" label="Notice to" none_label="The owner's report route" value=notice_channel channels/>
                     <button type="submit" class="btn-primary">"Create policy"</button>
                 </form>
                 <FieldError error field="name" label="Name"/>
@@ -386,20 +353,14 @@ fn Reclaims() -> impl IntoView {
     let saved = RwSignal::new(None::<String>);
     let snooze = move |id: ReclaimId| {
         spawn_local(async move {
-            match actions::snooze_reclaim(id, SNOOZE_S).await {
-                Ok(r) => {
-                    error.set(None);
-                    saved.set(Some(format!(
-                        "Reclaim of {} snoozed until {}.",
-                        r.gpu,
-                        r.snoozed_until_ms.map(format::date_time).unwrap_or_default()
-                    )));
-                }
-                Err(e) => {
-                    saved.set(None);
-                    error.set(Some(e));
-                }
-            }
+            let out = actions::snooze_reclaim(id, SNOOZE_S).await.map(|r| {
+                format!(
+                    "Reclaim of {} snoozed until {}.",
+                    r.gpu,
+                    r.snoozed_until_ms.map(format::date_time).unwrap_or_default()
+                )
+            });
+            show_outcome(error, saved, out);
             res.refetch();
         });
     };

@@ -8,9 +8,10 @@ use leptos::task::spawn_local;
 
 use crate::api::actions::{self, NewReportRoute};
 use crate::api::{self, ApiError};
-use crate::components::status::{ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::components::form::{MessageChannelSelect, TextField};
+use crate::components::status::{ConfirmButton, FieldError, FormError, PollStatus, Saved, show_outcome};
 use crate::components::table::{Column, DataTable};
-use crate::ctx::{latest_ok, polled, use_app};
+use crate::ctx::{latest_ok, polled, read_once, use_app};
 use fleetlens_api::accounts::TeamView as Team;
 use fleetlens_api::alerts::ChannelView as Channel;
 use fleetlens_core::{ChannelId, ReportRouteId};
@@ -38,13 +39,8 @@ pub fn ReportRoutes() -> impl IntoView {
     let res = polled(actions::report_routes);
     let routes = latest_ok(res);
     let has_data = Signal::derive(move || routes.with(Option::is_some));
-    let channels_res = LocalResource::new(api::channels);
-    let channels = Memo::new(move |_| {
-        channels_res.with(|c| c.as_ref().and_then(|c| c.as_ref().ok()).map(|c| c.channels.clone())).unwrap_or_default()
-    });
-    let teams_res = LocalResource::new(api::teams);
-    let teams =
-        Memo::new(move |_| teams_res.with(|t| t.as_ref().and_then(|t| t.as_ref().ok().cloned())).unwrap_or_default());
+    let channels = read_once(|| async { api::channels().await.map(|c| c.channels) });
+    let teams = read_once(api::teams);
     let owner = RwSignal::new(String::new());
     let team = RwSignal::new(String::new());
     let channel = RwSignal::new(String::new());
@@ -54,25 +50,10 @@ pub fn ReportRoutes() -> impl IntoView {
     let saved = RwSignal::new(None::<String>);
     let confirm = RwSignal::new(None::<i64>);
     let done = move |out: Result<String, ApiError>| {
-        match out {
-            Ok(m) => {
-                error.set(None);
-                saved.set(Some(m));
-            }
-            Err(e) => {
-                saved.set(None);
-                error.set(Some(e));
-            }
-        }
+        show_outcome(error, saved, out);
         res.refetch();
     };
-    let local_error = move |field: &str, message: String| ApiError {
-        status: 422,
-        code: "invalid".into(),
-        message,
-        path: "/api/v1/report-routes".into(),
-        field: Some(field.into()),
-    };
+    let local_error = |field: &str, message: String| ApiError::invalid("/api/v1/report-routes", field, message);
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
         let (hours, waste) = match (opt_number(&min_hours.get_untracked()), opt_number(&min_waste.get_untracked())) {
@@ -111,8 +92,6 @@ pub fn ReportRoutes() -> impl IntoView {
             async move { done(actions::delete_report_route(id).await.map(|()| "Report route deleted.".into())) },
         );
     };
-    let owner_error = about(error, "owner");
-    let channel_error = about(error, "channel_id");
 
     view! {
         <section class="card" aria-labelledby="routes-title">
@@ -166,10 +145,7 @@ pub fn ReportRoutes() -> impl IntoView {
             }}
             <Show when=move || ctx.is_admin()>
                 <form class="form-grid" on:submit=submit novalidate aria-label="New report route">
-                    <label for="route-owner">
-                        <span>"Owner (empty: anyone)"</span>
-                        <input id="route-owner" aria-invalid=move || owner_error().is_some().to_string() prop:value=move || owner.get() on:input=move |ev| owner.set(event_target_value(&ev))/>
-                    </label>
+                    <TextField id="route-owner" label="Owner (empty: anyone)" value=owner error field="owner"/>
                     <label for="route-team">
                         <span>"Team"</span>
                         <select id="route-team" on:change=move |ev| team.set(event_target_value(&ev))>
@@ -177,23 +153,9 @@ pub fn ReportRoutes() -> impl IntoView {
                             {move || teams.get().into_iter().map(|t| view! { <option value=t.id.to_string()>{t.name.clone()}</option> }).collect_view()}
                         </select>
                     </label>
-                    <label for="route-channel">
-                        <span>"Channel"</span>
-                        <select id="route-channel" aria-invalid=move || channel_error().is_some().to_string() on:change=move |ev| channel.set(event_target_value(&ev))>
-                            <option value="">"Choose a channel"</option>
-                            {move || channels.get().into_iter().filter(|c| c.kind != fleetlens_core::ChannelKind::Alertmanager).map(|c| view! {
-                                <option value=c.id.to_string()>{format!("{} ({})", c.name, c.kind)}</option>
-                            }).collect_view()}
-                        </select>
-                    </label>
-                    <label for="route-hours">
-                        <span>"At least GPU-hours (default 0.5)"</span>
-                        <input id="route-hours" inputmode="decimal" prop:value=move || min_hours.get() on:input=move |ev| min_hours.set(event_target_value(&ev))/>
-                    </label>
-                    <label for="route-waste">
-                        <span>"At least wasted, % (default 20)"</span>
-                        <input id="route-waste" inputmode="decimal" prop:value=move || min_waste.get() on:input=move |ev| min_waste.set(event_target_value(&ev))/>
-                    </label>
+                    <MessageChannelSelect id="route-channel" label="Channel" none_label="Choose a channel" value=channel channels error field="channel_id"/>
+                    <TextField id="route-hours" label="At least GPU-hours (default 0.5)" value=min_hours inputmode="decimal"/>
+                    <TextField id="route-waste" label="At least wasted, % (default 20)" value=min_waste inputmode="decimal"/>
                     <button type="submit" class="btn-primary">"Add route"</button>
                 </form>
                 <FieldError error field="owner" label="Owner"/>

@@ -10,11 +10,14 @@ use fleetlens_core::{ApiKeyId, GpuModel, PriceTable, SPECS, Scope, TeamId, UserI
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
-use leptos_router::hooks::use_navigate;
 use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
-use crate::components::status::{ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about};
+use crate::components::form::TextField;
+use crate::components::header::LogOutButton;
+use crate::components::status::{
+    ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, show_error, show_outcome,
+};
 use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
@@ -24,14 +27,6 @@ use fleetlens_api::analytics::Prices;
 pub fn SettingsPage() -> impl IntoView {
     super::set_title("Settings");
     let ctx = use_app();
-    let navigate = use_navigate();
-    let log_out = move |_| {
-        let navigate = navigate.clone();
-        spawn_local(async move {
-            ctx.log_out().await;
-            navigate("/login", Default::default());
-        });
-    };
     let me = move || ctx.me.get().unwrap_or_default();
     view! {
         <div class="page-head"><h1>"Settings"</h1></div>
@@ -59,7 +54,7 @@ pub fn SettingsPage() -> impl IntoView {
                     <input type="checkbox" prop:checked=move || ctx.live.get() on:change=move |ev| ctx.live.set(event_target_checked(&ev))/>
                     <span>"Live updates (refresh every 5 seconds)"</span>
                 </label>
-                <button type="button" class="btn" on:click=log_out>"Log out"</button>
+                <LogOutButton class="btn"/>
             </div>
         </section>
         <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.via == Via::Session && m.user.is_some()))>
@@ -90,22 +85,17 @@ fn ChangePassword() -> impl IntoView {
         ev.prevent_default();
         let (c, n, r) = (current.get_untracked(), new.get_untracked(), revoke.get_untracked());
         spawn_local(async move {
-            match api::change_password(&c, &n, r).await {
-                Ok(()) => {
-                    error.set(None);
-                    current.set(String::new());
-                    new.set(String::new());
-                    revoke.set(false);
-                    saved.set(Some(if r {
-                        "Password changed; your other sessions ended and your API keys were revoked.".into()
-                    } else {
-                        "Password changed; your other sessions ended.".into()
-                    }));
+            let out = api::change_password(&c, &n, r).await.map(|()| {
+                if r {
+                    "Password changed; your other sessions ended and your API keys were revoked.".into()
+                } else {
+                    "Password changed; your other sessions ended.".into()
                 }
-                Err(e) => {
-                    saved.set(None);
-                    error.set(Some(e));
-                }
+            });
+            if show_outcome(error, saved, out) {
+                current.set(String::new());
+                new.set(String::new());
+                revoke.set(false);
             }
         });
     };
@@ -113,14 +103,8 @@ fn ChangePassword() -> impl IntoView {
         <section class="card" aria-labelledby="password-title">
             <h2 id="password-title">"Password"</h2>
             <form class="form-grid" on:submit=submit novalidate aria-label="Change your password">
-                <label for="current-password">
-                    <span>"Current password"</span>
-                    <input id="current-password" type="password" autocomplete="current-password" aria-invalid=move || about(error, "current_password")().is_some().to_string() prop:value=move || current.get() on:input=move |ev| current.set(event_target_value(&ev))/>
-                </label>
-                <label for="new-password">
-                    <span>"New password"</span>
-                    <input id="new-password" type="password" autocomplete="new-password" aria-invalid=move || about(error, "new_password")().is_some().to_string() prop:value=move || new.get() on:input=move |ev| new.set(event_target_value(&ev))/>
-                </label>
+                <TextField id="current-password" label="Current password" value=current error field="current_password" input_type="password" autocomplete="current-password"/>
+                <TextField id="new-password" label="New password" value=new error field="new_password" input_type="password" autocomplete="new-password"/>
                 <label class="check">
                     <input id="revoke-keys" type="checkbox" prop:checked=move || revoke.get() on:change=move |ev| revoke.set(event_target_checked(&ev))/>
                     <span>"Also revoke every API key I made"</span>
@@ -176,16 +160,7 @@ fn Teams() -> impl IntoView {
     let saved = RwSignal::new(None::<String>);
     let confirm = RwSignal::new(None::<i64>);
     let done = move |out: Result<String, ApiError>| {
-        match out {
-            Ok(m) => {
-                error.set(None);
-                saved.set(Some(m));
-            }
-            Err(e) => {
-                saved.set(None);
-                error.set(Some(e));
-            }
-        }
+        show_outcome(error, saved, out);
         teams_res.refetch();
         hosts_res.refetch();
     };
@@ -213,7 +188,6 @@ fn Teams() -> impl IntoView {
             done(api::assign_host(&host, team.map(TeamId::from)).await.map(|_| what));
         });
     };
-    let name_error = about(error, "name");
     view! {
         <section class="card" aria-labelledby="teams-title">
             <h2 id="teams-title">"Teams"</h2>
@@ -254,10 +228,7 @@ fn Teams() -> impl IntoView {
             }}
             <Show when=move || ctx.is_admin()>
                 <form class="form-grid" on:submit=submit novalidate aria-label="New team">
-                    <label for="team-name">
-                        <span>"Team name"</span>
-                        <input id="team-name" aria-invalid=move || name_error().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                    </label>
+                    <TextField id="team-name" label="Team name" value=name error field="name"/>
                     <button type="submit" class="btn-primary">"Create team"</button>
                 </form>
                 <FieldError error field="name" label="Team name"/>
@@ -366,12 +337,8 @@ fn ApiKeys() -> impl IntoView {
     let revoke = move |id: ApiKeyId| {
         confirm.set(None);
         spawn_local(async move {
-            match api::revoke_api_key(id).await {
-                Ok(()) => {
-                    error.set(None);
-                    res.refetch();
-                }
-                Err(e) => error.set(Some(e)),
+            if show_error(error, api::revoke_api_key(id).await) {
+                res.refetch();
             }
         });
     };
@@ -440,10 +407,7 @@ fn ApiKeys() -> impl IntoView {
                 }}
             </Show>
             <form class="form-grid" on:submit=submit novalidate aria-label="New API key">
-                <label for="key-name">
-                    <span>"Name"</span>
-                    <input id="key-name" aria-invalid=move || about(error, "name")().is_some().to_string() prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                </label>
+                <TextField id="key-name" label="Name" value=name error field="name"/>
                 <fieldset class="checks">
                     <legend>"Scopes"</legend>
                     {SCOPES.iter().filter(|(s, _)| *s != "admin" || ctx.is_admin()).map(|(scope, label)| {
@@ -497,15 +461,9 @@ fn Users() -> impl IntoView {
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
     let confirm = RwSignal::new(None::<i64>);
-    let done = move |out: Result<String, ApiError>| match out {
-        Ok(msg) => {
-            error.set(None);
-            saved.set(Some(msg));
+    let done = move |out: Result<String, ApiError>| {
+        if show_outcome(error, saved, out) {
             res.refetch();
-        }
-        Err(e) => {
-            saved.set(None);
-            error.set(Some(e));
         }
     };
     let submit = move |ev: SubmitEvent| {
@@ -602,18 +560,9 @@ fn Users() -> impl IntoView {
                 }}
             </Show>
             <form class="form-grid" on:submit=submit novalidate aria-label="Add a user">
-                <label for="user-email">
-                    <span>"Email"</span>
-                    <input id="user-email" type="email" aria-invalid=move || about(error, "email")().is_some().to_string() prop:value=move || email.get() on:input=move |ev| email.set(event_target_value(&ev))/>
-                </label>
-                <label for="user-name">
-                    <span>"Name"</span>
-                    <input id="user-name" prop:value=move || name.get() on:input=move |ev| name.set(event_target_value(&ev))/>
-                </label>
-                <label for="user-password">
-                    <span>"Password (8 characters or more)"</span>
-                    <input id="user-password" type="password" autocomplete="new-password" aria-invalid=move || about(error, "password")().is_some().to_string() prop:value=move || password.get() on:input=move |ev| password.set(event_target_value(&ev))/>
-                </label>
+                <TextField id="user-email" label="Email" value=email error field="email" input_type="email"/>
+                <TextField id="user-name" label="Name" value=name/>
+                <TextField id="user-password" label="Password (8 characters or more)" value=password error field="password" input_type="password" autocomplete="new-password"/>
                 <label for="user-role">
                     <span>"Role"</span>
                     <select id="user-role" on:change=move |ev| role.set(event_target_value(&ev))>
@@ -749,16 +698,8 @@ fn Thresholds() -> impl IntoView {
     let saved = RwSignal::new(None::<String>);
     let put = move |body: Map<String, Value>, done: &'static str| {
         spawn_local(async move {
-            match api::put_thresholds(&body).await {
-                Ok(_) => {
-                    error.set(None);
-                    saved.set(Some(done.into()));
-                    version.update(|v| *v += 1);
-                }
-                Err(e) => {
-                    saved.set(None);
-                    error.set(Some(e));
-                }
+            if show_outcome(error, saved, api::put_thresholds(&body).await.map(|_| done.into())) {
+                version.update(|v| *v += 1);
             }
         });
     };
@@ -883,12 +824,8 @@ fn Prices() -> impl IntoView {
             }
         }
         spawn_local(async move {
-            match api::put_prices(&table).await {
-                Ok(_) => {
-                    error.set(None);
-                    res.refetch();
-                }
-                Err(e) => error.set(Some(e)),
+            if show_error(error, api::put_prices(&table).await) {
+                res.refetch();
             }
         });
     };

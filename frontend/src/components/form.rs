@@ -1,0 +1,78 @@
+//! Fields of the dashboard's forms.
+
+use leptos::prelude::*;
+
+use crate::api::ApiError;
+use fleetlens_api::alerts::ChannelView as Channel;
+use fleetlens_core::ChannelKind;
+
+/// A labelled text input bound to `value`. With the form's `error` and the `field` it maps to,
+/// the input is `aria-invalid` while the error is about that field (the message itself shows
+/// under the form, a [`FieldError`](super::status::FieldError)).
+#[component]
+pub fn TextField(
+    /// The input's id, which the label points at.
+    id: &'static str,
+    label: &'static str,
+    value: RwSignal<String>,
+    #[prop(optional)] error: Option<RwSignal<Option<ApiError>>>,
+    /// The server's name of the field (`error.field`).
+    #[prop(optional)]
+    field: &'static str,
+    /// The label's class ("grow" for a wide field).
+    #[prop(optional)]
+    class: Option<&'static str>,
+    /// The input's type when not text: "password", "email", "url".
+    #[prop(optional)]
+    input_type: Option<&'static str>,
+    #[prop(optional)] autocomplete: Option<&'static str>,
+    #[prop(optional)] inputmode: Option<&'static str>,
+    #[prop(optional)] placeholder: Option<&'static str>,
+) -> impl IntoView {
+    let invalid = move || error.map(|e| e.with(|e| e.as_ref().is_some_and(|e| e.is_about(field))).to_string());
+    view! {
+        <label for=id class=class>
+            <span>{label}</span>
+            <input
+                id=id
+                type=input_type
+                autocomplete=autocomplete
+                inputmode=inputmode
+                placeholder=placeholder
+                aria-invalid=invalid
+                prop:value=move || value.get()
+                on:input=move |ev| value.set(event_target_value(&ev))
+            />
+        </label>
+    }
+}
+
+/// A labelled choice among the channels that can carry a message to a person (every kind but
+/// Alertmanager), shown as "name (kind)"; `value` holds the chosen id, empty for `none_label`.
+#[component]
+pub fn MessageChannelSelect(
+    /// The select's id, which the label points at.
+    id: &'static str,
+    label: &'static str,
+    /// The first option, which chooses no channel.
+    none_label: &'static str,
+    value: RwSignal<String>,
+    channels: Memo<Vec<Channel>>,
+    #[prop(optional)] error: Option<RwSignal<Option<ApiError>>>,
+    /// The server's name of the field (`error.field`).
+    #[prop(optional)]
+    field: &'static str,
+) -> impl IntoView {
+    let invalid = move || error.map(|e| e.with(|e| e.as_ref().is_some_and(|e| e.is_about(field))).to_string());
+    view! {
+        <label for=id>
+            <span>{label}</span>
+            <select id=id aria-invalid=invalid on:change=move |ev| value.set(event_target_value(&ev))>
+                <option value="">{none_label}</option>
+                {move || channels.get().into_iter().filter(|c| c.kind != ChannelKind::Alertmanager).map(|c| view! {
+                    <option value=c.id.to_string()>{format!("{} ({})", c.name, c.kind)}</option>
+                }).collect_view()}
+            </select>
+        </label>
+    }
+}
