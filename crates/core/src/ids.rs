@@ -71,6 +71,8 @@ ids! {
     RuleId,
     /// A fired alert.
     AlertId,
+    /// A notification group of alerts (one channel, one group key).
+    AlertGroupId,
     /// A notification channel (Slack, webhook, Alertmanager).
     ChannelId,
     /// An alert silence.

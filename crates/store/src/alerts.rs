@@ -25,7 +25,7 @@ use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
 use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, Severity};
-use fleetlens_core::{AlertId, ChannelId, DeliveryId, MessageId, RuleId, SilenceId, WorkloadState};
+use fleetlens_core::{AlertGroupId, AlertId, ChannelId, DeliveryId, MessageId, RuleId, SilenceId, WorkloadState};
 use serde_json::Value as Json;
 
 use crate::json_text::JsonText;
@@ -252,7 +252,7 @@ pub struct EvalOutcome {
 /// A notification group of a channel (its state is the engine's JSON).
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertGroupRecord {
-    pub id: i64,
+    pub id: AlertGroupId,
     pub org_id: OrgId,
     pub channel_id: ChannelId,
     pub group_key: String,
@@ -462,7 +462,7 @@ pub trait AlertStore: Send + Sync {
     async fn open_alert_groups(&self) -> Result<Vec<AlertGroupRecord>>;
     /// Apply group writes with their messages in one transaction; per change the group's id,
     /// or `None` when it lost a race (then nothing of it was written).
-    async fn apply_group_changes(&self, changes: &[GroupChange], now_ms: i64) -> Result<Vec<Option<i64>>>;
+    async fn apply_group_changes(&self, changes: &[GroupChange], now_ms: i64) -> Result<Vec<Option<AlertGroupId>>>;
     /// Move a digest channel's `digest_last_ms` from `from_ms` to `to_ms` and enqueue `message`
     /// (if any) in one transaction; false (nothing written) when it was not at `from_ms`.
     async fn advance_digest(
@@ -1099,14 +1099,14 @@ macro_rules! impl_alert_store {
                 &self,
                 changes: &[$crate::alerts::GroupChange],
                 now_ms: i64,
-            ) -> $crate::Result<Vec<Option<i64>>> {
+            ) -> $crate::Result<Vec<Option<fleetlens_core::AlertGroupId>>> {
                 use $crate::alerts::GroupWrite;
                 let mut tx = begin(self.pool()).await?;
                 let mut out = Vec::with_capacity(changes.len());
                 for change in changes {
                     let (id, org) = match &change.write {
                         GroupWrite::Insert(g) => {
-                            let id: Option<i64> = sqlx::query_scalar(&q(
+                            let id: Option<fleetlens_core::AlertGroupId> = sqlx::query_scalar(&q(
                                 "INSERT INTO alert_groups (org_id, channel_id, group_key, is_open, state, version, \
                                  created_ms, updated_ms) VALUES (?, ?, ?, ?, ?, 0, ?, ?) ON CONFLICT DO NOTHING RETURNING id",
                             ))

@@ -7,7 +7,8 @@ use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
 use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::{
-    AlertId, ChannelId, ChannelKind, MessageId, MessageKind, OutboxStatus, RuleId, Severity, SilenceId, WorkloadState,
+    AlertGroupId, AlertId, ChannelId, ChannelKind, MessageId, MessageKind, OutboxStatus, RuleId, Severity, SilenceId,
+    WorkloadState,
 };
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
@@ -504,7 +505,7 @@ async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
     let alert_id = store.apply_alert_changes(&w).await.unwrap().alert_ids[0].unwrap();
     assert_eq!(store.alert(DEFAULT_ORG, alert_id).await.unwrap().unwrap().inhibited_by, Some(AlertId(77)));
 
-    let rec = |state: serde_json::Value, version: i64, id: i64, open: bool| AlertGroupRecord {
+    let rec = |state: serde_json::Value, version: i64, id: AlertGroupId, open: bool| AlertGroupRecord {
         id,
         org_id: DEFAULT_ORG,
         channel_id: ch.id,
@@ -516,7 +517,7 @@ async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
         updated_ms: 0,
     };
     let firing = GroupChange {
-        write: GroupWrite::Insert(rec(serde_json::json!({"n": 1}), 0, 0, true)),
+        write: GroupWrite::Insert(rec(serde_json::json!({"n": 1}), 0, AlertGroupId::default(), true)),
         notify: vec![(alert_id, note(ch.id, MessageKind::Firing))],
         mark_notified: vec![alert_id],
     };
@@ -546,7 +547,7 @@ async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
     assert_eq!(kinds, [MessageKind::Firing, MessageKind::Resolved]);
     // A new group of the same key can open once the old one closed.
     let again = GroupChange {
-        write: GroupWrite::Insert(rec(serde_json::json!({}), 0, 0, true)),
+        write: GroupWrite::Insert(rec(serde_json::json!({}), 0, AlertGroupId::default(), true)),
         notify: vec![],
         mark_notified: vec![],
     };

@@ -492,7 +492,7 @@ struct RuleDraft {
     severity: Severity,
     description: String,
     advice: String,
-    channels: Vec<i64>,
+    channels: Vec<ChannelId>,
     enabled: bool,
 }
 
@@ -524,7 +524,7 @@ impl RuleDraft {
             severity: r.severity,
             description: r.description.clone(),
             advice: r.advice.clone(),
-            channels: r.channels.iter().map(|c| c.get()).collect(),
+            channels: r.channels.clone(),
             enabled: r.enabled,
         }
     }
@@ -542,7 +542,7 @@ impl RuleDraft {
             severity: Some(self.severity),
             description: Some(self.description.clone()),
             advice: Some(self.advice.clone()),
-            channels: Some(self.channels.iter().copied().map(ChannelId::from).collect()),
+            channels: Some(self.channels.clone()),
             enabled: Some(self.enabled),
             ..RuleBody::default()
         })
@@ -778,7 +778,7 @@ fn RuleEditor(
             <fieldset class="checks">
                 <legend>"Notify (none ticked: the default channels)"</legend>
                 {list.into_iter().map(|c| {
-                    let id = c.id.get();
+                    let id = c.id;
                     view! {
                         <label class="check">
                             <input

@@ -223,7 +223,8 @@ impl Engine {
             let write = match &p.entry.rec {
                 None if p.close && notify.is_empty() => continue,
                 None => GroupWrite::Insert(AlertGroupRecord {
-                    id: 0,
+                    // Not stored yet: the database gives it one.
+                    id: Default::default(),
                     org_id: p.entry.org,
                     channel_id: p.entry.channel,
                     group_key: p.entry.key.clone(),

@@ -78,7 +78,7 @@ fn encode_as(minutes: &[StoredMinute], version: u8) -> Vec<u8> {
     for q in 0..QUALITY_COUNTS {
         put_ints(&mut out, &ints(&|b| b.quality[q]));
     }
-    for s in 0..ROLLUP_SIGNALS.len() {
+    for (s, &precision) in PRECISION.iter().enumerate() {
         put_ints(&mut out, &ints(&|b| b.signals[s].count));
         let floats = |f: &dyn Fn(&SignalStats) -> Option<f64>| -> Vec<Option<f64>> {
             minutes.iter().map(|m| f(&m.bucket.signals[s])).collect()
@@ -86,7 +86,7 @@ fn encode_as(minutes: &[StoredMinute], version: u8) -> Vec<u8> {
         for column in [floats(&|st| Some(st.sum)), floats(&|st| st.min), floats(&|st| st.max)] {
             match version {
                 1 => put_raw_f64(&mut out, &column),
-                _ => put_at_precision(&mut out, &column, PRECISION[s]),
+                _ => put_at_precision(&mut out, &column, precision),
             }
         }
     }
@@ -149,11 +149,11 @@ pub(crate) fn decode(gpu_id: i64, bytes: &[u8]) -> Result<Vec<StoredMinute>, Blo
             m.bucket.quality[q] = v;
         }
     }
-    for s in 0..signals {
+    for (s, &precision) in PRECISION.iter().enumerate().take(signals) {
         let counts = ints(&mut r)?;
-        let sums = stats(&mut r, PRECISION[s])?;
-        let mins = stats(&mut r, PRECISION[s])?;
-        let maxs = stats(&mut r, PRECISION[s])?;
+        let sums = stats(&mut r, precision)?;
+        let mins = stats(&mut r, precision)?;
+        let maxs = stats(&mut r, precision)?;
         for (i, m) in out.iter_mut().enumerate() {
             m.bucket.signals[s] =
                 SignalStats { count: counts[i], sum: sums[i].unwrap_or(0.0), min: mins[i], max: maxs[i] };
