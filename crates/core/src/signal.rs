@@ -67,13 +67,23 @@ impl Precision {
         (q.is_finite() && q.abs() < LIMIT).then_some(q as i64)
     }
 
-    /// `v` kept at this precision: the stored integer divided by the scale (the f64 that
-    /// reading the stored value back gives, so storing it again changes nothing). Exact signals
-    /// are whole numbers and stay as they are; so does a value without a stored integer.
+    /// The value a stored integer stands for: divided by the integer scale (not multiplied by
+    /// its inverse), so the stored `3725` at 0.01 comes back as the f64 that parsing "37.25"
+    /// gives.
+    pub fn from_stored_int(self, q: i64) -> f64 {
+        match self {
+            Precision::Exact => q as f64,
+            Precision::Scaled(scale) => q as f64 / scale as f64,
+        }
+    }
+
+    /// `v` kept at this precision: the value of its stored integer (what reading it back gives,
+    /// so storing it again changes nothing). Exact signals are whole numbers and stay as they
+    /// are; so does a value without a stored integer.
     pub fn round(self, v: f64) -> f64 {
         match self {
             Precision::Exact => v,
-            Precision::Scaled(scale) => self.stored_int(v).map_or(v, |q| q as f64 / scale as f64),
+            Precision::Scaled(_) => self.stored_int(v).map_or(v, |q| self.from_stored_int(q)),
         }
     }
 }

@@ -180,6 +180,14 @@ pub struct AlertRecord {
     pub updated_ms: i64,
 }
 
+impl AlertRecord {
+    /// Whether the alert has its row yet: the engine holds a new one with id 0 until its insert
+    /// returns the id.
+    pub fn is_stored(&self) -> bool {
+        self.id.get() != 0
+    }
+}
+
 /// What the engine writes about one alert.
 #[derive(Debug, Clone, PartialEq)]
 pub enum AlertWrite {
@@ -190,6 +198,14 @@ pub enum AlertWrite {
     Update { from: AlertStatus, alert: AlertRecord },
     /// Remove a pending instance that never fired, if its status is still `from`.
     Delete { id: AlertId, from: AlertStatus },
+}
+
+impl AlertWrite {
+    /// The write that stores `alert`: inserted while it has no row yet, else updated if its
+    /// status is still `from`.
+    pub fn storing(alert: AlertRecord, from: AlertStatus) -> AlertWrite {
+        if alert.is_stored() { AlertWrite::Update { from, alert } } else { AlertWrite::Open(alert) }
+    }
 }
 
 /// A message to enqueue for an alert.

@@ -755,7 +755,7 @@ impl Engine {
         changes.touched_set.remove(&key);
         changes.touched.retain(|k| *k != key);
         if a.status == AlertStatus::Pending {
-            if a.id.get() != 0 {
+            if a.is_stored() {
                 changes.list.push(AlertChange {
                     write: AlertWrite::Delete { id: a.id, from: origin },
                     notify: vec![],
@@ -782,8 +782,7 @@ impl Engine {
             }
         }
         self.resolved_events.push(a.clone());
-        let write = if a.id.get() == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
-        changes.list.push(AlertChange { write, notify, suppressed });
+        changes.list.push(AlertChange { write: AlertWrite::storing(a, origin), notify, suppressed });
     }
 
     /// One rule, one GPU, one observation at time `t`.
@@ -852,7 +851,7 @@ impl Engine {
                 if let Some(a) = self.open.remove(&key) {
                     let origin = changes.origin.remove(&key).unwrap_or(a.status);
                     changes.notes.remove(&key);
-                    if a.id.get() != 0 {
+                    if a.is_stored() {
                         changes.list.push(AlertChange {
                             write: AlertWrite::Delete { id: a.id, from: origin },
                             notify: vec![],
@@ -890,9 +889,7 @@ impl Engine {
                     }
                 }
                 self.resolved_events.push(a.clone());
-                let write =
-                    if a.id.get() == 0 { AlertWrite::Open(a) } else { AlertWrite::Update { from: origin, alert: a } };
-                changes.list.push(AlertChange { write, notify, suppressed });
+                changes.list.push(AlertChange { write: AlertWrite::storing(a, origin), notify, suppressed });
             }
         }
     }
@@ -1008,14 +1005,11 @@ impl Engine {
         for key in std::mem::take(&mut changes.touched) {
             let Some(a) = self.open.get(&key) else { continue };
             let (notify, suppressed) = changes.notes.remove(&key).unwrap_or_default();
-            let write = if a.id.get() == 0 {
+            if !a.is_stored() {
                 changes.opened.push((changes.list.len(), key));
-                AlertWrite::Open(a.clone())
-            } else {
-                let from = changes.origin.get(&key).copied().unwrap_or(a.status);
-                AlertWrite::Update { from, alert: a.clone() }
-            };
-            changes.list.push(AlertChange { write, notify, suppressed });
+            }
+            let from = changes.origin.get(&key).copied().unwrap_or(a.status);
+            changes.list.push(AlertChange { write: AlertWrite::storing(a.clone(), from), notify, suppressed });
         }
         let inserted_resolved: Vec<(usize, (RuleId, i64, i64))> = changes
             .list

@@ -287,7 +287,7 @@ impl Engine {
         let resolved_ids = std::mem::take(&mut self.resolved_ids);
         events.sort_by_key(|a| (a.resolved_at_ms.unwrap_or(now), a.id));
         for mut a in events {
-            if a.id.get() == 0 {
+            if !a.is_stored() {
                 match resolved_ids.get(&(a.rule_id, a.gpu_id, a.active_since_ms)) {
                     Some(id) => a.id = *id,
                     None => continue,
@@ -345,7 +345,7 @@ impl Engine {
 
         // 2. Firing alerts join their groups; members whose alert no longer fires resolve.
         let mut firing: HashSet<(AlertId, ChannelId, String)> = HashSet::new();
-        for a in self.open.values().filter(|a| a.status == AlertStatus::Firing && a.id.get() != 0) {
+        for a in self.open.values().filter(|a| a.status == AlertStatus::Firing && a.is_stored()) {
             let Some(rule) = data.rule(a.org_id, a.rule_id) else { continue };
             let held = a.silenced_by.is_some() || a.inhibited_by.is_some();
             for c in data.group_channels_for(&rule.rec) {

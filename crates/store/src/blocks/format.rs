@@ -299,13 +299,12 @@ impl Number {
         }
     }
 
-    /// Division by the integer scale (not multiplication by its inverse): the stored value
-    /// `37.25` comes back as the same f64 that parsing "37.25" gives.
+    /// The value of a column kept at `precision` ([`Precision::from_stored_int`]; measured
+    /// bits as they are).
     pub(super) fn as_f64(self, precision: Precision) -> f64 {
-        match (self, precision) {
-            (Number::Int(i), Precision::Scaled(scale)) => i as f64 / scale as f64,
-            (Number::Int(i), Precision::Exact) => i as f64,
-            (Number::Raw(f), _) => f,
+        match self {
+            Number::Int(i) => precision.from_stored_int(i),
+            Number::Raw(f) => f,
         }
     }
 }
