@@ -74,7 +74,7 @@ pub struct TeamRecord {
 }
 
 /// A user, without the password hash.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct UserRecord {
     pub id: UserId,
     pub org_id: OrgId,
@@ -121,10 +121,12 @@ pub struct NewSession<'a> {
 }
 
 /// A live session and its (enabled) user.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct SessionRecord {
+    #[sqlx(flatten)]
     pub user: UserRecord,
     pub csrf_token: String,
+    #[sqlx(rename = "session_created_ms")]
     pub created_ms: i64,
     pub expires_ms: i64,
     /// When the session was last used, as last written ([`AccountStore::touch_session`]).
@@ -141,8 +143,9 @@ pub struct BootstrapKeySync {
 }
 
 /// An API key with who made it, its team and when it was last used.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ApiKeyInfo {
+    #[sqlx(flatten)]
     pub key: ApiKey,
     pub user_id: Option<UserId>,
     pub team_id: Option<TeamId>,
@@ -151,8 +154,9 @@ pub struct ApiKeyInfo {
 
 /// What authentication needs to know about a key: the key, and its owner's role and state
 /// (a key never grants more than its owner's current role).
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct KeyAuth {
+    #[sqlx(flatten)]
     pub info: ApiKeyInfo,
     /// `None` for keys without an owner (the bootstrap key, keys made with an admin key).
     pub owner_role: Option<Role>,
@@ -305,31 +309,6 @@ macro_rules! impl_account_store {
             SessionRecord, TeamId, TeamRecord, TeamSource, UserId, UserRecord, UserUpdate,
         };
         use $crate::{NewApiKey, OrgId};
-
-        fn user_from_row(r: &Row) -> $crate::Result<UserRecord> {
-            use sqlx::Row as _;
-            Ok(UserRecord {
-                id: r.try_get("id")?,
-                org_id: r.try_get("org_id")?,
-                email: r.try_get("email")?,
-                name: r.try_get("name")?,
-                role: r.try_get("role")?,
-                created_ms: r.try_get("created_ms")?,
-                updated_ms: r.try_get("updated_ms")?,
-                last_login_ms: r.try_get("last_login_ms")?,
-                disabled_ms: r.try_get("disabled_ms")?,
-            })
-        }
-
-        fn key_from_row(r: &Row) -> $crate::Result<ApiKeyInfo> {
-            use sqlx::Row as _;
-            Ok(ApiKeyInfo {
-                key: $crate::api_key_from_row(r)?,
-                user_id: r.try_get("user_id")?,
-                team_id: r.try_get("team_id")?,
-                last_used_ms: r.try_get("last_used_ms")?,
-            })
-        }
 
         fn gpu_team_from_row(r: &Row) -> $crate::Result<GpuTeam> {
             use sqlx::Row as _;
@@ -533,23 +512,21 @@ macro_rules! impl_account_store {
 
             async fn users(&self, org: OrgId) -> $crate::Result<Vec<UserRecord>> {
                 let sql = format!("SELECT {} FROM users u WHERE u.org_id = ? ORDER BY u.email", $crate::accounts::USER_COLS);
-                let rows = sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?;
-                rows.iter().map(user_from_row).collect()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).fetch_all(self.pool()).await?)
             }
 
             async fn user(&self, org: OrgId, id: UserId) -> $crate::Result<Option<UserRecord>> {
                 let sql = format!("SELECT {} FROM users u WHERE u.org_id = ? AND u.id = ?", $crate::accounts::USER_COLS);
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(user_from_row).transpose()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?)
             }
 
             async fn user_for_login(&self, email: &str) -> $crate::Result<Option<(UserRecord, String)>> {
-                use sqlx::Row as _;
+                use sqlx::{FromRow as _, Row as _};
                 let sql =
                     format!("SELECT {}, u.password_hash FROM users u WHERE u.email = ?", $crate::accounts::USER_COLS);
                 let row = sqlx::query(&q(&sql)).bind(email).fetch_optional(self.pool()).await?;
                 match row {
-                    Some(r) => Ok(Some((user_from_row(&r)?, r.try_get("password_hash")?))),
+                    Some(r) => Ok(Some((UserRecord::from_row(&r)?, r.try_get("password_hash")?))),
                     None => Ok(None),
                 }
             }
@@ -651,24 +628,13 @@ macro_rules! impl_account_store {
             }
 
             async fn session(&self, token_hash: &str, now_ms: i64) -> $crate::Result<Option<SessionRecord>> {
-                use sqlx::Row as _;
                 let sql = format!(
                     "SELECT {}, s.csrf_token, s.created_ms AS session_created_ms, s.expires_ms, s.last_seen_ms \
                      FROM sessions s JOIN users u ON u.id = s.user_id AND u.org_id = s.org_id \
                      WHERE s.token_hash = ? AND s.expires_ms > ? AND u.disabled_ms IS NULL",
                     $crate::accounts::USER_COLS
                 );
-                let row = sqlx::query(&q(&sql)).bind(token_hash).bind(now_ms).fetch_optional(self.pool()).await?;
-                match row {
-                    Some(r) => Ok(Some(SessionRecord {
-                        user: user_from_row(&r)?,
-                        csrf_token: r.try_get("csrf_token")?,
-                        created_ms: r.try_get("session_created_ms")?,
-                        expires_ms: r.try_get("expires_ms")?,
-                        last_seen_ms: r.try_get("last_seen_ms")?,
-                    })),
-                    None => Ok(None),
-                }
+                Ok(sqlx::query_as(&q(&sql)).bind(token_hash).bind(now_ms).fetch_optional(self.pool()).await?)
             }
 
             async fn delete_session(&self, token_hash: &str) -> $crate::Result<()> {
@@ -711,24 +677,22 @@ macro_rules! impl_account_store {
 
             async fn api_keys(&self, org: OrgId, user: Option<UserId>) -> $crate::Result<Vec<ApiKeyInfo>> {
                 let cols = $crate::accounts::KEY_COLS;
-                let rows = match user {
+                Ok(match user {
                     Some(user) => {
                         let sql = format!("SELECT {cols} FROM api_keys k WHERE k.org_id = ? AND k.user_id = ? ORDER BY k.id");
-                        sqlx::query(&q(&sql)).bind(org).bind(user).fetch_all(self.pool()).await?
+                        sqlx::query_as(&q(&sql)).bind(org).bind(user).fetch_all(self.pool()).await?
                     }
                     None => {
                         let sql = format!("SELECT {cols} FROM api_keys k WHERE k.org_id = ? ORDER BY k.id");
-                        sqlx::query(&q(&sql)).bind(org).fetch_all(self.pool()).await?
+                        sqlx::query_as(&q(&sql)).bind(org).fetch_all(self.pool()).await?
                     }
-                };
-                rows.iter().map(key_from_row).collect()
+                })
             }
 
             async fn api_key(&self, org: OrgId, id: ApiKeyId) -> $crate::Result<Option<ApiKeyInfo>> {
                 let sql =
                     format!("SELECT {} FROM api_keys k WHERE k.org_id = ? AND k.id = ?", $crate::accounts::KEY_COLS);
-                let row = sqlx::query(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?;
-                row.as_ref().map(key_from_row).transpose()
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(id).fetch_optional(self.pool()).await?)
             }
 
             async fn revoke_api_key(&self, org: OrgId, id: ApiKeyId, now_ms: i64) -> $crate::Result<Option<ApiKeyInfo>> {
@@ -742,20 +706,12 @@ macro_rules! impl_account_store {
             }
 
             async fn api_key_auth(&self, key_hash: &str) -> $crate::Result<Option<KeyAuth>> {
-                use sqlx::Row as _;
                 let sql = format!(
-                    "SELECT {}, u.role AS owner_role, u.disabled_ms AS owner_disabled_ms \
+                    "SELECT {}, u.role AS owner_role, (u.disabled_ms IS NOT NULL) AS owner_disabled \
                      FROM api_keys k LEFT JOIN users u ON u.id = k.user_id WHERE k.key_hash = ?",
                     $crate::accounts::KEY_COLS
                 );
-                let row = sqlx::query(&q(&sql)).bind(key_hash).fetch_optional(self.pool()).await?;
-                let Some(r) = row else { return Ok(None) };
-                let owner_role = r.try_get("owner_role")?;
-                Ok(Some(KeyAuth {
-                    info: key_from_row(&r)?,
-                    owner_role,
-                    owner_disabled: r.try_get::<Option<i64>, _>("owner_disabled_ms")?.is_some(),
-                }))
+                Ok(sqlx::query_as(&q(&sql)).bind(key_hash).fetch_optional(self.pool()).await?)
             }
 
             async fn touch_api_key(&self, id: ApiKeyId, now_ms: i64) -> $crate::Result<()> {

@@ -51,10 +51,6 @@ pub(crate) const COLS: &str = "id, org_id, gpu_uuid, host, ts_ms, kind, xid, mes
 
 macro_rules! impl_event_store {
     ($store:ty, $db:ty) => {
-        fn event_from_row(r: &<$db as sqlx::Database>::Row) -> $crate::Result<$crate::events::GpuEventRecord> {
-            Ok(sqlx::FromRow::from_row(r)?)
-        }
-
         #[async_trait::async_trait]
         impl $crate::events::EventStore for $store {
             async fn insert_gpu_events(
@@ -101,7 +97,7 @@ macro_rules! impl_event_store {
                      ORDER BY ts_ms DESC, id DESC LIMIT ?",
                     $crate::events::COLS
                 );
-                let rows = sqlx::query(&q(&sql))
+                Ok(sqlx::query_as(&q(&sql))
                     .bind(org)
                     .bind(f.from_ms)
                     .bind(f.to_ms)
@@ -112,8 +108,7 @@ macro_rules! impl_event_store {
                     .bind(f.before_id.map_or(i64::MAX, fleetlens_core::GpuEventId::get))
                     .bind(f.limit)
                     .fetch_all(self.pool())
-                    .await?;
-                rows.iter().map(event_from_row).collect()
+                    .await?)
             }
 
             async fn gpu_events_after(
@@ -122,8 +117,7 @@ macro_rules! impl_event_store {
                 limit: i64,
             ) -> $crate::Result<Vec<$crate::events::GpuEventRecord>> {
                 let sql = format!("SELECT {} FROM gpu_events WHERE id > ? ORDER BY id LIMIT ?", $crate::events::COLS);
-                let rows = sqlx::query(&q(&sql)).bind(after_id).bind(limit).fetch_all(self.pool()).await?;
-                rows.iter().map(event_from_row).collect()
+                Ok(sqlx::query_as(&q(&sql)).bind(after_id).bind(limit).fetch_all(self.pool()).await?)
             }
 
             async fn delete_gpu_events_before(&self, before_ms: i64) -> $crate::Result<u64> {

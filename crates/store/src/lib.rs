@@ -110,12 +110,13 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 pub use fleetlens_core::{Role, Scope};
 
 /// A stored API key, without its secret.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ApiKey {
     pub id: fleetlens_core::ApiKeyId,
     pub org_id: OrgId,
     pub name: String,
     pub prefix: String,
+    #[sqlx(try_from = "StoredScopes")]
     pub scopes: Vec<Scope>,
     pub created_ms: i64,
     pub revoked_ms: Option<i64>,
@@ -616,13 +617,27 @@ pub fn hash_api_key(secret: &str) -> String {
     hex::encode(sha2::Sha256::digest(secret.as_bytes()))
 }
 
-fn scopes_to_text(scopes: &[Scope]) -> String {
-    scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
+/// An API key's scopes as stored: their names, comma-separated, in one TEXT column. Written
+/// and read through this one type; a name that is no scope is a decode error.
+pub(crate) struct StoredScopes(Vec<Scope>);
+
+impl StoredScopes {
+    fn text(&self) -> String {
+        self.0.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(",")
+    }
 }
 
-/// An API key's scopes as stored: their names, comma-separated, in one TEXT column. A name
-/// that is no scope is a decode error (the column is written by [`scopes_to_text`] only).
-pub(crate) struct StoredScopes(Vec<Scope>);
+impl From<&[Scope]> for StoredScopes {
+    fn from(scopes: &[Scope]) -> Self {
+        StoredScopes(scopes.to_vec())
+    }
+}
+
+impl From<StoredScopes> for Vec<Scope> {
+    fn from(stored: StoredScopes) -> Self {
+        stored.0
+    }
+}
 
 impl<DB: sqlx::Database> sqlx::Type<DB> for StoredScopes
 where
@@ -634,6 +649,18 @@ where
 
     fn compatible(ty: &DB::TypeInfo) -> bool {
         <String as sqlx::Type<DB>>::compatible(ty)
+    }
+}
+
+impl<'q, DB: sqlx::Database> sqlx::Encode<'q, DB> for StoredScopes
+where
+    String: sqlx::Encode<'q, DB>,
+{
+    fn encode_by_ref(
+        &self,
+        buf: &mut <DB as sqlx::Database>::ArgumentBuffer<'q>,
+    ) -> std::result::Result<sqlx::encode::IsNull, sqlx::error::BoxDynError> {
+        self.text().encode_by_ref(buf)
     }
 }
 
@@ -665,40 +692,6 @@ fn api_key_from_new(id: fleetlens_core::ApiKeyId, key: &NewApiKey<'_>) -> ApiKey
         created_ms: key.created_ms,
         revoked_ms: None,
     }
-}
-
-/// An `api_keys` row as stored.
-#[derive(sqlx::FromRow)]
-pub(crate) struct ApiKeyRow {
-    id: fleetlens_core::ApiKeyId,
-    org_id: OrgId,
-    name: String,
-    prefix: String,
-    scopes: StoredScopes,
-    created_ms: i64,
-    revoked_ms: Option<i64>,
-}
-
-impl From<ApiKeyRow> for ApiKey {
-    fn from(r: ApiKeyRow) -> Self {
-        ApiKey {
-            id: r.id,
-            org_id: r.org_id,
-            name: r.name,
-            prefix: r.prefix,
-            scopes: r.scopes.0,
-            created_ms: r.created_ms,
-            revoked_ms: r.revoked_ms,
-        }
-    }
-}
-
-/// An API key from a row holding the `api_keys` columns.
-fn api_key_from_row<'r, R: sqlx::Row>(row: &'r R) -> Result<ApiKey>
-where
-    ApiKeyRow: sqlx::FromRow<'r, R>,
-{
-    Ok(<ApiKeyRow as sqlx::FromRow<R>>::from_row(row)?.into())
 }
 
 /// A `gpus` row without its newest sample.

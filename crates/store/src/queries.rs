@@ -75,7 +75,7 @@ macro_rules! impl_queries {
                 .bind(key.name)
                 .bind(key.prefix)
                 .bind(key.key_hash)
-                .bind($crate::scopes_to_text(key.scopes))
+                .bind($crate::StoredScopes::from(key.scopes))
                 .bind(key.created_ms)
                 .bind(user)
                 .bind(team)

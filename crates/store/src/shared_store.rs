@@ -267,13 +267,12 @@ macro_rules! impl_store {
             }
 
             async fn api_key_by_hash(&self, key_hash: &str) -> $crate::Result<Option<$crate::ApiKey>> {
-                let row: Option<$crate::ApiKeyRow> = sqlx::query_as(&q(
+                Ok(sqlx::query_as(&q(
                     "SELECT id, org_id, name, prefix, scopes, created_ms, revoked_ms FROM api_keys WHERE key_hash = ?",
                 ))
                 .bind(key_hash)
                 .fetch_optional(&self.pool)
-                .await?;
-                Ok(row.map(Into::into))
+                .await?)
             }
 
             async fn move_gpu(&self, org: $crate::OrgId, uuid: &str, host: &str) -> $crate::Result<bool> {

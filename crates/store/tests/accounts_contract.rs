@@ -227,6 +227,12 @@ async fn key_scopes_never_exceed_the_owner_role(backend: Backend) {
     let auth = store.api_key_auth(&h).await.unwrap().unwrap();
     assert!(auth.owner_disabled);
     assert!(auth.effective_scopes().is_empty());
+    // A key without an owner (made with an admin key) has no owner to disable or limit it.
+    let service = hash_api_key("flk_service");
+    store.create_api_key(key(DEFAULT_ORG, &service, &[Scope::Read, Scope::Ingest]), None, None).await.unwrap();
+    let auth = store.api_key_auth(&service).await.unwrap().unwrap();
+    assert_eq!((auth.owner_role, auth.owner_disabled), (None, false));
+    assert_eq!(scopes(auth.effective_scopes()), vec!["ingest", "read"]);
     assert_eq!(scopes(expand_scopes(&[Scope::Read, Scope::Read])), vec!["read"]);
 }
 
