@@ -21,7 +21,7 @@ use fleetlens_api::alerts::{
 use fleetlens_api::analytics::Prices;
 use fleetlens_api::gpus::GpuDetail;
 use fleetlens_api::{BillingReport, ErrorBody, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
-use fleetlens_core::{ApiKeyId, PriceTable, SilenceId, TeamId, UserId};
+use fleetlens_core::{ApiKeyId, ChannelId, PriceTable, RuleId, SilenceId, TeamId, UserId};
 use gloo_net::http::{Request, RequestBuilder};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -371,7 +371,7 @@ pub async fn check_condition(condition: &str) -> ApiResult<()> {
 }
 
 /// `POST /api/v1/alert-rules` (`id` None) or `PUT /api/v1/alert-rules/{id}`.
-pub async fn save_rule(id: Option<i64>, body: &RuleBody) -> ApiResult<RuleView> {
+pub async fn save_rule(id: Option<RuleId>, body: &RuleBody) -> ApiResult<RuleView> {
     match id {
         None => post("/alert-rules", body).await,
         Some(id) => put(&format!("/alert-rules/{id}"), body).await,
@@ -379,7 +379,7 @@ pub async fn save_rule(id: Option<i64>, body: &RuleBody) -> ApiResult<RuleView> 
 }
 
 /// `DELETE /api/v1/alert-rules/{id}`
-pub async fn delete_rule(id: i64) -> ApiResult<()> {
+pub async fn delete_rule(id: RuleId) -> ApiResult<()> {
     delete(&format!("/alert-rules/{id}")).await
 }
 
@@ -389,17 +389,17 @@ pub async fn create_channel(body: &ChannelBody) -> ApiResult<ChannelView> {
 }
 
 /// `PUT /api/v1/notification-channels/{id}` with the fields to change.
-pub async fn update_channel(id: i64, body: &ChannelBody) -> ApiResult<ChannelView> {
+pub async fn update_channel(id: ChannelId, body: &ChannelBody) -> ApiResult<ChannelView> {
     put(&format!("/notification-channels/{id}"), body).await
 }
 
 /// `DELETE /api/v1/notification-channels/{id}`
-pub async fn delete_channel(id: i64) -> ApiResult<()> {
+pub async fn delete_channel(id: ChannelId) -> ApiResult<()> {
     delete(&format!("/notification-channels/{id}")).await
 }
 
 /// `POST /api/v1/notification-channels/{id}/test`: the first attempt's outcome.
-pub async fn test_channel(id: i64) -> ApiResult<TestResult> {
+pub async fn test_channel(id: ChannelId) -> ApiResult<TestResult> {
     let path = format!("{PREFIX}/notification-channels/{id}/test");
     let text = send(Request::post(&path), true, &path, None, None).await?;
     parse(&text, &path)

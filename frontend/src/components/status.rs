@@ -128,11 +128,12 @@ pub fn Saved(saved: RwSignal<Option<String>>) -> impl IntoView {
 
 /// The button of a destructive action on one row of a list, in two steps: pressing it puts
 /// "Confirm …" and "Keep" in its place, with keyboard focus on the confirmation. `asking` holds
-/// the row that asks, shared by the rows of a list so that one asks at a time.
+/// the row that asks (its id: a `RuleId`, a `TeamId`, …), shared by the rows of a list so that
+/// one asks at a time.
 #[component]
-pub fn ConfirmButton(
-    asking: RwSignal<Option<i64>>,
-    id: i64,
+pub fn ConfirmButton<K>(
+    asking: RwSignal<Option<K>>,
+    id: K,
     /// "Delete", "Revoke".
     label: &'static str,
     /// "Confirm delete", "Confirm revoke".
@@ -144,7 +145,10 @@ pub fn ConfirmButton(
     #[prop(optional)]
     class: Option<&'static str>,
     on_confirm: Callback<()>,
-) -> impl IntoView {
+) -> impl IntoView
+where
+    K: Copy + PartialEq + Send + Sync + 'static,
+{
     let class = class.unwrap_or("btn btn-danger");
     move || {
         if asking.get() == Some(id) {

@@ -24,7 +24,7 @@ use fleetlens_core::rules::{Matchers, SilenceWindow, silenced_by};
 
 use fleetlens_api::AlertView as Alert;
 use fleetlens_api::alerts::{RuleBody, RuleView as Rule, TestResult};
-use fleetlens_core::{AlertStatus, ChannelId, ChannelKind, Severity, SilenceId};
+use fleetlens_core::{AlertStatus, ChannelId, ChannelKind, RuleId, Severity, SilenceId};
 
 fn status_class(a: &Alert, silenced: bool) -> &'static str {
     match (silenced, a.status) {
@@ -484,7 +484,7 @@ fn Silences(
 /// The rule editor's fields, as typed.
 #[derive(Debug, Clone, PartialEq)]
 struct RuleDraft {
-    id: Option<i64>,
+    id: Option<RuleId>,
     name: String,
     condition: String,
     for_s: String,
@@ -516,7 +516,7 @@ impl Default for RuleDraft {
 impl RuleDraft {
     fn of(r: &Rule) -> RuleDraft {
         RuleDraft {
-            id: Some(r.id.get()),
+            id: Some(r.id),
             name: r.name.clone(),
             condition: r.condition.clone(),
             for_s: r.for_s.to_string(),
@@ -561,7 +561,7 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
     let error = RwSignal::new(None::<ApiError>);
     let local_error = RwSignal::new(None::<(&'static str, String)>);
     let saved = RwSignal::new(None::<String>);
-    let confirm_delete = RwSignal::new(None::<i64>);
+    let confirm_delete = RwSignal::new(None::<RuleId>);
 
     let edit = Callback::new(move |r: Option<Rule>| {
         error.set(None);
@@ -584,14 +584,14 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
     let toggle = Callback::new(move |r: Rule| {
         let enabled = !r.enabled;
         run(Box::pin(async move {
-            api::save_rule(Some(r.id.get()), &RuleBody { enabled: Some(enabled), ..RuleBody::default() }).await?;
+            api::save_rule(Some(r.id), &RuleBody { enabled: Some(enabled), ..RuleBody::default() }).await?;
             Ok(format!("Rule “{}” {}.", r.name, if enabled { "enabled" } else { "disabled" }))
         }))
     });
     let delete = Callback::new(move |r: Rule| {
         confirm_delete.set(None);
         run(Box::pin(async move {
-            api::delete_rule(r.id.get()).await?;
+            api::delete_rule(r.id).await?;
             Ok(format!("Rule “{}” deleted.", r.name))
         }))
     });
@@ -640,7 +640,7 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
                             {l.into_iter()
                                 .map(|r| {
                                     let (r1, r2, r3, r4) = (r.clone(), r.clone(), r.clone(), r.clone());
-                                    let id = r.id.get();
+                                    let id = r.id;
                                     view! {
                                         <tr data-rule-id=r.id.to_string()>
                                             <th scope="row">
@@ -900,8 +900,8 @@ fn Channels() -> impl IntoView {
     let default = RwSignal::new(false);
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
-    let tested = RwSignal::new(None::<(i64, Result<TestResult, ApiError>)>);
-    let confirm_delete = RwSignal::new(None::<i64>);
+    let tested = RwSignal::new(None::<(ChannelId, Result<TestResult, ApiError>)>);
+    let confirm_delete = RwSignal::new(None::<ChannelId>);
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
         let body = ChannelBody {
@@ -923,14 +923,14 @@ fn Channels() -> impl IntoView {
             }
         });
     };
-    let test = move |id: i64| {
+    let test = move |id: ChannelId| {
         tested.set(None);
         spawn_local(async move { tested.set(Some((id, api::test_channel(id).await))) });
     };
     let set_default = move |c: Channel| {
         spawn_local(async move {
             let body = ChannelBody { default: Some(!c.default), ..ChannelBody::default() };
-            if show_error(error, api::update_channel(c.id.get(), &body).await) {
+            if show_error(error, api::update_channel(c.id, &body).await) {
                 res.refetch();
             }
         });
@@ -938,13 +938,13 @@ fn Channels() -> impl IntoView {
     let delete = move |c: Channel| {
         confirm_delete.set(None);
         spawn_local(async move {
-            if show_error(error, api::delete_channel(c.id.get()).await) {
+            if show_error(error, api::delete_channel(c.id).await) {
                 saved.set(Some(format!("Channel “{}” deleted.", c.name)));
                 res.refetch();
             }
         });
     };
-    let test_outcome = move |id: i64| {
+    let test_outcome = move |id: ChannelId| {
         move || {
             tested.get().filter(|(t, _)| *t == id).map(|(_, r)| match r {
                 Ok(t) if t.delivered => {
@@ -990,7 +990,7 @@ fn Channels() -> impl IntoView {
                             ]}
                         >
                             {l.into_iter().map(|c| {
-                                let id = c.id.get();
+                                let id = c.id;
                                 let (c1, c2) = (c.clone(), c.clone());
                                 let name = c.name.clone();
                                 view! {

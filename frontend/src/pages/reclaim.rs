@@ -90,7 +90,7 @@ fn Policies() -> impl IntoView {
     let channels = read_once(|| async { api::channels().await.map(|c| c.channels) });
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
-    let confirm = RwSignal::new(None::<i64>);
+    let confirm = RwSignal::new(None::<ReclaimPolicyId>);
     // The dry run shown, and the policy it is of.
     let dry = RwSignal::new(None::<(ReclaimPolicy, DryRun)>);
     let dry_error = RwSignal::new(None::<ApiError>);
@@ -216,7 +216,7 @@ fn Policies() -> impl IntoView {
                                                 {move || if dry_busy.get() == Some(id) { "Running…" } else { "Dry run (7 days)" }}
                                             </button>
                                             {admin.then(|| view! {
-                                                <ConfirmButton asking=confirm id=id.get() label="Delete" confirm_label="Confirm delete" aria_label=aria_delete class="btn-quiet btn-danger" on_confirm/>
+                                                <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label=aria_delete class="btn-quiet btn-danger" on_confirm/>
                                             })}
                                         </div>
                                     </td>

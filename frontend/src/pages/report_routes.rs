@@ -48,7 +48,7 @@ pub fn ReportRoutes() -> impl IntoView {
     let min_waste = RwSignal::new(String::new());
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
-    let confirm = RwSignal::new(None::<i64>);
+    let confirm = RwSignal::new(None::<ReportRouteId>);
     let done = move |out: Result<String, ApiError>| {
         show_outcome(error, saved, out);
         res.refetch();
@@ -134,7 +134,7 @@ pub fn ReportRoutes() -> impl IntoView {
                                     <td class="num">{crate::format::fx(r.min_gpu_hours, 2).to_string()}</td>
                                     <td class="num">{crate::format::pct(r.min_waste_pct)}</td>
                                     <td>{admin.then(|| view! {
-                                        <ConfirmButton asking=confirm id=id.get() label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
+                                        <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
                                     })}</td>
                                 </tr>
                             }

@@ -158,7 +158,7 @@ fn Teams() -> impl IntoView {
     let name = RwSignal::new(String::new());
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
-    let confirm = RwSignal::new(None::<i64>);
+    let confirm = RwSignal::new(None::<TeamId>);
     let done = move |out: Result<String, ApiError>| {
         show_outcome(error, saved, out);
         teams_res.refetch();
@@ -216,7 +216,7 @@ fn Teams() -> impl IntoView {
                                         let on_confirm = Callback::new(move |()| delete(id, n.clone()));
                                         view! {
                                             " "
-                                            <ConfirmButton asking=confirm id=id.get() label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
+                                            <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
                                         }
                                     })}
                                 </li>
@@ -315,7 +315,7 @@ fn ApiKeys() -> impl IntoView {
     let scopes = RwSignal::new(vec!["read".to_string()]);
     let error = RwSignal::new(None::<ApiError>);
     let created = RwSignal::new(None::<fleetlens_api::accounts::CreatedKeyView>);
-    let confirm = RwSignal::new(None::<i64>);
+    let confirm = RwSignal::new(None::<ApiKeyId>);
     let submit = move |ev: SubmitEvent| {
         ev.prevent_default();
         let (n, sc) = (name.get_untracked(), scopes.get_untracked());
@@ -388,7 +388,7 @@ fn ApiKeys() -> impl IntoView {
                                                     <div class="actions">
                                                         <ConfirmButton
                                                             asking=confirm
-                                                            id=id.get()
+                                                            id
                                                             label="Revoke"
                                                             confirm_label="Confirm revoke"
                                                             aria_label=format!("Revoke key {name}")
@@ -460,7 +460,7 @@ fn Users() -> impl IntoView {
     let role = RwSignal::new("member".to_string());
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
-    let confirm = RwSignal::new(None::<i64>);
+    let confirm = RwSignal::new(None::<UserId>);
     let done = move |out: Result<String, ApiError>| {
         if show_outcome(error, saved, out) {
             res.refetch();
@@ -544,7 +544,7 @@ fn Users() -> impl IntoView {
                                                     </button>
                                                     <ConfirmButton
                                                         asking=confirm
-                                                        id=id.get()
+                                                        id
                                                         label="Delete"
                                                         confirm_label="Confirm delete"
                                                         on_confirm=Callback::new(move |()| delete(id, e3.clone()))
