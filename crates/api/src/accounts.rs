@@ -2,7 +2,7 @@
 //! API keys, and the team assignment of hosts and GPUs. Absent optional fields of a request
 //! are left out when sent, so a patch carries only what it changes.
 
-use fleetlens_core::{ApiKeyId, OrgId, Role, Scope, TeamId, UserId};
+use fleetlens_core::{ApiKeyId, OrgId, Role, Scope, TeamId, TeamSource, UserId};
 use serde::{Deserialize, Serialize};
 
 // ---- answers ----
@@ -80,7 +80,7 @@ pub struct GpuTeamView {
     pub team_id: Option<TeamId>,
     pub team_name: Option<String>,
     /// `gpu` or `host` (an admin), `key`, `label`.
-    pub team_source: Option<String>,
+    pub team_source: Option<TeamSource>,
 }
 
 /// `GET /api/v1/hosts`: a host, the team an admin gave it, and its GPUs' teams.

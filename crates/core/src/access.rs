@@ -10,6 +10,18 @@ crate::named_enum! {
 }
 
 crate::named_enum! {
+    /// Where a GPU's team came from, strongest first: an admin's assignment of the GPU, an
+    /// admin's assignment of its host, the team of the API key that reports it, the `team`
+    /// label its agent sends.
+    pub enum TeamSource("team source") {
+        Gpu = "gpu",
+        Host = "host",
+        Key = "key",
+        Label = "label",
+    }
+}
+
+crate::named_enum! {
     /// A user's role in their organisation, least privileged first.
     pub enum Role("role") {
         /// Reads everything of the organisation.

@@ -36,7 +36,7 @@ mod classify_tests;
 #[cfg(test)]
 mod fixture_tests;
 
-pub use access::{Role, Scope};
+pub use access::{Role, Scope, TeamSource};
 pub use ids::{
     AgentCommandId, AlertGroupId, AlertId, ApiKeyId, ChannelId, DeliveryId, GpuEventId, GpuId, JobRunId, MessageId,
     OrgId, ReclaimId, ReclaimPolicyId, ReclaimStepId, ReportRouteId, RuleId, SilenceId, TeamId, UserId,

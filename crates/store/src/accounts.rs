@@ -27,34 +27,7 @@ pub fn expand_scopes(scopes: &[Scope]) -> Vec<Scope> {
 }
 
 /// Where a GPU's team came from (see the module docs for the precedence).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum TeamSource {
-    Gpu,
-    Host,
-    Key,
-    Label,
-}
-
-impl TeamSource {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TeamSource::Gpu => "gpu",
-            TeamSource::Host => "host",
-            TeamSource::Key => "key",
-            TeamSource::Label => "label",
-        }
-    }
-
-    pub fn parse(s: &str) -> Option<TeamSource> {
-        match s {
-            "gpu" => Some(TeamSource::Gpu),
-            "host" => Some(TeamSource::Host),
-            "key" => Some(TeamSource::Key),
-            "label" => Some(TeamSource::Label),
-            _ => None,
-        }
-    }
-}
+pub use fleetlens_core::TeamSource;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct OrgRecord {
@@ -182,13 +155,15 @@ impl KeyAuth {
 }
 
 /// A GPU's team.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuTeam {
+    #[sqlx(rename = "id")]
     pub gpu_id: i64,
     pub uuid: String,
     pub host: String,
     pub team_id: Option<TeamId>,
     pub team_name: Option<String>,
+    #[sqlx(rename = "team_source")]
     pub source: Option<TeamSource>,
 }
 
@@ -302,25 +277,12 @@ pub(crate) const GPU_TEAM_SQL: &str = "SELECT g.id, g.uuid, g.host, g.team_id, t
 /// `fn q(sql: &str) -> Cow<str>` (placeholders) and `async fn begin(&Pool) -> Result<Transaction>`
 /// (a write transaction).
 macro_rules! impl_account_store {
-    ($store:ty, $db:ty) => {
-        type Row = <$db as sqlx::Database>::Row;
+    ($store:ty) => {
         use $crate::accounts::{
             ApiKeyId, ApiKeyInfo, Assigned, BootstrapKeySync, GpuTeam, HostRecord, KeyAuth, NewSession, NewUser, OrgRecord,
             SessionRecord, TeamId, TeamRecord, TeamSource, UserId, UserRecord, UserUpdate,
         };
         use $crate::{NewApiKey, OrgId};
-
-        fn gpu_team_from_row(r: &Row) -> $crate::Result<GpuTeam> {
-            use sqlx::Row as _;
-            Ok(GpuTeam {
-                gpu_id: r.try_get("id")?,
-                uuid: r.try_get("uuid")?,
-                host: r.try_get("host")?,
-                team_id: r.try_get("team_id")?,
-                team_name: r.try_get("team_name")?,
-                source: r.try_get::<Option<String>, _>("team_source")?.as_deref().and_then(TeamSource::parse),
-            })
-        }
 
         impl $store {
             async fn team_members_of(&self, org: OrgId, team: Option<TeamId>) -> $crate::Result<Vec<(TeamId, UserId)>> {
@@ -779,8 +741,7 @@ macro_rules! impl_account_store {
             }
 
             async fn gpu_teams(&self, org: OrgId) -> $crate::Result<Vec<GpuTeam>> {
-                let rows = sqlx::query(&q($crate::accounts::GPU_TEAM_SQL)).bind(org).fetch_all(self.pool()).await?;
-                rows.iter().map(gpu_team_from_row).collect()
+                Ok(sqlx::query_as(&q($crate::accounts::GPU_TEAM_SQL)).bind(org).fetch_all(self.pool()).await?)
             }
 
             async fn hosts(&self, org: OrgId) -> $crate::Result<Vec<HostRecord>> {
@@ -956,19 +917,15 @@ macro_rules! impl_account_store {
 }
 
 mod sqlite_impl {
-    use sqlx::Sqlite;
-
     use crate::dialect::sqlite::{begin, insert_api_key, org_has, q};
     use crate::sqlite::SqliteStore;
 
-    impl_account_store!(SqliteStore, Sqlite);
+    impl_account_store!(SqliteStore);
 }
 
 mod pg_impl {
-    use sqlx::Postgres;
-
     use crate::dialect::pg::{begin, insert_api_key, org_has, q};
     use crate::postgres::PgStore;
 
-    impl_account_store!(PgStore, Postgres);
+    impl_account_store!(PgStore);
 }

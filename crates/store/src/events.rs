@@ -50,7 +50,7 @@ pub trait EventStore: Send + Sync {
 pub(crate) const COLS: &str = "id, org_id, gpu_uuid, host, ts_ms, kind, xid, message, received_ms";
 
 macro_rules! impl_event_store {
-    ($store:ty, $db:ty) => {
+    ($store:ty) => {
         #[async_trait::async_trait]
         impl $crate::events::EventStore for $store {
             async fn insert_gpu_events(
@@ -132,12 +132,12 @@ mod sqlite_impl {
     use crate::dialect::sqlite::{begin, q};
     use crate::sqlite::SqliteStore;
 
-    impl_event_store!(SqliteStore, sqlx::Sqlite);
+    impl_event_store!(SqliteStore);
 }
 
 mod pg_impl {
     use crate::dialect::pg::{begin, q};
     use crate::postgres::PgStore;
 
-    impl_event_store!(PgStore, sqlx::Postgres);
+    impl_event_store!(PgStore);
 }

@@ -77,13 +77,7 @@ fn key_view(k: ApiKeyInfo) -> KeyView {
 }
 
 fn gpu_team_view(g: GpuTeam) -> GpuTeamView {
-    GpuTeamView {
-        uuid: g.uuid,
-        host: g.host,
-        team_id: g.team_id,
-        team_name: g.team_name,
-        team_source: g.source.map(|s| s.as_str().to_string()),
-    }
+    GpuTeamView { uuid: g.uuid, host: g.host, team_id: g.team_id, team_name: g.team_name, team_source: g.source }
 }
 
 fn host_view(h: HostRecord) -> HostView {
