@@ -483,6 +483,9 @@ pub trait Store:
     async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
     /// Like [`Store::gpus`] without the newest sample (cheaper, for reports).
     async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
+    /// Like [`Store::gpu`] without the newest sample (`latest` None): the GPU's id and identity
+    /// for a read of its history, which would otherwise decode its newest sealed block first.
+    async fn gpu_identity(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
     /// Each GPU's newest minute: (gpu id, bucket, stored state, samples, first and last ts).
     async fn latest_minutes(&self, org: OrgId) -> Result<Vec<LatestMinute>>;
     /// [`Store::latest_minutes`] of the organisation's GPUs with these ids only (others and
@@ -693,6 +696,10 @@ fn api_key_from_new(id: fleetlens_core::ApiKeyId, key: &NewApiKey<'_>) -> ApiKey
         revoked_ms: None,
     }
 }
+
+/// The `gpus` columns of a [`GpuIdentityRow`].
+pub(crate) const GPU_IDENTITY_COLUMNS: &str =
+    "id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms";
 
 /// A `gpus` row without its newest sample.
 #[derive(sqlx::FromRow)]

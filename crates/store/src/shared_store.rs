@@ -287,14 +287,19 @@ macro_rules! impl_store {
             }
 
             async fn gpu_identities(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::GpuRecord>> {
-                let rows: Vec<$crate::GpuIdentityRow> = sqlx::query_as(&q(
-                    "SELECT id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, \
-                     last_seen_ms, last_live_ms FROM gpus WHERE org_id = ? ORDER BY host, gpu_index, uuid",
-                ))
-                .bind(org)
-                .fetch_all(&self.pool)
-                .await?;
+                let sql = format!(
+                    "SELECT {} FROM gpus WHERE org_id = ? ORDER BY host, gpu_index, uuid",
+                    $crate::GPU_IDENTITY_COLUMNS
+                );
+                let rows: Vec<$crate::GpuIdentityRow> = sqlx::query_as(&q(&sql)).bind(org).fetch_all(&self.pool).await?;
                 Ok(rows.into_iter().map(Into::into).collect())
+            }
+
+            async fn gpu_identity(&self, org: $crate::OrgId, uuid: &str) -> $crate::Result<Option<$crate::GpuRecord>> {
+                let sql = format!("SELECT {} FROM gpus WHERE org_id = ? AND uuid = ?", $crate::GPU_IDENTITY_COLUMNS);
+                let row: Option<$crate::GpuIdentityRow> =
+                    sqlx::query_as(&q(&sql)).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
+                Ok(row.map(Into::into))
             }
 
             async fn gpus(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::GpuRecord>> {

@@ -152,6 +152,12 @@ async fn latest_sample_and_identity_follow_event_time(backend: Backend) {
     let list = store.gpus(DEFAULT_ORG).await.unwrap();
     assert_eq!(list.len(), 1);
     assert_eq!(list[0].latest.as_ref().map(|s| s.ts_ms), Some(2_009_000));
+    // The identity alone is the same record without the newest sample, in its organisation only.
+    let identity = store.gpu_identity(DEFAULT_ORG, "GPU-late").await.unwrap().unwrap();
+    assert_eq!(identity, fleetlens_store::GpuRecord { latest: None, ..gpu.clone() });
+    assert!(store.gpu_identity(DEFAULT_ORG, "GPU-none").await.unwrap().is_none());
+    let other = store.create_org("other", 0).await.unwrap();
+    assert!(store.gpu_identity(other, "GPU-late").await.unwrap().is_none());
     // Sample windows are half-open and limited.
     let page = store.samples(DEFAULT_ORG, gpu.id, 1_005_000, 2_002_000, 100).await.unwrap();
     assert_eq!(page.len(), 5 + 2);

@@ -50,7 +50,7 @@ pub async fn states(
     let window_ms = window_s * 1000;
     let gpu = state
         .store
-        .gpu(caller.org, &uuid)
+        .gpu_identity(caller.org, &uuid)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
     // Windows start at the GPU's registration and end at the wall clock: nothing is reported

@@ -168,7 +168,7 @@ pub async fn samples(
     };
     let gpu = state
         .store
-        .gpu(caller.org, &uuid)
+        .gpu_identity(caller.org, &uuid)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
     // One more than asked tells whether the page is complete.
@@ -215,7 +215,7 @@ pub async fn series(
     }
     let gpu = state
         .store
-        .gpu(caller.org, &uuid)
+        .gpu_identity(caller.org, &uuid)
         .await?
         .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
     let rows = state.store.series(caller.org, gpu.id, res, res.bucket_start(from_ms), to_ms).await?;
