@@ -188,8 +188,16 @@ pub enum Assigned {
 
 #[async_trait]
 pub trait AccountStore: Send + Sync {
+    async fn create_org(&self, name: &str, now_ms: i64) -> Result<OrgId>;
     async fn org(&self, org: OrgId) -> Result<Option<OrgRecord>>;
     async fn orgs(&self) -> Result<Vec<OrgRecord>>;
+
+    /// An API key without owner or team (tools, tests, the bootstrap; users' keys are made by
+    /// [`AccountStore::create_api_key`]).
+    async fn insert_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey>;
+    /// Insert the key unless a key with this hash exists; returns the stored key.
+    async fn ensure_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey>;
+    async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKey>>;
 
     /// [`crate::StoreError::Conflict`] if the organisation has a team of this name.
     async fn create_team(&self, org: OrgId, name: &str, now_ms: i64) -> Result<TeamRecord>;
@@ -325,6 +333,36 @@ macro_rules! impl_account_store {
 
         #[async_trait::async_trait]
         impl $crate::accounts::AccountStore for $store {
+            async fn create_org(&self, name: &str, now_ms: i64) -> $crate::Result<$crate::OrgId> {
+                Ok(sqlx::query_scalar(&q("INSERT INTO orgs (name, created_ms) VALUES (?, ?) RETURNING id"))
+                    .bind(name)
+                    .bind(now_ms)
+                    .fetch_one(self.pool())
+                    .await?)
+            }
+
+            async fn insert_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
+                let id = insert_api_key(self.pool(), &key, None, None, false, "RETURNING id").await?;
+                Ok($crate::api_key_from_new(id.expect("RETURNING gives the id"), &key))
+            }
+
+            async fn ensure_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
+                // Several replicas may bootstrap the same key at once: the unique hash decides.
+                insert_api_key(self.pool(), &key, None, None, false, "ON CONFLICT (key_hash) DO NOTHING").await?;
+                self.api_key_by_hash(key.key_hash)
+                    .await?
+                    .ok_or_else(|| $crate::StoreError::Invalid("api key vanished after insert".into()))
+            }
+
+            async fn api_key_by_hash(&self, key_hash: &str) -> $crate::Result<Option<$crate::ApiKey>> {
+                Ok(sqlx::query_as(&q(
+                    "SELECT id, org_id, name, prefix, scopes, created_ms, revoked_ms FROM api_keys WHERE key_hash = ?",
+                ))
+                .bind(key_hash)
+                .fetch_optional(self.pool())
+                .await?)
+            }
+
             async fn org(&self, org: OrgId) -> $crate::Result<Option<OrgRecord>> {
                 let row: Option<(OrgId, String, i64)> =
                     sqlx::query_as(&q("SELECT id, name, created_ms FROM orgs WHERE id = ?"))

@@ -24,6 +24,7 @@ mod postgres;
 mod queries;
 pub mod reclaim;
 pub mod rollup_close;
+mod settings;
 mod shared_store;
 mod sqlite;
 
@@ -44,6 +45,7 @@ pub use crate::feed::SampleFeed;
 pub use crate::ingest_rules::IngestRules;
 pub use crate::postgres::PgStore;
 pub use crate::reclaim::ReclaimStore;
+pub use crate::settings::{JobRecord, JobStore, SettingStore};
 pub use crate::sqlite::SqliteStore;
 
 pub use fleetlens_core::OrgId;
@@ -391,19 +393,6 @@ pub(crate) fn day_credits_from_hours_sql(condition: &str) -> String {
     )
 }
 
-/// A job's reported throughput (for MFU).
-#[derive(Debug, Clone, PartialEq)]
-pub struct JobRecord {
-    pub id: i64,
-    pub name: String,
-    pub gpu_uuids: Vec<String>,
-    pub from_ms: i64,
-    pub to_ms: i64,
-    pub precision: String,
-    pub achieved_flops_per_s: f64,
-    pub created_ms: i64,
-}
-
 /// How long data is kept, in milliseconds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct RetentionPolicy {
@@ -438,20 +427,29 @@ pub struct MaintenanceReport {
     pub vacuumed: Vec<String>,
 }
 
+/// The whole store, one trait per concern: accounts (organisations, users, teams, API keys),
+/// settings, reported jobs, alerting, GPU events, job runs and their actions, idle reclaim, the
+/// alert engine's sample feed, and here the data path itself: ingest, the GPU registry, raw
+/// samples, rollups and credits, and the background jobs that close, seal, pack and expire
+/// them. Callers hold an `Arc<dyn Store>` and call every concern's methods on it.
 #[async_trait]
 pub trait Store:
-    AlertStore + AccountStore + EventStore + ActionStore + ReclaimStore + SampleFeed + Send + Sync + 'static
+    AlertStore
+    + AccountStore
+    + EventStore
+    + ActionStore
+    + ReclaimStore
+    + SettingStore
+    + JobStore
+    + SampleFeed
+    + Send
+    + Sync
+    + 'static
 {
     /// `sqlite` or `postgres`.
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for readiness checks.
     async fn ping(&self) -> Result<()>;
-
-    async fn create_org(&self, name: &str, now_ms: i64) -> Result<OrgId>;
-    async fn insert_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey>;
-    /// Insert the key unless a key with this hash exists; returns the stored key.
-    async fn ensure_api_key(&self, key: NewApiKey<'_>) -> Result<ApiKey>;
-    async fn api_key_by_hash(&self, key_hash: &str) -> Result<Option<ApiKey>>;
 
     /// Store a validated batch from one host, idempotent per (GPU uuid, ts_ms); updates the
     /// GPU registry and marks the minutes of the new samples for the rollup job
@@ -539,17 +537,6 @@ pub trait Store:
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<ProcessList>>;
     /// Peak memory used per GPU id of `org` over the hours overlapping `[from_ms, to_ms)`.
     async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>>;
-    /// Every organisation's value of one setting.
-    async fn settings_by_key(&self, key: &str) -> Result<Vec<(OrgId, String)>>;
-
-    /// A per-organisation setting (a JSON document), if set.
-    async fn setting(&self, org: OrgId, key: &str) -> Result<Option<String>>;
-    async fn put_setting(&self, org: OrgId, key: &str, value: &str, now_ms: i64) -> Result<()>;
-
-    async fn insert_job(&self, org: OrgId, job: &JobRecord) -> Result<i64>;
-    /// Jobs of `org` overlapping `[from_ms, to_ms)`.
-    async fn jobs(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<JobRecord>>;
-
     /// Total raw samples stored (all organisations), open rows and sealed blocks; for metrics
     /// and tests.
     async fn sample_count(&self) -> Result<u64>;
@@ -731,36 +718,5 @@ impl From<GpuIdentityRow> for GpuRecord {
             last_live_ms: r.last_live_ms,
             latest: None,
         }
-    }
-}
-
-/// A `jobs` row as stored (the GPU list as JSON text).
-#[derive(sqlx::FromRow)]
-pub(crate) struct JobRow {
-    id: i64,
-    name: String,
-    gpu_uuids: String,
-    from_ms: i64,
-    to_ms: i64,
-    precision: String,
-    achieved_flops_per_s: f64,
-    created_ms: i64,
-}
-
-impl TryFrom<JobRow> for JobRecord {
-    type Error = StoreError;
-
-    fn try_from(r: JobRow) -> Result<Self> {
-        Ok(JobRecord {
-            id: r.id,
-            name: r.name,
-            gpu_uuids: serde_json::from_str(&r.gpu_uuids)
-                .map_err(|e| StoreError::Invalid(format!("job gpu list: {e}")))?,
-            from_ms: r.from_ms,
-            to_ms: r.to_ms,
-            precision: r.precision,
-            achieved_flops_per_s: r.achieved_flops_per_s,
-            created_ms: r.created_ms,
-        })
     }
 }

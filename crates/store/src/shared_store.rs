@@ -14,7 +14,7 @@ macro_rules! impl_store {
     ($store:ident, $dialect:ident, { $($own:tt)* }) => {
     mod shared {
         use super::*;
-        use $crate::dialect::$dialect::{CLOSE_LOCK, PROCESSES_TEXT, begin, insert_api_key, q};
+        use $crate::dialect::$dialect::{CLOSE_LOCK, PROCESSES_TEXT, begin, q};
         use $crate::rollup_close::{self as rc, PendingScope, minute_range};
 
         /// The stored rows alone, which the `Store` reads complete with the open minutes.
@@ -244,36 +244,6 @@ macro_rules! impl_store {
         #[async_trait::async_trait]
         impl $crate::Store for $store {
             $($own)*
-
-            async fn create_org(&self, name: &str, now_ms: i64) -> $crate::Result<$crate::OrgId> {
-                Ok(sqlx::query_scalar(&q("INSERT INTO orgs (name, created_ms) VALUES (?, ?) RETURNING id"))
-                    .bind(name)
-                    .bind(now_ms)
-                    .fetch_one(&self.pool)
-                    .await?)
-            }
-
-            async fn insert_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
-                let id = insert_api_key(&self.pool, &key, None, None, false, "RETURNING id").await?;
-                Ok($crate::api_key_from_new(id.expect("RETURNING gives the id"), &key))
-            }
-
-            async fn ensure_api_key(&self, key: $crate::NewApiKey<'_>) -> $crate::Result<$crate::ApiKey> {
-                // Several replicas may bootstrap the same key at once: the unique hash decides.
-                insert_api_key(&self.pool, &key, None, None, false, "ON CONFLICT (key_hash) DO NOTHING").await?;
-                self.api_key_by_hash(key.key_hash)
-                    .await?
-                    .ok_or_else(|| $crate::StoreError::Invalid("api key vanished after insert".into()))
-            }
-
-            async fn api_key_by_hash(&self, key_hash: &str) -> $crate::Result<Option<$crate::ApiKey>> {
-                Ok(sqlx::query_as(&q(
-                    "SELECT id, org_id, name, prefix, scopes, created_ms, revoked_ms FROM api_keys WHERE key_hash = ?",
-                ))
-                .bind(key_hash)
-                .fetch_optional(&self.pool)
-                .await?)
-            }
 
             async fn move_gpu(&self, org: $crate::OrgId, uuid: &str, host: &str) -> $crate::Result<bool> {
                 let done = sqlx::query(&q("UPDATE gpus SET host = ? WHERE org_id = ? AND uuid = ?"))
@@ -551,64 +521,6 @@ macro_rules! impl_store {
                         samples: u32::try_from(n).unwrap_or(u32::MAX),
                     })
                     .collect())
-            }
-
-            async fn settings_by_key(&self, key: &str) -> $crate::Result<Vec<($crate::OrgId, String)>> {
-                Ok(sqlx::query_as(&q("SELECT org_id, value FROM org_settings WHERE key = ?"))
-                    .bind(key)
-                    .fetch_all(&self.pool)
-                    .await?)
-            }
-
-            async fn setting(&self, org: $crate::OrgId, key: &str) -> $crate::Result<Option<String>> {
-                Ok(sqlx::query_scalar(&q("SELECT value FROM org_settings WHERE org_id = ? AND key = ?"))
-                    .bind(org)
-                    .bind(key)
-                    .fetch_optional(&self.pool)
-                    .await?)
-            }
-
-            async fn put_setting(&self, org: $crate::OrgId, key: &str, value: &str, now_ms: i64) -> $crate::Result<()> {
-                sqlx::query(&q(
-                    "INSERT INTO org_settings (org_id, key, value, updated_ms) VALUES (?, ?, ?, ?) \
-                     ON CONFLICT (org_id, key) DO UPDATE SET value = excluded.value, updated_ms = excluded.updated_ms",
-                ))
-                .bind(org)
-                .bind(key)
-                .bind(value)
-                .bind(now_ms)
-                .execute(&self.pool)
-                .await?;
-                Ok(())
-            }
-
-            async fn insert_job(&self, org: $crate::OrgId, job: &$crate::JobRecord) -> $crate::Result<i64> {
-                Ok(sqlx::query_scalar(&q(
-                    "INSERT INTO jobs (org_id, name, gpu_uuids, from_ms, to_ms, precision, achieved_flops_per_s, created_ms) \
-                     VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
-                ))
-                .bind(org)
-                .bind(&job.name)
-                .bind(serde_json::to_string(&job.gpu_uuids).expect("uuids serialize"))
-                .bind(job.from_ms)
-                .bind(job.to_ms)
-                .bind(&job.precision)
-                .bind(job.achieved_flops_per_s)
-                .bind(job.created_ms)
-                .fetch_one(&self.pool)
-                .await?)
-            }
-
-            async fn jobs(&self, org: $crate::OrgId, from_ms: i64, to_ms: i64) -> $crate::Result<Vec<$crate::JobRecord>> {
-                let rows: Vec<$crate::JobRow> = sqlx::query_as(&q(
-                    "SELECT * FROM jobs WHERE org_id = ? AND to_ms > ? AND from_ms < ? ORDER BY from_ms, id",
-                ))
-                .bind(org)
-                .bind(from_ms)
-                .bind(to_ms)
-                .fetch_all(&self.pool)
-                .await?;
-                rows.into_iter().map($crate::JobRecord::try_from).collect()
             }
 
             async fn sample_count(&self) -> $crate::Result<u64> {
