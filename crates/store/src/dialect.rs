@@ -1,8 +1,9 @@
 //! What the shared SQL needs of each database, and how to add a query.
 //!
-//! Both stores run one body of SQL. Each part of the store (`impl_store!` for the core of
-//! [`crate::Store`], `impl_account_store!`, `impl_alert_store!`, `impl_action_store!`,
-//! `impl_reclaim_store!`, `impl_event_store!`, `impl_rollup_close!`, the blocks' `impl_seal!`)
+//! Both stores run one body of SQL. Each part of the store (`impl_store!` for the data path of
+//! [`crate::Store`], `impl_account_store!`, `impl_setting_and_job_store!`, `impl_alert_store!`,
+//! `impl_action_store!`, `impl_reclaim_store!`, `impl_event_store!`, `impl_rollup_close!`, the
+//! blocks' `impl_seal!`)
 //! is a `macro_rules!` body instantiated once per database, where this module's `sqlite` or
 //! `pg` items are in scope. The SQL is written once, with `?` placeholders; the differences
 //! between the databases live here:
