@@ -16,7 +16,7 @@ use async_trait::async_trait;
 
 pub use fleetlens_core::Role;
 
-use crate::{ApiKey, NewApiKey, OrgId, Result, Scope};
+use crate::{ApiKey, GpuId, NewApiKey, OrgId, Result, Scope};
 
 pub use fleetlens_core::{ApiKeyId, TeamId, UserId};
 
@@ -180,7 +180,7 @@ impl KeyAuth {
 /// A GPU's team.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuTeam {
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     pub uuid: String,
     pub host: String,
     pub team_id: Option<TeamId>,
