@@ -145,6 +145,7 @@ pub(crate) async fn latest_blocks(pool: &PgPool, gpu_ids: &[GpuId]) -> Result<Ve
         "SELECT b.gpu_id, b.payload FROM gpus g JOIN sample_blocks b ON b.gpu_id = g.id \
          AND b.start_ms = (g.last_seen_ms / {SPAN_MS}) * {SPAN_MS} WHERE g.id = ANY($1)"
     ))
+    // Bound as a BIGINT[] of the plain keys (the id newtype has no array type of its own).
     .bind(gpu_ids.iter().map(|id| id.get()).collect::<Vec<i64>>())
     .fetch_all(pool)
     .await?)
