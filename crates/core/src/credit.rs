@@ -206,7 +206,7 @@ mod tests {
         let mut acc = RollupAccumulator::new(Resolution::Minute);
         for i in 0..60 {
             acc.add(
-                1,
+                crate::ids::GpuId(1),
                 &Sample {
                     ts_ms: i * 1000,
                     uuid: "GPU-1".into(),

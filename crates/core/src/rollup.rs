@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+use crate::ids::GpuId;
 use crate::quality::{QualityFlag, QualityFlags};
 use crate::sample::Sample;
 use crate::signal::Precision;
@@ -110,7 +111,7 @@ fn opt_fold(a: Option<f64>, b: Option<f64>, f: fn(f64, f64) -> f64) -> Option<f6
 /// One rollup row: a GPU's samples in one bucket.
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 pub struct RollupBucket {
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     pub bucket_ms: i64,
     pub sample_count: i64,
     /// Samples with at least one application process on the GPU.
@@ -263,7 +264,7 @@ impl RollupBucket {
 /// Collects the rollup deltas of newly stored samples, one entry per (GPU, bucket).
 #[derive(Debug)]
 pub struct RollupAccumulator {
-    buckets: BTreeMap<(i64, i64), RollupBucket>,
+    buckets: BTreeMap<(GpuId, i64), RollupBucket>,
     resolution: Resolution,
 }
 
@@ -275,7 +276,7 @@ impl RollupAccumulator {
     /// Adds a sample that stands for `sampled_ms` of sampled time (see
     /// [`RollupBucket::sampled_ms`]) and had the data-quality `flags` (its flagged fields
     /// already dropped).
-    pub fn add(&mut self, gpu_id: i64, s: &Sample, sampled_ms: i64, flags: QualityFlags) {
+    pub fn add(&mut self, gpu_id: GpuId, s: &Sample, sampled_ms: i64, flags: QualityFlags) {
         let bucket_ms = self.resolution.bucket_start(s.ts_ms);
         self.buckets
             .entry((gpu_id, bucket_ms))
@@ -300,7 +301,7 @@ impl RollupAccumulator {
 /// Equal to merging the per-batch deltas of the same samples when they arrived in time order,
 /// with its statistics at the stored precision ([`RollupBucket::at_stored_precision`]).
 pub fn minute_from_samples(
-    gpu_id: i64,
+    gpu_id: GpuId,
     minute_ms: i64,
     before: &[i64],
     samples: &mut [(Sample, QualityFlags)],
@@ -343,8 +344,8 @@ mod tests {
     #[test]
     fn absent_values_are_not_counted_as_zero() {
         let mut acc = RollupAccumulator::new(Resolution::Minute);
-        acc.add(1, &sample(1_000, Some(100.0), None), 1000, QualityFlags::NONE);
-        acc.add(1, &sample(2_000, Some(50.0), Some(10.0)), 1000, QualityFlags::NONE);
+        acc.add(GpuId(1), &sample(1_000, Some(100.0), None), 1000, QualityFlags::NONE);
+        acc.add(GpuId(1), &sample(2_000, Some(50.0), Some(10.0)), 1000, QualityFlags::NONE);
         let b = &acc.into_buckets()[0];
         assert_eq!(b.sample_count, 2);
         assert_eq!(b.signal("gpu_util_pct").unwrap().mean(), Some(75.0));
@@ -368,7 +369,7 @@ mod tests {
             })
             .collect();
         let mut acc = RollupAccumulator::new(Resolution::Minute);
-        samples.iter().for_each(|s| acc.add(1, s, 1000, QualityFlags::NONE));
+        samples.iter().for_each(|s| acc.add(GpuId(1), s, 1000, QualityFlags::NONE));
         let from_bucket = acc.into_buckets()[0].window_aggregate(None, None);
         let from_samples = WindowAggregate::from_samples(&samples);
         let close = |a: Option<f64>, b: Option<f64>| match (a, b) {
@@ -395,10 +396,10 @@ mod tests {
         };
         let samples: Vec<Sample> = (0..10).map(|i| sample(i * 1000, Some(i as f64 * 10.0), Some(i as f64))).collect();
         let mut whole = RollupAccumulator::new(Resolution::Minute);
-        samples.iter().for_each(|s| whole.add(7, s, 1000, flags(s)));
+        samples.iter().for_each(|s| whole.add(GpuId(7), s, 1000, flags(s)));
         let (mut a, mut b) = (RollupAccumulator::new(Resolution::Minute), RollupAccumulator::new(Resolution::Minute));
-        samples[..4].iter().for_each(|s| a.add(7, s, 1000, flags(s)));
-        samples[4..].iter().for_each(|s| b.add(7, s, 1000, flags(s)));
+        samples[..4].iter().for_each(|s| a.add(GpuId(7), s, 1000, flags(s)));
+        samples[4..].iter().for_each(|s| b.add(GpuId(7), s, 1000, flags(s)));
         let mut merged = b.into_buckets().remove(0);
         merged.merge(&a.into_buckets()[0]);
         let whole = whole.into_buckets().remove(0);
@@ -432,7 +433,7 @@ mod tests {
             let before = &before[before.len().saturating_sub(4)..];
             let ms = crate::window::sampled_ms_since_previous(before, &batch, 3);
             for ((s, f), ms) in chunk.iter().zip(ms) {
-                per_batch.add(3, s, ms, *f);
+                per_batch.add(GpuId(3), s, ms, *f);
             }
         }
         let mut rounded = 0;
@@ -445,7 +446,7 @@ mod tests {
                 samples.iter().filter(|(s, _)| Resolution::Minute.bucket_start(s.ts_ms) == minute).cloned().collect();
             mine.reverse();
             mine.push(mine[3].clone());
-            let got = minute_from_samples(3, minute, prior, &mut mine, 3);
+            let got = minute_from_samples(GpuId(3), minute, prior, &mut mine, 3);
             assert_eq!(got, want.clone().at_stored_precision(), "minute {minute}");
             // The thirds of this trace are not at 0.01: the minute's statistics are rounded.
             let (kept, exact) = (&got.signals[1], &want.signals[1]);
@@ -460,7 +461,12 @@ mod tests {
         let minute = |from: i64, n: i64| {
             let mut acc = RollupAccumulator::new(Resolution::Minute);
             (0..n).for_each(|i| {
-                acc.add(1, &sample(from + i * 1000, Some((from / 1000 + i) as f64), None), 1000, QualityFlags::NONE)
+                acc.add(
+                    GpuId(1),
+                    &sample(from + i * 1000, Some((from / 1000 + i) as f64), None),
+                    1000,
+                    QualityFlags::NONE,
+                )
             });
             acc.into_buckets().remove(0)
         };

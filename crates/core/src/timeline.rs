@@ -4,6 +4,7 @@
 //! the classifier, the dashboards and the alert engine share.
 
 use crate::classify::{Classification, KeyValues, classify, classify_window};
+use crate::ids::GpuId;
 use crate::rollup::RollupBucket;
 use crate::sample::Sample;
 use crate::state::WorkloadState;
@@ -18,7 +19,7 @@ pub const DEFAULT_INTERVAL_MS: i64 = 1_000;
 /// What the state logic needs to know about a GPU besides its samples.
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub struct GpuFacts {
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     /// Time of its newest stored sample.
     pub last_seen_ms: i64,
     pub power_limit_w: Option<f64>,

@@ -67,7 +67,7 @@ fn minutes_of(samples: &[Sample]) -> Vec<RollupBucket> {
     for s in samples {
         by_minute.entry(s.ts_ms.div_euclid(MINUTE_MS) * MINUTE_MS).or_default().push((s.clone(), QualityFlags::NONE));
     }
-    by_minute.into_iter().map(|(m, mut v)| minute_from_samples(7, m, &[], &mut v, 3)).collect()
+    by_minute.into_iter().map(|(m, mut v)| minute_from_samples(GpuId(7), m, &[], &mut v, 3)).collect()
 }
 
 #[test]
@@ -81,7 +81,7 @@ fn minute_timeline_classifies_the_h200_matmul_minute_and_leaves_empty_minutes_of
         matmul.iter().map(|s| Sample { ts_ms: s.ts_ms - t0 + 5 * MINUTE_MS + 1_000, ..s.clone() }).collect();
     let buckets = minutes_of(&shifted);
     assert_eq!(buckets.len(), 1);
-    let gpu = GpuFacts { gpu_id: 7, last_seen_ms: shifted.last().unwrap().ts_ms, ..Default::default() };
+    let gpu = GpuFacts { gpu_id: GpuId(7), last_seen_ms: shifted.last().unwrap().ts_ms, ..Default::default() };
     let th = Thresholds::default();
     let spans = states_from_minutes(&buckets, &gpu, 5 * MINUTE_MS + 30_000, 8 * MINUTE_MS, MINUTE_MS, &th);
     assert_eq!(spans.len(), 3);

@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use fleetlens_core::{Resolution, WorkloadState};
-use fleetlens_store::{LatestMinute, Scope};
+use fleetlens_store::{GpuId, LatestMinute, Scope};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -181,9 +181,9 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     let store = state.store.as_ref();
     let th = analytics::thresholds(store, caller.org).await?;
     let gpus = store.gpus(caller.org).await?;
-    let newest: HashMap<i64, LatestMinute> =
+    let newest: HashMap<GpuId, LatestMinute> =
         store.latest_minutes(caller.org).await?.into_iter().map(|m| (m.gpu_id, m)).collect();
-    let teams: HashMap<i64, String> =
+    let teams: HashMap<GpuId, String> =
         store.gpu_teams(caller.org).await?.into_iter().filter_map(|g| Some((g.gpu_id, g.team_name?))).collect();
     let now = now_ms();
 

@@ -16,7 +16,7 @@ use async_trait::async_trait;
 
 pub use fleetlens_core::Role;
 
-use crate::{ApiKey, NewApiKey, OrgId, Result, Scope};
+use crate::{ApiKey, GpuId, NewApiKey, OrgId, Result, Scope};
 
 pub use fleetlens_core::{ApiKeyId, TeamId, UserId};
 
@@ -157,8 +157,12 @@ impl KeyAuth {
 /// A GPU's team.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuTeam {
+<<<<<<< HEAD
     #[sqlx(rename = "id")]
     pub gpu_id: i64,
+=======
+    pub gpu_id: GpuId,
+>>>>>>> s11/gpuid
     pub uuid: String,
     pub host: String,
     pub team_id: Option<TeamId>,

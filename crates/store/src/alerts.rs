@@ -25,7 +25,9 @@ use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
 use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, Severity};
-use fleetlens_core::{AlertGroupId, AlertId, ChannelId, DeliveryId, MessageId, RuleId, SilenceId, WorkloadState};
+use fleetlens_core::{
+    AlertGroupId, AlertId, ChannelId, DeliveryId, GpuId, MessageId, RuleId, SilenceId, WorkloadState,
+};
 use serde_json::Value as Json;
 
 use crate::json_text::JsonText;
@@ -151,7 +153,7 @@ pub struct AlertRecord {
     pub id: AlertId,
     pub org_id: OrgId,
     pub rule_id: RuleId,
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     /// From the GPU registry (empty if the GPU is gone).
     pub gpu_uuid: String,
     pub host: String,
@@ -238,7 +240,7 @@ pub struct AlertChange {
 /// The engine's position on one GPU.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuCursor {
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     pub org_id: OrgId,
     /// Samples up to this time have been evaluated.
     pub last_ts_ms: i64,
@@ -303,7 +305,7 @@ pub struct GroupChange {
 /// A GPU as the engine needs it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuBrief {
-    pub id: i64,
+    pub id: GpuId,
     pub org_id: OrgId,
     pub uuid: String,
     pub host: String,

@@ -149,7 +149,7 @@ pub(crate) struct SampleRow {
 /// A GPU row joined with its newest sample (all sample columns NULL when it has none).
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct GpuRow {
-    pub id: i64,
+    pub id: fleetlens_core::GpuId,
     pub uuid: String,
     pub host: String,
     pub gpu_index: Option<i64>,
@@ -248,7 +248,7 @@ where
         *cell = row.try_get(2 + i)?;
     }
     Ok(crate::BucketCredit {
-        gpu_id: row.try_get(0)?,
+        gpu_id: fleetlens_core::GpuId(row.try_get(0)?),
         bucket_ms: row.try_get(1)?,
         credit: fleetlens_core::Credit::from_cells(&cells),
     })
@@ -276,7 +276,7 @@ where
     f64: sqlx::Type<R::Database> + for<'r> sqlx::Decode<'r, R::Database>,
 {
     let mut b = RollupBucket {
-        gpu_id: row.try_get(0)?,
+        gpu_id: fleetlens_core::GpuId(row.try_get(0)?),
         bucket_ms: row.try_get(1)?,
         sample_count: row.try_get(2)?,
         allocated_count: row.try_get(3)?,
@@ -334,7 +334,7 @@ where
 const ROLLUP_HEAD_AND_STATS: usize = 6 + fleetlens_core::QUALITY_COUNTS + 4 * ROLLUP_SIGNALS.len();
 
 /// Build a rollup from a selected row, read column by column.
-pub(crate) fn rollup_from_row<R>(row: &R, gpu_id: i64) -> Result<RollupBucket, sqlx::Error>
+pub(crate) fn rollup_from_row<R>(row: &R, gpu_id: fleetlens_core::GpuId) -> Result<RollupBucket, sqlx::Error>
 where
     R: sqlx::Row,
     for<'a> &'a str: sqlx::ColumnIndex<R>,

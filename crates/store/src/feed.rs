@@ -4,7 +4,7 @@
 //! go in as one list and the samples come back in one result.
 
 use async_trait::async_trait;
-use fleetlens_core::Sample;
+use fleetlens_core::{GpuId, Sample};
 
 use crate::Result;
 
@@ -16,12 +16,12 @@ pub trait SampleFeed: Send + Sync {
     /// For each `(gpu_id, from_ms)`, the GPU's samples with `ts_ms >= from_ms`, as
     /// `(gpu_id, sample)` ordered by GPU then time; at most `limit` in all (a GPU may be cut
     /// short: read again from its last sample).
-    async fn samples_since(&self, positions: &[(i64, i64)], limit: u32) -> Result<Vec<(i64, Sample)>>;
+    async fn samples_since(&self, positions: &[(GpuId, i64)], limit: u32) -> Result<Vec<(GpuId, Sample)>>;
 }
 
 #[derive(Debug, sqlx::FromRow)]
 struct FeedRow {
-    gpu_id: i64,
+    gpu_id: GpuId,
     uuid: String,
     gpu_index: Option<i64>,
     name: Option<String>,
@@ -30,7 +30,7 @@ struct FeedRow {
 }
 
 impl FeedRow {
-    fn into_pair(self) -> (i64, Sample) {
+    fn into_pair(self) -> (GpuId, Sample) {
         let index = self.gpu_index.and_then(|i| u32::try_from(i).ok());
         (self.gpu_id, self.row.values.into_sample(self.row.ts_ms, &self.uuid, index, self.name.as_deref()))
     }
@@ -45,7 +45,7 @@ fn select(processes_expr: &str) -> String {
 
 #[async_trait]
 impl SampleFeed for crate::sqlite::SqliteStore {
-    async fn samples_since(&self, positions: &[(i64, i64)], limit: u32) -> Result<Vec<(i64, Sample)>> {
+    async fn samples_since(&self, positions: &[(GpuId, i64)], limit: u32) -> Result<Vec<(GpuId, Sample)>> {
         // The positions go in as one JSON text: one SQL text whatever the number of GPUs, so
         // the connection's statement cache holds one prepared statement, not one per count.
         let sql = format!(
@@ -60,6 +60,7 @@ impl SampleFeed for crate::sqlite::SqliteStore {
             if left <= 0 {
                 break;
             }
+            // A GPU id serialises as its integer.
             let json = serde_json::to_string(chunk).expect("pairs of integers serialise");
             let rows = sqlx::query_as::<_, FeedRow>(&sql).bind(json).bind(left).fetch_all(self.pool()).await?;
             out.extend(rows.into_iter().map(FeedRow::into_pair));
@@ -70,7 +71,7 @@ impl SampleFeed for crate::sqlite::SqliteStore {
 
 #[async_trait]
 impl SampleFeed for crate::postgres::PgStore {
-    async fn samples_since(&self, positions: &[(i64, i64)], limit: u32) -> Result<Vec<(i64, Sample)>> {
+    async fn samples_since(&self, positions: &[(GpuId, i64)], limit: u32) -> Result<Vec<(GpuId, Sample)>> {
         let mut out = Vec::new();
         for chunk in positions.chunks(CHUNK) {
             let left = i64::from(limit) - out.len() as i64;
@@ -89,7 +90,7 @@ impl SampleFeed for crate::postgres::PgStore {
                  ORDER BY c.gpu_id, s.ts_ms LIMIT $3",
                 select("s.processes::text")
             );
-            let (gpus, froms): (Vec<i64>, Vec<i64>) = chunk.iter().copied().unzip();
+            let (gpus, froms): (Vec<i64>, Vec<i64>) = chunk.iter().map(|&(gpu, from)| (gpu.get(), from)).unzip();
             let rows =
                 sqlx::query_as::<_, FeedRow>(&sql).bind(gpus).bind(froms).bind(left).fetch_all(self.pool()).await?;
             out.extend(rows.into_iter().map(FeedRow::into_pair));

@@ -48,7 +48,7 @@ pub use crate::reclaim::ReclaimStore;
 pub use crate::settings::{JobRecord, JobStore, SettingStore};
 pub use crate::sqlite::SqliteStore;
 
-pub use fleetlens_core::OrgId;
+pub use fleetlens_core::{GpuId, OrgId};
 /// The organisation created by the first migration; bootstrap keys and users land here.
 pub const DEFAULT_ORG: OrgId = OrgId(1);
 
@@ -157,7 +157,7 @@ pub struct IngestOutcome {
 /// A registered GPU and its newest stored sample.
 #[derive(Debug, Clone, PartialEq)]
 pub struct GpuRecord {
-    pub id: i64,
+    pub id: GpuId,
     pub uuid: String,
     pub host: String,
     pub gpu_index: Option<u32>,
@@ -223,7 +223,7 @@ pub(crate) fn series_select(res: Resolution) -> String {
 /// A GPU's newest 1-minute rollup, as far as the current state needs it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct LatestMinute {
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     pub bucket_ms: i64,
     pub state: Option<String>,
     pub sample_count: i64,
@@ -235,7 +235,7 @@ pub struct LatestMinute {
 /// it (owner accounting; identical lists come grouped).
 #[derive(Debug, Clone, PartialEq)]
 pub struct ProcessList {
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     /// Start of the minute.
     pub minute_ms: i64,
     /// `None`: the list was not read (or not stored).
@@ -248,7 +248,7 @@ pub struct ProcessList {
 /// The credit of one GPU in one bucket.
 #[derive(Debug, Clone, PartialEq)]
 pub struct BucketCredit {
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     pub bucket_ms: i64,
     pub credit: fleetlens_core::Credit,
 }
@@ -365,7 +365,7 @@ pub(crate) struct WholeCreditSql {
 
 /// One row per GPU from rows of [`whole_credit_sql`]: credits added, the earliest bucket.
 pub(crate) fn sum_per_gpu(rows: Vec<BucketCredit>) -> Vec<BucketCredit> {
-    let mut per_gpu: std::collections::BTreeMap<i64, BucketCredit> = std::collections::BTreeMap::new();
+    let mut per_gpu: std::collections::BTreeMap<GpuId, BucketCredit> = std::collections::BTreeMap::new();
     for row in rows {
         match per_gpu.entry(row.gpu_id) {
             std::collections::btree_map::Entry::Vacant(e) => {
@@ -488,17 +488,17 @@ pub trait Store:
     async fn latest_minutes(&self, org: OrgId) -> Result<Vec<LatestMinute>>;
     /// [`Store::latest_minutes`] of the organisation's GPUs with these ids only (others and
     /// unknown ids are left out): a reader that knows which GPUs moved re-reads just those.
-    async fn latest_minutes_of(&self, org: OrgId, gpu_ids: &[i64]) -> Result<Vec<LatestMinute>>;
+    async fn latest_minutes_of(&self, org: OrgId, gpu_ids: &[GpuId]) -> Result<Vec<LatestMinute>>;
     async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
     /// Raw samples of one GPU of `org` with `from_ms <= ts_ms < to_ms`, oldest first, at most
     /// `limit` (none for a GPU of another organisation).
-    async fn samples(&self, org: OrgId, gpu_id: i64, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;
+    async fn samples(&self, org: OrgId, gpu_id: GpuId, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;
     /// Rollup rows of one GPU of `org` with `from_ms <= bucket_ms < to_ms`, oldest first (none
     /// for a GPU of another organisation).
     async fn rollups(
         &self,
         org: OrgId,
-        gpu_id: i64,
+        gpu_id: GpuId,
         res: Resolution,
         from_ms: i64,
         to_ms: i64,
@@ -509,7 +509,7 @@ pub trait Store:
     async fn series(
         &self,
         org: OrgId,
-        gpu_id: i64,
+        gpu_id: GpuId,
         res: Resolution,
         from_ms: i64,
         to_ms: i64,
@@ -536,7 +536,8 @@ pub trait Store:
     /// retention only).
     async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<ProcessList>>;
     /// Peak memory used per GPU id of `org` over the hours overlapping `[from_ms, to_ms)`.
-    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(i64, i64)>>;
+    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(GpuId, i64)>>;
+
     /// Total raw samples stored (all organisations), open rows and sealed blocks; for metrics
     /// and tests.
     async fn sample_count(&self) -> Result<u64>;
@@ -691,7 +692,7 @@ pub(crate) const GPU_IDENTITY_COLUMNS: &str =
 /// A `gpus` row without its newest sample.
 #[derive(sqlx::FromRow)]
 pub(crate) struct GpuIdentityRow {
-    id: i64,
+    id: GpuId,
     uuid: String,
     host: String,
     gpu_index: Option<i64>,

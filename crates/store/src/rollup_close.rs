@@ -21,7 +21,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 
-use fleetlens_core::{Credit, QualityFlags, Resolution, RollupBucket, Sample, Thresholds, WorkloadState};
+use fleetlens_core::{Credit, GpuId, QualityFlags, Resolution, RollupBucket, Sample, Thresholds, WorkloadState};
 
 use crate::credits::MinuteClassifier;
 use crate::{BucketCredit, HourCreditSplit, LatestMinute, OrgId, SeriesRow};
@@ -57,11 +57,11 @@ pub(crate) enum PendingScope<'a> {
     /// An organisation's minutes starting in `[from, to)`.
     Org { org: OrgId, from_ms: i64, to_ms: i64 },
     /// One GPU's minutes starting in `[from, to)`.
-    Gpu { org: OrgId, gpu_id: i64, from_ms: i64, to_ms: i64 },
+    Gpu { org: OrgId, gpu_id: GpuId, from_ms: i64, to_ms: i64 },
     /// The minute of each GPU's newest sample, for an organisation.
     OrgLatest(OrgId),
     /// Like [`PendingScope::OrgLatest`], for the GPUs with these ids only.
-    GpusLatest { org: OrgId, gpu_ids: &'a [i64] },
+    GpusLatest { org: OrgId, gpu_ids: &'a [GpuId] },
 }
 
 /// The newest minute of a GPU `g`, from its newest sample (the bucket start of `last_seen_ms`).
@@ -99,7 +99,7 @@ impl PendingScope<'_> {
             }
             PendingScope::Gpu { org, gpu_id, from_ms, to_ms } => (
                 "g.org_id = ? AND p.gpu_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(),
-                vec![org.get(), gpu_id, from_ms, to_ms],
+                vec![org.get(), gpu_id.get(), from_ms, to_ms],
             ),
             PendingScope::OrgLatest(org) => (
                 "g.org_id = ? AND p.minute_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000".into(),
@@ -110,7 +110,7 @@ impl PendingScope<'_> {
                     "g.org_id = ? AND p.gpu_id IN ({}) AND p.minute_ms = {LATEST_MINUTE_OF_G}",
                     placeholders(gpu_ids.len())
                 ),
-                std::iter::once(org.get()).chain(gpu_ids.iter().copied()).collect(),
+                std::iter::once(org.get()).chain(gpu_ids.iter().map(|id| id.get())).collect(),
             ),
         }
     }
@@ -156,14 +156,14 @@ pub fn close_cutoff(now_ms: i64, lateness_ms: i64) -> i64 {
 
 /// A marked minute's key and what the classifier needs of its GPU: gpu_id, minute_ms,
 /// organisation, power limit, memory size.
-pub(crate) type PendingKey = (i64, i64, OrgId, Option<f64>, Option<i64>);
+pub(crate) type PendingKey = (GpuId, i64, OrgId, Option<f64>, Option<i64>);
 /// (gpu_id, bucket start) pairs.
-pub(crate) type GpuBuckets = Vec<(i64, i64)>;
+pub(crate) type GpuBuckets = Vec<(GpuId, i64)>;
 
 /// A marked minute's raw material, as loaded.
 #[derive(Debug, Default)]
 pub(crate) struct RawMinute {
-    pub gpu_id: i64,
+    pub gpu_id: GpuId,
     pub minute_ms: i64,
     pub org: OrgId,
     pub power_limit_w: Option<f64>,
@@ -185,7 +185,7 @@ pub(crate) struct OpenMinute {
 }
 
 impl OpenMinute {
-    pub fn gpu_id(&self) -> i64 {
+    pub fn gpu_id(&self) -> GpuId {
         self.bucket.gpu_id
     }
 
@@ -218,11 +218,11 @@ pub(crate) fn roll_up(raw: Vec<RawMinute>, classifier: &dyn MinuteClassifier) ->
 /// before; stored rows), each keyed by (gpu_id, minute_ms).
 pub(crate) fn assemble(
     keys: Vec<PendingKey>,
-    samples: Vec<((i64, i64), Sample, QualityFlags)>,
-    before: Vec<((i64, i64), i64)>,
+    samples: Vec<((GpuId, i64), Sample, QualityFlags)>,
+    before: Vec<((GpuId, i64), i64)>,
     stored: Vec<(RollupBucket, Credit)>,
 ) -> Vec<RawMinute> {
-    let mut by_key: BTreeMap<(i64, i64), RawMinute> = keys
+    let mut by_key: BTreeMap<(GpuId, i64), RawMinute> = keys
         .into_iter()
         .map(|(gpu_id, minute_ms, org, power_limit_w, mem_total_bytes)| {
             (
@@ -257,11 +257,11 @@ pub(crate) fn assemble(
 
 /// The GPU hours and UTC days whose rows the job must sum again after writing `minutes`.
 pub(crate) fn touched_hours_and_days(minutes: &[OpenMinute]) -> (GpuBuckets, GpuBuckets) {
-    let mut hours: Vec<(i64, i64)> =
+    let mut hours: Vec<(GpuId, i64)> =
         minutes.iter().map(|m| (m.gpu_id(), Resolution::Hour.bucket_start(m.minute_ms()))).collect();
     hours.sort_unstable();
     hours.dedup();
-    let mut days: Vec<(i64, i64)> =
+    let mut days: Vec<(GpuId, i64)> =
         hours.iter().map(|&(g, h)| (g, h.div_euclid(crate::DAY_MS) * crate::DAY_MS)).collect();
     days.dedup();
     (hours, days)
@@ -272,7 +272,7 @@ pub(crate) fn overlay_minutes(stored: Vec<RollupBucket>, open: &[OpenMinute]) ->
     if open.is_empty() {
         return stored;
     }
-    let mut rows: BTreeMap<(i64, i64), RollupBucket> =
+    let mut rows: BTreeMap<(GpuId, i64), RollupBucket> =
         stored.into_iter().map(|b| ((b.gpu_id, b.bucket_ms), b)).collect();
     for m in open {
         if m.bucket.sample_count > 0 {
@@ -297,7 +297,7 @@ pub(crate) fn overlay_hours(stored: Vec<RollupBucket>, open: &[OpenMinute]) -> V
     if open.is_empty() {
         return stored;
     }
-    let mut rows: BTreeMap<(i64, i64), RollupBucket> =
+    let mut rows: BTreeMap<(GpuId, i64), RollupBucket> =
         stored.into_iter().map(|b| ((b.gpu_id, b.bucket_ms), b)).collect();
     for m in open {
         let hour = Resolution::Hour.bucket_start(m.minute_ms());
@@ -316,7 +316,7 @@ pub(crate) fn overlay_credits(stored: Vec<BucketCredit>, res: Resolution, open: 
     if open.is_empty() {
         return stored;
     }
-    let mut rows: BTreeMap<(i64, i64), BucketCredit> =
+    let mut rows: BTreeMap<(GpuId, i64), BucketCredit> =
         stored.into_iter().map(|c| ((c.gpu_id, c.bucket_ms), c)).collect();
     for m in open {
         let key = (m.gpu_id(), res.bucket_start(m.minute_ms()));
@@ -401,7 +401,7 @@ pub(crate) fn overlay_latest(stored: Vec<LatestMinute>, open: &[OpenMinute]) -> 
     if open.is_empty() {
         return stored;
     }
-    let mut rows: BTreeMap<i64, LatestMinute> = stored.into_iter().map(|m| (m.gpu_id, m)).collect();
+    let mut rows: BTreeMap<GpuId, LatestMinute> = stored.into_iter().map(|m| (m.gpu_id, m)).collect();
     for m in open.iter().filter(|m| m.bucket.sample_count > 0) {
         rows.insert(
             m.gpu_id(),
@@ -419,8 +419,8 @@ pub(crate) fn overlay_latest(stored: Vec<LatestMinute>, open: &[OpenMinute]) -> 
 }
 
 /// Peak memory per GPU with the open minutes' peaks.
-pub(crate) fn overlay_peak_mem(stored: Vec<(i64, i64)>, open: &[OpenMinute]) -> Vec<(i64, i64)> {
-    let mut peaks: BTreeMap<i64, i64> = stored.into_iter().collect();
+pub(crate) fn overlay_peak_mem(stored: Vec<(GpuId, i64)>, open: &[OpenMinute]) -> Vec<(GpuId, i64)> {
+    let mut peaks: BTreeMap<GpuId, i64> = stored.into_iter().collect();
     for m in open {
         if let Some(max) = m.bucket.signal("mem_used_bytes").and_then(|s| s.max) {
             let peak = peaks.entry(m.gpu_id()).or_insert(max as i64);
@@ -431,7 +431,7 @@ pub(crate) fn overlay_peak_mem(stored: Vec<(i64, i64)>, open: &[OpenMinute]) -> 
 }
 
 /// The GPU facts the billing split needs: first sample, newest sample.
-pub(crate) type GpuSpans = HashMap<i64, (i64, i64)>;
+pub(crate) type GpuSpans = HashMap<GpuId, (i64, i64)>;
 
 /// The report period of [`crate::Store::org_hour_credit_split`].
 #[derive(Debug, Clone, Copy)]
@@ -486,8 +486,8 @@ pub(crate) fn overlay_split(split: &mut HourCreditSplit, open: &[OpenMinute], sp
 
 /// True when every minute of `open` is still marked (`marked`, loaded after the stored rows):
 /// no job run wrote any of them in between, so the stored rows read do not hold them yet.
-pub(crate) fn still_open(open: &[OpenMinute], marked: &[(i64, i64)]) -> bool {
-    let marked: std::collections::HashSet<&(i64, i64)> = marked.iter().collect();
+pub(crate) fn still_open(open: &[OpenMinute], marked: &[(GpuId, i64)]) -> bool {
+    let marked: std::collections::HashSet<&(GpuId, i64)> = marked.iter().collect();
     open.iter().all(|m| marked.contains(&(m.gpu_id(), m.minute_ms())))
 }
 
@@ -598,7 +598,7 @@ macro_rules! impl_rollup_close {
 
         #[derive(sqlx::FromRow)]
         struct PendingSampleRow {
-            gpu_id: i64,
+            gpu_id: fleetlens_core::GpuId,
             minute_ms: i64,
             ts_ms: i64,
             #[sqlx(flatten)]
@@ -677,7 +677,7 @@ macro_rules! impl_rollup_close {
                 let blocks =
                     bind_all(sqlx::query(&packed_sql), &binds).bind(packed_before).fetch_all(&mut *conn).await?;
                 for block in blocks {
-                    let gpu_id: i64 = block.try_get(0)?;
+                    let gpu_id = fleetlens_core::GpuId(block.try_get(0)?);
                     let payload: Vec<u8> = block.try_get(1)?;
                     let minutes = $crate::blocks::minutes::decode(gpu_id, &payload)?;
                     stored.extend(minutes.into_iter().map(|m| (m.bucket, m.credit)));
@@ -717,7 +717,10 @@ macro_rules! impl_rollup_close {
         }
 
         /// The keys still marked in `scope`.
-        pub(crate) async fn marked(conn: &mut Conn, scope: PendingScope<'_>) -> $crate::Result<Vec<(i64, i64)>> {
+        pub(crate) async fn marked(
+            conn: &mut Conn,
+            scope: PendingScope<'_>,
+        ) -> $crate::Result<Vec<(fleetlens_core::GpuId, i64)>> {
             let (cond, binds) = scope.condition();
             let sql = format!(
                 "SELECT p.gpu_id, p.minute_ms FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id WHERE {cond}"
@@ -773,7 +776,12 @@ macro_rules! impl_rollup_close {
         async fn insert_minutes<'a>(
             conn: &mut Conn,
             rows: impl Iterator<
-                Item = (i64, &'a fleetlens_core::RollupBucket, Option<&'a str>, [f64; fleetlens_core::CREDIT_COLUMNS]),
+                Item = (
+                    fleetlens_core::GpuId,
+                    &'a fleetlens_core::RollupBucket,
+                    Option<&'a str>,
+                    [f64; fleetlens_core::CREDIT_COLUMNS],
+                ),
             >,
             tail: &str,
         ) -> $crate::Result<()> {
@@ -806,7 +814,7 @@ macro_rules! impl_rollup_close {
         /// under each GPU's pack lock; a row already there wins. Returns the hours unpacked.
         pub(crate) async fn unpack(conn: &mut Conn, minutes: &[OpenMinute]) -> $crate::Result<u64> {
             let packed_before = $crate::blocks::span_start(rc::wall_clock_ms());
-            let mut hours: Vec<(i64, i64)> = minutes
+            let mut hours: Vec<(fleetlens_core::GpuId, i64)> = minutes
                 .iter()
                 .filter(|m| m.minute_ms() < packed_before)
                 .map(|m| (m.gpu_id(), $crate::blocks::span_start(m.minute_ms())))

@@ -58,7 +58,7 @@ macro_rules! impl_store {
                      WHERE {condition} AND r.start_ms > ? AND r.start_ms < ? ORDER BY r.gpu_id, r.start_ms"
                 );
                 let sql = q(&sql);
-                let mut query = sqlx::query_as::<_, (i64, Vec<u8>)>(&sql);
+                let mut query = sqlx::query_as::<_, (fleetlens_core::GpuId, Vec<u8>)>(&sql);
                 for &key in keys {
                     query = query.bind(key);
                 }
@@ -79,7 +79,7 @@ macro_rules! impl_store {
             async fn fill_packed_latest(
                 &self,
                 org: $crate::OrgId,
-                gpu_ids: Option<&[i64]>,
+                gpu_ids: Option<&[fleetlens_core::GpuId]>,
                 latest: &mut Vec<$crate::LatestMinute>,
             ) -> $crate::Result<()> {
                 let only = gpu_ids.map_or(String::new(), |ids| format!(" AND g.id IN ({})", vec!["?"; ids.len()].join(", ")));
@@ -89,13 +89,13 @@ macro_rules! impl_store {
                     span = $crate::BLOCK_SPAN_MS
                 );
                 let sql = q(&sql);
-                let mut query = sqlx::query_as::<_, (i64, i64, Vec<u8>)>(&sql)
+                let mut query = sqlx::query_as::<_, (fleetlens_core::GpuId, i64, Vec<u8>)>(&sql)
                     .bind(org)
                     .bind($crate::blocks::span_start(rc::wall_clock_ms()));
                 for id in gpu_ids.unwrap_or_default() {
                     query = query.bind(*id);
                 }
-                let have: std::collections::HashSet<i64> = latest.iter().map(|m| m.gpu_id).collect();
+                let have: std::collections::HashSet<fleetlens_core::GpuId> = latest.iter().map(|m| m.gpu_id).collect();
                 let mut added = false;
                 for (gpu_id, last_seen_ms, payload) in query.fetch_all(&self.pool).await? {
                     if have.contains(&gpu_id) {
@@ -148,7 +148,7 @@ macro_rules! impl_store {
                     let rows = query.bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
                     let rows: Vec<$crate::RollupBucket> = rows
                         .iter()
-                        .map(|r| $crate::columns::rollup_from_row(r, r.try_get("gpu_id")?))
+                        .map(|r| $crate::columns::rollup_from_row(r, fleetlens_core::GpuId(r.try_get("gpu_id")?)))
                         .collect::<Result<_, sqlx::Error>>()?;
                     if res != $crate::Resolution::Minute {
                         return Ok(rows);
@@ -305,7 +305,7 @@ macro_rules! impl_store {
             async fn latest_minutes_of(
                 &self,
                 org: $crate::OrgId,
-                gpu_ids: &[i64],
+                gpu_ids: &[fleetlens_core::GpuId],
             ) -> $crate::Result<Vec<$crate::LatestMinute>> {
                 let mut out = Vec::with_capacity(gpu_ids.len());
                 for chunk in gpu_ids.chunks(rc::GPUS_PER_LATEST_READ) {
@@ -329,7 +329,7 @@ macro_rules! impl_store {
             async fn samples(
                 &self,
                 org: $crate::OrgId,
-                gpu_id: i64,
+                gpu_id: fleetlens_core::GpuId,
                 from_ms: i64,
                 to_ms: i64,
                 limit: u32,
@@ -368,13 +368,13 @@ macro_rules! impl_store {
             async fn rollups(
                 &self,
                 org: $crate::OrgId,
-                gpu_id: i64,
+                gpu_id: fleetlens_core::GpuId,
                 res: $crate::Resolution,
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
                 let scope = |lo, hi| PendingScope::Gpu { org, gpu_id, from_ms: lo, to_ms: hi };
-                self.rollups_where("g.org_id = ? AND r.gpu_id = ?", &[org.get(), gpu_id], res, from_ms, to_ms, scope).await
+                self.rollups_where("g.org_id = ? AND r.gpu_id = ?", &[org.get(), gpu_id.get()], res, from_ms, to_ms, scope).await
             }
 
             async fn org_rollups(
@@ -427,11 +427,11 @@ macro_rules! impl_store {
                 Ok(split)
             }
 
-            async fn org_peak_mem(&self, org: $crate::OrgId, from_ms: i64, to_ms: i64) -> $crate::Result<Vec<(i64, i64)>> {
+            async fn org_peak_mem(&self, org: $crate::OrgId, from_ms: i64, to_ms: i64) -> $crate::Result<Vec<(fleetlens_core::GpuId, i64)>> {
                 let sql = q("SELECT r.gpu_id, max(r.mem_used_bytes_max) FROM rollups_1h r JOIN gpus g ON g.id = r.gpu_id \
                      WHERE g.org_id = ? AND r.bucket_ms > ? - 3600000 AND r.bucket_ms < ? GROUP BY r.gpu_id");
                 let read = || async {
-                    let rows: Vec<(i64, Option<f64>)> =
+                    let rows: Vec<(fleetlens_core::GpuId, Option<f64>)> =
                         sqlx::query_as(&sql).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
                     Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
                 };
@@ -444,7 +444,7 @@ macro_rules! impl_store {
             async fn series(
                 &self,
                 org: $crate::OrgId,
-                gpu_id: i64,
+                gpu_id: fleetlens_core::GpuId,
                 res: $crate::Resolution,
                 from_ms: i64,
                 to_ms: i64,
@@ -467,7 +467,7 @@ macro_rules! impl_store {
                                 .fetch_all(&self.pool)
                                 .await?;
                             let packed = self
-                                .packed_minutes("g.org_id = ? AND r.gpu_id = ?", &[org.get(), gpu_id], from_ms, to_ms)
+                                .packed_minutes("g.org_id = ? AND r.gpu_id = ?", &[org.get(), gpu_id.get()], from_ms, to_ms)
                                 .await?;
                             let packed = packed.iter().map(|m| rc::series_row(&m.bucket, m.state.clone()));
                             Ok($crate::blocks::rows_over_packed(packed, rows, |r| r.bucket_ms))
@@ -507,7 +507,7 @@ macro_rules! impl_store {
                      GROUP BY s.gpu_id, minute_ms, procs, allocs ORDER BY s.gpu_id, minute_ms",
                     PROCESSES_TEXT
                 );
-                let rows: Vec<(i64, i64, Option<String>, Option<String>, i64)> =
+                let rows: Vec<(fleetlens_core::GpuId, i64, Option<String>, Option<String>, i64)> =
                     sqlx::query_as(&q(&sql)).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
                 let sealed = $crate::blocks::$dialect::org_samples(&self.pool, org, from_ms, to_ms).await?;
                 let rows = $crate::blocks::add_sealed_process_groups(rows, sealed);

@@ -7,8 +7,8 @@ use fleetlens_core::Sample;
 use fleetlens_core::rules::Matchers;
 use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::{
-    AlertGroupId, AlertId, ChannelId, ChannelKind, MessageId, MessageKind, OutboxStatus, RuleId, Severity, SilenceId,
-    WorkloadState,
+    AlertGroupId, AlertId, ChannelId, ChannelKind, GpuId, MessageId, MessageKind, OutboxStatus, RuleId, Severity,
+    SilenceId, WorkloadState,
 };
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
@@ -70,14 +70,14 @@ fn channel(name: &str, min_interval_ms: i64) -> NewChannel {
     }
 }
 
-async fn gpu(store: &Arc<dyn Store>, uuid: &str) -> i64 {
+async fn gpu(store: &Arc<dyn Store>, uuid: &str) -> GpuId {
     let s =
         Sample { ts_ms: 1_000, uuid: uuid.into(), gpu_index: Some(0), gpu_util_pct: Some(1.0), ..Default::default() };
     store.ingest(DEFAULT_ORG, "node-1", vec![s]).await.unwrap();
     store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap().id
 }
 
-fn alert(rule_id: RuleId, gpu_id: i64, status: AlertStatus) -> AlertRecord {
+fn alert(rule_id: RuleId, gpu_id: GpuId, status: AlertStatus) -> AlertRecord {
     AlertRecord {
         id: AlertId(0),
         org_id: DEFAULT_ORG,
@@ -421,7 +421,7 @@ async fn concurrent_senders_claim_each_message_once(backend: Backend) {
 async fn cursors_leases_and_host_labels(backend: Backend) {
     let (_db, store) = open(backend).await;
     let c = |ts| GpuCursor {
-        gpu_id: 1,
+        gpu_id: GpuId(1),
         org_id: DEFAULT_ORG,
         last_ts_ms: ts,
         state: WorkloadState::Idle,

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use fleetlens_core::{Credit, GpuProcess, QualityFlags, Resolution, RollupAccumulator, Sample, Thresholds};
+use fleetlens_core::{Credit, GpuId, GpuProcess, QualityFlags, Resolution, RollupAccumulator, Sample, Thresholds};
 use fleetlens_store::{
     DEFAULT_ORG, IngestRules, NewApiKey, OrgId, RetentionPolicy, Scope, Store, StoreError, hash_api_key,
 };
@@ -371,7 +371,7 @@ async fn hour_credit_split_partitions_the_period(backend: Backend) {
         async move { store.gpu(DEFAULT_ORG, &uuid).await.unwrap().unwrap().id }
     };
     let (a, b, c) = (id("GPU-a").await, id("GPU-b").await, id("GPU-c").await);
-    let hours_of = |rows: &[fleetlens_store::BucketCredit], gpu: i64| {
+    let hours_of = |rows: &[fleetlens_store::BucketCredit], gpu: GpuId| {
         let mut v: Vec<i64> = rows.iter().filter(|r| r.gpu_id == gpu).map(|r| (r.bucket_ms - t0) / H).collect();
         v.sort();
         v
@@ -379,7 +379,7 @@ async fn hour_credit_split_partitions_the_period(backend: Backend) {
     assert_eq!(hours_of(&split.partial, a), [0, 5], "a: the period's partial edges");
     assert_eq!(hours_of(&split.partial, b), [0], "b: the period's first hour only (its last minute ends hour 4)");
     assert_eq!(hours_of(&split.partial, c), [2, 3], "c: its own first and last hours");
-    let whole = |gpu: i64| split.whole.iter().find(|w| w.gpu_id == gpu).map(|w| w.credit.covered_s());
+    let whole = |gpu: GpuId| split.whole.iter().find(|w| w.gpu_id == gpu).map(|w| w.credit.covered_s());
     assert_eq!(whole(a), Some(4.0 * 3600.0));
     assert_eq!(whole(b), Some(4.0 * 3600.0));
     assert_eq!(whole(c), None);
@@ -509,7 +509,7 @@ async fn the_feed_reads_many_gpus_at_once(backend: Backend) {
     }
     // GPU 0 from its 4th sample, GPU 2 from its 9th; GPU 1 not asked for.
     let got = store.samples_since(&[(ids[0], t0 + 3000), (ids[2], t0 + 8000)], 100).await.unwrap();
-    let want: Vec<(i64, Sample)> = synthetic("GPU-feed-0", t0, 10, 1000)[3..]
+    let want: Vec<(GpuId, Sample)> = synthetic("GPU-feed-0", t0, 10, 1000)[3..]
         .iter()
         .map(|s| (ids[0], s.clone()))
         .chain(synthetic("GPU-feed-2", t0, 10, 1000)[8..].iter().map(|s| (ids[2], s.clone())))
@@ -523,7 +523,7 @@ async fn the_feed_reads_many_gpus_at_once(backend: Backend) {
     );
     assert!(store.samples_since(&[(ids[1], t0 + 10_000)], 100).await.unwrap().is_empty());
     // More GPUs than one query takes.
-    let many: Vec<(i64, i64)> = (0..4500).map(|i| (ids[i % 3], t0 + 9000)).collect();
+    let many: Vec<(GpuId, i64)> = (0..4500).map(|i| (ids[i % 3], t0 + 9000)).collect();
     assert_eq!(store.samples_since(&many, 10_000).await.unwrap().len(), 4500);
 }
 
@@ -740,7 +740,7 @@ async fn rollups_written_once_equal_the_per_sample_reference(backend: Backend) {
     for b in batches {
         send(b).await;
     }
-    let ids: Vec<i64> = {
+    let ids: Vec<GpuId> = {
         let mut v = Vec::new();
         for uuid in ["GPU-w1", "GPU-w2"] {
             v.push(store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap().id);
@@ -817,7 +817,7 @@ async fn pending(db: &TestDatabase, backend: Backend) -> i64 {
 #[allow(clippy::type_complexity)]
 fn reference(
     arrived: &[(Sample, QualityFlags)],
-    ids: &[i64],
+    ids: &[GpuId],
 ) -> (
     Vec<fleetlens_core::RollupBucket>,
     Vec<fleetlens_core::RollupBucket>,
@@ -842,7 +842,7 @@ fn reference(
     let minutes = minutes.into_buckets();
     let th = Thresholds::default();
     let mut minute_credits = Vec::new();
-    let mut hour_credits: std::collections::BTreeMap<(i64, i64), Credit> = Default::default();
+    let mut hour_credits: std::collections::BTreeMap<(GpuId, i64), Credit> = Default::default();
     for b in &minutes {
         let (c, _) = Credit::of_minute(b, None, None, &th);
         minute_credits.push(fleetlens_store::BucketCredit { gpu_id: b.gpu_id, bucket_ms: b.bucket_ms, credit: c });

@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use fleetlens_core::Sample;
+use fleetlens_core::{GpuId, Sample};
 use fleetlens_store::{DEFAULT_ORG, LatestMinute, Store};
 use fleetlens_tests::{Backend, TestDatabase};
 
@@ -40,19 +40,19 @@ fn samples(uuid: &str, start_ms: i64, n: i64, util: f64) -> Vec<Sample> {
         .collect()
 }
 
-async fn gpu_id(store: &dyn Store, uuid: &str) -> i64 {
+async fn gpu_id(store: &dyn Store, uuid: &str) -> GpuId {
     store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap().id
 }
 
 /// `latest_minutes` of the GPUs in `ids`, by GPU id.
-async fn expected(store: &dyn Store, ids: &[i64]) -> Vec<LatestMinute> {
+async fn expected(store: &dyn Store, ids: &[GpuId]) -> Vec<LatestMinute> {
     let mut rows: Vec<LatestMinute> =
         store.latest_minutes(DEFAULT_ORG).await.unwrap().into_iter().filter(|m| ids.contains(&m.gpu_id)).collect();
     rows.sort_by_key(|m| m.gpu_id);
     rows
 }
 
-async fn of(store: &dyn Store, ids: &[i64]) -> Vec<LatestMinute> {
+async fn of(store: &dyn Store, ids: &[GpuId]) -> Vec<LatestMinute> {
     let mut rows = store.latest_minutes_of(DEFAULT_ORG, ids).await.unwrap();
     rows.sort_by_key(|m| m.gpu_id);
     rows
@@ -65,7 +65,7 @@ async fn latest_minutes_of_answers_as_latest_minutes_for_the_gpus_named(backend:
     store.ingest(DEFAULT_ORG, "h2", samples("GPU-c", T0 + 200, 30, 50.0)).await.unwrap();
     let (a, b, c) = (gpu_id(&*store, "GPU-a").await, gpu_id(&*store, "GPU-b").await, gpu_id(&*store, "GPU-c").await);
     // Unknown ids (another organisation's, none at all) are left out.
-    let named = [a, c, 999_999];
+    let named = [a, c, GpuId(999_999)];
     for written in [false, true] {
         if written {
             store.close_minutes(LATER, 120_000).await.unwrap();

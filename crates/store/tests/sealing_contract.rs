@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use fleetlens_core::{GpuProcess, PodAllocation, Resolution, Sample};
+use fleetlens_core::{GpuId, GpuProcess, PodAllocation, Resolution, Sample};
 use fleetlens_store::{BLOCK_SPAN_MS, DEFAULT_ORG, RetentionPolicy, SEAL_LATENESS_MS, Store};
 use fleetlens_tests::{Backend, TestDatabase, fixture};
 
@@ -265,7 +265,7 @@ async fn retention_removes_whole_blocks(backend: Backend) {
 /// (rollups and chart series), and the newest minute of each GPU.
 async fn minute_answers(store: &dyn Store) -> Vec<String> {
     let gpus = store.gpus(DEFAULT_ORG).await.unwrap();
-    let ids: Vec<i64> = gpus.iter().map(|g| g.id).collect();
+    let ids: Vec<GpuId> = gpus.iter().map(|g| g.id).collect();
     let mut out = vec![
         format!("{:?}", store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap()),
         format!("{:?}", store.org_rollups(DEFAULT_ORG, Resolution::Hour, 0, i64::MAX).await.unwrap()),

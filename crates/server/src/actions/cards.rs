@@ -9,7 +9,7 @@ use fleetlens_core::jobcard::{CardGpuInput, CardInput, JobCard, card_text, job_c
 use fleetlens_core::{ChannelKind, MessageKind, OwnerGroup, OwnerKey, Resolution, TeamId};
 use fleetlens_store::actions::{FinishedRun, JobRunRecord, ReportRoute};
 use fleetlens_store::alerts::{ChannelRecord, NewNotification};
-use fleetlens_store::{GpuRecord, OrgId, Store};
+use fleetlens_store::{GpuId, GpuRecord, OrgId, Store};
 use serde_json::json;
 
 use crate::error::ApiResult;
@@ -76,7 +76,7 @@ async fn listed_without(
     run: &JobRunRecord,
     end_after: i64,
 ) -> ApiResult<bool> {
-    let ids: HashMap<i64, &str> =
+    let ids: HashMap<GpuId, &str> =
         gpus.iter().filter(|g| run.gpu_uuids.contains(&g.uuid)).map(|g| (g.id, g.uuid.as_str())).collect();
     let lists = store.org_process_lists(org, run.last_ms + 1, run.last_ms + end_after + MINUTE_MS).await?;
     let mine: Vec<_> = lists.iter().filter(|l| ids.contains_key(&l.gpu_id)).collect();
@@ -167,7 +167,7 @@ pub async fn compute_card(
     let from = floor_minute(run.first_ms);
     let end = floor_minute(to_ms) + MINUTE_MS;
     let mine: Vec<GpuRecord> = gpus.iter().filter(|g| run.gpu_uuids.contains(&g.uuid)).cloned().collect();
-    let ids: HashSet<i64> = mine.iter().map(|g| g.id).collect();
+    let ids: HashSet<GpuId> = mine.iter().map(|g| g.id).collect();
     let minutes: Vec<_> = store
         .org_credits(org, Resolution::Minute, from, end)
         .await?

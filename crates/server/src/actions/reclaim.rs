@@ -17,7 +17,7 @@ use fleetlens_store::alerts::NewNotification;
 use fleetlens_store::reclaim::{
     AgentCommand, RECLAIM_ID_TOKEN, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord, ReclaimWrite,
 };
-use fleetlens_store::{GpuRecord, OrgId};
+use fleetlens_store::{GpuId, GpuRecord, OrgId};
 use serde_json::json;
 
 use crate::error::ApiResult;
@@ -43,7 +43,7 @@ struct Followed {
 /// The engine's memory: per GPU, its newest sample's state and since when it holds.
 #[derive(Debug, Default)]
 pub struct ReclaimEngine {
-    gpus: HashMap<i64, Followed>,
+    gpus: HashMap<GpuId, Followed>,
     /// (policy, GPU, PID) acted on: not noticed again (a process the action did not end, or
     /// a replayed list, would otherwise be acted on every `for + grace`).
     acted: std::collections::HashSet<(ReclaimPolicyId, String, i64)>,
@@ -90,7 +90,7 @@ impl ReclaimEngine {
         lookback_ms: i64,
     ) -> ApiResult<()> {
         let now = now_ms();
-        let positions: Vec<(i64, i64)> =
+        let positions: Vec<(GpuId, i64)> =
             gpus.iter().map(|g| (g.id, self.gpus.get(&g.id).map_or(now - lookback_ms, |f| f.last_ts_ms + 1))).collect();
         if positions.is_empty() {
             return Ok(());

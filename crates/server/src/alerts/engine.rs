@@ -36,8 +36,8 @@ use fleetlens_core::rules::{
 };
 use fleetlens_core::rules::{DefaultRule, SilenceWindow};
 use fleetlens_core::{
-    AlertId, ChannelId, ChannelKind, GpuEventId, MessageKind, RuleId, Sample, SilenceId, Thresholds, WindowAggregate,
-    WorkloadState, classify,
+    AlertId, ChannelId, ChannelKind, GpuEventId, GpuId, MessageKind, RuleId, Sample, SilenceId, Thresholds,
+    WindowAggregate, WorkloadState, classify,
 };
 use fleetlens_store::alerts::{
     ALERT_ENGINE_JOB, AlertChange, AlertRecord, AlertRuleRecord, AlertStatus, AlertWrite, ChannelRecord, EvalWrite,
@@ -59,7 +59,7 @@ const CURSOR_FLUSH_MS: i64 = 10_000;
 const THRESHOLDS_TTL_MS: i64 = crate::analytics::THRESHOLDS_REFRESH.as_millis() as i64;
 
 /// An open alert's key: its rule and its GPU.
-pub(super) type Key = (RuleId, i64);
+pub(super) type Key = (RuleId, GpuId);
 
 /// Run the engine until the process ends.
 pub async fn run(ctx: Arc<AlertsCtx>) {
@@ -304,17 +304,17 @@ impl Changes {
 }
 
 pub(super) struct Engine {
-    cursors: HashMap<i64, GpuCursor>,
+    cursors: HashMap<GpuId, GpuCursor>,
     pub(super) open: HashMap<Key, AlertRecord>,
     /// Each GPU's newest evaluated sample (for no-data rules while it reports).
-    last_sample: HashMap<i64, Sample>,
-    dirty_cursors: HashSet<i64>,
+    last_sample: HashMap<GpuId, Sample>,
+    dirty_cursors: HashSet<GpuId>,
     /// How each GPU's samples arrive (in memory only: after a restart the default applies).
-    deliveries: HashMap<i64, Delivery>,
+    deliveries: HashMap<GpuId, Delivery>,
     /// The newest GPU event read, and the times of XID errors per GPU not yet matched to a
     /// sample (the `xid_errors` field of the GPU's next sample counts them).
     last_event_id: GpuEventId,
-    xids: HashMap<i64, Vec<i64>>,
+    xids: HashMap<GpuId, Vec<i64>>,
     last_cursor_flush: i64,
     thresholds: HashMap<OrgId, (Thresholds, i64)>,
     seeded: HashSet<OrgId>,
@@ -323,7 +323,7 @@ pub(super) struct Engine {
     /// Alerts resolved in this cycle, for their groups (in time order there).
     pub(super) resolved_events: Vec<AlertRecord>,
     /// Ids of alerts inserted already resolved (rule, GPU, active since → id).
-    pub(super) resolved_ids: HashMap<(RuleId, i64, i64), AlertId>,
+    pub(super) resolved_ids: HashMap<(RuleId, GpuId, i64), AlertId>,
 }
 
 impl Engine {
@@ -377,7 +377,7 @@ impl Engine {
         self.read_events(store, &gpus, oldest_data - ms(ctx.cfg.alert_lookback)).await?;
 
         // 1. New samples, per GPU, on event time: every GPU with news in one read.
-        let positions: Vec<(i64, i64)> = gpus
+        let positions: Vec<(GpuId, i64)> = gpus
             .iter()
             .filter_map(|g| {
                 // A GPU seen for the first time is judged on the last `--alert-lookback` of its
@@ -392,7 +392,7 @@ impl Engine {
             .collect();
         let feed = if positions.is_empty() { Vec::new() } else { store.samples_since(&positions, BATCH).await? };
         report.more |= feed.len() == BATCH as usize;
-        let mut news: HashMap<i64, Vec<Sample>> = HashMap::new();
+        let mut news: HashMap<GpuId, Vec<Sample>> = HashMap::new();
         for (gpu, s) in feed {
             news.entry(gpu).or_default().push(s);
         }
@@ -526,7 +526,7 @@ impl Engine {
     /// An event older than what was already evaluated on its GPU (late, or seen before a
     /// restart) is not counted again.
     async fn read_events(&mut self, store: &dyn Store, gpus: &[GpuBrief], oldest_ms: i64) -> Result<(), StoreError> {
-        let ids: HashMap<(OrgId, &str), i64> = gpus.iter().map(|g| ((g.org_id, g.uuid.as_str()), g.id)).collect();
+        let ids: HashMap<(OrgId, &str), GpuId> = gpus.iter().map(|g| ((g.org_id, g.uuid.as_str()), g.id)).collect();
         loop {
             let events = store.gpu_events_after(self.last_event_id, EVENTS_PER_READ).await?;
             let Some(last) = events.last() else { return Ok(()) };
@@ -545,7 +545,7 @@ impl Engine {
     }
 
     /// XID errors of the GPU at or before `ts_ms` not counted yet (they are counted now).
-    fn take_xids(&mut self, gpu: i64, ts_ms: i64) -> u32 {
+    fn take_xids(&mut self, gpu: GpuId, ts_ms: i64) -> u32 {
         let Some(list) = self.xids.get_mut(&gpu) else { return 0 };
         let before = list.len();
         list.retain(|t| *t > ts_ms);
@@ -1011,7 +1011,7 @@ impl Engine {
             let from = changes.origin.get(&key).copied().unwrap_or(a.status);
             changes.list.push(AlertChange { write: AlertWrite::storing(a.clone(), from), notify, suppressed });
         }
-        let inserted_resolved: Vec<(usize, (RuleId, i64, i64))> = changes
+        let inserted_resolved: Vec<(usize, (RuleId, GpuId, i64))> = changes
             .list
             .iter()
             .enumerate()

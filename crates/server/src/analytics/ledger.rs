@@ -134,7 +134,7 @@ mod tests {
     #[test]
     fn a_bucket_weighs_the_share_of_the_gpus_sampled_span_in_the_period() {
         let gpu = GpuRecord {
-            id: 1,
+            id: fleetlens_store::GpuId(1),
             uuid: "GPU-1".into(),
             host: "h".into(),
             gpu_index: None,

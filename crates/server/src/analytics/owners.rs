@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use fleetlens_api::{BillingRow, OwnerWaste};
 use fleetlens_core::Resolution;
 use fleetlens_core::{Credit, GpuProcess, OwnerGroup, OwnerKey, PriceTable, WorkloadState, minute_shares};
-use fleetlens_store::{BucketCredit, GpuRecord, OrgId, ProcessList, Store};
+use fleetlens_store::{BucketCredit, GpuId, GpuRecord, OrgId, ProcessList, Store};
 
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
@@ -23,7 +23,7 @@ const MINUTE_MS: i64 = 60_000;
 type MinuteList<'a> = (Option<&'a [GpuProcess]>, u32);
 
 /// Owner → GPU id → the owner's share of that GPU's credits over the period.
-pub type OwnerCredits = BTreeMap<OwnerGroup, BTreeMap<i64, Credit>>;
+pub type OwnerCredits = BTreeMap<OwnerGroup, BTreeMap<GpuId, Credit>>;
 
 /// Shares every minute credit in `[from_ms, end_ms)` among the owners of its minute's samples.
 /// A minute whose raw samples are gone (older than the raw retention) is `(unknown)`.
@@ -39,12 +39,12 @@ pub fn owner_credits(
     // visible process is its pod's, not "(no process)".
     let holders: Vec<(&ProcessList, Option<Cow<'_, [GpuProcess]>>)> =
         lists.iter().map(|l| (l, fleetlens_core::sample::holders(l.processes.as_deref(), &l.allocations))).collect();
-    let mut by_minute: HashMap<(i64, i64), Vec<MinuteList<'_>>> = HashMap::new();
+    let mut by_minute: HashMap<(GpuId, i64), Vec<MinuteList<'_>>> = HashMap::new();
     for (l, h) in &holders {
         let minute = l.minute_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
         by_minute.entry((l.gpu_id, minute)).or_default().push((h.as_deref(), l.samples));
     }
-    let by_id: HashMap<i64, &GpuRecord> = gpus.iter().map(|g| (g.id, g)).collect();
+    let by_id: HashMap<GpuId, &GpuRecord> = gpus.iter().map(|g| (g.id, g)).collect();
     let mut out = OwnerCredits::new();
     for m in minutes {
         let Some(gpu) = by_id.get(&m.gpu_id) else { continue };
@@ -72,7 +72,7 @@ pub fn owner_credits(
 
 /// Per owner, the billing accumulator over its GPUs.
 fn accumulate(gpus: &[GpuRecord], credits: &OwnerCredits, prices: &PriceTable) -> Vec<(OwnerGroup, Acc)> {
-    let by_id: HashMap<i64, &GpuRecord> = gpus.iter().map(|g| (g.id, g)).collect();
+    let by_id: HashMap<GpuId, &GpuRecord> = gpus.iter().map(|g| (g.id, g)).collect();
     credits
         .iter()
         .map(|(group, per_gpu)| {
@@ -230,7 +230,7 @@ mod tests {
 
     fn gpu(id: i64, name: &str) -> GpuRecord {
         GpuRecord {
-            id,
+            id: GpuId(id),
             uuid: format!("GPU-{id}"),
             host: "h".into(),
             name: Some(name.into()),
@@ -252,12 +252,12 @@ mod tests {
         c.energy_j[i] = 60.0 * 100.0;
         c.sm_pct_s = sm * 60.0;
         c.sm_covered_s = 60.0;
-        BucketCredit { gpu_id, bucket_ms, credit: c }
+        BucketCredit { gpu_id: GpuId(gpu_id), bucket_ms, credit: c }
     }
 
     fn procs(gpu_id: i64, minute_ms: i64, samples: u32, owners: &[(&str, Option<f64>)]) -> ProcessList {
         ProcessList {
-            gpu_id,
+            gpu_id: GpuId(gpu_id),
             minute_ms,
             samples,
             processes: Some(
@@ -295,7 +295,7 @@ mod tests {
             ..Default::default()
         };
         let lists = vec![ProcessList {
-            gpu_id: 1,
+            gpu_id: GpuId(1),
             minute_ms: 0,
             processes: Some(vec![]),
             allocations: vec![alloc],
@@ -322,7 +322,7 @@ mod tests {
         m.credit.allocation_covered_s = 60.0;
         let lists = vec![
             procs(1, 0, 3, &[("alice", Some(0.0))]),
-            ProcessList { gpu_id: 1, minute_ms: 0, processes: Some(vec![]), allocations: vec![], samples: 3 },
+            ProcessList { gpu_id: GpuId(1), minute_ms: 0, processes: Some(vec![]), allocations: vec![], samples: 3 },
         ];
         let credits = owner_credits(&gpus, &[m], &lists, &OwnerKey::User, 0, 60_000);
         let rows = owner_rows(&gpus, &credits, &PriceTable::default());
@@ -362,7 +362,7 @@ mod tests {
         // Minute 30 of GPU 1: nobody on it, idle; minute 31: samples gone.
         minutes.push(minute(1, 30 * 60_000, WorkloadState::Idle, 0.0));
         lists.push(ProcessList {
-            gpu_id: 1,
+            gpu_id: GpuId(1),
             minute_ms: 30 * 60_000,
             processes: Some(vec![]),
             allocations: vec![],

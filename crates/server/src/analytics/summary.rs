@@ -11,7 +11,7 @@ use fleetlens_api::{FleetSummary, FunnelLevel, GpuWaste, RightSizeAdvice};
 use fleetlens_core::{
     Funnel, GpuModel, PriceTable, Thresholds, WasteBreakdown, WorkloadState, p95, projected_monthly_waste, right_size,
 };
-use fleetlens_store::{BucketCredit, GpuRecord, JobRecord, OrgId};
+use fleetlens_store::{BucketCredit, GpuId, GpuRecord, JobRecord, OrgId};
 
 use super::ledger::{GpuLedger, credit_share, ledger, paid_span};
 
@@ -34,26 +34,26 @@ pub struct SummaryInput<'a> {
     /// Jobs that reported model FLOPs in the period (for MFU).
     pub jobs: &'a [JobRecord],
     /// Peak memory used per GPU id in the period (for right-size advice).
-    pub peak_mem: &'a HashMap<i64, i64>,
+    pub peak_mem: &'a HashMap<GpuId, i64>,
 }
 
 /// Stored credits read for one period, by GPU id.
 #[derive(Debug, Clone, Default)]
 pub struct Credits {
-    pub hours: HashMap<i64, Vec<(i64, Credit)>>,
+    pub hours: HashMap<GpuId, Vec<(i64, Credit)>>,
     /// Minute credits of the partial hours at the edges; empty when they are pro-rated from
     /// their hours instead.
-    pub edge_minutes: HashMap<i64, Vec<(i64, Credit)>>,
+    pub edge_minutes: HashMap<GpuId, Vec<(i64, Credit)>>,
     /// Per GPU, the sum of hour credits that weigh 1 whatever the plan (summed by the store,
     /// see `HourCreditSplit`); `hours` then holds only the other hours.
-    pub whole: HashMap<i64, Credit>,
+    pub whole: HashMap<GpuId, Credit>,
     pub plan: EdgePlan,
 }
 
 impl Credits {
     pub fn new(hours: Vec<BucketCredit>, edge_minutes: Vec<BucketCredit>, plan: EdgePlan) -> Self {
         let group = |rows: Vec<BucketCredit>| {
-            let mut map: HashMap<i64, Vec<(i64, Credit)>> = HashMap::new();
+            let mut map: HashMap<GpuId, Vec<(i64, Credit)>> = HashMap::new();
             for r in rows {
                 map.entry(r.gpu_id).or_default().push((r.bucket_ms, r.credit));
             }
@@ -299,7 +299,7 @@ fn gpu_waste(
     waste: Option<&WasteBreakdown>,
     prices: &PriceTable,
     th: &Thresholds,
-    peak_mem: &HashMap<i64, i64>,
+    peak_mem: &HashMap<GpuId, i64>,
 ) -> GpuWaste {
     let wasted_s: f64 = l.state_time.wasted_seconds.values().sum();
     let main = l

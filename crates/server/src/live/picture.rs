@@ -12,7 +12,7 @@ use fleetlens_api::live::{
 use fleetlens_core::live::{AlertTransition, FleetCounts, GpuNow, OpenStatus, alert_transitions, fleet_counts};
 use fleetlens_core::{AlertId, RuleId};
 use fleetlens_store::alerts::{AlertFilter, AlertStatus};
-use fleetlens_store::{LatestMinute, OrgId, Store};
+use fleetlens_store::{GpuId, LatestMinute, OrgId, Store};
 use serde::Serialize;
 
 use crate::alerts::views::{alert_view, marking_deleted};
@@ -50,8 +50,8 @@ pub struct Picture {
     pub counts: FleetCounts,
     /// Each GPU's newest minute by GPU id, and the newest sample it was read for: the next
     /// reading re-reads only the GPUs whose newest sample moved since.
-    newest: HashMap<i64, LatestMinute>,
-    seen_ms: HashMap<i64, i64>,
+    newest: HashMap<GpuId, LatestMinute>,
+    seen_ms: HashMap<GpuId, i64>,
     /// When a reading last read every GPU's newest minute ([`FULL_READING_EVERY_MS`]).
     full_read_ms: i64,
     /// The `snapshot` JSON, made when the first stream needs it.
@@ -120,7 +120,7 @@ pub async fn read(
 ) -> ApiResult<(Picture, Vec<LiveEvent>)> {
     let th = analytics::thresholds(store, org).await?;
     let identities = store.gpu_identities(org).await?;
-    let seen_ms: HashMap<i64, i64> = identities.iter().map(|g| (g.id, g.last_seen_ms)).collect();
+    let seen_ms: HashMap<GpuId, i64> = identities.iter().map(|g| (g.id, g.last_seen_ms)).collect();
     let started = now_ms();
     let (newest, full_read_ms) = match previous {
         Some(prev) if started - prev.full_read_ms < FULL_READING_EVERY_MS => {
@@ -196,10 +196,10 @@ async fn moved_newest(
     store: &dyn Store,
     org: OrgId,
     prev: &Picture,
-    seen_ms: &HashMap<i64, i64>,
-) -> ApiResult<HashMap<i64, LatestMinute>> {
-    let mut newest: HashMap<i64, LatestMinute> = HashMap::new();
-    let mut moved: Vec<i64> = Vec::new();
+    seen_ms: &HashMap<GpuId, i64>,
+) -> ApiResult<HashMap<GpuId, LatestMinute>> {
+    let mut newest: HashMap<GpuId, LatestMinute> = HashMap::new();
+    let mut moved: Vec<GpuId> = Vec::new();
     for (id, seen) in seen_ms {
         if prev.seen_ms.get(id) == Some(seen) {
             if let Some(m) = prev.newest.get(id) {

@@ -9,7 +9,7 @@ use fleetlens_api::{FleetSummary, StateWindow};
 use fleetlens_core::{PriceTable, Resolution, Thresholds, timeline};
 use std::collections::HashMap;
 
-use fleetlens_store::{OrgId, Scope, Store};
+use fleetlens_store::{GpuId, OrgId, Scope, Store};
 
 use crate::analytics::{self, MINUTE_MS, summary};
 use crate::auth::Caller;
@@ -168,7 +168,7 @@ pub async fn fleet_summary(
     } else {
         read_credits(store, caller.org, week_from, now, now, gpus.len()).await?
     };
-    let peak_mem: HashMap<i64, i64> = store.org_peak_mem(caller.org, from_ms, to_ms).await?.into_iter().collect();
+    let peak_mem: HashMap<GpuId, i64> = store.org_peak_mem(caller.org, from_ms, to_ms).await?.into_iter().collect();
     let jobs = store.jobs(caller.org, from_ms, to_ms).await?;
     let result = summary::summarize(&summary::SummaryInput {
         gpus: &gpus,

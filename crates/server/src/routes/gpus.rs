@@ -10,7 +10,7 @@ use fleetlens_api::{GpuList, GpuSummary, SampleList, Series, SeriesPoint};
 use std::collections::HashMap;
 
 use fleetlens_core::{Resolution, WorkloadState, timeline};
-use fleetlens_store::{GpuRecord, LatestMinute, Scope};
+use fleetlens_store::{GpuId, GpuRecord, LatestMinute, Scope};
 
 use crate::analytics;
 use crate::auth::Caller;
@@ -28,7 +28,7 @@ pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Js
     let store = state.store.as_ref();
     let th = analytics::thresholds(store, caller.org).await?;
     let gpus = store.gpus(caller.org).await?;
-    let newest: HashMap<i64, LatestMinute> =
+    let newest: HashMap<GpuId, LatestMinute> =
         store.latest_minutes(caller.org).await?.into_iter().map(|m| (m.gpu_id, m)).collect();
     let now = now_ms();
     let gpus = gpus

@@ -88,7 +88,7 @@ pub async fn billing(
     let split =
         store.org_hour_credit_split(caller.org, from_ms, plan.end_ms, plan.first_whole_ms, plan.last_whole_ms).await?;
     let credits = summary::Credits::from_split(split, plan);
-    let teams: std::collections::HashMap<i64, String> = if group_by == GroupBy::Team {
+    let teams: std::collections::HashMap<fleetlens_store::GpuId, String> = if group_by == GroupBy::Team {
         store.gpu_teams(caller.org).await?.into_iter().filter_map(|g| Some((g.gpu_id, g.team_name?))).collect()
     } else {
         Default::default()

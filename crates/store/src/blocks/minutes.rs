@@ -25,7 +25,7 @@
 //! fewer signals, flags or credit cells reads the missing ones as absent or zero; a block with
 //! more than this server knows is refused.
 
-use fleetlens_core::{CREDIT_COLUMNS, Credit, QUALITY_COUNTS, ROLLUP_SIGNALS, RollupBucket, SignalStats};
+use fleetlens_core::{CREDIT_COLUMNS, Credit, GpuId, QUALITY_COUNTS, ROLLUP_SIGNALS, RollupBucket, SignalStats};
 
 use super::format::{BlockError, Number, Precision, Reader, put_at_precision, put_dictionary, put_ints, put_raw_f64};
 
@@ -99,7 +99,7 @@ fn encode_as(minutes: &[StoredMinute], version: u8) -> Vec<u8> {
 }
 
 /// Decode a packed hour of GPU `gpu_id`: its minutes, ascending.
-pub(crate) fn decode(gpu_id: i64, bytes: &[u8]) -> Result<Vec<StoredMinute>, BlockError> {
+pub(crate) fn decode(gpu_id: GpuId, bytes: &[u8]) -> Result<Vec<StoredMinute>, BlockError> {
     let mut r = Reader(bytes);
     if r.take(4)? != MAGIC {
         return Err(BlockError::Malformed("not a block of minute rollups"));
@@ -188,7 +188,7 @@ mod tests {
             .filter(|i| *i != 17)
             .map(|i| {
                 let mut bucket = RollupBucket {
-                    gpu_id: 9,
+                    gpu_id: GpuId(9),
                     bucket_ms: 1_700_002_800_000 + i * 60_000,
                     sample_count: 60 - (i % 3),
                     allocated_count: if i < 30 { 60 } else { 0 },
@@ -230,7 +230,7 @@ mod tests {
     fn a_packed_hour_reads_back_exactly() {
         let minutes = hour();
         let bytes = encode(&minutes);
-        assert_eq!(decode(9, &bytes).unwrap(), minutes);
+        assert_eq!(decode(GpuId(9), &bytes).unwrap(), minutes);
         // Far below the ~900 B a minute row takes in PostgreSQL.
         assert!(bytes.len() < 59 * 150, "{} B for 59 minutes", bytes.len());
     }
@@ -239,7 +239,7 @@ mod tests {
     fn statistics_are_integers_at_their_precision_and_older_blocks_still_read() {
         let minutes = hour();
         let version_1 = encode_as(&minutes, 1);
-        assert_eq!(decode(9, &version_1).unwrap(), minutes);
+        assert_eq!(decode(GpuId(9), &version_1).unwrap(), minutes);
         let version_2 = encode(&minutes);
         // This hour's regular values suit pco's float mode too; measured traces gain far more
         // (docs/BENCHMARKS.md).
@@ -250,7 +250,7 @@ mod tests {
         older[0].bucket.signals[1].max = Some(99.123_456);
         older[0].bucket.signals[5].sum = 12_345_678_901.0;
         older[1].bucket.signals[11].min = Some(1.0e6 + 1.0 / 3.0);
-        let back = decode(9, &encode(&older)).unwrap();
+        let back = decode(GpuId(9), &encode(&older)).unwrap();
         assert_eq!(back[0].bucket.signals[1].max, Some(99.12));
         assert_eq!(back[0].bucket.signals[5].sum, 12_345_678_901.0, "bytes stay exact");
         assert_eq!(back[1].bucket.signals[11].min, Some(1_000_000.333), "energy at 1 mJ");
@@ -258,7 +258,7 @@ mod tests {
         // A sum too large for its integer to be exact stays f64 bits.
         let mut huge = hour();
         huge[3].bucket.signals[6].sum = 1.0e300;
-        assert_eq!(decode(9, &encode(&huge)).unwrap(), huge);
+        assert_eq!(decode(GpuId(9), &encode(&huge)).unwrap(), huge);
     }
 
     #[test]
@@ -266,7 +266,7 @@ mod tests {
         let mut minutes = hour();
         minutes[0].state = None;
         minutes[1].bucket.signals[0] = SignalStats { count: 0, sum: 0.0, min: None, max: None };
-        let back = decode(9, &encode(&minutes)).unwrap();
+        let back = decode(GpuId(9), &encode(&minutes)).unwrap();
         assert_eq!(back[0].state, None);
         assert_eq!(back[1].bucket.signals[0].min, None);
         assert_eq!(back, minutes);
@@ -274,15 +274,15 @@ mod tests {
 
     #[test]
     fn an_empty_hour_and_corrupt_or_newer_blocks() {
-        assert_eq!(decode(1, &encode(&[])).unwrap(), []);
+        assert_eq!(decode(GpuId(1), &encode(&[])).unwrap(), []);
         let bytes = encode(&hour());
-        assert!(decode(9, &bytes[..bytes.len() - 3]).is_err(), "truncated");
-        assert!(decode(9, b"FLSB\x01").is_err(), "a sample block is not a minute block");
+        assert!(decode(GpuId(9), &bytes[..bytes.len() - 3]).is_err(), "truncated");
+        assert!(decode(GpuId(9), b"FLSB\x01").is_err(), "a sample block is not a minute block");
         let mut newer = bytes.clone();
         newer[4] = FORMAT_VERSION + 1;
-        assert!(matches!(decode(9, &newer), Err(BlockError::Version(_))));
+        assert!(matches!(decode(GpuId(9), &newer), Err(BlockError::Version(_))));
         let mut wider = bytes;
         wider[9] = 200;
-        assert!(decode(9, &wider).is_err(), "more signals than known");
+        assert!(decode(GpuId(9), &wider).is_err(), "more signals than known");
     }
 }

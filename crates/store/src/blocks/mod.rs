@@ -34,7 +34,7 @@ pub(crate) mod sqlite;
 macro_rules! impl_seal {
     ($pool:ty, $dialect:ident) => {
         /// [`super::gpu_horizon`] of one GPU, its oldest minute waiting for the rollup job read.
-        async fn gpu_horizon_of(pool: &$pool, gpu_id: i64, horizon: i64) -> Result<i64> {
+        async fn gpu_horizon_of(pool: &$pool, gpu_id: fleetlens_core::GpuId, horizon: i64) -> Result<i64> {
             let pending: Option<i64> =
                 sqlx::query_scalar(&q("SELECT min(minute_ms) FROM rollup_pending WHERE gpu_id = ?"))
                     .bind(gpu_id)
@@ -46,7 +46,8 @@ macro_rules! impl_seal {
         /// Seal every closed GPU-hour of open rows, at most `max_blocks` of them.
         pub(crate) async fn seal(pool: &$pool, now_ms: i64, max_blocks: u64) -> Result<super::SealReport> {
             let horizon = super::horizon(now_ms);
-            let oldest: Vec<(i64, i64)> = sqlx::query_as(&q(OLDEST_OPEN_SQL)).bind(horizon).fetch_all(pool).await?;
+            let oldest: Vec<(fleetlens_core::GpuId, i64)> =
+                sqlx::query_as(&q(OLDEST_OPEN_SQL)).bind(horizon).fetch_all(pool).await?;
             let mut report = super::SealReport::default();
             let mut days: std::collections::HashSet<i64> = Default::default();
             for (gpu_id, oldest) in oldest {
@@ -78,7 +79,7 @@ macro_rules! impl_seal {
         /// deleted are exactly those written into the block (`DELETE … RETURNING`; rows
         /// committed meanwhile stay open), merged with the block sealed before, if any.
         /// Returns the rows moved.
-        async fn seal_one(pool: &$pool, gpu_id: i64, start: i64) -> Result<u64> {
+        async fn seal_one(pool: &$pool, gpu_id: fleetlens_core::GpuId, start: i64) -> Result<u64> {
             let mut tx = pool.begin().await?;
             let sql = format!(
                 "DELETE FROM samples WHERE gpu_id = ? AND ts_ms >= ? AND ts_ms < ? RETURNING ts_ms, {}",
@@ -118,7 +119,8 @@ macro_rules! impl_seal {
         /// waiting for the rollup job. Returns the blocks written and whether some are left.
         pub(crate) async fn pack(pool: &$pool, now_ms: i64, max_blocks: u64) -> Result<(u64, bool)> {
             let horizon = super::horizon(now_ms);
-            let oldest: Vec<(i64, i64)> = sqlx::query_as(&q(OLDEST_MINUTE_SQL)).bind(horizon).fetch_all(pool).await?;
+            let oldest: Vec<(fleetlens_core::GpuId, i64)> =
+                sqlx::query_as(&q(OLDEST_MINUTE_SQL)).bind(horizon).fetch_all(pool).await?;
             let mut packed = 0;
             for (gpu_id, oldest) in oldest {
                 let horizon = gpu_horizon_of(pool, gpu_id, horizon).await?;
@@ -150,7 +152,7 @@ macro_rules! impl_seal {
         /// the GPU's pack lock (taken by the rollup job too before it unpacks an hour), and
         /// only while no minute of the hour or before waits for the job: returns false, and
         /// changes nothing, otherwise.
-        async fn pack_one(pool: &$pool, gpu_id: i64, start: i64) -> Result<bool> {
+        async fn pack_one(pool: &$pool, gpu_id: fleetlens_core::GpuId, start: i64) -> Result<bool> {
             let mut tx = pool.begin().await?;
             let sql = format!(
                 "DELETE FROM rollups_1m WHERE gpu_id = ? AND bucket_ms >= ? AND bucket_ms < ? RETURNING {}",
@@ -216,7 +218,7 @@ macro_rules! impl_seal {
 }
 use impl_seal;
 
-use fleetlens_core::Sample;
+use fleetlens_core::{GpuId, Sample};
 
 /// The span of one block: an hour of one GPU, `[start_ms, start_ms + SPAN_MS)`, aligned to
 /// the hour. An hour at 1 Hz is 3,600 samples: enough for the codec to find the columns'
@@ -311,11 +313,11 @@ pub(crate) fn rows_over_packed<T, K: Ord + Copy>(
 /// Blocks `(gpu_id, payload)` in GPU order decoded to their samples in `[from_ms, to_ms)`,
 /// one list per GPU.
 pub(crate) fn decode_per_gpu(
-    blocks: Vec<(i64, Vec<u8>)>,
+    blocks: Vec<(GpuId, Vec<u8>)>,
     from_ms: i64,
     to_ms: i64,
-) -> crate::Result<Vec<(i64, Vec<Sample>)>> {
-    let mut out: Vec<(i64, Vec<Sample>)> = Vec::new();
+) -> crate::Result<Vec<(GpuId, Vec<Sample>)>> {
+    let mut out: Vec<(GpuId, Vec<Sample>)> = Vec::new();
     for (gpu_id, payload) in blocks {
         let decoded = decode_range(std::slice::from_ref(&payload), from_ms, to_ms)?;
         match out.last_mut() {
@@ -338,15 +340,18 @@ pub(crate) fn decode_range(payloads: &[Vec<u8>], from_ms: i64, to_ms: i64) -> cr
 
 /// A process-list group of [`crate::Store::org_process_lists`] as the SQL returns it: GPU,
 /// minute, processes JSON, allocations JSON, samples.
-pub(crate) type ProcessGroup = (i64, i64, Option<String>, Option<String>, i64);
+pub(crate) type ProcessGroup = (GpuId, i64, Option<String>, Option<String>, i64);
 
 /// Add the groups of sealed samples (`(gpu_id, samples)`) to the groups of the open rows:
 /// one group per GPU, minute and distinct lists, ordered by GPU and minute.
-pub(crate) fn add_sealed_process_groups(open: Vec<ProcessGroup>, sealed: Vec<(i64, Vec<Sample>)>) -> Vec<ProcessGroup> {
+pub(crate) fn add_sealed_process_groups(
+    open: Vec<ProcessGroup>,
+    sealed: Vec<(GpuId, Vec<Sample>)>,
+) -> Vec<ProcessGroup> {
     if sealed.is_empty() {
         return open;
     }
-    type Key = (i64, i64, Option<String>, Option<String>);
+    type Key = (GpuId, i64, Option<String>, Option<String>);
     let mut groups: std::collections::BTreeMap<Key, i64> = std::collections::BTreeMap::new();
     for (gpu, minute, p, a, n) in open {
         *groups.entry((gpu, minute, p, a)).or_default() += n;
@@ -370,13 +375,13 @@ pub(crate) fn with_identity(mut s: Sample, uuid: &str, gpu_index: Option<u32>, n
 }
 
 /// GPUs of `records` whose newest sample is not an open row (its hour was sealed): their ids.
-pub(crate) fn missing_latest(records: &[crate::GpuRecord]) -> Vec<i64> {
+pub(crate) fn missing_latest(records: &[crate::GpuRecord]) -> Vec<GpuId> {
     records.iter().filter(|r| r.latest.is_none() && r.last_seen_ms > 0).map(|r| r.id).collect()
 }
 
 /// Fill the newest sample of `records` from the blocks holding each GPU's `last_seen_ms`
 /// (`(gpu_id, payload)`).
-pub(crate) fn fill_latest(records: &mut [crate::GpuRecord], blocks: Vec<(i64, Vec<u8>)>) -> crate::Result<()> {
+pub(crate) fn fill_latest(records: &mut [crate::GpuRecord], blocks: Vec<(GpuId, Vec<u8>)>) -> crate::Result<()> {
     for (gpu_id, payload) in blocks {
         let Some(r) = records.iter_mut().find(|r| r.id == gpu_id && r.latest.is_none()) else { continue };
         let found = format::decode(&payload)?.into_iter().find(|s| s.ts_ms == r.last_seen_ms);

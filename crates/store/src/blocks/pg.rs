@@ -5,7 +5,7 @@
 //! it writes the day's first block, so that retention detaches and drops whole days instead of
 //! deleting (and later vacuuming) row by row.
 
-use fleetlens_core::Sample;
+use fleetlens_core::{GpuId, Sample};
 use sqlx::{PgPool, Postgres, Transaction};
 
 use super::{SPAN_MS, format, minutes};
@@ -57,7 +57,7 @@ pub(crate) async fn ensure_partition(pool: &PgPool, day: i64) -> Result<()> {
 }
 
 /// Sealed samples of one GPU in `[from_ms, to_ms)` (identity fields empty).
-pub(crate) async fn samples(pool: &PgPool, gpu_id: i64, from_ms: i64, to_ms: i64) -> Result<Vec<Sample>> {
+pub(crate) async fn samples(pool: &PgPool, gpu_id: GpuId, from_ms: i64, to_ms: i64) -> Result<Vec<Sample>> {
     // `start_ms > from - span` lets the planner prune the day partitions (it cannot from
     // `end_ms`): a block starts at most one span before the first sample it holds.
     let payloads: Vec<Vec<u8>> = sqlx::query_scalar(
@@ -79,8 +79,8 @@ pub(crate) async fn org_samples(
     org: crate::OrgId,
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<(i64, Vec<Sample>)>> {
-    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+) -> Result<Vec<(GpuId, Vec<Sample>)>> {
+    let rows: Vec<(GpuId, Vec<u8>)> = sqlx::query_as(
         "SELECT b.gpu_id, b.payload FROM sample_blocks b JOIN gpus g ON g.id = b.gpu_id \
          WHERE g.org_id = $1 AND b.start_ms < $2 AND b.start_ms > $3 - $4 AND b.end_ms > $3 \
          ORDER BY b.gpu_id, b.start_ms",
@@ -137,7 +137,7 @@ pub(crate) async fn unseal_for_batch(tx: &mut Transaction<'_, Postgres>, order: 
 }
 
 /// The blocks holding the newest sample of each GPU of `gpu_ids`: `(gpu_id, payload)`.
-pub(crate) async fn latest_blocks(pool: &PgPool, gpu_ids: &[i64]) -> Result<Vec<(i64, Vec<u8>)>> {
+pub(crate) async fn latest_blocks(pool: &PgPool, gpu_ids: &[GpuId]) -> Result<Vec<(GpuId, Vec<u8>)>> {
     if gpu_ids.is_empty() {
         return Ok(Vec::new());
     }
@@ -145,7 +145,8 @@ pub(crate) async fn latest_blocks(pool: &PgPool, gpu_ids: &[i64]) -> Result<Vec<
         "SELECT b.gpu_id, b.payload FROM gpus g JOIN sample_blocks b ON b.gpu_id = g.id \
          AND b.start_ms = (g.last_seen_ms / {SPAN_MS}) * {SPAN_MS} WHERE g.id = ANY($1)"
     ))
-    .bind(gpu_ids)
+    // Bound as a BIGINT[] of the plain keys (the id newtype has no array type of its own).
+    .bind(gpu_ids.iter().map(|id| id.get()).collect::<Vec<i64>>())
     .fetch_all(pool)
     .await?)
 }

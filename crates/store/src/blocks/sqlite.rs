@@ -1,6 +1,6 @@
 //! Sealed blocks on SQLite: sealing, the sealed side of raw-sample reads, and retention.
 
-use fleetlens_core::Sample;
+use fleetlens_core::{GpuId, Sample};
 use sqlx::{SqliteConnection, SqlitePool};
 
 use super::{SPAN_MS, format, minutes};
@@ -37,7 +37,12 @@ pub(crate) async fn after_pass(_pool: &SqlitePool, _now_ms: i64) -> Result<u64> 
 super::impl_seal!(SqlitePool, sqlite);
 
 /// Payloads of one GPU's blocks overlapping `[from_ms, to_ms)`, in time order.
-async fn payloads(conn: impl sqlx::SqliteExecutor<'_>, gpu_id: i64, from_ms: i64, to_ms: i64) -> Result<Vec<Vec<u8>>> {
+async fn payloads(
+    conn: impl sqlx::SqliteExecutor<'_>,
+    gpu_id: GpuId,
+    from_ms: i64,
+    to_ms: i64,
+) -> Result<Vec<Vec<u8>>> {
     Ok(sqlx::query_scalar(
         "SELECT payload FROM sample_blocks WHERE gpu_id = ? AND start_ms < ? AND end_ms > ? ORDER BY start_ms",
     )
@@ -49,7 +54,7 @@ async fn payloads(conn: impl sqlx::SqliteExecutor<'_>, gpu_id: i64, from_ms: i64
 }
 
 /// Sealed samples of one GPU in `[from_ms, to_ms)` (identity fields empty).
-pub(crate) async fn samples(pool: &SqlitePool, gpu_id: i64, from_ms: i64, to_ms: i64) -> Result<Vec<Sample>> {
+pub(crate) async fn samples(pool: &SqlitePool, gpu_id: GpuId, from_ms: i64, to_ms: i64) -> Result<Vec<Sample>> {
     super::decode_range(&payloads(pool, gpu_id, from_ms, to_ms).await?, from_ms, to_ms)
 }
 
@@ -59,8 +64,8 @@ pub(crate) async fn org_samples(
     org: crate::OrgId,
     from_ms: i64,
     to_ms: i64,
-) -> Result<Vec<(i64, Vec<Sample>)>> {
-    let rows: Vec<(i64, Vec<u8>)> = sqlx::query_as(
+) -> Result<Vec<(GpuId, Vec<Sample>)>> {
+    let rows: Vec<(GpuId, Vec<u8>)> = sqlx::query_as(
         "SELECT b.gpu_id, b.payload FROM sample_blocks b JOIN gpus g ON g.id = b.gpu_id \
          WHERE g.org_id = ? AND b.start_ms < ? AND b.end_ms > ? ORDER BY b.gpu_id, b.start_ms",
     )
@@ -108,7 +113,7 @@ pub(crate) async fn unseal_within(conn: &mut SqliteConnection, gpu_id: i64, lo: 
 }
 
 /// The blocks holding the newest sample of each GPU of `gpu_ids`: `(gpu_id, payload)`.
-pub(crate) async fn latest_blocks(pool: &SqlitePool, gpu_ids: &[i64]) -> Result<Vec<(i64, Vec<u8>)>> {
+pub(crate) async fn latest_blocks(pool: &SqlitePool, gpu_ids: &[GpuId]) -> Result<Vec<(GpuId, Vec<u8>)>> {
     if gpu_ids.is_empty() {
         return Ok(Vec::new());
     }
