@@ -23,8 +23,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
-use fleetlens_core::rules::inhibit::InhibitScope;
-use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, Severity};
+use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, RuleSpec, Severity};
 use fleetlens_core::{AlertGroupId, AlertId, ChannelId, DeliveryId, MessageId, RuleId, SilenceId, WorkloadState};
 use serde_json::Value as Json;
 
@@ -34,50 +33,19 @@ use crate::{OrgId, Result};
 /// Name of the job lease that the alert engine holds (one replica evaluates at a time).
 pub const ALERT_ENGINE_JOB: &str = "alert-engine";
 
+/// A stored rule: what its author set and what the store keeps about it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRuleRecord {
     pub id: RuleId,
     pub org_id: OrgId,
-    pub name: String,
-    pub condition: String,
-    pub for_s: i64,
-    pub keep_firing_for_s: i64,
-    pub repeat_interval_s: i64,
-    pub severity: Severity,
-    #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
-    pub labels: BTreeMap<String, String>,
-    pub description: String,
-    pub advice: String,
-    #[sqlx(try_from = "JsonText<Vec<ChannelId>>")]
-    pub channels: Vec<ChannelId>,
-    pub enabled: bool,
+    /// The rule as written (validated by the caller before it was stored); inserts and updates
+    /// take this alone.
+    #[sqlx(flatten)]
+    pub rule: RuleSpec,
     /// Key of the shipped rule this one started as.
     pub builtin: Option<String>,
-    /// Rules whose alerts this rule's open alerts hold back (keys, names, `*`, `state:<s>`).
-    #[sqlx(try_from = "JsonText<Vec<String>>")]
-    pub inhibits: Vec<String>,
-    /// Where: `gpu`, `host` or `job`.
-    pub inhibit_scope: InhibitScope,
     pub created_ms: i64,
     pub updated_ms: i64,
-}
-
-/// A rule to store (validated by the caller).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewAlertRule {
-    pub name: String,
-    pub condition: String,
-    pub for_s: i64,
-    pub keep_firing_for_s: i64,
-    pub repeat_interval_s: i64,
-    pub severity: Severity,
-    pub labels: BTreeMap<String, String>,
-    pub description: String,
-    pub advice: String,
-    pub channels: Vec<ChannelId>,
-    pub enabled: bool,
-    pub inhibits: Vec<String>,
-    pub inhibit_scope: InhibitScope,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -404,20 +372,20 @@ pub trait AlertStore: Send + Sync {
     async fn all_alert_rules(&self) -> Result<Vec<AlertRuleRecord>>;
     async fn alert_rule(&self, org: OrgId, id: RuleId) -> Result<Option<AlertRuleRecord>>;
     /// [`crate::StoreError::Conflict`] when the organisation already has a rule of that name.
-    async fn insert_alert_rule(&self, org: OrgId, rule: &NewAlertRule, now_ms: i64) -> Result<AlertRuleRecord>;
+    async fn insert_alert_rule(&self, org: OrgId, rule: &RuleSpec, now_ms: i64) -> Result<AlertRuleRecord>;
     /// `None` when the organisation has no rule `id`; [`crate::StoreError::Conflict`] when
     /// another of its rules has the new name.
     async fn update_alert_rule(
         &self,
         org: OrgId,
         id: RuleId,
-        rule: &NewAlertRule,
+        rule: &RuleSpec,
         now_ms: i64,
     ) -> Result<Option<AlertRuleRecord>>;
     async fn delete_alert_rule(&self, org: OrgId, id: RuleId) -> Result<bool>;
     /// Insert the shipped rules (key, rule) the organisation has never been given; returns
     /// how many were inserted. A key is given once, so a deleted default stays deleted.
-    async fn seed_default_rules(&self, org: OrgId, rules: &[(String, NewAlertRule)], now_ms: i64) -> Result<u64>;
+    async fn seed_default_rules(&self, org: OrgId, rules: &[(String, RuleSpec)], now_ms: i64) -> Result<u64>;
 
     // Channels --------------------------------------------------------------------------------
     async fn notification_channels(&self, org: OrgId) -> Result<Vec<ChannelRecord>>;
@@ -528,7 +496,7 @@ pub trait AlertStore: Send + Sync {
     async fn deliveries(&self, org: OrgId, filter: &DeliveryFilter) -> Result<Vec<DeliveryRecord>>;
 }
 
-/// The columns of an alert rule that a [`NewAlertRule`] sets (its spec), in bind order.
+/// The columns of an alert rule that its [`RuleSpec`] sets, in bind order.
 pub(crate) const RULE_SPEC_COLS: [&str; 13] = [
     "name",
     "condition",
@@ -596,7 +564,7 @@ macro_rules! impl_alert_store {
         type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
 
         /// Binds a rule's [`RULE_SPEC_COLS`]($crate::alerts::RULE_SPEC_COLS), in their order.
-        fn bind_rule<'q>(query: Query<'q>, rule: &'q $crate::alerts::NewAlertRule) -> Query<'q> {
+        fn bind_rule<'q>(query: Query<'q>, rule: &'q fleetlens_core::rules::RuleSpec) -> Query<'q> {
             query
                 .bind(&rule.name)
                 .bind(&rule.condition)
@@ -650,7 +618,7 @@ macro_rules! impl_alert_store {
             async fn insert_alert_rule(
                 &self,
                 org: $crate::OrgId,
-                rule: &$crate::alerts::NewAlertRule,
+                rule: &fleetlens_core::rules::RuleSpec,
                 now_ms: i64,
             ) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
                 let sql = $crate::alerts::insert_spec_sql(
@@ -669,7 +637,7 @@ macro_rules! impl_alert_store {
                 &self,
                 org: $crate::OrgId,
                 id: fleetlens_core::RuleId,
-                rule: &$crate::alerts::NewAlertRule,
+                rule: &fleetlens_core::rules::RuleSpec,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
                 let sets = $crate::alerts::spec_sets(&$crate::alerts::RULE_SPEC_COLS);
@@ -699,7 +667,7 @@ macro_rules! impl_alert_store {
             async fn seed_default_rules(
                 &self,
                 org: $crate::OrgId,
-                rules: &[(String, $crate::alerts::NewAlertRule)],
+                rules: &[(String, fleetlens_core::rules::RuleSpec)],
                 now_ms: i64,
             ) -> $crate::Result<u64> {
                 let insert = $crate::alerts::insert_spec_sql(
