@@ -512,6 +512,25 @@ pub(crate) const RULE_SPEC_COLS: [&str; 13] = [
     "inhibits",
     "inhibit_scope",
 ];
+/// The columns of an alert that the engine writes as the alert goes on (all but those its
+/// rule, GPU and labels fix when it opens), in bind order: both an alert's insert and its
+/// compare-and-set update write these.
+pub(crate) const ALERT_STATE_COLS: [&str; 14] = [
+    "status",
+    "active_since_ms",
+    "fired_at_ms",
+    "resolved_at_ms",
+    "last_match_ms",
+    "last_eval_ms",
+    "summary",
+    "details",
+    "silenced_by",
+    "notified_firing",
+    "last_notified_ms",
+    "repeat_seq",
+    "updated_ms",
+    "inhibited_by",
+];
 /// The columns of a notification channel that a [`NewChannel`] sets, in bind order.
 pub(crate) const CHANNEL_SPEC_COLS: [&str; 10] = [
     "name",
@@ -529,6 +548,29 @@ pub(crate) const RULE_COLS: &str = "id, org_id, name, condition, for_s, keep_fir
      labels, description, advice, channels, enabled, builtin, created_ms, updated_ms, inhibits, inhibit_scope";
 pub(crate) const CHANNEL_COLS: &str = "id, org_id, name, kind, url, is_default, min_interval_ms, next_send_ms, created_ms, updated_ms, group_by, \
      group_wait_s, group_interval_s, digest, digest_at_min, digest_last_ms";
+
+/// A table of records an admin writes whole (rules, channels): what inserts and updates of
+/// it set and read back.
+pub(crate) struct SpecTable {
+    pub name: &'static str,
+    /// The columns a record's spec sets, in bind order.
+    pub spec_cols: &'static [&'static str],
+    /// What an update sets besides the spec columns (`, col = …`; its parameters are bound
+    /// after the spec's).
+    pub also_on_update: &'static str,
+    /// The columns a record is read from.
+    pub cols: &'static str,
+}
+
+pub(crate) const RULES: SpecTable =
+    SpecTable { name: "alert_rules", spec_cols: &RULE_SPEC_COLS, also_on_update: "", cols: RULE_COLS };
+/// An update's right-hand sides read the row as it was: a changed digest schedule starts over.
+pub(crate) const CHANNELS: SpecTable = SpecTable {
+    name: "notification_channels",
+    spec_cols: &CHANNEL_SPEC_COLS,
+    also_on_update: ", digest_last_ms = CASE WHEN digest = ? AND digest_at_min = ? THEN digest_last_ms ELSE 0 END",
+    cols: CHANNEL_COLS,
+};
 pub(crate) const SILENCE_COLS: &str = "id, org_id, matchers, starts_at_ms, ends_at_ms, comment, created_by, created_ms";
 pub(crate) const ALERT_COLS: &str = "a.id, a.org_id, a.rule_id, a.gpu_id, coalesce(g.uuid, '') AS gpu_uuid, \
      coalesce(g.host, '') AS host, a.status, a.active_since_ms, a.fired_at_ms, a.resolved_at_ms, a.last_match_ms, \
@@ -540,7 +582,8 @@ pub(crate) const DELIVERY_COLS: &str =
     "id, org_id, outbox_id, alert_id, channel_id, kind, attempt, at_ms, outcome, status_code, error, duration_ms";
 
 /// `INSERT INTO {table} ({lead}, {spec}) VALUES (?, …) {tail}`: the columns the store sets
-/// (`lead`, bound first) and a record's spec columns (bound by `bind_rule` / `bind_channel`).
+/// (`lead`, bound first) and a record's spec columns (bound by `bind_rule`, `bind_channel`,
+/// `bind_alert_state`).
 pub(crate) fn insert_spec_sql(table: &str, lead: &[&str], spec: &[&str], tail: &str) -> String {
     let cols: Vec<&str> = lead.iter().chain(spec).copied().collect();
     let marks = vec!["?"; cols.len()].join(", ");
@@ -596,10 +639,90 @@ macro_rules! impl_alert_store {
                 .bind(ch.digest_at_min)
         }
 
+        /// Binds an alert's [`ALERT_STATE_COLS`]($crate::alerts::ALERT_STATE_COLS), in their order
+        /// (`updated_ms` is `now_ms`).
+        fn bind_alert_state<'q>(query: Query<'q>, a: &'q $crate::alerts::AlertRecord, now_ms: i64) -> Query<'q> {
+            query
+                .bind(a.status.as_str())
+                .bind(a.active_since_ms)
+                .bind(a.fired_at_ms)
+                .bind(a.resolved_at_ms)
+                .bind(a.last_match_ms)
+                .bind(a.last_eval_ms)
+                .bind(&a.summary)
+                .bind(a.details.to_string())
+                .bind(a.silenced_by)
+                .bind(a.notified_firing)
+                .bind(a.last_notified_ms)
+                .bind(a.repeat_seq)
+                .bind(now_ms)
+                .bind(a.inhibited_by)
+        }
+
+        /// Binds a channel's spec and then the parameters of
+        /// [`CHANNELS`]($crate::alerts::CHANNELS)`.also_on_update`: the new digest schedule, which
+        /// it compares with the row's.
+        fn bind_channel_update<'q>(query: Query<'q>, ch: &'q $crate::alerts::NewChannel) -> Query<'q> {
+            bind_channel(query, ch).bind(&ch.digest).bind(ch.digest_at_min)
+        }
+
+        /// `INSERT INTO {table} (org_id, created_ms, updated_ms, {spec}) … RETURNING {cols}`: a new
+        /// record of the organisation (a rule, a channel), its spec columns bound by `bind`.
+        async fn insert_record<T, S: ?Sized + Sync>(
+            pool: &sqlx::Pool<$db>,
+            table: &$crate::alerts::SpecTable,
+            org: $crate::OrgId,
+            spec: &S,
+            bind: impl for<'a> Fn(Query<'a>, &'a S) -> Query<'a>,
+            now_ms: i64,
+        ) -> $crate::Result<T>
+        where
+            T: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
+        {
+            let sql = $crate::alerts::insert_spec_sql(
+                table.name,
+                &["org_id", "created_ms", "updated_ms"],
+                table.spec_cols,
+                &format!("RETURNING {}", table.cols),
+            );
+            let sql = q(&sql);
+            let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
+            let row = bind(query, spec).fetch_one(pool).await?;
+            Ok(T::from_row(&row)?)
+        }
+
+        /// `UPDATE {table} SET {spec} = ?, …{also_on_update}, updated_ms = ? WHERE org_id = ? AND
+        /// id = ? RETURNING {cols}`; `bind` binds the spec columns, then `also_on_update`'s
+        /// parameters. `None` when the organisation has no such record.
+        async fn update_record<T, S: ?Sized + Sync, I>(
+            pool: &sqlx::Pool<$db>,
+            table: &$crate::alerts::SpecTable,
+            org: $crate::OrgId,
+            id: I,
+            spec: &S,
+            bind: impl for<'a> Fn(Query<'a>, &'a S) -> Query<'a>,
+            now_ms: i64,
+        ) -> $crate::Result<Option<T>>
+        where
+            T: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
+            I: for<'q> sqlx::Encode<'q, $db> + sqlx::Type<$db> + Send,
+        {
+            let sql = format!(
+                "UPDATE {} SET {}{}, updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
+                table.name,
+                $crate::alerts::spec_sets(table.spec_cols),
+                table.also_on_update,
+                table.cols
+            );
+            let sql = q(&sql);
+            let row = bind(sqlx::query(&sql), spec).bind(now_ms).bind(org).bind(id).fetch_optional(pool).await?;
+            Ok(row.as_ref().map(T::from_row).transpose()?)
+        }
+
         #[async_trait::async_trait]
         impl $crate::alerts::AlertStore for $store {
             async fn alert_rules(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::alerts::AlertRuleRecord>> {
-                all_of_org(self.pool(), $crate::alerts::RULE_COLS, "alert_rules", "id", org).await
+                all_of_org(self.pool(), $crate::alerts::RULES.cols, $crate::alerts::RULES.name, "id", org).await
             }
 
             async fn all_alert_rules(&self) -> $crate::Result<Vec<$crate::alerts::AlertRuleRecord>> {
@@ -612,7 +735,7 @@ macro_rules! impl_alert_store {
                 org: $crate::OrgId,
                 id: fleetlens_core::RuleId,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
-                one_of_org(self.pool(), $crate::alerts::RULE_COLS, "alert_rules", org, id).await
+                one_of_org(self.pool(), $crate::alerts::RULES.cols, $crate::alerts::RULES.name, org, id).await
             }
 
             async fn insert_alert_rule(
@@ -621,16 +744,7 @@ macro_rules! impl_alert_store {
                 rule: &fleetlens_core::rules::RuleSpec,
                 now_ms: i64,
             ) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
-                let sql = $crate::alerts::insert_spec_sql(
-                    "alert_rules",
-                    &["org_id", "created_ms", "updated_ms"],
-                    &$crate::alerts::RULE_SPEC_COLS,
-                    &format!("RETURNING {}", $crate::alerts::RULE_COLS),
-                );
-                let sql = q(&sql);
-                let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
-                let row = bind_rule(query, rule).fetch_one(self.pool()).await?;
-                Ok(sqlx::FromRow::from_row(&row)?)
+                insert_record(self.pool(), &$crate::alerts::RULES, org, rule, bind_rule, now_ms).await
             }
 
             async fn update_alert_rule(
@@ -640,28 +754,11 @@ macro_rules! impl_alert_store {
                 rule: &fleetlens_core::rules::RuleSpec,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
-                let sets = $crate::alerts::spec_sets(&$crate::alerts::RULE_SPEC_COLS);
-                let sql = format!(
-                    "UPDATE alert_rules SET {sets}, updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
-                    $crate::alerts::RULE_COLS
-                );
-                let row = bind_rule(sqlx::query(&q(&sql)), rule)
-                    .bind(now_ms)
-                    .bind(org)
-                    .bind(id)
-                    .fetch_optional(self.pool())
-                    .await?;
-                Ok(row.as_ref().map(sqlx::FromRow::from_row).transpose()?)
+                update_record(self.pool(), &$crate::alerts::RULES, org, id, rule, bind_rule, now_ms).await
             }
 
             async fn delete_alert_rule(&self, org: $crate::OrgId, id: fleetlens_core::RuleId) -> $crate::Result<bool> {
-                let done = sqlx::query(&q("DELETE FROM alert_rules WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(id)
-                    .execute(self.pool())
-                    .await?
-                    .rows_affected();
-                Ok(done > 0)
+                delete_of_org(self.pool(), $crate::alerts::RULES.name, org, id).await
             }
 
             async fn seed_default_rules(
@@ -671,9 +768,9 @@ macro_rules! impl_alert_store {
                 now_ms: i64,
             ) -> $crate::Result<u64> {
                 let insert = $crate::alerts::insert_spec_sql(
-                    "alert_rules",
+                    $crate::alerts::RULES.name,
                     &["org_id", "builtin", "created_ms", "updated_ms"],
-                    &$crate::alerts::RULE_SPEC_COLS,
+                    $crate::alerts::RULES.spec_cols,
                     "ON CONFLICT DO NOTHING",
                 );
                 let insert = q(&insert);
@@ -703,7 +800,7 @@ macro_rules! impl_alert_store {
                 &self,
                 org: $crate::OrgId,
             ) -> $crate::Result<Vec<$crate::alerts::ChannelRecord>> {
-                all_of_org(self.pool(), $crate::alerts::CHANNEL_COLS, "notification_channels", "id", org).await
+                all_of_org(self.pool(), $crate::alerts::CHANNELS.cols, $crate::alerts::CHANNELS.name, "id", org).await
             }
 
             async fn notification_channel(
@@ -711,7 +808,7 @@ macro_rules! impl_alert_store {
                 org: $crate::OrgId,
                 id: fleetlens_core::ChannelId,
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
-                one_of_org(self.pool(), $crate::alerts::CHANNEL_COLS, "notification_channels", org, id).await
+                one_of_org(self.pool(), $crate::alerts::CHANNELS.cols, $crate::alerts::CHANNELS.name, org, id).await
             }
 
             async fn insert_notification_channel(
@@ -721,16 +818,7 @@ macro_rules! impl_alert_store {
                 now_ms: i64,
             ) -> $crate::Result<$crate::alerts::ChannelRecord> {
                 // `next_send_ms` starts at its default, 0.
-                let sql = $crate::alerts::insert_spec_sql(
-                    "notification_channels",
-                    &["org_id", "created_ms", "updated_ms"],
-                    &$crate::alerts::CHANNEL_SPEC_COLS,
-                    &format!("RETURNING {}", $crate::alerts::CHANNEL_COLS),
-                );
-                let sql = q(&sql);
-                let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
-                let row = bind_channel(query, ch).fetch_one(self.pool()).await?;
-                Ok(sqlx::FromRow::from_row(&row)?)
+                insert_record(self.pool(), &$crate::alerts::CHANNELS, org, ch, bind_channel, now_ms).await
             }
 
             async fn update_notification_channel(
@@ -740,34 +828,13 @@ macro_rules! impl_alert_store {
                 ch: &$crate::alerts::NewChannel,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
-                // The right-hand sides read the row as it was: a changed digest schedule starts over.
-                let sets = $crate::alerts::spec_sets(&$crate::alerts::CHANNEL_SPEC_COLS);
-                let sql = format!(
-                    "UPDATE notification_channels SET {sets}, updated_ms = ?, \
-                     digest_last_ms = CASE WHEN digest = ? AND digest_at_min = ? THEN digest_last_ms ELSE 0 END \
-                     WHERE org_id = ? AND id = ? RETURNING {}",
-                    $crate::alerts::CHANNEL_COLS
-                );
-                let row = bind_channel(sqlx::query(&q(&sql)), ch)
-                    .bind(now_ms)
-                    .bind(&ch.digest)
-                    .bind(ch.digest_at_min)
-                    .bind(org)
-                    .bind(id)
-                    .fetch_optional(self.pool())
-                    .await?;
-                Ok(row.as_ref().map(sqlx::FromRow::from_row).transpose()?)
+                update_record(self.pool(), &$crate::alerts::CHANNELS, org, id, ch, bind_channel_update, now_ms).await
             }
 
             async fn delete_notification_channel(&self, org: $crate::OrgId, id: fleetlens_core::ChannelId, now_ms: i64) -> $crate::Result<bool> {
                 let mut tx = begin(self.pool()).await?;
-                let done = sqlx::query(&q("DELETE FROM notification_channels WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if done > 0 {
+                let done = delete_of_org(&mut *tx, $crate::alerts::CHANNELS.name, org, id).await?;
+                if done {
                     sqlx::query(&q(
                         "UPDATE alert_outbox SET status = 'failed', last_error = 'channel deleted', lease_owner = NULL, \
                          lease_until_ms = NULL, next_attempt_ms = ? WHERE channel_id = ? AND status IN ('pending', 'sending')",
@@ -778,7 +845,7 @@ macro_rules! impl_alert_store {
                     .await?;
                 }
                 tx.commit().await?;
-                Ok(done > 0)
+                Ok(done)
             }
 
             async fn insert_silence(
@@ -968,63 +1035,36 @@ macro_rules! impl_alert_store {
                 use $crate::alerts::AlertWrite;
                 let mut tx = begin(self.pool()).await?;
                 let mut out = $crate::alerts::EvalOutcome::default();
+                let open_sql = q(&$crate::alerts::insert_spec_sql(
+                    "alerts",
+                    &["org_id", "rule_id", "gpu_id", "rule_name", "severity", "labels", "fingerprint"],
+                    &$crate::alerts::ALERT_STATE_COLS,
+                    "ON CONFLICT DO NOTHING RETURNING id",
+                ))
+                .into_owned();
+                let update_sql = q(&format!(
+                    "UPDATE alerts SET {} WHERE id = ? AND status = ?",
+                    $crate::alerts::spec_sets(&$crate::alerts::ALERT_STATE_COLS)
+                ))
+                .into_owned();
                 for change in &w.changes {
                     let (id, org) = match &change.write {
                         AlertWrite::Open(a) => {
-                            let id: Option<fleetlens_core::AlertId> = sqlx::query_scalar(&q(
-                                "INSERT INTO alerts (org_id, rule_id, gpu_id, status, active_since_ms, fired_at_ms, \
-                                 resolved_at_ms, last_match_ms, last_eval_ms, rule_name, severity, labels, fingerprint, \
-                                 summary, details, silenced_by, notified_firing, last_notified_ms, repeat_seq, updated_ms, \
-                                 inhibited_by) \
-                                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                                 ON CONFLICT DO NOTHING RETURNING id",
-                            ))
-                            .bind(a.org_id)
-                            .bind(a.rule_id)
-                            .bind(a.gpu_id)
-                            .bind(a.status.as_str())
-                            .bind(a.active_since_ms)
-                            .bind(a.fired_at_ms)
-                            .bind(a.resolved_at_ms)
-                            .bind(a.last_match_ms)
-                            .bind(a.last_eval_ms)
-                            .bind(&a.rule_name)
-                            .bind(a.severity.as_str())
-                            .bind($crate::alerts::to_json(&a.labels))
-                            .bind(&a.fingerprint)
-                            .bind(&a.summary)
-                            .bind(a.details.to_string())
-                            .bind(a.silenced_by)
-                            .bind(a.notified_firing)
-                            .bind(a.last_notified_ms)
-                            .bind(a.repeat_seq)
-                            .bind(w.now_ms)
-                            .bind(a.inhibited_by)
-                            .fetch_optional(&mut *tx)
-                            .await?;
+                            let query = sqlx::query(&open_sql)
+                                .bind(a.org_id)
+                                .bind(a.rule_id)
+                                .bind(a.gpu_id)
+                                .bind(&a.rule_name)
+                                .bind(a.severity.as_str())
+                                .bind($crate::alerts::to_json(&a.labels))
+                                .bind(&a.fingerprint);
+                            let row = bind_alert_state(query, a, w.now_ms).fetch_optional(&mut *tx).await?;
+                            let id: Option<fleetlens_core::AlertId> =
+                                row.as_ref().map(|r| sqlx::Row::try_get(r, 0)).transpose()?;
                             (id, a.org_id)
                         }
                         AlertWrite::Update { from, alert: a } => {
-                            let done = sqlx::query(&q(
-                                "UPDATE alerts SET status = ?, active_since_ms = ?, fired_at_ms = ?, resolved_at_ms = ?, \
-                                 last_match_ms = ?, last_eval_ms = ?, summary = ?, details = ?, silenced_by = ?, \
-                                 notified_firing = ?, last_notified_ms = ?, repeat_seq = ?, updated_ms = ?, \
-                                 inhibited_by = ? WHERE id = ? AND status = ?",
-                            ))
-                            .bind(a.status.as_str())
-                            .bind(a.active_since_ms)
-                            .bind(a.fired_at_ms)
-                            .bind(a.resolved_at_ms)
-                            .bind(a.last_match_ms)
-                            .bind(a.last_eval_ms)
-                            .bind(&a.summary)
-                            .bind(a.details.to_string())
-                            .bind(a.silenced_by)
-                            .bind(a.notified_firing)
-                            .bind(a.last_notified_ms)
-                            .bind(a.repeat_seq)
-                            .bind(w.now_ms)
-                            .bind(a.inhibited_by)
+                            let done = bind_alert_state(sqlx::query(&update_sql), a, w.now_ms)
                             .bind(a.id)
                             .bind(from.as_str())
                             .execute(&mut *tx)
@@ -1406,7 +1446,9 @@ macro_rules! impl_alert_store {
 mod sqlite_impl {
     use sqlx::Sqlite;
 
-    use crate::dialect::sqlite::{LOCK_SKIP_LOCKED, all_of_org, begin, insert_outbox, one_of_org, org_has, q};
+    use crate::dialect::sqlite::{
+        LOCK_SKIP_LOCKED, all_of_org, begin, delete_of_org, insert_outbox, one_of_org, org_has, q,
+    };
     use crate::sqlite::SqliteStore;
 
     impl_alert_store!(SqliteStore, Sqlite);
@@ -1415,7 +1457,9 @@ mod sqlite_impl {
 mod pg_impl {
     use sqlx::Postgres;
 
-    use crate::dialect::pg::{LOCK_SKIP_LOCKED, all_of_org, begin, insert_outbox, one_of_org, org_has, q};
+    use crate::dialect::pg::{
+        LOCK_SKIP_LOCKED, all_of_org, begin, delete_of_org, insert_outbox, one_of_org, org_has, q,
+    };
     use crate::postgres::PgStore;
 
     impl_alert_store!(PgStore, Postgres);
