@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 
 use fleetlens_core::rules::inhibit::InhibitScope;
-use fleetlens_core::rules::{FieldType, Matchers, SilenceWindow};
+use fleetlens_core::rules::{FieldType, Matchers, RuleSpec, SilenceWindow};
 use fleetlens_core::{
     AlertId, AttemptOutcome, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, OutboxStatus, RuleId,
     Severity, SilenceId, WorkloadState,
@@ -16,32 +16,18 @@ use crate::AlertView;
 
 // ---- rules ----
 
-/// An alert rule.
+/// An alert rule: the fields its author set (`RuleSpec`, at the top level of the JSON) and what
+/// the server keeps about it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RuleView {
     pub id: RuleId,
-    pub name: String,
-    pub condition: String,
-    pub for_s: i64,
-    pub keep_firing_for_s: i64,
-    pub repeat_interval_s: i64,
-    /// `info`, `warning` or `critical`.
-    pub severity: Severity,
-    pub labels: BTreeMap<String, String>,
-    pub description: String,
-    pub advice: String,
-    pub channels: Vec<ChannelId>,
-    pub enabled: bool,
+    #[serde(flatten)]
+    pub rule: RuleSpec,
     /// Key of the shipped rule this started as (null for a rule a user wrote).
     pub builtin: Option<String>,
     pub created_ms: i64,
     pub updated_ms: i64,
-    /// Rules whose alerts this rule's open alerts hold back: shipped rule keys or rule names,
-    /// `*` (every other rule), `state:<state>` (rules that hold in that workload state).
-    pub inhibits: Vec<String>,
-    /// Where: `gpu` (the same GPU), `host` or `job` (the same `owner_job`).
-    pub inhibit_scope: InhibitScope,
 }
 
 /// `{"rules": [...]}`.
@@ -84,6 +70,43 @@ pub struct RuleBody {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     /// `gpu`, `host` or `job`.
     pub inhibit_scope: Option<InhibitScope>,
+}
+
+impl RuleBody {
+    /// `base` with the fields this body names replaced. Both structs are spelled out in full, so
+    /// a field added to either does not compile until it is handled here.
+    pub fn apply(self, base: RuleSpec) -> RuleSpec {
+        let RuleBody {
+            name,
+            condition,
+            for_s,
+            keep_firing_for_s,
+            repeat_interval_s,
+            severity,
+            labels,
+            description,
+            advice,
+            channels,
+            enabled,
+            inhibits,
+            inhibit_scope,
+        } = self;
+        RuleSpec {
+            name: name.unwrap_or(base.name),
+            condition: condition.unwrap_or(base.condition),
+            for_s: for_s.unwrap_or(base.for_s),
+            keep_firing_for_s: keep_firing_for_s.unwrap_or(base.keep_firing_for_s),
+            repeat_interval_s: repeat_interval_s.unwrap_or(base.repeat_interval_s),
+            severity: severity.unwrap_or(base.severity),
+            labels: labels.unwrap_or(base.labels),
+            description: description.unwrap_or(base.description),
+            advice: advice.unwrap_or(base.advice),
+            channels: channels.unwrap_or(base.channels),
+            enabled: enabled.unwrap_or(base.enabled),
+            inhibits: inhibits.unwrap_or(base.inhibits),
+            inhibit_scope: inhibit_scope.unwrap_or(base.inhibit_scope),
+        }
+    }
 }
 
 /// `GET /api/v1/alert-rules/fields`: the condition language: its fields, states, severities
@@ -410,6 +433,69 @@ mod tests {
     fn a_rule_patch_sends_only_what_it_changes() {
         let patch = RuleBody { enabled: Some(false), channels: Some(vec![ChannelId(2)]), ..RuleBody::default() };
         assert_eq!(serde_json::to_value(&patch).unwrap(), serde_json::json!({"enabled": false, "channels": [2]}));
+    }
+
+    fn written_rule() -> RuleSpec {
+        RuleSpec {
+            name: "idle".into(),
+            condition: "gpu_util_pct < 5".into(),
+            for_s: 600,
+            keep_firing_for_s: 60,
+            repeat_interval_s: 3600,
+            severity: Severity::Critical,
+            labels: BTreeMap::from([("team".into(), "ml".into())]),
+            description: "d".into(),
+            advice: "a".into(),
+            channels: vec![ChannelId(3)],
+            enabled: false,
+            inhibits: vec!["*".into()],
+            inhibit_scope: InhibitScope::Host,
+        }
+    }
+
+    #[test]
+    fn a_rule_body_names_the_fields_of_a_rule_view() {
+        // A rule as GET sends it, less what the server keeps, is a body POST and PUT take
+        // (no unknown field) and that body sets every field.
+        let view = RuleView {
+            id: RuleId(7),
+            rule: written_rule(),
+            builtin: Some("idle".into()),
+            created_ms: 1,
+            updated_ms: 2,
+        };
+        let mut json = serde_json::to_value(&view).unwrap();
+        let keys: Vec<String> = json.as_object().unwrap().keys().cloned().collect();
+        for k in ["id", "builtin", "created_ms", "updated_ms"] {
+            json.as_object_mut().unwrap().remove(k).unwrap_or_else(|| panic!("{k} missing from {keys:?}"));
+        }
+        let body: RuleBody = serde_json::from_value(json).unwrap();
+        assert_eq!(body.apply(RuleSpec::default()), written_rule());
+        let back: RuleView = serde_json::from_value(serde_json::to_value(&view).unwrap()).unwrap();
+        assert_eq!(back, view);
+    }
+
+    #[test]
+    fn a_rule_view_is_flat() {
+        let view = RuleView { id: RuleId(7), rule: written_rule(), builtin: None, created_ms: 1, updated_ms: 2 };
+        assert_eq!(
+            serde_json::to_value(&view).unwrap(),
+            serde_json::json!({
+                "id": 7, "name": "idle", "condition": "gpu_util_pct < 5", "for_s": 600,
+                "keep_firing_for_s": 60, "repeat_interval_s": 3600, "severity": "critical",
+                "labels": {"team": "ml"}, "description": "d", "advice": "a", "channels": [3],
+                "enabled": false, "builtin": null, "created_ms": 1, "updated_ms": 2,
+                "inhibits": ["*"], "inhibit_scope": "host",
+            })
+        );
+    }
+
+    #[test]
+    fn a_patch_changes_only_what_it_names() {
+        let patch = RuleBody { enabled: Some(true), severity: Some(Severity::Info), ..RuleBody::default() };
+        let want = RuleSpec { enabled: true, severity: Severity::Info, ..written_rule() };
+        assert_eq!(patch.apply(written_rule()), want);
+        assert_eq!(RuleBody::default().apply(written_rule()), written_rule());
     }
 
     #[test]

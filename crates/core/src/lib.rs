@@ -14,6 +14,8 @@ pub mod fill;
 pub mod funnel;
 pub mod ids;
 pub mod jobcard;
+#[cfg(feature = "sqlx")]
+pub mod json_text;
 pub mod live;
 pub mod names;
 pub mod owners;

@@ -150,3 +150,45 @@ error_set! {
     /// Errors of a password change (its check of the current password is rate-limited).
     PasswordErrors: 400, 401, 403, 409, 413, 415, 422, 429, 503;
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeSet;
+
+    use fleetlens_api::alerts::RuleView;
+    use fleetlens_core::RuleId;
+    use fleetlens_core::rules::RuleSpec;
+    use serde_json::Value;
+
+    /// The properties and required properties of a schema, through `$ref` and `allOf`.
+    fn fields(doc: &Value, schema: &Value) -> (BTreeSet<String>, BTreeSet<String>) {
+        if let Some(r) = schema["$ref"].as_str() {
+            let name = r.rsplit('/').next().unwrap();
+            return fields(doc, &doc["components"]["schemas"][name]);
+        }
+        let (mut props, mut required) = (BTreeSet::new(), BTreeSet::new());
+        for part in schema["allOf"].as_array().into_iter().flatten() {
+            let (p, r) = fields(doc, part);
+            props.extend(p);
+            required.extend(r);
+        }
+        props.extend(schema["properties"].as_object().into_iter().flatten().map(|(k, _)| k.clone()));
+        required.extend(schema["required"].as_array().into_iter().flatten().map(|v| v.as_str().unwrap().to_string()));
+        (props, required)
+    }
+
+    /// `RuleView` flattens the rule as written (`allOf`): the document still describes every
+    /// field it sends, and requires every one but the nullable `builtin`.
+    #[test]
+    fn a_rule_view_schema_describes_every_field_it_sends() {
+        let doc = serde_json::to_value(super::document()).unwrap();
+        let view = RuleView { id: RuleId(1), rule: RuleSpec::default(), builtin: None, created_ms: 0, updated_ms: 0 };
+        let sent: BTreeSet<String> =
+            serde_json::to_value(&view).unwrap().as_object().unwrap().keys().cloned().collect();
+        assert!(sent.len() >= 17 && sent.contains("name") && sent.contains("inhibit_scope"), "{sent:?}");
+        let (props, required) = fields(&doc, &doc["components"]["schemas"]["RuleView"]);
+        assert_eq!(props, sent);
+        let nullable: BTreeSet<String> = ["builtin".to_string()].into();
+        assert_eq!(required, &sent - &nullable);
+    }
+}

@@ -157,12 +157,8 @@ impl KeyAuth {
 /// A GPU's team.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuTeam {
-<<<<<<< HEAD
     #[sqlx(rename = "id")]
-    pub gpu_id: i64,
-=======
     pub gpu_id: GpuId,
->>>>>>> s11/gpuid
     pub uuid: String,
     pub host: String,
     pub team_id: Option<TeamId>,
@@ -298,24 +294,9 @@ macro_rules! impl_account_store {
 
         impl $store {
             async fn team_members_of(&self, org: OrgId, team: Option<TeamId>) -> $crate::Result<Vec<(TeamId, UserId)>> {
-                let rows: Vec<(TeamId, UserId)> = match team {
-                    Some(team) => {
-                        sqlx::query_as(&q("SELECT m.team_id, m.user_id FROM team_members m JOIN teams t ON t.id = m.team_id \
-                             WHERE t.org_id = ? AND t.id = ? ORDER BY m.user_id"))
-                        .bind(org)
-                        .bind(team)
-                        .fetch_all(self.pool())
-                        .await?
-                    }
-                    None => {
-                        sqlx::query_as(&q("SELECT m.team_id, m.user_id FROM team_members m JOIN teams t ON t.id = m.team_id \
-                             WHERE t.org_id = ? ORDER BY m.user_id"))
-                        .bind(org)
-                        .fetch_all(self.pool())
-                        .await?
-                    }
-                };
-                Ok(rows)
+                let sql = "SELECT m.team_id, m.user_id FROM team_members m JOIN teams t ON t.id = m.team_id \
+                     WHERE t.org_id = ? AND (? IS NULL OR t.id = ?) ORDER BY m.user_id";
+                Ok(sqlx::query_as(&q(sql)).bind(org).bind(team).bind(team).fetch_all(self.pool()).await?)
             }
 
             async fn ensure_team(&self, org: OrgId, name: &str, now_ms: i64) -> $crate::Result<TeamId> {
@@ -680,17 +661,11 @@ macro_rules! impl_account_store {
             }
 
             async fn api_keys(&self, org: OrgId, user: Option<UserId>) -> $crate::Result<Vec<ApiKeyInfo>> {
-                let cols = $crate::accounts::KEY_COLS;
-                Ok(match user {
-                    Some(user) => {
-                        let sql = format!("SELECT {cols} FROM api_keys k WHERE k.org_id = ? AND k.user_id = ? ORDER BY k.id");
-                        sqlx::query_as(&q(&sql)).bind(org).bind(user).fetch_all(self.pool()).await?
-                    }
-                    None => {
-                        let sql = format!("SELECT {cols} FROM api_keys k WHERE k.org_id = ? ORDER BY k.id");
-                        sqlx::query_as(&q(&sql)).bind(org).fetch_all(self.pool()).await?
-                    }
-                })
+                let sql = format!(
+                    "SELECT {} FROM api_keys k WHERE k.org_id = ? AND (? IS NULL OR k.user_id = ?) ORDER BY k.id",
+                    $crate::accounts::KEY_COLS
+                );
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(user).bind(user).fetch_all(self.pool()).await?)
             }
 
             async fn api_key(&self, org: OrgId, id: ApiKeyId) -> $crate::Result<Option<ApiKeyInfo>> {
@@ -827,11 +802,13 @@ macro_rules! impl_account_store {
                 if gpus == 0 {
                     return Ok(Assigned::NoTarget);
                 }
+                if let Some(team) = team
+                    && !org_has(&mut *tx, "teams", org, team).await?
+                {
+                    return Ok(Assigned::NoTeam);
+                }
                 match team {
                     Some(team) => {
-                        if !org_has(&mut *tx, "teams", org, team).await? {
-                            return Ok(Assigned::NoTeam);
-                        }
                         sqlx::query(&q(
                             "INSERT INTO host_teams (org_id, host, team_id, updated_ms) VALUES (?, ?, ?, ?) \
                              ON CONFLICT (org_id, host) DO UPDATE SET team_id = excluded.team_id, updated_ms = excluded.updated_ms",
@@ -880,11 +857,13 @@ macro_rules! impl_account_store {
                     .fetch_optional(&mut *tx)
                     .await?;
                 let Some(gpu) = gpu else { return Ok(Assigned::NoTarget) };
+                if let Some(team) = team
+                    && !org_has(&mut *tx, "teams", org, team).await?
+                {
+                    return Ok(Assigned::NoTeam);
+                }
                 match team {
                     Some(team) => {
-                        if !org_has(&mut *tx, "teams", org, team).await? {
-                            return Ok(Assigned::NoTeam);
-                        }
                         sqlx::query(&q("UPDATE gpus SET team_id = ?, team_source = 'gpu' WHERE id = ?"))
                             .bind(team)
                             .bind(gpu)

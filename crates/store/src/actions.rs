@@ -324,22 +324,21 @@ macro_rules! impl_action_store {
                 org: $crate::OrgId,
                 id: fleetlens_core::ReportRouteId,
             ) -> $crate::Result<bool> {
-                let sql = q("DELETE FROM report_routes WHERE org_id = ? AND id = ?");
-                Ok(sqlx::query(&sql).bind(org).bind(id).execute(self.pool()).await?.rows_affected() == 1)
+                delete_of_org(self.pool(), "report_routes", org, id).await
             }
         }
     };
 }
 
 mod sqlite_impl {
-    use crate::dialect::sqlite::{all_of_org, begin, insert_outbox, one_of_org, q};
+    use crate::dialect::sqlite::{all_of_org, begin, delete_of_org, insert_outbox, one_of_org, q};
     use crate::sqlite::SqliteStore;
 
     impl_action_store!(SqliteStore, sqlx::Sqlite);
 }
 
 mod pg_impl {
-    use crate::dialect::pg::{all_of_org, begin, insert_outbox, one_of_org, q};
+    use crate::dialect::pg::{all_of_org, begin, delete_of_org, insert_outbox, one_of_org, q};
     use crate::postgres::PgStore;
 
     impl_action_store!(PgStore, sqlx::Postgres);

@@ -23,8 +23,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
-use fleetlens_core::rules::inhibit::InhibitScope;
-use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, Severity};
+use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, RuleSpec, Severity};
 use fleetlens_core::{
     AlertGroupId, AlertId, ChannelId, DeliveryId, GpuId, MessageId, RuleId, SilenceId, WorkloadState,
 };
@@ -36,50 +35,19 @@ use crate::{OrgId, Result};
 /// Name of the job lease that the alert engine holds (one replica evaluates at a time).
 pub const ALERT_ENGINE_JOB: &str = "alert-engine";
 
+/// A stored rule: what its author set and what the store keeps about it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct AlertRuleRecord {
     pub id: RuleId,
     pub org_id: OrgId,
-    pub name: String,
-    pub condition: String,
-    pub for_s: i64,
-    pub keep_firing_for_s: i64,
-    pub repeat_interval_s: i64,
-    pub severity: Severity,
-    #[sqlx(try_from = "JsonText<BTreeMap<String, String>>")]
-    pub labels: BTreeMap<String, String>,
-    pub description: String,
-    pub advice: String,
-    #[sqlx(try_from = "JsonText<Vec<ChannelId>>")]
-    pub channels: Vec<ChannelId>,
-    pub enabled: bool,
+    /// The rule as written (validated by the caller before it was stored); inserts and updates
+    /// take this alone.
+    #[sqlx(flatten)]
+    pub rule: RuleSpec,
     /// Key of the shipped rule this one started as.
     pub builtin: Option<String>,
-    /// Rules whose alerts this rule's open alerts hold back (keys, names, `*`, `state:<s>`).
-    #[sqlx(try_from = "JsonText<Vec<String>>")]
-    pub inhibits: Vec<String>,
-    /// Where: `gpu`, `host` or `job`.
-    pub inhibit_scope: InhibitScope,
     pub created_ms: i64,
     pub updated_ms: i64,
-}
-
-/// A rule to store (validated by the caller).
-#[derive(Debug, Clone, PartialEq)]
-pub struct NewAlertRule {
-    pub name: String,
-    pub condition: String,
-    pub for_s: i64,
-    pub keep_firing_for_s: i64,
-    pub repeat_interval_s: i64,
-    pub severity: Severity,
-    pub labels: BTreeMap<String, String>,
-    pub description: String,
-    pub advice: String,
-    pub channels: Vec<ChannelId>,
-    pub enabled: bool,
-    pub inhibits: Vec<String>,
-    pub inhibit_scope: InhibitScope,
 }
 
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
@@ -406,20 +374,20 @@ pub trait AlertStore: Send + Sync {
     async fn all_alert_rules(&self) -> Result<Vec<AlertRuleRecord>>;
     async fn alert_rule(&self, org: OrgId, id: RuleId) -> Result<Option<AlertRuleRecord>>;
     /// [`crate::StoreError::Conflict`] when the organisation already has a rule of that name.
-    async fn insert_alert_rule(&self, org: OrgId, rule: &NewAlertRule, now_ms: i64) -> Result<AlertRuleRecord>;
+    async fn insert_alert_rule(&self, org: OrgId, rule: &RuleSpec, now_ms: i64) -> Result<AlertRuleRecord>;
     /// `None` when the organisation has no rule `id`; [`crate::StoreError::Conflict`] when
     /// another of its rules has the new name.
     async fn update_alert_rule(
         &self,
         org: OrgId,
         id: RuleId,
-        rule: &NewAlertRule,
+        rule: &RuleSpec,
         now_ms: i64,
     ) -> Result<Option<AlertRuleRecord>>;
     async fn delete_alert_rule(&self, org: OrgId, id: RuleId) -> Result<bool>;
     /// Insert the shipped rules (key, rule) the organisation has never been given; returns
     /// how many were inserted. A key is given once, so a deleted default stays deleted.
-    async fn seed_default_rules(&self, org: OrgId, rules: &[(String, NewAlertRule)], now_ms: i64) -> Result<u64>;
+    async fn seed_default_rules(&self, org: OrgId, rules: &[(String, RuleSpec)], now_ms: i64) -> Result<u64>;
 
     // Channels --------------------------------------------------------------------------------
     async fn notification_channels(&self, org: OrgId) -> Result<Vec<ChannelRecord>>;
@@ -530,7 +498,7 @@ pub trait AlertStore: Send + Sync {
     async fn deliveries(&self, org: OrgId, filter: &DeliveryFilter) -> Result<Vec<DeliveryRecord>>;
 }
 
-/// The columns of an alert rule that a [`NewAlertRule`] sets (its spec), in bind order.
+/// The columns of an alert rule that its [`RuleSpec`] sets, in bind order.
 pub(crate) const RULE_SPEC_COLS: [&str; 13] = [
     "name",
     "condition",
@@ -545,6 +513,25 @@ pub(crate) const RULE_SPEC_COLS: [&str; 13] = [
     "enabled",
     "inhibits",
     "inhibit_scope",
+];
+/// The columns of an alert that the engine writes as the alert goes on (all but those its
+/// rule, GPU and labels fix when it opens), in bind order: both an alert's insert and its
+/// compare-and-set update write these.
+pub(crate) const ALERT_STATE_COLS: [&str; 14] = [
+    "status",
+    "active_since_ms",
+    "fired_at_ms",
+    "resolved_at_ms",
+    "last_match_ms",
+    "last_eval_ms",
+    "summary",
+    "details",
+    "silenced_by",
+    "notified_firing",
+    "last_notified_ms",
+    "repeat_seq",
+    "updated_ms",
+    "inhibited_by",
 ];
 /// The columns of a notification channel that a [`NewChannel`] sets, in bind order.
 pub(crate) const CHANNEL_SPEC_COLS: [&str; 10] = [
@@ -563,6 +550,29 @@ pub(crate) const RULE_COLS: &str = "id, org_id, name, condition, for_s, keep_fir
      labels, description, advice, channels, enabled, builtin, created_ms, updated_ms, inhibits, inhibit_scope";
 pub(crate) const CHANNEL_COLS: &str = "id, org_id, name, kind, url, is_default, min_interval_ms, next_send_ms, created_ms, updated_ms, group_by, \
      group_wait_s, group_interval_s, digest, digest_at_min, digest_last_ms";
+
+/// A table of records an admin writes whole (rules, channels): what inserts and updates of
+/// it set and read back.
+pub(crate) struct SpecTable {
+    pub name: &'static str,
+    /// The columns a record's spec sets, in bind order.
+    pub spec_cols: &'static [&'static str],
+    /// What an update sets besides the spec columns (`, col = …`; its parameters are bound
+    /// after the spec's).
+    pub also_on_update: &'static str,
+    /// The columns a record is read from.
+    pub cols: &'static str,
+}
+
+pub(crate) const RULES: SpecTable =
+    SpecTable { name: "alert_rules", spec_cols: &RULE_SPEC_COLS, also_on_update: "", cols: RULE_COLS };
+/// An update's right-hand sides read the row as it was: a changed digest schedule starts over.
+pub(crate) const CHANNELS: SpecTable = SpecTable {
+    name: "notification_channels",
+    spec_cols: &CHANNEL_SPEC_COLS,
+    also_on_update: ", digest_last_ms = CASE WHEN digest = ? AND digest_at_min = ? THEN digest_last_ms ELSE 0 END",
+    cols: CHANNEL_COLS,
+};
 pub(crate) const SILENCE_COLS: &str = "id, org_id, matchers, starts_at_ms, ends_at_ms, comment, created_by, created_ms";
 pub(crate) const ALERT_COLS: &str = "a.id, a.org_id, a.rule_id, a.gpu_id, coalesce(g.uuid, '') AS gpu_uuid, \
      coalesce(g.host, '') AS host, a.status, a.active_since_ms, a.fired_at_ms, a.resolved_at_ms, a.last_match_ms, \
@@ -574,7 +584,8 @@ pub(crate) const DELIVERY_COLS: &str =
     "id, org_id, outbox_id, alert_id, channel_id, kind, attempt, at_ms, outcome, status_code, error, duration_ms";
 
 /// `INSERT INTO {table} ({lead}, {spec}) VALUES (?, …) {tail}`: the columns the store sets
-/// (`lead`, bound first) and a record's spec columns (bound by `bind_rule` / `bind_channel`).
+/// (`lead`, bound first) and a record's spec columns (bound by `bind_rule`, `bind_channel`,
+/// `bind_alert_state`).
 pub(crate) fn insert_spec_sql(table: &str, lead: &[&str], spec: &[&str], tail: &str) -> String {
     let cols: Vec<&str> = lead.iter().chain(spec).copied().collect();
     let marks = vec!["?"; cols.len()].join(", ");
@@ -598,7 +609,7 @@ macro_rules! impl_alert_store {
         type Query<'q> = sqlx::query::Query<'q, $db, <$db as sqlx::Database>::Arguments<'q>>;
 
         /// Binds a rule's [`RULE_SPEC_COLS`]($crate::alerts::RULE_SPEC_COLS), in their order.
-        fn bind_rule<'q>(query: Query<'q>, rule: &'q $crate::alerts::NewAlertRule) -> Query<'q> {
+        fn bind_rule<'q>(query: Query<'q>, rule: &'q fleetlens_core::rules::RuleSpec) -> Query<'q> {
             query
                 .bind(&rule.name)
                 .bind(&rule.condition)
@@ -630,10 +641,90 @@ macro_rules! impl_alert_store {
                 .bind(ch.digest_at_min)
         }
 
+        /// Binds an alert's [`ALERT_STATE_COLS`]($crate::alerts::ALERT_STATE_COLS), in their order
+        /// (`updated_ms` is `now_ms`).
+        fn bind_alert_state<'q>(query: Query<'q>, a: &'q $crate::alerts::AlertRecord, now_ms: i64) -> Query<'q> {
+            query
+                .bind(a.status.as_str())
+                .bind(a.active_since_ms)
+                .bind(a.fired_at_ms)
+                .bind(a.resolved_at_ms)
+                .bind(a.last_match_ms)
+                .bind(a.last_eval_ms)
+                .bind(&a.summary)
+                .bind(a.details.to_string())
+                .bind(a.silenced_by)
+                .bind(a.notified_firing)
+                .bind(a.last_notified_ms)
+                .bind(a.repeat_seq)
+                .bind(now_ms)
+                .bind(a.inhibited_by)
+        }
+
+        /// Binds a channel's spec and then the parameters of
+        /// [`CHANNELS`]($crate::alerts::CHANNELS)`.also_on_update`: the new digest schedule, which
+        /// it compares with the row's.
+        fn bind_channel_update<'q>(query: Query<'q>, ch: &'q $crate::alerts::NewChannel) -> Query<'q> {
+            bind_channel(query, ch).bind(&ch.digest).bind(ch.digest_at_min)
+        }
+
+        /// `INSERT INTO {table} (org_id, created_ms, updated_ms, {spec}) … RETURNING {cols}`: a new
+        /// record of the organisation (a rule, a channel), its spec columns bound by `bind`.
+        async fn insert_record<T, S: ?Sized + Sync>(
+            pool: &sqlx::Pool<$db>,
+            table: &$crate::alerts::SpecTable,
+            org: $crate::OrgId,
+            spec: &S,
+            bind: impl for<'a> Fn(Query<'a>, &'a S) -> Query<'a>,
+            now_ms: i64,
+        ) -> $crate::Result<T>
+        where
+            T: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
+        {
+            let sql = $crate::alerts::insert_spec_sql(
+                table.name,
+                &["org_id", "created_ms", "updated_ms"],
+                table.spec_cols,
+                &format!("RETURNING {}", table.cols),
+            );
+            let sql = q(&sql);
+            let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
+            let row = bind(query, spec).fetch_one(pool).await?;
+            Ok(T::from_row(&row)?)
+        }
+
+        /// `UPDATE {table} SET {spec} = ?, …{also_on_update}, updated_ms = ? WHERE org_id = ? AND
+        /// id = ? RETURNING {cols}`; `bind` binds the spec columns, then `also_on_update`'s
+        /// parameters. `None` when the organisation has no such record.
+        async fn update_record<T, S: ?Sized + Sync, I>(
+            pool: &sqlx::Pool<$db>,
+            table: &$crate::alerts::SpecTable,
+            org: $crate::OrgId,
+            id: I,
+            spec: &S,
+            bind: impl for<'a> Fn(Query<'a>, &'a S) -> Query<'a>,
+            now_ms: i64,
+        ) -> $crate::Result<Option<T>>
+        where
+            T: for<'r> sqlx::FromRow<'r, <$db as sqlx::Database>::Row>,
+            I: for<'q> sqlx::Encode<'q, $db> + sqlx::Type<$db> + Send,
+        {
+            let sql = format!(
+                "UPDATE {} SET {}{}, updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
+                table.name,
+                $crate::alerts::spec_sets(table.spec_cols),
+                table.also_on_update,
+                table.cols
+            );
+            let sql = q(&sql);
+            let row = bind(sqlx::query(&sql), spec).bind(now_ms).bind(org).bind(id).fetch_optional(pool).await?;
+            Ok(row.as_ref().map(T::from_row).transpose()?)
+        }
+
         #[async_trait::async_trait]
         impl $crate::alerts::AlertStore for $store {
             async fn alert_rules(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::alerts::AlertRuleRecord>> {
-                all_of_org(self.pool(), $crate::alerts::RULE_COLS, "alert_rules", "id", org).await
+                all_of_org(self.pool(), $crate::alerts::RULES.cols, $crate::alerts::RULES.name, "id", org).await
             }
 
             async fn all_alert_rules(&self) -> $crate::Result<Vec<$crate::alerts::AlertRuleRecord>> {
@@ -646,68 +737,42 @@ macro_rules! impl_alert_store {
                 org: $crate::OrgId,
                 id: fleetlens_core::RuleId,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
-                one_of_org(self.pool(), $crate::alerts::RULE_COLS, "alert_rules", org, id).await
+                one_of_org(self.pool(), $crate::alerts::RULES.cols, $crate::alerts::RULES.name, org, id).await
             }
 
             async fn insert_alert_rule(
                 &self,
                 org: $crate::OrgId,
-                rule: &$crate::alerts::NewAlertRule,
+                rule: &fleetlens_core::rules::RuleSpec,
                 now_ms: i64,
             ) -> $crate::Result<$crate::alerts::AlertRuleRecord> {
-                let sql = $crate::alerts::insert_spec_sql(
-                    "alert_rules",
-                    &["org_id", "created_ms", "updated_ms"],
-                    &$crate::alerts::RULE_SPEC_COLS,
-                    &format!("RETURNING {}", $crate::alerts::RULE_COLS),
-                );
-                let sql = q(&sql);
-                let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
-                let row = bind_rule(query, rule).fetch_one(self.pool()).await?;
-                Ok(sqlx::FromRow::from_row(&row)?)
+                insert_record(self.pool(), &$crate::alerts::RULES, org, rule, bind_rule, now_ms).await
             }
 
             async fn update_alert_rule(
                 &self,
                 org: $crate::OrgId,
                 id: fleetlens_core::RuleId,
-                rule: &$crate::alerts::NewAlertRule,
+                rule: &fleetlens_core::rules::RuleSpec,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::AlertRuleRecord>> {
-                let sets = $crate::alerts::spec_sets(&$crate::alerts::RULE_SPEC_COLS);
-                let sql = format!(
-                    "UPDATE alert_rules SET {sets}, updated_ms = ? WHERE org_id = ? AND id = ? RETURNING {}",
-                    $crate::alerts::RULE_COLS
-                );
-                let row = bind_rule(sqlx::query(&q(&sql)), rule)
-                    .bind(now_ms)
-                    .bind(org)
-                    .bind(id)
-                    .fetch_optional(self.pool())
-                    .await?;
-                Ok(row.as_ref().map(sqlx::FromRow::from_row).transpose()?)
+                update_record(self.pool(), &$crate::alerts::RULES, org, id, rule, bind_rule, now_ms).await
             }
 
             async fn delete_alert_rule(&self, org: $crate::OrgId, id: fleetlens_core::RuleId) -> $crate::Result<bool> {
-                let done = sqlx::query(&q("DELETE FROM alert_rules WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(id)
-                    .execute(self.pool())
-                    .await?
-                    .rows_affected();
-                Ok(done > 0)
+                delete_of_org(self.pool(), $crate::alerts::RULES.name, org, id).await
             }
 
             async fn seed_default_rules(
                 &self,
                 org: $crate::OrgId,
-                rules: &[(String, $crate::alerts::NewAlertRule)],
+                rules: &[(String, fleetlens_core::rules::RuleSpec)],
                 now_ms: i64,
             ) -> $crate::Result<u64> {
                 let insert = $crate::alerts::insert_spec_sql(
-                    "alert_rules",
+                    $crate::alerts::RULES.name,
                     &["org_id", "builtin", "created_ms", "updated_ms"],
-                    &$crate::alerts::RULE_SPEC_COLS,
+                    $crate::alerts::RULES.spec_cols,
                     "ON CONFLICT DO NOTHING",
                 );
                 let insert = q(&insert);
@@ -737,7 +802,7 @@ macro_rules! impl_alert_store {
                 &self,
                 org: $crate::OrgId,
             ) -> $crate::Result<Vec<$crate::alerts::ChannelRecord>> {
-                all_of_org(self.pool(), $crate::alerts::CHANNEL_COLS, "notification_channels", "id", org).await
+                all_of_org(self.pool(), $crate::alerts::CHANNELS.cols, $crate::alerts::CHANNELS.name, "id", org).await
             }
 
             async fn notification_channel(
@@ -745,7 +810,7 @@ macro_rules! impl_alert_store {
                 org: $crate::OrgId,
                 id: fleetlens_core::ChannelId,
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
-                one_of_org(self.pool(), $crate::alerts::CHANNEL_COLS, "notification_channels", org, id).await
+                one_of_org(self.pool(), $crate::alerts::CHANNELS.cols, $crate::alerts::CHANNELS.name, org, id).await
             }
 
             async fn insert_notification_channel(
@@ -755,16 +820,7 @@ macro_rules! impl_alert_store {
                 now_ms: i64,
             ) -> $crate::Result<$crate::alerts::ChannelRecord> {
                 // `next_send_ms` starts at its default, 0.
-                let sql = $crate::alerts::insert_spec_sql(
-                    "notification_channels",
-                    &["org_id", "created_ms", "updated_ms"],
-                    &$crate::alerts::CHANNEL_SPEC_COLS,
-                    &format!("RETURNING {}", $crate::alerts::CHANNEL_COLS),
-                );
-                let sql = q(&sql);
-                let query = sqlx::query(&sql).bind(org).bind(now_ms).bind(now_ms);
-                let row = bind_channel(query, ch).fetch_one(self.pool()).await?;
-                Ok(sqlx::FromRow::from_row(&row)?)
+                insert_record(self.pool(), &$crate::alerts::CHANNELS, org, ch, bind_channel, now_ms).await
             }
 
             async fn update_notification_channel(
@@ -774,34 +830,13 @@ macro_rules! impl_alert_store {
                 ch: &$crate::alerts::NewChannel,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::alerts::ChannelRecord>> {
-                // The right-hand sides read the row as it was: a changed digest schedule starts over.
-                let sets = $crate::alerts::spec_sets(&$crate::alerts::CHANNEL_SPEC_COLS);
-                let sql = format!(
-                    "UPDATE notification_channels SET {sets}, updated_ms = ?, \
-                     digest_last_ms = CASE WHEN digest = ? AND digest_at_min = ? THEN digest_last_ms ELSE 0 END \
-                     WHERE org_id = ? AND id = ? RETURNING {}",
-                    $crate::alerts::CHANNEL_COLS
-                );
-                let row = bind_channel(sqlx::query(&q(&sql)), ch)
-                    .bind(now_ms)
-                    .bind(&ch.digest)
-                    .bind(ch.digest_at_min)
-                    .bind(org)
-                    .bind(id)
-                    .fetch_optional(self.pool())
-                    .await?;
-                Ok(row.as_ref().map(sqlx::FromRow::from_row).transpose()?)
+                update_record(self.pool(), &$crate::alerts::CHANNELS, org, id, ch, bind_channel_update, now_ms).await
             }
 
             async fn delete_notification_channel(&self, org: $crate::OrgId, id: fleetlens_core::ChannelId, now_ms: i64) -> $crate::Result<bool> {
                 let mut tx = begin(self.pool()).await?;
-                let done = sqlx::query(&q("DELETE FROM notification_channels WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
-                if done > 0 {
+                let done = delete_of_org(&mut *tx, $crate::alerts::CHANNELS.name, org, id).await?;
+                if done {
                     sqlx::query(&q(
                         "UPDATE alert_outbox SET status = 'failed', last_error = 'channel deleted', lease_owner = NULL, \
                          lease_until_ms = NULL, next_attempt_ms = ? WHERE channel_id = ? AND status IN ('pending', 'sending')",
@@ -812,7 +847,7 @@ macro_rules! impl_alert_store {
                     .await?;
                 }
                 tx.commit().await?;
-                Ok(done > 0)
+                Ok(done)
             }
 
             async fn insert_silence(
@@ -1002,63 +1037,36 @@ macro_rules! impl_alert_store {
                 use $crate::alerts::AlertWrite;
                 let mut tx = begin(self.pool()).await?;
                 let mut out = $crate::alerts::EvalOutcome::default();
+                let open_sql = q(&$crate::alerts::insert_spec_sql(
+                    "alerts",
+                    &["org_id", "rule_id", "gpu_id", "rule_name", "severity", "labels", "fingerprint"],
+                    &$crate::alerts::ALERT_STATE_COLS,
+                    "ON CONFLICT DO NOTHING RETURNING id",
+                ))
+                .into_owned();
+                let update_sql = q(&format!(
+                    "UPDATE alerts SET {} WHERE id = ? AND status = ?",
+                    $crate::alerts::spec_sets(&$crate::alerts::ALERT_STATE_COLS)
+                ))
+                .into_owned();
                 for change in &w.changes {
                     let (id, org) = match &change.write {
                         AlertWrite::Open(a) => {
-                            let id: Option<fleetlens_core::AlertId> = sqlx::query_scalar(&q(
-                                "INSERT INTO alerts (org_id, rule_id, gpu_id, status, active_since_ms, fired_at_ms, \
-                                 resolved_at_ms, last_match_ms, last_eval_ms, rule_name, severity, labels, fingerprint, \
-                                 summary, details, silenced_by, notified_firing, last_notified_ms, repeat_seq, updated_ms, \
-                                 inhibited_by) \
-                                 VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) \
-                                 ON CONFLICT DO NOTHING RETURNING id",
-                            ))
-                            .bind(a.org_id)
-                            .bind(a.rule_id)
-                            .bind(a.gpu_id)
-                            .bind(a.status.as_str())
-                            .bind(a.active_since_ms)
-                            .bind(a.fired_at_ms)
-                            .bind(a.resolved_at_ms)
-                            .bind(a.last_match_ms)
-                            .bind(a.last_eval_ms)
-                            .bind(&a.rule_name)
-                            .bind(a.severity.as_str())
-                            .bind($crate::alerts::to_json(&a.labels))
-                            .bind(&a.fingerprint)
-                            .bind(&a.summary)
-                            .bind(a.details.to_string())
-                            .bind(a.silenced_by)
-                            .bind(a.notified_firing)
-                            .bind(a.last_notified_ms)
-                            .bind(a.repeat_seq)
-                            .bind(w.now_ms)
-                            .bind(a.inhibited_by)
-                            .fetch_optional(&mut *tx)
-                            .await?;
+                            let query = sqlx::query(&open_sql)
+                                .bind(a.org_id)
+                                .bind(a.rule_id)
+                                .bind(a.gpu_id)
+                                .bind(&a.rule_name)
+                                .bind(a.severity.as_str())
+                                .bind($crate::alerts::to_json(&a.labels))
+                                .bind(&a.fingerprint);
+                            let row = bind_alert_state(query, a, w.now_ms).fetch_optional(&mut *tx).await?;
+                            let id: Option<fleetlens_core::AlertId> =
+                                row.as_ref().map(|r| sqlx::Row::try_get(r, 0)).transpose()?;
                             (id, a.org_id)
                         }
                         AlertWrite::Update { from, alert: a } => {
-                            let done = sqlx::query(&q(
-                                "UPDATE alerts SET status = ?, active_since_ms = ?, fired_at_ms = ?, resolved_at_ms = ?, \
-                                 last_match_ms = ?, last_eval_ms = ?, summary = ?, details = ?, silenced_by = ?, \
-                                 notified_firing = ?, last_notified_ms = ?, repeat_seq = ?, updated_ms = ?, \
-                                 inhibited_by = ? WHERE id = ? AND status = ?",
-                            ))
-                            .bind(a.status.as_str())
-                            .bind(a.active_since_ms)
-                            .bind(a.fired_at_ms)
-                            .bind(a.resolved_at_ms)
-                            .bind(a.last_match_ms)
-                            .bind(a.last_eval_ms)
-                            .bind(&a.summary)
-                            .bind(a.details.to_string())
-                            .bind(a.silenced_by)
-                            .bind(a.notified_firing)
-                            .bind(a.last_notified_ms)
-                            .bind(a.repeat_seq)
-                            .bind(w.now_ms)
-                            .bind(a.inhibited_by)
+                            let done = bind_alert_state(sqlx::query(&update_sql), a, w.now_ms)
                             .bind(a.id)
                             .bind(from.as_str())
                             .execute(&mut *tx)
@@ -1440,7 +1448,9 @@ macro_rules! impl_alert_store {
 mod sqlite_impl {
     use sqlx::Sqlite;
 
-    use crate::dialect::sqlite::{LOCK_SKIP_LOCKED, all_of_org, begin, insert_outbox, one_of_org, org_has, q};
+    use crate::dialect::sqlite::{
+        LOCK_SKIP_LOCKED, all_of_org, begin, delete_of_org, insert_outbox, one_of_org, org_has, q,
+    };
     use crate::sqlite::SqliteStore;
 
     impl_alert_store!(SqliteStore, Sqlite);
@@ -1449,7 +1459,9 @@ mod sqlite_impl {
 mod pg_impl {
     use sqlx::Postgres;
 
-    use crate::dialect::pg::{LOCK_SKIP_LOCKED, all_of_org, begin, insert_outbox, one_of_org, org_has, q};
+    use crate::dialect::pg::{
+        LOCK_SKIP_LOCKED, all_of_org, begin, delete_of_org, insert_outbox, one_of_org, org_has, q,
+    };
     use crate::postgres::PgStore;
 
     impl_alert_store!(PgStore, Postgres);

@@ -52,6 +52,16 @@ macro_rules! impl_queries {
             Ok(found.is_some())
         }
 
+        /// `DELETE FROM {table} WHERE org_id = ? AND id = ?`: whether the organisation had the row.
+        pub(crate) async fn delete_of_org<'e, E, I>(exec: E, table: &str, org: $crate::OrgId, id: I) -> $crate::Result<bool>
+        where
+            E: sqlx::Executor<'e, Database = $db>,
+            I: for<'q> sqlx::Encode<'q, $db> + sqlx::Type<$db> + Send,
+        {
+            let sql = format!("DELETE FROM {table} WHERE org_id = ? AND id = ?");
+            Ok(sqlx::query(&q(&sql)).bind(org).bind(id).execute(exec).await?.rows_affected() > 0)
+        }
+
         /// Insert a new API key with its owner and team (`None`: none) and whether it is the
         /// bootstrap key; `tail` ends the statement (`RETURNING id`, `ON CONFLICT …`). The id
         /// when `tail` returns it and a row was inserted.

@@ -244,12 +244,7 @@ macro_rules! impl_reclaim_store {
 
             async fn delete_reclaim_policy(&self, org: $crate::OrgId, id: fleetlens_core::ReclaimPolicyId) -> $crate::Result<bool> {
                 let mut tx = begin(self.pool()).await?;
-                let gone = sqlx::query(&q("DELETE FROM reclaim_policies WHERE org_id = ? AND id = ?"))
-                    .bind(org)
-                    .bind(id)
-                    .execute(&mut *tx)
-                    .await?
-                    .rows_affected();
+                let gone = delete_of_org(&mut *tx, "reclaim_policies", org, id).await?;
                 // Its open reclaims end with it (their log stays).
                 sqlx::query(&q("UPDATE reclaims SET closed_ms = updated_ms, status = 'cancelled' \
                      WHERE org_id = ? AND policy_id = ? AND closed_ms IS NULL"))
@@ -258,7 +253,7 @@ macro_rules! impl_reclaim_store {
                 .execute(&mut *tx)
                 .await?;
                 tx.commit().await?;
-                Ok(gone == 1)
+                Ok(gone)
             }
 
             async fn open_reclaims(&self) -> $crate::Result<Vec<$crate::reclaim::ReclaimRecord>> {
@@ -428,14 +423,14 @@ macro_rules! impl_reclaim_store {
 }
 
 mod sqlite_impl {
-    use crate::dialect::sqlite::{all_of_org, begin, insert_outbox, one_of_org, q};
+    use crate::dialect::sqlite::{all_of_org, begin, delete_of_org, insert_outbox, one_of_org, q};
     use crate::sqlite::SqliteStore;
 
     impl_reclaim_store!(SqliteStore, sqlx::Sqlite);
 }
 
 mod pg_impl {
-    use crate::dialect::pg::{all_of_org, begin, insert_outbox, one_of_org, q};
+    use crate::dialect::pg::{all_of_org, begin, delete_of_org, insert_outbox, one_of_org, q};
     use crate::postgres::PgStore;
 
     impl_reclaim_store!(PgStore, sqlx::Postgres);

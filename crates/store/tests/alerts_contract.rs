@@ -4,15 +4,15 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
 
 use fleetlens_core::Sample;
-use fleetlens_core::rules::Matchers;
 use fleetlens_core::rules::inhibit::InhibitScope;
+use fleetlens_core::rules::{Matchers, RuleSpec};
 use fleetlens_core::{
     AlertGroupId, AlertId, ChannelId, ChannelKind, GpuId, MessageId, MessageKind, OutboxStatus, RuleId, Severity,
     SilenceId, WorkloadState,
 };
 use fleetlens_store::alerts::{
     AlertChange, AlertFilter, AlertRecord, AlertStatus, AlertWrite, DeliveryFilter, DeliveryOutcome, DeliveryResult,
-    EvalWrite, GpuCursor, NewAlertRule, NewChannel, NewNotification, NewSilence, NewSuppressed,
+    EvalWrite, GpuCursor, NewChannel, NewNotification, NewSilence, NewSuppressed,
 };
 use fleetlens_store::{DEFAULT_ORG, Store};
 use fleetlens_tests::{Backend, TestDatabase};
@@ -37,8 +37,8 @@ async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
     (db, store)
 }
 
-fn rule(name: &str) -> NewAlertRule {
-    NewAlertRule {
+fn rule(name: &str) -> RuleSpec {
+    RuleSpec {
         name: name.into(),
         condition: "gpu_util_pct >= 80 && sm_active_pct < 30".into(),
         for_s: 300,
@@ -123,15 +123,10 @@ fn ok() -> DeliveryResult {
 async fn rules_round_trip_and_names_are_unique(backend: Backend) {
     let (_db, store) = open(backend).await;
     let a = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 5).await.unwrap();
-    assert_eq!(
-        (a.name.as_str(), a.for_s, a.channels.clone(), a.enabled),
-        ("hollow", 300, vec![ChannelId(3), ChannelId(1)], true)
-    );
-    assert_eq!(a.labels["page"], "no");
-    assert_eq!(
-        (a.inhibits.clone(), a.inhibit_scope.as_str()),
-        (vec!["busy_but_hollow".to_string(), "*".into()], "host")
-    );
+    // Every field the author set comes back as written.
+    assert_eq!(a.rule, rule("hollow"));
+    assert_eq!((a.org_id, a.builtin.as_deref(), a.created_ms, a.updated_ms), (DEFAULT_ORG, None, 5, 5));
+    assert_eq!(store.alert_rule(DEFAULT_ORG, a.id).await.unwrap().unwrap(), a);
     let taken = store.insert_alert_rule(DEFAULT_ORG, &rule("hollow"), 6).await.unwrap_err();
     assert!(
         matches!(&taken, fleetlens_store::StoreError::Conflict { what } if what == "alert_rules"),
@@ -142,7 +137,11 @@ async fn rules_round_trip_and_names_are_unique(backend: Backend) {
     edit.enabled = false;
     edit.for_s = 3;
     let e = store.update_alert_rule(DEFAULT_ORG, a.id, &edit, 9).await.unwrap().unwrap();
-    assert_eq!((e.name.as_str(), e.for_s, e.enabled, e.created_ms, e.updated_ms), ("hollow2", 3, false, 5, 9));
+    assert_eq!(
+        (e.rule.name.as_str(), e.rule.for_s, e.rule.enabled, e.created_ms, e.updated_ms),
+        ("hollow2", 3, false, 5, 9)
+    );
+    assert_eq!(e.rule, edit);
     assert!(store.update_alert_rule(DEFAULT_ORG, b.id, &edit, 9).await.unwrap_err().is_conflict(), "name taken");
     assert_eq!(store.update_alert_rule(DEFAULT_ORG, RuleId(999), &edit, 9).await.unwrap(), None, "no such rule");
     let other = store.create_org("other", 0).await.unwrap();
@@ -165,7 +164,7 @@ async fn defaults_are_seeded_once(backend: Backend) {
     store.delete_alert_rule(DEFAULT_ORG, rules[0].id).await.unwrap();
     let more = vec![("k1".to_string(), rule("one")), ("k3".to_string(), rule("three"))];
     assert_eq!(store.seed_default_rules(DEFAULT_ORG, &more, 3).await.unwrap(), 1, "a deleted default stays deleted");
-    let names: Vec<String> = store.alert_rules(DEFAULT_ORG).await.unwrap().into_iter().map(|r| r.name).collect();
+    let names: Vec<String> = store.alert_rules(DEFAULT_ORG).await.unwrap().into_iter().map(|r| r.rule.name).collect();
     assert_eq!(names, ["two", "three"]);
 }
 
@@ -582,7 +581,7 @@ async fn a_stored_name_that_is_no_name_reads_as_an_error(backend: Backend) {
     let scoped = store.insert_alert_rule(DEFAULT_ORG, &rule("stalled"), 5).await.unwrap();
     let c = store.insert_notification_channel(DEFAULT_ORG, &channel("hook", 0), 5).await.unwrap();
     assert_eq!(
-        (r.severity, c.kind, scoped.inhibit_scope),
+        (r.rule.severity, c.kind, scoped.rule.inhibit_scope),
         (Severity::Warning, ChannelKind::Webhook, InhibitScope::Host)
     );
     let sql = [

@@ -446,7 +446,7 @@ fn Silences(
                         <span>"Rule"</span>
                         <select id="silence-rule" prop:value=move || rule.get() on:change=move |ev| rule.set(event_target_value(&ev))>
                             <option value="">"any rule"</option>
-                            {move || rules.get().into_iter().map(|r| view! { <option value=r.name.clone()>{r.name.clone()}</option> }).collect_view()}
+                            {move || rules.get().into_iter().map(|r| view! { <option value=r.rule.name.clone()>{r.rule.name.clone()}</option> }).collect_view()}
                         </select>
                     </label>
                     <TextField id="silence-host" label="Host" value=host placeholder="node-*"/>
@@ -517,15 +517,15 @@ impl RuleDraft {
     fn of(r: &Rule) -> RuleDraft {
         RuleDraft {
             id: Some(r.id),
-            name: r.name.clone(),
-            condition: r.condition.clone(),
-            for_s: r.for_s.to_string(),
-            keep_firing_for_s: r.keep_firing_for_s.to_string(),
-            severity: r.severity,
-            description: r.description.clone(),
-            advice: r.advice.clone(),
-            channels: r.channels.clone(),
-            enabled: r.enabled,
+            name: r.rule.name.clone(),
+            condition: r.rule.condition.clone(),
+            for_s: r.rule.for_s.to_string(),
+            keep_firing_for_s: r.rule.keep_firing_for_s.to_string(),
+            severity: r.rule.severity,
+            description: r.rule.description.clone(),
+            advice: r.rule.advice.clone(),
+            channels: r.rule.channels.clone(),
+            enabled: r.rule.enabled,
         }
     }
 
@@ -582,17 +582,17 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
         });
     };
     let toggle = Callback::new(move |r: Rule| {
-        let enabled = !r.enabled;
+        let enabled = !r.rule.enabled;
         run(Box::pin(async move {
             api::save_rule(Some(r.id), &RuleBody { enabled: Some(enabled), ..RuleBody::default() }).await?;
-            Ok(format!("Rule “{}” {}.", r.name, if enabled { "enabled" } else { "disabled" }))
+            Ok(format!("Rule “{}” {}.", r.rule.name, if enabled { "enabled" } else { "disabled" }))
         }))
     });
     let delete = Callback::new(move |r: Rule| {
         confirm_delete.set(None);
         run(Box::pin(async move {
             api::delete_rule(r.id).await?;
-            Ok(format!("Rule “{}” deleted.", r.name))
+            Ok(format!("Rule “{}” deleted.", r.rule.name))
         }))
     });
 
@@ -644,25 +644,25 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
                                     view! {
                                         <tr data-rule-id=r.id.to_string()>
                                             <th scope="row">
-                                                <span class="rule-name">{r.name.clone()}</span>
+                                                <span class="rule-name">{r.rule.name.clone()}</span>
                                                 {r.builtin.is_some().then(|| view! { " " <span class="pill pill-muted">"shipped"</span> })}
-                                                {(!r.description.is_empty()).then(|| view! { <span class="cell-note">{r.description.clone()}</span> })}
+                                                {(!r.rule.description.is_empty()).then(|| view! { <span class="cell-note">{r.rule.description.clone()}</span> })}
                                             </th>
-                                            <td><code>{r.condition.clone()}</code></td>
-                                            <td class="num">{format::duration_ms(r.for_s * 1000)}</td>
-                                            <td>{r.severity.as_str()}</td>
-                                            <td>{if r.enabled { "yes" } else { "no" }}</td>
+                                            <td><code>{r.rule.condition.clone()}</code></td>
+                                            <td class="num">{format::duration_ms(r.rule.for_s * 1000)}</td>
+                                            <td>{r.rule.severity.as_str()}</td>
+                                            <td>{if r.rule.enabled { "yes" } else { "no" }}</td>
                                             {admin.then(|| view! {
                                                 <td>
                                                     <div class="actions">
-                                                        <button type="button" class="btn" aria-label=format!("Edit rule {}", r.name) on:click=move |_| edit.run(Some(r1.clone()))>"Edit"</button>
-                                                        <button type="button" class="btn" on:click=move |_| toggle.run(r2.clone())>{if r.enabled { "Disable" } else { "Enable" }}</button>
+                                                        <button type="button" class="btn" aria-label=format!("Edit rule {}", r.rule.name) on:click=move |_| edit.run(Some(r1.clone()))>"Edit"</button>
+                                                        <button type="button" class="btn" on:click=move |_| toggle.run(r2.clone())>{if r.rule.enabled { "Disable" } else { "Enable" }}</button>
                                                         <ConfirmButton
                                                             asking=confirm_delete
                                                             id
                                                             label="Delete"
                                                             confirm_label="Confirm delete"
-                                                            aria_label=format!("Delete rule {}", r4.name)
+                                                            aria_label=format!("Delete rule {}", r4.rule.name)
                                                             on_confirm=Callback::new(move |()| delete.run(r3.clone()))
                                                         />
                                                     </div>
@@ -745,7 +745,7 @@ fn RuleEditor(
         spawn_local(async move {
             let out = api::save_rule(d.id, &body)
                 .await
-                .map(|r| format!("Rule “{}” {}.", r.name, if d.id.is_some() { "saved" } else { "created" }));
+                .map(|r| format!("Rule “{}” {}.", r.rule.name, if d.id.is_some() { "saved" } else { "created" }));
             if show_outcome(error, saved, out) {
                 draft.set(None);
                 refresh.run(());

@@ -35,18 +35,59 @@ pub const MIN_REPEAT_S: i64 = 60;
 /// Labels Fleetlens sets itself; a rule cannot override them.
 pub const RESERVED_LABELS: [&str; 5] = ["alertname", "rule_id", "severity", "host", "gpu"];
 
-/// A rule as a user writes it.
+// Every field a user sets on a rule, defined once: the store reads it as part of the rule's row
+// (flattened into `AlertRuleRecord`; inserts and updates take it alone), the API sends it
+// flattened into `RuleView`, and the engine evaluates it. The doc comment below is the OpenAPI
+// schema's description.
+/// An alert rule as its author writes it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
 pub struct RuleSpec {
     pub name: String,
     pub condition: String,
     pub for_s: i64,
     pub keep_firing_for_s: i64,
     pub repeat_interval_s: i64,
+    /// `info`, `warning` or `critical`.
     pub severity: Severity,
+    #[cfg_attr(feature = "sqlx", sqlx(try_from = "crate::json_text::JsonText<BTreeMap<String, String>>"))]
     pub labels: BTreeMap<String, String>,
     pub description: String,
     pub advice: String,
+    /// Where its alerts go; none: the organisation's default channels.
+    #[cfg_attr(feature = "sqlx", sqlx(try_from = "crate::json_text::JsonText<Vec<crate::ChannelId>>"))]
+    pub channels: Vec<crate::ChannelId>,
+    pub enabled: bool,
+    /// Rules whose alerts this rule's open alerts hold back: shipped rule keys or rule names,
+    /// `*` (every other rule), `state:<state>` (rules that hold in that workload state).
+    #[cfg_attr(feature = "sqlx", sqlx(try_from = "crate::json_text::JsonText<Vec<String>>"))]
+    pub inhibits: Vec<String>,
+    /// Where: `gpu` (the same GPU), `host` or `job` (the same `owner_job`).
+    pub inhibit_scope: inhibit::InhibitScope,
+}
+
+/// What a new rule has in the fields its author leaves out (`POST /api/v1/alert-rules` requires
+/// only name and condition): no wait, reminders every [`defaults::DEFAULT_REPEAT_S`], a
+/// warning, enabled, to the default channels, holding nothing back.
+impl Default for RuleSpec {
+    fn default() -> Self {
+        RuleSpec {
+            name: String::new(),
+            condition: String::new(),
+            for_s: 0,
+            keep_firing_for_s: 0,
+            repeat_interval_s: defaults::DEFAULT_REPEAT_S,
+            severity: Severity::Warning,
+            labels: BTreeMap::new(),
+            description: String::new(),
+            advice: String::new(),
+            channels: Vec::new(),
+            enabled: true,
+            inhibits: Vec::new(),
+            inhibit_scope: inhibit::InhibitScope::Gpu,
+        }
+    }
 }
 
 /// A rule that cannot be stored: which field, why, and for the condition where.
@@ -121,9 +162,10 @@ impl From<&DefaultRule> for RuleSpec {
             keep_firing_for_s: d.keep_firing_for_s,
             repeat_interval_s: d.repeat_interval_s,
             severity: d.severity,
-            labels: BTreeMap::new(),
             description: d.description.into(),
             advice: d.advice.text().into(),
+            inhibits: d.inhibits.iter().map(|t| t.to_string()).collect(),
+            ..RuleSpec::default()
         }
     }
 }

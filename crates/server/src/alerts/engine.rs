@@ -41,7 +41,7 @@ use fleetlens_core::{
 };
 use fleetlens_store::alerts::{
     ALERT_ENGINE_JOB, AlertChange, AlertRecord, AlertRuleRecord, AlertStatus, AlertWrite, ChannelRecord, EvalWrite,
-    GpuBrief, GpuCursor, NewAlertRule, NewNotification, NewSuppressed,
+    GpuBrief, GpuCursor, NewNotification, NewSuppressed,
 };
 use fleetlens_store::{DEFAULT_ORG, OrgId, Store, StoreError};
 
@@ -148,7 +148,6 @@ pub struct Report {
 /// A rule ready to evaluate.
 pub(super) struct Rule {
     pub(super) rec: AlertRuleRecord,
-    spec: RuleSpec,
     cond: Condition,
     timing: Timing,
     /// True on an observation with no data: evaluated on the wall clock.
@@ -159,18 +158,7 @@ pub(super) struct Rule {
 
 impl Rule {
     fn compile(rec: AlertRuleRecord) -> Option<Rule> {
-        let spec = RuleSpec {
-            name: rec.name.clone(),
-            condition: rec.condition.clone(),
-            for_s: rec.for_s,
-            keep_firing_for_s: rec.keep_firing_for_s,
-            repeat_interval_s: rec.repeat_interval_s,
-            severity: rec.severity,
-            labels: rec.labels.clone(),
-            description: rec.description.clone(),
-            advice: rec.advice.clone(),
-        };
-        let cond = match Condition::parse(&rec.condition) {
+        let cond = match Condition::parse(&rec.rule.condition) {
             Ok(c) => c,
             Err(e) => {
                 tracing::warn!(rule = rec.id.get(), error = %e, "stored rule does not parse; skipped");
@@ -190,40 +178,15 @@ impl Rule {
             xid_errors: None,
         };
         let no_data = cond.eval(&probe) == Truth::True;
-        let timing = Timing::from_secs(rec.for_s, rec.keep_firing_for_s);
+        let timing = Timing::from_secs(rec.rule.for_s, rec.rule.keep_firing_for_s);
         let holds_in = inhibit::holds_in(&cond);
-        Some(Rule { rec, spec, cond, timing, no_data, holds_in })
+        Some(Rule { rec, cond, timing, no_data, holds_in })
     }
 }
 
 /// The shipped rules as the store takes them.
-pub fn default_rules() -> Vec<(String, NewAlertRule)> {
-    DEFAULT_RULES
-        .iter()
-        .map(|d: &DefaultRule| {
-            let mut rule = new_rule(&RuleSpec::from(d), vec![], true);
-            rule.inhibits = d.inhibits.iter().map(|t| t.to_string()).collect();
-            (d.key.to_string(), rule)
-        })
-        .collect()
-}
-
-pub fn new_rule(spec: &RuleSpec, channels: Vec<ChannelId>, enabled: bool) -> NewAlertRule {
-    NewAlertRule {
-        name: spec.name.trim().to_string(),
-        condition: spec.condition.clone(),
-        for_s: spec.for_s,
-        keep_firing_for_s: spec.keep_firing_for_s,
-        repeat_interval_s: spec.repeat_interval_s,
-        severity: spec.severity,
-        labels: spec.labels.clone(),
-        description: spec.description.clone(),
-        advice: spec.advice.clone(),
-        channels,
-        enabled,
-        inhibits: vec![],
-        inhibit_scope: InhibitScope::Gpu,
-    }
+pub fn default_rules() -> Vec<(String, RuleSpec)> {
+    DEFAULT_RULES.iter().map(|d: &DefaultRule| (d.key.to_string(), RuleSpec::from(d))).collect()
 }
 
 /// What one cycle reads once.
@@ -246,10 +209,10 @@ impl CycleData {
     /// The channels a rule notifies: its own, or the organisation's default channels.
     fn channels_for(&self, rule: &AlertRuleRecord) -> Vec<&ChannelRecord> {
         let all = self.channels.get(&rule.org_id).map(Vec::as_slice).unwrap_or_default();
-        if rule.channels.is_empty() {
+        if rule.rule.channels.is_empty() {
             all.iter().filter(|c| c.is_default).collect()
         } else {
-            all.iter().filter(|c| rule.channels.contains(&c.id)).collect()
+            all.iter().filter(|c| rule.rule.channels.contains(&c.id)).collect()
         }
     }
 
@@ -464,7 +427,7 @@ impl Engine {
         let mut rules: HashMap<OrgId, Vec<Rule>> = HashMap::new();
         let mut enabled_rules = HashSet::new();
         for rec in store.all_alert_rules().await? {
-            if !rec.enabled {
+            if !rec.rule.enabled {
                 continue;
             }
             if let Some(rule) = Rule::compile(rec) {
@@ -497,12 +460,12 @@ impl Engine {
                 let refs: Vec<(RuleRef<'_>, InhibitScope, Vec<Target>)> = list
                     .iter()
                     .map(|r| {
-                        let targets = r.rec.inhibits.iter().filter_map(|t| Target::parse(t).ok()).collect();
-                        let scope = r.rec.inhibit_scope;
+                        let targets = r.rec.rule.inhibits.iter().filter_map(|t| Target::parse(t).ok()).collect();
+                        let scope = r.rec.rule.inhibit_scope;
                         let rule = RuleRef {
                             id: r.rec.id,
                             key: r.rec.builtin.as_deref(),
-                            name: &r.rec.name,
+                            name: &r.rec.rule.name,
                             holds_in: &r.holds_in,
                         };
                         (rule, scope, targets)
@@ -711,7 +674,7 @@ impl Engine {
                 self.edit_open(key, changes, |a| (a.silenced_by, a.inhibited_by) = (silenced, inhibited));
             }
             let Some(a) = self.open.get(&key) else { continue };
-            let repeat_ms = rule.rec.repeat_interval_s.saturating_mul(1000);
+            let repeat_ms = rule.rec.rule.repeat_interval_s.saturating_mul(1000);
             let last = a.last_notified_ms.or(a.fired_at_ms).unwrap_or(now);
             if silenced.is_some() || inhibited.is_some() || !repeat_due(last, repeat_ms, now) {
                 continue;
@@ -729,7 +692,7 @@ impl Engine {
                     channel_id: c.id,
                     kind: MessageKind::Repeat,
                     seq: a.repeat_seq,
-                    payload: render::payload(c, &n, now, rule.rec.repeat_interval_s),
+                    payload: render::payload(c, &n, now, rule.rec.rule.repeat_interval_s),
                 })
                 .collect();
             push_notes(changes, key, (notes, vec![]));
@@ -814,7 +777,7 @@ impl Engine {
                 if let (Some(a), Phase::Firing { last_match_ms, .. }) = (self.open.get_mut(&key), next) {
                     a.last_eval_ms = t;
                     a.last_match_ms = last_match_ms;
-                    if rule.rec.keep_firing_for_s > 0 {
+                    if rule.rec.rule.keep_firing_for_s > 0 {
                         changes.origin.entry(key).or_insert(a.status);
                         changes.touch(key);
                     }
@@ -896,7 +859,7 @@ impl Engine {
 
     fn new_alert(&self, rule: &Rule, g: &GpuBrief, obs: &Observation<'_>, t: i64, data: &CycleData) -> AlertRecord {
         let subject = AlertSubject { host: &g.host, gpu_uuid: &g.uuid, team: data.team(g) };
-        let mut labels = alert_labels(rule.rec.id, &rule.spec, subject);
+        let mut labels = alert_labels(rule.rec.id, &rule.rec.rule, subject);
         // Who the GPU's processes belong to, when the agent could tell (the rule's own labels
         // win): Alertmanager can route on them, silences and Slack show them.
         for name in fleetlens_core::rules::fields::OWNER_FIELDS {
@@ -904,9 +867,10 @@ impl Engine {
                 labels.entry(name.to_string()).or_insert_with(|| v.into_owned());
             }
         }
-        let advice = if rule.rec.advice.is_empty() { obs.state.advice().to_string() } else { rule.rec.advice.clone() };
+        let advice =
+            if rule.rec.rule.advice.is_empty() { obs.state.advice().to_string() } else { rule.rec.rule.advice.clone() };
         let details = AlertDetails {
-            condition: rule.rec.condition.clone(),
+            condition: rule.rec.rule.condition.clone(),
             values: matched_values(rule.cond.fields(), obs),
             state: Some(obs.state),
             advice,
@@ -914,7 +878,7 @@ impl Engine {
             gpu_index: g.gpu_index.and_then(|i| u32::try_from(i).ok()),
             team: data.team(g).map(str::to_string),
             notified_channels: vec![],
-            repeat_interval_s: rule.rec.repeat_interval_s,
+            repeat_interval_s: rule.rec.rule.repeat_interval_s,
             resolved_reason: None,
         };
         AlertRecord {
@@ -930,8 +894,8 @@ impl Engine {
             resolved_at_ms: None,
             last_match_ms: t,
             last_eval_ms: t,
-            rule_name: rule.rec.name.clone(),
-            severity: rule.rec.severity,
+            rule_name: rule.rec.rule.name.clone(),
+            severity: rule.rec.rule.severity,
             fingerprint: fingerprint(&labels),
             labels,
             summary: summary(rule, obs),
@@ -987,7 +951,7 @@ impl Engine {
                 channel_id: c.id,
                 kind: MessageKind::Firing,
                 seq: 0,
-                payload: render::payload(c, &n, now, rule.rec.repeat_interval_s),
+                payload: render::payload(c, &n, now, rule.rec.rule.repeat_interval_s),
             })
             .collect();
         (notes, vec![])
@@ -1140,10 +1104,10 @@ const EVENTS_PER_READ: i64 = 10_000;
 
 /// The rule's description with the observation's values, or the condition and the values.
 fn summary(rule: &Rule, obs: &Observation<'_>) -> String {
-    if !rule.rec.description.trim().is_empty() {
-        return render_template(&rule.rec.description, obs);
+    if !rule.rec.rule.description.trim().is_empty() {
+        return render_template(&rule.rec.rule.description, obs);
     }
     let values: Vec<String> =
         matched_values(rule.cond.fields(), obs).into_iter().map(|v| format!("{} = {}", v.field, v.value)).collect();
-    format!("{} ({})", rule.rec.condition, values.join(", "))
+    format!("{} ({})", rule.rec.rule.condition, values.join(", "))
 }

@@ -437,7 +437,7 @@ fn repeat_ms(data: &CycleData, g: &GroupEntry) -> i64 {
         .members
         .iter()
         .filter_map(|m| data.rule(g.org, m.n.rule_id))
-        .map(|r| r.rec.repeat_interval_s)
+        .map(|r| r.rec.rule.repeat_interval_s)
         .filter(|s| *s > 0)
         .min()
         .unwrap_or(0)

@@ -5,7 +5,6 @@
 //! A condition that does not parse is a 422 whose error names the field (`condition`), the
 //! 0-based character `position` and the 1-based `column`, with a caret line in the message.
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
 use axum::Json;
@@ -18,7 +17,6 @@ use fleetlens_api::alerts::{
     DeliveryView, FieldInfo, OutboxView, RuleBody, RuleErrorBody, RuleErrorDetail, RuleFields, RuleList, RuleView,
     SilenceBody, SilenceList, SilenceView, TestResult,
 };
-use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec};
 use fleetlens_core::{
@@ -32,7 +30,6 @@ use fleetlens_store::{OrgId, Scope, Store, StoreError};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
-use crate::alerts::engine::new_rule;
 use crate::alerts::render::{self, SLACK_MIN_INTERVAL_MS};
 pub use crate::alerts::views::{alert_view, marking_deleted};
 use crate::auth::Caller;
@@ -102,25 +99,8 @@ fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
 
 /// `POST` takes these (name and condition required); `PUT` changes the fields it names.
 fn rule_view(r: AlertRuleRecord) -> RuleView {
-    RuleView {
-        id: r.id,
-        name: r.name,
-        condition: r.condition,
-        for_s: r.for_s,
-        keep_firing_for_s: r.keep_firing_for_s,
-        repeat_interval_s: r.repeat_interval_s,
-        severity: r.severity,
-        labels: r.labels,
-        description: r.description,
-        advice: r.advice,
-        channels: r.channels,
-        enabled: r.enabled,
-        builtin: r.builtin,
-        created_ms: r.created_ms,
-        updated_ms: r.updated_ms,
-        inhibits: r.inhibits,
-        inhibit_scope: r.inhibit_scope,
-    }
+    let AlertRuleRecord { id, org_id: _, rule, builtin, created_ms, updated_ms } = r;
+    RuleView { id, rule, builtin, created_ms, updated_ms }
 }
 
 /// Check `inhibits` (every rule it names exists; the scope is an `InhibitScope` already).
@@ -132,7 +112,7 @@ async fn check_inhibits(store: &dyn Store, org: OrgId, inhibits: &[String]) -> R
     let rules = store.alert_rules(org).await?;
     for t in inhibits {
         match Target::parse(t).map_err(|e| invalid("inhibits", e))? {
-            Target::Rule(k) if !rules.iter().any(|r| r.builtin.as_deref() == Some(k.as_str()) || r.name == k) => {
+            Target::Rule(k) if !rules.iter().any(|r| r.builtin.as_deref() == Some(k.as_str()) || r.rule.name == k) => {
                 return Err(invalid(
                     "inhibits",
                     format!("{k:?} is neither a shipped rule's key nor a rule's name (or `*`, `state:<state>`)"),
@@ -157,19 +137,11 @@ async fn check_channels(store: &dyn Store, org: OrgId, ids: &[ChannelId]) -> Res
     Ok(())
 }
 
-fn merge(base: RuleSpec, b: RuleBody) -> (RuleSpec, Option<Vec<ChannelId>>, Option<bool>) {
-    let spec = RuleSpec {
-        name: b.name.unwrap_or(base.name),
-        condition: b.condition.unwrap_or(base.condition),
-        for_s: b.for_s.unwrap_or(base.for_s),
-        keep_firing_for_s: b.keep_firing_for_s.unwrap_or(base.keep_firing_for_s),
-        repeat_interval_s: b.repeat_interval_s.unwrap_or(base.repeat_interval_s),
-        severity: b.severity.unwrap_or(base.severity),
-        labels: b.labels.unwrap_or(base.labels),
-        description: b.description.unwrap_or(base.description),
-        advice: b.advice.unwrap_or(base.advice),
-    };
-    (spec, b.channels, b.enabled)
+/// `base` with what the body names changed; the name is stored trimmed.
+fn merge(base: RuleSpec, b: RuleBody) -> RuleSpec {
+    let mut spec = b.apply(base);
+    spec.name = spec.name.trim().to_string();
+    spec
 }
 
 /// `{"rules": [...]}`.
@@ -189,34 +161,17 @@ pub async fn create_rule(
 ) -> Res<(StatusCode, Json<RuleView>)> {
     caller.require(Scope::Admin)?;
     let b: RuleBody = parse_body(&body)?;
-    let inhibits = b.inhibits.clone().unwrap_or_default();
-    let inhibit_scope = b.inhibit_scope.unwrap_or(InhibitScope::Gpu);
     if b.name.is_none() {
         return Err(invalid("name", "required"));
     }
     if b.condition.is_none() {
         return Err(invalid("condition", "required: e.g. `gpu_util_pct >= 80 && sm_active_pct < 30`"));
     }
-    let base = RuleSpec {
-        name: String::new(),
-        condition: String::new(),
-        for_s: 0,
-        keep_firing_for_s: 0,
-        repeat_interval_s: fleetlens_core::rules::defaults::DEFAULT_REPEAT_S,
-        severity: Severity::Warning,
-        labels: BTreeMap::new(),
-        description: String::new(),
-        advice: String::new(),
-    };
-    let (spec, channels, enabled) = merge(base, b);
-    spec.validate().map_err(AlertsError::Rule)?;
-    let channels = channels.unwrap_or_default();
-    check_channels(state.store.as_ref(), caller.org, &channels).await?;
+    let rule = merge(RuleSpec::default(), b);
+    rule.validate().map_err(AlertsError::Rule)?;
+    check_channels(state.store.as_ref(), caller.org, &rule.channels).await?;
     seed(&state, caller.org).await?;
-    check_inhibits(state.store.as_ref(), caller.org, &inhibits).await?;
-    let mut rule = new_rule(&spec, channels, enabled.unwrap_or(true));
-    rule.inhibits = inhibits;
-    rule.inhibit_scope = inhibit_scope;
+    check_inhibits(state.store.as_ref(), caller.org, &rule.inhibits).await?;
     let stored =
         state.store.insert_alert_rule(caller.org, &rule, now_ms()).await.map_err(name_taken("rule", &rule.name))?;
     state.alerts.wake_engine();
@@ -240,27 +195,10 @@ pub async fn put_rule(
     caller.require(Scope::Admin)?;
     let b: RuleBody = parse_body(&body)?;
     let current = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
-    let inhibits = b.inhibits.clone().unwrap_or_else(|| current.inhibits.clone());
-    let inhibit_scope = b.inhibit_scope.unwrap_or(current.inhibit_scope);
-    check_inhibits(state.store.as_ref(), caller.org, &inhibits).await?;
-    let base = RuleSpec {
-        name: current.name.clone(),
-        condition: current.condition.clone(),
-        for_s: current.for_s,
-        keep_firing_for_s: current.keep_firing_for_s,
-        repeat_interval_s: current.repeat_interval_s,
-        severity: current.severity,
-        labels: current.labels.clone(),
-        description: current.description.clone(),
-        advice: current.advice.clone(),
-    };
-    let (spec, channels, enabled) = merge(base, b);
-    spec.validate().map_err(AlertsError::Rule)?;
-    let channels = channels.unwrap_or(current.channels);
-    check_channels(state.store.as_ref(), caller.org, &channels).await?;
-    let mut rule = new_rule(&spec, channels, enabled.unwrap_or(current.enabled));
-    rule.inhibits = inhibits;
-    rule.inhibit_scope = inhibit_scope;
+    let rule = merge(current.rule, b);
+    check_inhibits(state.store.as_ref(), caller.org, &rule.inhibits).await?;
+    rule.validate().map_err(AlertsError::Rule)?;
+    check_channels(state.store.as_ref(), caller.org, &rule.channels).await?;
     let out = state
         .store
         .update_alert_rule(caller.org, id, &rule, now_ms())
