@@ -5,7 +5,9 @@ pub mod remote_write;
 
 use std::collections::BTreeMap;
 
-use fleetlens_core::{AlertId, AlertStatus, ChannelId, FunnelLevelName, RuleId, Severity, SilenceId, WorkloadState};
+use fleetlens_core::{
+    AlertId, AlertStatus, ChannelId, FunnelLevelName, JobId, RuleId, Severity, SilenceId, WorkloadState,
+};
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
 
@@ -297,7 +299,7 @@ pub struct JobReport {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
-    pub id: i64,
+    pub id: JobId,
     pub name: String,
     pub gpus: Vec<String>,
     pub from_ms: i64,

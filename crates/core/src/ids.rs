@@ -85,6 +85,8 @@ ids! {
     GpuEventId,
     /// A job run (a Slurm job, pod, container or process seen on GPUs).
     JobRunId,
+    /// A job's reported throughput (`POST /api/v1/jobs`, for its MFU).
+    JobId,
     /// A report route (where the report cards of finished job runs go).
     ReportRouteId,
     /// An idle-reclaim policy.

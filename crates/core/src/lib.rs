@@ -40,8 +40,8 @@ mod fixture_tests;
 
 pub use access::{Role, Scope, TeamSource};
 pub use ids::{
-    AgentCommandId, AlertGroupId, AlertId, ApiKeyId, ChannelId, DeliveryId, GpuEventId, GpuId, JobRunId, MessageId,
-    OrgId, ReclaimId, ReclaimPolicyId, ReclaimStepId, ReportRouteId, RuleId, SilenceId, TeamId, UserId,
+    AgentCommandId, AlertGroupId, AlertId, ApiKeyId, ChannelId, DeliveryId, GpuEventId, GpuId, JobId, JobRunId,
+    MessageId, OrgId, ReclaimId, ReclaimPolicyId, ReclaimStepId, ReportRouteId, RuleId, SilenceId, TeamId, UserId,
 };
 pub use owners::{OwnerGroup, OwnerKey, minute_shares};
 pub use rollup::{

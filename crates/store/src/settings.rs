@@ -3,6 +3,7 @@
 //! one body of SQL for both backends.
 
 use async_trait::async_trait;
+use fleetlens_core::JobId;
 
 use crate::{OrgId, Result, StoreError};
 
@@ -17,7 +18,7 @@ pub trait SettingStore: Send + Sync {
 
 #[async_trait]
 pub trait JobStore: Send + Sync {
-    async fn insert_job(&self, org: OrgId, job: &JobRecord) -> Result<i64>;
+    async fn insert_job(&self, org: OrgId, job: &JobRecord) -> Result<JobId>;
     /// Jobs of `org` overlapping `[from_ms, to_ms)`.
     async fn jobs(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<JobRecord>>;
 }
@@ -25,7 +26,7 @@ pub trait JobStore: Send + Sync {
 /// A job's reported throughput (for MFU).
 #[derive(Debug, Clone, PartialEq)]
 pub struct JobRecord {
-    pub id: i64,
+    pub id: JobId,
     pub name: String,
     pub gpu_uuids: Vec<String>,
     pub from_ms: i64,
@@ -38,7 +39,7 @@ pub struct JobRecord {
 /// A `jobs` row as stored (the GPU list as JSON text).
 #[derive(sqlx::FromRow)]
 pub(crate) struct JobRow {
-    id: i64,
+    id: JobId,
     name: String,
     gpu_uuids: String,
     from_ms: i64,
@@ -102,7 +103,7 @@ macro_rules! impl_setting_and_job_store {
 
         #[async_trait::async_trait]
         impl $crate::settings::JobStore for $store {
-            async fn insert_job(&self, org: $crate::OrgId, job: &$crate::settings::JobRecord) -> $crate::Result<i64> {
+            async fn insert_job(&self, org: $crate::OrgId, job: &$crate::settings::JobRecord) -> $crate::Result<fleetlens_core::JobId> {
                 Ok(sqlx::query_scalar(&q(
                     "INSERT INTO jobs (org_id, name, gpu_uuids, from_ms, to_ms, precision, achieved_flops_per_s, created_ms) \
                      VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",

@@ -7,6 +7,7 @@ use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::{Job, JobReport};
+use fleetlens_core::JobId;
 use fleetlens_store::{GpuRecord, JobRecord, Scope};
 
 use crate::analytics::mfu::{job_mfu, parse_precision};
@@ -81,13 +82,14 @@ pub async fn report(
     if !achieved.is_finite() || achieved <= 0.0 {
         return Err(invalid("achieved_flops_per_s", "must be a positive finite number"));
     }
-    let all = state.store.gpus(caller.org).await?;
+    // The registry rows alone: a job's MFU needs each GPU's model, never its newest sample.
+    let all = state.store.gpu_identities(caller.org).await?;
     let by_uuid: HashMap<&str, &GpuRecord> = all.iter().map(|g| (g.uuid.as_str(), g)).collect();
     if let Some(missing) = r.gpus.iter().find(|u| !by_uuid.contains_key(u.as_str())) {
         return Err(invalid("gpus", format!("no GPU {missing:?} in this organisation")));
     }
     let mut job = JobRecord {
-        id: 0,
+        id: JobId::default(),
         name: name.to_string(),
         gpu_uuids: r.gpus,
         from_ms,
@@ -108,7 +110,8 @@ pub async fn list(
 ) -> ApiResult<Json<Vec<Job>>> {
     caller.require(Scope::Read)?;
     let (from_ms, to_ms) = range(&q)?;
-    let all = state.store.gpus(caller.org).await?;
+    // The registry rows alone: a job's MFU needs each GPU's model, never its newest sample.
+    let all = state.store.gpu_identities(caller.org).await?;
     let by_uuid: HashMap<&str, &GpuRecord> = all.iter().map(|g| (g.uuid.as_str(), g)).collect();
     let jobs = state.store.jobs(caller.org, from_ms, to_ms).await?;
     Ok(Json(jobs.into_iter().map(|j| view(j, &by_uuid)).collect()))
