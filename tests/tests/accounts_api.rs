@@ -224,10 +224,27 @@ async fn roles_decide_what_a_session_may_do(backend: Backend) {
         post(&server, "/api/v1/users", &root, json!({"email": "w@a.example", "password": "short", "role": "viewer"}))
             .await;
     assert_eq!((weak.status, weak.body["error"]["field"].as_str()), (422, Some("password")));
+    // A role that is none does not parse (400, as every typed body's bad name): the answer
+    // names the field and the roles there are, on create and on change; nothing is stored.
+    let boss = post(
+        &server,
+        "/api/v1/users",
+        &root,
+        json!({"email": "b@a.example", "password": "password-123", "role": "boss"}),
+    )
+    .await;
+    assert_eq!((boss.status, boss.body["error"]["field"].as_str()), (400, Some("role")), "{}", boss.text);
+    assert!(boss.text.contains("`viewer`, `member`, `admin`"), "{}", boss.text);
     let users = get(&server, "/api/v1/users", &root).await.body;
     let id_of =
         |email: &str| users.as_array().unwrap().iter().find(|u| u["email"] == email).unwrap()["id"].as_i64().unwrap();
     let (mia_id, vic_id, root_id) = (id_of("mia@a.example"), id_of("vic@a.example"), id_of(ADMIN_EMAIL));
+
+    let bad = put(&server, &format!("/api/v1/users/{vic_id}"), &root, json!({"role": "boss"})).await;
+    assert_eq!((bad.status, bad.body["error"]["field"].as_str()), (400, Some("role")), "{}", bad.text);
+    let vic = get(&server, "/api/v1/users", &root).await.body;
+    assert_eq!(vic.as_array().unwrap().iter().find(|u| u["id"] == vic_id).unwrap()["role"], "viewer");
+    assert_eq!(users.as_array().unwrap().len(), 3, "no user b@a.example: {users}");
 
     let viewer = Auth::Session(login(&server, "vic@a.example", "password-123").await);
     let member = Auth::Session(login(&server, "mia@a.example", "password-123").await);

@@ -265,7 +265,7 @@ pub struct NewUserBody {
     pub name: Option<String>,
     pub password: String,
     /// `viewer`, `member` or `admin`.
-    pub role: String,
+    pub role: Role,
 }
 
 /// `PUT /api/v1/users/{id}` (admin): the fields to change.
@@ -276,7 +276,7 @@ pub struct UserPatch {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub role: Option<String>,
+    pub role: Option<Role>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub password: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 
 use fleetlens_api::accounts::{NewUserBody, UserPatch, Via};
-use fleetlens_core::{ApiKeyId, GpuModel, PriceTable, SPECS, Scope, TeamId, UserId};
+use fleetlens_core::{ApiKeyId, GpuModel, PriceTable, Role, SPECS, Scope, TeamId, UserId};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
@@ -457,7 +457,7 @@ fn Users() -> impl IntoView {
     let has_data = Signal::derive(move || data.with(Option::is_some));
     let (email, name, password) =
         (RwSignal::new(String::new()), RwSignal::new(String::new()), RwSignal::new(String::new()));
-    let role = RwSignal::new("member".to_string());
+    let role = RwSignal::new(Role::Member);
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
     let confirm = RwSignal::new(None::<UserId>);
@@ -527,11 +527,12 @@ fn Users() -> impl IntoView {
                                                 aria-label=format!("Role of {}", u.email)
                                                 disabled=is_me
                                                 on:change=move |ev| {
-                                                    let r = event_target_value(&ev);
-                                                    update(id, UserPatch { role: Some(r.clone()), ..Default::default() }, format!("{e1} is now {r}."));
+                                                    if let Some(r) = Role::parse(&event_target_value(&ev)) {
+                                                        update(id, UserPatch { role: Some(r), ..Default::default() }, format!("{e1} is now {r}."));
+                                                    }
                                                 }
                                             >
-                                                {["viewer", "member", "admin"].map(|r| view! { <option value=r selected=u.role.as_str() == r>{r}</option> }).collect_view()}
+                                                {Role::ALL.map(|r| view! { <option value=r.as_str() selected=u.role == r>{r.as_str()}</option> }).collect_view()}
                                             </select>
                                         </td>
                                         <td>{if disabled { view! { <span class="pill pill-muted">"disabled"</span> }.into_any() } else { view! { <span class="pill pill-ok">"enabled"</span> }.into_any() }}</td>
@@ -565,10 +566,8 @@ fn Users() -> impl IntoView {
                 <TextField id="user-password" label="Password (8 characters or more)" value=password error field="password" input_type="password" autocomplete="new-password"/>
                 <label for="user-role">
                     <span>"Role"</span>
-                    <select id="user-role" on:change=move |ev| role.set(event_target_value(&ev))>
-                        <option value="viewer">"viewer"</option>
-                        <option value="member" selected=true>"member"</option>
-                        <option value="admin">"admin"</option>
+                    <select id="user-role" on:change=move |ev| if let Some(r) = Role::parse(&event_target_value(&ev)) { role.set(r) }>
+                        {Role::ALL.map(|r| view! { <option value=r.as_str() selected=r == Role::Member>{r.as_str()}</option> }).collect_view()}
                     </select>
                 </label>
                 <button type="submit" class="btn-primary">"Add user"</button>

@@ -120,10 +120,6 @@ fn password_field(field: &str, password: &str) -> ApiResult<()> {
     check_password_policy(password).map_err(|m| invalid(field, m))
 }
 
-fn role_field(role: &str) -> ApiResult<Role> {
-    Role::parse(role).ok_or_else(|| invalid("role", "one of admin, member, viewer"))
-}
-
 fn team_name_field(name: &str) -> ApiResult<String> {
     clean_name(name, 100).ok_or_else(|| invalid("name", "1–100 characters, no control characters"))
 }
@@ -372,7 +368,7 @@ pub async fn create_user(
     caller.require(Scope::Admin)?;
     let b: NewUserBody = parse(&headers, &body)?;
     let email = email_field(&b.email)?;
-    let role = role_field(&b.role)?;
+    let role = b.role;
     password_field("password", &b.password)?;
     let name = match b.name.as_deref() {
         Some(n) => clean_name(n, 200).ok_or_else(|| invalid("name", "1–200 characters"))?,
@@ -446,9 +442,7 @@ pub async fn update_user(
     if let Some(name) = b.name.as_deref() {
         update.name = Some(clean_name(name, 200).ok_or_else(|| invalid("name", "1–200 characters"))?);
     }
-    if let Some(role) = b.role.as_deref() {
-        update.role = Some(role_field(role)?);
-    }
+    update.role = b.role;
     if let Some(password) = b.password {
         password_field("password", &password)?;
         update.password_hash = Some(hash_password_blocking(&state.accounts, password).await?);
