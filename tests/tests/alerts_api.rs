@@ -481,6 +481,14 @@ async fn silences_hold_back_notifications_but_alerts_are_recorded(backend: Backe
     // Empty matchers are refused; a silence of host node-s is accepted.
     let (status, e) = api.post("/api/v1/silences", json!({"matchers": {}, "ends_at": now_ms() + 60_000})).await;
     assert_eq!((status, e["error"]["field"].as_str()), (422, Some("matchers")));
+    // A time is RFC 3339 text or whole milliseconds: a fraction does not parse, text that is no
+    // time is refused naming the field.
+    let host = json!({"host": "node-s"});
+    let (status, e) = api.post("/api/v1/silences", json!({"matchers": host, "ends_at": 1.5e12})).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (400, Some("ends_at")), "{e}");
+    assert!(e["error"]["message"].as_str().unwrap_or_default().contains("whole Unix milliseconds"), "{e}");
+    let (status, e) = api.post("/api/v1/silences", json!({"matchers": host, "ends_at": "soon"})).await;
+    assert_eq!((status, e["error"]["field"].as_str()), (422, Some("ends_at")), "{e}");
     let ends = now_ms() + 600_000;
     let (status, s) = api
         .post(

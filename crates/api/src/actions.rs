@@ -47,9 +47,8 @@ impl JobRun {
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct EndRequest {
-    /// RFC 3339 or Unix milliseconds.
     #[serde(default)]
-    pub at: Option<serde_json::Value>,
+    pub at: Option<crate::TimeArg>,
 }
 
 /// Where report cards go.

@@ -10,7 +10,6 @@ use fleetlens_core::{
     Severity, SilenceId, WorkloadState,
 };
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::AlertView;
 
@@ -365,10 +364,10 @@ impl SilenceView {
 #[serde(deny_unknown_fields)]
 pub struct SilenceBody {
     pub matchers: Matchers,
-    /// RFC 3339 text or Unix milliseconds; default now.
+    /// Default now.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub starts_at: Option<Value>,
-    pub ends_at: Value,
+    pub starts_at: Option<crate::TimeArg>,
+    pub ends_at: crate::TimeArg,
     #[serde(default)]
     pub comment: String,
 }

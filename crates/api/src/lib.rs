@@ -21,6 +21,9 @@ pub mod health;
 pub mod live;
 pub mod reclaim;
 pub mod reports;
+mod time;
+
+pub use time::TimeArg;
 
 /// Path of the ingest endpoint.
 pub const INGEST_PATH: &str = "/api/v1/ingest";
@@ -282,9 +285,8 @@ pub struct JobReport {
     pub name: String,
     /// UUIDs of the GPUs the job ran on.
     pub gpus: Vec<String>,
-    /// RFC 3339 or Unix milliseconds.
-    pub from: serde_json::Value,
-    pub to: serde_json::Value,
+    pub from: TimeArg,
+    pub to: TimeArg,
     /// `fp64`, `fp32`, `tf32`, `bf16` (or `fp16`), `fp8`, `fp4`.
     pub precision: String,
     #[serde(default)]

@@ -48,6 +48,15 @@ pub fn check_time_ms(name: &str, ms: i64) -> Result<i64, ApiError> {
     if (MIN_TIME_MS..=MAX_TIME_MS).contains(&ms) { Ok(ms) } else { Err(out_of_range(name)) }
 }
 
+/// A body's time (field `name`) as Unix milliseconds, with the query parameters' rules: 422
+/// naming the field for text that is no time or an instant out of range.
+pub fn body_time(name: &str, t: &fleetlens_api::TimeArg) -> Result<i64, ApiError> {
+    match t {
+        fleetlens_api::TimeArg::Millis(ms) => check_time_ms(name, *ms),
+        fleetlens_api::TimeArg::Text(text) => parse_query_time(name, text),
+    }
+}
+
 fn out_of_range(name: &str) -> ApiError {
     ApiError::Unprocessable {
         field: name.to_string(),

@@ -109,28 +109,12 @@ pub async fn end(
 ) -> ApiResult<(StatusCode, Json<JobRun>)> {
     caller.require(Scope::Ingest)?;
     // The body is optional: none (or `{}`) ends the run now.
-    let request: EndRequest = if body.iter().all(u8::is_ascii_whitespace) {
-        EndRequest::default()
-    } else {
-        serde_json::from_slice(&body).map_err(|e| ApiError::InvalidJson { path: None, message: e.to_string() })?
-    };
+    let request: EndRequest =
+        if body.iter().all(u8::is_ascii_whitespace) { EndRequest::default() } else { crate::error::parse_json(&body)? };
     let run = find(&state, &caller, &id).await?;
-    let at = match request.at {
+    let at = match &request.at {
         None => now_ms(),
-        Some(serde_json::Value::Number(n)) => {
-            let ms = n.as_i64().ok_or_else(|| ApiError::Unprocessable {
-                field: "at".into(),
-                message: "must be whole Unix milliseconds".into(),
-            })?;
-            crate::time::check_time_ms("at", ms)?
-        }
-        Some(serde_json::Value::String(s)) => parse_query_time("at", &s)?,
-        Some(_) => {
-            return Err(ApiError::Unprocessable {
-                field: "at".into(),
-                message: "RFC 3339 text or Unix milliseconds".into(),
-            });
-        }
+        Some(t) => crate::time::body_time("at", t)?,
     };
     if !state.store.request_job_end(caller.org, run.id, at, now_ms()).await? {
         return Err(ApiError::Conflict(format!("job run {} has already ended", run.id)));

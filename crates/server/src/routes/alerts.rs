@@ -35,7 +35,7 @@ pub use crate::alerts::views::{alert_view, marking_deleted};
 use crate::auth::Caller;
 use crate::error::ApiError;
 use crate::state::AppState;
-use crate::time::{now_ms, parse_query_time};
+use crate::time::{body_time, now_ms};
 
 /// Errors of this API: the server's, plus condition errors with a position, and conflicts.
 #[derive(Debug)]
@@ -625,17 +625,6 @@ fn silence_view(s: SilenceRecord, now: i64) -> SilenceView {
     }
 }
 
-fn time_value(name: &str, v: &Value) -> Res<i64> {
-    match v {
-        Value::Number(n) => {
-            let ms = n.as_i64().ok_or_else(|| invalid(name, "must be whole Unix milliseconds"))?;
-            Ok(crate::time::check_time_ms(name, ms)?)
-        }
-        Value::String(s) => Ok(parse_query_time(name, s)?),
-        _ => Err(invalid(name, "must be RFC 3339 text or Unix milliseconds")),
-    }
-}
-
 #[utoipa::path(post, path = "/silences", tag = "alerts", request_body = SilenceBody, responses((status = 201, body = SilenceView), crate::openapi::BodyErrors))]
 pub async fn create_silence(
     State(state): State<AppState>,
@@ -660,8 +649,8 @@ pub async fn create_silence(
         ));
     }
     let now = now_ms();
-    let starts = b.starts_at.as_ref().map(|v| time_value("starts_at", v)).transpose()?.unwrap_or(now);
-    let ends = time_value("ends_at", &b.ends_at)?;
+    let starts = b.starts_at.as_ref().map(|v| body_time("starts_at", v)).transpose()?.unwrap_or(now);
+    let ends = body_time("ends_at", &b.ends_at)?;
     if ends <= starts {
         return Err(invalid("ends_at", "must be after starts_at"));
     }

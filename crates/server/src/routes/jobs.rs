@@ -15,23 +15,12 @@ use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, JsonBody};
 use crate::routes::gpus::{RangeQuery, range};
 use crate::state::AppState;
-use crate::time::{now_ms, parse_query_time};
+use crate::time::now_ms;
 
 const MAX_JOB_GPUS: usize = 100_000;
 
 fn invalid(field: &str, message: impl Into<String>) -> ApiError {
     ApiError::Unprocessable { field: field.into(), message: message.into() }
-}
-
-fn time_field(name: &str, v: &serde_json::Value) -> ApiResult<i64> {
-    match v {
-        serde_json::Value::Number(n) => {
-            let ms = n.as_i64().ok_or_else(|| invalid(name, "must be whole Unix milliseconds"))?;
-            crate::time::check_time_ms(name, ms)
-        }
-        serde_json::Value::String(s) => parse_query_time(name, s),
-        _ => Err(invalid(name, "must be RFC 3339 text or Unix milliseconds")),
-    }
 }
 
 fn view(job: JobRecord, gpus: &HashMap<&str, &GpuRecord>) -> Job {
@@ -62,7 +51,7 @@ pub async fn report(
     if r.gpus.is_empty() || r.gpus.len() > MAX_JOB_GPUS {
         return Err(invalid("gpus", "list the UUIDs of the job's GPUs (1 or more)"));
     }
-    let (from_ms, to_ms) = (time_field("from", &r.from)?, time_field("to", &r.to)?);
+    let (from_ms, to_ms) = (crate::time::body_time("from", &r.from)?, crate::time::body_time("to", &r.to)?);
     if from_ms >= to_ms {
         return Err(invalid("from", "must be before `to`"));
     }
