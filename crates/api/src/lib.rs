@@ -340,7 +340,7 @@ pub struct SeriesPoint {
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Series {
     pub uuid: String,
-    pub resolution: String,
+    pub resolution: fleetlens_core::Resolution,
     pub from_ms: i64,
     pub to_ms: i64,
     pub points: Vec<SeriesPoint>,

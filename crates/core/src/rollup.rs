@@ -15,9 +15,10 @@ use crate::window::{SignalCounts, WindowAggregate};
 /// Number of data-quality flag kinds counted per bucket.
 pub const QUALITY_COUNTS: usize = QualityFlag::ALL.len();
 
-/// Rollup bucket widths.
+/// Rollup bucket widths: `1m` and `1h` on the wire.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub enum Resolution {
     #[serde(rename = "1m")]
     Minute,

@@ -244,11 +244,7 @@ pub async fn series(
             })
         })
         .collect::<ApiResult<Vec<_>>>()?;
-    let resolution = match res {
-        Resolution::Minute => "1m",
-        Resolution::Hour => "1h",
-    };
-    Ok(Json(Series { uuid: gpu.uuid, resolution: resolution.into(), from_ms, to_ms, points }))
+    Ok(Json(Series { uuid: gpu.uuid, resolution: res, from_ms, to_ms, points }))
 }
 
 /// `PUT /api/v1/gpus/{uuid}/host` `{"host": "…"}` (admin): move a GPU to another host (it was
