@@ -802,13 +802,11 @@ macro_rules! impl_account_store {
                 if gpus == 0 {
                     return Ok(Assigned::NoTarget);
                 }
-                if let Some(team) = team
-                    && !org_has(&mut *tx, "teams", org, team).await?
-                {
-                    return Ok(Assigned::NoTeam);
-                }
                 match team {
                     Some(team) => {
+                        if !org_has(&mut *tx, "teams", org, team).await? {
+                            return Ok(Assigned::NoTeam);
+                        }
                         sqlx::query(&q(
                             "INSERT INTO host_teams (org_id, host, team_id, updated_ms) VALUES (?, ?, ?, ?) \
                              ON CONFLICT (org_id, host) DO UPDATE SET team_id = excluded.team_id, updated_ms = excluded.updated_ms",
@@ -851,19 +849,17 @@ macro_rules! impl_account_store {
 
             async fn set_gpu_team(&self, org: OrgId, uuid: &str, team: Option<TeamId>) -> $crate::Result<Assigned> {
                 let mut tx = begin(self.pool()).await?;
-                let gpu: Option<i64> = sqlx::query_scalar(&q("SELECT id FROM gpus WHERE org_id = ? AND uuid = ?"))
+                let gpu: Option<$crate::GpuId> = sqlx::query_scalar(&q("SELECT id FROM gpus WHERE org_id = ? AND uuid = ?"))
                     .bind(org)
                     .bind(uuid)
                     .fetch_optional(&mut *tx)
                     .await?;
                 let Some(gpu) = gpu else { return Ok(Assigned::NoTarget) };
-                if let Some(team) = team
-                    && !org_has(&mut *tx, "teams", org, team).await?
-                {
-                    return Ok(Assigned::NoTeam);
-                }
                 match team {
                     Some(team) => {
+                        if !org_has(&mut *tx, "teams", org, team).await? {
+                            return Ok(Assigned::NoTeam);
+                        }
                         sqlx::query(&q("UPDATE gpus SET team_id = ?, team_source = 'gpu' WHERE id = ?"))
                             .bind(team)
                             .bind(gpu)

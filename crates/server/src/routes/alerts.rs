@@ -97,7 +97,7 @@ fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
 // ---------------------------------------------------------------------------------------------
 // Rules
 
-/// `POST` takes these (name and condition required); `PUT` changes the fields it names.
+/// A stored rule as the API shows it (without its organisation).
 fn rule_view(r: AlertRuleRecord) -> RuleView {
     let AlertRuleRecord { id, org_id: _, rule, builtin, created_ms, updated_ms } = r;
     RuleView { id, rule, builtin, created_ms, updated_ms }
