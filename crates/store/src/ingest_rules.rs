@@ -5,7 +5,7 @@
 
 use crate::{Result, StoreError};
 
-/// Per-organisation ceilings and the GPU-host rule for [`crate::Store::ingest_with`].
+/// Per-organisation ceilings and the GPU-host rule for [`crate::SampleStore::ingest_with`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct IngestRules {
     /// Most GPUs the organisation may have registered.

@@ -12,6 +12,7 @@ mod blocks;
 pub mod changes;
 mod columns;
 mod credits;
+mod data_path;
 mod dialect;
 pub mod events;
 mod feed;
@@ -40,6 +41,7 @@ pub use crate::blocks::format::{BlockError, decode as decode_block, encode as en
 pub use crate::blocks::{SEAL_LATENESS_MS, SPAN_MS as BLOCK_SPAN_MS, SealReport};
 pub use crate::changes::{Change, ChangeListener};
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
+pub use crate::data_path::{GpuStore, RollupStore, SampleStore};
 pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
 pub use crate::feed::SampleFeed;
 pub use crate::ingest_rules::IngestRules;
@@ -265,7 +267,7 @@ pub struct HourCreditSplit {
     pub partial: Vec<BucketCredit>,
 }
 
-/// The SQL of [`Store::org_hour_credit_split`] with `?` placeholders: the summed whole hours
+/// The SQL of [`RollupStore::org_hour_credit_split`] with `?` placeholders: the summed whole hours
 /// (three statements, see [`whole_credit_sql`]) and the partial hours (binds: org, hour of `from`, first whole hour;
 /// org, last whole hour start, end; then org, first whole hour, last whole hour start, twice).
 pub(crate) fn hour_credit_split_sql(first_whole_ms: i64, last_start_ms: i64) -> (WholeCreditSql, String) {
@@ -429,9 +431,10 @@ pub struct MaintenanceReport {
 
 /// The whole store, one trait per concern: accounts (organisations, users, teams, API keys),
 /// settings, reported jobs, alerting, GPU events, job runs and their actions, idle reclaim, the
-/// alert engine's sample feed, and here the data path itself: ingest, the GPU registry, raw
-/// samples, rollups and credits, and the background jobs that close, seal, pack and expire
-/// them. Callers hold an `Arc<dyn Store>` and call every concern's methods on it.
+/// alert engine's sample feed, the GPU registry, raw samples, rollups and credits (the last
+/// three in `data_path.rs`), and here what runs the store: the background jobs that close,
+/// seal, pack and expire the data, maintenance, leadership and change signals. Callers hold
+/// an `Arc<dyn Store>` and call every concern's methods on it.
 #[async_trait]
 pub trait Store:
     AlertStore
@@ -441,6 +444,9 @@ pub trait Store:
     + ReclaimStore
     + SettingStore
     + JobStore
+    + GpuStore
+    + SampleStore
+    + RollupStore
     + SampleFeed
     + Send
     + Sync
@@ -450,97 +456,6 @@ pub trait Store:
     fn backend(&self) -> &'static str;
     /// A cheap round trip, for readiness checks.
     async fn ping(&self) -> Result<()>;
-
-    /// Store a validated batch from one host, idempotent per (GPU uuid, ts_ms); updates the
-    /// GPU registry and marks the minutes of the new samples for the rollup job
-    /// ([`Store::close_minutes`]) in the same transaction. Returns once the batch is durably committed. No quota and no host
-    /// rule apply (tools and tests): the server ingests with [`Store::ingest_with`].
-    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
-        self.ingest_with(org, host, samples, Vec::new(), None).await
-    }
-
-    /// [`Store::ingest`] of samples already checked for data quality, checked against `rules`
-    /// (when given) in the batch's own transaction. `flags[i]` are the flags of `samples[i]`
-    /// (whose flagged fields the caller dropped), counted per flag in the rollups
-    /// (`RollupBucket::quality`); empty `flags`: none. A batch that would pass a quota
-    /// ([`StoreError::QuotaExceeded`]) or that names a GPU of another host
-    /// ([`StoreError::GpuOnOtherHost`]) is refused whole, nothing stored.
-    async fn ingest_with(
-        &self,
-        org: OrgId,
-        host: &str,
-        samples: Vec<Sample>,
-        flags: Vec<fleetlens_core::QualityFlags>,
-        rules: Option<IngestRules>,
-    ) -> Result<IngestOutcome>;
-
-    /// An admin moves a GPU to `host` (a GPU physically moved, a host renamed); false when the
-    /// organisation has no GPU `uuid`. Batches of the GPU from its old host are refused after.
-    async fn move_gpu(&self, org: OrgId, uuid: &str, host: &str) -> Result<bool>;
-
-    async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
-    /// Like [`Store::gpus`] without the newest sample (cheaper, for reports).
-    async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
-    /// Like [`Store::gpu`] without the newest sample (`latest` None): the GPU's id and identity
-    /// for a read of its history, which would otherwise decode its newest sealed block first.
-    async fn gpu_identity(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
-    /// Each GPU's newest minute: (gpu id, bucket, stored state, samples, first and last ts).
-    async fn latest_minutes(&self, org: OrgId) -> Result<Vec<LatestMinute>>;
-    /// [`Store::latest_minutes`] of the organisation's GPUs with these ids only (others and
-    /// unknown ids are left out): a reader that knows which GPUs moved re-reads just those.
-    async fn latest_minutes_of(&self, org: OrgId, gpu_ids: &[GpuId]) -> Result<Vec<LatestMinute>>;
-    async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
-    /// Raw samples of one GPU of `org` with `from_ms <= ts_ms < to_ms`, oldest first, at most
-    /// `limit` (none for a GPU of another organisation).
-    async fn samples(&self, org: OrgId, gpu_id: GpuId, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;
-    /// Rollup rows of one GPU of `org` with `from_ms <= bucket_ms < to_ms`, oldest first (none
-    /// for a GPU of another organisation).
-    async fn rollups(
-        &self,
-        org: OrgId,
-        gpu_id: GpuId,
-        res: Resolution,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<RollupBucket>>;
-    /// Chart points of one GPU of `org` from its rollups in `[from_ms, to_ms)`: only the columns
-    /// a chart needs, and the minute's state at 1-minute resolution (none for a GPU of another
-    /// organisation).
-    async fn series(
-        &self,
-        org: OrgId,
-        gpu_id: GpuId,
-        res: Resolution,
-        from_ms: i64,
-        to_ms: i64,
-    ) -> Result<Vec<SeriesRow>>;
-    /// Rollup rows of every GPU of `org` with `from_ms <= bucket_ms < to_ms`, ordered by GPU
-    /// then time.
-    async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>>;
-    /// Stored credits of every GPU of `org` with `from_ms <= bucket_ms < to_ms` (see
-    /// `fleetlens_core::Credit`): minute credits, or hour credits (sums of their minutes).
-    async fn org_credits(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<BucketCredit>>;
-    /// The hour credits of `org` over a report period `[from_ms, end_ms)` that pro-rates its
-    /// partial hours (billing), with the bulk summed in the database: see [`HourCreditSplit`].
-    /// `first_whole_ms..last_whole_ms` are the whole hours inside the period.
-    async fn org_hour_credit_split(
-        &self,
-        org: OrgId,
-        from_ms: i64,
-        end_ms: i64,
-        first_whole_ms: i64,
-        last_whole_ms: i64,
-    ) -> Result<HourCreditSplit>;
-    /// The distinct process lists per GPU and minute of the raw samples of `org` with
-    /// `from_ms <= ts_ms < to_ms`, with their sample counts (raw samples are kept for the raw
-    /// retention only).
-    async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<ProcessList>>;
-    /// Peak memory used per GPU id of `org` over the hours overlapping `[from_ms, to_ms)`.
-    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(GpuId, i64)>>;
-
-    /// Total raw samples stored (all organisations), open rows and sealed blocks; for metrics
-    /// and tests.
-    async fn sample_count(&self) -> Result<u64>;
 
     /// The rollup job (see [`rollup_close`]): writes the 1-minute rollups and credits of the
     /// minutes that ended at least `lateness_ms` (at least [`rollup_close::MIN_LATENESS_MS`])

@@ -261,17 +261,9 @@ mod close {
     crate::rollup_close::impl_rollup_close!(sqlx::Postgres, pg);
 }
 
-crate::shared_store::impl_store!(PgStore, pg, {
-    fn backend(&self) -> &'static str {
-        "postgres"
-    }
-
-    async fn ping(&self) -> Result<()> {
-        sqlx::query("SELECT 1").execute(&self.pool).await?;
-        Ok(())
-    }
-
-    async fn ingest_with(
+impl PgStore {
+    /// [`SampleStore::ingest_with`](crate::SampleStore::ingest_with), for `impl_store!`.
+    async fn ingest_batch(
         &self,
         org: OrgId,
         host: &str,
@@ -300,6 +292,17 @@ crate::shared_store::impl_store!(PgStore, pg, {
                 other => return other,
             }
         }
+    }
+}
+
+crate::shared_store::impl_store!(PgStore, pg, {
+    fn backend(&self) -> &'static str {
+        "postgres"
+    }
+
+    async fn ping(&self) -> Result<()> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
     }
 
     fn job_lock(&self, job: &str) -> Box<dyn crate::leader::JobLock> {

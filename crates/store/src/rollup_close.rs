@@ -433,7 +433,7 @@ pub(crate) fn overlay_peak_mem(stored: Vec<(GpuId, i64)>, open: &[OpenMinute]) -
 /// The GPU facts the billing split needs: first sample, newest sample.
 pub(crate) type GpuSpans = HashMap<GpuId, (i64, i64)>;
 
-/// The report period of [`crate::Store::org_hour_credit_split`].
+/// The report period of [`crate::RollupStore::org_hour_credit_split`].
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct SplitPeriod {
     pub from_ms: i64,

@@ -3,11 +3,14 @@
 //! writer and its group commit, PostgreSQL's `COPY`, advisory locks, `LISTEN`/`NOTIFY`,
 //! vacuuming, retention) is passed in by the backend, as the methods of its own.
 
-/// `impl Store for $store`, in a module `shared` of the invoking module. The invoking module
-/// provides `mod close` (its `impl_rollup_close!`), the fields `pool` and `classifier` of
-/// `$store`, and an inherent `async fn whole_credit_rows(&self, sql: &str, org: OrgId,
-/// nested_loop: bool) -> Result<Vec<BucketCredit>>` (one statement of
-/// [`crate::whole_credit_sql`], which PostgreSQL plans with hints). `$dialect` names the
+/// `impl Store for $store` with its data-path parts (`GpuStore`, `SampleStore`, `RollupStore`),
+/// in a module `shared` of the invoking module. The invoking module provides `mod close` (its
+/// `impl_rollup_close!`), the fields `pool` and `classifier` of `$store`, an inherent `async fn
+/// whole_credit_rows(&self, sql: &str, org: OrgId, nested_loop: bool) ->
+/// Result<Vec<BucketCredit>>` (one statement of [`crate::whole_credit_sql`], which PostgreSQL
+/// plans with hints) and an inherent `async fn ingest_batch` with the arguments of
+/// [`SampleStore::ingest_with`](crate::SampleStore::ingest_with) (each database writes a batch
+/// its own way). `$dialect` names the
 /// database's module in both [`crate::dialect`] and [`crate::blocks`]. The braces hold the
 /// backend's own `Store` methods; they see the invoking module's names (`use super::*`).
 macro_rules! impl_store {
@@ -242,9 +245,7 @@ macro_rules! impl_store {
         }
 
         #[async_trait::async_trait]
-        impl $crate::Store for $store {
-            $($own)*
-
+        impl $crate::GpuStore for $store {
             async fn move_gpu(&self, org: $crate::OrgId, uuid: &str, host: &str) -> $crate::Result<bool> {
                 let done = sqlx::query(&q("UPDATE gpus SET host = ? WHERE org_id = ? AND uuid = ?"))
                     .bind(host)
@@ -291,6 +292,20 @@ macro_rules! impl_store {
                 self.fill_sealed_latest(&mut records).await?;
                 Ok(records.pop())
             }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::SampleStore for $store {
+            async fn ingest_with(
+                &self,
+                org: $crate::OrgId,
+                host: &str,
+                samples: Vec<fleetlens_core::Sample>,
+                flags: Vec<fleetlens_core::QualityFlags>,
+                rules: Option<$crate::IngestRules>,
+            ) -> $crate::Result<$crate::IngestOutcome> {
+                self.ingest_batch(org, host, samples, flags, rules).await
+            }
 
             async fn latest_minutes(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::LatestMinute>> {
                 let sql = q(&rc::stored_latest_sql(None)).into_owned();
@@ -334,30 +349,37 @@ macro_rules! impl_store {
                 to_ms: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<fleetlens_core::Sample>> {
-                let ident: Option<(String, Option<i64>, Option<String>)> =
-                    sqlx::query_as(&q("SELECT uuid, gpu_index, name FROM gpus WHERE org_id = ? AND id = ?"))
-                        .bind(org)
-                        .bind(gpu_id)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                // A GPU of another organisation reads as one without samples.
-                let Some((uuid, index, name)) = ident else { return Ok(Vec::new()) };
+                // The GPU's identity, its open rows and its sealed blocks are three reads on
+                // three connections at once: one after another, their round trips were a third
+                // of a sealed hour's read through HTTP.
+                let ident_sql = q("SELECT uuid, gpu_index, name FROM gpus WHERE org_id = ? AND id = ?");
+                let ident = sqlx::query_as::<_, (String, Option<i64>, Option<String>)>(&ident_sql)
+                    .bind(org)
+                    .bind(gpu_id)
+                    .fetch_optional(&self.pool);
                 let sql = format!(
                     "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
                      ORDER BY s.ts_ms LIMIT ?",
                     $crate::columns::sample_select_list("s", PROCESSES_TEXT)
                 );
-                let rows: Vec<$crate::columns::SampleRow> = sqlx::query_as(&q(&sql))
+                let rows_sql = q(&sql);
+                let rows = sqlx::query_as::<_, $crate::columns::SampleRow>(&rows_sql)
                     .bind(gpu_id)
                     .bind(from_ms)
                     .bind(to_ms)
                     .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
-                    .await?;
+                    .fetch_all(&self.pool);
+                let sealed = $crate::blocks::$dialect::samples(&self.pool, gpu_id, from_ms, to_ms);
+                let (ident, rows, sealed) = tokio::try_join!(
+                    async { ident.await.map_err($crate::StoreError::from) },
+                    async { rows.await.map_err($crate::StoreError::from) },
+                    sealed
+                )?;
+                // A GPU of another organisation reads as one without samples.
+                let Some((uuid, index, name)) = ident else { return Ok(Vec::new()) };
                 let index = index.and_then(|i| u32::try_from(i).ok());
                 let open: Vec<fleetlens_core::Sample> =
                     rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
-                let sealed = $crate::blocks::$dialect::samples(&self.pool, gpu_id, from_ms, to_ms).await?;
                 let sealed =
                     sealed.into_iter().map(|s| $crate::blocks::with_identity(s, &uuid, index, name.as_deref())).collect();
                 let mut merged = $crate::blocks::merge(sealed, open);
@@ -365,6 +387,14 @@ macro_rules! impl_store {
                 Ok(merged)
             }
 
+            async fn sample_count(&self) -> $crate::Result<u64> {
+                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
+                Ok(n as u64 + $crate::blocks::$dialect::count(&self.pool).await?)
+            }
+        }
+
+        #[async_trait::async_trait]
+        impl $crate::RollupStore for $store {
             async fn rollups(
                 &self,
                 org: $crate::OrgId,
@@ -415,8 +445,7 @@ macro_rules! impl_store {
                 let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
                 let (mut split, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
                 if !open.is_empty() {
-                    let spans = self
-                        .gpu_identities(org)
+                    let spans = $crate::GpuStore::gpu_identities(self, org)
                         .await?
                         .into_iter()
                         .map(|g| (g.id, (g.first_seen_ms, g.last_seen_ms)))
@@ -487,10 +516,6 @@ macro_rules! impl_store {
                 }
             }
 
-            async fn close_minutes(&self, now_ms: i64, lateness_ms: i64) -> $crate::Result<u64> {
-                self.close_before(rc::close_cutoff(now_ms, lateness_ms)).await
-            }
-
             async fn org_process_lists(
                 &self,
                 org: $crate::OrgId,
@@ -522,10 +547,14 @@ macro_rules! impl_store {
                     })
                     .collect())
             }
+        }
 
-            async fn sample_count(&self) -> $crate::Result<u64> {
-                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
-                Ok(n as u64 + $crate::blocks::$dialect::count(&self.pool).await?)
+        #[async_trait::async_trait]
+        impl $crate::Store for $store {
+            $($own)*
+
+            async fn close_minutes(&self, now_ms: i64, lateness_ms: i64) -> $crate::Result<u64> {
+                self.close_before(rc::close_cutoff(now_ms, lateness_ms)).await
             }
 
             async fn seal_closed_hours(&self, now_ms: i64, max_blocks: u64) -> $crate::Result<$crate::SealReport> {

@@ -511,6 +511,26 @@ mod close {
     crate::rollup_close::impl_rollup_close!(sqlx::Sqlite, sqlite);
 }
 
+impl SqliteStore {
+    /// [`SampleStore::ingest_with`](crate::SampleStore::ingest_with), for `impl_store!`.
+    async fn ingest_batch(
+        &self,
+        org: OrgId,
+        host: &str,
+        samples: Vec<Sample>,
+        flags: Vec<fleetlens_core::QualityFlags>,
+        rules: Option<IngestRules>,
+    ) -> Result<IngestOutcome> {
+        if samples.is_empty() {
+            return Ok(IngestOutcome::default());
+        }
+        let (reply, rx) = oneshot::channel();
+        let job = IngestJob { org, host: host.to_string(), samples, rules, flags, reply };
+        self.writer.send(WriteJob::Ingest(job)).await.map_err(|_| StoreError::WriterGone)?;
+        rx.await.map_err(|_| StoreError::WriterGone)?
+    }
+}
+
 crate::shared_store::impl_store!(SqliteStore, sqlite, {
     fn backend(&self) -> &'static str {
         "sqlite"
@@ -531,23 +551,6 @@ crate::shared_store::impl_store!(SqliteStore, sqlite, {
             return Err(StoreError::WriterGone);
         }
         Ok(())
-    }
-
-    async fn ingest_with(
-        &self,
-        org: OrgId,
-        host: &str,
-        samples: Vec<Sample>,
-        flags: Vec<fleetlens_core::QualityFlags>,
-        rules: Option<IngestRules>,
-    ) -> Result<IngestOutcome> {
-        if samples.is_empty() {
-            return Ok(IngestOutcome::default());
-        }
-        let (reply, rx) = oneshot::channel();
-        let job = IngestJob { org, host: host.to_string(), samples, rules, flags, reply };
-        self.writer.send(WriteJob::Ingest(job)).await.map_err(|_| StoreError::WriterGone)?;
-        rx.await.map_err(|_| StoreError::WriterGone)?
     }
 
     async fn apply_retention(&self, policy: RetentionPolicy, now_ms: i64) -> Result<RetentionReport> {

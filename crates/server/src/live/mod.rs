@@ -7,7 +7,7 @@
 //! broadcast ring that every stream of the organisation reads at its own pace. The cost is per
 //! organisation and change, not per stream: 50 dashboards of one organisation cost one reading.
 //! A reading re-reads the newest minute only of the GPUs whose newest sample moved since the
-//! reading before (`Store::latest_minutes_of`), and every GPU's once per
+//! reading before (`SampleStore::latest_minutes_of`), and every GPU's once per
 //! [`picture::FULL_READING_EVERY_MS`]; silence is judged every reading from the clock.
 //!
 //! A feed reads when told that something changed — a change signal of the store

@@ -338,7 +338,7 @@ pub(crate) fn decode_range(payloads: &[Vec<u8>], from_ms: i64, to_ms: i64) -> cr
     Ok(out)
 }
 
-/// A process-list group of [`crate::Store::org_process_lists`] as the SQL returns it: GPU,
+/// A process-list group of [`crate::RollupStore::org_process_lists`] as the SQL returns it: GPU,
 /// minute, processes JSON, allocations JSON, samples.
 pub(crate) type ProcessGroup = (GpuId, i64, Option<String>, Option<String>, i64);
 

@@ -1,0 +1,117 @@
+//! The data path's reads and writes, one trait per concern, each a part of [`Store`](crate::Store)
+//! and implemented for both databases by `impl_store!` (`shared_store.rs`): the GPU registry,
+//! raw samples in and out, and the rollups and credits that charts, the fleet summary and
+//! billing read. The background jobs that close, seal and expire them stay on `Store`.
+
+use async_trait::async_trait;
+use fleetlens_core::{GpuId, OrgId, Resolution, RollupBucket, Sample};
+
+use crate::{
+    BucketCredit, GpuRecord, HourCreditSplit, IngestOutcome, IngestRules, LatestMinute, ProcessList, Result, SeriesRow,
+};
+
+/// The GPU registry: which GPUs an organisation has, on which host, with what identity.
+#[async_trait]
+pub trait GpuStore: Send + Sync {
+    /// An admin moves a GPU to `host` (a GPU physically moved, a host renamed); false when the
+    /// organisation has no GPU `uuid`. Batches of the GPU from its old host are refused after.
+    async fn move_gpu(&self, org: OrgId, uuid: &str, host: &str) -> Result<bool>;
+
+    async fn gpus(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
+    /// Like [`GpuStore::gpus`] without the newest sample (cheaper, for reports).
+    async fn gpu_identities(&self, org: OrgId) -> Result<Vec<GpuRecord>>;
+    /// Like [`GpuStore::gpu`] without the newest sample (`latest` None): the GPU's id and
+    /// identity for a read of its history, which would otherwise decode its newest sealed block first.
+    async fn gpu_identity(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
+    async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
+}
+
+/// Raw samples: a host's batches in, one GPU's samples and every GPU's newest minute out.
+#[async_trait]
+pub trait SampleStore: Send + Sync {
+    /// Store a validated batch from one host, idempotent per (GPU uuid, ts_ms); updates the
+    /// GPU registry and marks the minutes of the new samples for the rollup job
+    /// ([`Store::close_minutes`](crate::Store::close_minutes)) in the same transaction.
+    /// Returns once the batch is durably committed. No quota and no host rule apply (tools
+    /// and tests): the server ingests with [`SampleStore::ingest_with`].
+    async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
+        self.ingest_with(org, host, samples, Vec::new(), None).await
+    }
+
+    /// [`SampleStore::ingest`] of samples already checked for data quality, checked against
+    /// `rules` (when given) in the batch's own transaction. `flags[i]` are the flags of `samples[i]`
+    /// (whose flagged fields the caller dropped), counted per flag in the rollups
+    /// (`RollupBucket::quality`); empty `flags`: none. A batch that would pass a quota
+    /// ([`StoreError::QuotaExceeded`](crate::StoreError::QuotaExceeded)) or that names a GPU of another host
+    /// ([`StoreError::GpuOnOtherHost`](crate::StoreError::GpuOnOtherHost)) is refused whole, nothing stored.
+    async fn ingest_with(
+        &self,
+        org: OrgId,
+        host: &str,
+        samples: Vec<Sample>,
+        flags: Vec<fleetlens_core::QualityFlags>,
+        rules: Option<IngestRules>,
+    ) -> Result<IngestOutcome>;
+
+    /// Each GPU's newest minute: (gpu id, bucket, stored state, samples, first and last ts).
+    async fn latest_minutes(&self, org: OrgId) -> Result<Vec<LatestMinute>>;
+    /// [`SampleStore::latest_minutes`] of the organisation's GPUs with these ids only (others
+    /// and unknown ids are left out): a reader that knows which GPUs moved re-reads just those.
+    async fn latest_minutes_of(&self, org: OrgId, gpu_ids: &[GpuId]) -> Result<Vec<LatestMinute>>;
+    /// Raw samples of one GPU of `org` with `from_ms <= ts_ms < to_ms`, oldest first, at most
+    /// `limit` (none for a GPU of another organisation).
+    async fn samples(&self, org: OrgId, gpu_id: GpuId, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;
+    /// Total raw samples stored (all organisations), open rows and sealed blocks; for metrics
+    /// and tests.
+    async fn sample_count(&self) -> Result<u64>;
+}
+
+/// Rollups and credits: a GPU's chart, an organisation's buckets for the fleet summary, the
+/// credits and hour splits that billing sums, and the per-minute facts the reports read.
+#[async_trait]
+pub trait RollupStore: Send + Sync {
+    /// Rollup rows of one GPU of `org` with `from_ms <= bucket_ms < to_ms`, oldest first (none
+    /// for a GPU of another organisation).
+    async fn rollups(
+        &self,
+        org: OrgId,
+        gpu_id: GpuId,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<RollupBucket>>;
+    /// Chart points of one GPU of `org` from its rollups in `[from_ms, to_ms)`: only the columns
+    /// a chart needs, and the minute's state at 1-minute resolution (none for a GPU of another
+    /// organisation).
+    async fn series(
+        &self,
+        org: OrgId,
+        gpu_id: GpuId,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<SeriesRow>>;
+    /// Rollup rows of every GPU of `org` with `from_ms <= bucket_ms < to_ms`, ordered by GPU
+    /// then time.
+    async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>>;
+    /// Stored credits of every GPU of `org` with `from_ms <= bucket_ms < to_ms` (see
+    /// `fleetlens_core::Credit`): minute credits, or hour credits (sums of their minutes).
+    async fn org_credits(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<BucketCredit>>;
+    /// The hour credits of `org` over a report period `[from_ms, end_ms)` that pro-rates its
+    /// partial hours (billing), with the bulk summed in the database: see [`HourCreditSplit`].
+    /// `first_whole_ms..last_whole_ms` are the whole hours inside the period.
+    async fn org_hour_credit_split(
+        &self,
+        org: OrgId,
+        from_ms: i64,
+        end_ms: i64,
+        first_whole_ms: i64,
+        last_whole_ms: i64,
+    ) -> Result<HourCreditSplit>;
+    /// The distinct process lists per GPU and minute of the raw samples of `org` with
+    /// `from_ms <= ts_ms < to_ms`, with their sample counts (raw samples are kept for the raw
+    /// retention only).
+    async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<ProcessList>>;
+    /// Peak memory used per GPU id of `org` over the hours overlapping `[from_ms, to_ms)`.
+    async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(GpuId, i64)>>;
+}
