@@ -262,8 +262,8 @@ mod close {
 }
 
 crate::shared_store::impl_store!(PgStore, pg, {
-    fn backend(&self) -> &'static str {
-        "postgres"
+    fn backend(&self) -> fleetlens_core::StoreBackend {
+        fleetlens_core::StoreBackend::Postgres
     }
 
     async fn ping(&self) -> Result<()> {
