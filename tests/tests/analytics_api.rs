@@ -235,8 +235,33 @@ async fn four_gpus_for_one_hour_with_mfu_and_energy(backend: Backend) {
     assert!(mfu > 0.3 && mfu < 0.5, "400 TFLOP/s of a ~989 TFLOP/s dense peak: {mfu}");
     let (status, err) = post(&server, "/api/v1/jobs", json!({"name": "x", "gpus": ["GPU-nope"], "from": start, "to": end, "precision": "bf16", "achieved_flops_per_s": 1.0})).await;
     assert_eq!((status, err["error"]["field"].as_str()), (422, Some("gpus")));
+    // A precision that is none does not parse (400, as every typed body's bad name): the answer
+    // names the field and the precisions there are.
     let (status, err) = post(&server, "/api/v1/jobs", json!({"name": "x", "gpus": ["GPU-compute"], "from": start, "to": end, "precision": "fp9", "achieved_flops_per_s": 1.0})).await;
-    assert_eq!((status, err["error"]["field"].as_str()), (422, Some("precision")));
+    assert_eq!(
+        (status, err["error"]["code"].as_str(), err["error"]["field"].as_str()),
+        (400, Some("invalid_json"), Some("precision")),
+        "{err}"
+    );
+    assert!(
+        err["error"]["message"].as_str().unwrap().contains("`fp64`, `fp32`, `tf32`, `bf16`, `fp16`, `fp8`, `fp4`"),
+        "{err}"
+    );
+    // fp16 keeps its name and is measured against the bf16 peak; a name in capitals is the name.
+    // In the hour after the summary's period, so that the funnel below sees the first job alone.
+    let after = |precision: &str| {
+        json!({"name": format!("{precision}-train"), "gpus": ["GPU-compute"], "from": end, "to": end + 3_600_000,
+               "precision": precision, "achieved_flops_per_s": 4.0e14})
+    };
+    let (status, fp16) = post(&server, "/api/v1/jobs", after("fp16")).await;
+    assert_eq!((status, fp16["precision"].as_str(), fp16["mfu"].as_f64()), (201, Some("fp16"), Some(mfu)), "{fp16}");
+    let (status, upper) = post(&server, "/api/v1/jobs", after(" BF16")).await;
+    assert_eq!((status, upper["precision"].as_str(), upper["mfu"].as_f64()), (201, Some("bf16"), Some(mfu)), "{upper}");
+    let (status, listed) = get(&server, &format!("/api/v1/jobs?from={end}&to={}", end + 3_600_000)).await;
+    assert_eq!(status, 200, "{listed}");
+    let read_back: Vec<(&str, Option<f64>)> =
+        listed.as_array().unwrap().iter().map(|j| (j["precision"].as_str().unwrap(), j["mfu"].as_f64())).collect();
+    assert_eq!(read_back, [("fp16", Some(mfu)), ("bf16", Some(mfu))]);
 
     let (status, s) = get(&server, &format!("/api/v1/fleet/summary?from={start}&to={end}")).await;
     assert_eq!(status, 200, "{s}");

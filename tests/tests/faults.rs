@@ -283,8 +283,9 @@ async fn postgres_restarted_under_ingest_server_recovers_and_loses_nothing() {
     let at_crash = load.acked_samples();
     pg.ctl(&["stop", "-m", "immediate", "-w"]);
     tokio::time::sleep(Duration::from_millis(1500)).await;
-    let (status, _) = readyz(&server).await;
+    let (status, ready) = readyz(&server).await;
     assert_eq!(status, 503, "not ready while the database is down");
+    assert_eq!(ready, json!({"status": "unavailable", "database": "postgres", "error": "database unreachable"}));
     pg.ctl(&["start", "-w", "-t", "60"]);
     let restarted = Instant::now();
 

@@ -200,6 +200,11 @@ async fn invalid_batches_are_rejected_whole_and_store_nothing(backend: Backend) 
     assert_eq!(table_counts(&db.url).await, before, "nothing stored");
     let health = reqwest::get(server.url("/readyz")).await.unwrap();
     assert_eq!(health.status().as_u16(), 200, "server still healthy");
+    let database = match backend {
+        Backend::Sqlite => "sqlite",
+        Backend::Postgres => "postgres",
+    };
+    assert_eq!(health.json::<Value>().await.unwrap(), json!({"status": "ready", "database": database}));
 }
 
 async fn auth_is_required_and_scoped(backend: Backend) {

@@ -100,6 +100,16 @@ async fn openapi_document_lists_every_route(backend: Backend) {
     for name in ["ErrorBody", "Sample", "IngestBatch", "BillingReport", "FleetSummary", "GpuList", "StateWindow"] {
         assert!(schemas.contains_key(name), "schema {name} missing");
     }
+    // Names on the wire are string enums of their names: a job's precision, readiness.
+    let job = &schemas["JobReport"]["properties"]["precision"];
+    assert_eq!(job["$ref"], "#/components/schemas/Precision", "{job}");
+    for (schema, names) in [
+        ("Precision", &["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4"][..]),
+        ("ReadyStatus", &["ready", "unavailable"]),
+        ("StoreBackend", &["sqlite", "postgres"]),
+    ] {
+        assert_eq!(schemas[schema]["enum"], serde_json::json!(names), "{schema}: {}", schemas[schema]);
+    }
 
     // Every documented operation is routed: without credentials it is refused (or served),
     // never the API's "no such endpoint" 404 or a 405.

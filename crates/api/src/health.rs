@@ -2,6 +2,7 @@
 
 use std::collections::BTreeMap;
 
+use fleetlens_core::StoreBackend;
 use serde::{Deserialize, Serialize};
 
 /// A background job in one server process (see the server's `jobs` module).
@@ -24,14 +25,25 @@ pub struct Health {
     pub jobs: BTreeMap<String, JobStatus>,
 }
 
+/// Whether the process can serve (`GET /readyz`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum ReadyStatus {
+    /// It can (200).
+    Ready,
+    /// Its database does not answer (503).
+    Unavailable,
+}
+
 /// `GET /readyz`: whether the process can serve.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Readiness {
     /// `ready` (200) or `unavailable` (503).
-    pub status: String,
+    pub status: ReadyStatus,
     /// The store's backend: `sqlite` or `postgres`.
-    pub database: String,
+    pub database: StoreBackend,
     /// Why it is not ready.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,

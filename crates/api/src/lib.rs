@@ -6,7 +6,7 @@ pub mod remote_write;
 use std::collections::BTreeMap;
 
 use fleetlens_core::{
-    AlertId, AlertStatus, ChannelId, FunnelLevelName, JobId, RuleId, Severity, SilenceId, WorkloadState,
+    AlertId, AlertStatus, ChannelId, FunnelLevelName, JobId, Precision, RuleId, Severity, SilenceId, WorkloadState,
 };
 pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
 use serde::{Deserialize, Serialize};
@@ -287,8 +287,10 @@ pub struct JobReport {
     pub gpus: Vec<String>,
     pub from: TimeArg,
     pub to: TimeArg,
-    /// `fp64`, `fp32`, `tf32`, `bf16` (or `fp16`), `fp8`, `fp4`.
-    pub precision: String,
+    /// `fp64`, `fp32`, `tf32`, `bf16`, `fp16`, `fp8`, `fp4`, in any case (`BF16` is `bf16`);
+    /// `fp16` has the `bf16` peak and reads back as `fp16`.
+    #[serde(deserialize_with = "Precision::deserialize_any_case")]
+    pub precision: Precision,
     #[serde(default)]
     pub achieved_flops_per_s: Option<f64>,
     #[serde(default)]
@@ -306,7 +308,8 @@ pub struct Job {
     pub gpus: Vec<String>,
     pub from_ms: i64,
     pub to_ms: i64,
-    pub precision: String,
+    /// As reported (`fp16` stays `fp16`).
+    pub precision: Precision,
     pub achieved_flops_per_s: f64,
     /// Achieved ÷ the dense datasheet peak of its GPUs at that precision; null when a GPU's
     /// model or precision has no datasheet figure.

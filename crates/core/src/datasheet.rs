@@ -4,24 +4,37 @@
 
 use serde::{Deserialize, Serialize};
 
-/// Arithmetic precision of a job's FLOPs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum Precision {
-    /// FP64 (tensor-core FP64 where the GPU has it, as DGEMM uses it).
-    Fp64,
-    /// FP32 on the CUDA cores (no TF32).
-    Fp32,
-    /// TF32 tensor cores.
-    Tf32,
-    /// FP16 / BF16 tensor cores (one figure: they are equal on every GPU here; V100 and T4
-    /// have FP16 tensor cores only).
-    #[serde(alias = "fp16")]
-    Bf16,
-    /// FP8 tensor cores (Hopper, Ada, Blackwell).
-    Fp8,
-    /// FP4 tensor cores (Blackwell).
-    Fp4,
+crate::named_enum! {
+    /// Arithmetic precision of a job's FLOPs.
+    pub enum Precision("precision") {
+        /// FP64 (tensor-core FP64 where the GPU has it, as DGEMM uses it).
+        Fp64 = "fp64",
+        /// FP32 on the CUDA cores (no TF32).
+        Fp32 = "fp32",
+        /// TF32 tensor cores.
+        Tf32 = "tf32",
+        /// BF16 tensor cores.
+        Bf16 = "bf16",
+        /// FP16 tensor cores: the BF16 figure (they are equal on every GPU here; V100 and T4
+        /// have FP16 tensor cores only). A variant of its own so that a job reported as `fp16`
+        /// reads back as `fp16`.
+        Fp16 = "fp16",
+        /// FP8 tensor cores (Hopper, Ada, Blackwell).
+        Fp8 = "fp8",
+        /// FP4 tensor cores (Blackwell).
+        Fp4 = "fp4",
+    }
+}
+
+impl Precision {
+    /// Deserializes a precision's name in any case, blanks around it ignored (`" BF16"` is
+    /// `bf16`), for bodies written by hand; another name is serde's unknown-variant error,
+    /// which lists the names. Use with `#[serde(deserialize_with = …)]`.
+    pub fn deserialize_any_case<'de, D: serde::Deserializer<'de>>(deserializer: D) -> Result<Precision, D::Error> {
+        let name = String::deserialize(deserializer)?;
+        Precision::parse(&name.trim().to_ascii_lowercase())
+            .ok_or_else(|| serde::de::Error::unknown_variant(&name, &Precision::NAMES))
+    }
 }
 
 /// A GPU model the datasheet table knows. The serde name is the stable id used in price
@@ -144,7 +157,7 @@ impl GpuSpec {
             Precision::Fp64 => self.fp64_tflops,
             Precision::Fp32 => self.fp32_tflops,
             Precision::Tf32 => self.tf32_tflops,
-            Precision::Bf16 => self.bf16_tflops,
+            Precision::Bf16 | Precision::Fp16 => self.bf16_tflops,
             Precision::Fp8 => self.fp8_tflops,
             Precision::Fp4 => self.fp4_tflops,
         };
@@ -313,6 +326,28 @@ mod tests {
         let a100 = mfu(156e12, GpuModel::A100_40, Precision::Bf16).unwrap();
         assert!((a100 - 0.5).abs() < 1e-12);
         assert_eq!(mfu(1e12, GpuModel::T4, Precision::Fp8), None);
-        assert_eq!(serde_json::from_str::<Precision>("\"fp16\"").unwrap(), Precision::Bf16);
+    }
+
+    /// `fp16` is its own name (a job reported as fp16 reads back as fp16) with the BF16 figure.
+    #[test]
+    fn fp16_keeps_its_name_and_has_the_bf16_peak() {
+        assert_eq!(serde_json::from_str::<Precision>("\"fp16\"").unwrap(), Precision::Fp16);
+        assert_eq!(serde_json::to_string(&Precision::Fp16).unwrap(), "\"fp16\"");
+        for spec in &SPECS {
+            assert_eq!(spec.peak_flops(Precision::Fp16), spec.peak_flops(Precision::Bf16), "{}", spec.id);
+        }
+        assert_eq!(mfu(400e12, GpuModel::H100Sxm, Precision::Fp16), mfu(400e12, GpuModel::H100Sxm, Precision::Bf16));
+    }
+
+    #[test]
+    fn precision_names_are_the_stored_ones_and_any_case_reads_them() {
+        assert_eq!(Precision::NAMES, ["fp64", "fp32", "tf32", "bf16", "fp16", "fp8", "fp4"]);
+        let any_case = |text: &str| Precision::deserialize_any_case(&mut serde_json::Deserializer::from_str(text));
+        assert_eq!(any_case("\" BF16 \"").unwrap(), Precision::Bf16);
+        assert_eq!(any_case("\"Fp8\"").unwrap(), Precision::Fp8);
+        let e = any_case("\"fp9\"").unwrap_err().to_string();
+        assert!(e.contains("unknown variant `fp9`") && e.contains("`bf16`, `fp16`"), "{e}");
+        // The exact form (a stored name, an answer read back) takes the names only.
+        assert!(serde_json::from_str::<Precision>("\"BF16\"").is_err());
     }
 }

@@ -3,6 +3,7 @@
 
 pub mod access;
 pub mod advice;
+pub mod backend;
 pub mod classify;
 pub mod cost;
 pub mod credit;
@@ -39,6 +40,7 @@ mod classify_tests;
 mod fixture_tests;
 
 pub use access::{Role, Scope, TeamSource};
+pub use backend::StoreBackend;
 pub use ids::{
     AgentCommandId, AlertGroupId, AlertId, ApiKeyId, ChannelId, DeliveryId, GpuEventId, GpuId, JobId, JobRunId,
     MessageId, OrgId, ReclaimId, ReclaimPolicyId, ReclaimStepId, ReportRouteId, RuleId, SilenceId, TeamId, UserId,

@@ -265,7 +265,7 @@ pub async fn serve(config: Config) -> Result<(), StartupError> {
     if !state.config.static_dir.join("index.html").exists() {
         tracing::warn!(dir = %state.config.static_dir.display(), "dashboard not built: run frontend/build.sh");
     }
-    tracing::info!(%addr, database = store.backend(), "listening");
+    tracing::info!(%addr, database = %store.backend(), "listening");
     // The one line scripts and tests read to find the server.
     println!("fleetlens-server listening on http://{addr}/");
     // Connect info: the client address keys the login rate limit.

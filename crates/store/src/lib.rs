@@ -452,8 +452,8 @@ pub trait Store:
     + Sync
     + 'static
 {
-    /// `sqlite` or `postgres`.
-    fn backend(&self) -> &'static str;
+    /// The database this store keeps its data in.
+    fn backend(&self) -> fleetlens_core::StoreBackend;
     /// A cheap round trip, for readiness checks.
     async fn ping(&self) -> Result<()>;
 

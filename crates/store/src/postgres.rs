@@ -296,8 +296,8 @@ impl PgStore {
 }
 
 crate::shared_store::impl_store!(PgStore, pg, {
-    fn backend(&self) -> &'static str {
-        "postgres"
+    fn backend(&self) -> fleetlens_core::StoreBackend {
+        fleetlens_core::StoreBackend::Postgres
     }
 
     async fn ping(&self) -> Result<()> {

@@ -3,9 +3,10 @@
 //! one body of SQL for both backends.
 
 use async_trait::async_trait;
-use fleetlens_core::JobId;
+use fleetlens_core::{JobId, Precision};
 
-use crate::{OrgId, Result, StoreError};
+use crate::json_text::StrictJsonText;
+use crate::{OrgId, Result};
 
 #[async_trait]
 pub trait SettingStore: Send + Sync {
@@ -23,48 +24,20 @@ pub trait JobStore: Send + Sync {
     async fn jobs(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<JobRecord>>;
 }
 
-/// A job's reported throughput (for MFU).
-#[derive(Debug, Clone, PartialEq)]
+/// A job's reported throughput (for MFU). Its GPU list is stored as JSON text: one that does
+/// not read is an error, never an empty list (which would be a job on no GPU).
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct JobRecord {
     pub id: JobId,
     pub name: String,
+    #[sqlx(try_from = "StrictJsonText<Vec<String>>")]
     pub gpu_uuids: Vec<String>,
     pub from_ms: i64,
     pub to_ms: i64,
-    pub precision: String,
+    /// Stored as its name (`bf16`, `fp16`, …) in a TEXT column.
+    pub precision: Precision,
     pub achieved_flops_per_s: f64,
     pub created_ms: i64,
-}
-
-/// A `jobs` row as stored (the GPU list as JSON text).
-#[derive(sqlx::FromRow)]
-pub(crate) struct JobRow {
-    id: JobId,
-    name: String,
-    gpu_uuids: String,
-    from_ms: i64,
-    to_ms: i64,
-    precision: String,
-    achieved_flops_per_s: f64,
-    created_ms: i64,
-}
-
-impl TryFrom<JobRow> for JobRecord {
-    type Error = StoreError;
-
-    fn try_from(r: JobRow) -> Result<Self> {
-        Ok(JobRecord {
-            id: r.id,
-            name: r.name,
-            gpu_uuids: serde_json::from_str(&r.gpu_uuids)
-                .map_err(|e| StoreError::Invalid(format!("job gpu list: {e}")))?,
-            from_ms: r.from_ms,
-            to_ms: r.to_ms,
-            precision: r.precision,
-            achieved_flops_per_s: r.achieved_flops_per_s,
-            created_ms: r.created_ms,
-        })
-    }
 }
 
 macro_rules! impl_setting_and_job_store {
@@ -113,7 +86,7 @@ macro_rules! impl_setting_and_job_store {
                 .bind(serde_json::to_string(&job.gpu_uuids).expect("uuids serialize"))
                 .bind(job.from_ms)
                 .bind(job.to_ms)
-                .bind(&job.precision)
+                .bind(job.precision)
                 .bind(job.achieved_flops_per_s)
                 .bind(job.created_ms)
                 .fetch_one(self.pool())
@@ -121,15 +94,14 @@ macro_rules! impl_setting_and_job_store {
             }
 
             async fn jobs(&self, org: $crate::OrgId, from_ms: i64, to_ms: i64) -> $crate::Result<Vec<$crate::settings::JobRecord>> {
-                let rows: Vec<$crate::settings::JobRow> = sqlx::query_as(&q(
+                Ok(sqlx::query_as(&q(
                     "SELECT * FROM jobs WHERE org_id = ? AND to_ms > ? AND from_ms < ? ORDER BY from_ms, id",
                 ))
                 .bind(org)
                 .bind(from_ms)
                 .bind(to_ms)
                 .fetch_all(self.pool())
-                .await?;
-                rows.into_iter().map($crate::settings::JobRecord::try_from).collect()
+                .await?)
             }
         }
     };

@@ -532,8 +532,8 @@ impl SqliteStore {
 }
 
 crate::shared_store::impl_store!(SqliteStore, sqlite, {
-    fn backend(&self) -> &'static str {
-        "sqlite"
+    fn backend(&self) -> fleetlens_core::StoreBackend {
+        fleetlens_core::StoreBackend::Sqlite
     }
 
     async fn announce_change(&self, org: OrgId) -> Result<()> {

@@ -155,7 +155,7 @@ fn Jobs() -> impl IntoView {
                                 <tr data-job-id=j.id.to_string()>
                                     <th scope="row">{j.name.clone()}</th>
                                     <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
-                                    <td>{j.precision.clone()}</td>
+                                    <td>{j.precision.as_str()}</td>
                                     <td class="num">{flops(j.achieved_flops_per_s)}</td>
                                     <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
                                     <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>

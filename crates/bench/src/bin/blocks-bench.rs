@@ -37,9 +37,10 @@ struct Args {
     #[arg(long, default_value = "postgres://postgres@127.0.0.1:5432/postgres")]
     pg_admin: String,
     /// The server binary that answers `GET /gpus/{uuid}/samples` over the sealed database
-    /// (skipped when it does not exist).
+    /// (skipped when it does not exist). Repeat the flag to compare builds on the same
+    /// database: each is started in turn and read the same way.
     #[arg(long, default_value = "target/release/fleetlens-server")]
-    server_bin: String,
+    server_bin: Vec<String>,
     /// Which parts run: `at-rest` (bytes and reads of `--gpus` GPUs × 1 h), `series` (24-h
     /// series over rows and packed hours), `vm` (VictoriaMetrics' bytes), comma-separated.
     #[arg(long, default_value = "at-rest,series,vm")]
@@ -625,12 +626,28 @@ async fn http_reads(
     plan: &data::Plan,
     gpus: &[fleetlens_store::GpuRecord],
 ) -> Result<()> {
-    if !std::path::Path::new(&args.server_bin).exists() {
-        println!("{backend}: {} not built: HTTP reads skipped", args.server_bin);
-        return Ok(());
+    for server_bin in &args.server_bin {
+        if !std::path::Path::new(server_bin).exists() {
+            println!("{backend}: {server_bin} not built: HTTP reads skipped");
+            continue;
+        }
+        // Named in each line when builds are compared.
+        let label = if args.server_bin.len() > 1 { format!("{backend} ({server_bin})") } else { backend.to_string() };
+        http_reads_of(server_bin, &label, url, plan, gpus).await?;
     }
+    Ok(())
+}
+
+/// [`http_reads`] through one server binary.
+async fn http_reads_of(
+    server_bin: &str,
+    backend: &str,
+    url: &str,
+    plan: &data::Plan,
+    gpus: &[fleetlens_store::GpuRecord],
+) -> Result<()> {
     const TOKEN: &str = "fl_bench_blocks_token_0123456789abcdef";
-    let (_server, base) = fleetlens_bench::scratch::start_server(&args.server_bin, url, TOKEN, &[])?;
+    let (_server, base) = fleetlens_bench::scratch::start_server(server_bin, url, TOKEN, &[])?;
     for (format, gzip) in [("rows", false), ("rows", true), ("columns", false), ("columns", true)] {
         let client = reqwest::Client::new();
         let mut times = Vec::new();

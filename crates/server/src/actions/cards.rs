@@ -256,7 +256,7 @@ async fn run_mfu(
     from: i64,
     end: i64,
 ) -> ApiResult<Option<f64>> {
-    let by_uuid: HashMap<&str, &GpuRecord> = gpus.iter().map(|g| (g.uuid.as_str(), g)).collect();
+    let by_uuid = crate::analytics::mfu::gpus_by_uuid(gpus);
     let (mut sum, mut weight) = (0.0, 0.0);
     for j in store.jobs(org, from, end).await? {
         if !j.gpu_uuids.iter().any(|u| run.gpu_uuids.contains(u)) {

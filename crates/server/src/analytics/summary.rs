@@ -256,10 +256,9 @@ pub fn summarize(input: &SummaryInput<'_>) -> FleetSummary {
 /// MFU: each job's achieved FLOP/s, shared evenly by its GPUs, over the part of the job inside
 /// the period, against each GPU's dense peak.
 fn add_jobs(funnel: &mut Funnel, input: &SummaryInput<'_>) {
-    let by_uuid: HashMap<&str, &GpuRecord> = input.gpus.iter().map(|g| (g.uuid.as_str(), g)).collect();
+    let by_uuid = crate::analytics::mfu::gpus_by_uuid(input.gpus);
     for job in input.jobs {
         let seconds = (job.to_ms.min(input.to_ms) - job.from_ms.max(input.from_ms)) as f64 / 1000.0;
-        let Some(precision) = crate::analytics::mfu::parse_precision(&job.precision) else { continue };
         if seconds <= 0.0 || job.gpu_uuids.is_empty() {
             continue;
         }
@@ -268,7 +267,7 @@ fn add_jobs(funnel: &mut Funnel, input: &SummaryInput<'_>) {
             if let Some(model) =
                 by_uuid.get(uuid.as_str()).and_then(|g| g.name.as_deref()).and_then(GpuModel::from_nvml_name)
             {
-                funnel.add_job_flops(per_gpu, seconds, model, precision);
+                funnel.add_job_flops(per_gpu, seconds, model, job.precision);
             }
         }
     }

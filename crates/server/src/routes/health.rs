@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use fleetlens_api::health::{Health, Readiness};
+use fleetlens_api::health::{Health, Readiness, ReadyStatus};
 
 use crate::state::AppState;
 
@@ -17,13 +17,13 @@ pub async fn healthz() -> Json<Health> {
 /// The process can serve: its database answers.
 #[utoipa::path(get, path = "/readyz", tag = "meta", security(()), responses((status = 200, body = Readiness), (status = 503, description = "The database does not answer", body = Readiness)))]
 pub async fn readyz(State(state): State<AppState>) -> (StatusCode, Json<Readiness>) {
-    let database = state.store.backend().to_string();
+    let database = state.store.backend();
     match state.store.ping().await {
-        Ok(()) => (StatusCode::OK, Json(Readiness { status: "ready".into(), database, error: None })),
+        Ok(()) => (StatusCode::OK, Json(Readiness { status: ReadyStatus::Ready, database, error: None })),
         Err(e) => {
             tracing::warn!(error = %e, "readiness check failed");
             let error = Some("database unreachable".into());
-            (StatusCode::SERVICE_UNAVAILABLE, Json(Readiness { status: "unavailable".into(), database, error }))
+            (StatusCode::SERVICE_UNAVAILABLE, Json(Readiness { status: ReadyStatus::Unavailable, database, error }))
         }
     }
 }

@@ -10,7 +10,7 @@ use fleetlens_api::{Job, JobReport};
 use fleetlens_core::JobId;
 use fleetlens_store::{GpuRecord, JobRecord, Scope};
 
-use crate::analytics::mfu::{job_mfu, parse_precision};
+use crate::analytics::mfu::{gpus_by_uuid, job_mfu};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, JsonBody};
 use crate::routes::gpus::{RangeQuery, range};
@@ -55,9 +55,6 @@ pub async fn report(
     if from_ms >= to_ms {
         return Err(invalid("from", "must be before `to`"));
     }
-    if parse_precision(&r.precision).is_none() {
-        return Err(invalid("precision", "one of fp64, fp32, tf32, bf16, fp16, fp8, fp4"));
-    }
     let achieved = match (r.achieved_flops_per_s, r.tokens_per_s, r.flops_per_token) {
         (Some(f), None, None) => f,
         (None, Some(t), Some(per)) => t * per,
@@ -71,9 +68,8 @@ pub async fn report(
     if !achieved.is_finite() || achieved <= 0.0 {
         return Err(invalid("achieved_flops_per_s", "must be a positive finite number"));
     }
-    // The registry rows alone: a job's MFU needs each GPU's model, never its newest sample.
-    let all = state.store.gpu_identities(caller.org).await?;
-    let by_uuid: HashMap<&str, &GpuRecord> = all.iter().map(|g| (g.uuid.as_str(), g)).collect();
+    let gpus = state.store.gpu_identities(caller.org).await?;
+    let by_uuid = gpus_by_uuid(&gpus);
     if let Some(missing) = r.gpus.iter().find(|u| !by_uuid.contains_key(u.as_str())) {
         return Err(invalid("gpus", format!("no GPU {missing:?} in this organisation")));
     }
@@ -83,7 +79,7 @@ pub async fn report(
         gpu_uuids: r.gpus,
         from_ms,
         to_ms,
-        precision: r.precision.trim().to_ascii_lowercase(),
+        precision: r.precision,
         achieved_flops_per_s: achieved,
         created_ms: now_ms(),
     };
@@ -99,9 +95,8 @@ pub async fn list(
 ) -> ApiResult<Json<Vec<Job>>> {
     caller.require(Scope::Read)?;
     let (from_ms, to_ms) = range(&q)?;
-    // The registry rows alone: a job's MFU needs each GPU's model, never its newest sample.
-    let all = state.store.gpu_identities(caller.org).await?;
-    let by_uuid: HashMap<&str, &GpuRecord> = all.iter().map(|g| (g.uuid.as_str(), g)).collect();
+    let gpus = state.store.gpu_identities(caller.org).await?;
+    let by_uuid = gpus_by_uuid(&gpus);
     let jobs = state.store.jobs(caller.org, from_ms, to_ms).await?;
     Ok(Json(jobs.into_iter().map(|j| view(j, &by_uuid)).collect()))
 }
