@@ -1,7 +1,7 @@
 //! Job runs, their report cards and the report routes (docs/ACTIONS.md): the bodies of
 //! `/job-runs`, `/jobs/{id}/end` and `/report-routes`.
 
-use fleetlens_core::jobcard::{JobCard, JobRunStatus};
+use fleetlens_core::jobcard::{JobCard, JobRunStatus, ReportRouteSpec};
 use fleetlens_core::{ChannelId, JobRunId, ProcessOwner, ReportRouteId, TeamId};
 use serde::{Deserialize, Serialize};
 
@@ -51,21 +51,14 @@ pub struct EndRequest {
     pub at: Option<crate::TimeArg>,
 }
 
-/// Where report cards go.
+/// A report route: where report cards go (`ReportRouteSpec`, at the top level of the JSON) and
+/// when the server stored it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReportRouteView {
     pub id: ReportRouteId,
-    /// Only jobs on this team's GPUs (null: any team).
-    pub team_id: Option<TeamId>,
-    /// Only this user's jobs (null: anyone's).
-    pub owner: Option<String>,
-    /// A `slack` or `webhook` notification channel.
-    pub channel_id: ChannelId,
-    /// Send only cards of jobs with at least this many GPU-hours…
-    pub min_gpu_hours: f64,
-    /// …and at least this share wasted, %.
-    pub min_waste_pct: f64,
+    #[serde(flatten)]
+    pub route: ReportRouteSpec,
     pub created_ms: i64,
 }
 
@@ -112,4 +105,31 @@ pub struct PlansQuery {
     pub from: Option<String>,
     /// Default: now.
     pub to: Option<String>,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The route's fields stand at the top level, in the order the API has always sent them.
+    #[test]
+    fn a_report_route_sends_its_spec_at_the_top_level() {
+        let route = ReportRouteView {
+            id: ReportRouteId(4),
+            route: ReportRouteSpec {
+                team_id: None,
+                owner: Some("alice".into()),
+                channel_id: ChannelId(2),
+                min_gpu_hours: 0.5,
+                min_waste_pct: 20.0,
+            },
+            created_ms: 9,
+        };
+        let text = serde_json::to_string(&route).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":4,"team_id":null,"owner":"alice","channel_id":2,"min_gpu_hours":0.5,"min_waste_pct":20.0,"created_ms":9}"#
+        );
+        assert_eq!(serde_json::from_str::<ReportRouteView>(&text).unwrap(), route);
+    }
 }

@@ -4,10 +4,10 @@
 use std::collections::BTreeMap;
 
 use fleetlens_core::rules::inhibit::InhibitScope;
-use fleetlens_core::rules::{FieldType, Matchers, RuleSpec, SilenceWindow};
+use fleetlens_core::rules::{DeliveryAttempt, FieldType, Matchers, RuleSpec, SilenceWindow};
 use fleetlens_core::{
-    AlertId, AttemptOutcome, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, OutboxStatus, RuleId,
-    Severity, SilenceId, WorkloadState,
+    AlertId, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, OutboxStatus, RuleId, Severity, SilenceId,
+    WorkloadState,
 };
 use serde::{Deserialize, Serialize};
 
@@ -202,25 +202,16 @@ pub struct OutboxView {
     pub delivered_ms: Option<i64>,
 }
 
-/// One delivery attempt of a notification.
+/// One delivery attempt of a notification: the line of the delivery log (`DeliveryAttempt`, at
+/// the top level of the JSON) and whether its channel still exists.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct DeliveryView {
     pub id: DeliveryId,
-    pub message_id: Option<MessageId>,
-    pub alert_id: Option<AlertId>,
-    /// Never reused: the channel the attempt went to, even after it was deleted.
-    pub channel_id: ChannelId,
+    #[serde(flatten)]
+    pub delivery: DeliveryAttempt,
     /// The channel has been deleted since.
     pub channel_deleted: bool,
-    pub kind: MessageKind,
-    pub attempt: i64,
-    pub at_ms: i64,
-    /// `delivered`, `retry`, `failed`, `suppressed` (a silence held it back) or `lease_lost`.
-    pub outcome: AttemptOutcome,
-    pub status_code: Option<i64>,
-    pub error: Option<String>,
-    pub duration_ms: Option<i64>,
 }
 
 /// One alert with its notification messages and delivery attempts.
@@ -426,6 +417,34 @@ mod tests {
         let at = serde_json::to_value(RuleErrorBody { error: detail(Some(4)) }).unwrap();
         assert_eq!(at["error"]["position"], 4);
         assert_eq!(at["error"]["column"], 5);
+    }
+
+    /// The log line's fields stand at the top level; `channel_deleted`, which the server works
+    /// out, comes after them (serde writes a flattened struct's fields where it stands).
+    #[test]
+    fn a_delivery_sends_its_log_line_at_the_top_level() {
+        let view = DeliveryView {
+            id: DeliveryId(8),
+            delivery: DeliveryAttempt {
+                message_id: Some(MessageId(5)),
+                alert_id: None,
+                channel_id: ChannelId(2),
+                kind: MessageKind::Firing,
+                attempt: 1,
+                at_ms: 10,
+                outcome: fleetlens_core::AttemptOutcome::Retry,
+                status_code: Some(500),
+                error: Some("HTTP 500".into()),
+                duration_ms: Some(3),
+            },
+            channel_deleted: true,
+        };
+        let text = serde_json::to_string(&view).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":8,"message_id":5,"alert_id":null,"channel_id":2,"kind":"firing","attempt":1,"at_ms":10,"outcome":"retry","status_code":500,"error":"HTTP 500","duration_ms":3,"channel_deleted":true}"#
+        );
+        assert_eq!(serde_json::from_str::<DeliveryView>(&text).unwrap(), view);
     }
 
     #[test]

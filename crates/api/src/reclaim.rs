@@ -1,54 +1,19 @@
 //! Idle reclaim (docs/ACTIONS.md): the bodies of `/reclaim-policies`, their dry run, and
 //! `/reclaims` with their logged steps.
 
-use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus, WouldAct};
-use fleetlens_core::{
-    AgentCommandId, ChannelId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId, WorkloadState,
-};
+use fleetlens_core::reclaim::{ReclaimLogLine, ReclaimPolicySpec, ReclaimStatus, WouldAct};
+use fleetlens_core::{AgentCommandId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId};
 use serde::{Deserialize, Serialize};
 
-/// A policy.
+/// A policy: the fields its author set (`ReclaimPolicySpec`, at the top level of the JSON; also
+/// the body of `POST /api/v1/reclaim-policies`) and what the server keeps about it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReclaimPolicy {
     pub id: ReclaimPolicyId,
-    pub name: String,
-    /// The workload state that must hold (e.g. `idle_held`; not `offline`).
-    pub state: WorkloadState,
-    /// For this many seconds before the notice.
-    pub for_s: i64,
-    /// Seconds between the notice and the action.
-    pub grace_s: i64,
-    /// `webhook` (to `action_channel_id`, a webhook channel) or `agent_kill` (SIGTERM by the
-    /// agent of the host, if it runs with `--allow-reclaim-kill`).
-    pub action: ReclaimAction,
-    pub action_channel_id: Option<ChannelId>,
-    /// Where notices go; null: the owner's report route.
-    pub notice_channel_id: Option<ChannelId>,
-    pub enabled: bool,
+    #[serde(flatten)]
+    pub policy: ReclaimPolicySpec,
     pub created_ms: i64,
-}
-
-/// A new policy.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct NewReclaimPolicy {
-    pub name: String,
-    pub state: WorkloadState,
-    pub for_s: i64,
-    pub grace_s: i64,
-    /// `webhook` or `agent_kill`.
-    pub action: ReclaimAction,
-    #[serde(default)]
-    pub action_channel_id: Option<ChannelId>,
-    #[serde(default)]
-    pub notice_channel_id: Option<ChannelId>,
-    #[serde(default = "yes")]
-    pub enabled: bool,
-}
-
-fn yes() -> bool {
-    true
 }
 
 /// One GPU the policy would have reclaimed.
@@ -101,18 +66,14 @@ pub struct Reclaim {
     pub log: Vec<ReclaimStepView>,
 }
 
-/// One logged step: who, what, when, and the money held by then.
+/// One logged step of a reclaim (`ReclaimLogLine`, at the top level of the JSON).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ReclaimStepView {
     pub id: ReclaimStepId,
     pub reclaim_id: ReclaimId,
-    /// `notice`, `snooze`, `action_webhook`, `kill_queued`, `killed`, `kill_refused`, `cancelled`.
-    pub step: ReclaimLogStep,
-    pub actor: String,
-    pub dollars_held: Option<f64>,
-    pub at_ms: i64,
-    pub detail: String,
+    #[serde(flatten)]
+    pub line: ReclaimLogLine,
 }
 
 /// How long to hold the reclaim off.
@@ -163,4 +124,70 @@ pub struct CommandResult {
     pub result: String,
     #[serde(default)]
     pub detail: String,
+}
+
+#[cfg(test)]
+mod tests {
+    use fleetlens_core::reclaim::ReclaimAction;
+    use fleetlens_core::{ChannelId, WorkloadState};
+
+    use super::*;
+
+    fn spec() -> ReclaimPolicySpec {
+        ReclaimPolicySpec {
+            name: "idle".into(),
+            state: WorkloadState::IdleHeld,
+            for_s: 7200,
+            grace_s: 900,
+            action: ReclaimAction::Webhook,
+            action_channel_id: Some(ChannelId(3)),
+            notice_channel_id: None,
+            enabled: true,
+        }
+    }
+
+    /// The policy's fields stand at the top level, in the order the API has always sent them.
+    #[test]
+    fn a_policy_sends_its_spec_at_the_top_level() {
+        let policy = ReclaimPolicy { id: ReclaimPolicyId(7), policy: spec(), created_ms: 5 };
+        let text = serde_json::to_string(&policy).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":7,"name":"idle","state":"idle_held","for_s":7200,"grace_s":900,"action":"webhook","action_channel_id":3,"notice_channel_id":null,"enabled":true,"created_ms":5}"#
+        );
+        assert_eq!(serde_json::from_str::<ReclaimPolicy>(&text).unwrap(), policy);
+    }
+
+    /// A logged step's fields stand at the top level, in the order the API has always sent them.
+    #[test]
+    fn a_step_sends_its_line_at_the_top_level() {
+        let step = ReclaimStepView {
+            id: ReclaimStepId(3),
+            reclaim_id: ReclaimId(2),
+            line: ReclaimLogLine {
+                step: fleetlens_core::reclaim::ReclaimLogStep::Snooze,
+                actor: "alice@example.com".into(),
+                dollars_held: None,
+                at_ms: 11,
+                detail: "snoozed for 3600 s".into(),
+            },
+        };
+        let text = serde_json::to_string(&step).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":3,"reclaim_id":2,"step":"snooze","actor":"alice@example.com","dollars_held":null,"at_ms":11,"detail":"snoozed for 3600 s"}"#
+        );
+        assert_eq!(serde_json::from_str::<ReclaimStepView>(&text).unwrap(), step);
+    }
+
+    /// The body of `POST /reclaim-policies` may leave out the channels (null) and `enabled` (true).
+    #[test]
+    fn a_new_policy_defaults_its_channels_and_enabled() {
+        let body = r#"{"name":"idle","state":"idle_held","for_s":7200,"grace_s":900,"action":"webhook"}"#;
+        let want = ReclaimPolicySpec { action_channel_id: None, ..spec() };
+        assert_eq!(serde_json::from_str::<ReclaimPolicySpec>(body).unwrap(), want);
+        let off =
+            r#"{"name":"idle","state":"idle_held","for_s":7200,"grace_s":900,"action":"webhook","enabled":false}"#;
+        assert!(!serde_json::from_str::<ReclaimPolicySpec>(off).unwrap().enabled);
+    }
 }

@@ -430,6 +430,27 @@ pub fn worth_sending(card: &JobCard, min_gpu_hours: f64, min_waste_pct: f64) -> 
     card.gpu_hours >= min_gpu_hours && card.waste_pct >= min_waste_pct
 }
 
+// Every field of a report route, defined once: the store reads it as part of the route's row
+// (flattened into `ReportRoute`; inserts take it alone) and the API sends it flattened into
+// `ReportRouteView`. The doc comment below is the OpenAPI schema's description.
+/// Where the report cards of a team's (any team's: `team_id` null) owner (anyone's: `owner`
+/// null) jobs go, and the bar a card must pass to be sent ([`worth_sending`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+pub struct ReportRouteSpec {
+    /// Only jobs on this team's GPUs (null: any team).
+    pub team_id: Option<crate::TeamId>,
+    /// Only this user's jobs (null: anyone's).
+    pub owner: Option<String>,
+    /// A `slack` or `webhook` notification channel.
+    pub channel_id: crate::ChannelId,
+    /// Send only cards of jobs with at least this many GPU-hours…
+    pub min_gpu_hours: f64,
+    /// …and at least this share wasted, %.
+    pub min_waste_pct: f64,
+}
+
 /// A card as plain text (Slack messages, logs): title line, figures, hints.
 pub fn card_text(title: &str, card: &JobCard) -> String {
     let cur = &card.currency;

@@ -8,6 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::ChannelId;
 use crate::state::WorkloadState;
 
 crate::named_enum! {
@@ -57,6 +58,65 @@ pub struct ReclaimTiming {
     pub for_ms: i64,
     /// Between the notice and the action.
     pub grace_ms: i64,
+}
+
+// Every field an admin sets on a policy, defined once: `POST /api/v1/reclaim-policies` takes it
+// as its body, the store reads it as part of the policy's row (flattened into
+// `ReclaimPolicyRecord`; inserts take it alone) and the API sends it flattened into
+// `ReclaimPolicy`. The doc comment below is the OpenAPI schema's description.
+/// An idle-reclaim policy as its author writes it (`action_channel_id` and
+/// `notice_channel_id` default to null, `enabled` to true).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+pub struct ReclaimPolicySpec {
+    pub name: String,
+    /// The workload state that must hold (e.g. `idle_held`; not `offline`).
+    pub state: WorkloadState,
+    /// For this many seconds before the notice.
+    pub for_s: i64,
+    /// Seconds between the notice and the action.
+    pub grace_s: i64,
+    /// `webhook` (to `action_channel_id`, a webhook channel) or `agent_kill` (SIGTERM by the
+    /// agent of the host, if it runs with `--allow-reclaim-kill`).
+    pub action: ReclaimAction,
+    /// The webhook channel of a `webhook` action.
+    #[serde(default)]
+    pub action_channel_id: Option<ChannelId>,
+    /// Where notices go; null: the owner's report route.
+    #[serde(default)]
+    pub notice_channel_id: Option<ChannelId>,
+    #[serde(default = "enabled_by_default")]
+    pub enabled: bool,
+}
+
+fn enabled_by_default() -> bool {
+    true
+}
+
+impl ReclaimPolicySpec {
+    /// The policy's timing, in the milliseconds [`next_step`] and [`dry_run`] count in.
+    pub fn timing(&self) -> ReclaimTiming {
+        ReclaimTiming { state: self.state, for_ms: self.for_s * 1000, grace_ms: self.grace_s * 1000 }
+    }
+}
+
+// One logged step, defined once: the store writes it alone (the reclaim it belongs to and the
+// organisation come from the write) and reads it flattened into `ReclaimLogEntry`; the API sends
+// it flattened into `ReclaimStepView`. The doc comment below is the OpenAPI schema's description.
+/// One logged step of a reclaim: who, what, when, and the money held by then.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+pub struct ReclaimLogLine {
+    /// `notice`, `snooze`, `action_webhook`, `kill_queued`, `killed`, `kill_refused`, `cancelled`.
+    pub step: ReclaimLogStep,
+    /// `fleetlens` (the engine), an agent (`agent:<host>`) or the user or key that did it.
+    pub actor: String,
+    /// What the GPU had cost while held in the state, at that moment; null without a price.
+    pub dollars_held: Option<f64>,
+    pub at_ms: i64,
+    pub detail: String,
 }
 
 /// What a GPU looks like to a policy now.

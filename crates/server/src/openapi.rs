@@ -155,9 +155,16 @@ error_set! {
 mod tests {
     use std::collections::BTreeSet;
 
-    use fleetlens_api::alerts::RuleView;
-    use fleetlens_core::RuleId;
-    use fleetlens_core::rules::RuleSpec;
+    use fleetlens_api::actions::ReportRouteView;
+    use fleetlens_api::alerts::{DeliveryView, RuleView};
+    use fleetlens_api::reclaim::{ReclaimPolicy, ReclaimStepView};
+    use fleetlens_core::jobcard::ReportRouteSpec;
+    use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogLine, ReclaimLogStep, ReclaimPolicySpec};
+    use fleetlens_core::rules::{DeliveryAttempt, RuleSpec};
+    use fleetlens_core::{
+        AttemptOutcome, ChannelId, DeliveryId, MessageKind, ReclaimId, ReclaimPolicyId, ReclaimStepId, ReportRouteId,
+        RuleId, WorkloadState,
+    };
     use serde_json::Value;
 
     /// The properties and required properties of a schema, through `$ref` and `allOf`.
@@ -177,18 +184,99 @@ mod tests {
         (props, required)
     }
 
+    /// The document describes every field a view sends, through its `allOf` parts, and requires
+    /// every one but `optional`.
+    fn assert_described(doc: &Value, schema: &str, view: Value, optional: &[&str]) -> BTreeSet<String> {
+        let sent: BTreeSet<String> = view.as_object().unwrap().keys().cloned().collect();
+        let (props, required) = fields(doc, &doc["components"]["schemas"][schema]);
+        assert_eq!(props, sent, "{schema}: properties");
+        let optional: BTreeSet<String> = optional.iter().map(|f| f.to_string()).collect();
+        assert_eq!(required, &sent - &optional, "{schema}: required");
+        sent
+    }
+
     /// `RuleView` flattens the rule as written (`allOf`): the document still describes every
     /// field it sends, and requires every one but the nullable `builtin`.
     #[test]
     fn a_rule_view_schema_describes_every_field_it_sends() {
         let doc = serde_json::to_value(super::document()).unwrap();
         let view = RuleView { id: RuleId(1), rule: RuleSpec::default(), builtin: None, created_ms: 0, updated_ms: 0 };
-        let sent: BTreeSet<String> =
-            serde_json::to_value(&view).unwrap().as_object().unwrap().keys().cloned().collect();
+        let sent = assert_described(&doc, "RuleView", serde_json::to_value(&view).unwrap(), &["builtin"]);
         assert!(sent.len() >= 17 && sent.contains("name") && sent.contains("inhibit_scope"), "{sent:?}");
-        let (props, required) = fields(&doc, &doc["components"]["schemas"]["RuleView"]);
-        assert_eq!(props, sent);
-        let nullable: BTreeSet<String> = ["builtin".to_string()].into();
-        assert_eq!(required, &sent - &nullable);
+    }
+
+    /// The reclaim policy and its logged steps, the report route and the delivery log line
+    /// flatten their shared core struct too. A policy's spec is also the body that creates it,
+    /// so what that body may leave out (the channels, `enabled`) is optional in the answer's
+    /// schema as well.
+    #[test]
+    fn flattened_views_describe_every_field_they_send() {
+        let doc = serde_json::to_value(super::document()).unwrap();
+        let policy = ReclaimPolicy {
+            id: ReclaimPolicyId(1),
+            policy: ReclaimPolicySpec {
+                name: "idle".into(),
+                state: WorkloadState::IdleHeld,
+                for_s: 60,
+                grace_s: 60,
+                action: ReclaimAction::AgentKill,
+                action_channel_id: None,
+                notice_channel_id: None,
+                enabled: true,
+            },
+            created_ms: 0,
+        };
+        let optional = ["action_channel_id", "notice_channel_id", "enabled"];
+        let sent = assert_described(&doc, "ReclaimPolicy", serde_json::to_value(&policy).unwrap(), &optional);
+        assert_eq!(sent.len(), 10, "{sent:?}");
+
+        let route = ReportRouteView {
+            id: ReportRouteId(1),
+            route: ReportRouteSpec {
+                team_id: None,
+                owner: None,
+                channel_id: ChannelId(1),
+                min_gpu_hours: 0.5,
+                min_waste_pct: 20.0,
+            },
+            created_ms: 0,
+        };
+        let sent =
+            assert_described(&doc, "ReportRouteView", serde_json::to_value(&route).unwrap(), &["team_id", "owner"]);
+        assert_eq!(sent.len(), 7, "{sent:?}");
+
+        let step = ReclaimStepView {
+            id: ReclaimStepId(1),
+            reclaim_id: ReclaimId(1),
+            line: ReclaimLogLine {
+                step: ReclaimLogStep::Notice,
+                actor: "fleetlens".into(),
+                dollars_held: None,
+                at_ms: 0,
+                detail: String::new(),
+            },
+        };
+        let sent = assert_described(&doc, "ReclaimStepView", serde_json::to_value(&step).unwrap(), &["dollars_held"]);
+        assert_eq!(sent.len(), 7, "{sent:?}");
+
+        let delivery = DeliveryView {
+            id: DeliveryId(1),
+            delivery: DeliveryAttempt {
+                message_id: None,
+                alert_id: None,
+                channel_id: ChannelId(1),
+                kind: MessageKind::Firing,
+                attempt: 0,
+                at_ms: 0,
+                outcome: AttemptOutcome::Suppressed,
+                status_code: None,
+                error: None,
+                duration_ms: None,
+            },
+            channel_deleted: false,
+        };
+        let nullable = ["message_id", "alert_id", "status_code", "error", "duration_ms"];
+        let sent = assert_described(&doc, "DeliveryView", serde_json::to_value(&delivery).unwrap(), &nullable);
+        assert_eq!(sent.len(), 12, "{sent:?}");
     }
 }

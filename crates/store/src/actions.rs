@@ -3,6 +3,7 @@
 //! backends ([`impl_action_store`]).
 
 use async_trait::async_trait;
+use fleetlens_core::jobcard::ReportRouteSpec;
 use fleetlens_core::{ChannelId, JobRunId, ProcessOwner, ReportRouteId, TeamId};
 
 use crate::alerts::NewNotification;
@@ -59,17 +60,15 @@ pub struct JobRunFilter {
     pub limit: i64,
 }
 
-/// Where the report cards of a team's (any team's: `team_id` None) owner (anyone's: `owner`
-/// None) jobs go, and the bar a card must pass to be sent.
+/// A stored report route: where cards go and the bar they must pass, and what the store keeps
+/// about it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReportRoute {
     pub id: ReportRouteId,
     pub org_id: OrgId,
-    pub team_id: Option<TeamId>,
-    pub owner: Option<String>,
-    pub channel_id: ChannelId,
-    pub min_gpu_hours: f64,
-    pub min_waste_pct: f64,
+    /// Inserts take this alone.
+    #[sqlx(flatten)]
+    pub route: ReportRouteSpec,
     pub created_ms: i64,
 }
 
@@ -108,8 +107,7 @@ pub trait ActionStore: Send + Sync {
     /// End a running run with its card (and enqueue its message); false if it had ended.
     async fn finish_job_run(&self, org: OrgId, id: JobRunId, done: &FinishedRun<'_>, now_ms: i64) -> Result<bool>;
     async fn report_routes(&self, org: OrgId) -> Result<Vec<ReportRoute>>;
-    /// `route.id` and `route.created_ms` are assigned.
-    async fn insert_report_route(&self, org: OrgId, route: &ReportRoute, now_ms: i64) -> Result<ReportRoute>;
+    async fn insert_report_route(&self, org: OrgId, route: &ReportRouteSpec, now_ms: i64) -> Result<ReportRoute>;
     async fn delete_report_route(&self, org: OrgId, id: ReportRouteId) -> Result<bool>;
 }
 
@@ -300,7 +298,7 @@ macro_rules! impl_action_store {
             async fn insert_report_route(
                 &self,
                 org: $crate::OrgId,
-                r: &$crate::actions::ReportRoute,
+                r: &fleetlens_core::jobcard::ReportRouteSpec,
                 now_ms: i64,
             ) -> $crate::Result<$crate::actions::ReportRoute> {
                 let id: fleetlens_core::ReportRouteId = sqlx::query_scalar(&q(
@@ -316,7 +314,7 @@ macro_rules! impl_action_store {
                 .bind(now_ms)
                 .fetch_one(self.pool())
                 .await?;
-                Ok($crate::actions::ReportRoute { id, org_id: org, created_ms: now_ms, ..r.clone() })
+                Ok($crate::actions::ReportRoute { id, org_id: org, route: r.clone(), created_ms: now_ms })
             }
 
             async fn delete_report_route(

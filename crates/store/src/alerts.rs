@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
-use fleetlens_core::rules::{AttemptOutcome, ChannelKind, Matchers, MessageKind, OutboxStatus, RuleSpec, Severity};
+use fleetlens_core::rules::{ChannelKind, DeliveryAttempt, Matchers, MessageKind, OutboxStatus, RuleSpec, Severity};
 use fleetlens_core::{
     AlertGroupId, AlertId, ChannelId, DeliveryId, GpuId, MessageId, RuleId, SilenceId, WorkloadState,
 };
@@ -331,21 +331,13 @@ pub struct DeliveryResult {
     pub channel_pause_until_ms: Option<i64>,
 }
 
-/// One line of the delivery log.
+/// One line of the delivery log, as stored.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct DeliveryRecord {
     pub id: DeliveryId,
     pub org_id: OrgId,
-    pub outbox_id: Option<MessageId>,
-    pub alert_id: Option<AlertId>,
-    pub channel_id: ChannelId,
-    pub kind: MessageKind,
-    pub attempt: i64,
-    pub at_ms: i64,
-    pub outcome: AttemptOutcome,
-    pub status_code: Option<i64>,
-    pub error: Option<String>,
-    pub duration_ms: Option<i64>,
+    #[sqlx(flatten)]
+    pub delivery: DeliveryAttempt,
 }
 
 #[derive(Debug, Clone, PartialEq, Default)]

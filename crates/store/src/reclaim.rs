@@ -2,30 +2,22 @@
 //! (issue 24, docs/ACTIONS.md). One trait, [`ReclaimStore`], one body of SQL for both backends.
 
 use async_trait::async_trait;
-use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
-use fleetlens_core::{
-    AgentCommandId, ChannelId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId, WorkloadState,
-};
+use fleetlens_core::reclaim::{ReclaimLogLine, ReclaimPolicySpec, ReclaimStatus};
+use fleetlens_core::{AgentCommandId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId};
 
 use crate::alerts::NewNotification;
 use crate::json_text::JsonText;
 use crate::{OrgId, Result};
 
-/// A policy as stored.
+/// A policy as stored: what its author set and what the store keeps about it.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimPolicyRecord {
     pub id: ReclaimPolicyId,
     pub org_id: OrgId,
-    pub name: String,
-    pub state: WorkloadState,
-    pub for_s: i64,
-    pub grace_s: i64,
-    pub action: ReclaimAction,
-    /// The webhook channel of a `webhook` action.
-    pub action_channel_id: Option<ChannelId>,
-    /// Where notices go; None: the owner's report route (docs/ACTIONS.md).
-    pub notice_channel_id: Option<ChannelId>,
-    pub enabled: bool,
+    /// The policy as written (validated by the caller before it was stored); inserts take this
+    /// alone.
+    #[sqlx(flatten)]
+    pub policy: ReclaimPolicySpec,
     pub created_ms: i64,
     pub updated_ms: i64,
 }
@@ -51,19 +43,15 @@ pub struct ReclaimRecord {
     pub updated_ms: i64,
 }
 
-/// A step of a reclaim.
+/// A step of a reclaim, as stored.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimLogEntry {
     pub id: ReclaimStepId,
     pub org_id: OrgId,
     pub reclaim_id: ReclaimId,
-    pub step: ReclaimLogStep,
-    /// `fleetlens` (the engine), an agent (`agent:<host>`) or the user or key that did it.
-    pub actor: String,
-    /// What the GPU had cost while held in the state, at that moment; None without a price.
-    pub dollars_held: Option<f64>,
-    pub at_ms: i64,
-    pub detail: String,
+    /// What was logged; writes take this alone.
+    #[sqlx(flatten)]
+    pub line: ReclaimLogLine,
 }
 
 /// A kill request for an agent.
@@ -85,7 +73,7 @@ pub struct AgentCommand {
 /// What goes with a reclaim change, all in one transaction.
 #[derive(Debug, Clone, Default)]
 pub struct ReclaimWrite<'a> {
-    pub log: Option<&'a ReclaimLogEntry>,
+    pub log: Option<&'a ReclaimLogLine>,
     pub notify: Vec<&'a NewNotification>,
     pub command: Option<&'a AgentCommand>,
 }
@@ -100,7 +88,7 @@ pub trait ReclaimStore: Send + Sync {
     async fn insert_reclaim_policy(
         &self,
         org: OrgId,
-        p: &ReclaimPolicyRecord,
+        policy: &ReclaimPolicySpec,
         now_ms: i64,
     ) -> Result<Option<ReclaimPolicyRecord>>;
     async fn delete_reclaim_policy(&self, org: OrgId, id: ReclaimPolicyId) -> Result<bool>;
@@ -124,7 +112,7 @@ pub trait ReclaimStore: Send + Sync {
         id: AgentCommandId,
         host: &str,
         result: &str,
-        log: &ReclaimLogEntry,
+        log: &ReclaimLogLine,
         now_ms: i64,
     ) -> Result<Option<AgentCommand>>;
 }
@@ -212,7 +200,7 @@ macro_rules! impl_reclaim_store {
             async fn insert_reclaim_policy(
                 &self,
                 org: $crate::OrgId,
-                p: &$crate::reclaim::ReclaimPolicyRecord,
+                p: &fleetlens_core::reclaim::ReclaimPolicySpec,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::reclaim::ReclaimPolicyRecord>> {
                 let id: Option<fleetlens_core::ReclaimPolicyId> = sqlx::query_scalar(&q(
@@ -236,9 +224,9 @@ macro_rules! impl_reclaim_store {
                 Ok(id.map(|id| $crate::reclaim::ReclaimPolicyRecord {
                     id,
                     org_id: org,
+                    policy: p.clone(),
                     created_ms: now_ms,
                     updated_ms: now_ms,
-                    ..p.clone()
                 }))
             }
 
@@ -393,7 +381,7 @@ macro_rules! impl_reclaim_store {
                 id: fleetlens_core::AgentCommandId,
                 host: &str,
                 result: &str,
-                log: &$crate::reclaim::ReclaimLogEntry,
+                log: &fleetlens_core::reclaim::ReclaimLogLine,
                 now_ms: i64,
             ) -> $crate::Result<Option<$crate::reclaim::AgentCommand>> {
                 let mut tx = begin(self.pool()).await?;

@@ -3,13 +3,12 @@
 
 use std::sync::Arc;
 
-use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
-use fleetlens_core::{
-    AgentCommandId, MessageKind, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId, ReportRouteId, WorkloadState,
-};
-use fleetlens_store::actions::{FinishedRun, JobRunFilter, JobSighting, ReportRoute};
+use fleetlens_core::jobcard::ReportRouteSpec;
+use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogLine, ReclaimLogStep, ReclaimPolicySpec, ReclaimStatus};
+use fleetlens_core::{AgentCommandId, MessageKind, ProcessOwner, ReclaimId, WorkloadState};
+use fleetlens_store::actions::{FinishedRun, JobRunFilter, JobSighting};
 use fleetlens_store::alerts::NewNotification;
-use fleetlens_store::reclaim::{AgentCommand, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord, ReclaimWrite};
+use fleetlens_store::reclaim::{AgentCommand, ReclaimRecord, ReclaimWrite};
 use fleetlens_store::{DEFAULT_ORG, Store};
 use fleetlens_tests::{Backend, TestDatabase};
 
@@ -138,18 +137,15 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
     assert!(store.job_runs(other, &all).await.unwrap().is_empty());
 
     // Report routes.
-    let route = ReportRoute {
-        id: ReportRouteId(0),
-        org_id: fleetlens_store::OrgId(0),
+    let route = ReportRouteSpec {
         team_id: None,
         owner: Some("alice".into()),
         channel_id: ch,
         min_gpu_hours: 0.5,
         min_waste_pct: 20.0,
-        created_ms: 0,
     };
     let saved = store.insert_report_route(DEFAULT_ORG, &route, T0).await.unwrap();
-    assert_eq!((saved.org_id, saved.created_ms, saved.owner.as_deref()), (DEFAULT_ORG, T0, Some("alice")));
+    assert_eq!((saved.org_id, saved.created_ms, &saved.route), (DEFAULT_ORG, T0, &route));
     assert_eq!(store.report_routes(DEFAULT_ORG).await.unwrap(), vec![saved.clone()]);
     assert!(store.report_routes(other).await.unwrap().is_empty());
     assert!(!store.delete_report_route(other, saved.id).await.unwrap());
@@ -157,24 +153,13 @@ async fn job_runs_merge_sightings_and_end_once(backend: Backend) {
     assert!(store.report_routes(DEFAULT_ORG).await.unwrap().is_empty());
 }
 
-fn entry(step: ReclaimLogStep) -> ReclaimLogEntry {
-    ReclaimLogEntry {
-        id: ReclaimStepId(0),
-        org_id: fleetlens_store::OrgId(0),
-        reclaim_id: ReclaimId(0),
-        step,
-        actor: "fleetlens".into(),
-        dollars_held: Some(1.5),
-        at_ms: T0,
-        detail: "d".into(),
-    }
+fn entry(step: ReclaimLogStep) -> ReclaimLogLine {
+    ReclaimLogLine { step, actor: "fleetlens".into(), dollars_held: Some(1.5), at_ms: T0, detail: "d".into() }
 }
 
 async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     let (_db, store) = open(backend).await;
-    let policy = ReclaimPolicyRecord {
-        id: ReclaimPolicyId(0),
-        org_id: fleetlens_store::OrgId(0),
+    let policy = ReclaimPolicySpec {
         name: "idle".into(),
         state: WorkloadState::IdleHeld,
         for_s: 7200,
@@ -183,10 +168,9 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
         action_channel_id: None,
         notice_channel_id: None,
         enabled: true,
-        created_ms: 0,
-        updated_ms: 0,
     };
     let p = store.insert_reclaim_policy(DEFAULT_ORG, &policy, T0).await.unwrap().expect("new");
+    assert_eq!((p.org_id, &p.policy, p.created_ms), (DEFAULT_ORG, &policy, T0));
     assert!(store.insert_reclaim_policy(DEFAULT_ORG, &policy, T0).await.unwrap().is_none(), "names are unique");
     assert_eq!(store.enabled_reclaim_policies().await.unwrap(), vec![p.clone()]);
     assert_eq!(store.reclaim_policy(DEFAULT_ORG, p.id).await.unwrap(), Some(p.clone()));
@@ -270,10 +254,11 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
 
     // The log: every step, newest first, with the money held.
     let log = store.reclaim_log(DEFAULT_ORG, Some(id), 100).await.unwrap();
-    let steps: Vec<&str> = log.iter().map(|l| l.step.as_str()).collect();
+    let steps: Vec<&str> = log.iter().map(|l| l.line.step.as_str()).collect();
     assert_eq!(steps, ["killed", "kill_queued", "notice"]);
-    assert_eq!(log[2].dollars_held, Some(1.5));
-    assert_eq!(log[0].actor, "agent:node-1");
+    assert!(log.iter().all(|l| (l.org_id, l.reclaim_id) == (DEFAULT_ORG, id)), "{log:?}");
+    assert_eq!(log[2].line, entry(ReclaimLogStep::Notice));
+    assert_eq!(log[0].line.actor, "agent:node-1");
     assert_eq!(store.reclaims(DEFAULT_ORG, 10).await.unwrap()[0].status, ReclaimStatus::Acted);
 
     // Deleting a policy cancels its open reclaims.

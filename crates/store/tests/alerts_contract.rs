@@ -261,8 +261,9 @@ async fn a_transition_is_written_once(backend: Backend) {
         .deliveries(DEFAULT_ORG, &DeliveryFilter { alert_id: Some(id), limit: 10, ..Default::default() })
         .await
         .unwrap();
-    assert_eq!((log.len(), log[0].outcome.as_str()), (1, "suppressed"));
-    assert!(log[0].error.as_deref().unwrap().contains("#4"));
+    assert_eq!((log.len(), log[0].delivery.outcome.as_str()), (1, "suppressed"));
+    assert_eq!((log[0].delivery.message_id, log[0].delivery.alert_id), (None, Some(id)));
+    assert!(log[0].delivery.error.as_deref().unwrap().contains("#4"));
 
     // Resolve; then the rule may open a new instance on the same GPU.
     let mut resolved = firing.clone();
@@ -362,12 +363,16 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
         .deliveries(DEFAULT_ORG, &DeliveryFilter { channel_id: Some(slow.id), limit: 100, ..Default::default() })
         .await
         .unwrap();
-    let outcomes: Vec<(&str, i64)> = log.iter().rev().map(|d| (d.outcome.as_str(), d.attempt)).collect();
+    let outcomes: Vec<(&str, i64)> =
+        log.iter().rev().map(|d| (d.delivery.outcome.as_str(), d.delivery.attempt)).collect();
     assert_eq!(
         outcomes,
         [("lease_lost", 1), ("retry", 1), ("lease_lost", 3), ("delivered", 3), ("retry", 1), ("delivered", 2)],
         "{log:?}"
     );
+    // The log's `outbox_id` column reads as the attempt's message id.
+    let first = &log.last().unwrap().delivery;
+    assert_eq!((first.message_id, first.channel_id), (Some(ids[0]), slow.id));
     let m = store.outbox_message(DEFAULT_ORG, ids[0]).await.unwrap().unwrap();
     assert_eq!((m.status.as_str(), m.attempts, m.delivered_ms), ("delivered", 3, Some(now + 36_001)));
 }

@@ -3,8 +3,9 @@
 //! collocation / right-size plans. A child of `api` so that it shares its request helpers.
 
 pub use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, ReportRouteView};
-pub use fleetlens_api::reclaim::{DryRun, NewReclaimPolicy, Reclaim, ReclaimPolicy, SnoozeRequest};
+pub use fleetlens_api::reclaim::{DryRun, Reclaim, ReclaimPolicy, SnoozeRequest};
 use fleetlens_core::plans::Plans;
+use fleetlens_core::reclaim::ReclaimPolicySpec;
 use fleetlens_core::{JobRunId, ReclaimId, ReclaimPolicyId, ReportRouteId, TeamId};
 
 use super::{ApiResult, delete, get, post, seg};
@@ -67,7 +68,7 @@ pub async fn reclaim_policies() -> ApiResult<Vec<ReclaimPolicy>> {
 }
 
 /// `POST /api/v1/reclaim-policies`
-pub async fn create_reclaim_policy(policy: &NewReclaimPolicy) -> ApiResult<ReclaimPolicy> {
+pub async fn create_reclaim_policy(policy: &ReclaimPolicySpec) -> ApiResult<ReclaimPolicy> {
     post("/reclaim-policies", policy).await
 }
 

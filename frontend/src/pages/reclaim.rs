@@ -2,13 +2,13 @@
 //! run over the past week ("4 actions, $312 of idle GPU-time freed"), and the reclaims with
 //! every logged step (who, what, when, dollars held) and a snooze for the job's owner.
 
-use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimStatus};
+use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimPolicySpec, ReclaimStatus};
 use fleetlens_core::{ChannelId, ChannelKind, ReclaimId, ReclaimPolicyId, WorkloadState};
 use leptos::ev::SubmitEvent;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
-use crate::api::actions::{self, DryRun, NewReclaimPolicy, Reclaim, ReclaimPolicy};
+use crate::api::actions::{self, DryRun, Reclaim, ReclaimPolicy};
 use crate::api::{self, ApiError};
 use crate::components::form::{MessageChannelSelect, TextField};
 use crate::components::state_badge::StateBadge;
@@ -139,7 +139,7 @@ fn Policies() -> impl IntoView {
             return done(Err(local_error("grace_s", "minutes, more than 0")));
         };
         let act = action.get_untracked();
-        let policy = NewReclaimPolicy {
+        let policy = ReclaimPolicySpec {
             name: name.get_untracked().trim().to_string(),
             state: state.get_untracked(),
             for_s,
@@ -154,7 +154,8 @@ fn Policies() -> impl IntoView {
             enabled: true,
         };
         spawn_local(async move {
-            let out = actions::create_reclaim_policy(&policy).await.map(|p| format!("Policy “{}” created.", p.name));
+            let out =
+                actions::create_reclaim_policy(&policy).await.map(|p| format!("Policy “{}” created.", p.policy.name));
             if out.is_ok() {
                 name.set(String::new());
             }
@@ -193,10 +194,10 @@ fn Policies() -> impl IntoView {
                     >
                         {list.into_iter().map(|p| {
                             let id = p.id;
-                            let n = p.name.clone();
-                            let action = match p.action {
+                            let n = p.policy.name.clone();
+                            let action = match p.policy.action {
                                 ReclaimAction::AgentKill => "SIGTERM by the host's agent (if opted in)".to_string(),
-                                ReclaimAction::Webhook => format!("webhook to {}", channel_name(&chs, p.action_channel_id, "?")),
+                                ReclaimAction::Webhook => format!("webhook to {}", channel_name(&chs, p.policy.action_channel_id, "?")),
                             };
                             let aria_dry = format!("Dry run (7 days) of {n}");
                             let aria_delete = format!("Delete policy {n}");
@@ -204,12 +205,12 @@ fn Policies() -> impl IntoView {
                             let p2 = p.clone();
                             view! {
                                 <tr data-policy-id=id.to_string()>
-                                    <th scope="row">{p.name.clone()}{(!p.enabled).then(|| view! { " " <span class="pill pill-muted">"disabled"</span> })}</th>
-                                    <td><StateBadge state=Some(p.state)/></td>
-                                    <td>{seconds(p.for_s)}</td>
-                                    <td>{seconds(p.grace_s)}</td>
+                                    <th scope="row">{p.policy.name.clone()}{(!p.policy.enabled).then(|| view! { " " <span class="pill pill-muted">"disabled"</span> })}</th>
+                                    <td><StateBadge state=Some(p.policy.state)/></td>
+                                    <td>{seconds(p.policy.for_s)}</td>
+                                    <td>{seconds(p.policy.grace_s)}</td>
                                     <td>{action}</td>
-                                    <td>{channel_name(&chs, p.notice_channel_id, "the owner's report route")}</td>
+                                    <td>{channel_name(&chs, p.policy.notice_channel_id, "the owner's report route")}</td>
                                     <td>
                                         <div class="actions">
                                             <button type="button" class="btn" aria-label=aria_dry disabled=move || dry_busy.get() == Some(id) on:click=move |_| run_dry(p2.clone())>
@@ -301,10 +302,10 @@ fn DryRunResult(policy: ReclaimPolicy, d: DryRun) -> impl IntoView {
             }
         })
         .collect_view();
-    let headline = dry_run_headline(&d, policy.state);
+    let headline = dry_run_headline(&d, policy.policy.state);
     view! {
         <div class="dry-run" role="status" data-testid="dry-run">
-            <h3>{format!("Dry run of “{}”: {} – {}", policy.name, format::date_time(d.from_ms), format::date_time(d.to_ms))}</h3>
+            <h3>{format!("Dry run of “{}”: {} – {}", policy.policy.name, format::date_time(d.from_ms), format::date_time(d.to_ms))}</h3>
             <p class="dry-run-summary" data-testid="dry-run-summary"><strong>{headline}</strong></p>
             <p class="muted small">{format!("The server's words: {}. Snoozes and owners are not modelled.", d.summary)}</p>
             {(!d.items.is_empty()).then(|| view! {
@@ -404,12 +405,12 @@ fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<ReclaimId>) -> 
         .iter()
         .map(|s| {
             view! {
-                <tr data-step=s.step.as_str()>
-                    <td>{format::date_time(s.at_ms)}</td>
-                    <th scope="row">{step_label(s.step)}</th>
-                    <td>{s.actor.clone()}</td>
-                    <td class="num">{held(s.dollars_held, &currency)}</td>
-                    <td class="small">{s.detail.clone()}</td>
+                <tr data-step=s.line.step.as_str()>
+                    <td>{format::date_time(s.line.at_ms)}</td>
+                    <th scope="row">{step_label(s.line.step)}</th>
+                    <td>{s.line.actor.clone()}</td>
+                    <td class="num">{held(s.line.dollars_held, &currency)}</td>
+                    <td class="small">{s.line.detail.clone()}</td>
                 </tr>
             }
         })

@@ -76,8 +76,8 @@ pub fn ReportRoutes() -> impl IntoView {
             let out = actions::create_report_route(&route).await.map(|r| {
                 format!(
                     "Cards of {} now go to channel {}.",
-                    r.owner.as_deref().unwrap_or("anyone's jobs"),
-                    r.channel_id
+                    r.route.owner.as_deref().unwrap_or("anyone's jobs"),
+                    r.route.channel_id
                 )
             });
             if out.is_ok() {
@@ -122,17 +122,17 @@ pub fn ReportRoutes() -> impl IntoView {
                     >
                         {list.into_iter().map(|r| {
                             let id = r.id;
-                            let who = r.owner.clone().unwrap_or_else(|| "anyone".into());
-                            let team = r.team_id.map(|t| tms.iter().find(|x| x.id == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
+                            let who = r.route.owner.clone().unwrap_or_else(|| "anyone".into());
+                            let team = r.route.team_id.map(|t| tms.iter().find(|x| x.id == t).map(|x| x.name.clone()).unwrap_or_else(|| format!("team {t}"))).unwrap_or_else(|| "any team".into());
                             let aria_label = format!("Delete the route of {who}");
                             let on_confirm = Callback::new(move |()| delete(id));
                             view! {
                                 <tr data-route-id=id.to_string()>
                                     <th scope="row">{who.clone()}</th>
                                     <td>{team}</td>
-                                    <td>{channel_name(&chs, r.channel_id)}</td>
-                                    <td class="num">{crate::format::fx(r.min_gpu_hours, 2).to_string()}</td>
-                                    <td class="num">{crate::format::pct(r.min_waste_pct)}</td>
+                                    <td>{channel_name(&chs, r.route.channel_id)}</td>
+                                    <td class="num">{crate::format::fx(r.route.min_gpu_hours, 2).to_string()}</td>
+                                    <td class="num">{crate::format::pct(r.route.min_waste_pct)}</td>
                                     <td>{admin.then(|| view! {
                                         <ConfirmButton asking=confirm id label="Delete" confirm_label="Confirm delete" aria_label class="btn-quiet btn-danger" on_confirm/>
                                     })}</td>

@@ -4,6 +4,7 @@
 //! ([`group`]), the shipped rules ([`defaults`]) and the messages ([`payload`]).
 
 pub mod defaults;
+pub mod delivery;
 pub mod expr;
 pub mod fields;
 pub mod group;
@@ -19,6 +20,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use defaults::{DEFAULT_RULES, DEFAULTS_VERSION, DefaultRule};
+pub use delivery::DeliveryAttempt;
 pub use expr::{Condition, ParseError, Truth};
 pub use fields::{FIELDS, FieldDef, FieldType, Observation, Value};
 pub use kinds::{AlertStatus, AttemptOutcome, ChannelKind, MessageKind, OutboxStatus, Severity};

@@ -109,8 +109,8 @@ async fn finish(
     let routes = store.report_routes(org).await?;
     let mut message = None;
     if let Some(route) = route_for(&routes, team_id, run.owner.user.as_deref())
-        && worth_sending(&card, route.min_gpu_hours, route.min_waste_pct)
-        && let Some(channel) = store.notification_channel(org, route.channel_id).await?
+        && worth_sending(&card, route.route.min_gpu_hours, route.route.min_waste_pct)
+        && let Some(channel) = store.notification_channel(org, route.route.channel_id).await?
     {
         let payload = payload(&channel, run, &card, &state.alerts.ctx().public_url);
         message = payload.map(|payload| NewNotification {
@@ -139,11 +139,11 @@ async fn finish(
 /// The most specific route for a team's owner: owner and team, owner, team, then anyone.
 pub fn route_for<'a>(routes: &'a [ReportRoute], team: Option<TeamId>, owner: Option<&str>) -> Option<&'a ReportRoute> {
     let score = |r: &ReportRoute| -> Option<u8> {
-        let owner_ok = match &r.owner {
+        let owner_ok = match &r.route.owner {
             None => Some(0),
             Some(o) => (Some(o.as_str()) == owner).then_some(2),
         }?;
-        let team_ok = match r.team_id {
+        let team_ok = match r.route.team_id {
             None => Some(0),
             Some(t) => (Some(t) == team).then_some(1),
         }?;

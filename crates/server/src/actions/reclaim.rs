@@ -7,16 +7,15 @@ use std::collections::HashMap;
 
 use fleetlens_core::jobcard::{global_run_key, run_key};
 use fleetlens_core::reclaim::{
-    ReclaimAction, ReclaimLogStep, ReclaimProgress, ReclaimStatus, ReclaimStep, ReclaimTiming, ReclaimView, next_step,
+    ReclaimAction, ReclaimLogLine, ReclaimLogStep, ReclaimProgress, ReclaimStatus, ReclaimStep, ReclaimTiming,
+    ReclaimView, next_step,
 };
 use fleetlens_core::{
     AgentCommandId, ChannelKind, GpuProcess, MessageKind, PriceTable, ProcessOwner, ReclaimId, ReclaimPolicyId,
-    ReclaimStepId, Thresholds, WindowAggregate, WorkloadState, classify,
+    Thresholds, WindowAggregate, WorkloadState, classify,
 };
 use fleetlens_store::alerts::NewNotification;
-use fleetlens_store::reclaim::{
-    AgentCommand, RECLAIM_ID_TOKEN, ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord, ReclaimWrite,
-};
+use fleetlens_store::reclaim::{AgentCommand, RECLAIM_ID_TOKEN, ReclaimPolicyRecord, ReclaimRecord, ReclaimWrite};
 use fleetlens_store::{GpuId, GpuRecord, OrgId};
 use serde_json::json;
 
@@ -67,17 +66,8 @@ fn target(host: &str, procs: Option<&[GpuProcess]>) -> Option<Target> {
     })
 }
 
-fn log(step: ReclaimLogStep, actor: &str, dollars_held: Option<f64>, detail: String, now: i64) -> ReclaimLogEntry {
-    ReclaimLogEntry {
-        id: ReclaimStepId(0),
-        org_id: OrgId(0),
-        reclaim_id: ReclaimId(0),
-        step,
-        actor: actor.into(),
-        dollars_held,
-        at_ms: now,
-        detail,
-    }
+fn log(step: ReclaimLogStep, actor: &str, dollars_held: Option<f64>, detail: String, now: i64) -> ReclaimLogLine {
+    ReclaimLogLine { step, actor: actor.into(), dollars_held, at_ms: now, detail }
 }
 
 impl ReclaimEngine {
@@ -131,10 +121,11 @@ impl ReclaimEngine {
             let th = crate::analytics::thresholds(store, org).await?;
             let prices = crate::analytics::prices(store, org).await?;
             let gpus = store.gpu_identities(org).await?;
-            let lookback = policies.iter().map(|p| (p.for_s + p.grace_s) * 1000).max().unwrap_or(0) + 10 * 60_000;
+            let lookback =
+                policies.iter().map(|p| (p.policy.for_s + p.policy.grace_s) * 1000).max().unwrap_or(0) + 10 * 60_000;
             self.follow(state, &gpus, &th, lookback.min(86_400_000)).await?;
             for p in &policies {
-                let timing = ReclaimTiming { state: p.state, for_ms: p.for_s * 1000, grace_ms: p.grace_s * 1000 };
+                let timing = p.policy.timing();
                 for g in &gpus {
                     let existing = open.iter().find(|r| r.policy_id == p.id && r.gpu_uuid == g.uuid);
                     sent |= self.decide(state, org, p, &timing, g, existing, &prices).await?;
@@ -223,10 +214,10 @@ impl ReclaimEngine {
                     dollars,
                     format!(
                         "{held_text}; {} of pid {} ({}) in {}",
-                        p.action,
+                        p.policy.action,
                         t.pid,
                         t.run_key,
-                        humantime::format_duration(std::time::Duration::from_secs(p.grace_s.max(0) as u64))
+                        humantime::format_duration(std::time::Duration::from_secs(p.policy.grace_s.max(0) as u64))
                     ),
                     now,
                 );
@@ -241,7 +232,7 @@ impl ReclaimEngine {
                 done.acted_ms = Some(now);
                 done.closed_ms = Some(now);
                 let (entry, message, command);
-                if p.action == ReclaimAction::AgentKill {
+                if p.policy.action == ReclaimAction::AgentKill {
                     let user = r.owner.user.clone().unwrap_or_default();
                     command = Some(AgentCommand {
                         id: AgentCommandId(0),
@@ -266,7 +257,7 @@ impl ReclaimEngine {
                     );
                 } else {
                     command = None;
-                    let channel = match p.action_channel_id {
+                    let channel = match p.policy.action_channel_id {
                         Some(id) => store.notification_channel(org, id).await?,
                         None => None,
                     };
@@ -315,11 +306,11 @@ async fn notice_channel(
     owner: &ProcessOwner,
 ) -> ApiResult<Option<fleetlens_store::alerts::ChannelRecord>> {
     let store = state.store.as_ref();
-    let id = match p.notice_channel_id {
+    let id = match p.policy.notice_channel_id {
         Some(id) => Some(id),
         None => {
             let routes = store.report_routes(org).await?;
-            super::cards::route_for(&routes, None, owner.user.as_deref()).map(|r| r.channel_id)
+            super::cards::route_for(&routes, None, owner.user.as_deref()).map(|r| r.route.channel_id)
         }
     };
     Ok(match id {
@@ -347,17 +338,17 @@ fn message_payload(
             "Fleetlens: GPU {} on {} held {} by {who} (pid {}, {}) — {money} so far. Policy “{}” will {} in {} s. Snooze: POST {snooze}",
             r.gpu_uuid,
             r.host,
-            p.state,
+            p.policy.state,
             r.pid,
             r.run_key,
-            p.name,
-            if p.action == ReclaimAction::AgentKill { "stop the process (SIGTERM)" } else { "reclaim it" },
-            p.grace_s
+            p.policy.name,
+            if p.policy.action == ReclaimAction::AgentKill { "stop the process (SIGTERM)" } else { "reclaim it" },
+            p.policy.grace_s
         )
     } else {
         format!(
             "Fleetlens: policy “{}” reclaims GPU {} on {} from {who} (pid {}, {}); {money} held.",
-            p.name, r.gpu_uuid, r.host, r.pid, r.run_key
+            p.policy.name, r.gpu_uuid, r.host, r.pid, r.run_key
         )
     };
     let body = if kind == ChannelKind::Slack {
@@ -366,7 +357,7 @@ fn message_payload(
         json!({
             "type": format!("fleetlens.reclaim_{what}"),
             "version": 1,
-            "policy": {"id": p.id, "name": p.name, "state": p.state, "for_s": p.for_s, "grace_s": p.grace_s, "action": p.action},
+            "policy": {"id": p.id, "name": p.policy.name, "state": p.policy.state, "for_s": p.policy.for_s, "grace_s": p.policy.grace_s, "action": p.policy.action},
             "gpu": r.gpu_uuid,
             "host": r.host,
             "owner": r.owner,

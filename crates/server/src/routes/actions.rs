@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::actions::{EndRequest, JobRun, NewReportRoute, PlansQuery, ReportRouteView, RunQuery};
-use fleetlens_core::jobcard::{JobCard, JobRunStatus};
+use fleetlens_core::jobcard::{JobCard, JobRunStatus, ReportRouteSpec};
 use fleetlens_core::{JobRunId, ReportRouteId};
 use fleetlens_store::Scope;
 use fleetlens_store::actions::{JobRunFilter, JobRunRecord, ReportRoute};
@@ -128,15 +128,7 @@ pub const DEFAULT_MIN_GPU_HOURS: f64 = 0.5;
 pub const DEFAULT_MIN_WASTE_PCT: f64 = 20.0;
 
 fn route_view(r: ReportRoute) -> ReportRouteView {
-    ReportRouteView {
-        id: r.id,
-        team_id: r.team_id,
-        owner: r.owner,
-        channel_id: r.channel_id,
-        min_gpu_hours: r.min_gpu_hours,
-        min_waste_pct: r.min_waste_pct,
-        created_ms: r.created_ms,
-    }
+    ReportRouteView { id: r.id, route: r.route, created_ms: r.created_ms }
 }
 
 #[utoipa::path(get, path = "/report-routes", tag = "jobs", responses((status = 200, body = Vec<ReportRouteView>), crate::openapi::AuthErrors))]
@@ -178,16 +170,7 @@ pub async fn create_route(
     if !(0.0..=100.0).contains(&min_waste_pct) {
         return Err(bad("min_waste_pct", "a percentage from 0 to 100"));
     }
-    let route = ReportRoute {
-        id: ReportRouteId(0),
-        org_id: caller.org,
-        team_id: r.team_id,
-        owner,
-        channel_id: r.channel_id,
-        min_gpu_hours,
-        min_waste_pct,
-        created_ms: 0,
-    };
+    let route = ReportRouteSpec { team_id: r.team_id, owner, channel_id: r.channel_id, min_gpu_hours, min_waste_pct };
     let saved = state.store.insert_report_route(caller.org, &route, now_ms()).await?;
     Ok((StatusCode::CREATED, Json(route_view(saved))))
 }

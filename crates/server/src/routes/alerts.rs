@@ -528,20 +528,7 @@ fn outbox_view(m: OutboxRecord) -> OutboxView {
 
 /// A delivery attempt; `channels` are the ids of the channels that still exist.
 fn delivery_view(d: DeliveryRecord, channels: &std::collections::HashSet<ChannelId>) -> DeliveryView {
-    DeliveryView {
-        id: d.id,
-        message_id: d.outbox_id,
-        alert_id: d.alert_id,
-        channel_deleted: !channels.contains(&d.channel_id),
-        channel_id: d.channel_id,
-        kind: d.kind,
-        attempt: d.attempt,
-        at_ms: d.at_ms,
-        outcome: d.outcome,
-        status_code: d.status_code,
-        error: d.error,
-        duration_ms: d.duration_ms,
-    }
+    DeliveryView { id: d.id, channel_deleted: !channels.contains(&d.delivery.channel_id), delivery: d.delivery }
 }
 
 /// One alert with its notification messages and delivery attempts.

@@ -5,13 +5,11 @@ use axum::Json;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::reclaim::{
-    AgentCommand, CommandQuery, CommandResult, DryRun, DryRunItem, DryRunQuery, NewReclaimPolicy, Reclaim,
-    ReclaimPolicy, ReclaimStepView, SnoozeRequest,
+    AgentCommand, CommandQuery, CommandResult, DryRun, DryRunItem, DryRunQuery, Reclaim, ReclaimPolicy,
+    ReclaimStepView, SnoozeRequest,
 };
-use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogStep, ReclaimTiming, dry_run};
-use fleetlens_core::{
-    AgentCommandId, ChannelId, ChannelKind, ReclaimId, ReclaimPolicyId, ReclaimStepId, Resolution, WorkloadState,
-};
+use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogLine, ReclaimLogStep, ReclaimPolicySpec, dry_run};
+use fleetlens_core::{AgentCommandId, ChannelId, ChannelKind, ReclaimId, ReclaimPolicyId, Resolution, WorkloadState};
 use fleetlens_store::Scope;
 use fleetlens_store::reclaim::{ReclaimLogEntry, ReclaimPolicyRecord, ReclaimRecord};
 
@@ -25,18 +23,7 @@ fn bad(field: &str, message: impl Into<String>) -> ApiError {
 }
 
 fn policy_view(p: ReclaimPolicyRecord) -> ReclaimPolicy {
-    ReclaimPolicy {
-        id: p.id,
-        name: p.name,
-        state: p.state,
-        for_s: p.for_s,
-        grace_s: p.grace_s,
-        action: p.action,
-        action_channel_id: p.action_channel_id,
-        notice_channel_id: p.notice_channel_id,
-        enabled: p.enabled,
-        created_ms: p.created_ms,
-    }
+    ReclaimPolicy { id: p.id, policy: p.policy, created_ms: p.created_ms }
 }
 
 #[utoipa::path(get, path = "/reclaim-policies", tag = "reclaim", responses((status = 200, body = Vec<ReclaimPolicy>), crate::openapi::AuthErrors))]
@@ -45,15 +32,15 @@ pub async fn list_policies(State(state): State<AppState>, caller: Caller) -> Api
     Ok(Json(state.store.reclaim_policies(caller.org).await?.into_iter().map(policy_view).collect()))
 }
 
-#[utoipa::path(post, path = "/reclaim-policies", tag = "reclaim", request_body = NewReclaimPolicy, responses((status = 201, body = ReclaimPolicy), crate::openapi::BodyErrors))]
+#[utoipa::path(post, path = "/reclaim-policies", tag = "reclaim", request_body = ReclaimPolicySpec, responses((status = 201, body = ReclaimPolicy), crate::openapi::BodyErrors))]
 pub async fn create_policy(
     State(state): State<AppState>,
     caller: Caller,
-    JsonBody(p): JsonBody<NewReclaimPolicy>,
+    JsonBody(mut p): JsonBody<ReclaimPolicySpec>,
 ) -> ApiResult<(StatusCode, Json<ReclaimPolicy>)> {
     caller.require(Scope::Admin)?;
-    let name = p.name.trim();
-    if name.is_empty() || name.len() > 200 {
+    p.name = p.name.trim().to_string();
+    if p.name.is_empty() || p.name.len() > 200 {
         return Err(bad("name", "1 to 200 characters"));
     }
     if p.state == WorkloadState::Offline {
@@ -90,25 +77,11 @@ pub async fn create_policy(
     {
         return Err(bad("notice_channel_id", "a slack or webhook channel"));
     }
-    let record = ReclaimPolicyRecord {
-        id: ReclaimPolicyId(0),
-        org_id: caller.org,
-        name: name.to_string(),
-        state: p.state,
-        for_s: p.for_s,
-        grace_s: p.grace_s,
-        action: p.action,
-        action_channel_id: p.action_channel_id,
-        notice_channel_id: p.notice_channel_id,
-        enabled: p.enabled,
-        created_ms: 0,
-        updated_ms: 0,
-    };
     let saved = state
         .store
-        .insert_reclaim_policy(caller.org, &record, now_ms())
+        .insert_reclaim_policy(caller.org, &p, now_ms())
         .await?
-        .ok_or_else(|| ApiError::Conflict(format!("a policy named {name:?} exists")))?;
+        .ok_or_else(|| ApiError::Conflict(format!("a policy named {:?} exists", p.name)))?;
     Ok((StatusCode::CREATED, Json(policy_view(saved))))
 }
 
@@ -147,7 +120,7 @@ pub async fn dry_run_policy(
     if to - from > 31 * 86_400_000 {
         return Err(bad("from", "a dry run covers at most 31 days"));
     }
-    let timing = ReclaimTiming { state: p.state, for_ms: p.for_s * 1000, grace_ms: p.grace_s * 1000 };
+    let timing = p.policy.timing();
     let prices = crate::analytics::prices(state.store.as_ref(), caller.org).await?;
     let mut items = Vec::new();
     for g in state.store.gpu_identities(caller.org).await? {
@@ -171,7 +144,7 @@ pub async fn dry_run_policy(
         items.len(),
         if items.len() == 1 { "" } else { "s" },
         freed_cost.map_or_else(|| format!("{freed_gpu_hours:.1} GPU-hours"), |c| format!("{c:.2} {}", prices.currency)),
-        p.state
+        p.policy.state
     );
     Ok(Json(DryRun {
         policy_id: p.id,
@@ -187,15 +160,7 @@ pub async fn dry_run_policy(
 }
 
 fn step_view(l: ReclaimLogEntry) -> ReclaimStepView {
-    ReclaimStepView {
-        id: l.id,
-        reclaim_id: l.reclaim_id,
-        step: l.step,
-        actor: l.actor,
-        dollars_held: l.dollars_held,
-        at_ms: l.at_ms,
-        detail: l.detail,
-    }
+    ReclaimStepView { id: l.id, reclaim_id: l.reclaim_id, line: l.line }
 }
 
 async fn reclaim_view(state: &AppState, org: fleetlens_store::OrgId, r: ReclaimRecord) -> ApiResult<Reclaim> {
@@ -260,10 +225,7 @@ pub async fn snooze(
     let now = now_ms();
     let mut next = r.clone();
     next.snoozed_until_ms = Some(now + s.for_s * 1000);
-    let entry = ReclaimLogEntry {
-        id: ReclaimStepId(0),
-        org_id: caller.org,
-        reclaim_id: id,
+    let entry = ReclaimLogLine {
         step: ReclaimLogStep::Snooze,
         actor: caller.key.name.clone(),
         dollars_held: None,
@@ -312,10 +274,7 @@ pub async fn command_result(
     };
     let host = r.host.trim();
     let now = now_ms();
-    let entry = ReclaimLogEntry {
-        id: ReclaimStepId(0),
-        org_id: caller.org,
-        reclaim_id: ReclaimId(0),
+    let entry = ReclaimLogLine {
         step,
         actor: format!("agent:{host}"),
         dollars_held: None,
