@@ -349,37 +349,30 @@ macro_rules! impl_store {
                 to_ms: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<fleetlens_core::Sample>> {
-                // The GPU's identity, its open rows and its sealed blocks are three reads on
-                // three connections at once: one after another, their round trips were a third
-                // of a sealed hour's read through HTTP.
-                let ident_sql = q("SELECT uuid, gpu_index, name FROM gpus WHERE org_id = ? AND id = ?");
-                let ident = sqlx::query_as::<_, (String, Option<i64>, Option<String>)>(&ident_sql)
-                    .bind(org)
-                    .bind(gpu_id)
-                    .fetch_optional(&self.pool);
+                let ident: Option<(String, Option<i64>, Option<String>)> =
+                    sqlx::query_as(&q("SELECT uuid, gpu_index, name FROM gpus WHERE org_id = ? AND id = ?"))
+                        .bind(org)
+                        .bind(gpu_id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                // A GPU of another organisation reads as one without samples.
+                let Some((uuid, index, name)) = ident else { return Ok(Vec::new()) };
                 let sql = format!(
                     "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
                      ORDER BY s.ts_ms LIMIT ?",
                     $crate::columns::sample_select_list("s", PROCESSES_TEXT)
                 );
-                let rows_sql = q(&sql);
-                let rows = sqlx::query_as::<_, $crate::columns::SampleRow>(&rows_sql)
+                let rows: Vec<$crate::columns::SampleRow> = sqlx::query_as(&q(&sql))
                     .bind(gpu_id)
                     .bind(from_ms)
                     .bind(to_ms)
                     .bind(i64::from(limit))
-                    .fetch_all(&self.pool);
-                let sealed = $crate::blocks::$dialect::samples(&self.pool, gpu_id, from_ms, to_ms);
-                let (ident, rows, sealed) = tokio::try_join!(
-                    async { ident.await.map_err($crate::StoreError::from) },
-                    async { rows.await.map_err($crate::StoreError::from) },
-                    sealed
-                )?;
-                // A GPU of another organisation reads as one without samples.
-                let Some((uuid, index, name)) = ident else { return Ok(Vec::new()) };
+                    .fetch_all(&self.pool)
+                    .await?;
                 let index = index.and_then(|i| u32::try_from(i).ok());
                 let open: Vec<fleetlens_core::Sample> =
                     rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
+                let sealed = $crate::blocks::$dialect::samples(&self.pool, gpu_id, from_ms, to_ms).await?;
                 let sealed =
                     sealed.into_iter().map(|s| $crate::blocks::with_identity(s, &uuid, index, name.as_deref())).collect();
                 let mut merged = $crate::blocks::merge(sealed, open);
