@@ -16,18 +16,25 @@ use sqlx::{Database, Decode, Type};
 
 pub struct JsonText<T>(T);
 
-impl<DB: Database, T> Type<DB> for JsonText<T>
-where
-    String: Type<DB>,
-{
-    fn type_info() -> DB::TypeInfo {
-        <String as Type<DB>>::type_info()
-    }
+/// Both wrappers are a `TEXT` column to the database.
+macro_rules! text_column {
+    ($($wrapper:ident),*) => {
+        $(impl<DB: Database, T> Type<DB> for $wrapper<T>
+        where
+            String: Type<DB>,
+        {
+            fn type_info() -> DB::TypeInfo {
+                <String as Type<DB>>::type_info()
+            }
 
-    fn compatible(ty: &DB::TypeInfo) -> bool {
-        <String as Type<DB>>::compatible(ty)
-    }
+            fn compatible(ty: &DB::TypeInfo) -> bool {
+                <String as Type<DB>>::compatible(ty)
+            }
+        })*
+    };
 }
+
+text_column!(JsonText, StrictJsonText);
 
 impl<'r, DB: Database, T: DeserializeOwned + Default> Decode<'r, DB> for JsonText<T>
 where
@@ -42,19 +49,6 @@ where
 /// JSON text whose unreadable content is a decode error (sqlx names the column), never
 /// `T::default()`.
 pub struct StrictJsonText<T>(T);
-
-impl<DB: Database, T> Type<DB> for StrictJsonText<T>
-where
-    String: Type<DB>,
-{
-    fn type_info() -> DB::TypeInfo {
-        <String as Type<DB>>::type_info()
-    }
-
-    fn compatible(ty: &DB::TypeInfo) -> bool {
-        <String as Type<DB>>::compatible(ty)
-    }
-}
 
 impl<'r, DB: Database, T: DeserializeOwned> Decode<'r, DB> for StrictJsonText<T>
 where
