@@ -121,14 +121,13 @@ impl ReclaimEngine {
             let th = crate::analytics::thresholds(store, org).await?;
             let prices = crate::analytics::prices(store, org).await?;
             let gpus = store.gpu_identities(org).await?;
-            let lookback =
-                policies.iter().map(|p| (p.policy.for_s + p.policy.grace_s) * 1000).max().unwrap_or(0) + 10 * 60_000;
+            let timings: Vec<ReclaimTiming> = policies.iter().map(|p| p.policy.timing()).collect();
+            let lookback = timings.iter().map(|t| t.for_ms + t.grace_ms).max().unwrap_or(0) + 10 * 60_000;
             self.follow(state, &gpus, &th, lookback.min(86_400_000)).await?;
-            for p in &policies {
-                let timing = p.policy.timing();
+            for (p, timing) in policies.iter().zip(&timings) {
                 for g in &gpus {
                     let existing = open.iter().find(|r| r.policy_id == p.id && r.gpu_uuid == g.uuid);
-                    sent |= self.decide(state, org, p, &timing, g, existing, &prices).await?;
+                    sent |= self.decide(state, org, p, timing, g, existing, &prices).await?;
                 }
             }
         }
