@@ -102,19 +102,21 @@ run_one() {
   # visibility map; SQLite: the dbstat virtual table, pages of the table and its indexes).
   local bytes=""
   if [ "$backend" = postgres ]; then
-    psql -X -q "$db_url" -c "VACUUM ANALYZE samples, rollups_1m, rollups_1h, rollup_pending" >/dev/null
+    psql -X -q "$db_url" -c "VACUUM ANALYZE samples, rollups_1m, rollups_1h, rollup_pending, sample_blocks, rollup_blocks" >/dev/null
     # The marks of the minutes the rollup job has not written yet (issue 21, part 3).
-    # The open tables and the marks are partitioned by hour (migrations 0026, 0027): every
-    # partition counts (a plain table is its own one-member tree).
-    local size="(SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree('@TABLE@'))"
+    # The open tables and the marks are partitioned by hour (migrations 0026, 0027), the
+    # sealed blocks by day: every partition counts. (`pg_partition_tree` of a plain table is
+    # empty, not the table: those are measured as they are.)
+    local size="(SELECT CASE WHEN c.relkind = 'p' THEN (SELECT coalesce(sum(pg_total_relation_size(relid)), 0) FROM pg_partition_tree(c.oid)) ELSE pg_total_relation_size(c.oid) END FROM pg_class c WHERE c.oid = '@TABLE@'::regclass)"
     echo "rollup_pending: $(sql "$db_url" "SELECT count(*) FROM rollup_pending") rows, $(sql "$db_url" "SELECT ${size//@TABLE@/rollup_pending}") bytes" >&2
-    bytes=$(sql "$db_url" "SELECT ${size//@TABLE@/samples} || ',' || ${size//@TABLE@/rollups_1m} || ',' || ${size//@TABLE@/rollups_1h}")
+    # Sealed sample blocks and packed minutes too (issue 21): what a soak past an hour keeps.
+    bytes=$(sql "$db_url" "SELECT ${size//@TABLE@/samples} || ',' || ${size//@TABLE@/rollups_1m} || ',' || ${size//@TABLE@/rollups_1h} || ',' || ${size//@TABLE@/sample_blocks} || ',' || ${size//@TABLE@/rollup_blocks}")
   else
-    local per_table="SELECT sum(pgsize) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = '@TABLE@')"
-    bytes="$(sql "$db_url" "${per_table//@TABLE@/samples}"),$(sql "$db_url" "${per_table//@TABLE@/rollups_1m}"),$(sql "$db_url" "${per_table//@TABLE@/rollups_1h}")"
+    local per_table="SELECT coalesce(sum(pgsize), 0) FROM dbstat WHERE name IN (SELECT name FROM sqlite_master WHERE tbl_name = '@TABLE@')"
+    bytes="$(sql "$db_url" "${per_table//@TABLE@/samples}"),$(sql "$db_url" "${per_table//@TABLE@/rollups_1m}"),$(sql "$db_url" "${per_table//@TABLE@/rollups_1h}"),$(sql "$db_url" "${per_table//@TABLE@/sample_blocks}"),$(sql "$db_url" "${per_table//@TABLE@/rollup_blocks}")"
   fi
   local rollups
-  rollups=$(sql "$db_url" "SELECT (SELECT count(*) FROM rollups_1m) || ',' || (SELECT count(*) FROM rollups_1h)")
+  rollups=$(sql "$db_url" "SELECT (SELECT count(*) FROM rollups_1m) || ',' || (SELECT count(*) FROM rollups_1h) || ',' || (SELECT coalesce(sum(n), 0) FROM rollup_blocks) || ',' || (SELECT coalesce(sum(n), 0) FROM sample_blocks)")
   kill -TERM "$server_pid"; wait "$server_pid" 2>/dev/null || true
   python3 scripts/soak_summary.py "$csv" "$backend" "$minutes" "$gpus" "$stored" "$gpus_seen" "$bytes" "$rollups"
   if [ "$backend" = postgres ]; then

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Summary of one soak run (scripts/soak.sh): reads the probe CSV and prints the verdict.
 
-usage: soak_summary.py CSV BACKEND MINUTES GPUS STORED GPUS_SEEN "SAMPLES_B,R1M_B,R1H_B" "R1M_ROWS,R1H_ROWS"
+usage: soak_summary.py CSV BACKEND MINUTES GPUS STORED GPUS_SEEN "SAMPLES_B,R1M_B,R1H_B,BLOCKS_B,PACKED_B"
+                       "R1M_ROWS,R1H_ROWS,PACKED_MINUTES,SEALED_SAMPLES"
 
 RSS growth: the server's RSS swings by ±10 % from one 10-s probe to the next (each ingest cycle
 allocates and frees its batches), so two single probes say more about the phase of that swing
@@ -64,11 +65,19 @@ def main():
         f"max {max(lags) / 1000:.2f} s (goal < 2 s)"
     )
     print(f"  error/warning log lines: {errs} (goal 0); max spool files {max(int(r['spool_files']) for r in rows)}")
-    sb, mb, hb = (int(x) for x in size.split(","))
-    r1m, r1h = (int(x) for x in rollups.split(","))
+    sb, mb, hb, blocks_b, packed_b = (int(x) for x in size.split(","))
+    r1m, r1h, packed_minutes, sealed = (int(x) for x in rollups.split(","))
+    open_samples = int(stored) - sealed
     print(
-        f"  on disk with indexes: samples {sb / 2**20:.1f} MiB = {sb / int(stored):.0f} B/sample; "
-        f"rollups_1m {mb / 2**20:.1f} MiB = {mb / max(r1m, 1):.0f} B/row ({r1m} rows); "
+        f"  on disk with indexes: open samples {sb / 2**20:.1f} MiB = {sb / max(open_samples, 1):.0f} B/sample "
+        f"({open_samples} rows); sealed blocks {blocks_b / 2**20:.1f} MiB = {blocks_b / max(sealed, 1):.1f} B/sample "
+        f"({sealed} samples); all samples {(sb + blocks_b) / int(stored):.1f} B/sample"
+    )
+    minutes_all = r1m + packed_minutes
+    print(
+        f"  1-minute rollups: rows {mb / 2**20:.1f} MiB = {mb / max(r1m, 1):.0f} B/row ({r1m} rows); packed "
+        f"{packed_b / 2**20:.2f} MiB = {packed_b / max(packed_minutes, 1):.0f} B/GPU-minute ({packed_minutes} minutes); "
+        f"together {(mb + packed_b) / max(minutes_all, 1):.0f} B/GPU-minute; "
         f"rollups_1h {hb / 2**20:.1f} MiB = {hb / max(r1h, 1):.0f} B/row ({r1h} rows)"
     )
     ok = growth < 5 and errs == 0 and max(lags) < 2000

@@ -41,6 +41,7 @@ async fn receiver() -> (String, Log) {
 /// This replica's job leadership from `GET /healthz`: job → (leader, runs).
 async fn jobs(server: &TestServer) -> HashMap<String, (bool, u64)> {
     let v: Value = reqwest::get(server.url("/healthz")).await.unwrap().json().await.unwrap();
+    assert_eq!(v["status"], "ok", "{v}");
     v["jobs"]
         .as_object()
         .map(|o| {

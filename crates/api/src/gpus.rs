@@ -174,17 +174,18 @@ impl ColumnKind {
 }
 
 impl SignalColumn {
-    /// The column of the signal `name` from the numbers JSON has for it: of the kind the signal
-    /// table gives it (so a column all null reads back as what it was written as); a signal
-    /// this build does not know is `Reals` when it has a real number, `Bitmasks` when an
-    /// integer beyond `i64`, else `Integers`.
-    fn from_json(name: &str, values: Vec<Option<JsonNumber>>) -> Self {
+    /// The column of a signal this build does not know (a newer server's), from the numbers
+    /// JSON has for it: `Reals` when it has a real number, `Bitmasks` when an integer beyond
+    /// `i64`, else `Integers`. (A known signal takes the kind the signal table gives it, so a
+    /// column all null reads back as what it was written as: see [`ColumnOf`].)
+    fn from_json(values: Vec<Option<JsonNumber>>) -> Self {
         let has = |wanted: fn(&JsonNumber) -> bool| values.iter().flatten().any(wanted);
-        let kind = match fleetlens_core::signal::SIGNALS.iter().find(|s| s.name == name) {
-            Some(signal) => ColumnKind::of(signal),
-            None if has(|v| matches!(v, JsonNumber::Real(_))) => ColumnKind::Reals,
-            None if has(|v| matches!(v, JsonNumber::Unsigned(_))) => ColumnKind::Bitmasks,
-            None => ColumnKind::Integers,
+        let kind = if has(|v| matches!(v, JsonNumber::Real(_))) {
+            ColumnKind::Reals
+        } else if has(|v| matches!(v, JsonNumber::Unsigned(_))) {
+            ColumnKind::Bitmasks
+        } else {
+            ColumnKind::Integers
         };
         match kind {
             ColumnKind::Integers => SignalColumn::Integers(map(values, JsonNumber::integer)),
@@ -223,18 +224,65 @@ impl JsonNumber {
 }
 
 /// `SampleColumns::signals`, read in one pass: serde's untagged enums would buffer each array
-/// and try every variant in turn, which costs more than the rest of the answer.
+/// and try every variant in turn, which costs more than the rest of the answer. A signal this
+/// build knows is read straight into its kind's column; only an unknown one is held as
+/// numbers until its kind is known.
 fn signals_from_json<'de, D: serde::Deserializer<'de>>(
     d: D,
 ) -> Result<std::collections::BTreeMap<String, SignalColumn>, D::Error> {
-    let raw = std::collections::BTreeMap::<String, Vec<Option<JsonNumber>>>::deserialize(d)?;
-    Ok(raw
-        .into_iter()
-        .map(|(name, values)| {
-            let column = SignalColumn::from_json(&name, values);
-            (name, column)
+    struct Signals;
+    impl<'de> serde::de::Visitor<'de> for Signals {
+        type Value = std::collections::BTreeMap<String, SignalColumn>;
+        fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+            f.write_str("an object of signal columns")
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Self::Value, A::Error> {
+            let mut out = std::collections::BTreeMap::new();
+            while let Some(name) = map.next_key::<String>()? {
+                let column = match fleetlens_core::signal::SIGNALS.iter().find(|s| s.name == name) {
+                    Some(signal) => map.next_value_seed(ColumnOf(ColumnKind::of(signal)))?,
+                    None => SignalColumn::from_json(map.next_value()?),
+                };
+                out.insert(name, column);
+            }
+            Ok(out)
+        }
+    }
+    d.deserialize_map(Signals)
+}
+
+/// Reads one signal's array into the column of a known kind.
+struct ColumnOf(ColumnKind);
+
+impl<'de> serde::de::DeserializeSeed<'de> for ColumnOf {
+    type Value = SignalColumn;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<SignalColumn, D::Error> {
+        d.deserialize_seq(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for ColumnOf {
+    type Value = SignalColumn;
+    fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.write_str("an array of numbers and nulls")
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<SignalColumn, A::Error> {
+        fn read<'de, A: serde::de::SeqAccess<'de>, T>(
+            seq: &mut A,
+            convert: fn(JsonNumber) -> T,
+        ) -> Result<Vec<Option<T>>, A::Error> {
+            let mut out = Vec::with_capacity(seq.size_hint().unwrap_or(0));
+            while let Some(v) = seq.next_element::<Option<JsonNumber>>()? {
+                out.push(v.map(convert));
+            }
+            Ok(out)
+        }
+        Ok(match self.0 {
+            ColumnKind::Integers => SignalColumn::Integers(read(&mut seq, JsonNumber::integer)?),
+            ColumnKind::Bitmasks => SignalColumn::Bitmasks(read(&mut seq, JsonNumber::bits)?),
+            ColumnKind::Reals => SignalColumn::Reals(read(&mut seq, JsonNumber::real)?),
         })
-        .collect())
+    }
 }
 
 /// `GET /api/v1/gpus/{uuid}/samples?format=columns`: the samples of [`crate::SampleList`] as
@@ -270,122 +318,50 @@ pub struct SampleColumns {
 impl SampleColumns {
     /// The columns of `samples` (ascending by time).
     pub fn new(uuid: String, from_ms: i64, to_ms: i64, truncated: bool, samples: &[fleetlens_core::Sample]) -> Self {
+        Self::from_table(uuid, from_ms, to_ms, truncated, fleetlens_core::SampleTable::from_samples(samples))
+    }
+
+    /// The answer holding `table`'s columns as they are (moved, not copied; a bitmask's
+    /// integers read as their unsigned bits).
+    pub fn from_table(
+        uuid: String,
+        from_ms: i64,
+        to_ms: i64,
+        truncated: bool,
+        table: fleetlens_core::SampleTable,
+    ) -> Self {
+        use fleetlens_core::SignalValues;
         let signals = fleetlens_core::signal::SIGNALS
             .iter()
-            .map(|signal| {
-                let column = match ColumnKind::of(signal) {
-                    ColumnKind::Bitmasks => SignalColumn::Bitmasks(
-                        samples.iter().map(|s| (signal.get_int)(s).map(|bits| bits as u64)).collect(),
-                    ),
-                    ColumnKind::Integers => SignalColumn::Integers(samples.iter().map(signal.get_int).collect()),
-                    ColumnKind::Reals => SignalColumn::Reals(samples.iter().map(signal.get).collect()),
+            .zip(table.signals)
+            .map(|(signal, values)| {
+                let column = match (ColumnKind::of(signal), values) {
+                    (ColumnKind::Bitmasks, SignalValues::Integers(v)) => {
+                        SignalColumn::Bitmasks(v.into_iter().map(|bits| bits.map(|b| b as u64)).collect())
+                    }
+                    (_, SignalValues::Integers(v)) => SignalColumn::Integers(v),
+                    (_, SignalValues::Reals(v)) => SignalColumn::Reals(v),
                 };
                 (signal.name.to_owned(), column)
             })
             .collect();
-        let mut processes = ProcessColumns::default();
-        let process_count = samples
-            .iter()
-            .map(|s| {
-                let list = s.processes.as_ref()?;
-                for p in list {
-                    processes.push(p);
-                }
-                Some(list.len() as u32)
-            })
-            .collect();
-        let mut allocation_lists = vec![Vec::new()];
-        let allocations = samples.iter().map(|s| index_of(&mut allocation_lists, &s.allocations)).collect();
         SampleColumns {
             uuid,
             from_ms,
             to_ms,
             truncated,
-            ts_ms: samples.iter().map(|s| s.ts_ms).collect(),
+            ts_ms: table.ts_ms,
             signals,
-            process_count,
-            processes,
-            allocation_lists,
-            allocations,
+            process_count: table.process_count,
+            processes: table.processes,
+            allocation_lists: table.allocation_lists,
+            allocations: table.allocations,
         }
     }
 }
 
-/// The processes of [`SampleColumns`]: one row per process per sample, in the samples' order.
-/// A process's identity (pid, command, user, container, owner) is given once in `identities`;
-/// its readings, which change every sample, are columns.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct ProcessColumns {
-    /// Per row: the process, as its index in `identities`.
-    pub process: Vec<u32>,
-    /// Per row: GPU memory the process held, bytes (null where not read).
-    pub used_bytes: Vec<Option<i64>>,
-    /// Per row: the process's share of SM time, % (null where not read).
-    pub sm_pct: Vec<Option<f64>>,
-    /// The processes, without their readings (`used_bytes` and `sm_pct` null).
-    pub identities: Vec<fleetlens_core::GpuProcess>,
-}
-
-impl ProcessColumns {
-    /// Add one process of one sample.
-    fn push(&mut self, p: &fleetlens_core::GpuProcess) {
-        let recent = self.identities.len().saturating_sub(RECENT_PROCESSES);
-        // Compared in place: a process seen before (nearly every row) is not cloned.
-        let index = match self.identities[recent..].iter().rposition(|known| known.same_identity(p)) {
-            Some(i) => recent + i,
-            None => {
-                self.identities.push(fleetlens_core::GpuProcess { used_bytes: None, sm_pct: None, ..p.clone() });
-                self.identities.len() - 1
-            }
-        };
-        self.process.push(index as u32);
-        self.used_bytes.push(p.used_bytes);
-        self.sm_pct.push(p.sm_pct);
-    }
-
-    /// The process list of each sample, given [`SampleColumns::process_count`]: the rows
-    /// back as the `processes` of the samples' rows.
-    pub fn lists(&self, process_count: &[Option<u32>]) -> Vec<Option<Vec<fleetlens_core::GpuProcess>>> {
-        let mut row = 0;
-        process_count
-            .iter()
-            .map(|count| {
-                let count = (*count)? as usize;
-                let list = (row..row + count)
-                    .map(|r| fleetlens_core::GpuProcess {
-                        used_bytes: self.used_bytes[r],
-                        sm_pct: self.sm_pct[r],
-                        ..self.identities[self.process[r] as usize].clone()
-                    })
-                    .collect();
-                row += count;
-                Some(list)
-            })
-            .collect()
-    }
-}
-
-/// How many of the newest process identities a process is compared with before it is added as
-/// new: more than a GPU runs at once, so a process seen in the previous sample is found.
-const RECENT_PROCESSES: usize = 64;
-
-/// How many of the newest lists a sample's list is compared with before it is added as new:
-/// bounded, so that samples whose lists all differ (per-process readings that change every
-/// second) cost a few comparisons each, not one per list so far.
-const RECENT_LISTS: usize = 8;
-
-/// The index of `list` among the newest [`RECENT_LISTS`] of `lists`, or of it added at the end.
-fn index_of<T: Clone + PartialEq>(lists: &mut Vec<Vec<T>>, list: &[T]) -> u32 {
-    let recent = lists.len().saturating_sub(RECENT_LISTS);
-    match lists[recent..].iter().rposition(|l| l.as_slice() == list) {
-        Some(i) => (recent + i) as u32,
-        None => {
-            lists.push(list.to_vec());
-            (lists.len() - 1) as u32
-        }
-    }
-}
+/// The processes of [`SampleColumns`] (defined in core, where the store builds them).
+pub use fleetlens_core::ProcessColumns;
 
 /// The answer of `GET /api/v1/gpus/{uuid}/samples`, in the layout `format` asked for.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -453,17 +429,5 @@ mod tests {
         assert_eq!(newer.signals["future_pct"], SignalColumn::Reals(vec![Some(1.0), Some(2.5)]));
         assert_eq!(newer.signals["future_bits"], SignalColumn::Bitmasks(vec![Some(u64::MAX)]));
         assert_eq!(newer.signals["future_count"], SignalColumn::Integers(vec![None, Some(-3)]));
-    }
-
-    #[test]
-    fn lists_that_all_differ_cost_a_bounded_search() {
-        let mut lists: Vec<Vec<u32>> = Vec::new();
-        for i in 0..100 {
-            assert_eq!(index_of(&mut lists, &[i]), i);
-        }
-        // Seen recently: found; seen long ago: added again (still the same list).
-        assert_eq!(index_of(&mut lists, &[97]), 97);
-        assert_eq!(index_of(&mut lists, &[3]), 100);
-        assert_eq!(lists[100], [3]);
     }
 }

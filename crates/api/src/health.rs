@@ -15,12 +15,22 @@ pub struct JobStatus {
     pub runs: u64,
 }
 
+/// The liveness answer's status: a process that answers at all is up.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[serde(rename_all = "snake_case")]
+pub enum LiveStatus {
+    /// The only value (`"ok"`).
+    #[default]
+    Ok,
+}
+
 /// `GET /healthz`: the process is up.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Health {
     /// Always `ok`.
-    pub status: String,
+    pub status: LiveStatus,
     /// Per background job (`retention`, `rollups`, …): whether this replica leads it.
     pub jobs: BTreeMap<String, JobStatus>,
 }

@@ -27,6 +27,7 @@ pub mod reclaim;
 pub mod rollup;
 pub mod rules;
 pub mod sample;
+pub mod sample_table;
 pub mod signal;
 pub mod state;
 pub mod thresholds;
@@ -50,6 +51,7 @@ pub use rollup::{
     QUALITY_COUNTS, ROLLUP_SIGNALS, Resolution, RollupAccumulator, RollupBucket, SignalStats, minute_from_samples,
 };
 pub use sample::{GpuProcess, PodAllocation, ProcessOwner, Sample};
+pub use sample_table::{ProcessColumns, SampleTable, SignalValues};
 pub use validate::{ValidationError, validate_sample};
 
 pub use advice::{CollocationHint, JobUsage, RightSizeHint, collocation, p95, percentile, right_size};

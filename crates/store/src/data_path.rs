@@ -61,6 +61,16 @@ pub trait SampleStore: Send + Sync {
     /// Raw samples of one GPU of `org` with `from_ms <= ts_ms < to_ms`, oldest first, at most
     /// `limit` (none for a GPU of another organisation).
     async fn samples(&self, org: OrgId, gpu_id: GpuId, from_ms: i64, to_ms: i64, limit: u32) -> Result<Vec<Sample>>;
+    /// The samples of [`SampleStore::samples`] as columns (identity fields not kept): sealed
+    /// hours decoded straight into them, without building a [`Sample`] per sample.
+    async fn sample_table(
+        &self,
+        org: OrgId,
+        gpu_id: GpuId,
+        from_ms: i64,
+        to_ms: i64,
+        limit: u32,
+    ) -> Result<fleetlens_core::SampleTable>;
     /// Total raw samples stored (all organisations), open rows and sealed blocks; for metrics
     /// and tests.
     async fn sample_count(&self) -> Result<u64>;

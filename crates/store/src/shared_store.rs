@@ -45,6 +45,44 @@ macro_rules! impl_store {
                 Ok(())
             }
 
+            /// What [`SampleStore::samples`](crate::SampleStore::samples) reads: the GPU's
+            /// identity, its open rows (with it) and its sealed blocks' payloads in the range;
+            /// `None` for a GPU of another organisation (one without samples).
+            #[allow(clippy::type_complexity)]
+            async fn samples_stored(
+                &self,
+                org: $crate::OrgId,
+                gpu_id: fleetlens_core::GpuId,
+                from_ms: i64,
+                to_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<Option<((String, Option<u32>, Option<String>), Vec<fleetlens_core::Sample>, Vec<Vec<u8>>)>> {
+                let ident: Option<(String, Option<i64>, Option<String>)> =
+                    sqlx::query_as(&q("SELECT uuid, gpu_index, name FROM gpus WHERE org_id = ? AND id = ?"))
+                        .bind(org)
+                        .bind(gpu_id)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                let Some((uuid, index, name)) = ident else { return Ok(None) };
+                let sql = format!(
+                    "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
+                     ORDER BY s.ts_ms LIMIT ?",
+                    $crate::columns::sample_select_list("s", PROCESSES_TEXT)
+                );
+                let rows: Vec<$crate::columns::SampleRow> = sqlx::query_as(&q(&sql))
+                    .bind(gpu_id)
+                    .bind(from_ms)
+                    .bind(to_ms)
+                    .bind(i64::from(limit))
+                    .fetch_all(&self.pool)
+                    .await?;
+                let index = index.and_then(|i| u32::try_from(i).ok());
+                let open =
+                    rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
+                let payloads = $crate::blocks::$dialect::payloads(&self.pool, gpu_id, from_ms, to_ms).await?;
+                Ok(Some(((uuid, index, name), open, payloads)))
+            }
+
             /// Minutes packed into blocks (closed hours) with `from_ms <= bucket_ms < to_ms`, of
             /// the GPUs `r` (rollup_blocks) and `g` (gpus) where `condition` holds (bound to
             /// `keys`), ordered by GPU then time. Read after the rows: an hour packed in between
@@ -349,35 +387,32 @@ macro_rules! impl_store {
                 to_ms: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<fleetlens_core::Sample>> {
-                let ident: Option<(String, Option<i64>, Option<String>)> =
-                    sqlx::query_as(&q("SELECT uuid, gpu_index, name FROM gpus WHERE org_id = ? AND id = ?"))
-                        .bind(org)
-                        .bind(gpu_id)
-                        .fetch_optional(&self.pool)
-                        .await?;
-                // A GPU of another organisation reads as one without samples.
-                let Some((uuid, index, name)) = ident else { return Ok(Vec::new()) };
-                let sql = format!(
-                    "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
-                     ORDER BY s.ts_ms LIMIT ?",
-                    $crate::columns::sample_select_list("s", PROCESSES_TEXT)
-                );
-                let rows: Vec<$crate::columns::SampleRow> = sqlx::query_as(&q(&sql))
-                    .bind(gpu_id)
-                    .bind(from_ms)
-                    .bind(to_ms)
-                    .bind(i64::from(limit))
-                    .fetch_all(&self.pool)
-                    .await?;
-                let index = index.and_then(|i| u32::try_from(i).ok());
-                let open: Vec<fleetlens_core::Sample> =
-                    rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
-                let sealed = $crate::blocks::$dialect::samples(&self.pool, gpu_id, from_ms, to_ms).await?;
-                let sealed =
-                    sealed.into_iter().map(|s| $crate::blocks::with_identity(s, &uuid, index, name.as_deref())).collect();
+                let Some((ident, open, payloads)) = self.samples_stored(org, gpu_id, from_ms, to_ms, limit).await? else {
+                    return Ok(Vec::new());
+                };
+                let (uuid, index, name) = (ident.0.as_str(), ident.1, ident.2.as_deref());
+                let sealed = $crate::blocks::decode_range(&payloads, from_ms, to_ms)?;
+                let sealed = sealed.into_iter().map(|s| $crate::blocks::with_identity(s, uuid, index, name)).collect();
                 let mut merged = $crate::blocks::merge(sealed, open);
                 merged.truncate(limit as usize);
                 Ok(merged)
+            }
+
+            async fn sample_table(
+                &self,
+                org: $crate::OrgId,
+                gpu_id: fleetlens_core::GpuId,
+                from_ms: i64,
+                to_ms: i64,
+                limit: u32,
+            ) -> $crate::Result<fleetlens_core::SampleTable> {
+                let Some((_, open, payloads)) = self.samples_stored(org, gpu_id, from_ms, to_ms, limit).await? else {
+                    return Ok(fleetlens_core::SampleTable::default());
+                };
+                let mut table = $crate::blocks::decode_table_range(&payloads, from_ms, to_ms)?;
+                $crate::blocks::merge_into_table(&mut table, open);
+                table.keep(0..limit as usize);
+                Ok(table)
             }
 
             async fn sample_count(&self) -> $crate::Result<u64> {

@@ -91,6 +91,31 @@ async fn answers(store: &dyn Store) -> (Vec<Vec<Sample>>, Vec<fleetlens_store::P
     (raw, lists, latest, store.sample_count().await.unwrap())
 }
 
+/// `Store::sample_table` holds what `Store::samples` answers (identity fields aside), for the
+/// range and limit given.
+async fn assert_table_is_samples(store: &dyn Store, gpu_id: GpuId, from_ms: i64, to_ms: i64, limit: u32) {
+    let table = store.sample_table(DEFAULT_ORG, gpu_id, from_ms, to_ms, limit).await.unwrap();
+    let samples = store.samples(DEFAULT_ORG, gpu_id, from_ms, to_ms, limit).await.unwrap();
+    assert!(!samples.is_empty(), "[{from_ms}, {to_ms}) holds samples");
+    let without_identity: Vec<Sample> =
+        samples.into_iter().map(|s| Sample { uuid: String::new(), gpu_index: None, name: None, ..s }).collect();
+    assert_eq!(table.len(), without_identity.len(), "[{from_ms}, {to_ms}) limit {limit}");
+    assert_eq!(table.into_samples(), without_identity, "[{from_ms}, {to_ms}) limit {limit}");
+}
+
+/// [`assert_table_is_samples`] over whole GPUs, windows cut inside blocks, and limits.
+async fn assert_tables_are_samples(store: &dyn Store, gpu_id: GpuId) {
+    for (from_ms, to_ms, limit) in [
+        (0, i64::MAX, 1_000_000),
+        (T0 + 1234, T0 + 2 * H + 99, 1_000_000),
+        (T0 + H - 5000, i64::MAX, 10),
+        (T0 + 3 * H - 10_000, i64::MAX, 1_000_000),
+        (T0 + 3 * H + 10_000, i64::MAX, 1_000_000),
+    ] {
+        assert_table_is_samples(store, gpu_id, from_ms, to_ms, limit).await;
+    }
+}
+
 async fn sealing_moves_rows_into_blocks_and_reads_answer_the_same(backend: Backend) {
     let (_db, store) = open(backend).await;
     // Two GPUs over three and a half hours, one stopping earlier (its newest sample sealed).
@@ -136,6 +161,16 @@ async fn sealing_moves_rows_into_blocks_and_reads_answer_the_same(backend: Backe
     assert_eq!(first, expected.iter().filter(|s| s.ts_ms >= T0 + H - 5000).take(10).cloned().collect::<Vec<_>>());
     assert_eq!(store.rollups(DEFAULT_ORG, gpu.id, Resolution::Hour, 0, i64::MAX).await.unwrap().len(), 5);
     assert_eq!(store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap(), rollups_before);
+    // As columns: sealed hours, then the open half hour after them.
+    assert_tables_are_samples(store.as_ref(), gpu.id).await;
+    // A late sample turns the first whole hour back into open rows, before sealed ones.
+    let mut late = before.0[0][100].clone();
+    late.ts_ms += 1;
+    store.ingest(DEFAULT_ORG, "h1", vec![late]).await.unwrap();
+    assert_tables_are_samples(store.as_ref(), gpu.id).await;
+    // Another organisation's GPU: no samples, as `samples` answers.
+    let other = fleetlens_core::OrgId(DEFAULT_ORG.get() + 1);
+    assert!(store.sample_table(other, gpu.id, 0, i64::MAX, 10).await.unwrap().is_empty());
 }
 
 async fn sealed_keys_stay_duplicates_and_late_samples_merge(backend: Backend) {

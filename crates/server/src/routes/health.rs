@@ -3,7 +3,7 @@
 use axum::Json;
 use axum::extract::State;
 use axum::http::StatusCode;
-use fleetlens_api::health::{Health, Readiness, ReadyStatus};
+use fleetlens_api::health::{Health, LiveStatus, Readiness, ReadyStatus};
 
 use crate::state::AppState;
 
@@ -11,7 +11,7 @@ use crate::state::AppState;
 #[utoipa::path(get, path = "/healthz", tag = "meta", security(()), responses((status = 200, body = Health)))]
 pub async fn healthz() -> Json<Health> {
     let jobs = crate::jobs::statuses().into_iter().map(|(name, status)| (name.to_string(), status)).collect();
-    Json(Health { status: "ok".into(), jobs })
+    Json(Health { status: LiveStatus::Ok, jobs })
 }
 
 /// The process can serve: its database answers.

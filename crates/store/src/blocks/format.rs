@@ -41,7 +41,7 @@
 
 use std::io::{Read, Write};
 
-use fleetlens_core::{GpuProcess, Sample};
+use fleetlens_core::{GpuProcess, ProcessColumns, Sample, SampleTable, SignalValues};
 
 use crate::columns::{self, Cell, SAMPLE_COLUMNS};
 
@@ -168,15 +168,16 @@ fn process_identity(p: &GpuProcess) -> String {
     serde_json::to_string(&identity).expect("a process serializes")
 }
 
-/// The process lists of `out`'s samples from their columns ([`PROCESS_COLUMNS`]).
-fn read_process_columns(r: &mut Reader, out: &mut [Sample]) -> Result<(), BlockError> {
-    let lengths: Vec<Option<usize>> = r
-        .numbers(out.len())?
+/// The process lists of the table's `n` samples from their columns ([`PROCESS_COLUMNS`]):
+/// they are the table's process columns already, with the identities parsed once.
+fn read_process_columns(r: &mut Reader, n: usize, table: &mut SampleTable) -> Result<(), BlockError> {
+    let lengths: Vec<Option<u32>> = r
+        .numbers(n)?
         .into_iter()
-        .map(|len| len.map(|len| usize::try_from(len.as_i64())).transpose())
+        .map(|len| len.map(|len| u32::try_from(len.as_i64())).transpose())
         .collect::<Result<_, _>>()
         .map_err(|_| BlockError::Malformed("a negative process count"))?;
-    let total = lengths.iter().flatten().fold(0usize, |total, &len| total.saturating_add(len));
+    let total = lengths.iter().flatten().fold(0usize, |total, &len| total.saturating_add(len as usize));
     if total > MAX_PROCESS_ENTRIES {
         return Err(BlockError::Malformed("more processes than a block can list"));
     }
@@ -184,32 +185,45 @@ fn read_process_columns(r: &mut Reader, out: &mut [Sample]) -> Result<(), BlockE
     let (identities, ids) = r.dictionary_parts(total, |t| serde_json::from_str::<GpuProcess>(t).ok())?;
     let used = r.numbers(total)?;
     let sm = r.numbers(total)?;
-    // Each process built once, in its list (a GpuProcess is large: moving it through
-    // intermediate collections cost more than decoding the columns).
-    let mut k = 0;
-    for (s, len) in out.iter_mut().zip(lengths) {
-        let Some(len) = len else { continue };
-        let mut list = Vec::with_capacity(len);
-        for (&id, (used, sm)) in ids[k..k + len].iter().zip(used[k..k + len].iter().zip(&sm[k..k + len])) {
-            let identity = (id as usize)
+    let process = ids
+        .into_iter()
+        .map(|id| {
+            (id as usize)
                 .checked_sub(1)
-                .and_then(|i| identities.get(i))
-                .and_then(Option::as_ref)
-                .ok_or(BlockError::Malformed("a process without a readable identity"))?;
-            list.push(GpuProcess {
-                used_bytes: used.map(Number::as_i64),
-                sm_pct: sm.map(Number::as_raw_f64),
-                ..identity.clone()
-            });
-        }
-        k += len;
-        s.processes = Some(list);
-    }
+                .filter(|&i| identities.get(i).is_some_and(Option::is_some))
+                .map(|i| i as u32)
+                .ok_or(BlockError::Malformed("a process without a readable identity"))
+        })
+        .collect::<Result<_, _>>()?;
+    table.process_count = lengths;
+    table.processes = ProcessColumns {
+        process,
+        used_bytes: used.into_iter().map(|v| v.map(Number::as_i64)).collect(),
+        sm_pct: sm.into_iter().map(|v| v.map(Number::as_raw_f64)).collect(),
+        // Each one read above; one no row refers to cannot be, and would be unused.
+        identities: identities.into_iter().map(Option::unwrap_or_default).collect(),
+    };
     Ok(())
 }
 
+/// The column of the signal table ([`fleetlens_core::signal::SIGNALS`]) of each stored column.
+const SIGNAL_OF_COLUMN: [usize; SAMPLE_COLUMNS.len()] = {
+    let mut out = [0; SAMPLE_COLUMNS.len()];
+    let mut i = 0;
+    while i < out.len() {
+        out[i] = fleetlens_core::signal::index_of(SAMPLE_COLUMNS[i]);
+        i += 1;
+    }
+    out
+};
+
 /// Decode a block: its samples, ascending, with empty identity fields.
 pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
+    decode_table(bytes).map(SampleTable::into_samples)
+}
+
+/// Decode a block into columns, as it is stored: no [`Sample`] is built.
+pub fn decode_table(bytes: &[u8]) -> Result<SampleTable, BlockError> {
     let mut r = Reader(bytes);
     if r.take(4)? != MAGIC {
         return Err(BlockError::Malformed("not a sample block"));
@@ -223,45 +237,51 @@ pub fn decode(bytes: &[u8]) -> Result<Vec<Sample>, BlockError> {
     if stored_columns > SAMPLE_COLUMNS.len() {
         return Err(BlockError::Malformed("more measurement columns than this server knows"));
     }
-    let ts = r.numbers(n)?;
-    let mut out: Vec<Sample> = Vec::with_capacity(n);
-    for t in ts {
-        out.push(Sample {
-            ts_ms: t.ok_or(BlockError::Malformed("a sample without time"))?.as_i64(),
-            ..Default::default()
-        });
-    }
+    let ts_ms = r
+        .numbers(n)?
+        .into_iter()
+        .map(|t| t.map(Number::as_i64).ok_or(BlockError::Malformed("a sample without time")))
+        .collect::<Result<_, _>>()?;
+    let mut table = SampleTable { ts_ms, ..Default::default() };
     // Columns only ever get appended, so column i keeps its meaning and precision; those past
     // `stored_columns` did not exist when the block was sealed and stay absent.
-    for (col, precision) in PRECISION.iter().enumerate().take(stored_columns) {
-        let values = r.numbers(n)?;
-        let signal = &columns::SAMPLE_SIGNALS[col];
-        for (s, v) in out.iter_mut().zip(values) {
-            match precision {
-                // Kept as integers: back through the exact accessor (a bitmask keeps bit 63).
-                Precision::Exact => (signal.set_int)(s, v.map(Number::as_i64)),
-                Precision::Scaled(_) => (signal.set)(s, v.map(|v| v.as_f64(*precision))),
+    for (col, precision) in PRECISION.iter().enumerate() {
+        let values = if col < stored_columns { r.numbers(n)? } else { vec![None; n] };
+        table.signals[SIGNAL_OF_COLUMN[col]] = match precision {
+            // Kept as integers: as they are (a bitmask keeps bit 63).
+            Precision::Exact => SignalValues::Integers(values.into_iter().map(|v| v.map(Number::as_i64)).collect()),
+            Precision::Scaled(_) => {
+                SignalValues::Reals(values.into_iter().map(|v| v.map(|v| v.as_f64(*precision))).collect())
             }
-        }
+        };
     }
     match if version >= 3 { r.u8()? } else { PROCESS_LISTS } {
         PROCESS_LISTS => {
             // Written by us from a Vec<GpuProcess>: see `SampleValues::into_sample`.
-            let processes = r.dictionary(n, |t| serde_json::from_str::<Vec<GpuProcess>>(t).ok())?;
-            for (s, p) in out.iter_mut().zip(processes) {
-                s.processes = p.flatten();
-            }
+            let lists = r.dictionary(n, |t| serde_json::from_str::<Vec<GpuProcess>>(t).ok())?;
+            table.process_count = lists
+                .into_iter()
+                .map(|list| {
+                    let list = list.flatten()?;
+                    list.iter().for_each(|p| table.processes.push(p));
+                    Some(list.len() as u32)
+                })
+                .collect();
         }
-        PROCESS_COLUMNS => read_process_columns(&mut r, &mut out)?,
+        PROCESS_COLUMNS => read_process_columns(&mut r, n, &mut table)?,
         _ => return Err(BlockError::Malformed("unknown process layout")),
     }
-    for (s, a) in out.iter_mut().zip(r.dictionary(n, |t| columns::parse_allocations(Some(t)))?) {
-        s.allocations = a.unwrap_or_default();
+    let (lists, ids) = r.dictionary_parts(n, |t| columns::parse_allocations(Some(t)))?;
+    if ids.iter().any(|&id| id as usize > lists.len()) {
+        return Err(BlockError::Malformed("index outside dictionary"));
     }
+    // Index k is the k-th text, 0 absent: the table's first list is the empty one.
+    table.allocation_lists.extend(lists);
+    table.allocations = ids;
     if !r.0.is_empty() {
         return Err(BlockError::Malformed("bytes after the last column"));
     }
-    Ok(out)
+    Ok(table)
 }
 
 /// The integers of `values` at `precision`, or `None` when one does not fit an integer exactly

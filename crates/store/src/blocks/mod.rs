@@ -218,7 +218,7 @@ macro_rules! impl_seal {
 }
 use impl_seal;
 
-use fleetlens_core::{GpuId, Sample};
+use fleetlens_core::{GpuId, Sample, SampleTable};
 
 /// The span of one block: an hour of one GPU, `[start_ms, start_ms + SPAN_MS)`, aligned to
 /// the hour. An hour at 1 Hz is 3,600 samples: enough for the codec to find the columns'
@@ -331,11 +331,50 @@ pub(crate) fn decode_per_gpu(
 /// Decode `payloads` (blocks of one GPU in time order) and keep the samples in
 /// `[from_ms, to_ms)`.
 pub(crate) fn decode_range(payloads: &[Vec<u8>], from_ms: i64, to_ms: i64) -> crate::Result<Vec<Sample>> {
-    let mut out = Vec::new();
+    let mut out: Vec<Sample> = Vec::new();
     for payload in payloads {
-        out.extend(format::decode(payload)?.into_iter().filter(|s| s.ts_ms >= from_ms && s.ts_ms < to_ms));
+        // Filtered where it was decoded, and the first block's list kept as the answer: a
+        // sample is large, and copying an hour of them into a growing list cost a fifth of
+        // the time of a sealed hour's read.
+        let mut decoded = format::decode(payload)?;
+        decoded.retain(|s| s.ts_ms >= from_ms && s.ts_ms < to_ms);
+        if out.is_empty() {
+            out = decoded;
+        } else {
+            out.append(&mut decoded);
+        }
     }
     Ok(out)
+}
+
+/// [`decode_range`] into columns: the blocks' samples in `[from_ms, to_ms)` as one table.
+pub(crate) fn decode_table_range(payloads: &[Vec<u8>], from_ms: i64, to_ms: i64) -> crate::Result<SampleTable> {
+    let mut table = SampleTable::default();
+    for payload in payloads {
+        let mut decoded = format::decode_table(payload)?;
+        decoded.keep_time(from_ms, to_ms);
+        if table.is_empty() {
+            table = decoded;
+        } else {
+            table.append(decoded);
+        }
+    }
+    Ok(table)
+}
+
+/// The open samples of [`merge`] added to the sealed ones in `table`. Open rows newer than
+/// every sealed sample (the current hour after sealed ones, the usual case) are appended; rows
+/// among sealed samples (a late sample's hour not sealed again yet) take the way through
+/// [`Sample`]s and [`merge`].
+pub(crate) fn merge_into_table(table: &mut SampleTable, open: Vec<Sample>) {
+    let Some(first_open) = open.first() else { return };
+    match table.ts_ms.last() {
+        Some(&last_sealed) if first_open.ts_ms <= last_sealed => {
+            let sealed = std::mem::take(table).into_samples();
+            *table = SampleTable::from_samples(&merge(sealed, open));
+        }
+        _ => open.iter().for_each(|s| table.push(s)),
+    }
 }
 
 /// A process-list group of [`crate::RollupStore::org_process_lists`] as the SQL returns it: GPU,

@@ -56,11 +56,11 @@ pub(crate) async fn ensure_partition(pool: &PgPool, day: i64) -> Result<()> {
     }
 }
 
-/// Sealed samples of one GPU in `[from_ms, to_ms)` (identity fields empty).
-pub(crate) async fn samples(pool: &PgPool, gpu_id: GpuId, from_ms: i64, to_ms: i64) -> Result<Vec<Sample>> {
+/// Payloads of one GPU's blocks overlapping `[from_ms, to_ms)`, in time order.
+pub(crate) async fn payloads(pool: &PgPool, gpu_id: GpuId, from_ms: i64, to_ms: i64) -> Result<Vec<Vec<u8>>> {
     // `start_ms > from - span` lets the planner prune the day partitions (it cannot from
     // `end_ms`): a block starts at most one span before the first sample it holds.
-    let payloads: Vec<Vec<u8>> = sqlx::query_scalar(
+    Ok(sqlx::query_scalar(
         "SELECT payload FROM sample_blocks WHERE gpu_id = $1 AND start_ms < $2 AND start_ms > $3 - $4 \
          AND end_ms > $3 ORDER BY start_ms",
     )
@@ -69,8 +69,7 @@ pub(crate) async fn samples(pool: &PgPool, gpu_id: GpuId, from_ms: i64, to_ms: i
     .bind(from_ms)
     .bind(SPAN_MS)
     .fetch_all(pool)
-    .await?;
-    super::decode_range(&payloads, from_ms, to_ms)
+    .await?)
 }
 
 /// Sealed samples of every GPU of `org` in `[from_ms, to_ms)`, per GPU.

@@ -37,7 +37,7 @@ pub(crate) async fn after_pass(_pool: &SqlitePool, _now_ms: i64) -> Result<u64> 
 super::impl_seal!(SqlitePool, sqlite);
 
 /// Payloads of one GPU's blocks overlapping `[from_ms, to_ms)`, in time order.
-async fn payloads(
+pub(crate) async fn payloads(
     conn: impl sqlx::SqliteExecutor<'_>,
     gpu_id: GpuId,
     from_ms: i64,
@@ -51,11 +51,6 @@ async fn payloads(
     .bind(from_ms)
     .fetch_all(conn)
     .await?)
-}
-
-/// Sealed samples of one GPU in `[from_ms, to_ms)` (identity fields empty).
-pub(crate) async fn samples(pool: &SqlitePool, gpu_id: GpuId, from_ms: i64, to_ms: i64) -> Result<Vec<Sample>> {
-    super::decode_range(&payloads(pool, gpu_id, from_ms, to_ms).await?, from_ms, to_ms)
 }
 
 /// Sealed samples of every GPU of `org` in `[from_ms, to_ms)`, per GPU.
