@@ -20,7 +20,8 @@ pub fn eval_on_probes(condition: &Condition) -> [Truth; 3] {
         ..Default::default()
     };
     let empty = Sample { ts_ms: 1_700_000_000_000, uuid: "GPU-fuzz".into(), ..Default::default() };
-    let on = |s: &Sample| condition.eval(&Observation::of_sample(s, WorkloadState::Stalled, 12.5, "node-1", Some("ml")));
+    let on =
+        |s: &Sample| condition.eval(&Observation::of_sample(s, WorkloadState::Stalled, 12.5, "node-1", Some("ml")));
     let mut offline = Observation::of_sample(&empty, WorkloadState::Offline, 0.0, "node-1", None);
     offline.sample = None;
     [on(&full), on(&empty), condition.eval(&offline)]

@@ -377,14 +377,16 @@ async fn live_gpus_are_never_credited_beyond_their_paid_time(backend: Backend) {
     // 150 s of samples ending now, starting 30.5 s into a minute: 4 stored minutes for 150 s.
     let now = now_ms();
     let start = now - 150_000;
-    let busy: Vec<Value> = minutes_of("GPU-live-busy", "NVIDIA H100 80GB HBM3", start, 3, 100.0, 40.0, 30.0, &one_process())
-        .into_iter()
-        .take(150)
-        .collect();
-    let held: Vec<Value> = minutes_of("GPU-live-held", "NVIDIA H100 80GB HBM3", start, 3, 0.0, 0.0, 0.0, &one_process())
-        .into_iter()
-        .take(150)
-        .collect();
+    let busy: Vec<Value> =
+        minutes_of("GPU-live-busy", "NVIDIA H100 80GB HBM3", start, 3, 100.0, 40.0, 30.0, &one_process())
+            .into_iter()
+            .take(150)
+            .collect();
+    let held: Vec<Value> =
+        minutes_of("GPU-live-held", "NVIDIA H100 80GB HBM3", start, 3, 0.0, 0.0, 0.0, &one_process())
+            .into_iter()
+            .take(150)
+            .collect();
     for samples in [busy, held] {
         ingest_ok(&server, json!({"host": "live", "samples": samples})).await;
     }
