@@ -11,6 +11,7 @@
 #   BENCH_PROFILE=debug SKIP_BUILD=1 scripts/bench-dashboard.sh   # server and agents of target/debug
 set -euo pipefail
 cd "$(dirname "$0")/.."
+source scripts/lib/server.sh
 gpus="${BENCH_GPUS:-1000}"
 profile="${BENCH_PROFILE:-release}"
 
@@ -47,14 +48,8 @@ FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$email" FLEETLENS_ADMIN_PA
   target/$profile/fleetlens-server --listen 127.0.0.1:0 --database-url "sqlite://$tmp/db" \
   --static-dir frontend/dist >"$tmp/server.out" 2>"$tmp/server.err" &
 pids+=($!)
-url=""
-for _ in $(seq 1 100); do
-  url="$(sed -n 's/^fleetlens-server listening on \(http[^ ]*\)$/\1/p' "$tmp/server.out" | head -1)"
-  [ -n "$url" ] && break
-  sleep 0.1
-done
+url="$(server_url "$tmp/server.out")"
 [ -n "$url" ] || { cat "$tmp/server.err"; exit 1; }
-url="${url%/}"
 
 echo "==> $gpus simulated GPUs on $((gpus / 8)) hosts of 8, reporting every 5 s"
 for h in $(seq 1 $((gpus / 8))); do

@@ -10,6 +10,7 @@
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 cd "$root"
+source scripts/lib/server.sh
 
 if [ ! -x /usr/bin/chromium ]; then
   echo "==> installing chromium"
@@ -42,16 +43,10 @@ FLEETLENS_ADMIN_TOKEN="$token" FLEETLENS_ADMIN_EMAIL="$admin_email" FLEETLENS_AD
   target/debug/fleetlens-server --listen 127.0.0.1:0 --webhook-allow-cidrs 127.0.0.0/8 \
   --database-url "sqlite://$tmp/db" --static-dir frontend/dist --raw-retention 36500d >"$tmp/server.out" 2>"$tmp/server.err" &
 pids+=($!)
-url=""
-for _ in $(seq 1 100); do
-  url="$(sed -n 's/^fleetlens-server listening on \(http[^ ]*\)$/\1/p' "$tmp/server.out" | head -1)"
-  [ -n "$url" ] && break
-  sleep 0.1
-done
+url="$(server_url "$tmp/server.out")"
 if [ -z "$url" ]; then
   echo "server did not start:"; cat "$tmp/server.err"; exit 1
 fi
-url="${url%/}"
 echo "==> server at $url (logs in $tmp)"
 
 # The recorded H200 trace (recorded timestamps: the dashboard must find it however old it is).

@@ -5,74 +5,13 @@
 mod common;
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{API_KEY, ServerState};
-use fleetlens_agent::kubelet::proto::pod_resources_lister_server::{PodResourcesLister, PodResourcesListerServer};
-use fleetlens_agent::kubelet::proto::{
-    AllocatableResourcesRequest, AllocatableResourcesResponse, ContainerDevices, ContainerResources,
-    GetPodResourcesRequest, GetPodResourcesResponse, ListPodResourcesRequest, ListPodResourcesResponse, PodResources,
-};
 use fleetlens_agent::kubelet::{WithKubelet, list_allocations};
 use fleetlens_agent::source::replay::ReplaySource;
 use fleetlens_agent::source::{GpuSource, SourceOptions};
-use tonic::{Request, Response, Status};
-
-/// The kubelet's answer, changeable while it serves.
-#[derive(Clone, Default)]
-struct StandInKubelet {
-    pods: Arc<Mutex<Vec<PodResources>>>,
-    lists: Arc<Mutex<usize>>,
-}
-
-#[tonic::async_trait]
-impl PodResourcesLister for StandInKubelet {
-    async fn list(&self, _: Request<ListPodResourcesRequest>) -> Result<Response<ListPodResourcesResponse>, Status> {
-        *self.lists.lock().unwrap() += 1;
-        Ok(Response::new(ListPodResourcesResponse { pod_resources: self.pods.lock().unwrap().clone() }))
-    }
-
-    async fn get_allocatable_resources(
-        &self,
-        _: Request<AllocatableResourcesRequest>,
-    ) -> Result<Response<AllocatableResourcesResponse>, Status> {
-        Err(Status::unimplemented("not served by this kubelet"))
-    }
-
-    async fn get(&self, _: Request<GetPodResourcesRequest>) -> Result<Response<GetPodResourcesResponse>, Status> {
-        Err(Status::unimplemented("not served by this kubelet"))
-    }
-}
-
-/// Serves `kubelet` on a unix socket at `path` until the returned task is aborted.
-fn serve(kubelet: StandInKubelet, path: &Path) -> tokio::task::JoinHandle<()> {
-    let listener = tokio::net::UnixListener::bind(path).unwrap();
-    tokio::spawn(async move {
-        tonic::transport::Server::builder()
-            .serve_with_incoming(
-                PodResourcesListerServer::new(kubelet),
-                tokio_stream::wrappers::UnixListenerStream::new(listener),
-            )
-            .await
-            .unwrap();
-    })
-}
-
-fn pod(ns: &str, name: &str, container: &str, resource: &str, ids: &[&str]) -> PodResources {
-    PodResources {
-        name: name.into(),
-        namespace: ns.into(),
-        containers: vec![ContainerResources {
-            name: container.into(),
-            devices: vec![ContainerDevices {
-                resource_name: resource.into(),
-                device_ids: ids.iter().map(|s| s.to_string()).collect(),
-                topology: None,
-            }],
-        }],
-    }
-}
+use fleetlens_tests::kubelet::{StandInKubelet, pod};
 
 const GPU_A: &str = "GPU-b8c24ac0-038a-26bb-9696-7e629bc4f276";
 const GPU_B: &str = "GPU-8f844320-5b48-b691-e33f-8e42ba0c19f3";
@@ -97,13 +36,12 @@ fn trace(dir: &Path, instants: i64) -> PathBuf {
 async fn lists_gpu_allocations_over_the_socket() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
-    let kubelet = StandInKubelet::default();
-    *kubelet.pods.lock().unwrap() = vec![
+    let mut kubelet = StandInKubelet::serve(&socket);
+    kubelet.set_pods(vec![
         pod("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A]),
         pod("cv", "serve", "triton", "nvidia.com/gpu.shared", &[&format!("{GPU_B}::0"), &format!("{GPU_B}::3")]),
         pod("cv", "nic", "n", "example.com/nic", &["eth1"]),
-    ];
-    let server = serve(kubelet.clone(), &socket);
+    ]);
     let table = list_allocations(&socket).await.unwrap();
     assert_eq!(table.len(), 2);
     let sample = |uuid: &str| fleetlens_core::Sample { uuid: uuid.into(), ..Default::default() };
@@ -114,10 +52,9 @@ async fn lists_gpu_allocations_over_the_socket() {
     let b = table.for_sample(&sample(GPU_B), true);
     assert_eq!(b.len(), 2, "both time-sliced replicas: {b:?}");
     assert!(b.iter().all(|x| x.pod == "serve" && x.resource == "nvidia.com/gpu.shared"));
-    server.abort();
+    kubelet.stop().await;
 
     // Nobody on the socket any more: a clear error, not a hang.
-    let _ = server.await;
     let err = list_allocations(&socket).await.unwrap_err().to_string();
     assert!(err.contains("kubelet"), "{err}");
 }
@@ -126,9 +63,8 @@ async fn lists_gpu_allocations_over_the_socket() {
 async fn samples_carry_allocations_and_follow_the_kubelet() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
-    let kubelet = StandInKubelet::default();
-    *kubelet.pods.lock().unwrap() = vec![pod("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A])];
-    let server = serve(kubelet.clone(), &socket);
+    let mut kubelet = StandInKubelet::serve(&socket);
+    kubelet.allocate("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A]);
     let replay =
         ReplaySource::open(&trace(dir.path(), 10), &SourceOptions { speed: None, ..Default::default() }).unwrap();
     let refresh = Duration::from_millis(100);
@@ -140,13 +76,13 @@ async fn samples_carry_allocations_and_follow_the_kubelet() {
     let first = src.next().await.unwrap().unwrap();
     assert_eq!(held_by(&first, GPU_A), ["ml/nb-alice"]);
     assert!(held_by(&first, GPU_B).is_empty());
-    assert_eq!(*kubelet.lists.lock().unwrap(), 1);
+    assert_eq!(kubelet.lists(), 1);
     // Within the refresh period the table is reused.
     src.next().await.unwrap().unwrap();
-    assert_eq!(*kubelet.lists.lock().unwrap(), 1);
+    assert_eq!(kubelet.lists(), 1);
 
     // The pod leaves, another takes GPU B: seen after the next refresh.
-    *kubelet.pods.lock().unwrap() = vec![pod("cv", "train", "t", "nvidia.com/gpu", &[GPU_B])];
+    kubelet.set_pods(vec![pod("cv", "train", "t", "nvidia.com/gpu", &[GPU_B])]);
     tokio::time::sleep(refresh * 2).await;
     let later = src.next().await.unwrap().unwrap();
     assert!(held_by(&later, GPU_A).is_empty());
@@ -154,8 +90,7 @@ async fn samples_carry_allocations_and_follow_the_kubelet() {
 
     // The kubelet goes away (socket left behind): the last table is kept for three refresh
     // periods, then dropped rather than give GPUs to pods that may have left.
-    server.abort();
-    let _ = server.await;
+    kubelet.stop().await;
     tokio::time::sleep(refresh + refresh / 2).await;
     assert_eq!(held_by(&src.next().await.unwrap().unwrap(), GPU_B), ["cv/train"]);
     tokio::time::sleep(refresh * 4).await;
@@ -180,9 +115,8 @@ async fn no_socket_no_allocations() {
 async fn agent_binary_sends_allocations() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("kubelet.sock");
-    let kubelet = StandInKubelet::default();
-    *kubelet.pods.lock().unwrap() = vec![pod("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A])];
-    let _server = serve(kubelet.clone(), &socket);
+    let kubelet = StandInKubelet::serve(&socket);
+    kubelet.allocate("ml", "nb-alice", "notebook", "nvidia.com/gpu", &[GPU_A]);
     let server = common::start(ServerState::new([])).await;
     let trace = trace(dir.path(), 5);
     let mut agent = common::agent_command(["--server", &server.url, "--api-key", API_KEY, "--once", "--source"]);

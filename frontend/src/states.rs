@@ -2,6 +2,8 @@
 //! `fleetlens-core`, so the dashboard says exactly what METRICS.md says), NVML throttle reasons,
 //! and list prices.
 
+use std::collections::BTreeMap;
+
 use fleetlens_core::{PriceTable, WorkloadState};
 
 /// The state's METRICS.md name, readable: `idle_held` → `idle held`.
@@ -30,6 +32,19 @@ pub fn is_waste(state: WorkloadState) -> bool {
 /// [`is_waste`] of a state's name as text (a key of a `hours_by_state` map).
 pub fn is_waste_name(name: &str) -> bool {
     WorkloadState::parse(name).is_some_and(is_waste)
+}
+
+/// The waste states a `hours_by_state` map (a billing row's, a report card's) spent time in,
+/// most first (at most three).
+pub fn waste_states(hours_by_state: &BTreeMap<String, f64>) -> Vec<(WorkloadState, f64)> {
+    let mut v: Vec<(WorkloadState, f64)> = hours_by_state
+        .iter()
+        .filter_map(|(s, h)| Some((WorkloadState::parse(s)?, *h)))
+        .filter(|(s, h)| *h > 0.0 && is_waste(*s))
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1));
+    v.truncate(3);
+    v
 }
 
 /// NVML clock-event (throttle) reasons, by bit.
@@ -66,6 +81,17 @@ pub fn list_price(nvml_name: &str) -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn waste_states_are_the_wasteful_ones_most_first() {
+        let mut h = BTreeMap::new();
+        h.insert("compute_bound".to_string(), 5.0);
+        h.insert("idle_held".to_string(), 1.0);
+        h.insert("hollow".to_string(), 2.0);
+        h.insert("stalled".to_string(), 0.0);
+        let w = waste_states(&h);
+        assert_eq!(w.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), ["hollow", "idle_held"]);
+    }
 
     #[test]
     fn throttle_decoding() {

@@ -1,6 +1,7 @@
 //! A stand-in kubelet: a real tonic gRPC server serving the PodResources v1 API (the agent's
 //! code generated from the same proto) on a unix socket, answering `List` with the pods a test
-//! gives it — what the agent's `--kubelet-socket` talks to on a Kubernetes node.
+//! gives it — what the agent's `--kubelet-socket` talks to on a Kubernetes node. The agent's
+//! own tests (agent/tests/kubelet.rs) use it too.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -15,11 +16,14 @@ use tonic::{Request, Response, Status};
 #[derive(Clone, Default)]
 struct Lister {
     pods: Arc<Mutex<Vec<PodResources>>>,
+    /// `List` calls answered.
+    lists: Arc<Mutex<usize>>,
 }
 
 #[tonic::async_trait]
 impl PodResourcesLister for Lister {
     async fn list(&self, _: Request<ListPodResourcesRequest>) -> Result<Response<ListPodResourcesResponse>, Status> {
+        *self.lists.lock().unwrap() += 1;
         Ok(Response::new(ListPodResourcesResponse { pod_resources: self.pods.lock().unwrap().clone() }))
     }
 
@@ -41,9 +45,10 @@ impl PodResourcesLister for Lister {
     }
 }
 
-/// The stand-in kubelet, serving until dropped.
+/// The stand-in kubelet, serving until stopped or dropped.
 pub struct StandInKubelet {
     pods: Arc<Mutex<Vec<PodResources>>>,
+    lists: Arc<Mutex<usize>>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -51,7 +56,7 @@ impl StandInKubelet {
     /// Serves on a new unix socket at `socket` (needs a tokio runtime).
     pub fn serve(socket: &Path) -> StandInKubelet {
         let lister = Lister::default();
-        let pods = lister.pods.clone();
+        let (pods, lists) = (lister.pods.clone(), lister.lists.clone());
         let listener = tokio::net::UnixListener::bind(socket).expect("bind the kubelet socket");
         let task = tokio::spawn(async move {
             let incoming = tokio_stream::wrappers::UnixListenerStream::new(listener);
@@ -59,23 +64,44 @@ impl StandInKubelet {
                 .serve_with_incoming(PodResourcesListerServer::new(lister), incoming)
                 .await;
         });
-        StandInKubelet { pods, task }
+        StandInKubelet { pods, lists, task }
     }
 
-    /// Gives `device_ids` of `resource` to container `container` of pod `namespace/pod`.
-    pub fn allocate(&self, namespace: &str, pod: &str, container: &str, resource: &str, device_ids: &[&str]) {
-        self.pods.lock().unwrap().push(PodResources {
-            name: pod.into(),
-            namespace: namespace.into(),
-            containers: vec![ContainerResources {
-                name: container.into(),
-                devices: vec![ContainerDevices {
-                    resource_name: resource.into(),
-                    device_ids: device_ids.iter().map(|s| s.to_string()).collect(),
-                    topology: None,
-                }],
+    /// Gives `device_ids` of `resource` to container `container` of pod `namespace/pod_name`.
+    pub fn allocate(&self, namespace: &str, pod_name: &str, container: &str, resource: &str, device_ids: &[&str]) {
+        self.pods.lock().unwrap().push(pod(namespace, pod_name, container, resource, device_ids));
+    }
+
+    /// Replaces every allocation with `pods` (pods left, others came).
+    pub fn set_pods(&self, pods: Vec<PodResources>) {
+        *self.pods.lock().unwrap() = pods;
+    }
+
+    /// How many `List` calls it answered.
+    pub fn lists(&self) -> usize {
+        *self.lists.lock().unwrap()
+    }
+
+    /// Stops serving (the socket file stays behind, as when a kubelet dies).
+    pub async fn stop(&mut self) {
+        self.task.abort();
+        let _ = (&mut self.task).await;
+    }
+}
+
+/// Pod `namespace/name` whose one container `container` holds `device_ids` of `resource`.
+pub fn pod(namespace: &str, name: &str, container: &str, resource: &str, device_ids: &[&str]) -> PodResources {
+    PodResources {
+        name: name.into(),
+        namespace: namespace.into(),
+        containers: vec![ContainerResources {
+            name: container.into(),
+            devices: vec![ContainerDevices {
+                resource_name: resource.into(),
+                device_ids: device_ids.iter().map(|s| s.to_string()).collect(),
+                topology: None,
             }],
-        });
+        }],
     }
 }
 

@@ -427,6 +427,41 @@ pub fn hollow_samples(uuid: &str, n: i64, age_ms: i64) -> Vec<serde_json::Value>
         .collect()
 }
 
+/// `minutes` of 1-Hz samples of one GPU (model `name`) from `start`, all alike: these
+/// utilisation, SM and tensor activity, and the processes `procs` (a JSON array); 40 GiB of
+/// memory is in use while any process holds it.
+// Each argument is one column of the scenario tables the tests read like.
+#[allow(clippy::too_many_arguments)]
+pub fn minutes_of(
+    uuid: &str,
+    name: &str,
+    start: i64,
+    minutes: i64,
+    util: f64,
+    smact: f64,
+    tensor: f64,
+    procs: &serde_json::Value,
+) -> Vec<serde_json::Value> {
+    let held = procs.as_array().is_some_and(|p| !p.is_empty());
+    (0..minutes * 60)
+        .map(|i| {
+            serde_json::json!({
+                "ts_ms": start + i * 1000, "uuid": uuid, "gpu_index": 0, "name": name,
+                "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
+                "tensor_active_pct": tensor, "dram_active_pct": 10.0,
+                "mem_used_bytes": if held { 40i64 << 30 } else { 0 }, "mem_total_bytes": 85899345920i64,
+                "power_w": 100.0 + util * 5.0, "power_limit_w": 700.0,
+                "processes": procs,
+            })
+        })
+        .collect()
+}
+
+/// The process list of [`minutes_of`] for a GPU one process (pid 7) holds 40 GiB of.
+pub fn one_process() -> serde_json::Value {
+    serde_json::json!([{"pid": 7, "used_bytes": 40i64 << 30}])
+}
+
 /// The recorded H200 trace moved in time so that its last sample is at `end_ms`.
 pub fn fixture_lines_ending_at(end_ms: i64) -> Vec<serde_json::Value> {
     let mut lines = fixture_lines();

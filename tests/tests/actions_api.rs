@@ -7,7 +7,7 @@
 use std::time::{Duration, Instant};
 
 use fleetlens_tests::http::{Recorder, get, now_ms, post, set_price};
-use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, validate_slack_messages};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, minutes_of, validate_slack_messages};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(report_cards_from_a_replayed_trace);
@@ -28,17 +28,12 @@ fn trace(
     tensor: f64,
     procs: &Value,
 ) -> Vec<String> {
-    (0..minutes * 60)
-        .map(|i| {
-            let held = procs.as_array().is_some_and(|p| !p.is_empty());
-            json!({
-                "host": host, "ts_ms": start + i * 1000, "uuid": uuid, "gpu_index": 0, "name": H100,
-                "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
-                "tensor_active_pct": tensor, "dram_active_pct": 12.0,
-                "mem_used_bytes": if held { 40i64 << 30 } else { 0 }, "mem_total_bytes": 85899345920i64,
-                "power_w": 100.0 + util * 5.0, "power_limit_w": 700.0, "processes": procs,
-            })
-            .to_string()
+    minutes_of(uuid, H100, start, minutes, util, smact, tensor, procs)
+        .into_iter()
+        .map(|mut sample| {
+            sample["host"] = json!(host);
+            sample["dram_active_pct"] = json!(12.0);
+            sample.to_string()
         })
         .collect()
 }

@@ -2,7 +2,9 @@
 //! PostgreSQL. The classifier claim rests on the recorded H200 trace, replayed by the real agent.
 
 use fleetlens_tests::http::{get, ingest_ok, now_ms, post};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines, replay_fixture_once};
+use fleetlens_tests::{
+    ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines, minutes_of, one_process, replay_fixture_once,
+};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(
@@ -85,33 +87,6 @@ async fn every_fixture_phase_gets_its_state(backend: Backend) {
     assert_eq!((status, err["error"]["field"].as_str()), (422, Some("window_s")));
 }
 
-/// `minutes` of 1-Hz samples from `start`, all alike.
-// Each argument is one column of the scenario table the tests read like.
-#[allow(clippy::too_many_arguments)]
-fn minutes_of(
-    uuid: &str,
-    name: &str,
-    start: i64,
-    minutes: i64,
-    util: f64,
-    smact: f64,
-    tensor: f64,
-    process: bool,
-) -> Vec<Value> {
-    (0..minutes * 60)
-        .map(|i| {
-            json!({
-                "ts_ms": start + i * 1000, "uuid": uuid, "gpu_index": 0, "name": name,
-                "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
-                "tensor_active_pct": tensor, "dram_active_pct": 10.0,
-                "mem_used_bytes": if process { 40i64 << 30 } else { 0 }, "mem_total_bytes": 85899345920i64,
-                "power_w": 100.0 + util * 5.0, "power_limit_w": 700.0,
-                "processes": if process { json!([{"pid": 7, "used_bytes": 40i64 << 30}]) } else { json!([]) },
-            })
-        })
-        .collect()
-}
-
 async fn fleet_summary_on_a_known_scenario(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &[]);
@@ -119,10 +94,10 @@ async fn fleet_summary_on_a_known_scenario(backend: Backend) {
     let start = (now_ms() / 60_000 - 40) * 60_000;
     let minute = 60_000;
     // GPU A (H100, $3/h set below): 10 min idle_held, then 10 min compute_bound.
-    let mut a = minutes_of("GPU-A", "NVIDIA H100 80GB HBM3", start, 10, 0.0, 0.0, 0.0, true);
-    a.extend(minutes_of("GPU-A", "NVIDIA H100 80GB HBM3", start + 10 * minute, 10, 100.0, 95.0, 90.0, true));
+    let mut a = minutes_of("GPU-A", "NVIDIA H100 80GB HBM3", start, 10, 0.0, 0.0, 0.0, &one_process());
+    a.extend(minutes_of("GPU-A", "NVIDIA H100 80GB HBM3", start + 10 * minute, 10, 100.0, 95.0, 90.0, &one_process()));
     // GPU B (a model with no price): 10 min idle, then silent (offline).
-    let b = minutes_of("GPU-B", "Acme X1", start, 10, 0.0, 0.0, 0.0, false);
+    let b = minutes_of("GPU-B", "Acme X1", start, 10, 0.0, 0.0, 0.0, &json!([]));
     for (host, samples) in [("node-a", a), ("node-b", b)] {
         ingest_ok(&server, json!({"host": host, "samples": samples})).await;
     }
@@ -379,9 +354,9 @@ async fn gpus_without_sm_activity_say_so(backend: Backend) {
         }
         v
     };
-    let mut samples = strip(minutes_of("GPU-v100", "x", start, 1, 70.0, 0.0, 0.0, true));
-    samples.extend(strip(minutes_of("GPU-v100", "x", start + 60_000, 1, 0.0, 0.0, 0.0, false)));
-    samples.extend(strip(minutes_of("GPU-v100", "x", start + 120_000, 1, 0.0, 0.0, 0.0, true)));
+    let mut samples = strip(minutes_of("GPU-v100", "x", start, 1, 70.0, 0.0, 0.0, &one_process()));
+    samples.extend(strip(minutes_of("GPU-v100", "x", start + 60_000, 1, 0.0, 0.0, 0.0, &json!([]))));
+    samples.extend(strip(minutes_of("GPU-v100", "x", start + 120_000, 1, 0.0, 0.0, 0.0, &one_process())));
     let (status, body) = post(&server, "/api/v1/ingest", json!({"host": "old-node", "samples": samples})).await;
     assert_eq!(status, 200, "{body}");
     let (_, windows) =
@@ -402,14 +377,16 @@ async fn live_gpus_are_never_credited_beyond_their_paid_time(backend: Backend) {
     // 150 s of samples ending now, starting 30.5 s into a minute: 4 stored minutes for 150 s.
     let now = now_ms();
     let start = now - 150_000;
-    let busy: Vec<Value> = minutes_of("GPU-live-busy", "NVIDIA H100 80GB HBM3", start, 3, 100.0, 40.0, 30.0, true)
-        .into_iter()
-        .take(150)
-        .collect();
-    let held: Vec<Value> = minutes_of("GPU-live-held", "NVIDIA H100 80GB HBM3", start, 3, 0.0, 0.0, 0.0, true)
-        .into_iter()
-        .take(150)
-        .collect();
+    let busy: Vec<Value> =
+        minutes_of("GPU-live-busy", "NVIDIA H100 80GB HBM3", start, 3, 100.0, 40.0, 30.0, &one_process())
+            .into_iter()
+            .take(150)
+            .collect();
+    let held: Vec<Value> =
+        minutes_of("GPU-live-held", "NVIDIA H100 80GB HBM3", start, 3, 0.0, 0.0, 0.0, &one_process())
+            .into_iter()
+            .take(150)
+            .collect();
     for samples in [busy, held] {
         ingest_ok(&server, json!({"host": "live", "samples": samples})).await;
     }

@@ -4,7 +4,7 @@
 //! errors for bad groupings and periods beyond the raw retention.
 
 use fleetlens_tests::http::{alerts_of_rule, close, create_rule, get, now_ms, post, report_row, set_price};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer};
+use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, minutes_of};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(owners_on_a_known_scenario);
@@ -12,23 +12,6 @@ fleetlens_tests::for_each_backend!(owners_on_a_known_scenario);
 const H100: &str = "NVIDIA H100 80GB HBM3";
 const PRICE: f64 = 3.0;
 const MINUTE: i64 = 60_000;
-
-/// `minutes` of 1-Hz samples from `start` with the given signals and process list.
-fn minutes_of(uuid: &str, start: i64, minutes: i64, util: f64, smact: f64, tensor: f64, procs: Value) -> Vec<Value> {
-    let held = procs.as_array().is_some_and(|p| !p.is_empty());
-    (0..minutes * 60)
-        .map(|i| {
-            json!({
-                "ts_ms": start + i * 1000, "uuid": uuid, "gpu_index": 0, "name": H100,
-                "gpu_util_pct": util, "sm_active_pct": smact, "sm_occupancy_pct": smact / 2.0,
-                "tensor_active_pct": tensor, "dram_active_pct": 10.0,
-                "mem_used_bytes": if held { 40i64 << 30 } else { 0 }, "mem_total_bytes": 85899345920i64,
-                "power_w": 100.0 + util * 5.0, "power_limit_w": 700.0,
-                "processes": procs,
-            })
-        })
-        .collect()
-}
 
 async fn owners_on_a_known_scenario(backend: Backend) {
     let db = TestDatabase::new(backend).await;
@@ -60,12 +43,12 @@ async fn owners_on_a_known_scenario(backend: Backend) {
         {"pid": 12, "used_bytes": 10i64 << 30, "sm_pct": 10.0, "owner": {"user": "carol"}},
     ]);
     // A: alice's pod holds 40 GB with no kernels for 30 min (idle_held).
-    let a = minutes_of("GPU-A", start, 30, 0.0, 0.0, 0.0, alice_pod);
+    let a = minutes_of("GPU-A", H100, start, 30, 0.0, 0.0, 0.0, &alice_pod);
     // B: bob's Slurm job, compute-bound for 30 min.
-    let b = minutes_of("GPU-B", start, 30, 100.0, 95.0, 90.0, bob_job);
+    let b = minutes_of("GPU-B", H100, start, 30, 100.0, 95.0, 90.0, &bob_job);
     // C: 30 min hollow (util 60, SMACT 10: waste 90 %), shared; then 10 min idle with nobody.
-    let mut c = minutes_of("GPU-C", start, 30, 60.0, 10.0, 0.0, shared);
-    c.extend(minutes_of("GPU-C", start + 30 * MINUTE, 10, 0.0, 0.0, 0.0, json!([])));
+    let mut c = minutes_of("GPU-C", H100, start, 30, 60.0, 10.0, 0.0, &shared);
+    c.extend(minutes_of("GPU-C", H100, start + 30 * MINUTE, 10, 0.0, 0.0, 0.0, &json!([])));
     for (host, samples) in [("node-a", a), ("node-b", b), ("node-c", c)] {
         for chunk in samples.chunks(600) {
             let (status, body) = post(&server, "/api/v1/ingest", json!({"host": host, "samples": chunk})).await;

@@ -22,11 +22,9 @@ tmp=$(mktemp -d)
 port=18490
 token="fl_counters_$(date +%s)_0123456789abcdef0123"
 chmod +x "$server_bin" "$agent_bin"
-FLEETLENS_ADMIN_TOKEN=$token "$server_bin" --listen 127.0.0.1:$port --database-url "sqlite://$tmp/db" \
-  --static-dir /nonexistent >"$tmp/server.out" 2>"$tmp/server.log" &
-server=$!
-trap 'kill $server ${agent:-} ${probe:-} ${loop:-} 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:$port/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+trap 'kill ${server:-} ${agent:-} ${probe:-} ${loop:-} 2>/dev/null || true' EXIT
+source "$D/server.sh"
+start_server "$server_bin" $port "$token" "$tmp/server.log"
 RUST_LOG=info "$agent_bin" --server http://127.0.0.1:$port --api-key "$token" --spool-dir "$tmp/spool" \
   2>"$out/agent.log" &
 agent=$!

@@ -17,11 +17,9 @@ tmp=$(mktemp -d)
 port=18480
 token="fl_truth_$(date +%s)_0123456789abcdef0123"
 chmod +x "$server_bin" "$agent_bin"
-FLEETLENS_ADMIN_TOKEN=$token "$server_bin" --listen 127.0.0.1:$port --database-url "sqlite://$tmp/db" \
-  --static-dir /nonexistent >"$tmp/server.out" 2>"$out/server.log" &
-server=$!
-trap 'kill $server ${agent:-} ${dmon:-} 2>/dev/null || true' EXIT
-for _ in $(seq 1 100); do curl -fsS http://127.0.0.1:$port/readyz >/dev/null 2>&1 && break; sleep 0.1; done
+trap 'kill ${server:-} ${agent:-} ${dmon:-} 2>/dev/null || true' EXIT
+source "$D/server.sh"
+start_server "$server_bin" $port "$token" "$out/server.log"
 python3 "$D/truth_check.py" setup "http://127.0.0.1:$port" "$token" || exit 1
 nvidia-smi dmon --gpm-metrics 1,2,3,5,10 -s u -d 1 -o DT >"$out/dmon.txt" 2>&1 &
 dmon=$!

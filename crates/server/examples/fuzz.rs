@@ -29,10 +29,13 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::response::IntoResponse;
-use fleetlens_core::rules::{Condition, DEFAULT_RULES, Observation};
-use fleetlens_core::{Sample, WorkloadState};
+use fleetlens_core::rules::{Condition, DEFAULT_RULES};
 use fleetlens_server::ingest_check::check;
 use fleetlens_server::routes::ingest::{DecodeLimits, decode};
+
+// The probes the libFuzzer target `condition` (fuzz/) evaluates a parsed condition on, too.
+#[path = "../../../fuzz/common/condition_probes.rs"]
+mod condition_probes;
 
 /// xorshift64*: deterministic per seed, no dependency.
 struct Rng(u64);
@@ -358,26 +361,7 @@ fn condition_one(input: &[u8]) -> Result<Class, String> {
             if again != c {
                 return Err("parse is not deterministic".into());
             }
-            let full = Sample {
-                ts_ms: 1_700_000_000_000,
-                uuid: "GPU-fuzz".into(),
-                gpu_util_pct: Some(90.0),
-                sm_active_pct: Some(0.0),
-                power_w: Some(0.0),
-                power_limit_w: Some(0.0),
-                mem_used_bytes: Some(0),
-                mem_total_bytes: Some(0),
-                ..Default::default()
-            };
-            let empty = Sample { ts_ms: 1_700_000_000_000, uuid: "GPU-fuzz".into(), ..Default::default() };
-            let mut truths = Vec::new();
-            for s in [&full, &empty] {
-                let obs = Observation::of_sample(s, WorkloadState::Stalled, 12.5, "node-1", Some("ml"));
-                truths.push(format!("{:?}", c.eval(&obs)));
-            }
-            let mut offline = Observation::of_sample(&empty, WorkloadState::Offline, 0.0, "node-1", None);
-            offline.sample = None;
-            truths.push(format!("{:?}", c.eval(&offline)));
+            let truths: Vec<String> = condition_probes::eval_on_probes(&c).iter().map(|t| format!("{t:?}")).collect();
             Ok(format!("ok {} {}", c.fields().len().min(4), truths.join(",")))
         }
     }

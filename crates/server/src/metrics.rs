@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use axum::http::header::{ACCEPT, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
 use fleetlens_core::{Resolution, WorkloadState};
-use fleetlens_store::{GpuId, LatestMinute, Scope};
+use fleetlens_store::{GpuId, Scope};
 use prometheus_client::encoding::text::encode;
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::ConstCounter;
@@ -22,7 +22,6 @@ use crate::analytics;
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
 use crate::state::AppState;
-use crate::time::now_ms;
 
 /// Process-wide ingest counters.
 pub struct IngestCounters {
@@ -179,13 +178,9 @@ fn to_classic_text(openmetrics: &str) -> String {
 pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: HeaderMap) -> ApiResult<Response> {
     caller.require(Scope::Read)?;
     let store = state.store.as_ref();
-    let th = analytics::thresholds(store, caller.org).await?;
-    let gpus = store.gpus(caller.org).await?;
-    let newest: HashMap<GpuId, LatestMinute> =
-        store.latest_minutes(caller.org).await?.into_iter().map(|m| (m.gpu_id, m)).collect();
+    let (gpus, states) = analytics::CurrentStates::read(store, caller.org).await?;
     let teams: HashMap<GpuId, String> =
         store.gpu_teams(caller.org).await?.into_iter().filter_map(|g| Some((g.gpu_id, g.team_name?))).collect();
-    let now = now_ms();
 
     let mut registry = Registry::with_prefix("fleetlens");
     // The signal table's exported gauges, then the derived efficiency score.
@@ -211,8 +206,7 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
                 }
             }
         }
-        let allowance = state.deliveries.allowance_ms(caller.org, &g.host);
-        let current = analytics::current_state(g, newest.get(&g.id), now, &th, allowance);
+        let current = states.of(g, &state.deliveries);
         for s in WorkloadState::ALL {
             let l = StateLabels {
                 uuid: labels.uuid.clone(),
@@ -231,7 +225,7 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
         "Utilization funnel over the last hour, fraction of paid GPU-seconds",
         funnel.clone(),
     );
-    let (summary, wasted) = last_hour(&state, caller.org, &gpus, now).await?;
+    let (summary, wasted) = last_hour(&state, caller.org, &gpus, states.now_ms).await?;
     let wasted_family = gauge_family(
         &mut registry,
         "gpu_wasted_cost_last_hour",

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use fleetlens_core::{TeamId, WorkloadState};
+use fleetlens_core::TeamId;
 use leptos::prelude::*;
 use leptos_router::hooks::use_query_map;
 
@@ -41,18 +41,6 @@ pub fn owner_text(run: &JobRun) -> String {
         _ => {}
     }
     if parts.is_empty() { "unknown".into() } else { parts.join(" · ") }
-}
-
-/// The waste states a card spent time in, most first (at most three).
-pub fn waste_states(hours_by_state: &BTreeMap<String, f64>) -> Vec<(WorkloadState, f64)> {
-    let mut v: Vec<(WorkloadState, f64)> = hours_by_state
-        .iter()
-        .filter_map(|(s, h)| Some((WorkloadState::parse(s)?, *h)))
-        .filter(|(s, h)| *h > 0.0 && states::is_waste(*s))
-        .collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1));
-    v.truncate(3);
-    v
 }
 
 /// One group of runs (an owner or a team) and their sums over the ended runs' cards.
@@ -273,7 +261,7 @@ fn RunTable(runs: Vec<JobRun>, teams: Vec<Team>) -> impl IntoView {
             let money = |v: Option<f64>, cur: &str| v.map(|v| format::money(v, cur)).unwrap_or_else(|| "no price set".into());
             let figures = match &card {
                 Some(c) => {
-                    let wastes = waste_states(&c.hours_by_state)
+                    let wastes = states::waste_states(&c.hours_by_state)
                         .into_iter()
                         .map(|(s, h)| view! { <span class="waste-state"><StateBadge state=Some(s)/>" "{format::hours(h)}</span> })
                         .collect_view();
@@ -393,17 +381,6 @@ mod tests {
         assert_eq!(dave.cost, Some(9.0));
         assert_eq!(dave.wasted_cost, Some(3.0));
         assert_eq!(g[2].1.cost, None);
-    }
-
-    #[test]
-    fn waste_states_are_the_wasteful_ones_most_first() {
-        let mut h = BTreeMap::new();
-        h.insert("compute_bound".to_string(), 5.0);
-        h.insert("idle_held".to_string(), 1.0);
-        h.insert("hollow".to_string(), 2.0);
-        h.insert("stalled".to_string(), 0.0);
-        let w = waste_states(&h);
-        assert_eq!(w.iter().map(|(s, _)| s.as_str()).collect::<Vec<_>>(), ["hollow", "idle_held"]);
     }
 
     #[test]

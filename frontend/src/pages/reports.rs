@@ -2,8 +2,7 @@
 //! by team, host, GPU or model, or by process owner (user, namespace, pod, Slurm job: from the raw
 //! samples, docs/OWNERS.md), with a CSV download of the same report.
 
-use fleetlens_api::{BillingReport, BillingRow};
-use fleetlens_core::WorkloadState;
+use fleetlens_api::BillingReport;
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
@@ -170,19 +169,6 @@ fn Jobs() -> impl IntoView {
     }
 }
 
-/// The waste states a row spent time in, most first.
-fn waste_states(r: &BillingRow) -> Vec<(WorkloadState, f64)> {
-    let mut v: Vec<(WorkloadState, f64)> = r
-        .hours_by_state
-        .iter()
-        .filter_map(|(s, h)| Some((WorkloadState::parse(s)?, *h)))
-        .filter(|(s, h)| *h > 0.0 && states::is_waste(*s))
-        .collect();
-    v.sort_by(|a, b| b.1.total_cmp(&a.1));
-    v.truncate(3);
-    v
-}
-
 #[component]
 fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
     move || {
@@ -205,7 +191,7 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
                 } else {
                     r.group.clone().into_any()
                 };
-                let wastes = waste_states(r)
+                let wastes = states::waste_states(&r.hours_by_state)
                     .into_iter()
                     .map(|(s, h)| view! { <span class="waste-state"><StateBadge state=Some(s)/>" "{format::hours(h)}</span> })
                     .collect_view();

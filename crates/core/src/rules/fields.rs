@@ -249,6 +249,24 @@ impl<'a> Observation<'a> {
         }
     }
 
+    /// An observation of the state alone: no sample and every other field unknown, the state
+    /// held for ever. A condition true on it holds in that state whatever the GPU sends (on
+    /// `offline`: it holds on no data).
+    pub fn of_state_alone(state: WorkloadState) -> Observation<'static> {
+        Observation {
+            ts_ms: 0,
+            sample: None,
+            state,
+            duration_in_state_s: 1e12,
+            host: "",
+            gpu_uuid: "",
+            gpu_name: None,
+            gpu_index: None,
+            team: None,
+            xid_errors: None,
+        }
+    }
+
     /// The value of field `name` (absent for unknown names).
     pub fn value(&self, name: &str) -> Value<'a> {
         let num = |v: Option<f64>| v.map_or(Value::Absent, Value::Num);

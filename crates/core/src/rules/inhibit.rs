@@ -26,21 +26,7 @@ use crate::state::WorkloadState;
 pub fn holds_in(cond: &Condition) -> Vec<WorkloadState> {
     WorkloadState::ALL
         .into_iter()
-        .filter(|state| {
-            let probe = Observation {
-                ts_ms: 0,
-                sample: None,
-                state: *state,
-                duration_in_state_s: 1e12,
-                host: "",
-                gpu_uuid: "",
-                gpu_name: None,
-                gpu_index: None,
-                team: None,
-                xid_errors: None,
-            };
-            cond.eval(&probe) == Truth::True
-        })
+        .filter(|state| cond.eval(&Observation::of_state_alone(*state)) == Truth::True)
         .collect()
 }
 

@@ -165,19 +165,7 @@ impl Rule {
                 return None;
             }
         };
-        let probe = Observation {
-            ts_ms: 0,
-            sample: None,
-            state: WorkloadState::Offline,
-            duration_in_state_s: 1e12,
-            host: "",
-            gpu_uuid: "",
-            gpu_name: None,
-            gpu_index: None,
-            team: None,
-            xid_errors: None,
-        };
-        let no_data = cond.eval(&probe) == Truth::True;
+        let no_data = cond.eval(&Observation::of_state_alone(WorkloadState::Offline)) == Truth::True;
         let timing = Timing::from_secs(rec.rule.for_s, rec.rule.keep_firing_for_s);
         let holds_in = inhibit::holds_in(&cond);
         Some(Rule { rec, cond, timing, no_data, holds_in })

@@ -15,9 +15,11 @@ use fleetlens_core::{Classification, Credit, PriceTable, Resolution, RollupBucke
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Mutex, RwLock};
 
-use fleetlens_store::{GpuRecord, LatestMinute, MinuteClassifier, OrgId, Store};
+use fleetlens_store::{GpuId, GpuRecord, LatestMinute, MinuteClassifier, OrgId, Store};
 
+use crate::delivery::HostDeliveries;
 use crate::error::{ApiError, ApiResult};
+use crate::time::now_ms;
 
 pub const THRESHOLDS_KEY: &str = "thresholds";
 pub const PRICES_KEY: &str = "prices";
@@ -180,6 +182,39 @@ pub fn current_state(
 ) -> WorkloadState {
     let minute = newest.map(|m| (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref()));
     timeline::current_state_stored(gpu.last_seen_ms, minute, now_ms, th, delivery_allowance_ms)
+}
+
+/// Each GPU's newest stored minute, by GPU id: what [`current_state`] reads for a whole
+/// organisation.
+pub async fn newest_minutes(store: &dyn Store, org: OrgId) -> ApiResult<HashMap<GpuId, LatestMinute>> {
+    Ok(store.latest_minutes(org).await?.into_iter().map(|m| (m.gpu_id, m)).collect())
+}
+
+/// What the current state of every GPU of an organisation is read from, read together at one
+/// moment: its thresholds and each GPU's newest stored minute. The GPU list and `/metrics`
+/// state every GPU this way.
+pub struct CurrentStates {
+    org: OrgId,
+    th: Thresholds,
+    newest: HashMap<GpuId, LatestMinute>,
+    /// The moment the states are of (after the reads).
+    pub now_ms: i64,
+}
+
+impl CurrentStates {
+    /// The organisation's GPUs and what their current states are read from.
+    pub async fn read(store: &dyn Store, org: OrgId) -> ApiResult<(Vec<GpuRecord>, CurrentStates)> {
+        let th = thresholds(store, org).await?;
+        let gpus = store.gpus(org).await?;
+        let newest = newest_minutes(store, org).await?;
+        Ok((gpus, CurrentStates { org, th, newest, now_ms: now_ms() }))
+    }
+
+    /// `gpu`'s current state ([`current_state`]), with its host's delivery allowance.
+    pub fn of(&self, gpu: &GpuRecord, deliveries: &HostDeliveries) -> WorkloadState {
+        let allowance = deliveries.allowance_ms(self.org, &gpu.host);
+        current_state(gpu, self.newest.get(&gpu.id), self.now_ms, &self.th, allowance)
+    }
 }
 
 pub fn state_window(from_ms: i64, to_ms: i64, c: &Classification) -> StateWindow {

@@ -126,7 +126,7 @@ pub async fn read(
         Some(prev) if started - prev.full_read_ms < FULL_READING_EVERY_MS => {
             (moved_newest(store, org, prev, &seen_ms).await?, prev.full_read_ms)
         }
-        _ => (store.latest_minutes(org).await?.into_iter().map(|m| (m.gpu_id, m)).collect(), started),
+        _ => (analytics::newest_minutes(store, org).await?, started),
     };
     let filter = AlertFilter {
         statuses: vec![AlertStatus::Pending, AlertStatus::Firing],

@@ -7,10 +7,9 @@ use fleetlens_api::gpus::{
     DataQualityFlag, GpuDetail, MoveGpuBody, SampleColumns, SamplesAnswer, SamplesQuery, SeriesQuery,
 };
 use fleetlens_api::{GpuList, GpuSummary, SampleList, Series, SeriesPoint};
-use std::collections::HashMap;
 
 use fleetlens_core::{Resolution, WorkloadState, timeline};
-use fleetlens_store::{GpuId, GpuRecord, LatestMinute, Scope};
+use fleetlens_store::{GpuRecord, Scope};
 
 use crate::analytics;
 use crate::auth::Caller;
@@ -25,18 +24,12 @@ const HOUR_MS: i64 = 3_600_000;
 #[utoipa::path(get, path = "/gpus", tag = "gpus", responses((status = 200, body = GpuList), crate::openapi::AuthErrors))]
 pub async fn list(State(state): State<AppState>, caller: Caller) -> ApiResult<Json<GpuList>> {
     caller.require(Scope::Read)?;
-    let store = state.store.as_ref();
-    let th = analytics::thresholds(store, caller.org).await?;
-    let gpus = store.gpus(caller.org).await?;
-    let newest: HashMap<GpuId, LatestMinute> =
-        store.latest_minutes(caller.org).await?.into_iter().map(|m| (m.gpu_id, m)).collect();
-    let now = now_ms();
+    let (gpus, states) = analytics::CurrentStates::read(state.store.as_ref(), caller.org).await?;
     let gpus = gpus
         .into_iter()
         .map(|g| {
-            let allowance = state.deliveries.allowance_ms(caller.org, &g.host);
-            let state = analytics::current_state(&g, newest.get(&g.id), now, &th, allowance);
-            summary(g, state)
+            let current = states.of(&g, &state.deliveries);
+            summary(g, current)
         })
         .collect();
     Ok(Json(GpuList { gpus }))
