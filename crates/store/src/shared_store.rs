@@ -48,7 +48,6 @@ macro_rules! impl_store {
             /// What [`SampleStore::samples`](crate::SampleStore::samples) reads: the GPU's
             /// identity, its open rows (with it) and its sealed blocks' payloads in the range;
             /// `None` for a GPU of another organisation (one without samples).
-            #[allow(clippy::type_complexity)]
             async fn samples_stored(
                 &self,
                 org: $crate::OrgId,
@@ -56,7 +55,7 @@ macro_rules! impl_store {
                 from_ms: i64,
                 to_ms: i64,
                 limit: u32,
-            ) -> $crate::Result<Option<((String, Option<u32>, Option<String>), Vec<fleetlens_core::Sample>, Vec<Vec<u8>>)>> {
+            ) -> $crate::Result<Option<$crate::blocks::StoredSamples>> {
                 let ident: Option<(String, Option<i64>, Option<String>)> =
                     sqlx::query_as(&q("SELECT uuid, gpu_index, name FROM gpus WHERE org_id = ? AND id = ?"))
                         .bind(org)
@@ -80,7 +79,7 @@ macro_rules! impl_store {
                 let open =
                     rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, &uuid, index, name.as_deref())).collect();
                 let payloads = $crate::blocks::$dialect::payloads(&self.pool, gpu_id, from_ms, to_ms).await?;
-                Ok(Some(((uuid, index, name), open, payloads)))
+                Ok(Some($crate::blocks::StoredSamples { uuid, index, name, open, payloads }))
             }
 
             /// Minutes packed into blocks (closed hours) with `from_ms <= bucket_ms < to_ms`, of
@@ -387,13 +386,13 @@ macro_rules! impl_store {
                 to_ms: i64,
                 limit: u32,
             ) -> $crate::Result<Vec<fleetlens_core::Sample>> {
-                let Some((ident, open, payloads)) = self.samples_stored(org, gpu_id, from_ms, to_ms, limit).await? else {
+                let Some(stored) = self.samples_stored(org, gpu_id, from_ms, to_ms, limit).await? else {
                     return Ok(Vec::new());
                 };
-                let (uuid, index, name) = (ident.0.as_str(), ident.1, ident.2.as_deref());
-                let sealed = $crate::blocks::decode_range(&payloads, from_ms, to_ms)?;
+                let (uuid, index, name) = (stored.uuid.as_str(), stored.index, stored.name.as_deref());
+                let sealed = $crate::blocks::decode_range(&stored.payloads, from_ms, to_ms)?;
                 let sealed = sealed.into_iter().map(|s| $crate::blocks::with_identity(s, uuid, index, name)).collect();
-                let mut merged = $crate::blocks::merge(sealed, open);
+                let mut merged = $crate::blocks::merge(sealed, stored.open);
                 merged.truncate(limit as usize);
                 Ok(merged)
             }
@@ -406,11 +405,11 @@ macro_rules! impl_store {
                 to_ms: i64,
                 limit: u32,
             ) -> $crate::Result<fleetlens_core::SampleTable> {
-                let Some((_, open, payloads)) = self.samples_stored(org, gpu_id, from_ms, to_ms, limit).await? else {
+                let Some(stored) = self.samples_stored(org, gpu_id, from_ms, to_ms, limit).await? else {
                     return Ok(fleetlens_core::SampleTable::default());
                 };
-                let mut table = $crate::blocks::decode_table_range(&payloads, from_ms, to_ms)?;
-                $crate::blocks::merge_into_table(&mut table, open);
+                let mut table = $crate::blocks::decode_table_range(&stored.payloads, from_ms, to_ms)?;
+                $crate::blocks::merge_into_table(&mut table, stored.open);
                 table.keep(0..limit as usize);
                 Ok(table)
             }

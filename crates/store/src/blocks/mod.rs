@@ -347,6 +347,16 @@ pub(crate) fn decode_range(payloads: &[Vec<u8>], from_ms: i64, to_ms: i64) -> cr
     Ok(out)
 }
 
+/// One GPU's raw samples in a range as stored, before they are decoded and merged: its
+/// identity, its open rows (with the identity) and the payloads of its sealed blocks.
+pub(crate) struct StoredSamples {
+    pub uuid: String,
+    pub index: Option<u32>,
+    pub name: Option<String>,
+    pub open: Vec<Sample>,
+    pub payloads: Vec<Vec<u8>>,
+}
+
 /// [`decode_range`] into columns: the blocks' samples in `[from_ms, to_ms)` as one table.
 pub(crate) fn decode_table_range(payloads: &[Vec<u8>], from_ms: i64, to_ms: i64) -> crate::Result<SampleTable> {
     let mut table = SampleTable::default();
