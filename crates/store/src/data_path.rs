@@ -120,8 +120,16 @@ pub trait RollupStore: Send + Sync {
     ) -> Result<HourCreditSplit>;
     /// The distinct process lists per GPU and minute of the raw samples of `org` with
     /// `from_ms <= ts_ms < to_ms`, with their sample counts (raw samples are kept for the raw
-    /// retention only).
-    async fn org_process_lists(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<ProcessList>>;
+    /// retention only): of every GPU of `org` (`gpus` `None`), or of the GPUs listed (ids of
+    /// another organisation's GPUs find nothing). A caller that wants a few GPUs names them:
+    /// the whole organisation's lists over a job's hours are its every raw sample.
+    async fn process_lists(
+        &self,
+        org: OrgId,
+        gpus: Option<&[GpuId]>,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<ProcessList>>;
     /// Peak memory used per GPU id of `org` over the hours overlapping `[from_ms, to_ms)`.
     async fn org_peak_mem(&self, org: OrgId, from_ms: i64, to_ms: i64) -> Result<Vec<(GpuId, i64)>>;
 }

@@ -72,6 +72,12 @@ fn placeholders(n: usize) -> String {
     vec!["?"; n].join(", ")
 }
 
+/// `" AND {column} IN (?, …)"` with a placeholder per id of `gpus`, or nothing for `None` (every
+/// GPU): the caller binds the ids after its other parameters.
+pub(crate) fn only_gpus(column: &str, gpus: Option<&[fleetlens_core::GpuId]>) -> String {
+    gpus.map_or(String::new(), |ids| format!(" AND {column} IN ({})", placeholders(ids.len())))
+}
+
 /// The stored newest minutes of an organisation's GPUs, as [`crate::LatestMinute`] rows: all of
 /// them (`gpus: None`), or those of `g.id IN (…)` (`Some(n)`). `?` placeholders: the
 /// organisation, then the `n` GPU ids.

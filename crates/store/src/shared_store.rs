@@ -122,7 +122,7 @@ macro_rules! impl_store {
                 gpu_ids: Option<&[fleetlens_core::GpuId]>,
                 latest: &mut Vec<$crate::LatestMinute>,
             ) -> $crate::Result<()> {
-                let only = gpu_ids.map_or(String::new(), |ids| format!(" AND g.id IN ({})", vec!["?"; ids.len()].join(", ")));
+                let only = rc::only_gpus("g.id", gpu_ids);
                 let sql = format!(
                     "SELECT g.id, g.last_seen_ms, r.payload FROM gpus g JOIN rollup_blocks r ON r.gpu_id = g.id \
                      AND r.start_ms = (g.last_seen_ms / {span}) * {span} WHERE g.org_id = ? AND g.last_seen_ms < ?{only}",
@@ -543,25 +543,37 @@ macro_rules! impl_store {
                 }
             }
 
-            async fn org_process_lists(
+            async fn process_lists(
                 &self,
                 org: $crate::OrgId,
+                gpus: Option<&[fleetlens_core::GpuId]>,
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::ProcessList>> {
+                if gpus.is_some_and(|ids| ids.is_empty()) {
+                    return Ok(Vec::new());
+                }
                 // Process lists rarely change within a minute: group identical ones (each sample
                 // still counts once), so a report parses a few lists per GPU-minute instead of 60.
                 let sql = format!(
                     "SELECT s.gpu_id, (s.ts_ms / 60000) * 60000 AS minute_ms, {} AS procs, \
                      s.allocations AS allocs, count(*) AS n \
                      FROM samples s JOIN gpus g ON g.id = s.gpu_id \
-                     WHERE g.org_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
+                     WHERE g.org_id = ? AND s.ts_ms >= ? AND s.ts_ms < ?{} \
                      GROUP BY s.gpu_id, minute_ms, procs, allocs ORDER BY s.gpu_id, minute_ms",
-                    PROCESSES_TEXT
+                    PROCESSES_TEXT,
+                    rc::only_gpus("s.gpu_id", gpus)
                 );
-                let rows: Vec<(fleetlens_core::GpuId, i64, Option<String>, Option<String>, i64)> =
-                    sqlx::query_as(&q(&sql)).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
-                let sealed = $crate::blocks::$dialect::org_samples(&self.pool, org, from_ms, to_ms).await?;
+                let sql = q(&sql);
+                let mut query = sqlx::query_as::<_, (fleetlens_core::GpuId, i64, Option<String>, Option<String>, i64)>(&sql)
+                    .bind(org)
+                    .bind(from_ms)
+                    .bind(to_ms);
+                for id in gpus.unwrap_or_default() {
+                    query = query.bind(*id);
+                }
+                let rows = query.fetch_all(&self.pool).await?;
+                let sealed = $crate::blocks::$dialect::org_samples(&self.pool, org, gpus, from_ms, to_ms).await?;
                 let rows = $crate::blocks::add_sealed_process_groups(rows, sealed);
                 Ok(rows
                     .into_iter()

@@ -84,11 +84,35 @@ async fn answers(store: &dyn Store) -> (Vec<Vec<Sample>>, Vec<fleetlens_store::P
     for g in &gpus {
         raw.push(store.samples(DEFAULT_ORG, g.id, 0, i64::MAX, 1_000_000).await.unwrap());
     }
-    let mut lists = store.org_process_lists(DEFAULT_ORG, 0, i64::MAX).await.unwrap();
+    let mut lists = store.process_lists(DEFAULT_ORG, None, 0, i64::MAX).await.unwrap();
     // Ordered by GPU and minute; the lists inside a minute in no particular order.
     lists.sort_by_cached_key(|l| (l.gpu_id, l.minute_ms, format!("{:?} {:?}", l.processes, l.allocations)));
     let latest = gpus.into_iter().map(|g| g.latest).collect();
     (raw, lists, latest, store.sample_count().await.unwrap())
+}
+
+/// `Store::process_lists` of named GPUs: the organisation's lists of those GPUs, over sealed
+/// and open hours and windows cut inside them; nothing for no GPU or another organisation.
+async fn assert_gpu_lists_are_the_orgs(store: &dyn Store) {
+    let sorted = |mut lists: Vec<fleetlens_store::ProcessList>| {
+        lists.sort_by_cached_key(|l| (l.gpu_id, l.minute_ms, format!("{:?} {:?}", l.processes, l.allocations)));
+        lists
+    };
+    let ids: Vec<GpuId> = store.gpus(DEFAULT_ORG).await.unwrap().iter().map(|g| g.id).collect();
+    // Everything; windows cut inside sealed hours; GPU-a's last sealed hour into its open rows.
+    for (from_ms, to_ms) in [(0, i64::MAX), (T0 + 1234, T0 + 2 * H + 99), (T0 + 3 * H - 90_000, T0 + 3 * H + 90_000)] {
+        let all = sorted(store.process_lists(DEFAULT_ORG, None, from_ms, to_ms).await.unwrap());
+        assert!(!all.is_empty(), "lists in [{from_ms}, {to_ms})");
+        for id in &ids {
+            let mine = sorted(store.process_lists(DEFAULT_ORG, Some(&[*id]), from_ms, to_ms).await.unwrap());
+            let expected: Vec<_> = all.iter().filter(|l| l.gpu_id == *id).cloned().collect();
+            assert_eq!(mine, expected, "GPU {id:?} in [{from_ms}, {to_ms})");
+        }
+        assert_eq!(sorted(store.process_lists(DEFAULT_ORG, Some(&ids), from_ms, to_ms).await.unwrap()), all);
+        assert!(store.process_lists(DEFAULT_ORG, Some(&[]), from_ms, to_ms).await.unwrap().is_empty());
+        let other = fleetlens_core::OrgId(DEFAULT_ORG.get() + 1);
+        assert!(store.process_lists(other, Some(&ids), from_ms, to_ms).await.unwrap().is_empty());
+    }
 }
 
 /// `Store::sample_table` holds what `Store::samples` answers (identity fields aside), for the
@@ -163,6 +187,7 @@ async fn sealing_moves_rows_into_blocks_and_reads_answer_the_same(backend: Backe
     assert_eq!(store.org_rollups(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap(), rollups_before);
     // As columns: sealed hours, then the open half hour after them.
     assert_tables_are_samples(store.as_ref(), gpu.id).await;
+    assert_gpu_lists_are_the_orgs(store.as_ref()).await;
     // A late sample turns the first whole hour back into open rows, before sealed ones.
     let mut late = before.0[0][100].clone();
     late.ts_ms += 1;

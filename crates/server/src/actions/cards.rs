@@ -78,8 +78,8 @@ async fn listed_without(
 ) -> ApiResult<bool> {
     let ids: HashMap<GpuId, &str> =
         gpus.iter().filter(|g| run.gpu_uuids.contains(&g.uuid)).map(|g| (g.id, g.uuid.as_str())).collect();
-    let lists = store.org_process_lists(org, run.last_ms + 1, run.last_ms + end_after + MINUTE_MS).await?;
-    let mine: Vec<_> = lists.iter().filter(|l| ids.contains_key(&l.gpu_id)).collect();
+    let run_gpus: Vec<GpuId> = ids.keys().copied().collect();
+    let mine = store.process_lists(org, Some(&run_gpus), run.last_ms + 1, run.last_ms + end_after + MINUTE_MS).await?;
     // Samples after the last sighting that still list the run: sightings not written yet
     // (a back-filled batch arrives faster than the tracker's flush).
     let local = local_run_key(&run.run_key);
@@ -174,8 +174,8 @@ pub async fn compute_card(
         .into_iter()
         .filter(|m| ids.contains(&m.gpu_id))
         .collect();
-    let lists: Vec<_> =
-        store.org_process_lists(org, from, end).await?.into_iter().filter(|l| ids.contains(&l.gpu_id)).collect();
+    let run_gpus: Vec<GpuId> = ids.iter().copied().collect();
+    let lists = store.process_lists(org, Some(&run_gpus), from, end).await?;
     let credits = crate::analytics::owners::owner_credits(&mine, &minutes, &lists, &OwnerKey::Run, from, end);
     let local = local_run_key(&run.run_key);
     let me = OwnerGroup::Owner(local.clone());

@@ -387,7 +387,7 @@ pub(crate) fn merge_into_table(table: &mut SampleTable, open: Vec<Sample>) {
     }
 }
 
-/// A process-list group of [`crate::RollupStore::org_process_lists`] as the SQL returns it: GPU,
+/// A process-list group of [`crate::RollupStore::process_lists`] as the SQL returns it: GPU,
 /// minute, processes JSON, allocations JSON, samples.
 pub(crate) type ProcessGroup = (GpuId, i64, Option<String>, Option<String>, i64);
 

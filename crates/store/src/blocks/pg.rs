@@ -76,21 +76,22 @@ pub(crate) async fn payloads(pool: &PgPool, gpu_id: GpuId, from_ms: i64, to_ms: 
 pub(crate) async fn org_samples(
     pool: &PgPool,
     org: crate::OrgId,
+    gpus: Option<&[GpuId]>,
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<(GpuId, Vec<Sample>)>> {
-    let rows: Vec<(GpuId, Vec<u8>)> = sqlx::query_as(
+    // Two statements rather than `$5 IS NULL OR …`, which a generic plan could not index.
+    let only = if gpus.is_some() { " AND b.gpu_id = ANY($5)" } else { "" };
+    let sql = format!(
         "SELECT b.gpu_id, b.payload FROM sample_blocks b JOIN gpus g ON g.id = b.gpu_id \
-         WHERE g.org_id = $1 AND b.start_ms < $2 AND b.start_ms > $3 - $4 AND b.end_ms > $3 \
-         ORDER BY b.gpu_id, b.start_ms",
-    )
-    .bind(org)
-    .bind(to_ms)
-    .bind(from_ms)
-    .bind(SPAN_MS)
-    .fetch_all(pool)
-    .await?;
-    super::decode_per_gpu(rows, from_ms, to_ms)
+         WHERE g.org_id = $1 AND b.start_ms < $2 AND b.start_ms > $3 - $4 AND b.end_ms > $3{only} \
+         ORDER BY b.gpu_id, b.start_ms"
+    );
+    let mut query = sqlx::query_as::<_, (GpuId, Vec<u8>)>(&sql).bind(org).bind(to_ms).bind(from_ms).bind(SPAN_MS);
+    if let Some(ids) = gpus {
+        query = query.bind(ids.iter().map(|id| id.get()).collect::<Vec<i64>>());
+    }
+    super::decode_per_gpu(query.fetch_all(pool).await?, from_ms, to_ms)
 }
 
 /// Ingest: the blocks of sealed hours that the batch's samples (`order`, sorted by GPU and

@@ -57,19 +57,20 @@ pub(crate) async fn payloads(
 pub(crate) async fn org_samples(
     pool: &SqlitePool,
     org: crate::OrgId,
+    gpus: Option<&[GpuId]>,
     from_ms: i64,
     to_ms: i64,
 ) -> Result<Vec<(GpuId, Vec<Sample>)>> {
-    let rows: Vec<(GpuId, Vec<u8>)> = sqlx::query_as(
+    let sql = format!(
         "SELECT b.gpu_id, b.payload FROM sample_blocks b JOIN gpus g ON g.id = b.gpu_id \
-         WHERE g.org_id = ? AND b.start_ms < ? AND b.end_ms > ? ORDER BY b.gpu_id, b.start_ms",
-    )
-    .bind(org)
-    .bind(to_ms)
-    .bind(from_ms)
-    .fetch_all(pool)
-    .await?;
-    super::decode_per_gpu(rows, from_ms, to_ms)
+         WHERE g.org_id = ? AND b.start_ms < ? AND b.end_ms > ?{} ORDER BY b.gpu_id, b.start_ms",
+        crate::rollup_close::only_gpus("b.gpu_id", gpus)
+    );
+    let mut query = sqlx::query_as::<_, (GpuId, Vec<u8>)>(&sql).bind(org).bind(to_ms).bind(from_ms);
+    for id in gpus.unwrap_or_default() {
+        query = query.bind(*id);
+    }
+    super::decode_per_gpu(query.fetch_all(pool).await?, from_ms, to_ms)
 }
 
 /// Ingest of samples of `gpu_id` in `[lo, hi]`, some of which may fall in sealed hours (a
