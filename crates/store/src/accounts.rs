@@ -29,20 +29,21 @@ pub fn expand_scopes(scopes: &[Scope]) -> Vec<Scope> {
 /// Where a GPU's team came from (see the module docs for the precedence).
 pub use fleetlens_core::TeamSource;
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct OrgRecord {
     pub id: OrgId,
     pub name: String,
     pub created_ms: i64,
 }
 
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct TeamRecord {
     pub id: TeamId,
     pub org_id: OrgId,
     pub name: String,
     pub created_ms: i64,
-    /// Users of the team, by id, ascending.
+    /// Users of the team, by id, ascending (not a column: read from `team_members`).
+    #[sqlx(skip)]
     pub members: Vec<UserId>,
 }
 
@@ -274,6 +275,7 @@ pub trait AccountStore: Send + Sync {
     ) -> Result<Option<TeamId>>;
 }
 
+pub(crate) const TEAM_COLS: &str = "id, org_id, name, created_ms";
 pub(crate) const USER_COLS: &str =
     "u.id, u.org_id, u.email, u.name, u.role, u.created_ms, u.updated_ms, u.last_login_ms, u.disabled_ms";
 pub(crate) const KEY_COLS: &str =
@@ -349,18 +351,12 @@ macro_rules! impl_account_store {
             }
 
             async fn org(&self, org: OrgId) -> $crate::Result<Option<OrgRecord>> {
-                let row: Option<(OrgId, String, i64)> =
-                    sqlx::query_as(&q("SELECT id, name, created_ms FROM orgs WHERE id = ?"))
-                        .bind(org)
-                        .fetch_optional(self.pool())
-                        .await?;
-                Ok(row.map(|(id, name, created_ms)| OrgRecord { id, name, created_ms }))
+                let sql = q("SELECT id, name, created_ms FROM orgs WHERE id = ?");
+                Ok(sqlx::query_as(&sql).bind(org).fetch_optional(self.pool()).await?)
             }
 
             async fn orgs(&self) -> $crate::Result<Vec<OrgRecord>> {
-                let rows: Vec<(OrgId, String, i64)> =
-                    sqlx::query_as("SELECT id, name, created_ms FROM orgs ORDER BY id").fetch_all(self.pool()).await?;
-                Ok(rows.into_iter().map(|(id, name, created_ms)| OrgRecord { id, name, created_ms }).collect())
+                Ok(sqlx::query_as("SELECT id, name, created_ms FROM orgs ORDER BY id").fetch_all(self.pool()).await?)
             }
 
             async fn create_team(&self, org: OrgId, name: &str, now_ms: i64) -> $crate::Result<TeamRecord> {
@@ -375,34 +371,21 @@ macro_rules! impl_account_store {
             }
 
             async fn teams(&self, org: OrgId) -> $crate::Result<Vec<TeamRecord>> {
-                let rows: Vec<(TeamId, String, i64)> =
-                    sqlx::query_as(&q("SELECT id, name, created_ms FROM teams WHERE org_id = ? ORDER BY name, id"))
-                        .bind(org)
-                        .fetch_all(self.pool())
-                        .await?;
+                let order = "name, id";
+                let mut teams: Vec<TeamRecord> =
+                    all_of_org(self.pool(), $crate::accounts::TEAM_COLS, "teams", order, org).await?;
                 let members = self.team_members_of(org, None).await?;
-                Ok(rows
-                    .into_iter()
-                    .map(|(id, name, created_ms)| TeamRecord {
-                        id,
-                        org_id: org,
-                        name,
-                        created_ms,
-                        members: members.iter().filter(|(t, _)| *t == id).map(|(_, u)| *u).collect(),
-                    })
-                    .collect())
+                for team in &mut teams {
+                    team.members = members.iter().filter(|(t, _)| *t == team.id).map(|(_, u)| *u).collect();
+                }
+                Ok(teams)
             }
 
             async fn team(&self, org: OrgId, id: TeamId) -> $crate::Result<Option<TeamRecord>> {
-                let row: Option<(String, i64)> =
-                    sqlx::query_as(&q("SELECT name, created_ms FROM teams WHERE org_id = ? AND id = ?"))
-                        .bind(org)
-                        .bind(id)
-                        .fetch_optional(self.pool())
-                        .await?;
-                let Some((name, created_ms)) = row else { return Ok(None) };
-                let members = self.team_members_of(org, Some(id)).await?.into_iter().map(|(_, u)| u).collect();
-                Ok(Some(TeamRecord { id, org_id: org, name, created_ms, members }))
+                let team: Option<TeamRecord> = one_of_org(self.pool(), $crate::accounts::TEAM_COLS, "teams", org, id).await?;
+                let Some(mut team) = team else { return Ok(None) };
+                team.members = self.team_members_of(org, Some(id)).await?.into_iter().map(|(_, u)| u).collect();
+                Ok(Some(team))
             }
 
             async fn rename_team(&self, org: OrgId, id: TeamId, name: &str) -> $crate::Result<Option<TeamRecord>> {
@@ -934,14 +917,14 @@ macro_rules! impl_account_store {
 }
 
 mod sqlite_impl {
-    use crate::dialect::sqlite::{begin, insert_api_key, org_has, q};
+    use crate::dialect::sqlite::{all_of_org, begin, insert_api_key, one_of_org, org_has, q};
     use crate::sqlite::SqliteStore;
 
     impl_account_store!(SqliteStore);
 }
 
 mod pg_impl {
-    use crate::dialect::pg::{begin, insert_api_key, org_has, q};
+    use crate::dialect::pg::{all_of_org, begin, insert_api_key, one_of_org, org_has, q};
     use crate::postgres::PgStore;
 
     impl_account_store!(PgStore);

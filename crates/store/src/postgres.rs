@@ -271,9 +271,6 @@ impl PgStore {
         flags: Vec<fleetlens_core::QualityFlags>,
         rules: Option<IngestRules>,
     ) -> Result<IngestOutcome> {
-        if samples.is_empty() {
-            return Ok(IngestOutcome::default());
-        }
         let mut attempt = 1;
         let mut mode = InsertMode::Copy;
         loop {

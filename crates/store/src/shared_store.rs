@@ -10,7 +10,7 @@
 /// Result<Vec<BucketCredit>>` (one statement of [`crate::whole_credit_sql`], which PostgreSQL
 /// plans with hints) and an inherent `async fn ingest_batch` with the arguments of
 /// [`SampleStore::ingest_with`](crate::SampleStore::ingest_with) (each database writes a batch
-/// its own way). `$dialect` names the
+/// its own way; an empty batch never reaches it). `$dialect` names the
 /// database's module in both [`crate::dialect`] and [`crate::blocks`]. The braces hold the
 /// backend's own `Store` methods; they see the invoking module's names (`use super::*`).
 macro_rules! impl_store {
@@ -341,6 +341,9 @@ macro_rules! impl_store {
                 flags: Vec<fleetlens_core::QualityFlags>,
                 rules: Option<$crate::IngestRules>,
             ) -> $crate::Result<$crate::IngestOutcome> {
+                if samples.is_empty() {
+                    return Ok($crate::IngestOutcome::default());
+                }
                 self.ingest_batch(org, host, samples, flags, rules).await
             }
 

@@ -521,9 +521,6 @@ impl SqliteStore {
         flags: Vec<fleetlens_core::QualityFlags>,
         rules: Option<IngestRules>,
     ) -> Result<IngestOutcome> {
-        if samples.is_empty() {
-            return Ok(IngestOutcome::default());
-        }
         let (reply, rx) = oneshot::channel();
         let job = IngestJob { org, host: host.to_string(), samples, rules, flags, reply };
         self.writer.send(WriteJob::Ingest(job)).await.map_err(|_| StoreError::WriterGone)?;

@@ -218,6 +218,32 @@ macro_rules! impl_seal {
 }
 use impl_seal;
 
+/// Sealed blocks back to open rows, in an ingest transaction (either database's unseal): each
+/// `(gpu_id, start_ms, payload)` of `$blocks` is decoded, its samples written as open rows by
+/// `$insert` (which sees them as `$rows: Vec<(i64, &Sample)>`, each with its GPU id), and the
+/// block deleted on `$conn` (an expression reborrowing the transaction's connection).
+/// Evaluates to the samples unsealed; an error returns from the invoking function. A macro
+/// because the connection and the insert of rows are each database's own; the invoking module
+/// provides `q`.
+macro_rules! unseal_blocks {
+    ($conn:expr, $blocks:expr, |$rows:ident| $insert:expr) => {{
+        let mut unsealed = 0u64;
+        for (gpu_id, start, payload) in $blocks {
+            let samples = $crate::blocks::format::decode(&payload)?;
+            let $rows: Vec<(i64, &fleetlens_core::Sample)> = samples.iter().map(|s| (gpu_id, s)).collect();
+            $insert;
+            sqlx::query(&q("DELETE FROM sample_blocks WHERE gpu_id = ? AND start_ms = ?"))
+                .bind(gpu_id)
+                .bind(start)
+                .execute($conn)
+                .await?;
+            unsealed += samples.len() as u64;
+        }
+        unsealed
+    }};
+}
+use unseal_blocks;
+
 use fleetlens_core::{GpuId, Sample, SampleTable};
 
 /// The span of one block: an hour of one GPU, `[start_ms, start_ms + SPAN_MS)`, aligned to

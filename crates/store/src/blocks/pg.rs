@@ -121,19 +121,9 @@ pub(crate) async fn unseal_for_batch(tx: &mut Transaction<'_, Postgres>, order: 
     .bind(spans.iter().map(|s| s.2).collect::<Vec<i64>>())
     .fetch_all(&mut **tx)
     .await?;
-    let mut unsealed = 0;
-    for (gpu_id, start, payload) in blocks {
-        let samples = format::decode(&payload)?;
-        let rows: Vec<(i64, &Sample)> = samples.iter().map(|s| (gpu_id, s)).collect();
+    Ok(super::unseal_blocks!(&mut **tx, blocks, |rows| {
         crate::pg_samples::insert(tx, &rows, crate::pg_samples::InsertMode::SkipStored).await?;
-        sqlx::query("DELETE FROM sample_blocks WHERE gpu_id = $1 AND start_ms = $2")
-            .bind(gpu_id)
-            .bind(start)
-            .execute(&mut **tx)
-            .await?;
-        unsealed += samples.len() as u64;
-    }
-    Ok(unsealed)
+    }))
 }
 
 /// The blocks holding the newest sample of each GPU of `gpu_ids`: `(gpu_id, payload)`.

@@ -90,22 +90,13 @@ pub(crate) async fn unseal_within(conn: &mut SqliteConnection, gpu_id: i64, lo: 
             .bind(lo)
             .fetch_all(&mut *conn)
             .await?;
-    let mut unsealed = 0;
-    for (start, payload) in blocks {
-        let samples = format::decode(&payload)?;
-        let rows: Vec<(i64, &Sample)> = samples.iter().map(|s| (gpu_id, s)).collect();
+    let blocks = blocks.into_iter().map(|(start, payload)| (gpu_id, start, payload));
+    Ok(super::unseal_blocks!(&mut *conn, blocks, |rows| {
         for chunk in crate::sqlite::bounded_chunks(&rows, crate::sqlite::SAMPLE_ROWS_PER_STATEMENT) {
             // A key in both (cannot happen on the one writer, but a row is never overwritten).
             crate::sqlite::insert_sample_rows(conn, chunk, " ON CONFLICT (gpu_id, ts_ms) DO NOTHING").await?;
         }
-        sqlx::query("DELETE FROM sample_blocks WHERE gpu_id = ? AND start_ms = ?")
-            .bind(gpu_id)
-            .bind(start)
-            .execute(&mut *conn)
-            .await?;
-        unsealed += samples.len() as u64;
-    }
-    Ok(unsealed)
+    }))
 }
 
 /// The blocks holding the newest sample of each GPU of `gpu_ids`: `(gpu_id, payload)`.
