@@ -313,10 +313,10 @@ async fn last_hour(
     let store = state.store.as_ref();
     let from = now - 3_600_000;
     let plan = analytics::summary::EdgePlan::new(from, now, now, gpus.len());
-    let hours = store.org_credits(org, Resolution::Hour, from.div_euclid(3_600_000) * 3_600_000, now).await?;
+    let hours = store.credits(org, None, Resolution::Hour, from.div_euclid(3_600_000) * 3_600_000, now).await?;
     let mut minutes = Vec::new();
     for (a, b) in plan.edge_ranges() {
-        minutes.extend(store.org_credits(org, Resolution::Minute, a, b).await?);
+        minutes.extend(store.credits(org, None, Resolution::Minute, a, b).await?);
     }
     let credits = analytics::summary::Credits::new(hours, minutes, plan);
     let prices = analytics::price_overrides(store, org)

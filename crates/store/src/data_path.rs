@@ -104,9 +104,17 @@ pub trait RollupStore: Send + Sync {
     /// Rollup rows of every GPU of `org` with `from_ms <= bucket_ms < to_ms`, ordered by GPU
     /// then time.
     async fn org_rollups(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<RollupBucket>>;
-    /// Stored credits of every GPU of `org` with `from_ms <= bucket_ms < to_ms` (see
-    /// `fleetlens_core::Credit`): minute credits, or hour credits (sums of their minutes).
-    async fn org_credits(&self, org: OrgId, res: Resolution, from_ms: i64, to_ms: i64) -> Result<Vec<BucketCredit>>;
+    /// Stored credits with `from_ms <= bucket_ms < to_ms` (see `fleetlens_core::Credit`) of
+    /// every GPU of `org` (`gpus` `None`) or of the GPUs listed (ids of another organisation's
+    /// GPUs find nothing): minute credits, or hour credits (sums of their minutes).
+    async fn credits(
+        &self,
+        org: OrgId,
+        gpus: Option<&[GpuId]>,
+        res: Resolution,
+        from_ms: i64,
+        to_ms: i64,
+    ) -> Result<Vec<BucketCredit>>;
     /// The hour credits of `org` over a report period `[from_ms, end_ms)` that pro-rates its
     /// partial hours (billing), with the bulk summed in the database: see [`HourCreditSplit`].
     /// `first_whole_ms..last_whole_ms` are the whole hours inside the period.

@@ -54,8 +54,9 @@ pub(crate) enum PendingScope<'a> {
     /// Every minute that started before `cutoff_ms` (the job's cutoff), of the GPUs with ids in
     /// `[gpu_lo, gpu_hi]` (the job works through the fleet in chunks of GPUs).
     ClosedBefore { cutoff_ms: i64, gpu_lo: i64, gpu_hi: i64 },
-    /// An organisation's minutes starting in `[from, to)`.
-    Org { org: OrgId, from_ms: i64, to_ms: i64 },
+    /// An organisation's minutes starting in `[from, to)`: of every GPU (`gpus` `None`) or of
+    /// the GPUs listed.
+    Org { org: OrgId, gpus: Option<&'a [GpuId]>, from_ms: i64, to_ms: i64 },
     /// One GPU's minutes starting in `[from, to)`.
     Gpu { org: OrgId, gpu_id: GpuId, from_ms: i64, to_ms: i64 },
     /// The minute of each GPU's newest sample, for an organisation.
@@ -100,9 +101,13 @@ impl PendingScope<'_> {
             PendingScope::ClosedBefore { cutoff_ms, gpu_lo, gpu_hi } => {
                 ("p.minute_ms < ? AND p.gpu_id >= ? AND p.gpu_id <= ?".into(), vec![cutoff_ms, gpu_lo, gpu_hi])
             }
-            PendingScope::Org { org, from_ms, to_ms } => {
-                ("g.org_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(), vec![org.get(), from_ms, to_ms])
-            }
+            PendingScope::Org { org, gpus, from_ms, to_ms } => (
+                format!("g.org_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?{}", only_gpus("p.gpu_id", gpus)),
+                [org.get(), from_ms, to_ms]
+                    .into_iter()
+                    .chain(gpus.unwrap_or_default().iter().map(|id| id.get()))
+                    .collect(),
+            ),
             PendingScope::Gpu { org, gpu_id, from_ms, to_ms } => (
                 "g.org_id = ? AND p.gpu_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(),
                 vec![org.get(), gpu_id.get(), from_ms, to_ms],

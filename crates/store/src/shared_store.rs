@@ -204,24 +204,32 @@ macro_rules! impl_store {
             async fn stored_credits(
                 &self,
                 org: $crate::OrgId,
+                gpus: Option<&[fleetlens_core::GpuId]>,
                 res: $crate::Resolution,
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::BucketCredit>> {
                 let columns = fleetlens_core::Credit::column_names();
                 let columns = columns.iter().map(|c| format!("r.{c}"));
+                let only = rc::only_gpus("r.gpu_id", gpus);
                 let sql = format!(
                     "SELECT r.gpu_id, r.bucket_ms, {} FROM {} r JOIN gpus g ON g.id = r.gpu_id \
-                     WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?",
+                     WHERE g.org_id = ? AND r.bucket_ms >= ? AND r.bucket_ms < ?{only}",
                     columns.collect::<Vec<_>>().join(", "),
                     $crate::rollup_table(res)
                 );
-                let rows = sqlx::query(&q(&sql)).bind(org).bind(from_ms).bind(to_ms).fetch_all(&self.pool).await?;
+                let sql = q(&sql);
+                let mut query = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms);
+                for id in gpus.unwrap_or_default() {
+                    query = query.bind(*id);
+                }
+                let rows = query.fetch_all(&self.pool).await?;
                 let rows = rows.iter().map($crate::columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?;
                 if res != $crate::Resolution::Minute {
                     return Ok(rows);
                 }
-                let packed = self.packed_minutes("g.org_id = ?", &[org.get()], from_ms, to_ms).await?;
+                let keys: Vec<i64> = std::iter::once(org.get()).chain(gpus.unwrap_or_default().iter().map(|id| id.get())).collect();
+                let packed = self.packed_minutes(&format!("g.org_id = ?{only}"), &keys, from_ms, to_ms).await?;
                 let packed = packed.into_iter().map(|m| $crate::BucketCredit {
                     gpu_id: m.bucket.gpu_id,
                     bucket_ms: m.bucket.bucket_ms,
@@ -243,7 +251,7 @@ macro_rules! impl_store {
                 let last_start = last_whole_ms - H;
                 if first_whole_ms > last_start {
                     // No whole hour inside the period: every hour is partial.
-                    let partial = self.stored_credits(org, $crate::Resolution::Hour, floor_from, end_ms).await?;
+                    let partial = self.stored_credits(org, None, $crate::Resolution::Hour, floor_from, end_ms).await?;
                     return Ok($crate::HourCreditSplit { whole: Vec::new(), partial });
                 }
                 let (whole, partial) = $crate::hour_credit_split_sql(first_whole_ms, last_start);
@@ -444,20 +452,24 @@ macro_rules! impl_store {
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
-                let scope = |lo, hi| PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                let scope = |lo, hi| PendingScope::Org { org, gpus: None, from_ms: lo, to_ms: hi };
                 self.rollups_where("g.org_id = ?", &[org.get()], res, from_ms, to_ms, scope).await
             }
 
-            async fn org_credits(
+            async fn credits(
                 &self,
                 org: $crate::OrgId,
+                gpus: Option<&[fleetlens_core::GpuId]>,
                 res: $crate::Resolution,
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::BucketCredit>> {
-                let read = || self.stored_credits(org, res, from_ms, to_ms);
+                if gpus.is_some_and(|ids| ids.is_empty()) {
+                    return Ok(Vec::new());
+                }
+                let read = || self.stored_credits(org, gpus, res, from_ms, to_ms);
                 let (lo, hi) = minute_range(res, from_ms, to_ms);
-                let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                let scope = PendingScope::Org { org, gpus, from_ms: lo, to_ms: hi };
                 let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
                 Ok(rc::overlay_credits(stored, res, &open))
             }
@@ -472,7 +484,7 @@ macro_rules! impl_store {
             ) -> $crate::Result<$crate::HourCreditSplit> {
                 let read = || self.stored_hour_credit_split(org, from_ms, end_ms, first_whole_ms, last_whole_ms);
                 let (lo, hi) = minute_range($crate::Resolution::Hour, from_ms.div_euclid(3_600_000) * 3_600_000, end_ms);
-                let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                let scope = PendingScope::Org { org, gpus: None, from_ms: lo, to_ms: hi };
                 let (mut split, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
                 if !open.is_empty() {
                     let spans = $crate::GpuStore::gpu_identities(self, org)
@@ -495,7 +507,7 @@ macro_rules! impl_store {
                     Ok(rows.into_iter().filter_map(|(id, m)| m.map(|m| (id, m as i64))).collect())
                 };
                 let (lo, hi) = minute_range($crate::Resolution::Hour, from_ms - 3_600_000 + 1, to_ms);
-                let scope = PendingScope::Org { org, from_ms: lo, to_ms: hi };
+                let scope = PendingScope::Org { org, gpus: None, from_ms: lo, to_ms: hi };
                 let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
                 Ok(rc::overlay_peak_mem(stored, &open))
             }

@@ -326,7 +326,7 @@ async fn credits_follow_the_minutes_as_samples_arrive(backend: Backend) {
     let gpu = store.gpu(DEFAULT_ORG, "GPU-credit").await.unwrap().unwrap();
     let mut expected = RollupAccumulator::new(Resolution::Minute);
     all.iter().for_each(|s| expected.add(gpu.id, s, 1000, QualityFlags::NONE));
-    let minutes = store.org_credits(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    let minutes = store.credits(DEFAULT_ORG, None, Resolution::Minute, 0, i64::MAX).await.unwrap();
     let th = Thresholds::default();
     let mut hours: std::collections::BTreeMap<i64, Credit> = Default::default();
     let expected = expected.into_buckets();
@@ -338,7 +338,7 @@ async fn credits_follow_the_minutes_as_samples_arrive(backend: Backend) {
         assert!(diff < 1e-6, "minute {} credit differs by {diff}", b.bucket_ms);
         hours.entry(Resolution::Hour.bucket_start(b.bucket_ms)).or_default().add_scaled(&want, 1.0);
     }
-    let stored_hours = store.org_credits(DEFAULT_ORG, Resolution::Hour, 0, i64::MAX).await.unwrap();
+    let stored_hours = store.credits(DEFAULT_ORG, None, Resolution::Hour, 0, i64::MAX).await.unwrap();
     assert_eq!(stored_hours.len(), 3);
     for h in stored_hours {
         let diff = h.credit.minus(&hours[&h.bucket_ms]).to_cells().iter().map(|v| v.abs()).fold(0.0, f64::max);
@@ -364,7 +364,7 @@ async fn hour_credit_split_partitions_the_period(backend: Backend) {
     // The period: hour 0 + 30 min to hour 5 + 40 min; whole hours 1–4.
     let (from, end) = (t0 + 30 * M, t0 + 5 * H + 40 * M);
     let split = store.org_hour_credit_split(DEFAULT_ORG, from, end, t0 + H, t0 + 5 * H).await.unwrap();
-    let all = store.org_credits(DEFAULT_ORG, Resolution::Hour, t0, end).await.unwrap();
+    let all = store.credits(DEFAULT_ORG, None, Resolution::Hour, t0, end).await.unwrap();
     let id = |uuid: &str| {
         let store = store.clone();
         let uuid = uuid.to_string();
@@ -450,7 +450,7 @@ async fn whole_days_give_the_sums_of_their_hours(backend: Backend) {
         let store = store.clone();
         async move {
             let split = store.org_hour_credit_split(DEFAULT_ORG, from, end, first_whole, last_whole).await.unwrap();
-            let hours = store.org_credits(DEFAULT_ORG, Resolution::Hour, 0, i64::MAX).await.unwrap();
+            let hours = store.credits(DEFAULT_ORG, None, Resolution::Hour, 0, i64::MAX).await.unwrap();
             let mut whole_gpus = 0;
             for (uuid, _, _) in gpus {
                 let g = store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap();
@@ -763,9 +763,9 @@ async fn rollups_written_once_equal_the_per_sample_reference(backend: Backend) {
                 assert_eq!(series.len(), want_m.len(), "{label}: series points of GPU {i}");
                 assert!(series.iter().all(|p| p.state.is_some()), "{label}: every minute has its state");
             }
-            let got = store.org_credits(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
+            let got = store.credits(DEFAULT_ORG, None, Resolution::Minute, 0, i64::MAX).await.unwrap();
             assert_same_credits(&got, &minute_credits, &format!("{label}: minute credits"));
-            let got = store.org_credits(DEFAULT_ORG, Resolution::Hour, 0, i64::MAX).await.unwrap();
+            let got = store.credits(DEFAULT_ORG, None, Resolution::Hour, 0, i64::MAX).await.unwrap();
             assert_same_credits(&got, &hour_credits, &format!("{label}: hour credits"));
         }
     };

@@ -129,7 +129,7 @@ fn assert_same_rollups(got: &[RollupBucket], want: &[RollupBucket], what: &str) 
 
 fn assert_same_credits(got: &[BucketCredit], want: &[BucketCredit], what: &str) {
     assert_eq!(got.len(), want.len(), "{what}: credit rows");
-    // In key order: `org_credits` promises no order (PostgreSQL returns rows as they lie, and
+    // In key order: `credits` promises no order (PostgreSQL returns rows as they lie, and
     // rows updated in place move).
     let sorted = |rows: &[BucketCredit]| {
         let mut rows = rows.to_vec();
@@ -162,8 +162,8 @@ async fn assert_same_store(got: &dyn Store, want: &dyn Store) {
             &what,
         );
         assert_same_credits(
-            &got.org_credits(DEFAULT_ORG, res, 0, i64::MAX).await.unwrap(),
-            &want.org_credits(DEFAULT_ORG, res, 0, i64::MAX).await.unwrap(),
+            &got.credits(DEFAULT_ORG, None, res, 0, i64::MAX).await.unwrap(),
+            &want.credits(DEFAULT_ORG, None, res, 0, i64::MAX).await.unwrap(),
             &what,
         );
     }

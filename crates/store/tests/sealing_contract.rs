@@ -332,7 +332,7 @@ async fn minute_answers(store: &dyn Store) -> Vec<String> {
         format!("{:?}", store.latest_minutes(DEFAULT_ORG).await.unwrap()),
         format!("{:?}", store.latest_minutes_of(DEFAULT_ORG, &ids).await.unwrap()),
     ];
-    let mut credits = store.org_credits(DEFAULT_ORG, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    let mut credits = store.credits(DEFAULT_ORG, None, Resolution::Minute, 0, i64::MAX).await.unwrap();
     credits.sort_by_key(|c| (c.gpu_id, c.bucket_ms));
     out.push(format!("{credits:?}"));
     for id in ids {
@@ -350,7 +350,11 @@ async fn minute_rollups_of_closed_hours_pack_and_read_the_same(backend: Backend)
     // GPU-a over three and a half hours; GPU-b stops after 83 minutes (its newest minute packed).
     store.ingest(DEFAULT_ORG, "h1", samples("GPU-a", T0 - 1000, 3 * 3600 + 1800, 1000)).await.unwrap();
     store.ingest(DEFAULT_ORG, "h1", samples("GPU-b", T0 + 200, 5000, 1000)).await.unwrap();
+    // Credits of named GPUs while every minute is open (computed from the raw rows)…
+    assert_gpu_credits_are_the_orgs(store.as_ref()).await;
     store.close_minutes(LATER, 120_000).await.unwrap();
+    // …as minute rows…
+    assert_gpu_credits_are_the_orgs(store.as_ref()).await;
     let before = minute_answers(store.as_ref()).await;
     let now = T0 + 3 * H + SEAL_LATENESS_MS;
     let mut packed = 0;
@@ -369,6 +373,34 @@ async fn minute_rollups_of_closed_hours_pack_and_read_the_same(backend: Backend)
         assert_eq!(a, b, "answer {i} changed by packing");
     }
     assert!(before[2].contains("sample_count"), "both GPUs have a newest minute");
+    // …and packed.
+    assert_gpu_credits_are_the_orgs(store.as_ref()).await;
+}
+
+/// `Store::credits` of named GPUs: the organisation's credits of those GPUs, for minutes and
+/// hours, whole and over windows that cut hours; nothing for no GPU or another organisation.
+async fn assert_gpu_credits_are_the_orgs(store: &dyn Store) {
+    let ids: Vec<GpuId> = store.gpus(DEFAULT_ORG).await.unwrap().iter().map(|g| g.id).collect();
+    assert_eq!(ids.len(), 2);
+    let sorted = |mut credits: Vec<fleetlens_store::BucketCredit>| {
+        credits.sort_by_key(|c| (c.gpu_id, c.bucket_ms));
+        credits
+    };
+    let other = fleetlens_core::OrgId(DEFAULT_ORG.get() + 1);
+    for res in [Resolution::Minute, Resolution::Hour] {
+        for (from, to) in [(0, i64::MAX), (T0 + 17 * 60_000, T0 + H + 31 * 60_000)] {
+            let all = sorted(store.credits(DEFAULT_ORG, None, res, from, to).await.unwrap());
+            assert!(ids.iter().all(|id| all.iter().any(|c| c.gpu_id == *id)), "{res:?} [{from}, {to}): both GPUs");
+            for id in &ids {
+                let mine = sorted(store.credits(DEFAULT_ORG, Some(&[*id]), res, from, to).await.unwrap());
+                let expected: Vec<_> = all.iter().filter(|c| c.gpu_id == *id).cloned().collect();
+                assert_eq!(mine, expected, "{res:?} [{from}, {to}) of GPU {id:?}");
+            }
+            assert_eq!(sorted(store.credits(DEFAULT_ORG, Some(&ids), res, from, to).await.unwrap()), all);
+            assert!(store.credits(DEFAULT_ORG, Some(&[]), res, from, to).await.unwrap().is_empty());
+            assert!(store.credits(other, Some(&ids), res, from, to).await.unwrap().is_empty());
+        }
+    }
 }
 
 async fn a_late_sample_reopens_a_packed_hour(backend: Backend) {

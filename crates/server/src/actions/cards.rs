@@ -167,14 +167,9 @@ pub async fn compute_card(
     let from = floor_minute(run.first_ms);
     let end = floor_minute(to_ms) + MINUTE_MS;
     let mine: Vec<GpuRecord> = gpus.iter().filter(|g| run.gpu_uuids.contains(&g.uuid)).cloned().collect();
-    let ids: HashSet<GpuId> = mine.iter().map(|g| g.id).collect();
-    let minutes: Vec<_> = store
-        .org_credits(org, Resolution::Minute, from, end)
-        .await?
-        .into_iter()
-        .filter(|m| ids.contains(&m.gpu_id))
-        .collect();
-    let run_gpus: Vec<GpuId> = ids.iter().copied().collect();
+    // The run's GPUs only: the organisation's minutes over a long job are every GPU's.
+    let run_gpus: Vec<GpuId> = mine.iter().map(|g| g.id).collect();
+    let minutes = store.credits(org, Some(&run_gpus), Resolution::Minute, from, end).await?;
     let lists = store.process_lists(org, Some(&run_gpus), from, end).await?;
     let credits = crate::analytics::owners::owner_credits(&mine, &minutes, &lists, &OwnerKey::Run, from, end);
     let local = local_run_key(&run.run_key);

@@ -147,7 +147,7 @@ pub async fn read_owner_credits(
         return Ok(OwnerCredits::new());
     }
     let floor = from_ms.div_euclid(MINUTE_MS) * MINUTE_MS;
-    let minutes = store.org_credits(org, Resolution::Minute, floor, end_ms).await?;
+    let minutes = store.credits(org, None, Resolution::Minute, floor, end_ms).await?;
     let lists = store.process_lists(org, None, floor, end_ms).await?;
     Ok(owner_credits(gpus, &minutes, &lists, key, from_ms, end_ms))
 }

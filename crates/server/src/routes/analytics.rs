@@ -227,10 +227,10 @@ async fn read_credits(
 ) -> ApiResult<summary::Credits> {
     let plan = summary::EdgePlan::new(from_ms, to_ms, now_ms, gpu_count);
     let hour_from = from_ms.div_euclid(3_600_000) * 3_600_000;
-    let hours = store.org_credits(org, Resolution::Hour, hour_from, plan.end_ms).await?;
+    let hours = store.credits(org, None, Resolution::Hour, hour_from, plan.end_ms).await?;
     let mut minutes = Vec::new();
     for (a, b) in plan.edge_ranges() {
-        minutes.extend(store.org_credits(org, Resolution::Minute, a, b).await?);
+        minutes.extend(store.credits(org, None, Resolution::Minute, a, b).await?);
     }
     Ok(summary::Credits::new(hours, minutes, plan))
 }
