@@ -76,3 +76,39 @@ pub fn MessageChannelSelect(
         </label>
     }
 }
+
+/// A text input under its label (the login form's layout; the input's `name` is its id),
+/// bound to `value`; `aria-invalid` while `invalid`.
+#[component]
+pub fn StackedField(
+    /// The input's id and name, which the label points at.
+    id: &'static str,
+    label: &'static str,
+    value: RwSignal<String>,
+    #[prop(into)] invalid: Signal<bool>,
+    /// The input's type when not text: "password", "email".
+    #[prop(optional)]
+    input_type: Option<&'static str>,
+    #[prop(optional)] autocomplete: Option<&'static str>,
+    #[prop(optional)] required: bool,
+    #[prop(optional)] spellcheck: Option<&'static str>,
+    /// The id of the help text that describes the input.
+    #[prop(optional)]
+    describedby: Option<&'static str>,
+) -> impl IntoView {
+    view! {
+        <label for=id>{label}</label>
+        <input
+            id=id
+            name=id
+            type=input_type
+            autocomplete=autocomplete
+            required=required
+            spellcheck=spellcheck
+            aria-describedby=describedby
+            aria-invalid=move || invalid.get().to_string()
+            prop:value=move || value.get()
+            on:input=move |ev| value.set(event_target_value(&ev))
+        />
+    }
+}

@@ -56,7 +56,14 @@ fn ErrorBanner(error: ApiError, has_data: Signal<bool>) -> impl IntoView {
 /// An error from a one-off action (login, a form), or nothing.
 #[component]
 pub fn ActionError(#[prop(into)] error: Signal<Option<ApiError>>) -> impl IntoView {
-    move || error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })
+    let message = Signal::derive(move || error.get().map(|e| e.to_string()));
+    view! { <ErrorMessage message/> }
+}
+
+/// An error message as a banner (one the page found itself: "Enter an API key."), or nothing.
+#[component]
+pub fn ErrorMessage(#[prop(into)] message: Signal<Option<String>>) -> impl IntoView {
+    move || message.get().map(|m| view! { <p class="banner banner-error" role="alert">{m}</p> })
 }
 
 /// The message of a validation error about `field` (the server's `error.field`), for showing

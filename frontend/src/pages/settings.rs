@@ -16,7 +16,7 @@ use crate::api::{self, ApiError};
 use crate::components::form::TextField;
 use crate::components::header::LogOutButton;
 use crate::components::status::{
-    ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, show_error, show_outcome,
+    ActionError, ConfirmButton, ErrorMessage, FieldError, FormError, PollStatus, Saved, show_error, show_outcome,
 };
 use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, latest_ok, polled, use_app};
@@ -863,7 +863,7 @@ fn Prices() -> impl IntoView {
                 <button type="submit" class="btn-primary">"Set price"</button>
             </form>
             </Show>
-            {move || local_error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e}</p> })}
+            <ErrorMessage message=local_error/>
             <ActionError error/>
         </section>
     }
