@@ -11,7 +11,7 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::{self, ApiError};
-use crate::components::form::TextField;
+use crate::components::form::{Choices, InlineSelect, TextField};
 use crate::components::status::{
     ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about, show_error, show_outcome,
 };
@@ -46,6 +46,15 @@ fn short_uuid(uuid: &str) -> String {
     let tail: String = hex[hex.len() - 4..].iter().collect();
     format!("{head}…{tail}")
 }
+
+/// The alert statuses the list can show: (value of `?status=`, label).
+const STATUSES: Choices = &[
+    ("open", "Open (firing or pending)"),
+    ("firing", "Firing"),
+    ("pending", "Pending"),
+    ("resolved", "Resolved"),
+    ("all", "All"),
+];
 
 /// Silence durations offered: (label, milliseconds).
 const DURATIONS: [(&str, i64); 5] = [
@@ -112,16 +121,12 @@ pub fn AlertsPage() -> impl IntoView {
         <section class="card" aria-labelledby="alerts-title">
             <div class="section-head">
                 <h2 id="alerts-title">"Alert instances"</h2>
-                <label class="inline">
-                    <span>"Status"</span>
-                    <select on:change=move |ev| set_query("status", &event_target_value(&ev)) prop:value=move || status.get()>
-                        <option value="open">"Open (firing or pending)"</option>
-                        <option value="firing">"Firing"</option>
-                        <option value="pending">"Pending"</option>
-                        <option value="resolved">"Resolved"</option>
-                        <option value="all">"All"</option>
-                    </select>
-                </label>
+                <InlineSelect
+                    label="Status"
+                    options=STATUSES
+                    value=status
+                    on_change=Callback::new(move |s: String| set_query("status", &s))
+                />
             </div>
             <PollStatus res=alerts has_data=has_alerts/>
             <Show when=move || has_alerts.get()>

@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api::{self, ApiError};
+use crate::components::form::{Choices, InlineSelect};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus};
 use crate::components::table::{Column, DataTable};
@@ -17,6 +18,19 @@ use crate::states;
 fn opt_pct(v: Option<f64>) -> String {
     v.map(format::pct).unwrap_or_else(|| "n/a".into())
 }
+
+/// What the billing report can be grouped by: (value of `group_by`, label).
+const GROUPS: Choices = &[("team", "Team"), ("host", "Host"), ("gpu", "GPU"), ("model", "Model")];
+
+/// The groupings by process owner, from the raw samples.
+const OWNER_GROUPS: Choices = &[
+    ("user", "User"),
+    ("holder", "Holder (user, else pod)"),
+    ("namespace", "Namespace"),
+    ("namespace_team", "Namespace team"),
+    ("pod", "Pod"),
+    ("job", "Job (Slurm, Kubernetes)"),
+];
 
 #[component]
 pub fn ReportsPage() -> impl IntoView {
@@ -55,26 +69,16 @@ pub fn ReportsPage() -> impl IntoView {
         <section class="card" aria-labelledby="billing-title">
             <div class="section-head">
                 <h2 id="billing-title">"Billing"</h2>
-                <label class="inline">
-                    <span>"Group by"</span>
-                    <select on:change=move |ev| {
-                        group_by.set(event_target_value(&ev));
+                <InlineSelect
+                    label="Group by"
+                    options=GROUPS
+                    groups=&[("Process owner (raw samples)", OWNER_GROUPS)]
+                    selected="host"
+                    on_change=Callback::new(move |g: String| {
+                        group_by.set(g);
                         csv_url.set(None);
-                    }>
-                        <option value="team">"Team"</option>
-                        <option value="host" selected=true>"Host"</option>
-                        <option value="gpu">"GPU"</option>
-                        <option value="model">"Model"</option>
-                        <optgroup label="Process owner (raw samples)">
-                            <option value="user">"User"</option>
-                            <option value="holder">"Holder (user, else pod)"</option>
-                            <option value="namespace">"Namespace"</option>
-                            <option value="namespace_team">"Namespace team"</option>
-                            <option value="pod">"Pod"</option>
-                            <option value="job">"Job (Slurm, Kubernetes)"</option>
-                        </optgroup>
-                    </select>
-                </label>
+                    })
+                />
                 <button type="button" class="btn" on:click=download>"Prepare CSV"</button>
                 {move || {
                     csv_url
