@@ -10,7 +10,7 @@ use crate::api::{self, ApiError};
 use crate::components::form::{Choices, InlineSelect};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus};
-use crate::components::table::{Column, DataTable};
+use crate::components::table::{Column, DataTable, TableFoot};
 use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
 use crate::states;
@@ -181,7 +181,7 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
             return view! { <p class="empty">"Nothing billed in this range."</p> }.into_any();
         }
         let cur = rep.currency.clone();
-        let money = |v: Option<f64>| v.map(|v| format::money(v, &cur)).unwrap_or_else(|| "no price set".into());
+        let money = move |v: Option<f64>| v.map(|v| format::money(v, &cur)).unwrap_or_else(|| "no price set".into());
         let total_cost: Option<f64> = rep.rows.iter().filter_map(|r| r.cost).reduce(|a, b| a + b);
         let total_waste: Option<f64> = rep.rows.iter().filter_map(|r| r.wasted_cost).reduce(|a, b| a + b);
         let total_hours: f64 = rep.rows.iter().map(|r| r.gpu_hours).sum();
@@ -215,55 +215,52 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
                 }
             })
             .collect_view();
+        let group = match rep.group_by.as_str() {
+            "team" => "Team",
+            "gpu" => "GPU",
+            "model" => "Model",
+            "user" => "User",
+            "holder" => "Holder",
+            "namespace" => "Namespace",
+            "namespace_team" => "Namespace team",
+            "pod" => "Pod",
+            "job" => "Job",
+            g if g.starts_with("label:") => "Label",
+            _ => "Host",
+        };
         view! {
-            <div class="table-wrap">
-                <table class="data">
-                    <caption class="sr-only">"Billing report"</caption>
-                    <thead>
-                        <tr>
-                            <th scope="col">
-                                {match rep.group_by.as_str() {
-                                    "team" => "Team",
-                                    "gpu" => "GPU",
-                                    "model" => "Model",
-                                    "user" => "User",
-                                    "holder" => "Holder",
-                                    "namespace" => "Namespace",
-                                    "namespace_team" => "Namespace team",
-                                    "pod" => "Pod",
-                                    "job" => "Job",
-                                    g if g.starts_with("label:") => "Label",
-                                    _ => "Host",
-                                }}
-                            </th>
-                            <th scope="col" class="num">"GPUs"</th>
-                            <th scope="col" class="num">"GPU-hours"</th>
-                            <th scope="col" class="num">"Kernel util."</th>
-                            <th scope="col" class="num">"SM activity"</th>
-                            <th scope="col" class="num">"Efficiency"</th>
-                            <th scope="col" class="num">"kWh"</th>
-                            <th scope="col" class="num">"Cost"</th>
-                            <th scope="col" class="num">"Wasted cost"</th>
-                            <th scope="col">"Wasted in"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                    <tfoot>
-                        <tr>
-                            <th scope="row">"Total"</th>
-                            <td></td>
-                            <td class="num">{format::hours(total_hours)}</td>
-                            <td></td>
-                            <td></td>
-                            <td></td>
-                            <td></td>
-                            <td class="num">{money(total_cost)}</td>
-                            <td class="num waste">{money(total_waste)}</td>
-                            <td></td>
-                        </tr>
-                    </tfoot>
-                </table>
-            </div>
+            <DataTable
+                class=""
+                caption="Billing report"
+                columns={[
+                    Column::text(group),
+                    Column::num("GPUs"),
+                    Column::num("GPU-hours"),
+                    Column::num("Kernel util."),
+                    Column::num("SM activity"),
+                    Column::num("Efficiency"),
+                    Column::num("kWh"),
+                    Column::num("Cost"),
+                    Column::num("Wasted cost"),
+                    Column::text("Wasted in"),
+                ]}
+            >
+                {rows}
+                <TableFoot slot>
+                    <tr>
+                        <th scope="row">"Total"</th>
+                        <td></td>
+                        <td class="num">{format::hours(total_hours)}</td>
+                        <td></td>
+                        <td></td>
+                        <td></td>
+                        <td></td>
+                        <td class="num">{money(total_cost)}</td>
+                        <td class="num waste">{money(total_waste)}</td>
+                        <td></td>
+                    </tr>
+                </TableFoot>
+            </DataTable>
             {rep.note.clone().map(|n| view! { <p class="muted small report-note">{n}</p> })}
         }
         .into_any()

@@ -917,19 +917,13 @@ fn PriceTableView(prices: Latest<Prices>, on_remove: Callback<String>) -> impl I
             <details>
                 <summary>{format!("Prices per model ({} set by you)", own.len())}</summary>
                 <p class="muted small">{p.defaults.source.clone()}</p>
-                <div class="table-wrap">
-                    <table class="data">
-                        <thead>
-                            <tr>
-                                <th scope="col">"Model"</th>
-                                <th scope="col" class="num">"Default"</th>
-                                <th scope="col" class="num">"Yours"</th>
-                                <th scope="col"><span class="sr-only">"Actions"</span></th>
-                            </tr>
-                        </thead>
-                        <tbody>{rows}{extra}</tbody>
-                    </table>
-                </div>
+                <DataTable
+                    class=""
+                    columns={[Column::text("Model"), Column::num("Default"), Column::num("Yours"), Column::hidden("Actions")]}
+                >
+                    {rows}
+                    {extra}
+                </DataTable>
             </details>
         }
         .into_any()
