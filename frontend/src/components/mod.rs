@@ -1,6 +1,7 @@
 //! Reusable pieces: form fields, status lines, badges, meters, the range picker, the app header, the data
 //! table.
 
+pub mod card;
 pub mod form;
 pub mod header;
 pub mod meter;

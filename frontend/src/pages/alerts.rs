@@ -11,6 +11,7 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::{self, ApiError};
+use crate::components::card::Card;
 use crate::components::form::{Choices, InlineSelect, TextField};
 use crate::components::status::{
     ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about, show_error, show_outcome,
@@ -386,8 +387,7 @@ fn Silences(
     };
     let matchers_error = about(error, "matchers");
     view! {
-        <section class="card" aria-labelledby="silences-title">
-            <h2 id="silences-title">"Silences"</h2>
+        <Card title_id="silences-title" title="Silences">
             <p class="muted">"A silence holds notifications back; its alerts are still recorded and shown here."</p>
             <PollStatus res has_data/>
             <Show when=move || has_data.get()>
@@ -482,7 +482,7 @@ fn Silences(
             <Show when=move || !ctx.is_admin()>
                 <ActionError error/>
             </Show>
-        </section>
+        </Card>
     }
 }
 
@@ -972,8 +972,7 @@ fn Channels() -> impl IntoView {
     };
 
     view! {
-        <section class="card" aria-labelledby="channels-title">
-            <h2 id="channels-title">"Notification channels"</h2>
+        <Card title_id="channels-title" title="Notification channels">
             <p class="muted">"Slack incoming webhooks, generic webhooks (Alertmanager's webhook body) or an Alertmanager. URLs are secrets: only admins see them."</p>
             <PollStatus res has_data/>
             <Show when=move || has_data.get()>
@@ -1055,6 +1054,6 @@ fn Channels() -> impl IntoView {
             <FieldError error field="url" label="URL"/>
             <FormError error fields=&["url", "name"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }

@@ -8,6 +8,7 @@ use leptos::prelude::*;
 use crate::api;
 use crate::charts::distribution::StateDistribution;
 use crate::charts::funnel::Funnel;
+use crate::components::card::Card;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::ctx::{Latest, latest_ok, polled, use_app};
@@ -98,21 +99,18 @@ fn FleetBody(data: Latest<FleetSummary>) -> impl IntoView {
         </section>
         {move || unpriced().map(|t| view! { <p class="banner banner-info">{t}</p> })}
 
-        <section class="card" aria-labelledby="funnel-title">
-            <h2 id="funnel-title">"Utilization funnel"</h2>
+        <Card title_id="funnel-title" title="Utilization funnel">
             <p class="muted">"Each level is a share of the GPU-time paid for. The gap between two levels is where the money goes."</p>
             <Funnel data/>
-        </section>
+        </Card>
 
         <div class="two-col">
-            <section class="card" aria-labelledby="states-title">
-                <h2 id="states-title">"Where the GPU-hours went"</h2>
+            <Card title_id="states-title" title="Where the GPU-hours went">
                 <StateDistribution data/>
-            </section>
-            <section class="card" aria-labelledby="wasters-title">
-                <h2 id="wasters-title">"Wasting the most"</h2>
+            </Card>
+            <Card title_id="wasters-title" title="Wasting the most">
                 <Wasters data/>
-            </section>
+            </Card>
         </div>
 
         <section class="card" aria-labelledby="owners-title">

@@ -18,6 +18,7 @@ use crate::api::{self, ApiResult};
 use crate::charts::line_chart::{LineChart, nice_ceil};
 use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
+use crate::components::card::Card;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::components::table::{Column, DataTable};
@@ -518,10 +519,9 @@ fn DetailBody(
             <p class="muted small">{sample_count}</p>
         </section>
 
-        <section class="card" aria-labelledby="timeline-title">
-            <h2 id="timeline-title">"Workload states"</h2>
+        <Card title_id="timeline-title" title="Workload states">
             <StatesPanel states_res x_range state/>
-        </section>
+        </Card>
 
         <div class="chart-grid">
             <section class="card"><LineChart title="Tensor activity and SM occupancy" series=tensor x_range y_max=100.0 fmt=fmt_pct on_brush=set_zoom/></section>
@@ -530,16 +530,14 @@ fn DetailBody(
             <section class="card"><LineChart title="Power" series=power x_range y_max=power_max fmt=fmt_w limit=power_limit on_brush=set_zoom/></section>
         </div>
 
-        <section class="card" aria-labelledby="proc-title">
-            <h2 id="proc-title">"Processes"</h2>
+        <Card title_id="proc-title" title="Processes">
             <Processes gpu/>
-        </section>
+        </Card>
         <Allocations gpu/>
 
-        <section class="card" aria-labelledby="now-title">
-            <h2 id="now-title">"Latest sample"</h2>
+        <Card title_id="now-title" title="Latest sample">
             <LatestSample gpu/>
-        </section>
+        </Card>
     }
 }
 

@@ -10,6 +10,7 @@ use leptos::task::spawn_local;
 
 use crate::api::actions::{self, DryRun, Reclaim, ReclaimPolicy};
 use crate::api::{self, ApiError};
+use crate::components::card::Card;
 use crate::components::form::{MessageChannelSelect, TextField};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{
@@ -165,8 +166,7 @@ fn Policies() -> impl IntoView {
     let action_channel_error = about(error, "action_channel_id");
 
     view! {
-        <section class="card" aria-labelledby="policies-title">
-            <h2 id="policies-title">"Reclaim policies"</h2>
+        <Card title_id="policies-title" title="Reclaim policies">
             <p class="muted">
                 "A GPU held in a state for a while gets a notice to its owner; after the grace period (unless snoozed, and only if the same owned process is still there) the action runs: a webhook for the site's automation, or SIGTERM by the agent of a host that opted in. Never on a GPU whose state is unknown or offline."
             </p>
@@ -276,7 +276,7 @@ fn Policies() -> impl IntoView {
             </Show>
             <FormError error fields=&["name", "for_s", "grace_s", "action_channel_id", "notice_channel_id"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 
@@ -366,8 +366,7 @@ fn Reclaims() -> impl IntoView {
         });
     };
     view! {
-        <section class="card" aria-labelledby="reclaims-title">
-            <h2 id="reclaims-title">"Reclaims"</h2>
+        <Card title_id="reclaims-title" title="Reclaims">
             <p class="muted">"Every step, newest reclaim first: who did it, what, when, and the money the GPU had held in the state by then. The owner of a job may snooze its reclaim."</p>
             <PollStatus res has_data/>
             <ActionError error/>
@@ -385,7 +384,7 @@ fn Reclaims() -> impl IntoView {
                 }
                 .into_any()
             }}
-        </section>
+        </Card>
     }
 }
 

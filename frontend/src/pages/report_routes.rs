@@ -8,6 +8,7 @@ use leptos::task::spawn_local;
 
 use crate::api::actions::{self, NewReportRoute};
 use crate::api::{self, ApiError};
+use crate::components::card::Card;
 use crate::components::form::{MessageChannelSelect, TextField};
 use crate::components::status::{ConfirmButton, FieldError, FormError, PollStatus, Saved, show_outcome};
 use crate::components::table::{Column, DataTable};
@@ -94,8 +95,7 @@ pub fn ReportRoutes() -> impl IntoView {
     };
 
     view! {
-        <section class="card" aria-labelledby="routes-title">
-            <h2 id="routes-title">"Report routes"</h2>
+        <Card title_id="routes-title" title="Report routes">
             <p class="muted">
                 "When a job ends, its report card goes to the channel of the most specific matching route (owner and team, owner, team, then anyone), once, and only if the job had at least the route's GPU-hours and wasted at least its share."
             </p>
@@ -165,7 +165,7 @@ pub fn ReportRoutes() -> impl IntoView {
             </Show>
             <FormError error fields=&["owner", "channel_id", "min_gpu_hours", "min_waste_pct"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 

@@ -7,6 +7,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api::{self, ApiError};
+use crate::components::card::Card;
 use crate::components::form::{Choices, InlineSelect};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus};
@@ -128,8 +129,7 @@ fn Jobs() -> impl IntoView {
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
     view! {
-        <section class="card" aria-labelledby="jobs-title">
-            <h2 id="jobs-title">"Jobs: model FLOPs utilization (MFU)"</h2>
+        <Card title_id="jobs-title" title="Jobs: model FLOPs utilization (MFU)">
             <p class="muted">
                 "Jobs report their throughput with " <code>"POST /api/v1/jobs"</code>
                 "; MFU is achieved FLOP/s ÷ the dense datasheet peak of their GPUs (n/a where a model or precision has no datasheet figure)."
@@ -169,7 +169,7 @@ fn Jobs() -> impl IntoView {
                     .into_any()
                 }}
             </Show>
-        </section>
+        </Card>
     }
 }
 

@@ -13,6 +13,7 @@ use leptos::task::spawn_local;
 use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
+use crate::components::card::Card;
 use crate::components::form::TextField;
 use crate::components::header::LogOutButton;
 use crate::components::status::{
@@ -30,8 +31,7 @@ pub fn SettingsPage() -> impl IntoView {
     let me = move || ctx.me.get().unwrap_or_default();
     view! {
         <div class="page-head"><h1>"Settings"</h1></div>
-        <section class="card" aria-labelledby="account-title">
-            <h2 id="account-title">"Account"</h2>
+        <Card title_id="account-title" title="Account">
             <dl class="adv adv-wide" data-testid="account">
                 {move || {
                     let m = me();
@@ -56,7 +56,7 @@ pub fn SettingsPage() -> impl IntoView {
                 </label>
                 <LogOutButton class="btn"/>
             </div>
-        </section>
+        </Card>
         <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.via == Via::Session && m.user.is_some()))>
             <ChangePassword/>
         </Show>
@@ -100,8 +100,7 @@ fn ChangePassword() -> impl IntoView {
         });
     };
     view! {
-        <section class="card" aria-labelledby="password-title">
-            <h2 id="password-title">"Password"</h2>
+        <Card title_id="password-title" title="Password">
             <form class="form-grid" on:submit=submit novalidate aria-label="Change your password">
                 <TextField id="current-password" label="Current password" value=current error field="current_password" input_type="password" autocomplete="current-password"/>
                 <TextField id="new-password" label="New password" value=new error field="new_password" input_type="password" autocomplete="new-password"/>
@@ -115,7 +114,7 @@ fn ChangePassword() -> impl IntoView {
             <FieldError error field="new_password" label="New password"/>
             <FormError error fields=&["current_password", "new_password"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 
@@ -125,8 +124,7 @@ fn ChangePassword() -> impl IntoView {
 fn Alerting() -> impl IntoView {
     let ctx = use_app();
     view! {
-        <section class="card" aria-labelledby="alerting-title">
-            <h2 id="alerting-title">"Alert rules and channels"</h2>
+        <Card title_id="alerting-title" title="Alert rules and channels">
             <p class="muted">"They are set on the Alerts page, next to the alerts they raise and their silences."</p>
             <ul class="link-list">
                 <li>
@@ -140,7 +138,7 @@ fn Alerting() -> impl IntoView {
                     </li>
                 </Show>
             </ul>
-        </section>
+        </Card>
     }
 }
 
@@ -189,8 +187,7 @@ fn Teams() -> impl IntoView {
         });
     };
     view! {
-        <section class="card" aria-labelledby="teams-title">
-            <h2 id="teams-title">"Teams"</h2>
+        <Card title_id="teams-title" title="Teams">
             <p class="muted">
                 "A GPU counts for the team an admin gave it or its host; else the team of the agent's API key; else the "
                 <code>"team"</code> " label the agent sends."
@@ -293,7 +290,7 @@ fn Teams() -> impl IntoView {
                     </DataTable>
                 }
             }}
-        </section>
+        </Card>
     }
 }
 
@@ -343,8 +340,7 @@ fn ApiKeys() -> impl IntoView {
         });
     };
     view! {
-        <section class="card" aria-labelledby="keys-title">
-            <h2 id="keys-title">"API keys"</h2>
+        <Card title_id="keys-title" title="API keys">
             <p class="muted">
                 {move || if ctx.is_admin() { "Every key of the organisation." } else { "Your keys." }}
                 " Agents send with an " <code>"ingest"</code> " key; scripts read with a " <code>"read"</code>
@@ -444,7 +440,7 @@ fn ApiKeys() -> impl IntoView {
                     <p><code class="secret" data-testid="new-key">{k.key}</code></p>
                 </div>
             })}
-        </section>
+        </Card>
     }
 }
 
@@ -494,8 +490,7 @@ fn Users() -> impl IntoView {
     };
     let me_id = move || ctx.me.with(|m| m.as_ref().and_then(|m| m.user.as_ref().map(|u| u.id)));
     view! {
-        <section class="card" aria-labelledby="users-title">
-            <h2 id="users-title">"Users"</h2>
+        <Card title_id="users-title" title="Users">
             <p class="muted">"Viewers read; members also send data and make their own keys; admins change everything."</p>
             <PollStatus res has_data/>
             <Show when=move || has_data.get()>
@@ -576,7 +571,7 @@ fn Users() -> impl IntoView {
             <FieldError error field="password" label="Password"/>
             <FormError error fields=&["email", "password"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 
@@ -733,8 +728,7 @@ fn Thresholds() -> impl IntoView {
     };
 
     view! {
-        <section class="card" aria-labelledby="thresholds-title">
-            <h2 id="thresholds-title">"Workload-state thresholds"</h2>
+        <Card title_id="thresholds-title" title="Workload-state thresholds">
             <p class="muted">
                 "How each window is classified (METRICS.md); checks run in this order and the first match wins. "
                 {move || (!ctx.is_admin()).then_some("Only an admin can change them.")}
@@ -798,7 +792,7 @@ fn Thresholds() -> impl IntoView {
             </Show>
             <ActionError error/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 
@@ -841,8 +835,7 @@ fn Prices() -> impl IntoView {
     };
 
     view! {
-        <section class="card" aria-labelledby="prices-title">
-            <h2 id="prices-title">"GPU-hour prices"</h2>
+        <Card title_id="prices-title" title="GPU-hour prices">
             <p class="muted">"Cost and wasted cost use your prices where set, else the shipped defaults."</p>
             <PollStatus res has_data/>
             <Show when=move || has_data.get()>
@@ -865,7 +858,7 @@ fn Prices() -> impl IntoView {
             </Show>
             <ErrorMessage message=local_error/>
             <ActionError error/>
-        </section>
+        </Card>
     }
 }
 
