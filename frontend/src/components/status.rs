@@ -15,6 +15,9 @@ pub fn PollStatus(
     /// True once the page has data to show; an error then reads as "showing earlier data".
     #[prop(into)]
     has_data: Signal<bool>,
+    /// What shows the data, under the status, while `has_data`.
+    #[prop(optional)]
+    children: Option<ChildrenFn>,
 ) -> impl IntoView {
     view! {
         <Transition fallback=|| view! { <p class="status" role="status">"Loading…"</p> }>
@@ -22,6 +25,7 @@ pub fn PollStatus(
                 {move || res.get()}
             </ErrorBoundary>
         </Transition>
+        {children.map(|children| view! { <Show when=move || has_data.get()>{children()}</Show> })}
     }
 }
 

@@ -9,6 +9,7 @@ use crate::api;
 use crate::charts::distribution::StateDistribution;
 use crate::charts::funnel::Funnel;
 use crate::components::card::Card;
+use crate::components::list::Empty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::ctx::{Latest, latest_ok, polled, use_app};
@@ -37,10 +38,9 @@ pub fn FleetPage() -> impl IntoView {
                 {pick(|d| format!("{} GPUs · {} paid for · {} with a process", d.gpu_count, format::hours(d.paid_gpu_hours), format::hours(d.allocated_gpu_hours)))}
             </p>
         </div>
-        <PollStatus res has_data/>
-        <Show when=move || has_data.get()>
+        <PollStatus res has_data>
             <FleetBody data/>
-        </Show>
+        </PollStatus>
     }
 }
 
@@ -207,7 +207,7 @@ fn Wasters(data: Latest<FleetSummary>) -> impl IntoView {
             let Some(d) = d else { return ().into_any() };
             let list: &[GpuWaste] = &d.top_wasters;
             if list.is_empty() {
-                return view! { <p class="empty">"No GPU wasted time in this range."</p> }.into_any();
+                return view! { <Empty message="No GPU wasted time in this range."/> }.into_any();
             }
             let cur = &d.currency;
             view! {

@@ -19,6 +19,7 @@ use crate::charts::line_chart::{LineChart, nice_ceil};
 use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
 use crate::components::card::Card;
+use crate::components::list::{Empty, NonEmpty};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::components::table::{Column, DataTable};
@@ -212,11 +213,10 @@ pub fn GpuDetailPage() -> impl IntoView {
 
     view! {
         <nav class="crumbs" aria-label="Breadcrumb"><a href="/gpus">"GPUs"</a> " / " <span>{move || uuid.get()}</span></nav>
-        <PollStatus res has_data/>
-        <Show when=move || has_data.get()>
+        <PollStatus res has_data>
             <DetailBody detail states_res zoom/>
             <GpuAlerts uuid/>
-        </Show>
+        </PollStatus>
     }
 }
 
@@ -261,6 +261,7 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
     });
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
+    let alerts = Signal::derive(move || data.get().map(|d| d.alerts).unwrap_or_default());
     view! {
         <section class="card" aria-labelledby="gpu-alerts-title">
             <div class="section-head">
@@ -268,11 +269,7 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                 <a href="/alerts">"All alerts, rules and silences"</a>
             </div>
             <PollStatus res has_data/>
-            {move || {
-                let list = data.get().map(|d| d.alerts).unwrap_or_default();
-                if list.is_empty() {
-                    return view! { <p class="empty">"No alert on this GPU."</p> }.into_any();
-                }
+            <NonEmpty items=alerts empty="No alert on this GPU." let:list>{
                 let chains = inhibition_chains(&list);
                 view! {
                     {(!chains.is_empty()).then(|| view! {
@@ -322,8 +319,7 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                         }).collect_view()}
                     </DataTable>
                 }
-                .into_any()
-            }}
+            }</NonEmpty>
         </section>
     }
 }
@@ -573,10 +569,9 @@ fn StatesPanel(
         })
     };
     view! {
-        <PollStatus res=states_res has_data=has/>
-        <Show when=move || has.get()>
+        <PollStatus res=states_res has_data=has>
             <StateTimeline windows x_range/>
-        </Show>
+        </PollStatus>
         {advice}
     }
 }
@@ -587,9 +582,9 @@ fn Processes(gpu: Latest<GpuSummary>) -> impl IntoView {
     move || {
         let procs = gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref()).map(|s| s.processes.clone()));
         match procs {
-            None => view! { <p class="empty">"No sample yet."</p> }.into_any(),
-            Some(None) => view! { <p class="empty">"The process list could not be read on this host."</p> }.into_any(),
-            Some(Some(p)) if p.is_empty() => view! { <p class="empty">"No process on this GPU in the latest sample."</p> }.into_any(),
+            None => view! { <Empty message="No sample yet."/> }.into_any(),
+            Some(None) => view! { <Empty message="The process list could not be read on this host."/> }.into_any(),
+            Some(Some(p)) if p.is_empty() => view! { <Empty message="No process on this GPU in the latest sample."/> }.into_any(),
             Some(Some(p)) => view! {
                 <DataTable
                     class="proc-table"

@@ -15,6 +15,7 @@ use leptos_router::params::Params;
 use crate::api::ApiError;
 use crate::api::actions::{self, JobRun};
 use crate::components::card::Card;
+use crate::components::list::Empty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus, Saved, show_outcome};
 use crate::components::table::{Column, DataTable};
@@ -214,7 +215,7 @@ fn ReportCard(card: JobCard) -> impl IntoView {
         </Card>
         <Card title_id="advice-title" title="What would help">
             {if no_advice {
-                view! { <p class="empty">"Nothing to improve: no waste state held 5 % of its GPU-hours."</p> }.into_any()
+                view! { <Empty message="Nothing to improve: no waste state held 5 % of its GPU-hours."/> }.into_any()
             } else {
                 view! { <ul class="advice-list" data-testid="advice">{advice}</ul> }.into_any()
             }}

@@ -12,6 +12,7 @@ use leptos_router::hooks::use_query_map;
 use crate::api;
 use crate::api::actions::{self, JobRun, RunFilter};
 use crate::components::card::Card;
+use crate::components::list::Empty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::components::table::{Column, DataTable};
@@ -159,8 +160,7 @@ pub fn JobsPage() -> impl IntoView {
                     </select>
                 </label>
         </form>
-        <PollStatus res has_data/>
-        <Show when=move || has_data.get()>
+        <PollStatus res has_data>
             <Card title_id="job-groups-title" title=move || if by_f.get() == "team" { "Per team" } else { "Per owner" }>
                 {move || {
                     let runs = data.get().unwrap_or_default();
@@ -188,14 +188,14 @@ pub fn JobsPage() -> impl IntoView {
                     }
                 }}
             </Card>
-        </Show>
+        </PollStatus>
     }
 }
 
 #[component]
 fn GroupTable(groups: Vec<(String, GroupSum)>, by_team: bool, teams: Vec<Team>, currency: String) -> impl IntoView {
     if groups.is_empty() {
-        return view! { <p class="empty">"No job run in this range."</p> }.into_any();
+        return view! { <Empty message="No job run in this range."/> }.into_any();
     }
     let link = move |name: &str| -> String {
         if by_team {
@@ -248,7 +248,7 @@ fn GroupTable(groups: Vec<(String, GroupSum)>, by_team: bool, teams: Vec<Team>, 
 #[component]
 fn RunTable(runs: Vec<JobRun>, teams: Vec<Team>) -> impl IntoView {
     if runs.is_empty() {
-        return view! { <p class="empty">"No job run matches in this range."</p> }.into_any();
+        return view! { <Empty message="No job run matches in this range."/> }.into_any();
     }
     let rows = runs
         .into_iter()

@@ -8,6 +8,7 @@ use fleetlens_core::plans::{JobEvidence, Plans};
 use leptos::prelude::*;
 
 use crate::api::actions;
+use crate::components::list::Empty;
 use crate::components::status::PollStatus;
 use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, latest_ok, use_app};
@@ -85,7 +86,7 @@ pub fn PlansSection(data: Latest<FleetSummary>) -> impl IntoView {
 #[component]
 fn PlanTables(p: Plans, currency: String) -> impl IntoView {
     if p.collocation.is_empty() && p.right_size.is_empty() {
-        return view! { <p class="empty">"No plan: no ended jobs that could share a GPU or fit a smaller one in this range."</p> }
+        return view! { <Empty message="No plan: no ended jobs that could share a GPU or fit a smaller one in this range."/> }
             .into_any();
     }
     let money = |v: Option<f64>| {

@@ -9,6 +9,7 @@ use leptos::task::spawn_local;
 use crate::api::{self, ApiError};
 use crate::components::card::Card;
 use crate::components::form::{Choices, InlineSelect};
+use crate::components::list::{Empty, NonEmpty};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus};
 use crate::components::table::{Column, DataTable, TableFoot};
@@ -94,10 +95,9 @@ pub fn ReportsPage() -> impl IntoView {
                 }}
             </div>
             <ActionError error=csv_error/>
-            <PollStatus res=report has_data/>
-            <Show when=move || has_data.get()>
+            <PollStatus res=report has_data>
                 <BillingTable report=data/>
-            </Show>
+            </PollStatus>
         </section>
         <Jobs/>
     }
@@ -128,47 +128,40 @@ fn Jobs() -> impl IntoView {
     });
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
+    let list = Signal::derive(move || data.get().unwrap_or_default());
     view! {
         <Card title_id="jobs-title" title="Jobs: model FLOPs utilization (MFU)">
             <p class="muted">
                 "Jobs report their throughput with " <code>"POST /api/v1/jobs"</code>
                 "; MFU is achieved FLOP/s ÷ the dense datasheet peak of their GPUs (n/a where a model or precision has no datasheet figure)."
             </p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
-                {move || {
-                    let list = data.get().unwrap_or_default();
-                    if list.is_empty() {
-                        return view! { <p class="empty">"No job reported its throughput in this range."</p> }.into_any();
-                    }
-                    view! {
-                        <DataTable
-                            class="job-table"
-                            caption="Jobs and their MFU"
-                            columns={[
-                                Column::text("Job"),
-                                Column::num("GPUs"),
-                                Column::text("Precision"),
-                                Column::num("Achieved"),
-                                Column::num("MFU"),
-                                Column::text("When"),
-                            ]}
-                        >
-                            {list.into_iter().map(|j| view! {
-                                <tr data-job-id=j.id.to_string()>
-                                    <th scope="row">{j.name.clone()}</th>
-                                    <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
-                                    <td>{j.precision.as_str()}</td>
-                                    <td class="num">{flops(j.achieved_flops_per_s)}</td>
-                                    <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
-                                    <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>
-                                </tr>
-                            }).collect_view()}
-                        </DataTable>
-                    }
-                    .into_any()
-                }}
-            </Show>
+            <PollStatus res has_data>
+                <NonEmpty items=list empty="No job reported its throughput in this range." let:list>
+                    <DataTable
+                        class="job-table"
+                        caption="Jobs and their MFU"
+                        columns={[
+                            Column::text("Job"),
+                            Column::num("GPUs"),
+                            Column::text("Precision"),
+                            Column::num("Achieved"),
+                            Column::num("MFU"),
+                            Column::text("When"),
+                        ]}
+                    >
+                        {list.into_iter().map(|j| view! {
+                            <tr data-job-id=j.id.to_string()>
+                                <th scope="row">{j.name.clone()}</th>
+                                <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
+                                <td>{j.precision.as_str()}</td>
+                                <td class="num">{flops(j.achieved_flops_per_s)}</td>
+                                <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
+                                <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>
+                            </tr>
+                        }).collect_view()}
+                    </DataTable>
+                </NonEmpty>
+            </PollStatus>
         </Card>
     }
 }
@@ -178,7 +171,7 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
     move || {
         let Some(rep) = report.get() else { return ().into_any() };
         if rep.rows.is_empty() {
-            return view! { <p class="empty">"Nothing billed in this range."</p> }.into_any();
+            return view! { <Empty message="Nothing billed in this range."/> }.into_any();
         }
         let cur = rep.currency.clone();
         let money = move |v: Option<f64>| v.map(|v| format::money(v, &cur)).unwrap_or_else(|| "no price set".into());

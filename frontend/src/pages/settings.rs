@@ -16,6 +16,7 @@ use crate::api::{self, ApiError};
 use crate::components::card::Card;
 use crate::components::form::TextField;
 use crate::components::header::LogOutButton;
+use crate::components::list::NonEmpty;
 use crate::components::status::{
     ActionError, ConfirmButton, ErrorMessage, FieldError, FormError, PollStatus, Saved, show_error, show_outcome,
 };
@@ -153,6 +154,7 @@ fn Teams() -> impl IntoView {
     let hosts = latest_ok(hosts_res);
     let has_teams = Signal::derive(move || teams.with(Option::is_some));
     let has_hosts = Signal::derive(move || hosts.with(Option::is_some));
+    let team_list = Signal::derive(move || teams.get().unwrap_or_default());
     let name = RwSignal::new(String::new());
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
@@ -193,11 +195,7 @@ fn Teams() -> impl IntoView {
                 <code>"team"</code> " label the agent sends."
             </p>
             <PollStatus res=teams_res has_data=has_teams/>
-            {move || {
-                let list = teams.get().unwrap_or_default();
-                if list.is_empty() {
-                    return view! { <p class="empty">"No team yet."</p> }.into_any();
-                }
+            <NonEmpty items=team_list empty="No team yet." let:list>{
                 let admin = ctx.is_admin();
                 view! {
                     <ul class="team-list">
@@ -221,8 +219,7 @@ fn Teams() -> impl IntoView {
                         }).collect_view()}
                     </ul>
                 }
-                .into_any()
-            }}
+            }</NonEmpty>
             <Show when=move || ctx.is_admin()>
                 <form class="form-grid" on:submit=submit novalidate aria-label="New team">
                     <TextField id="team-name" label="Team name" value=name error field="name"/>
@@ -308,6 +305,7 @@ fn ApiKeys() -> impl IntoView {
     let res = polled(api::api_keys);
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
+    let list = Signal::derive(move || data.get().unwrap_or_default());
     let name = RwSignal::new(String::new());
     let scopes = RwSignal::new(vec!["read".to_string()]);
     let error = RwSignal::new(None::<ApiError>);
@@ -346,62 +344,54 @@ fn ApiKeys() -> impl IntoView {
                 " Agents send with an " <code>"ingest"</code> " key; scripts read with a " <code>"read"</code>
                 " key. A key never grants more than its maker's role."
             </p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
-                {move || {
-                    let list = data.get().unwrap_or_default();
-                    if list.is_empty() {
-                        return view! { <p class="empty">"No API key yet."</p> }.into_any();
-                    }
-                    view! {
-                        <DataTable
-                            class="key-table"
-                            caption="API keys"
-                            columns={[
-                                Column::text("Name"),
-                                Column::text("Key"),
-                                Column::text("Scopes"),
-                                Column::text("Created"),
-                                Column::text("Last used"),
-                                Column::hidden("Actions"),
-                            ]}
-                        >
-                            {list.into_iter().map(|k| {
-                                let id = k.id;
-                                let name = k.name.clone();
-                                view! {
-                                    <tr data-key-id=k.id.to_string()>
-                                        <th scope="row">{k.name.clone()}</th>
-                                        <td><code>{format!("{}…", k.prefix)}</code></td>
-                                        <td>{k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")}</td>
-                                        <td>{format::date_time(k.created_ms)}</td>
-                                        <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
-                                        <td>
-                                            {if k.revoked {
-                                                view! { <span class="pill pill-muted">"revoked"</span> }.into_any()
-                                            } else {
-                                                view! {
-                                                    <div class="actions">
-                                                        <ConfirmButton
-                                                            asking=confirm
-                                                            id
-                                                            label="Revoke"
-                                                            confirm_label="Confirm revoke"
-                                                            aria_label=format!("Revoke key {name}")
-                                                            on_confirm=Callback::new(move |()| revoke(id))
-                                                        />
-                                                    </div>
-                                                }.into_any()
-                                            }}
-                                        </td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </DataTable>
-                    }
-                    .into_any()
-                }}
-            </Show>
+            <PollStatus res has_data>
+                <NonEmpty items=list empty="No API key yet." let:list>
+                    <DataTable
+                        class="key-table"
+                        caption="API keys"
+                        columns={[
+                            Column::text("Name"),
+                            Column::text("Key"),
+                            Column::text("Scopes"),
+                            Column::text("Created"),
+                            Column::text("Last used"),
+                            Column::hidden("Actions"),
+                        ]}
+                    >
+                        {list.into_iter().map(|k| {
+                            let id = k.id;
+                            let name = k.name.clone();
+                            view! {
+                                <tr data-key-id=k.id.to_string()>
+                                    <th scope="row">{k.name.clone()}</th>
+                                    <td><code>{format!("{}…", k.prefix)}</code></td>
+                                    <td>{k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")}</td>
+                                    <td>{format::date_time(k.created_ms)}</td>
+                                    <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
+                                    <td>
+                                        {if k.revoked {
+                                            view! { <span class="pill pill-muted">"revoked"</span> }.into_any()
+                                        } else {
+                                            view! {
+                                                <div class="actions">
+                                                    <ConfirmButton
+                                                        asking=confirm
+                                                        id
+                                                        label="Revoke"
+                                                        confirm_label="Confirm revoke"
+                                                        aria_label=format!("Revoke key {name}")
+                                                        on_confirm=Callback::new(move |()| revoke(id))
+                                                    />
+                                                </div>
+                                            }.into_any()
+                                        }}
+                                    </td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </DataTable>
+                </NonEmpty>
+            </PollStatus>
             <form class="form-grid" on:submit=submit novalidate aria-label="New API key">
                 <TextField id="key-name" label="Name" value=name error field="name"/>
                 <fieldset class="checks">
@@ -492,8 +482,7 @@ fn Users() -> impl IntoView {
     view! {
         <Card title_id="users-title" title="Users">
             <p class="muted">"Viewers read; members also send data and make their own keys; admins change everything."</p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
+            <PollStatus res has_data>
                 {move || {
                     let list = data.get().unwrap_or_default();
                     let me = me_id();
@@ -554,7 +543,7 @@ fn Users() -> impl IntoView {
                         </DataTable>
                     }
                 }}
-            </Show>
+            </PollStatus>
             <form class="form-grid" on:submit=submit novalidate aria-label="Add a user">
                 <TextField id="user-email" label="Email" value=email error field="email" input_type="email"/>
                 <TextField id="user-name" label="Name" value=name/>
@@ -733,8 +722,7 @@ fn Thresholds() -> impl IntoView {
                 "How each window is classified (METRICS.md); checks run in this order and the first match wins. "
                 {move || (!ctx.is_admin()).then_some("Only an admin can change them.")}
             </p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
+            <PollStatus res has_data>
                 <form on:submit=submit novalidate aria-label="Classifier thresholds">
                     <div class="th-grid">
                         {move || {
@@ -789,7 +777,7 @@ fn Thresholds() -> impl IntoView {
                         </div>
                     </Show>
                 </form>
-            </Show>
+            </PollStatus>
             <ActionError error/>
             <Saved saved/>
         </Card>
@@ -837,10 +825,9 @@ fn Prices() -> impl IntoView {
     view! {
         <Card title_id="prices-title" title="GPU-hour prices">
             <p class="muted">"Cost and wasted cost use your prices where set, else the shipped defaults."</p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
+            <PollStatus res has_data>
                 <PriceTableView prices=data on_remove=Callback::new(move |k: String| save(k, None))/>
-            </Show>
+            </PollStatus>
             <Show when=move || use_app().is_admin()>
             <form class="form-grid" on:submit=submit aria-label="Set a price">
                 <label>
