@@ -11,7 +11,7 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::{self, ApiError};
-use crate::components::card::Card;
+use crate::components::card::{Card, CardHead};
 use crate::components::form::{Choices, InlineSelect, TextField};
 use crate::components::list::NonEmpty;
 use crate::components::status::{
@@ -120,20 +120,19 @@ pub fn AlertsPage() -> impl IntoView {
                 }}
             </p>
         </div>
-        <section class="card" aria-labelledby="alerts-title">
-            <div class="section-head">
-                <h2 id="alerts-title">"Alert instances"</h2>
+        <Card title_id="alerts-title" title="Alert instances">
+            <CardHead slot>
                 <InlineSelect
                     label="Status"
                     options=STATUSES
                     value=status
                     on_change=Callback::new(move |s: String| set_query("status", &s))
                 />
-            </div>
+            </CardHead>
             <PollStatus res=alerts has_data=has_alerts>
                 <AlertTable alerts=alert_list windows refresh/>
             </PollStatus>
-        </section>
+        </Card>
         <Silences res=silences rules=rule_list refresh/>
         <Rules res=rules refresh/>
         <Show when=move || ctx.is_admin()>
@@ -592,13 +591,12 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
     });
 
     view! {
-        <section class="card" aria-labelledby="rules-title">
-            <div class="section-head">
-                <h2 id="rules-title">"Rules"</h2>
+        <Card title_id="rules-title" title="Rules">
+            <CardHead slot>
                 <Show when=move || ctx.is_admin() && draft.with(Option::is_none)>
                     <button type="button" class="btn-primary" on:click=move |_| edit.run(None)>"New rule"</button>
                 </Show>
-            </div>
+            </CardHead>
             <p class="muted">
                 "A condition is an expression over the metric names and " <code>"state"</code> ", e.g. "
                 <code>"gpu_util_pct >= 80 && sm_active_pct < 30"</code> " (busy but hollow). A metric the GPU does "
@@ -666,7 +664,7 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
                     }
                 }</NonEmpty>
             </PollStatus>
-        </section>
+        </Card>
     }
 }
 

@@ -8,7 +8,7 @@ use leptos::prelude::*;
 use crate::api;
 use crate::charts::distribution::StateDistribution;
 use crate::charts::funnel::Funnel;
-use crate::components::card::Card;
+use crate::components::card::{Card, CardHead};
 use crate::components::list::Empty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
@@ -113,13 +113,12 @@ fn FleetBody(data: Latest<FleetSummary>) -> impl IntoView {
             </Card>
         </div>
 
-        <section class="card" aria-labelledby="owners-title">
-            <div class="section-head">
-                <h2 id="owners-title">"Who is wasting"</h2>
+        <Card title_id="owners-title" title="Who is wasting">
+            <CardHead slot>
                 <a href="/reports">"By user, namespace, pod or Slurm job: Reports"</a>
-            </div>
+            </CardHead>
             <Owners data/>
-        </section>
+        </Card>
         <PlansSection data/>
         <p class="muted small">{d(|d| d.price_source.clone())}</p>
     }

@@ -18,7 +18,7 @@ use crate::api::{self, ApiResult};
 use crate::charts::line_chart::{LineChart, nice_ceil};
 use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
-use crate::components::card::Card;
+use crate::components::card::{Card, CardHead};
 use crate::components::list::{Empty, NonEmpty};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
@@ -263,11 +263,10 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
     let has_data = Signal::derive(move || data.with(Option::is_some));
     let alerts = Signal::derive(move || data.get().map(|d| d.alerts).unwrap_or_default());
     view! {
-        <section class="card" aria-labelledby="gpu-alerts-title">
-            <div class="section-head">
-                <h2 id="gpu-alerts-title">"Alerts on this GPU"</h2>
+        <Card title_id="gpu-alerts-title" title="Alerts on this GPU">
+            <CardHead slot>
                 <a href="/alerts">"All alerts, rules and silences"</a>
-            </div>
+            </CardHead>
             <PollStatus res has_data/>
             <NonEmpty items=alerts empty="No alert on this GPU." let:list>{
                 let chains = inhibition_chains(&list);
@@ -320,7 +319,7 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                     </DataTable>
                 }
             }</NonEmpty>
-        </section>
+        </Card>
     }
 }
 

@@ -14,7 +14,7 @@ use leptos_router::params::Params;
 
 use crate::api::ApiError;
 use crate::api::actions::{self, JobRun};
-use crate::components::card::Card;
+use crate::components::card::{Card, CardHead};
 use crate::components::list::Empty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus, Saved, show_outcome};
@@ -76,17 +76,17 @@ pub fn JobCardPage() -> impl IntoView {
         {move || run.get().map(|r| {
             let open = r.is_open();
             let requested = r.end_requested_ms.is_some();
+            let card = r.card.clone();
             view! {
-                <section class="card" aria-labelledby="run-title">
-                    <div class="section-head">
-                        <h2 id="run-title">"Run"</h2>
+                <Card title_id="run-title" title="Run">
+                    <CardHead slot>
                         {(open && !requested && may_end()).then(|| view! {
                             <button type="button" class="btn btn-danger" data-testid="end-run" on:click=end>"End this run now"</button>
                         })}
-                    </div>
+                    </CardHead>
                     <RunFacts run=r.clone()/>
-                </section>
-                {match r.card.clone() {
+                </Card>
+                {match card {
                     Some(card) => view! { <ReportCard card/> }.into_any(),
                     None => view! {
                         <Card title_id="card-title" title="Report card">

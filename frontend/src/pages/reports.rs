@@ -7,7 +7,7 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api::{self, ApiError};
-use crate::components::card::Card;
+use crate::components::card::{Card, CardHead};
 use crate::components::form::{Choices, InlineSelect};
 use crate::components::list::{Empty, NonEmpty};
 use crate::components::state_badge::StateBadge;
@@ -68,9 +68,8 @@ pub fn ReportsPage() -> impl IntoView {
             <h1>"Reports"</h1>
             <p class="muted">{move || format!("Billing for the {}", ctx.range.get().long_label())}</p>
         </div>
-        <section class="card" aria-labelledby="billing-title">
-            <div class="section-head">
-                <h2 id="billing-title">"Billing"</h2>
+        <Card title_id="billing-title" title="Billing">
+            <CardHead slot>
                 <InlineSelect
                     label="Group by"
                     options=GROUPS
@@ -93,12 +92,12 @@ pub fn ReportsPage() -> impl IntoView {
                             }
                         })
                 }}
-            </div>
+            </CardHead>
             <ActionError error=csv_error/>
             <PollStatus res=report has_data>
                 <BillingTable report=data/>
             </PollStatus>
-        </section>
+        </Card>
         <Jobs/>
     }
 }
