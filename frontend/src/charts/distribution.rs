@@ -5,6 +5,7 @@ use fleetlens_core::WorkloadState;
 use leptos::prelude::*;
 
 use crate::components::state_badge::StateBadge;
+use crate::components::table::{Column, DataTable};
 use crate::ctx::Latest;
 use crate::format;
 use crate::states;
@@ -60,20 +61,18 @@ pub fn StateDistribution(data: Latest<FleetSummary>) -> impl IntoView {
     };
     view! {
         <div class="stacked" aria-hidden="true">{bar}</div>
-        <div class="table-wrap">
-            <table class="data">
-                <caption class="sr-only">"GPU-hours by workload state"</caption>
-                <thead>
-                    <tr>
-                        <th scope="col">"State"</th>
-                        <th scope="col" class="num">"GPU-hours"</th>
-                        <th scope="col" class="num">"Share"</th>
-                        <th scope="col" class="num">"Wasted cost"</th>
-                        <th scope="col">"Meaning"</th>
-                    </tr>
-                </thead>
-                <tbody>{rows}</tbody>
-            </table>
-        </div>
+        <DataTable
+            class=""
+            caption="GPU-hours by workload state"
+            columns={[
+                Column::text("State"),
+                Column::num("GPU-hours"),
+                Column::num("Share"),
+                Column::num("Wasted cost"),
+                Column::text("Meaning"),
+            ]}
+        >
+            {rows}
+        </DataTable>
     }
 }

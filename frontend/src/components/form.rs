@@ -76,3 +76,77 @@ pub fn MessageChannelSelect(
         </label>
     }
 }
+
+/// A text input under its label (the login form's layout; the input's `name` is its id),
+/// bound to `value`; `aria-invalid` while `invalid`.
+#[component]
+pub fn StackedField(
+    /// The input's id and name, which the label points at.
+    id: &'static str,
+    label: &'static str,
+    value: RwSignal<String>,
+    #[prop(into)] invalid: Signal<bool>,
+    /// The input's type when not text: "password", "email".
+    #[prop(optional)]
+    input_type: Option<&'static str>,
+    #[prop(optional)] autocomplete: Option<&'static str>,
+    #[prop(optional)] required: bool,
+    #[prop(optional)] spellcheck: Option<&'static str>,
+    /// The id of the help text that describes the input.
+    #[prop(optional)]
+    describedby: Option<&'static str>,
+) -> impl IntoView {
+    view! {
+        <label for=id>{label}</label>
+        <input
+            id=id
+            name=id
+            type=input_type
+            autocomplete=autocomplete
+            required=required
+            spellcheck=spellcheck
+            aria-describedby=describedby
+            aria-invalid=move || invalid.get().to_string()
+            prop:value=move || value.get()
+            on:input=move |ev| value.set(event_target_value(&ev))
+        />
+    }
+}
+
+/// Options of a select: (value, label).
+pub type Choices = &'static [(&'static str, &'static str)];
+
+/// A labelled choice in a section's head ("Status", "Group by"): `options`, then `groups` of
+/// options under their labels. `value` keeps the select on a value held elsewhere (the
+/// address); else `selected` is the option chosen at first.
+#[component]
+pub fn InlineSelect(
+    label: &'static str,
+    options: Choices,
+    #[prop(optional)] groups: &'static [(&'static str, Choices)],
+    #[prop(optional, into)] value: Option<Signal<String>>,
+    #[prop(optional)] selected: Option<&'static str>,
+    on_change: Callback<String>,
+) -> impl IntoView {
+    let choices = move |options: Choices| {
+        options.iter().map(|&(v, l)| view! { <option value=v selected=selected == Some(v)>{l}</option> }).collect_view()
+    };
+    let select = view! {
+        <select on:change=move |ev| on_change.run(event_target_value(&ev))>
+            {choices(options)}
+            {groups.iter().map(|&(l, options)| view! { <optgroup label=l>{choices(options)}</optgroup> }).collect_view()}
+        </select>
+    };
+    // Only a select that follows a value gets the property (a select without one keeps its
+    // `selected` option).
+    let select = match value {
+        Some(value) => select.into_inner().prop("value", move || value.get()).into_any(),
+        None => select.into_any(),
+    };
+    view! {
+        <label class="inline">
+            <span>{label}</span>
+            {select}
+        </label>
+    }
+}

@@ -1,8 +1,10 @@
-//! Reusable pieces: form fields, status lines, badges, meters, the range picker, the app header, the data
-//! table.
+//! Reusable pieces: page cards, form fields, status lines, empty-list messages, badges, meters, the range
+//! picker, the app header, the data table.
 
+pub mod card;
 pub mod form;
 pub mod header;
+pub mod list;
 pub mod meter;
 pub mod range_picker;
 pub mod state_badge;

@@ -15,6 +15,9 @@ pub fn PollStatus(
     /// True once the page has data to show; an error then reads as "showing earlier data".
     #[prop(into)]
     has_data: Signal<bool>,
+    /// What shows the data, under the status, while `has_data`.
+    #[prop(optional)]
+    children: Option<ChildrenFn>,
 ) -> impl IntoView {
     view! {
         <Transition fallback=|| view! { <p class="status" role="status">"Loading…"</p> }>
@@ -22,6 +25,7 @@ pub fn PollStatus(
                 {move || res.get()}
             </ErrorBoundary>
         </Transition>
+        {children.map(|children| view! { <Show when=move || has_data.get()>{children()}</Show> })}
     }
 }
 
@@ -56,7 +60,14 @@ fn ErrorBanner(error: ApiError, has_data: Signal<bool>) -> impl IntoView {
 /// An error from a one-off action (login, a form), or nothing.
 #[component]
 pub fn ActionError(#[prop(into)] error: Signal<Option<ApiError>>) -> impl IntoView {
-    move || error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e.to_string()}</p> })
+    let message = Signal::derive(move || error.get().map(|e| e.to_string()));
+    view! { <ErrorMessage message/> }
+}
+
+/// An error message as a banner (one the page found itself: "Enter an API key."), or nothing.
+#[component]
+pub fn ErrorMessage(#[prop(into)] message: Signal<Option<String>>) -> impl IntoView {
+    move || message.get().map(|m| view! { <p class="banner banner-error" role="alert">{m}</p> })
 }
 
 /// The message of a validation error about `field` (the server's `error.field`), for showing

@@ -58,25 +58,35 @@ fn shown(columns: Vec<Column>) -> impl Iterator<Item = Column> {
     columns.into_iter().filter(|c| c.shown)
 }
 
+/// The rows under a [`DataTable`]'s body (`children`: the `<tr>`s of a `<tfoot>`), such as
+/// totals.
+#[slot]
+pub struct TableFoot {
+    children: Children,
+}
+
 /// A table of rows (`children`: the `<tr>`s) under one header row.
 #[component]
 pub fn DataTable(
     /// The table's own class, after "data" ("policy-table"); empty for none.
     class: &'static str,
-    /// What the table lists, read to screen readers.
-    #[prop(into)]
-    caption: String,
+    /// What the table lists, read to screen readers; none where the table sits under a heading
+    /// or summary that says it.
+    #[prop(optional, into)]
+    caption: Option<String>,
     #[prop(into)] columns: Vec<Column>,
+    #[prop(optional)] table_foot: Option<TableFoot>,
     children: Children,
 ) -> impl IntoView {
     view! {
         <div class="table-wrap">
             <table class=table_class(class)>
-                <caption class="sr-only">{caption}</caption>
+                {caption.map(|caption| view! { <caption class="sr-only">{caption}</caption> })}
                 <thead>
                     <tr>{shown(columns).map(Column::header).collect_view()}</tr>
                 </thead>
                 <tbody>{children()}</tbody>
+                {table_foot.map(|foot| view! { <tfoot>{(foot.children)()}</tfoot> })}
             </table>
         </div>
     }

@@ -11,7 +11,9 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::use_query_map;
 
 use crate::api::{self, ApiError};
-use crate::components::form::TextField;
+use crate::components::card::{Card, CardHead};
+use crate::components::form::{Choices, InlineSelect, TextField};
+use crate::components::list::NonEmpty;
 use crate::components::status::{
     ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about, show_error, show_outcome,
 };
@@ -46,6 +48,15 @@ fn short_uuid(uuid: &str) -> String {
     let tail: String = hex[hex.len() - 4..].iter().collect();
     format!("{head}…{tail}")
 }
+
+/// The alert statuses the list can show: (value of `?status=`, label).
+const STATUSES: Choices = &[
+    ("open", "Open (firing or pending)"),
+    ("firing", "Firing"),
+    ("pending", "Pending"),
+    ("resolved", "Resolved"),
+    ("all", "All"),
+];
 
 /// Silence durations offered: (label, milliseconds).
 const DURATIONS: [(&str, i64); 5] = [
@@ -109,25 +120,19 @@ pub fn AlertsPage() -> impl IntoView {
                 }}
             </p>
         </div>
-        <section class="card" aria-labelledby="alerts-title">
-            <div class="section-head">
-                <h2 id="alerts-title">"Alert instances"</h2>
-                <label class="inline">
-                    <span>"Status"</span>
-                    <select on:change=move |ev| set_query("status", &event_target_value(&ev)) prop:value=move || status.get()>
-                        <option value="open">"Open (firing or pending)"</option>
-                        <option value="firing">"Firing"</option>
-                        <option value="pending">"Pending"</option>
-                        <option value="resolved">"Resolved"</option>
-                        <option value="all">"All"</option>
-                    </select>
-                </label>
-            </div>
-            <PollStatus res=alerts has_data=has_alerts/>
-            <Show when=move || has_alerts.get()>
+        <Card title_id="alerts-title" title="Alert instances">
+            <CardHead slot>
+                <InlineSelect
+                    label="Status"
+                    options=STATUSES
+                    value=status
+                    on_change=Callback::new(move |s: String| set_query("status", &s))
+                />
+            </CardHead>
+            <PollStatus res=alerts has_data=has_alerts>
                 <AlertTable alerts=alert_list windows refresh/>
-            </Show>
-        </section>
+            </PollStatus>
+        </Card>
         <Silences res=silences rules=rule_list refresh/>
         <Rules res=rules refresh/>
         <Show when=move || ctx.is_admin()>
@@ -157,11 +162,7 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
     };
     view! {
         <ActionError error/>
-        {move || {
-            let list = alerts.get();
-            if list.is_empty() {
-                return view! { <p class="empty">"No alert in this status."</p> }.into_any();
-            }
+        <NonEmpty items=alerts empty="No alert in this status." let:list>{
             ctx.tick.track();
             let now = now_ms();
             let admin = ctx.is_admin();
@@ -245,8 +246,7 @@ fn AlertTable(alerts: Signal<Vec<Alert>>, windows: Signal<Vec<SilenceWindow>>, r
                         .collect_view()}
                 </DataTable>
             }
-            .into_any()
-        }}
+        }</NonEmpty>
     }
 }
 
@@ -380,17 +380,12 @@ fn Silences(
         });
     };
     let matchers_error = about(error, "matchers");
+    let list = Signal::derive(move || data.get().map(|d| d.silences).unwrap_or_default());
     view! {
-        <section class="card" aria-labelledby="silences-title">
-            <h2 id="silences-title">"Silences"</h2>
+        <Card title_id="silences-title" title="Silences">
             <p class="muted">"A silence holds notifications back; its alerts are still recorded and shown here."</p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
-                {move || {
-                    let list = data.get().map(|d| d.silences).unwrap_or_default();
-                    if list.is_empty() {
-                        return view! { <p class="empty">"No silence."</p> }.into_any();
-                    }
+            <PollStatus res has_data>
+                <NonEmpty items=list empty="No silence." let:list>{
                     let admin = ctx.is_admin();
                     let now = now_ms();
                     view! {
@@ -437,9 +432,8 @@ fn Silences(
                                 .collect_view()}
                         </DataTable>
                     }
-                    .into_any()
-                }}
-            </Show>
+                }</NonEmpty>
+            </PollStatus>
             <Show when=move || ctx.is_admin()>
                 <form class="form-grid" on:submit=submit novalidate aria-label="New silence">
                     <label for="silence-rule">
@@ -477,7 +471,7 @@ fn Silences(
             <Show when=move || !ctx.is_admin()>
                 <ActionError error/>
             </Show>
-        </section>
+        </Card>
     }
 }
 
@@ -597,13 +591,12 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
     });
 
     view! {
-        <section class="card" aria-labelledby="rules-title">
-            <div class="section-head">
-                <h2 id="rules-title">"Rules"</h2>
+        <Card title_id="rules-title" title="Rules">
+            <CardHead slot>
                 <Show when=move || ctx.is_admin() && draft.with(Option::is_none)>
                     <button type="button" class="btn-primary" on:click=move |_| edit.run(None)>"New rule"</button>
                 </Show>
-            </div>
+            </CardHead>
             <p class="muted">
                 "A condition is an expression over the metric names and " <code>"state"</code> ", e.g. "
                 <code>"gpu_util_pct >= 80 && sm_active_pct < 30"</code> " (busy but hollow). A metric the GPU does "
@@ -616,13 +609,8 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
             <Show when=move || draft.with(Option::is_none)>
                 <ActionError error/>
             </Show>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
-                {move || {
-                    let l = list.get();
-                    if l.is_empty() {
-                        return view! { <p class="empty">"No alert rule yet."</p> }.into_any();
-                    }
+            <PollStatus res has_data>
+                <NonEmpty items=list empty="No alert rule yet." let:l>{
                     let admin = ctx.is_admin();
                     view! {
                         <DataTable
@@ -674,10 +662,9 @@ fn Rules(res: LocalResource<api::ApiResult<fleetlens_api::alerts::RuleList>>, re
                                 .collect_view()}
                         </DataTable>
                     }
-                    .into_any()
-                }}
-            </Show>
-        </section>
+                }</NonEmpty>
+            </PollStatus>
+        </Card>
     }
 }
 
@@ -966,62 +953,54 @@ fn Channels() -> impl IntoView {
         }
     };
 
+    let list = Signal::derive(move || data.get().map(|d| d.channels).unwrap_or_default());
     view! {
-        <section class="card" aria-labelledby="channels-title">
-            <h2 id="channels-title">"Notification channels"</h2>
+        <Card title_id="channels-title" title="Notification channels">
             <p class="muted">"Slack incoming webhooks, generic webhooks (Alertmanager's webhook body) or an Alertmanager. URLs are secrets: only admins see them."</p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
-                {move || {
-                    let l = data.get().map(|d| d.channels).unwrap_or_default();
-                    if l.is_empty() {
-                        return view! { <p class="empty">"No channel yet: alerts show only on this page."</p> }.into_any();
-                    }
-                    view! {
-                        <DataTable
-                            class="channel-table"
-                            caption="Notification channels"
-                            columns={[
-                                Column::text("Name"),
-                                Column::text("Kind"),
-                                Column::text("URL"),
-                                Column::text("Default"),
-                                Column::hidden("Actions"),
-                            ]}
-                        >
-                            {l.into_iter().map(|c| {
-                                let id = c.id;
-                                let (c1, c2) = (c.clone(), c.clone());
-                                let name = c.name.clone();
-                                view! {
-                                    <tr data-channel-id=c.id.to_string()>
-                                        <th scope="row">{c.name.clone()}</th>
-                                        <td>{c.kind.as_str()}</td>
-                                        <td class="cmd">{c.url.clone()}</td>
-                                        <td>{if c.default { "yes" } else { "no" }}</td>
-                                        <td>
-                                            <div class="actions">
-                                                <button type="button" class="btn" aria-label=format!("Send a test message to {}", c.name) on:click=move |_| test(id)>"Send test"</button>
-                                                <button type="button" class="btn" on:click=move |_| set_default(c1.clone())>{if c.default { "Not default" } else { "Make default" }}</button>
-                                                <ConfirmButton
-                                                    asking=confirm_delete
-                                                    id
-                                                    label="Delete"
-                                                    confirm_label="Confirm delete"
-                                                    aria_label=format!("Delete channel {name}")
-                                                    on_confirm=Callback::new(move |()| delete(c2.clone()))
-                                                />
-                                            </div>
-                                            {test_outcome(id)}
-                                        </td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </DataTable>
-                    }
-                    .into_any()
-                }}
-            </Show>
+            <PollStatus res has_data>
+                <NonEmpty items=list empty="No channel yet: alerts show only on this page." let:l>
+                    <DataTable
+                        class="channel-table"
+                        caption="Notification channels"
+                        columns={[
+                            Column::text("Name"),
+                            Column::text("Kind"),
+                            Column::text("URL"),
+                            Column::text("Default"),
+                            Column::hidden("Actions"),
+                        ]}
+                    >
+                        {l.into_iter().map(|c| {
+                            let id = c.id;
+                            let (c1, c2) = (c.clone(), c.clone());
+                            let name = c.name.clone();
+                            view! {
+                                <tr data-channel-id=c.id.to_string()>
+                                    <th scope="row">{c.name.clone()}</th>
+                                    <td>{c.kind.as_str()}</td>
+                                    <td class="cmd">{c.url.clone()}</td>
+                                    <td>{if c.default { "yes" } else { "no" }}</td>
+                                    <td>
+                                        <div class="actions">
+                                            <button type="button" class="btn" aria-label=format!("Send a test message to {}", c.name) on:click=move |_| test(id)>"Send test"</button>
+                                            <button type="button" class="btn" on:click=move |_| set_default(c1.clone())>{if c.default { "Not default" } else { "Make default" }}</button>
+                                            <ConfirmButton
+                                                asking=confirm_delete
+                                                id
+                                                label="Delete"
+                                                confirm_label="Confirm delete"
+                                                aria_label=format!("Delete channel {name}")
+                                                on_confirm=Callback::new(move |()| delete(c2.clone()))
+                                            />
+                                        </div>
+                                        {test_outcome(id)}
+                                    </td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </DataTable>
+                </NonEmpty>
+            </PollStatus>
             <form class="form-grid" on:submit=submit novalidate aria-label="Add a notification channel">
                 <TextField id="channel-name" label="Name" value=name error field="name"/>
                 <label for="channel-kind">
@@ -1050,6 +1029,6 @@ fn Channels() -> impl IntoView {
             <FieldError error field="url" label="URL"/>
             <FormError error fields=&["url", "name"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }

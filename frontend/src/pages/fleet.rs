@@ -8,6 +8,8 @@ use leptos::prelude::*;
 use crate::api;
 use crate::charts::distribution::StateDistribution;
 use crate::charts::funnel::Funnel;
+use crate::components::card::{Card, CardHead};
+use crate::components::list::Empty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::ctx::{Latest, latest_ok, polled, use_app};
@@ -36,10 +38,9 @@ pub fn FleetPage() -> impl IntoView {
                 {pick(|d| format!("{} GPUs · {} paid for · {} with a process", d.gpu_count, format::hours(d.paid_gpu_hours), format::hours(d.allocated_gpu_hours)))}
             </p>
         </div>
-        <PollStatus res has_data/>
-        <Show when=move || has_data.get()>
+        <PollStatus res has_data>
             <FleetBody data/>
-        </Show>
+        </PollStatus>
     }
 }
 
@@ -98,30 +99,26 @@ fn FleetBody(data: Latest<FleetSummary>) -> impl IntoView {
         </section>
         {move || unpriced().map(|t| view! { <p class="banner banner-info">{t}</p> })}
 
-        <section class="card" aria-labelledby="funnel-title">
-            <h2 id="funnel-title">"Utilization funnel"</h2>
+        <Card title_id="funnel-title" title="Utilization funnel">
             <p class="muted">"Each level is a share of the GPU-time paid for. The gap between two levels is where the money goes."</p>
             <Funnel data/>
-        </section>
+        </Card>
 
         <div class="two-col">
-            <section class="card" aria-labelledby="states-title">
-                <h2 id="states-title">"Where the GPU-hours went"</h2>
+            <Card title_id="states-title" title="Where the GPU-hours went">
                 <StateDistribution data/>
-            </section>
-            <section class="card" aria-labelledby="wasters-title">
-                <h2 id="wasters-title">"Wasting the most"</h2>
+            </Card>
+            <Card title_id="wasters-title" title="Wasting the most">
                 <Wasters data/>
-            </section>
+            </Card>
         </div>
 
-        <section class="card" aria-labelledby="owners-title">
-            <div class="section-head">
-                <h2 id="owners-title">"Who is wasting"</h2>
+        <Card title_id="owners-title" title="Who is wasting">
+            <CardHead slot>
                 <a href="/reports">"By user, namespace, pod or Slurm job: Reports"</a>
-            </div>
+            </CardHead>
             <Owners data/>
-        </section>
+        </Card>
         <PlansSection data/>
         <p class="muted small">{d(|d| d.price_source.clone())}</p>
     }
@@ -209,7 +206,7 @@ fn Wasters(data: Latest<FleetSummary>) -> impl IntoView {
             let Some(d) = d else { return ().into_any() };
             let list: &[GpuWaste] = &d.top_wasters;
             if list.is_empty() {
-                return view! { <p class="empty">"No GPU wasted time in this range."</p> }.into_any();
+                return view! { <Empty message="No GPU wasted time in this range."/> }.into_any();
             }
             let cur = &d.currency;
             view! {

@@ -5,6 +5,7 @@
 use fleetlens_api::GpuSummary;
 use leptos::prelude::*;
 
+use crate::components::card::Card;
 use crate::components::table::{Column, DataTable};
 use crate::ctx::Latest;
 
@@ -19,8 +20,7 @@ pub fn Allocations(gpu: Latest<GpuSummary>) -> impl IntoView {
             return None;
         }
         Some(view! {
-            <section class="card" aria-labelledby="alloc-title">
-                <h2 id="alloc-title">"Kubernetes pods"</h2>
+            <Card title_id="alloc-title" title="Kubernetes pods">
                 <DataTable
                     class="alloc-table"
                     caption="Pods the kubelet allocated this GPU to in the latest sample"
@@ -51,7 +51,7 @@ pub fn Allocations(gpu: Latest<GpuSummary>) -> impl IntoView {
                         }
                     }).collect_view()}
                 </DataTable>
-            </section>
+            </Card>
         })
     }
 }

@@ -18,6 +18,8 @@ use crate::api::{self, ApiResult};
 use crate::charts::line_chart::{LineChart, nice_ceil};
 use crate::charts::series::Series;
 use crate::charts::timeline::StateTimeline;
+use crate::components::card::{Card, CardHead};
+use crate::components::list::{Empty, NonEmpty};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::components::table::{Column, DataTable};
@@ -211,11 +213,10 @@ pub fn GpuDetailPage() -> impl IntoView {
 
     view! {
         <nav class="crumbs" aria-label="Breadcrumb"><a href="/gpus">"GPUs"</a> " / " <span>{move || uuid.get()}</span></nav>
-        <PollStatus res has_data/>
-        <Show when=move || has_data.get()>
+        <PollStatus res has_data>
             <DetailBody detail states_res zoom/>
             <GpuAlerts uuid/>
-        </Show>
+        </PollStatus>
     }
 }
 
@@ -260,18 +261,14 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
     });
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
+    let alerts = Signal::derive(move || data.get().map(|d| d.alerts).unwrap_or_default());
     view! {
-        <section class="card" aria-labelledby="gpu-alerts-title">
-            <div class="section-head">
-                <h2 id="gpu-alerts-title">"Alerts on this GPU"</h2>
+        <Card title_id="gpu-alerts-title" title="Alerts on this GPU">
+            <CardHead slot>
                 <a href="/alerts">"All alerts, rules and silences"</a>
-            </div>
+            </CardHead>
             <PollStatus res has_data/>
-            {move || {
-                let list = data.get().map(|d| d.alerts).unwrap_or_default();
-                if list.is_empty() {
-                    return view! { <p class="empty">"No alert on this GPU."</p> }.into_any();
-                }
+            <NonEmpty items=alerts empty="No alert on this GPU." let:list>{
                 let chains = inhibition_chains(&list);
                 view! {
                     {(!chains.is_empty()).then(|| view! {
@@ -321,9 +318,8 @@ fn GpuAlerts(uuid: Memo<String>) -> impl IntoView {
                         }).collect_view()}
                     </DataTable>
                 }
-                .into_any()
-            }}
-        </section>
+            }</NonEmpty>
+        </Card>
     }
 }
 
@@ -518,10 +514,9 @@ fn DetailBody(
             <p class="muted small">{sample_count}</p>
         </section>
 
-        <section class="card" aria-labelledby="timeline-title">
-            <h2 id="timeline-title">"Workload states"</h2>
+        <Card title_id="timeline-title" title="Workload states">
             <StatesPanel states_res x_range state/>
-        </section>
+        </Card>
 
         <div class="chart-grid">
             <section class="card"><LineChart title="Tensor activity and SM occupancy" series=tensor x_range y_max=100.0 fmt=fmt_pct on_brush=set_zoom/></section>
@@ -530,16 +525,14 @@ fn DetailBody(
             <section class="card"><LineChart title="Power" series=power x_range y_max=power_max fmt=fmt_w limit=power_limit on_brush=set_zoom/></section>
         </div>
 
-        <section class="card" aria-labelledby="proc-title">
-            <h2 id="proc-title">"Processes"</h2>
+        <Card title_id="proc-title" title="Processes">
             <Processes gpu/>
-        </section>
+        </Card>
         <Allocations gpu/>
 
-        <section class="card" aria-labelledby="now-title">
-            <h2 id="now-title">"Latest sample"</h2>
+        <Card title_id="now-title" title="Latest sample">
             <LatestSample gpu/>
-        </section>
+        </Card>
     }
 }
 
@@ -575,10 +568,9 @@ fn StatesPanel(
         })
     };
     view! {
-        <PollStatus res=states_res has_data=has/>
-        <Show when=move || has.get()>
+        <PollStatus res=states_res has_data=has>
             <StateTimeline windows x_range/>
-        </Show>
+        </PollStatus>
         {advice}
     }
 }
@@ -589,9 +581,9 @@ fn Processes(gpu: Latest<GpuSummary>) -> impl IntoView {
     move || {
         let procs = gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref()).map(|s| s.processes.clone()));
         match procs {
-            None => view! { <p class="empty">"No sample yet."</p> }.into_any(),
-            Some(None) => view! { <p class="empty">"The process list could not be read on this host."</p> }.into_any(),
-            Some(Some(p)) if p.is_empty() => view! { <p class="empty">"No process on this GPU in the latest sample."</p> }.into_any(),
+            None => view! { <Empty message="No sample yet."/> }.into_any(),
+            Some(None) => view! { <Empty message="The process list could not be read on this host."/> }.into_any(),
+            Some(Some(p)) if p.is_empty() => view! { <Empty message="No process on this GPU in the latest sample."/> }.into_any(),
             Some(Some(p)) => view! {
                 <DataTable
                     class="proc-table"

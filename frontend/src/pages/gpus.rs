@@ -13,6 +13,7 @@ use leptos_router::params::Params;
 
 use super::gpu_card::{GpuCard, use_prices};
 use crate::api;
+use crate::components::list::Empty;
 use crate::components::status::PollStatus;
 use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::url_state::query_setter;
@@ -237,8 +238,7 @@ pub fn GpusPage() -> impl IntoView {
                 }}
             </p>
         </div>
-        <PollStatus res has_data/>
-        <Show when=move || has_data.get()>
+        <PollStatus res has_data>
             <form class="toolbar" on:submit=|ev| ev.prevent_default() aria-label="Filter and sort GPUs">
                 <label class="search">
                     <span>"Search"</span>
@@ -298,7 +298,7 @@ pub fn GpusPage() -> impl IntoView {
                 </div>
             })}
             {move || (visible.with(Vec::is_empty) && !gpus.with(Vec::is_empty)).then(|| view! {
-                <p class="empty">"No GPU matches these filters."</p>
+                <Empty message="No GPU matches these filters."/>
             })}
             <div class="gpu-grid" class:many=move || { visible.with(Vec::len) > FIRST_CARDS }>
                 <For each=move || visible.with(|v| v[..built.get().min(v.len())].to_vec()) key=|u| u.clone() let:uuid>
@@ -322,6 +322,6 @@ pub fn GpusPage() -> impl IntoView {
                     }
                 </For>
             </div>
-        </Show>
+        </PollStatus>
     }
 }

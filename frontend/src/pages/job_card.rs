@@ -14,6 +14,8 @@ use leptos_router::params::Params;
 
 use crate::api::ApiError;
 use crate::api::actions::{self, JobRun};
+use crate::components::card::{Card, CardHead};
+use crate::components::list::Empty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus, Saved, show_outcome};
 use crate::components::table::{Column, DataTable};
@@ -74,25 +76,24 @@ pub fn JobCardPage() -> impl IntoView {
         {move || run.get().map(|r| {
             let open = r.is_open();
             let requested = r.end_requested_ms.is_some();
+            let card = r.card.clone();
             view! {
-                <section class="card" aria-labelledby="run-title">
-                    <div class="section-head">
-                        <h2 id="run-title">"Run"</h2>
+                <Card title_id="run-title" title="Run">
+                    <CardHead slot>
                         {(open && !requested && may_end()).then(|| view! {
                             <button type="button" class="btn btn-danger" data-testid="end-run" on:click=end>"End this run now"</button>
                         })}
-                    </div>
+                    </CardHead>
                     <RunFacts run=r.clone()/>
-                </section>
-                {match r.card.clone() {
-                    Some(card) => view! { <Card card/> }.into_any(),
+                </Card>
+                {match card {
+                    Some(card) => view! { <ReportCard card/> }.into_any(),
                     None => view! {
-                        <section class="card" aria-labelledby="card-title">
-                            <h2 id="card-title">"Report card"</h2>
+                        <Card title_id="card-title" title="Report card">
                             <p class="empty" data-testid="no-card">
                                 {if requested { "Ending: its card is computed at the next scan." } else { "Still running: its card comes when it ends (its processes leave the GPUs, or a client ends it)." }}
                             </p>
-                        </section>
+                        </Card>
                     }.into_any(),
                 }}
             }
@@ -130,7 +131,7 @@ fn RunFacts(run: JobRun) -> impl IntoView {
 
 /// The card itself.
 #[component]
-fn Card(card: JobCard) -> impl IntoView {
+fn ReportCard(card: JobCard) -> impl IntoView {
     let cur = card.currency.clone();
     let money = move |v: Option<f64>| format::opt_money(v, &cur);
     let na = |v: Option<f64>| v.map(format::pct).unwrap_or_else(|| "n/a".into());
@@ -185,8 +186,7 @@ fn Card(card: JobCard) -> impl IntoView {
         .collect_view();
     let no_advice = card.advice.is_empty();
     view! {
-        <section class="card" aria-labelledby="card-title">
-            <h2 id="card-title">"Report card"</h2>
+        <Card title_id="card-title" title="Report card">
             {estimate}
             <div class="kpis job-kpis" data-testid="card-kpis">
                 <div class="kpi"><span class="kpi-label">"GPU-hours"</span><span class="kpi-value">{format::hours(card.gpu_hours)}</span>
@@ -212,18 +212,16 @@ fn Card(card: JobCard) -> impl IntoView {
                     None => "n/a (the job reported no throughput)".into(),
                 }}</dd></div>
             </dl>
-        </section>
-        <section class="card" aria-labelledby="advice-title">
-            <h2 id="advice-title">"What would help"</h2>
+        </Card>
+        <Card title_id="advice-title" title="What would help">
             {if no_advice {
-                view! { <p class="empty">"Nothing to improve: no waste state held 5 % of its GPU-hours."</p> }.into_any()
+                view! { <Empty message="Nothing to improve: no waste state held 5 % of its GPU-hours."/> }.into_any()
             } else {
                 view! { <ul class="advice-list" data-testid="advice">{advice}</ul> }.into_any()
             }}
-        </section>
+        </Card>
         <div class="two-col">
-            <section class="card" aria-labelledby="card-states-title">
-                <h2 id="card-states-title">"Hours per state"</h2>
+            <Card title_id="card-states-title" title="Hours per state">
                 <DataTable
                     class="card-state-table"
                     caption="GPU-hours of the job per workload state"
@@ -236,9 +234,8 @@ fn Card(card: JobCard) -> impl IntoView {
                 >
                     {state_rows}
                 </DataTable>
-            </section>
-            <section class="card" aria-labelledby="card-gpus-title">
-                <h2 id="card-gpus-title">"GPUs"</h2>
+            </Card>
+            <Card title_id="card-gpus-title" title="GPUs">
                 <DataTable
                     class="card-gpu-table"
                     caption="The job's GPUs"
@@ -253,7 +250,7 @@ fn Card(card: JobCard) -> impl IntoView {
                 >
                     {gpu_rows}
                 </DataTable>
-            </section>
+            </Card>
         </div>
     }
 }

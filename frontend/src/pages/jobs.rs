@@ -11,6 +11,8 @@ use leptos_router::hooks::use_query_map;
 
 use crate::api;
 use crate::api::actions::{self, JobRun, RunFilter};
+use crate::components::card::Card;
+use crate::components::list::Empty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::PollStatus;
 use crate::components::table::{Column, DataTable};
@@ -158,10 +160,8 @@ pub fn JobsPage() -> impl IntoView {
                     </select>
                 </label>
         </form>
-        <PollStatus res has_data/>
-        <Show when=move || has_data.get()>
-            <section class="card" aria-labelledby="job-groups-title">
-                <h2 id="job-groups-title">{move || if by_f.get() == "team" { "Per team" } else { "Per owner" }}</h2>
+        <PollStatus res has_data>
+            <Card title_id="job-groups-title" title=move || if by_f.get() == "team" { "Per team" } else { "Per owner" }>
                 {move || {
                     let runs = data.get().unwrap_or_default();
                     let by_team = by_f.get() == "team";
@@ -175,9 +175,8 @@ pub fn JobsPage() -> impl IntoView {
                     let currency = runs.iter().find_map(|r| r.card.as_ref().map(|c| c.currency.clone())).unwrap_or_else(|| "USD".into());
                     view! { <GroupTable groups by_team teams=team_list currency/> }
                 }}
-            </section>
-            <section class="card" aria-labelledby="job-runs-title">
-                <h2 id="job-runs-title">"Runs"</h2>
+            </Card>
+            <Card title_id="job-runs-title" title="Runs">
                 {move || {
                     let runs = data.get().unwrap_or_default();
                     let capped = (runs.len() >= actions::RUN_LIMIT).then(|| view! {
@@ -188,15 +187,15 @@ pub fn JobsPage() -> impl IntoView {
                         <RunTable runs teams=teams.get()/>
                     }
                 }}
-            </section>
-        </Show>
+            </Card>
+        </PollStatus>
     }
 }
 
 #[component]
 fn GroupTable(groups: Vec<(String, GroupSum)>, by_team: bool, teams: Vec<Team>, currency: String) -> impl IntoView {
     if groups.is_empty() {
-        return view! { <p class="empty">"No job run in this range."</p> }.into_any();
+        return view! { <Empty message="No job run in this range."/> }.into_any();
     }
     let link = move |name: &str| -> String {
         if by_team {
@@ -249,7 +248,7 @@ fn GroupTable(groups: Vec<(String, GroupSum)>, by_team: bool, teams: Vec<Team>, 
 #[component]
 fn RunTable(runs: Vec<JobRun>, teams: Vec<Team>) -> impl IntoView {
     if runs.is_empty() {
-        return view! { <p class="empty">"No job run matches in this range."</p> }.into_any();
+        return view! { <Empty message="No job run matches in this range."/> }.into_any();
     }
     let rows = runs
         .into_iter()

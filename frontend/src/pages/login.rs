@@ -7,6 +7,8 @@ use leptos::task::spawn_local;
 use leptos_router::hooks::{use_navigate, use_query_map};
 
 use crate::api::{self, ApiResult};
+use crate::components::form::StackedField;
+use crate::components::status::ErrorMessage;
 use crate::ctx::use_app;
 use fleetlens_api::accounts::MeView as Me;
 
@@ -22,6 +24,9 @@ pub fn Login() -> impl IntoView {
     let error = RwSignal::new(None::<String>);
     let key_error = RwSignal::new(None::<String>);
     let busy = RwSignal::new(false);
+    // Both fields are marked while the login's error shows.
+    let invalid = Signal::derive(move || error.with(Option::is_some));
+    let key_invalid = Signal::derive(move || key_error.with(Option::is_some));
 
     let next = move || {
         query
@@ -73,29 +78,17 @@ pub fn Login() -> impl IntoView {
                 <h1 class="login-brand">"Fleetlens"</h1>
                 <p class="muted">"GPU efficiency: what your GPUs really do, and what the gap costs."</p>
                 <form on:submit=submit novalidate aria-label="Log in">
-                    <label for="email">"Email"</label>
-                    <input
-                        id="email"
-                        name="email"
-                        type="email"
-                        autocomplete="username"
-                        required
-                        aria-invalid=move || error.with(Option::is_some).to_string()
-                        prop:value=move || email.get()
-                        on:input=move |ev| email.set(event_target_value(&ev))
-                    />
-                    <label for="password">"Password"</label>
-                    <input
+                    <StackedField id="email" label="Email" value=email invalid input_type="email" autocomplete="username" required=true/>
+                    <StackedField
                         id="password"
-                        name="password"
-                        type="password"
+                        label="Password"
+                        value=password
+                        invalid
+                        input_type="password"
                         autocomplete="current-password"
-                        required
-                        aria-invalid=move || error.with(Option::is_some).to_string()
-                        prop:value=move || password.get()
-                        on:input=move |ev| password.set(event_target_value(&ev))
+                        required=true
                     />
-                    {move || error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e}</p> })}
+                    <ErrorMessage message=error/>
                     <button type="submit" class="btn-primary" disabled=move || busy.get()>
                         {move || if busy.get() { "Logging in…" } else { "Log in" }}
                     </button>
@@ -107,23 +100,21 @@ pub fn Login() -> impl IntoView {
                 <details class="login-alt">
                     <summary>"Use an API key instead"</summary>
                     <form on:submit=submit_key novalidate aria-label="Log in with an API key">
-                        <label for="api-key">"API key"</label>
-                        <input
+                        <StackedField
                             id="api-key"
-                            name="api-key"
-                            type="password"
+                            label="API key"
+                            value=key
+                            invalid=key_invalid
+                            input_type="password"
                             autocomplete="off"
                             spellcheck="false"
-                            aria-describedby="api-key-help"
-                            aria-invalid=move || key_error.with(Option::is_some).to_string()
-                            prop:value=move || key.get()
-                            on:input=move |ev| key.set(event_target_value(&ev))
+                            describedby="api-key-help"
                         />
                         <p id="api-key-help" class="help">
                             "An API key with the " <code>"read"</code> " scope, e.g. this install's "
                             <code>"FLEETLENS_ADMIN_TOKEN"</code> ". It is kept in this browser."
                         </p>
-                        {move || key_error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e}</p> })}
+                        <ErrorMessage message=key_error/>
                         <button type="submit" class="btn" disabled=move || busy.get()>"Log in with the key"</button>
                     </form>
                 </details>

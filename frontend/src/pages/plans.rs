@@ -8,6 +8,8 @@ use fleetlens_core::plans::{JobEvidence, Plans};
 use leptos::prelude::*;
 
 use crate::api::actions;
+use crate::components::card::{Card, CardHead};
+use crate::components::list::Empty;
 use crate::components::status::PollStatus;
 use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, latest_ok, use_app};
@@ -65,27 +67,26 @@ pub fn PlansSection(data: Latest<FleetSummary>) -> impl IntoView {
         })
     };
     view! {
-        <section class="card" aria-labelledby="plans-title">
-            <div class="section-head">
-                <h2 id="plans-title">"Plans: collocate and right-size"</h2>
+        <Card title_id="plans-title" title="Plans: collocate and right-size">
+            <CardHead slot>
                 <p class="plan-saving">
                     "The plans would save "
                     <strong data-testid="plan-saving">{summary_saving}</strong>
                 </p>
-            </div>
+            </CardHead>
             <p class="muted">
                 "From the jobs that ended in this range: jobs that ran at the same time and could have shared one GPU (summed p95 SM activity ≤ 80 %, summed peak memory within the GPU's memory less 10 %), and jobs a smaller GPU or a MIG slice would have carried. Each saving is the period's, scaled to 30 days."
             </p>
             <PollStatus res has_data/>
             {move || plans.get().map(|p| view! { <PlanTables p currency=currency()/> })}
-        </section>
+        </Card>
     }
 }
 
 #[component]
 fn PlanTables(p: Plans, currency: String) -> impl IntoView {
     if p.collocation.is_empty() && p.right_size.is_empty() {
-        return view! { <p class="empty">"No plan: no ended jobs that could share a GPU or fit a smaller one in this range."</p> }
+        return view! { <Empty message="No plan: no ended jobs that could share a GPU or fit a smaller one in this range."/> }
             .into_any();
     }
     let money = |v: Option<f64>| {

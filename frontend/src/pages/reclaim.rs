@@ -10,7 +10,9 @@ use leptos::task::spawn_local;
 
 use crate::api::actions::{self, DryRun, Reclaim, ReclaimPolicy};
 use crate::api::{self, ApiError};
+use crate::components::card::Card;
 use crate::components::form::{MessageChannelSelect, TextField};
+use crate::components::list::NonEmpty;
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{
     ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, about, show_outcome,
@@ -163,19 +165,15 @@ fn Policies() -> impl IntoView {
         });
     };
     let action_channel_error = about(error, "action_channel_id");
+    let policy_list = Signal::derive(move || policies.get().unwrap_or_default());
 
     view! {
-        <section class="card" aria-labelledby="policies-title">
-            <h2 id="policies-title">"Reclaim policies"</h2>
+        <Card title_id="policies-title" title="Reclaim policies">
             <p class="muted">
                 "A GPU held in a state for a while gets a notice to its owner; after the grace period (unless snoozed, and only if the same owned process is still there) the action runs: a webhook for the site's automation, or SIGTERM by the agent of a host that opted in. Never on a GPU whose state is unknown or offline."
             </p>
             <PollStatus res has_data/>
-            {move || {
-                let list = policies.get().unwrap_or_default();
-                if list.is_empty() {
-                    return view! { <p class="empty">"No reclaim policy."</p> }.into_any();
-                }
+            <NonEmpty items=policy_list empty="No reclaim policy." let:list>{
                 let admin = ctx.is_admin();
                 let chs = channels.get();
                 view! {
@@ -226,8 +224,7 @@ fn Policies() -> impl IntoView {
                         }).collect_view()}
                     </DataTable>
                 }
-                .into_any()
-            }}
+            }</NonEmpty>
             <ActionError error=dry_error/>
             {move || dry.get().map(|(policy, d)| view! { <DryRunResult policy d/> })}
             <Show when=move || ctx.is_admin()>
@@ -276,7 +273,7 @@ fn Policies() -> impl IntoView {
             </Show>
             <FormError error fields=&["name", "for_s", "grace_s", "action_channel_id", "notice_channel_id"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 
@@ -365,27 +362,22 @@ fn Reclaims() -> impl IntoView {
             res.refetch();
         });
     };
+    let reclaims = Signal::derive(move || list.get().unwrap_or_default());
     view! {
-        <section class="card" aria-labelledby="reclaims-title">
-            <h2 id="reclaims-title">"Reclaims"</h2>
+        <Card title_id="reclaims-title" title="Reclaims">
             <p class="muted">"Every step, newest reclaim first: who did it, what, when, and the money the GPU had held in the state by then. The owner of a job may snooze its reclaim."</p>
             <PollStatus res has_data/>
             <ActionError error/>
             <Saved saved/>
-            {move || {
-                let all = list.get().unwrap_or_default();
-                if all.is_empty() {
-                    return view! { <p class="empty">"No reclaim yet."</p> }.into_any();
-                }
+            <NonEmpty items=reclaims empty="No reclaim yet." let:all>{
                 let cur = prices.with(|p| p.as_ref().map(|p| p.currency.clone())).unwrap_or_default();
                 view! {
                     <ul class="reclaim-list">
                         {all.into_iter().map(|r| view! { <li><ReclaimItem r currency=cur.clone() on_snooze=Callback::new(snooze)/></li> }).collect_view()}
                     </ul>
                 }
-                .into_any()
-            }}
-        </section>
+            }</NonEmpty>
+        </Card>
     }
 }
 

@@ -8,7 +8,9 @@ use leptos::task::spawn_local;
 
 use crate::api::actions::{self, NewReportRoute};
 use crate::api::{self, ApiError};
+use crate::components::card::Card;
 use crate::components::form::{MessageChannelSelect, TextField};
+use crate::components::list::NonEmpty;
 use crate::components::status::{ConfirmButton, FieldError, FormError, PollStatus, Saved, show_outcome};
 use crate::components::table::{Column, DataTable};
 use crate::ctx::{latest_ok, polled, read_once, use_app};
@@ -92,19 +94,15 @@ pub fn ReportRoutes() -> impl IntoView {
             async move { done(actions::delete_report_route(id).await.map(|()| "Report route deleted.".into())) },
         );
     };
+    let route_list = Signal::derive(move || routes.get().unwrap_or_default());
 
     view! {
-        <section class="card" aria-labelledby="routes-title">
-            <h2 id="routes-title">"Report routes"</h2>
+        <Card title_id="routes-title" title="Report routes">
             <p class="muted">
                 "When a job ends, its report card goes to the channel of the most specific matching route (owner and team, owner, team, then anyone), once, and only if the job had at least the route's GPU-hours and wasted at least its share."
             </p>
             <PollStatus res has_data/>
-            {move || {
-                let list = routes.get().unwrap_or_default();
-                if list.is_empty() {
-                    return view! { <p class="empty">"No report route: cards are computed but sent nowhere."</p> }.into_any();
-                }
+            <NonEmpty items=route_list empty="No report route: cards are computed but sent nowhere." let:list>{
                 let admin = ctx.is_admin();
                 let (chs, tms): (Vec<Channel>, Vec<Team>) = (channels.get(), teams.get());
                 view! {
@@ -141,8 +139,7 @@ pub fn ReportRoutes() -> impl IntoView {
                         }).collect_view()}
                     </DataTable>
                 }
-                .into_any()
-            }}
+            }</NonEmpty>
             <Show when=move || ctx.is_admin()>
                 <form class="form-grid" on:submit=submit novalidate aria-label="New report route">
                     <TextField id="route-owner" label="Owner (empty: anyone)" value=owner error field="owner"/>
@@ -165,7 +162,7 @@ pub fn ReportRoutes() -> impl IntoView {
             </Show>
             <FormError error fields=&["owner", "channel_id", "min_gpu_hours", "min_waste_pct"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 

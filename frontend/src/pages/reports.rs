@@ -7,9 +7,12 @@ use leptos::prelude::*;
 use leptos::task::spawn_local;
 
 use crate::api::{self, ApiError};
+use crate::components::card::{Card, CardHead};
+use crate::components::form::{Choices, InlineSelect};
+use crate::components::list::{Empty, NonEmpty};
 use crate::components::state_badge::StateBadge;
 use crate::components::status::{ActionError, PollStatus};
-use crate::components::table::{Column, DataTable};
+use crate::components::table::{Column, DataTable, TableFoot};
 use crate::ctx::{Latest, latest_ok, polled, use_app};
 use crate::format;
 use crate::states;
@@ -17,6 +20,19 @@ use crate::states;
 fn opt_pct(v: Option<f64>) -> String {
     v.map(format::pct).unwrap_or_else(|| "n/a".into())
 }
+
+/// What the billing report can be grouped by: (value of `group_by`, label).
+const GROUPS: Choices = &[("team", "Team"), ("host", "Host"), ("gpu", "GPU"), ("model", "Model")];
+
+/// The groupings by process owner, from the raw samples.
+const OWNER_GROUPS: Choices = &[
+    ("user", "User"),
+    ("holder", "Holder (user, else pod)"),
+    ("namespace", "Namespace"),
+    ("namespace_team", "Namespace team"),
+    ("pod", "Pod"),
+    ("job", "Job (Slurm, Kubernetes)"),
+];
 
 #[component]
 pub fn ReportsPage() -> impl IntoView {
@@ -52,29 +68,18 @@ pub fn ReportsPage() -> impl IntoView {
             <h1>"Reports"</h1>
             <p class="muted">{move || format!("Billing for the {}", ctx.range.get().long_label())}</p>
         </div>
-        <section class="card" aria-labelledby="billing-title">
-            <div class="section-head">
-                <h2 id="billing-title">"Billing"</h2>
-                <label class="inline">
-                    <span>"Group by"</span>
-                    <select on:change=move |ev| {
-                        group_by.set(event_target_value(&ev));
+        <Card title_id="billing-title" title="Billing">
+            <CardHead slot>
+                <InlineSelect
+                    label="Group by"
+                    options=GROUPS
+                    groups=&[("Process owner (raw samples)", OWNER_GROUPS)]
+                    selected="host"
+                    on_change=Callback::new(move |g: String| {
+                        group_by.set(g);
                         csv_url.set(None);
-                    }>
-                        <option value="team">"Team"</option>
-                        <option value="host" selected=true>"Host"</option>
-                        <option value="gpu">"GPU"</option>
-                        <option value="model">"Model"</option>
-                        <optgroup label="Process owner (raw samples)">
-                            <option value="user">"User"</option>
-                            <option value="holder">"Holder (user, else pod)"</option>
-                            <option value="namespace">"Namespace"</option>
-                            <option value="namespace_team">"Namespace team"</option>
-                            <option value="pod">"Pod"</option>
-                            <option value="job">"Job (Slurm, Kubernetes)"</option>
-                        </optgroup>
-                    </select>
-                </label>
+                    })
+                />
                 <button type="button" class="btn" on:click=download>"Prepare CSV"</button>
                 {move || {
                     csv_url
@@ -87,13 +92,12 @@ pub fn ReportsPage() -> impl IntoView {
                             }
                         })
                 }}
-            </div>
+            </CardHead>
             <ActionError error=csv_error/>
-            <PollStatus res=report has_data/>
-            <Show when=move || has_data.get()>
+            <PollStatus res=report has_data>
                 <BillingTable report=data/>
-            </Show>
-        </section>
+            </PollStatus>
+        </Card>
         <Jobs/>
     }
 }
@@ -123,49 +127,41 @@ fn Jobs() -> impl IntoView {
     });
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
+    let list = Signal::derive(move || data.get().unwrap_or_default());
     view! {
-        <section class="card" aria-labelledby="jobs-title">
-            <h2 id="jobs-title">"Jobs: model FLOPs utilization (MFU)"</h2>
+        <Card title_id="jobs-title" title="Jobs: model FLOPs utilization (MFU)">
             <p class="muted">
                 "Jobs report their throughput with " <code>"POST /api/v1/jobs"</code>
                 "; MFU is achieved FLOP/s ÷ the dense datasheet peak of their GPUs (n/a where a model or precision has no datasheet figure)."
             </p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
-                {move || {
-                    let list = data.get().unwrap_or_default();
-                    if list.is_empty() {
-                        return view! { <p class="empty">"No job reported its throughput in this range."</p> }.into_any();
-                    }
-                    view! {
-                        <DataTable
-                            class="job-table"
-                            caption="Jobs and their MFU"
-                            columns={[
-                                Column::text("Job"),
-                                Column::num("GPUs"),
-                                Column::text("Precision"),
-                                Column::num("Achieved"),
-                                Column::num("MFU"),
-                                Column::text("When"),
-                            ]}
-                        >
-                            {list.into_iter().map(|j| view! {
-                                <tr data-job-id=j.id.to_string()>
-                                    <th scope="row">{j.name.clone()}</th>
-                                    <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
-                                    <td>{j.precision.as_str()}</td>
-                                    <td class="num">{flops(j.achieved_flops_per_s)}</td>
-                                    <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
-                                    <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>
-                                </tr>
-                            }).collect_view()}
-                        </DataTable>
-                    }
-                    .into_any()
-                }}
-            </Show>
-        </section>
+            <PollStatus res has_data>
+                <NonEmpty items=list empty="No job reported its throughput in this range." let:list>
+                    <DataTable
+                        class="job-table"
+                        caption="Jobs and their MFU"
+                        columns={[
+                            Column::text("Job"),
+                            Column::num("GPUs"),
+                            Column::text("Precision"),
+                            Column::num("Achieved"),
+                            Column::num("MFU"),
+                            Column::text("When"),
+                        ]}
+                    >
+                        {list.into_iter().map(|j| view! {
+                            <tr data-job-id=j.id.to_string()>
+                                <th scope="row">{j.name.clone()}</th>
+                                <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
+                                <td>{j.precision.as_str()}</td>
+                                <td class="num">{flops(j.achieved_flops_per_s)}</td>
+                                <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
+                                <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>
+                            </tr>
+                        }).collect_view()}
+                    </DataTable>
+                </NonEmpty>
+            </PollStatus>
+        </Card>
     }
 }
 
@@ -174,10 +170,10 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
     move || {
         let Some(rep) = report.get() else { return ().into_any() };
         if rep.rows.is_empty() {
-            return view! { <p class="empty">"Nothing billed in this range."</p> }.into_any();
+            return view! { <Empty message="Nothing billed in this range."/> }.into_any();
         }
         let cur = rep.currency.clone();
-        let money = |v: Option<f64>| v.map(|v| format::money(v, &cur)).unwrap_or_else(|| "no price set".into());
+        let money = move |v: Option<f64>| v.map(|v| format::money(v, &cur)).unwrap_or_else(|| "no price set".into());
         let total_cost: Option<f64> = rep.rows.iter().filter_map(|r| r.cost).reduce(|a, b| a + b);
         let total_waste: Option<f64> = rep.rows.iter().filter_map(|r| r.wasted_cost).reduce(|a, b| a + b);
         let total_hours: f64 = rep.rows.iter().map(|r| r.gpu_hours).sum();
@@ -211,55 +207,52 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
                 }
             })
             .collect_view();
+        let group = match rep.group_by.as_str() {
+            "team" => "Team",
+            "gpu" => "GPU",
+            "model" => "Model",
+            "user" => "User",
+            "holder" => "Holder",
+            "namespace" => "Namespace",
+            "namespace_team" => "Namespace team",
+            "pod" => "Pod",
+            "job" => "Job",
+            g if g.starts_with("label:") => "Label",
+            _ => "Host",
+        };
         view! {
-            <div class="table-wrap">
-                <table class="data">
-                    <caption class="sr-only">"Billing report"</caption>
-                    <thead>
-                        <tr>
-                            <th scope="col">
-                                {match rep.group_by.as_str() {
-                                    "team" => "Team",
-                                    "gpu" => "GPU",
-                                    "model" => "Model",
-                                    "user" => "User",
-                                    "holder" => "Holder",
-                                    "namespace" => "Namespace",
-                                    "namespace_team" => "Namespace team",
-                                    "pod" => "Pod",
-                                    "job" => "Job",
-                                    g if g.starts_with("label:") => "Label",
-                                    _ => "Host",
-                                }}
-                            </th>
-                            <th scope="col" class="num">"GPUs"</th>
-                            <th scope="col" class="num">"GPU-hours"</th>
-                            <th scope="col" class="num">"Kernel util."</th>
-                            <th scope="col" class="num">"SM activity"</th>
-                            <th scope="col" class="num">"Efficiency"</th>
-                            <th scope="col" class="num">"kWh"</th>
-                            <th scope="col" class="num">"Cost"</th>
-                            <th scope="col" class="num">"Wasted cost"</th>
-                            <th scope="col">"Wasted in"</th>
-                        </tr>
-                    </thead>
-                    <tbody>{rows}</tbody>
-                    <tfoot>
-                        <tr>
-                            <th scope="row">"Total"</th>
-                            <td></td>
-                            <td class="num">{format::hours(total_hours)}</td>
-                            <td></td>
-                            <td></td>
-                            <td></td>
-                            <td></td>
-                            <td class="num">{money(total_cost)}</td>
-                            <td class="num waste">{money(total_waste)}</td>
-                            <td></td>
-                        </tr>
-                    </tfoot>
-                </table>
-            </div>
+            <DataTable
+                class=""
+                caption="Billing report"
+                columns={[
+                    Column::text(group),
+                    Column::num("GPUs"),
+                    Column::num("GPU-hours"),
+                    Column::num("Kernel util."),
+                    Column::num("SM activity"),
+                    Column::num("Efficiency"),
+                    Column::num("kWh"),
+                    Column::num("Cost"),
+                    Column::num("Wasted cost"),
+                    Column::text("Wasted in"),
+                ]}
+            >
+                {rows}
+                <TableFoot slot>
+                    <tr>
+                        <th scope="row">"Total"</th>
+                        <td></td>
+                        <td class="num">{format::hours(total_hours)}</td>
+                        <td></td>
+                        <td></td>
+                        <td></td>
+                        <td></td>
+                        <td class="num">{money(total_cost)}</td>
+                        <td class="num waste">{money(total_waste)}</td>
+                        <td></td>
+                    </tr>
+                </TableFoot>
+            </DataTable>
             {rep.note.clone().map(|n| view! { <p class="muted small report-note">{n}</p> })}
         }
         .into_any()

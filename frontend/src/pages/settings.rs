@@ -13,10 +13,12 @@ use leptos::task::spawn_local;
 use serde_json::{Map, Value};
 
 use crate::api::{self, ApiError};
+use crate::components::card::Card;
 use crate::components::form::TextField;
 use crate::components::header::LogOutButton;
+use crate::components::list::NonEmpty;
 use crate::components::status::{
-    ActionError, ConfirmButton, FieldError, FormError, PollStatus, Saved, show_error, show_outcome,
+    ActionError, ConfirmButton, ErrorMessage, FieldError, FormError, PollStatus, Saved, show_error, show_outcome,
 };
 use crate::components::table::{Column, DataTable};
 use crate::ctx::{Latest, latest_ok, polled, use_app};
@@ -30,8 +32,7 @@ pub fn SettingsPage() -> impl IntoView {
     let me = move || ctx.me.get().unwrap_or_default();
     view! {
         <div class="page-head"><h1>"Settings"</h1></div>
-        <section class="card" aria-labelledby="account-title">
-            <h2 id="account-title">"Account"</h2>
+        <Card title_id="account-title" title="Account">
             <dl class="adv adv-wide" data-testid="account">
                 {move || {
                     let m = me();
@@ -56,7 +57,7 @@ pub fn SettingsPage() -> impl IntoView {
                 </label>
                 <LogOutButton class="btn"/>
             </div>
-        </section>
+        </Card>
         <Show when=move || ctx.me.with(|m| m.as_ref().is_some_and(|m| m.via == Via::Session && m.user.is_some()))>
             <ChangePassword/>
         </Show>
@@ -100,8 +101,7 @@ fn ChangePassword() -> impl IntoView {
         });
     };
     view! {
-        <section class="card" aria-labelledby="password-title">
-            <h2 id="password-title">"Password"</h2>
+        <Card title_id="password-title" title="Password">
             <form class="form-grid" on:submit=submit novalidate aria-label="Change your password">
                 <TextField id="current-password" label="Current password" value=current error field="current_password" input_type="password" autocomplete="current-password"/>
                 <TextField id="new-password" label="New password" value=new error field="new_password" input_type="password" autocomplete="new-password"/>
@@ -115,7 +115,7 @@ fn ChangePassword() -> impl IntoView {
             <FieldError error field="new_password" label="New password"/>
             <FormError error fields=&["current_password", "new_password"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 
@@ -125,8 +125,7 @@ fn ChangePassword() -> impl IntoView {
 fn Alerting() -> impl IntoView {
     let ctx = use_app();
     view! {
-        <section class="card" aria-labelledby="alerting-title">
-            <h2 id="alerting-title">"Alert rules and channels"</h2>
+        <Card title_id="alerting-title" title="Alert rules and channels">
             <p class="muted">"They are set on the Alerts page, next to the alerts they raise and their silences."</p>
             <ul class="link-list">
                 <li>
@@ -140,7 +139,7 @@ fn Alerting() -> impl IntoView {
                     </li>
                 </Show>
             </ul>
-        </section>
+        </Card>
     }
 }
 
@@ -155,6 +154,7 @@ fn Teams() -> impl IntoView {
     let hosts = latest_ok(hosts_res);
     let has_teams = Signal::derive(move || teams.with(Option::is_some));
     let has_hosts = Signal::derive(move || hosts.with(Option::is_some));
+    let team_list = Signal::derive(move || teams.get().unwrap_or_default());
     let name = RwSignal::new(String::new());
     let error = RwSignal::new(None::<ApiError>);
     let saved = RwSignal::new(None::<String>);
@@ -189,18 +189,13 @@ fn Teams() -> impl IntoView {
         });
     };
     view! {
-        <section class="card" aria-labelledby="teams-title">
-            <h2 id="teams-title">"Teams"</h2>
+        <Card title_id="teams-title" title="Teams">
             <p class="muted">
                 "A GPU counts for the team an admin gave it or its host; else the team of the agent's API key; else the "
                 <code>"team"</code> " label the agent sends."
             </p>
             <PollStatus res=teams_res has_data=has_teams/>
-            {move || {
-                let list = teams.get().unwrap_or_default();
-                if list.is_empty() {
-                    return view! { <p class="empty">"No team yet."</p> }.into_any();
-                }
+            <NonEmpty items=team_list empty="No team yet." let:list>{
                 let admin = ctx.is_admin();
                 view! {
                     <ul class="team-list">
@@ -224,8 +219,7 @@ fn Teams() -> impl IntoView {
                         }).collect_view()}
                     </ul>
                 }
-                .into_any()
-            }}
+            }</NonEmpty>
             <Show when=move || ctx.is_admin()>
                 <form class="form-grid" on:submit=submit novalidate aria-label="New team">
                     <TextField id="team-name" label="Team name" value=name error field="name"/>
@@ -293,7 +287,7 @@ fn Teams() -> impl IntoView {
                     </DataTable>
                 }
             }}
-        </section>
+        </Card>
     }
 }
 
@@ -311,6 +305,7 @@ fn ApiKeys() -> impl IntoView {
     let res = polled(api::api_keys);
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));
+    let list = Signal::derive(move || data.get().unwrap_or_default());
     let name = RwSignal::new(String::new());
     let scopes = RwSignal::new(vec!["read".to_string()]);
     let error = RwSignal::new(None::<ApiError>);
@@ -343,69 +338,60 @@ fn ApiKeys() -> impl IntoView {
         });
     };
     view! {
-        <section class="card" aria-labelledby="keys-title">
-            <h2 id="keys-title">"API keys"</h2>
+        <Card title_id="keys-title" title="API keys">
             <p class="muted">
                 {move || if ctx.is_admin() { "Every key of the organisation." } else { "Your keys." }}
                 " Agents send with an " <code>"ingest"</code> " key; scripts read with a " <code>"read"</code>
                 " key. A key never grants more than its maker's role."
             </p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
-                {move || {
-                    let list = data.get().unwrap_or_default();
-                    if list.is_empty() {
-                        return view! { <p class="empty">"No API key yet."</p> }.into_any();
-                    }
-                    view! {
-                        <DataTable
-                            class="key-table"
-                            caption="API keys"
-                            columns={[
-                                Column::text("Name"),
-                                Column::text("Key"),
-                                Column::text("Scopes"),
-                                Column::text("Created"),
-                                Column::text("Last used"),
-                                Column::hidden("Actions"),
-                            ]}
-                        >
-                            {list.into_iter().map(|k| {
-                                let id = k.id;
-                                let name = k.name.clone();
-                                view! {
-                                    <tr data-key-id=k.id.to_string()>
-                                        <th scope="row">{k.name.clone()}</th>
-                                        <td><code>{format!("{}…", k.prefix)}</code></td>
-                                        <td>{k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")}</td>
-                                        <td>{format::date_time(k.created_ms)}</td>
-                                        <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
-                                        <td>
-                                            {if k.revoked {
-                                                view! { <span class="pill pill-muted">"revoked"</span> }.into_any()
-                                            } else {
-                                                view! {
-                                                    <div class="actions">
-                                                        <ConfirmButton
-                                                            asking=confirm
-                                                            id
-                                                            label="Revoke"
-                                                            confirm_label="Confirm revoke"
-                                                            aria_label=format!("Revoke key {name}")
-                                                            on_confirm=Callback::new(move |()| revoke(id))
-                                                        />
-                                                    </div>
-                                                }.into_any()
-                                            }}
-                                        </td>
-                                    </tr>
-                                }
-                            }).collect_view()}
-                        </DataTable>
-                    }
-                    .into_any()
-                }}
-            </Show>
+            <PollStatus res has_data>
+                <NonEmpty items=list empty="No API key yet." let:list>
+                    <DataTable
+                        class="key-table"
+                        caption="API keys"
+                        columns={[
+                            Column::text("Name"),
+                            Column::text("Key"),
+                            Column::text("Scopes"),
+                            Column::text("Created"),
+                            Column::text("Last used"),
+                            Column::hidden("Actions"),
+                        ]}
+                    >
+                        {list.into_iter().map(|k| {
+                            let id = k.id;
+                            let name = k.name.clone();
+                            view! {
+                                <tr data-key-id=k.id.to_string()>
+                                    <th scope="row">{k.name.clone()}</th>
+                                    <td><code>{format!("{}…", k.prefix)}</code></td>
+                                    <td>{k.scopes.iter().map(|s| s.as_str()).collect::<Vec<_>>().join(", ")}</td>
+                                    <td>{format::date_time(k.created_ms)}</td>
+                                    <td>{k.last_used_ms.map(format::date_time).unwrap_or_else(|| "never".into())}</td>
+                                    <td>
+                                        {if k.revoked {
+                                            view! { <span class="pill pill-muted">"revoked"</span> }.into_any()
+                                        } else {
+                                            view! {
+                                                <div class="actions">
+                                                    <ConfirmButton
+                                                        asking=confirm
+                                                        id
+                                                        label="Revoke"
+                                                        confirm_label="Confirm revoke"
+                                                        aria_label=format!("Revoke key {name}")
+                                                        on_confirm=Callback::new(move |()| revoke(id))
+                                                    />
+                                                </div>
+                                            }.into_any()
+                                        }}
+                                    </td>
+                                </tr>
+                            }
+                        }).collect_view()}
+                    </DataTable>
+                </NonEmpty>
+            </PollStatus>
             <form class="form-grid" on:submit=submit novalidate aria-label="New API key">
                 <TextField id="key-name" label="Name" value=name error field="name"/>
                 <fieldset class="checks">
@@ -444,7 +430,7 @@ fn ApiKeys() -> impl IntoView {
                     <p><code class="secret" data-testid="new-key">{k.key}</code></p>
                 </div>
             })}
-        </section>
+        </Card>
     }
 }
 
@@ -494,11 +480,9 @@ fn Users() -> impl IntoView {
     };
     let me_id = move || ctx.me.with(|m| m.as_ref().and_then(|m| m.user.as_ref().map(|u| u.id)));
     view! {
-        <section class="card" aria-labelledby="users-title">
-            <h2 id="users-title">"Users"</h2>
+        <Card title_id="users-title" title="Users">
             <p class="muted">"Viewers read; members also send data and make their own keys; admins change everything."</p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
+            <PollStatus res has_data>
                 {move || {
                     let list = data.get().unwrap_or_default();
                     let me = me_id();
@@ -559,7 +543,7 @@ fn Users() -> impl IntoView {
                         </DataTable>
                     }
                 }}
-            </Show>
+            </PollStatus>
             <form class="form-grid" on:submit=submit novalidate aria-label="Add a user">
                 <TextField id="user-email" label="Email" value=email error field="email" input_type="email"/>
                 <TextField id="user-name" label="Name" value=name/>
@@ -576,7 +560,7 @@ fn Users() -> impl IntoView {
             <FieldError error field="password" label="Password"/>
             <FormError error fields=&["email", "password"]/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 
@@ -733,14 +717,12 @@ fn Thresholds() -> impl IntoView {
     };
 
     view! {
-        <section class="card" aria-labelledby="thresholds-title">
-            <h2 id="thresholds-title">"Workload-state thresholds"</h2>
+        <Card title_id="thresholds-title" title="Workload-state thresholds">
             <p class="muted">
                 "How each window is classified (METRICS.md); checks run in this order and the first match wins. "
                 {move || (!ctx.is_admin()).then_some("Only an admin can change them.")}
             </p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
+            <PollStatus res has_data>
                 <form on:submit=submit novalidate aria-label="Classifier thresholds">
                     <div class="th-grid">
                         {move || {
@@ -795,10 +777,10 @@ fn Thresholds() -> impl IntoView {
                         </div>
                     </Show>
                 </form>
-            </Show>
+            </PollStatus>
             <ActionError error/>
             <Saved saved/>
-        </section>
+        </Card>
     }
 }
 
@@ -841,13 +823,11 @@ fn Prices() -> impl IntoView {
     };
 
     view! {
-        <section class="card" aria-labelledby="prices-title">
-            <h2 id="prices-title">"GPU-hour prices"</h2>
+        <Card title_id="prices-title" title="GPU-hour prices">
             <p class="muted">"Cost and wasted cost use your prices where set, else the shipped defaults."</p>
-            <PollStatus res has_data/>
-            <Show when=move || has_data.get()>
+            <PollStatus res has_data>
                 <PriceTableView prices=data on_remove=Callback::new(move |k: String| save(k, None))/>
-            </Show>
+            </PollStatus>
             <Show when=move || use_app().is_admin()>
             <form class="form-grid" on:submit=submit aria-label="Set a price">
                 <label>
@@ -863,9 +843,9 @@ fn Prices() -> impl IntoView {
                 <button type="submit" class="btn-primary">"Set price"</button>
             </form>
             </Show>
-            {move || local_error.get().map(|e| view! { <p class="banner banner-error" role="alert">{e}</p> })}
+            <ErrorMessage message=local_error/>
             <ActionError error/>
-        </section>
+        </Card>
     }
 }
 
@@ -917,19 +897,13 @@ fn PriceTableView(prices: Latest<Prices>, on_remove: Callback<String>) -> impl I
             <details>
                 <summary>{format!("Prices per model ({} set by you)", own.len())}</summary>
                 <p class="muted small">{p.defaults.source.clone()}</p>
-                <div class="table-wrap">
-                    <table class="data">
-                        <thead>
-                            <tr>
-                                <th scope="col">"Model"</th>
-                                <th scope="col" class="num">"Default"</th>
-                                <th scope="col" class="num">"Yours"</th>
-                                <th scope="col"><span class="sr-only">"Actions"</span></th>
-                            </tr>
-                        </thead>
-                        <tbody>{rows}{extra}</tbody>
-                    </table>
-                </div>
+                <DataTable
+                    class=""
+                    columns={[Column::text("Model"), Column::num("Default"), Column::num("Yours"), Column::hidden("Actions")]}
+                >
+                    {rows}
+                    {extra}
+                </DataTable>
             </details>
         }
         .into_any()
