@@ -57,8 +57,6 @@ pub(crate) enum PendingScope<'a> {
     /// An organisation's minutes starting in `[from, to)`: of every GPU (`gpus` `None`) or of
     /// the GPUs listed.
     Org { org: OrgId, gpus: Option<&'a [GpuId]>, from_ms: i64, to_ms: i64 },
-    /// One GPU's minutes starting in `[from, to)`.
-    Gpu { org: OrgId, gpu_id: GpuId, from_ms: i64, to_ms: i64 },
     /// The minute of each GPU's newest sample, for an organisation.
     OrgLatest(OrgId),
     /// Like [`PendingScope::OrgLatest`], for the GPUs with these ids only.
@@ -107,10 +105,6 @@ impl PendingScope<'_> {
                     .into_iter()
                     .chain(gpus.unwrap_or_default().iter().map(|id| id.get()))
                     .collect(),
-            ),
-            PendingScope::Gpu { org, gpu_id, from_ms, to_ms } => (
-                "g.org_id = ? AND p.gpu_id = ? AND p.minute_ms >= ? AND p.minute_ms < ?".into(),
-                vec![org.get(), gpu_id.get(), from_ms, to_ms],
             ),
             PendingScope::OrgLatest(org) => (
                 "g.org_id = ? AND p.minute_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000".into(),

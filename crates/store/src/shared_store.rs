@@ -164,14 +164,14 @@ macro_rules! impl_store {
             /// Rollup rows with `from_ms <= bucket_ms < to_ms` of the GPUs `r` (rollups) and `g`
             /// (gpus) where `condition` holds (bound to `keys`), ordered by GPU then time, with the
             /// open minutes of `scope(first minute, end)` in.
-            async fn rollups_where(
+            async fn rollups_where<'s>(
                 &self,
                 condition: &str,
                 keys: &[i64],
                 res: $crate::Resolution,
                 from_ms: i64,
                 to_ms: i64,
-                scope: impl FnOnce(i64, i64) -> PendingScope<'static>,
+                scope: impl FnOnce(i64, i64) -> PendingScope<'s>,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
                 use sqlx::Row as _;
                 let sql = format!(
@@ -441,7 +441,8 @@ macro_rules! impl_store {
                 from_ms: i64,
                 to_ms: i64,
             ) -> $crate::Result<Vec<$crate::RollupBucket>> {
-                let scope = |lo, hi| PendingScope::Gpu { org, gpu_id, from_ms: lo, to_ms: hi };
+                let gpus = [gpu_id];
+                let scope = |lo, hi| PendingScope::Org { org, gpus: Some(&gpus), from_ms: lo, to_ms: hi };
                 self.rollups_where("g.org_id = ? AND r.gpu_id = ?", &[org.get(), gpu_id.get()], res, from_ms, to_ms, scope).await
             }
 
@@ -544,7 +545,7 @@ macro_rules! impl_store {
                             Ok($crate::blocks::rows_over_packed(packed, rows, |r| r.bucket_ms))
                         };
                         let (lo, hi) = minute_range(res, from_ms, to_ms);
-                        let scope = PendingScope::Gpu { org, gpu_id, from_ms: lo, to_ms: hi };
+                        let scope = PendingScope::Org { org, gpus: Some(std::slice::from_ref(&gpu_id)), from_ms: lo, to_ms: hi };
                         let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
                         Ok(rc::overlay_minute_series(stored, &open))
                     }
