@@ -219,16 +219,25 @@ async fn both_replicas_ingesting_one_gpu_count_each_sample_once() {
     let m: i64 = count("SELECT sum(sample_count)::int8 FROM rollups_1m").fetch_one(&mut conn).await.unwrap();
     let h: i64 = count("SELECT sum(sample_count)::int8 FROM rollups_1h").fetch_one(&mut conn).await.unwrap();
     assert_eq!((m, h), (2 * n, 2 * n), "rollups count each sample once");
-    // Per minute, the rollup equals the raw samples it summarises.
-    let bad: i64 = count(
-        "SELECT count(*) FROM rollups_1m r JOIN (SELECT gpu_id, ts_ms - ts_ms % 60000 AS b, count(*) AS c, \
-         sum(gpu_util_pct) AS s FROM samples GROUP BY 1, 2) x ON x.gpu_id = r.gpu_id AND x.b = r.bucket_ms \
-         WHERE r.sample_count <> x.c OR abs(r.gpu_util_pct_sum - x.s) > 1e-6",
+    // Per minute, the rollup equals the samples sent (each once).
+    let mut sent: HashMap<(String, i64), (i64, f64)> = HashMap::new();
+    for s in &all {
+        let ts = s["ts_ms"].as_i64().unwrap();
+        let minute = sent.entry((s["uuid"].as_str().unwrap().to_string(), ts - ts % 60_000)).or_default();
+        *minute = (minute.0 + 1, minute.1 + s["gpu_util_pct"].as_f64().unwrap());
+    }
+    let stored: Vec<(String, i64, i64, f64)> = sqlx::query_as(
+        "SELECT g.uuid, r.bucket_ms, r.sample_count, r.gpu_util_pct_sum FROM rollups_1m r JOIN gpus g ON g.id = r.gpu_id",
     )
-    .fetch_one(&mut conn)
+    .fetch_all(&mut conn)
     .await
     .unwrap();
-    assert_eq!(bad, 0, "every minute rollup matches its raw samples");
+    assert_eq!(stored.len(), sent.len());
+    for (uuid, minute, count, sum) in stored {
+        let (want_count, want_sum) = sent[&(uuid.clone(), minute)];
+        assert_eq!(count, want_count, "{uuid} {minute}");
+        assert!((sum - want_sum).abs() < 1e-6, "every minute rollup matches its samples: {uuid} {minute}");
+    }
     let minutes: i64 = count("SELECT count(*) FROM rollups_1m").fetch_one(&mut conn).await.unwrap();
     assert_eq!(minutes, 2 * 3, "3 minutes × 2 GPUs");
     // Credits (seconds per state, energy, …) once: every hour holds exactly the sum of its

@@ -82,17 +82,15 @@ pub(crate) fn parse_allocations(text: Option<&str>) -> Vec<PodAllocation> {
     text.and_then(|t| serde_json::from_str(t).ok()).unwrap_or_default()
 }
 
-/// Select list of the sample measurement columns with a table alias; `processes_expr` is how
-/// the backend turns the stored process list into text.
+/// Select list of a sample row's stored values with a table alias: the measurements' payload
+/// ([`crate::row_values`]) and the lists; `processes_expr` is how the backend turns the stored
+/// process list into text.
 pub(crate) fn sample_select_list(alias: &str, processes_expr: &str) -> String {
-    let mut cols: Vec<String> = SAMPLE_COLUMNS.iter().map(|c| format!("{alias}.{c}")).collect();
-    cols.push(format!("{processes_expr} AS processes"));
-    cols.push(format!("{alias}.allocations AS allocations"));
-    cols.join(", ")
+    format!("{alias}.vals AS vals, {processes_expr} AS processes, {alias}.allocations AS allocations")
 }
 
-/// Measurement columns of a sample row (everything but identity and time): the signals of
-/// [`SAMPLE_COLUMNS`] read by name through the signal table, then the stored lists.
+/// The stored values of a sample row (everything but identity and time): its measurements,
+/// decoded from their payload, then the stored lists.
 #[derive(Debug)]
 pub(crate) struct SampleValues {
     /// A sample with only its measurements set.
@@ -105,19 +103,16 @@ impl<'r, R> sqlx::FromRow<'r, R> for SampleValues
 where
     R: sqlx::Row,
     &'r str: sqlx::ColumnIndex<R>,
-    i64: sqlx::Type<R::Database> + sqlx::Decode<'r, R::Database>,
-    f64: sqlx::Type<R::Database> + sqlx::Decode<'r, R::Database>,
+    &'r [u8]: sqlx::Type<R::Database> + sqlx::Decode<'r, R::Database>,
     String: sqlx::Type<R::Database> + sqlx::Decode<'r, R::Database>,
 {
     fn from_row(row: &'r R) -> Result<Self, sqlx::Error> {
-        let mut measured = Sample::default();
-        for (name, signal) in SAMPLE_COLUMNS.iter().zip(SAMPLE_SIGNALS) {
-            if is_integer(signal) {
-                (signal.set_int)(&mut measured, row.try_get::<Option<i64>, _>(*name)?);
-            } else {
-                (signal.set)(&mut measured, row.try_get::<Option<f64>, _>(*name)?);
-            }
-        }
+        // NULL: no sample (a GPU row left-joined to a newest sample it does not have).
+        let measured = match row.try_get::<Option<&[u8]>, _>("vals")? {
+            Some(payload) => crate::row_values::decode(payload)
+                .map_err(|e| sqlx::Error::ColumnDecode { index: "vals".into(), source: Box::new(e) })?,
+            None => Sample::default(),
+        };
         Ok(SampleValues { measured, processes: row.try_get("processes")?, allocations: row.try_get("allocations")? })
     }
 }

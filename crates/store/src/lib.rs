@@ -25,6 +25,7 @@ mod postgres;
 mod queries;
 pub mod reclaim;
 pub mod rollup_close;
+mod row_values;
 mod settings;
 mod shared_store;
 mod sqlite;

@@ -70,7 +70,6 @@ pub(crate) mod sqlite {
     use sqlx::SqliteConnection;
 
     use super::*;
-    use crate::columns::Cell;
 
     /// Reads the stored rows of `colliding` (one range probe per GPU, by the primary key) and
     /// writes the fills; the caller is the store's only writer, so nothing changes them between.
@@ -97,20 +96,11 @@ pub(crate) mod sqlite {
             );
         }
         let fills = fills_of(colliding, rows);
-        let sets: Vec<String> = columns::SAMPLE_COLUMNS.iter().map(|c| format!("{c} = ?")).collect();
-        let sql = format!(
-            "UPDATE samples SET {}, processes = ?, allocations = ? WHERE gpu_id = ? AND ts_ms = ?",
-            sets.join(", ")
-        );
+        let sql = "UPDATE samples SET vals = ?, processes = ?, allocations = ? WHERE gpu_id = ? AND ts_ms = ?";
         for f in &fills {
-            let mut q = sqlx::query(&sql);
-            for cell in columns::sample_cells(&f.merged) {
-                q = match cell {
-                    Cell::F(v) => q.bind(v),
-                    Cell::I(v) => q.bind(v),
-                };
-            }
-            q.bind(columns::processes_json(&f.merged))
+            sqlx::query(sql)
+                .bind(crate::row_values::encode(&f.merged))
+                .bind(columns::processes_json(&f.merged))
                 .bind(columns::allocations_json(&f.merged))
                 .bind(f.gpu_id)
                 .bind(f.merged.ts_ms)
@@ -125,7 +115,7 @@ pub(crate) mod pg {
     use sqlx::{Postgres, Transaction};
 
     use super::*;
-    use crate::pg_samples::CellColumns;
+    use crate::pg_samples::SampleArrays;
 
     /// Reads and locks the stored rows of `colliding` (`FOR UPDATE`, in key order: a concurrent
     /// batch filling the same row waits, then reads the row as this one left it) and writes the
@@ -150,32 +140,13 @@ pub(crate) mod pg {
         if fills.is_empty() {
             return Ok(fills);
         }
-        let mut cells = CellColumns::new(&columns::sample_cells(&Sample::default()), fills.len());
-        for f in &fills {
-            cells.push(columns::sample_cells(&f.merged));
-        }
-        let gpu_col: Vec<i64> = fills.iter().map(|f| f.gpu_id).collect();
-        let ts_col: Vec<i64> = fills.iter().map(|f| f.merged.ts_ms).collect();
-        let procs: Vec<Option<String>> = fills.iter().map(|f| columns::processes_json(&f.merged)).collect();
-        let allocs: Vec<Option<String>> = fills.iter().map(|f| columns::allocations_json(&f.merged)).collect();
-        let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
-        params.extend(cells.params(3));
-        params.push(format!("${}::text[]", cells.kinds.len() + 3));
-        params.push(format!("${}::text[]", cells.kinds.len() + 4));
-        let cols = columns::SAMPLE_COLUMNS.join(", ");
-        let sets: Vec<String> = columns::SAMPLE_COLUMNS
-            .iter()
-            .chain(["processes", "allocations"].iter())
-            .map(|c| format!("{c} = t.{c}"))
-            .collect();
+        let rows = SampleArrays::new(fills.iter().map(|f| (f.gpu_id, &f.merged)));
         let sql = format!(
-            "UPDATE samples AS s SET {} FROM UNNEST({}) AS t(gpu_id, ts_ms, {cols}, processes, allocations) \
-             WHERE s.gpu_id = t.gpu_id AND s.ts_ms = t.ts_ms",
-            sets.join(", "),
-            params.join(", ")
+            "UPDATE samples AS s SET vals = t.vals, processes = t.processes, allocations = t.allocations \
+             FROM {} WHERE s.gpu_id = t.gpu_id AND s.ts_ms = t.ts_ms",
+            SampleArrays::UNNEST
         );
-        let q = cells.bind(sqlx::query(&sql).bind(&gpu_col).bind(&ts_col));
-        q.bind(&procs).bind(&allocs).execute(&mut **tx).await?;
+        rows.bind(sqlx::query(&sql)).execute(&mut **tx).await?;
         Ok(fills)
     }
 }

@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use fleetlens_core::{GpuProcess, Sample};
 use sqlx::{Postgres, Row, Transaction};
 
-use crate::columns::{self, Cell, SAMPLE_COLUMNS};
+use crate::columns;
 use crate::{Result, StoreError};
 
 /// How [`insert`] writes the batch.
@@ -50,7 +50,7 @@ pub(crate) async fn insert<'a>(
     }
     match mode {
         InsertMode::Copy => {
-            let mut copy = tx.copy_in_raw(&samples_copy_sql()).await?;
+            let mut copy = tx.copy_in_raw(samples_copy_sql()).await?;
             copy.send(encode_samples(unique.iter().copied())).await?;
             copy.finish().await?;
             Ok(unique)
@@ -92,113 +92,75 @@ async fn insert_skipping_stored(
     tx: &mut Transaction<'_, Postgres>,
     unique: &[(i64, &Sample)],
 ) -> Result<HashSet<(i64, i64)>> {
-    let mut cells = CellColumns::new(&columns::sample_cells(&Sample::default()), unique.len());
-    for (_, s) in unique {
-        cells.push(columns::sample_cells(s));
-    }
-    let gpu_col: Vec<i64> = unique.iter().map(|&(gpu_id, _)| gpu_id).collect();
-    let ts_col: Vec<i64> = unique.iter().map(|(_, s)| s.ts_ms).collect();
-    let procs: Vec<Option<String>> = unique.iter().map(|(_, s)| columns::processes_json(s)).collect();
-    let allocs: Vec<Option<String>> = unique.iter().map(|(_, s)| columns::allocations_json(s)).collect();
-    let mut params = vec!["$1::int8[]".to_string(), "$2::int8[]".to_string()];
-    params.extend(cells.params(3));
-    params.push(format!("${}::text[]", cells.kinds.len() + 3));
-    params.push(format!("${}::text[]", cells.kinds.len() + 4));
-    let cols = SAMPLE_COLUMNS.join(", ");
+    let rows = SampleArrays::new(unique.iter().copied());
     let sql = format!(
-        "INSERT INTO samples (gpu_id, ts_ms, {cols}, processes, allocations) \
-         SELECT gpu_id, ts_ms, {cols}, processes, allocations \
-         FROM UNNEST({}) AS t(gpu_id, ts_ms, {cols}, processes, allocations) \
+        "INSERT INTO samples (gpu_id, ts_ms, vals, processes, allocations) \
+         SELECT gpu_id, ts_ms, vals, processes, allocations FROM {} \
          ON CONFLICT DO NOTHING RETURNING gpu_id, ts_ms",
-        params.join(", ")
+        SampleArrays::UNNEST
     );
-    let q = cells.bind(sqlx::query(&sql).bind(&gpu_col).bind(&ts_col));
-    let rows = q.bind(&procs).bind(&allocs).fetch_all(&mut **tx).await?;
+    let rows = rows.bind(sqlx::query(&sql)).fetch_all(&mut **tx).await?;
     rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect()
 }
 
 const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 
-/// Nullable numeric cells of many rows, as one array per column for `UNNEST` parameters.
-pub(crate) struct CellColumns {
-    /// Per column: float (`true`) or integer.
-    pub kinds: Vec<bool>,
-    f: Vec<Vec<Option<f64>>>,
-    i: Vec<Vec<Option<i64>>>,
+/// Sample rows as one array per column, for `UNNEST` parameters ([`SampleArrays::UNNEST`]).
+pub(crate) struct SampleArrays {
+    gpu_ids: Vec<i64>,
+    ts: Vec<i64>,
+    vals: Vec<Vec<u8>>,
+    processes: Vec<Option<String>>,
+    allocations: Vec<Option<String>>,
 }
 
-impl CellColumns {
-    /// Columns shaped like `template` (one row's cells), with room for `rows` rows.
-    pub fn new(template: &[Cell], rows: usize) -> Self {
-        let kinds: Vec<bool> = template.iter().map(|c| matches!(c, Cell::F(_))).collect();
-        let floats = kinds.iter().filter(|k| **k).count();
-        Self {
-            f: (0..floats).map(|_| Vec::with_capacity(rows)).collect(),
-            i: (0..kinds.len() - floats).map(|_| Vec::with_capacity(rows)).collect(),
-            kinds,
+impl SampleArrays {
+    /// The rows as a table `t(gpu_id, ts_ms, vals, processes, allocations)`: the first five
+    /// parameters of a statement, bound by [`SampleArrays::bind`].
+    pub const UNNEST: &'static str = "UNNEST($1::int8[], $2::int8[], $3::bytea[], $4::text[], $5::text[]) \
+         AS t(gpu_id, ts_ms, vals, processes, allocations)";
+
+    pub fn new<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) -> Self {
+        let n = rows.len();
+        let mut out = Self {
+            gpu_ids: Vec::with_capacity(n),
+            ts: Vec::with_capacity(n),
+            vals: Vec::with_capacity(n),
+            processes: Vec::with_capacity(n),
+            allocations: Vec::with_capacity(n),
+        };
+        for (gpu_id, s) in rows {
+            out.gpu_ids.push(gpu_id);
+            out.ts.push(s.ts_ms);
+            out.vals.push(crate::row_values::encode(s));
+            out.processes.push(columns::processes_json(s));
+            out.allocations.push(columns::allocations_json(s));
         }
+        out
     }
 
-    /// Append one row's cells, in the template's order.
-    pub fn push(&mut self, cells: impl IntoIterator<Item = Cell>) {
-        let (mut fi, mut ii) = (0, 0);
-        for cell in cells {
-            match cell {
-                Cell::F(v) => {
-                    self.f[fi].push(v);
-                    fi += 1;
-                }
-                Cell::I(v) => {
-                    self.i[ii].push(v);
-                    ii += 1;
-                }
-            }
-        }
-    }
-
-    /// The typed placeholders of the columns, numbered from `first`.
-    pub fn params(&self, first: usize) -> impl Iterator<Item = String> + '_ {
-        self.kinds
-            .iter()
-            .enumerate()
-            .map(move |(i, &is_f)| format!("${}::{}", first + i, if is_f { "float8[]" } else { "int8[]" }))
-    }
-
-    /// Bind the columns in order.
+    /// Bind the five arrays in order.
     pub fn bind<'q>(
         &'q self,
-        mut q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
+        q: sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments>,
     ) -> sqlx::query::Query<'q, Postgres, sqlx::postgres::PgArguments> {
-        let (mut fi, mut ii) = (0, 0);
-        for &is_f in &self.kinds {
-            if is_f {
-                q = q.bind(&self.f[fi]);
-                fi += 1;
-            } else {
-                q = q.bind(&self.i[ii]);
-                ii += 1;
-            }
-        }
-        q
+        q.bind(&self.gpu_ids).bind(&self.ts).bind(&self.vals).bind(&self.processes).bind(&self.allocations)
     }
 }
 
 /// `COPY` statement matching [`encode_samples`]' field order.
-fn samples_copy_sql() -> String {
-    format!(
-        "COPY samples (gpu_id, ts_ms, {}, processes, allocations) FROM STDIN (FORMAT binary)",
-        SAMPLE_COLUMNS.join(", ")
-    )
+fn samples_copy_sql() -> &'static str {
+    "COPY samples (gpu_id, ts_ms, vals, processes, allocations) FROM STDIN (FORMAT binary)"
 }
 
 /// Encode `(gpu_id, sample)` rows as one binary `COPY` stream.
 fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) -> Vec<u8> {
-    // 25 fields of at most 8 bytes plus their 4-byte lengths, the process list and allocations.
-    let mut out = Vec::with_capacity(19 + rows.len() * 320 + 2);
+    // The key, the values' payload (tens of bytes), the process list and allocations.
+    let mut out = Vec::with_capacity(19 + rows.len() * 160 + 2);
     out.extend_from_slice(SIGNATURE);
     out.extend_from_slice(&0i32.to_be_bytes());
     out.extend_from_slice(&0i32.to_be_bytes());
-    let fields = (2 + SAMPLE_COLUMNS.len() + 2) as i16;
+    let fields = 5i16;
     // A GPU's process list rarely changes from one second to the next: the last list written
     // and where its JSON lies in `out`, so that an equal list is copied, not serialised again.
     let mut last_list: Option<(&[GpuProcess], std::ops::Range<usize>)> = None;
@@ -206,12 +168,12 @@ fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) ->
         out.extend_from_slice(&fields.to_be_bytes());
         put_i64(&mut out, Some(gpu_id));
         put_i64(&mut out, Some(s.ts_ms));
-        for cell in columns::sample_cells(s) {
-            match cell {
-                Cell::F(v) => put_f64(&mut out, v),
-                Cell::I(v) => put_i64(&mut out, v),
-            }
-        }
+        // bytea in binary COPY: the bytes.
+        let len_at = out.len();
+        out.extend_from_slice(&0i32.to_be_bytes());
+        crate::row_values::encode_into(&mut out, s);
+        let len = (out.len() - len_at - 4) as i32;
+        out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
         match &s.processes {
             Some(list) => match &last_list {
                 Some((prev, json)) if *prev == list.as_slice() => {
@@ -253,16 +215,6 @@ fn put_i64(out: &mut Vec<u8>, v: Option<i64>) {
     }
 }
 
-fn put_f64(out: &mut Vec<u8>, v: Option<f64>) {
-    match v {
-        Some(v) => {
-            out.extend_from_slice(&8i32.to_be_bytes());
-            out.extend_from_slice(&v.to_bits().to_be_bytes());
-        }
-        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -273,14 +225,16 @@ mod tests {
         let bytes = encode_samples([(3, &s)].into_iter());
         assert_eq!(&bytes[..11], SIGNATURE);
         assert_eq!(&bytes[11..19], &[0; 8]);
-        assert_eq!(i16::from_be_bytes([bytes[19], bytes[20]]), 28);
-        // gpu_id, then ts_ms, then gpu_util_pct as float8 bits.
+        assert_eq!(i16::from_be_bytes([bytes[19], bytes[20]]), 5);
+        // gpu_id, then ts_ms, then the values' payload as bytea.
         assert_eq!(&bytes[21..25], &8i32.to_be_bytes());
         assert_eq!(i64::from_be_bytes(bytes[25..33].try_into().unwrap()), 3);
         assert_eq!(i64::from_be_bytes(bytes[37..45].try_into().unwrap()), 7);
-        assert_eq!(f64::from_bits(u64::from_be_bytes(bytes[49..57].try_into().unwrap())), 50.0);
-        // mem_util_pct is NULL.
-        assert_eq!(&bytes[57..61], &(-1i32).to_be_bytes());
+        let vals = crate::row_values::encode(&s);
+        assert_eq!(&bytes[45..49], &(vals.len() as i32).to_be_bytes());
+        assert_eq!(&bytes[49..49 + vals.len()], vals.as_slice());
+        // No process list, no allocations: NULL, NULL.
+        assert_eq!(&bytes[49 + vals.len()..57 + vals.len()], [(-1i32).to_be_bytes(), (-1i32).to_be_bytes()].concat());
         assert_eq!(&bytes[bytes.len() - 2..], &(-1i16).to_be_bytes());
     }
 

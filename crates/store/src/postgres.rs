@@ -33,7 +33,13 @@ impl PgStore {
             .acquire_timeout(Duration::from_secs(10))
             .connect_with(opts)
             .await?;
-        sqlx::migrate!("../../migrations/postgres").run(&pool).await?;
+        let migrations = sqlx::migrate!("../../migrations/postgres");
+        crate::row_values::legacy::migrations_before_columns_dropped(&migrations).run(&pool).await?;
+        let converted = crate::row_values::legacy::convert_pg(&pool).await?;
+        if converted > 0 {
+            tracing::info!(rows = converted, "open sample rows converted to one values column (migration 0028)");
+        }
+        migrations.run(&pool).await?;
         // The open tables' partitions of this hour and the next, before the first batch (the
         // sealing job, which keeps them prepared, first runs a whole interval after start).
         blocks::hourly::prepare(&pool, crate::rollup_close::wall_clock_ms()).await?;

@@ -14,7 +14,7 @@ use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::blocks;
-use crate::columns::{self, Cell};
+use crate::columns;
 use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
 use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, StoreError};
@@ -22,8 +22,8 @@ use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, Stor
 /// Rows a group commit gathers at most before it commits.
 const MAX_GROUP_ROWS: usize = 100_000;
 /// SQLite allows 32,766 bound variables per statement.
-pub(crate) const SAMPLE_ROWS_PER_STATEMENT: usize = 32_000 / (SAMPLE_COLS + 3);
-const SAMPLE_COLS: usize = columns::SAMPLE_COLUMNS.len();
+/// A sample row binds five: gpu_id, ts_ms, vals, processes, allocations.
+pub(crate) const SAMPLE_ROWS_PER_STATEMENT: usize = 32_000 / 5;
 /// Rows deleted per retention statement, so the writer lock is never held long.
 const RETENTION_CHUNK: i64 = 20_000;
 
@@ -106,7 +106,13 @@ impl SqliteStore {
         // transaction, where the pragma cannot be changed, and with the keys on, dropping the
         // old `teams` would run its children's ON DELETE actions. Checked afterwards.
         let mut migrating = SqliteConnection::connect_with(&opts.clone().foreign_keys(false)).await?;
-        sqlx::migrate!("../../migrations/sqlite").run(&mut migrating).await?;
+        let migrations = sqlx::migrate!("../../migrations/sqlite");
+        crate::row_values::legacy::migrations_before_columns_dropped(&migrations).run(&mut migrating).await?;
+        let converted = crate::row_values::legacy::convert_sqlite(&mut migrating).await?;
+        if converted > 0 {
+            tracing::info!(rows = converted, "open sample rows converted to one values column (migration 0028)");
+        }
+        migrations.run(&mut migrating).await?;
         let broken: Vec<(String,)> =
             sqlx::query_as("SELECT DISTINCT \"table\" FROM pragma_foreign_key_check").fetch_all(&mut migrating).await?;
         if !broken.is_empty() {
@@ -453,16 +459,10 @@ pub(crate) async fn insert_sample_rows(
     rows: &[(i64, &Sample)],
     tail: &str,
 ) -> Result<u64> {
-    let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, ");
-    qb.push(columns::SAMPLE_COLUMNS.join(", ")).push(", processes, allocations) ");
+    let mut qb: QueryBuilder<Sqlite> =
+        QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, vals, processes, allocations) ");
     qb.push_values(rows, |mut b, &(gpu_id, s)| {
-        b.push_bind(gpu_id).push_bind(s.ts_ms);
-        for cell in columns::sample_cells(s) {
-            match cell {
-                Cell::F(v) => b.push_bind(v),
-                Cell::I(v) => b.push_bind(v),
-            };
-        }
+        b.push_bind(gpu_id).push_bind(s.ts_ms).push_bind(crate::row_values::encode(s));
         b.push_bind(columns::processes_json(s));
         b.push_bind(columns::allocations_json(s));
     });

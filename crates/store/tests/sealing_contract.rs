@@ -19,6 +19,7 @@ fleetlens_tests::for_each_backend!(
     retention_removes_packed_minutes,
     emptied_hour_partitions_are_dropped,
     open_rows_written_before_hour_partitions_survive_the_upgrade,
+    open_rows_with_a_column_per_signal_survive_the_upgrade,
 );
 
 const H: i64 = BLOCK_SPAN_MS;
@@ -627,5 +628,61 @@ async fn open_rows_written_before_hour_partitions_survive_the_upgrade(backend: B
     if let Backend::Postgres = backend {
         let pg = sqlx::PgPool::connect(&db.url).await.unwrap();
         assert_eq!(rows_in(&pg, "rollup_pending_default").await, Some(0), "the job took the mark");
+    }
+}
+
+/// A database of the release before migration 0028 (a column per signal in `samples`): the
+/// upgrade copies each open row's values into `vals` before 0029 drops the columns, and every
+/// value reads back exactly as stored (absent stays absent, a value finer than the stored
+/// precision keeps its bits, integers stay whole).
+async fn open_rows_with_a_column_per_signal_survive_the_upgrade(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let mut rows = vec![format!(
+        "INSERT INTO gpus (org_id, uuid, host, first_seen_ms, last_seen_ms) VALUES (1, 'GPU-cols', 'h', {T0}, {})",
+        T0 + 9_000
+    )];
+    for i in 0..10i64 {
+        let util = if i == 3 { "NULL".to_string() } else { format!("{}", i * 10) };
+        rows.push(format!(
+            "INSERT INTO samples (gpu_id, ts_ms, gpu_util_pct, sm_active_pct, power_w, mem_used_bytes, \
+             throttle_reasons, tensor_hmma_active_pct, processes) \
+             VALUES (1, {}, {util}, 12.3456789, 300.25, {}, -9223372036854775807, 0.5, '[{{\"pid\":{i}}}]')",
+            T0 + i * 1000,
+            81_000_000_000 + i,
+        ));
+    }
+    migrate_to(backend, &db.url, 27, &rows).await;
+
+    let store = fleetlens_store::connect(&db.url).await.expect("the upgrade");
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-cols").await.unwrap().unwrap();
+    let read = store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap();
+    assert_eq!(read.len(), 10);
+    for (i, s) in read.iter().enumerate() {
+        let i = i as i64;
+        assert_eq!(s.ts_ms, T0 + i * 1000);
+        assert_eq!(s.gpu_util_pct, (i != 3).then_some(i as f64 * 10.0));
+        assert_eq!(s.sm_active_pct, Some(12.3456789));
+        assert_eq!((s.power_w, s.mem_used_bytes), (Some(300.25), Some(81_000_000_000 + i)));
+        assert_eq!(s.throttle_reasons, Some(0x8000_0000_0000_0001));
+        assert_eq!((s.tensor_hmma_active_pct, s.temp_c, s.energy_j), (Some(0.5), None, None));
+        assert_eq!(s.processes.as_ref().map(|p| p[0].pid), Some(i as u32));
+    }
+    // The columns are gone: the values live in `vals` only.
+    let probe = "SELECT count(gpu_util_pct) FROM samples";
+    let gone = match backend {
+        Backend::Postgres => sqlx::query(probe).execute(&sqlx::PgPool::connect(&db.url).await.unwrap()).await.is_err(),
+        Backend::Sqlite => {
+            sqlx::query(probe).execute(&sqlx::SqlitePool::connect(&db.url).await.unwrap()).await.is_err()
+        }
+    };
+    assert!(gone, "migration 0029 dropped the per-signal columns");
+    // A second start finds nothing to convert and reads the same.
+    drop(store);
+    let store = fleetlens_store::connect(&db.url).await.expect("a second start");
+    assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap(), read);
+    let report = seal(&store, T0 + H + SEAL_LATENESS_MS, 100).await;
+    assert_eq!((report.blocks, report.samples), (1, 10));
+    for (b, t) in store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap().iter().zip(&read) {
+        assert_within_precision(b, t);
     }
 }

@@ -83,7 +83,7 @@ macro_rules! impl_seal {
             let mut tx = pool.begin().await?;
             let sql = format!(
                 "DELETE FROM samples WHERE gpu_id = ? AND ts_ms >= ? AND ts_ms < ? RETURNING ts_ms, {}",
-                super::plain_select_list()
+                super::PLAIN_SELECT_LIST
             );
             let rows: Vec<crate::columns::SampleRow> =
                 sqlx::query_as(&q(&sql)).bind(gpu_id).bind(start).bind(start + SPAN_MS).fetch_all(&mut *tx).await?;
@@ -465,12 +465,9 @@ pub(crate) fn fill_latest(records: &mut [crate::GpuRecord], blocks: Vec<(GpuId, 
     Ok(())
 }
 
-/// The measurement columns as `RETURNING`/`SELECT` list without a table alias.
-pub(crate) fn plain_select_list() -> String {
-    let mut cols: Vec<&str> = crate::columns::SAMPLE_COLUMNS.to_vec();
-    cols.extend(["processes", "allocations"]);
-    cols.join(", ")
-}
+/// A sample row's stored values as a `RETURNING`/`SELECT` list without a table alias (read by
+/// [`crate::columns::SampleValues`]).
+pub(crate) const PLAIN_SELECT_LIST: &str = "vals, processes, allocations";
 
 #[cfg(test)]
 mod tests {
