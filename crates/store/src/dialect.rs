@@ -12,7 +12,8 @@
 //!   IMMEDIATE`, so a read-then-write never fails on a lock upgrade);
 //! - `LOCK_SKIP_LOCKED`, `CLOSE_LOCK` are row-lock clauses (PostgreSQL has replicas that
 //!   claim at once; SQLite's write transaction is already exclusive);
-//! - `PROCESSES_TEXT` reads the `processes` column (`jsonb` on PostgreSQL) as text.
+//! - `PROCESSES_TEXT` reads the `processes` column as text (TEXT on both since 0001; the
+//!   PostgreSQL cast is a no-op kept for a column type that may change).
 //!
 //! Why macros and not functions generic over `DB: sqlx::Database`: a generic query needs a
 //! bound for every bound type and the executor (`for<'c> &'c mut DB::Connection: Executor<'c,
@@ -91,7 +92,7 @@ pub(crate) mod pg {
     /// same statement: 41 s before, 0.15 s after).
     pub(crate) const SAMPLES_OF_MARK: &str = "CROSS JOIN LATERAL (SELECT * FROM samples s WHERE s.gpu_id = p.gpu_id \
          AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000 OFFSET 0) s";
-    /// `samples.processes` (alias `s`, `jsonb`) as text.
+    /// `samples.processes` (alias `s`, TEXT) as text.
     pub(crate) const PROCESSES_TEXT: &str = "s.processes::text";
 
     crate::queries::impl_queries!(Postgres);

@@ -57,10 +57,9 @@ pub(crate) enum PendingScope<'a> {
     /// An organisation's minutes starting in `[from, to)`: of every GPU (`gpus` `None`) or of
     /// the GPUs listed.
     Org { org: OrgId, gpus: Option<&'a [GpuId]>, from_ms: i64, to_ms: i64 },
-    /// The minute of each GPU's newest sample, for an organisation.
-    OrgLatest(OrgId),
-    /// Like [`PendingScope::OrgLatest`], for the GPUs with these ids only.
-    GpusLatest { org: OrgId, gpu_ids: &'a [GpuId] },
+    /// The minute of each GPU's newest sample, for an organisation: of every GPU (`gpus`
+    /// `None`) or of the GPUs listed.
+    Latest { org: OrgId, gpus: Option<&'a [GpuId]> },
 }
 
 /// The newest minute of a GPU `g`, from its newest sample (the bucket start of `last_seen_ms`).
@@ -89,7 +88,7 @@ pub(crate) fn stored_latest_sql(gpus: Option<usize>) -> String {
     )
 }
 
-/// GPU ids per read of [`PendingScope::GpusLatest`] (bounds the binds of one statement).
+/// GPU ids per read of [`PendingScope::Latest`] with a list (bounds the binds of one statement).
 pub(crate) const GPUS_PER_LATEST_READ: usize = 1000;
 
 impl PendingScope<'_> {
@@ -106,16 +105,9 @@ impl PendingScope<'_> {
                     .chain(gpus.unwrap_or_default().iter().map(|id| id.get()))
                     .collect(),
             ),
-            PendingScope::OrgLatest(org) => (
-                "g.org_id = ? AND p.minute_ms = g.last_seen_ms - ((g.last_seen_ms % 60000) + 60000) % 60000".into(),
-                vec![org.get()],
-            ),
-            PendingScope::GpusLatest { org, gpu_ids } => (
-                format!(
-                    "g.org_id = ? AND p.gpu_id IN ({}) AND p.minute_ms = {LATEST_MINUTE_OF_G}",
-                    placeholders(gpu_ids.len())
-                ),
-                std::iter::once(org.get()).chain(gpu_ids.iter().map(|id| id.get())).collect(),
+            PendingScope::Latest { org, gpus } => (
+                format!("g.org_id = ?{} AND p.minute_ms = {LATEST_MINUTE_OF_G}", only_gpus("p.gpu_id", gpus)),
+                std::iter::once(org.get()).chain(gpus.unwrap_or_default().iter().map(|id| id.get())).collect(),
             ),
         }
     }
@@ -401,7 +393,7 @@ pub(crate) fn overlay_minute_series(stored: Vec<SeriesRow>, open: &[OpenMinute])
 }
 
 /// Each GPU's newest minute with the open minutes in place of theirs (`open` loaded with
-/// [`PendingScope::OrgLatest`]).
+/// [`PendingScope::Latest`]).
 pub(crate) fn overlay_latest(stored: Vec<LatestMinute>, open: &[OpenMinute]) -> Vec<LatestMinute> {
     if open.is_empty() {
         return stored;

@@ -35,6 +35,19 @@ macro_rules! impl_store {
                 Ok(written)
             }
 
+            /// A read of stored rows with the open minutes of `scope` that complete it
+            /// (`close::with_open` on this store's pool and classifier).
+            async fn with_open<T, Fut>(
+                &self,
+                scope: PendingScope<'_>,
+                read: impl Fn() -> Fut,
+            ) -> $crate::Result<(T, Vec<rc::OpenMinute>)>
+            where
+                Fut: std::future::Future<Output = $crate::Result<T>>,
+            {
+                close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await
+            }
+
             /// The newest sample of GPUs whose newest hour is sealed (no open row holds it).
             async fn fill_sealed_latest(&self, records: &mut [$crate::GpuRecord]) -> $crate::Result<()> {
                 let missing = $crate::blocks::missing_latest(records);
@@ -197,7 +210,7 @@ macro_rules! impl_store {
                     Ok($crate::blocks::rows_over_packed(packed.into_iter().map(|m| m.bucket), rows, |b| (b.gpu_id, b.bucket_ms)))
                 };
                 let (lo, hi) = minute_range(res, from_ms, to_ms);
-                let (stored, open) = close::with_open(&self.pool, scope(lo, hi), self.classifier.as_ref(), read).await?;
+                let (stored, open) = self.with_open(scope(lo, hi), read).await?;
                 Ok(rc::overlay_rollups(stored, res, &open))
             }
 
@@ -358,8 +371,8 @@ macro_rules! impl_store {
             async fn latest_minutes(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::LatestMinute>> {
                 let sql = q(&rc::stored_latest_sql(None)).into_owned();
                 let read = || async { Ok(sqlx::query_as(&sql).bind(org).fetch_all(&self.pool).await?) };
-                let scope = PendingScope::OrgLatest(org);
-                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                let scope = PendingScope::Latest { org, gpus: None };
+                let (stored, open) = self.with_open(scope, read).await?;
                 let mut latest = rc::overlay_latest(stored, &open);
                 self.fill_packed_latest(org, None, &mut latest).await?;
                 Ok(latest)
@@ -380,8 +393,8 @@ macro_rules! impl_store {
                         }
                         Ok(query.fetch_all(&self.pool).await?)
                     };
-                    let scope = PendingScope::GpusLatest { org, gpu_ids: chunk };
-                    let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                    let scope = PendingScope::Latest { org, gpus: Some(chunk) };
+                    let (stored, open) = self.with_open(scope, read).await?;
                     let mut latest = rc::overlay_latest(stored, &open);
                     self.fill_packed_latest(org, Some(chunk), &mut latest).await?;
                     out.extend(latest);
@@ -471,7 +484,7 @@ macro_rules! impl_store {
                 let read = || self.stored_credits(org, gpus, res, from_ms, to_ms);
                 let (lo, hi) = minute_range(res, from_ms, to_ms);
                 let scope = PendingScope::Org { org, gpus, from_ms: lo, to_ms: hi };
-                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                let (stored, open) = self.with_open(scope, read).await?;
                 Ok(rc::overlay_credits(stored, res, &open))
             }
 
@@ -486,7 +499,7 @@ macro_rules! impl_store {
                 let read = || self.stored_hour_credit_split(org, from_ms, end_ms, first_whole_ms, last_whole_ms);
                 let (lo, hi) = minute_range($crate::Resolution::Hour, from_ms.div_euclid(3_600_000) * 3_600_000, end_ms);
                 let scope = PendingScope::Org { org, gpus: None, from_ms: lo, to_ms: hi };
-                let (mut split, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                let (mut split, open) = self.with_open(scope, read).await?;
                 if !open.is_empty() {
                     let spans = $crate::GpuStore::gpu_identities(self, org)
                         .await?
@@ -509,7 +522,7 @@ macro_rules! impl_store {
                 };
                 let (lo, hi) = minute_range($crate::Resolution::Hour, from_ms - 3_600_000 + 1, to_ms);
                 let scope = PendingScope::Org { org, gpus: None, from_ms: lo, to_ms: hi };
-                let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                let (stored, open) = self.with_open(scope, read).await?;
                 Ok(rc::overlay_peak_mem(stored, &open))
             }
 
@@ -546,7 +559,7 @@ macro_rules! impl_store {
                         };
                         let (lo, hi) = minute_range(res, from_ms, to_ms);
                         let scope = PendingScope::Org { org, gpus: Some(std::slice::from_ref(&gpu_id)), from_ms: lo, to_ms: hi };
-                        let (stored, open) = close::with_open(&self.pool, scope, self.classifier.as_ref(), read).await?;
+                        let (stored, open) = self.with_open(scope, read).await?;
                         Ok(rc::overlay_minute_series(stored, &open))
                     }
                     // Hours from their rollups, with the open minutes in (the chart columns are theirs).
