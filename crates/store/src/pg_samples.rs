@@ -50,7 +50,7 @@ pub(crate) async fn insert<'a>(
     }
     match mode {
         InsertMode::Copy => {
-            let mut copy = tx.copy_in_raw(samples_copy_sql()).await?;
+            let mut copy = tx.copy_in_raw(SAMPLES_COPY_SQL).await?;
             copy.send(encode_samples(unique.iter().copied())).await?;
             copy.finish().await?;
             Ok(unique)
@@ -149,9 +149,7 @@ impl SampleArrays {
 }
 
 /// `COPY` statement matching [`encode_samples`]' field order.
-fn samples_copy_sql() -> &'static str {
-    "COPY samples (gpu_id, ts_ms, vals, processes, allocations) FROM STDIN (FORMAT binary)"
-}
+const SAMPLES_COPY_SQL: &str = "COPY samples (gpu_id, ts_ms, vals, processes, allocations) FROM STDIN (FORMAT binary)";
 
 /// Encode `(gpu_id, sample)` rows as one binary `COPY` stream.
 fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) -> Vec<u8> {
