@@ -8,7 +8,7 @@ use std::collections::BTreeMap;
 use fleetlens_core::{
     AlertId, AlertStatus, ChannelId, FunnelLevelName, JobId, Precision, RuleId, Severity, SilenceId, WorkloadState,
 };
-pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuProcess, Sample};
+pub use fleetlens_core::{GpuEvent, GpuEventKind, GpuInfo, GpuProcess, JobThroughput, Sample};
 use serde::{Deserialize, Serialize};
 
 pub mod accounts;
@@ -111,18 +111,13 @@ pub struct ErrorDetail {
     pub column: Option<u32>,
 }
 
-/// One GPU in `GET /api/v1/gpus`.
+/// One GPU in `GET /api/v1/gpus`: the registry's facts (`GpuInfo`, at the top level of the
+/// JSON), its newest sample and what it is doing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct GpuSummary {
-    pub uuid: String,
-    pub host: String,
-    pub gpu_index: Option<u32>,
-    pub name: Option<String>,
-    pub mem_total_bytes: Option<i64>,
-    pub power_limit_w: Option<f64>,
-    pub first_seen_ms: i64,
-    pub last_seen_ms: i64,
+    #[serde(flatten)]
+    pub info: GpuInfo,
     /// The newest stored sample.
     pub latest: Option<Sample>,
     /// Efficiency score of the latest sample (null when undefined).
@@ -299,18 +294,13 @@ pub struct JobReport {
     pub flops_per_token: Option<f64>,
 }
 
-/// A stored job report and its MFU.
+/// A stored job report (`JobThroughput`, at the top level of the JSON) and its MFU.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Job {
     pub id: JobId,
-    pub name: String,
-    pub gpus: Vec<String>,
-    pub from_ms: i64,
-    pub to_ms: i64,
-    /// As reported (`fp16` stays `fp16`).
-    pub precision: Precision,
-    pub achieved_flops_per_s: f64,
+    #[serde(flatten)]
+    pub report: JobThroughput,
     /// Achieved ÷ the dense datasheet peak of its GPUs at that precision; null when a GPU's
     /// model or precision has no datasheet figure.
     pub mfu: Option<f64>,

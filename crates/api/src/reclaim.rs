@@ -1,8 +1,9 @@
 //! Idle reclaim (docs/ACTIONS.md): the bodies of `/reclaim-policies`, their dry run, and
 //! `/reclaims` with their logged steps.
 
-use fleetlens_core::reclaim::{ReclaimLogLine, ReclaimPolicySpec, ReclaimStatus, WouldAct};
-use fleetlens_core::{AgentCommandId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId};
+pub use fleetlens_core::reclaim::ReclaimCase;
+use fleetlens_core::reclaim::{ReclaimLogLine, ReclaimPolicySpec, WouldAct};
+use fleetlens_core::{AgentCommandId, ReclaimId, ReclaimPolicyId, ReclaimStepId};
 use serde::{Deserialize, Serialize};
 
 /// A policy: the fields its author set (`ReclaimPolicySpec`, at the top level of the JSON; also
@@ -45,24 +46,13 @@ pub struct DryRun {
     pub summary: String,
 }
 
-/// A reclaim and its steps.
+/// A reclaim (`ReclaimCase`, at the top level of the JSON) and its steps.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Reclaim {
     pub id: ReclaimId,
-    pub policy_id: ReclaimPolicyId,
-    pub gpu: String,
-    pub host: String,
-    pub run_key: String,
-    pub pid: i64,
-    pub owner: ProcessOwner,
-    pub state_since_ms: i64,
-    pub noticed_ms: i64,
-    pub snoozed_until_ms: Option<i64>,
-    pub acted_ms: Option<i64>,
-    pub closed_ms: Option<i64>,
-    /// `noticed`, `acted` or `cancelled`.
-    pub status: ReclaimStatus,
+    #[serde(flatten)]
+    pub case: ReclaimCase,
     pub log: Vec<ReclaimStepView>,
 }
 

@@ -13,7 +13,9 @@ pub mod energy;
 pub mod event;
 pub mod fill;
 pub mod funnel;
+pub mod gpu;
 pub mod ids;
+pub mod job;
 pub mod jobcard;
 #[cfg(feature = "sqlx")]
 pub mod json_text;
@@ -62,6 +64,8 @@ pub use datasheet::{GpuModel, GpuSpec, Precision, SPECS, mfu};
 pub use energy::{EnergyTotals, energy, energy_by_state};
 pub use event::{EventError, GpuEvent, GpuEventKind, validate_event};
 pub use funnel::{Funnel, FunnelLevelName, GpuUsage, Level};
+pub use gpu::GpuInfo;
+pub use job::JobThroughput;
 pub use jobcard::{CardAdvice, CardGpu, CardGpuInput, CardInput, JobCard, job_card, run_key};
 pub use names::UnknownName;
 pub use prices::{DEFAULT_PRICE_SOURCE, PriceError, PriceTable};

@@ -8,8 +8,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::ChannelId;
+use crate::sample::ProcessOwner;
 use crate::state::WorkloadState;
+use crate::{ChannelId, ReclaimPolicyId};
 
 crate::named_enum! {
     /// What a policy does once the grace period is over.
@@ -117,6 +118,34 @@ pub struct ReclaimLogLine {
     pub dollars_held: Option<f64>,
     pub at_ms: i64,
     pub detail: String,
+}
+
+// The store reads this flattened into `ReclaimRecord` (with its key, organisation and update
+// time); the API sends it flattened into `Reclaim` (with its key and step log). The doc comment
+// below is the OpenAPI schema's description.
+/// One reclaim of one GPU: the policy, the GPU and process it is about, and where it stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+pub struct ReclaimCase {
+    pub policy_id: ReclaimPolicyId,
+    /// The GPU's UUID.
+    #[serde(rename = "gpu")]
+    pub gpu_uuid: String,
+    pub host: String,
+    /// The run the process belongs to (`fleetlens_core::run_key`).
+    pub run_key: String,
+    pub pid: i64,
+    #[cfg_attr(feature = "sqlx", sqlx(try_from = "crate::json_text::JsonText<ProcessOwner>"))]
+    pub owner: ProcessOwner,
+    /// Since when the GPU has been in the policy's state (event time).
+    pub state_since_ms: i64,
+    pub noticed_ms: i64,
+    pub snoozed_until_ms: Option<i64>,
+    pub acted_ms: Option<i64>,
+    pub closed_ms: Option<i64>,
+    /// `noticed`, `acted` or `cancelled`.
+    pub status: ReclaimStatus,
 }
 
 /// What a GPU looks like to a policy now.

@@ -194,10 +194,10 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     registry.register("gpu_state", "Current workload state (METRICS.md), one-hot", state_family.clone());
     for g in &gpus {
         let labels = GpuLabels {
-            uuid: AgentText(g.uuid.clone()),
-            host: AgentText(g.host.clone()),
+            uuid: AgentText(g.info.uuid.clone()),
+            host: AgentText(g.info.host.clone()),
             team: AgentText(teams.get(&g.id).cloned().unwrap_or_default()),
-            model: AgentText(g.name.clone().unwrap_or_default()),
+            model: AgentText(g.info.name.clone().unwrap_or_default()),
         };
         if let Some(latest) = &g.latest {
             for ((_, _, get), family) in signals.iter().zip(&families) {
@@ -235,10 +235,10 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
         let g = &gpus[i];
         wasted_family
             .get_or_create(&GpuLabels {
-                uuid: AgentText(g.uuid.clone()),
-                host: AgentText(g.host.clone()),
+                uuid: AgentText(g.info.uuid.clone()),
+                host: AgentText(g.info.host.clone()),
                 team: AgentText(teams.get(&g.id).cloned().unwrap_or_default()),
-                model: AgentText(g.name.clone().unwrap_or_default()),
+                model: AgentText(g.info.name.clone().unwrap_or_default()),
             })
             .set(cost);
     }

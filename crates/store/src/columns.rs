@@ -144,16 +144,8 @@ pub(crate) struct SampleRow {
 /// A GPU row joined with its newest sample (all sample columns NULL when it has none).
 #[derive(Debug, sqlx::FromRow)]
 pub(crate) struct GpuRow {
-    pub id: fleetlens_core::GpuId,
-    pub uuid: String,
-    pub host: String,
-    pub gpu_index: Option<i64>,
-    pub name: Option<String>,
-    pub g_mem_total_bytes: Option<i64>,
-    pub g_power_limit_w: Option<f64>,
-    pub first_seen_ms: i64,
-    pub last_seen_ms: i64,
-    pub last_live_ms: i64,
+    #[sqlx(flatten)]
+    pub record: crate::GpuRecord,
     pub latest_ts_ms: Option<i64>,
     #[sqlx(flatten)]
     pub values: SampleValues,
@@ -161,30 +153,18 @@ pub(crate) struct GpuRow {
 
 impl GpuRow {
     pub(crate) fn into_record(self) -> crate::GpuRecord {
-        let gpu_index = self.gpu_index.and_then(|i| u32::try_from(i).ok());
-        let latest =
-            self.latest_ts_ms.map(|ts| self.values.into_sample(ts, &self.uuid, gpu_index, self.name.as_deref()));
-        crate::GpuRecord {
-            id: self.id,
-            uuid: self.uuid,
-            host: self.host,
-            gpu_index,
-            name: self.name,
-            mem_total_bytes: self.g_mem_total_bytes,
-            power_limit_w: self.g_power_limit_w,
-            first_seen_ms: self.first_seen_ms,
-            last_seen_ms: self.last_seen_ms,
-            last_live_ms: self.last_live_ms,
-            latest,
-        }
+        let GpuRow { mut record, latest_ts_ms, values } = self;
+        let info = &record.info;
+        record.latest = latest_ts_ms.map(|ts| values.into_sample(ts, &info.uuid, info.gpu_index, info.name.as_deref()));
+        record
     }
 }
 
 /// SELECT … FROM gpus g LEFT JOIN samples s (newest sample) for a backend.
 pub(crate) fn gpu_select(processes_expr: &str) -> String {
     format!(
-        "SELECT g.id, g.uuid, g.host, g.gpu_index, g.name, g.mem_total_bytes AS g_mem_total_bytes, \
-         g.power_limit_w AS g_power_limit_w, g.first_seen_ms, g.last_seen_ms, g.last_live_ms, s.ts_ms AS latest_ts_ms, {} \
+        "SELECT g.id, g.uuid, g.host, g.gpu_index, g.name, g.mem_total_bytes, g.power_limit_w, g.first_seen_ms, \
+         g.last_seen_ms, g.last_live_ms, s.ts_ms AS latest_ts_ms, {} \
          FROM gpus g LEFT JOIN samples s ON s.gpu_id = g.id AND s.ts_ms = g.last_seen_ms",
         sample_select_list("s", processes_expr)
     )

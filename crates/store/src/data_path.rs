@@ -4,7 +4,7 @@
 //! billing read. The background jobs that close, seal and expire them stay on `Store`.
 
 use async_trait::async_trait;
-use fleetlens_core::{GpuId, OrgId, Resolution, RollupBucket, Sample};
+use fleetlens_core::{GpuId, OrgId, QualityFlags, Resolution, RollupBucket, Sample};
 
 use crate::{
     BucketCredit, GpuRecord, HourCreditSplit, IngestOutcome, IngestRules, LatestMinute, ProcessList, Result, SeriesRow,
@@ -26,6 +26,28 @@ pub trait GpuStore: Send + Sync {
     async fn gpu(&self, org: OrgId, uuid: &str) -> Result<Option<GpuRecord>>;
 }
 
+/// One host's batch of samples on its way into the store ([`SampleStore::ingest_with`]), with
+/// what the server found checking it. Each database writes it whole, in one transaction.
+#[derive(Debug, Clone)]
+pub struct SampleBatch {
+    pub org: OrgId,
+    /// The host the batch came from (its agent's `host`).
+    pub host: String,
+    pub samples: Vec<Sample>,
+    /// `flags[i]`: the data-quality flags of `samples[i]`, whose flagged fields the server
+    /// dropped; counted per flag in the rollups (`RollupBucket::quality`). Empty: none.
+    pub flags: Vec<QualityFlags>,
+    /// The organisation's quotas and the GPU-host rule; `None`: none apply (tools and tests).
+    pub rules: Option<IngestRules>,
+}
+
+impl SampleBatch {
+    /// A batch without flags or rules.
+    pub fn new(org: OrgId, host: impl Into<String>, samples: Vec<Sample>) -> Self {
+        Self { org, host: host.into(), samples, flags: Vec::new(), rules: None }
+    }
+}
+
 /// Raw samples: a host's batches in, one GPU's samples and every GPU's newest minute out.
 #[async_trait]
 pub trait SampleStore: Send + Sync {
@@ -35,23 +57,15 @@ pub trait SampleStore: Send + Sync {
     /// Returns once the batch is durably committed. No quota and no host rule apply (tools
     /// and tests): the server ingests with [`SampleStore::ingest_with`].
     async fn ingest(&self, org: OrgId, host: &str, samples: Vec<Sample>) -> Result<IngestOutcome> {
-        self.ingest_with(org, host, samples, Vec::new(), None).await
+        self.ingest_with(SampleBatch::new(org, host, samples)).await
     }
 
-    /// [`SampleStore::ingest`] of samples already checked for data quality, checked against
-    /// `rules` (when given) in the batch's own transaction. `flags[i]` are the flags of `samples[i]`
-    /// (whose flagged fields the caller dropped), counted per flag in the rollups
-    /// (`RollupBucket::quality`); empty `flags`: none. A batch that would pass a quota
-    /// ([`StoreError::QuotaExceeded`](crate::StoreError::QuotaExceeded)) or that names a GPU of another host
-    /// ([`StoreError::GpuOnOtherHost`](crate::StoreError::GpuOnOtherHost)) is refused whole, nothing stored.
-    async fn ingest_with(
-        &self,
-        org: OrgId,
-        host: &str,
-        samples: Vec<Sample>,
-        flags: Vec<fleetlens_core::QualityFlags>,
-        rules: Option<IngestRules>,
-    ) -> Result<IngestOutcome>;
+    /// [`SampleStore::ingest`] of a batch the server checked: its data-quality flags are counted
+    /// in the rollups, and its `rules` (when given) are checked in the batch's own transaction.
+    /// A batch that would pass a quota ([`StoreError::QuotaExceeded`](crate::StoreError::QuotaExceeded))
+    /// or that names a GPU of another host ([`StoreError::GpuOnOtherHost`](crate::StoreError::GpuOnOtherHost))
+    /// is refused whole, nothing stored.
+    async fn ingest_with(&self, batch: SampleBatch) -> Result<IngestOutcome>;
 
     /// Each GPU's newest minute: (gpu id, bucket, stored state, samples, first and last ts).
     async fn latest_minutes(&self, org: OrgId) -> Result<Vec<LatestMinute>>;

@@ -42,7 +42,7 @@ pub use crate::blocks::format::{BlockError, decode as decode_block, encode as en
 pub use crate::blocks::{SEAL_LATENESS_MS, SPAN_MS as BLOCK_SPAN_MS, SealReport};
 pub use crate::changes::{Change, ChangeListener};
 pub use crate::credits::{DefaultClassifier, MinuteClassifier};
-pub use crate::data_path::{GpuStore, RollupStore, SampleStore};
+pub use crate::data_path::{GpuStore, RollupStore, SampleBatch, SampleStore};
 pub use crate::events::{EventFilter, EventStore, GpuEventRecord};
 pub use crate::feed::SampleFeed;
 pub use crate::ingest_rules::IngestRules;
@@ -157,21 +157,17 @@ pub struct IngestOutcome {
     pub duplicates: u64,
 }
 
-/// A registered GPU and its newest stored sample.
-#[derive(Debug, Clone, PartialEq)]
+/// A registered GPU and its newest stored sample. Reads as a `gpus` row
+/// ([`GPU_RECORD_COLUMNS`]); the sample is read apart.
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuRecord {
     pub id: GpuId,
-    pub uuid: String,
-    pub host: String,
-    pub gpu_index: Option<u32>,
-    pub name: Option<String>,
-    pub mem_total_bytes: Option<i64>,
-    pub power_limit_w: Option<f64>,
-    pub first_seen_ms: i64,
-    pub last_seen_ms: i64,
+    #[sqlx(flatten)]
+    pub info: fleetlens_core::GpuInfo,
     /// The newest sample that arrived live (at most [`LIVE_MS`] old when it was received); 0
     /// when every sample of the GPU was back-filled (a replayed trace, an import).
     pub last_live_ms: i64,
+    #[sqlx(skip)]
     pub latest: Option<Sample>,
 }
 
@@ -601,39 +597,6 @@ fn api_key_from_new(id: fleetlens_core::ApiKeyId, key: &NewApiKey<'_>) -> ApiKey
     }
 }
 
-/// The `gpus` columns of a [`GpuIdentityRow`].
-pub(crate) const GPU_IDENTITY_COLUMNS: &str =
+/// The `gpus` columns of a [`GpuRecord`].
+pub(crate) const GPU_RECORD_COLUMNS: &str =
     "id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms";
-
-/// A `gpus` row without its newest sample.
-#[derive(sqlx::FromRow)]
-pub(crate) struct GpuIdentityRow {
-    id: GpuId,
-    uuid: String,
-    host: String,
-    gpu_index: Option<i64>,
-    name: Option<String>,
-    mem_total_bytes: Option<i64>,
-    power_limit_w: Option<f64>,
-    first_seen_ms: i64,
-    last_seen_ms: i64,
-    last_live_ms: i64,
-}
-
-impl From<GpuIdentityRow> for GpuRecord {
-    fn from(r: GpuIdentityRow) -> Self {
-        GpuRecord {
-            id: r.id,
-            uuid: r.uuid,
-            host: r.host,
-            gpu_index: r.gpu_index.and_then(|i| u32::try_from(i).ok()),
-            name: r.name,
-            mem_total_bytes: r.mem_total_bytes,
-            power_limit_w: r.power_limit_w,
-            first_seen_ms: r.first_seen_ms,
-            last_seen_ms: r.last_seen_ms,
-            last_live_ms: r.last_live_ms,
-            latest: None,
-        }
-    }
-}

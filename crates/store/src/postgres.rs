@@ -8,14 +8,14 @@ use std::time::Duration;
 
 use fleetlens_core::Sample;
 use sqlx::postgres::{PgConnectOptions, PgPoolOptions};
-use sqlx::{ConnectOptions, Connection, PgPool, Postgres, Row, Transaction};
+use sqlx::{Connection, PgPool, Postgres, Row, Transaction};
 
 use crate::blocks;
 use crate::columns;
 use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
 use crate::pg_samples::{self, InsertMode};
-use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, StoreError};
+use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, SampleBatch, StoreError};
 
 /// Transactions that lose a deadlock or serialization race are retried this many times.
 const MAX_ATTEMPTS: u32 = 5;
@@ -50,15 +50,8 @@ impl PgStore {
         &self.pool
     }
 
-    async fn ingest_once(
-        &self,
-        org: OrgId,
-        host: &str,
-        samples: &[Sample],
-        flags: &[fleetlens_core::QualityFlags],
-        mode: InsertMode,
-        rules: Option<&IngestRules>,
-    ) -> Result<IngestOutcome> {
+    async fn ingest_once(&self, batch: &SampleBatch, mode: InsertMode) -> Result<IngestOutcome> {
+        let SampleBatch { org, ref host, ref samples, ref flags, ref rules } = *batch;
         if let Some(rules) = rules {
             register_gpus(&self.pool, org, host, samples, rules).await?;
         }
@@ -269,18 +262,11 @@ mod close {
 
 impl PgStore {
     /// [`SampleStore::ingest_with`](crate::SampleStore::ingest_with), for `impl_store!`.
-    async fn ingest_batch(
-        &self,
-        org: OrgId,
-        host: &str,
-        samples: Vec<Sample>,
-        flags: Vec<fleetlens_core::QualityFlags>,
-        rules: Option<IngestRules>,
-    ) -> Result<IngestOutcome> {
+    async fn ingest_batch(&self, batch: SampleBatch) -> Result<IngestOutcome> {
         let mut attempt = 1;
         let mut mode = InsertMode::Copy;
         loop {
-            match self.ingest_once(org, host, &samples, &flags, mode, rules.as_ref()).await {
+            match self.ingest_once(&batch, mode).await {
                 // Some of the batch is stored already (or a concurrent batch stored it first):
                 // run it again skipping what is stored; no wait, nothing to back off from.
                 Err(e) if mode == InsertMode::Copy && pg_samples::is_unique_violation(&e) => {
@@ -340,15 +326,12 @@ crate::shared_store::impl_store!(PgStore, pg, {
         )
         .fetch_all(&self.pool)
         .await?;
-        // A connection of its own, without the slow-statement warning: a vacuum taking seconds
-        // is expected, not a symptom. One table per statement: VACUUM holds no lock that blocks
-        // ingest (SHARE UPDATE EXCLUSIVE), and a failure leaves the others done.
-        let opts = (*self.pool.connect_options()).clone().log_slow_statements(log::LevelFilter::Off, Duration::MAX);
-        let mut conn = sqlx::PgConnection::connect_with(&opts).await?;
-        // Throttled as autovacuum is (a manual VACUUM or ANALYZE runs unthrottled by default):
-        // unthrottled, each minute's pass read the growing samples table at full speed and
-        // the ingest commits waiting behind that I/O showed as lag spikes.
-        blocks::hourly::throttle_vacuum(&mut conn).await?;
+        // One table per statement: VACUUM holds no lock that blocks ingest (SHARE UPDATE
+        // EXCLUSIVE), and a failure leaves the others done. Throttled as autovacuum is (a manual
+        // VACUUM or ANALYZE runs unthrottled by default): unthrottled, each minute's pass read the
+        // growing samples table at full speed and the ingest commits waiting behind that I/O
+        // showed as lag spikes.
+        let mut conn = blocks::hourly::vacuum_connection(&self.pool).await?;
         for table in &due {
             sqlx::query(&format!("VACUUM (ANALYZE) {table}")).execute(&mut conn).await?;
         }

@@ -2,11 +2,10 @@
 //! (issue 24, docs/ACTIONS.md). One trait, [`ReclaimStore`], one body of SQL for both backends.
 
 use async_trait::async_trait;
-use fleetlens_core::reclaim::{ReclaimLogLine, ReclaimPolicySpec, ReclaimStatus};
-use fleetlens_core::{AgentCommandId, ProcessOwner, ReclaimId, ReclaimPolicyId, ReclaimStepId};
+use fleetlens_core::reclaim::{ReclaimCase, ReclaimLogLine, ReclaimPolicySpec};
+use fleetlens_core::{AgentCommandId, ReclaimId, ReclaimPolicyId, ReclaimStepId};
 
 use crate::alerts::NewNotification;
-use crate::json_text::JsonText;
 use crate::{OrgId, Result};
 
 /// A policy as stored: what its author set and what the store keeps about it.
@@ -22,24 +21,14 @@ pub struct ReclaimPolicyRecord {
     pub updated_ms: i64,
 }
 
-/// One reclaim of one GPU.
+/// One reclaim of one GPU, as stored.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct ReclaimRecord {
     pub id: ReclaimId,
     pub org_id: OrgId,
-    pub policy_id: ReclaimPolicyId,
-    pub gpu_uuid: String,
-    pub host: String,
-    pub run_key: String,
-    pub pid: i64,
-    #[sqlx(try_from = "JsonText<ProcessOwner>")]
-    pub owner: ProcessOwner,
-    pub state_since_ms: i64,
-    pub noticed_ms: i64,
-    pub snoozed_until_ms: Option<i64>,
-    pub acted_ms: Option<i64>,
-    pub closed_ms: Option<i64>,
-    pub status: ReclaimStatus,
+    /// The reclaim; inserts take this alone.
+    #[sqlx(flatten)]
+    pub case: ReclaimCase,
     pub updated_ms: i64,
 }
 
@@ -283,15 +272,15 @@ macro_rules! impl_reclaim_store {
                      ON CONFLICT DO NOTHING RETURNING id",
                 ))
                 .bind(r.org_id)
-                .bind(r.policy_id)
-                .bind(&r.gpu_uuid)
-                .bind(&r.host)
-                .bind(&r.run_key)
-                .bind(r.pid)
-                .bind(serde_json::to_string(&r.owner).expect("an owner serialises"))
-                .bind(r.state_since_ms)
-                .bind(r.noticed_ms)
-                .bind(r.status.as_str())
+                .bind(r.case.policy_id)
+                .bind(&r.case.gpu_uuid)
+                .bind(&r.case.host)
+                .bind(&r.case.run_key)
+                .bind(r.case.pid)
+                .bind(serde_json::to_string(&r.case.owner).expect("an owner serialises"))
+                .bind(r.case.state_since_ms)
+                .bind(r.case.noticed_ms)
+                .bind(r.case.status.as_str())
                 .bind(now_ms)
                 .fetch_optional(&mut *tx)
                 .await?;
@@ -312,10 +301,10 @@ macro_rules! impl_reclaim_store {
                     "UPDATE reclaims SET status = ?, snoozed_until_ms = ?, acted_ms = ?, closed_ms = ?, updated_ms = ? \
                      WHERE org_id = ? AND id = ? AND closed_ms IS NULL",
                 ))
-                .bind(r.status.as_str())
-                .bind(r.snoozed_until_ms)
-                .bind(r.acted_ms)
-                .bind(r.closed_ms)
+                .bind(r.case.status.as_str())
+                .bind(r.case.snoozed_until_ms)
+                .bind(r.case.acted_ms)
+                .bind(r.case.closed_ms)
                 .bind(now_ms)
                 .bind(r.org_id)
                 .bind(r.id)

@@ -3,9 +3,8 @@
 //! one body of SQL for both backends.
 
 use async_trait::async_trait;
-use fleetlens_core::{JobId, Precision};
+use fleetlens_core::{JobId, JobThroughput};
 
-use crate::json_text::StrictJsonText;
 use crate::{OrgId, Result};
 
 #[async_trait]
@@ -29,14 +28,9 @@ pub trait JobStore: Send + Sync {
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct JobRecord {
     pub id: JobId,
-    pub name: String,
-    #[sqlx(try_from = "StrictJsonText<Vec<String>>")]
-    pub gpu_uuids: Vec<String>,
-    pub from_ms: i64,
-    pub to_ms: i64,
-    /// Stored as its name (`bf16`, `fp16`, …) in a TEXT column.
-    pub precision: Precision,
-    pub achieved_flops_per_s: f64,
+    /// What the job reported; inserts take this alone.
+    #[sqlx(flatten)]
+    pub report: JobThroughput,
     pub created_ms: i64,
 }
 
@@ -82,12 +76,12 @@ macro_rules! impl_setting_and_job_store {
                      VALUES (?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
                 ))
                 .bind(org)
-                .bind(&job.name)
-                .bind(serde_json::to_string(&job.gpu_uuids).expect("uuids serialize"))
-                .bind(job.from_ms)
-                .bind(job.to_ms)
-                .bind(job.precision)
-                .bind(job.achieved_flops_per_s)
+                .bind(&job.report.name)
+                .bind(serde_json::to_string(&job.report.gpu_uuids).expect("uuids serialize"))
+                .bind(job.report.from_ms)
+                .bind(job.report.to_ms)
+                .bind(job.report.precision)
+                .bind(job.report.achieved_flops_per_s)
                 .bind(job.created_ms)
                 .fetch_one(self.pool())
                 .await?)

@@ -318,17 +318,14 @@ macro_rules! impl_store {
             async fn gpu_identities(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::GpuRecord>> {
                 let sql = format!(
                     "SELECT {} FROM gpus WHERE org_id = ? ORDER BY host, gpu_index, uuid",
-                    $crate::GPU_IDENTITY_COLUMNS
+                    $crate::GPU_RECORD_COLUMNS
                 );
-                let rows: Vec<$crate::GpuIdentityRow> = sqlx::query_as(&q(&sql)).bind(org).fetch_all(&self.pool).await?;
-                Ok(rows.into_iter().map(Into::into).collect())
+                Ok(sqlx::query_as(&q(&sql)).bind(org).fetch_all(&self.pool).await?)
             }
 
             async fn gpu_identity(&self, org: $crate::OrgId, uuid: &str) -> $crate::Result<Option<$crate::GpuRecord>> {
-                let sql = format!("SELECT {} FROM gpus WHERE org_id = ? AND uuid = ?", $crate::GPU_IDENTITY_COLUMNS);
-                let row: Option<$crate::GpuIdentityRow> =
-                    sqlx::query_as(&q(&sql)).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
-                Ok(row.map(Into::into))
+                let sql = format!("SELECT {} FROM gpus WHERE org_id = ? AND uuid = ?", $crate::GPU_RECORD_COLUMNS);
+                Ok(sqlx::query_as(&q(&sql)).bind(org).bind(uuid).fetch_optional(&self.pool).await?)
             }
 
             async fn gpus(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::GpuRecord>> {
@@ -354,18 +351,11 @@ macro_rules! impl_store {
 
         #[async_trait::async_trait]
         impl $crate::SampleStore for $store {
-            async fn ingest_with(
-                &self,
-                org: $crate::OrgId,
-                host: &str,
-                samples: Vec<fleetlens_core::Sample>,
-                flags: Vec<fleetlens_core::QualityFlags>,
-                rules: Option<$crate::IngestRules>,
-            ) -> $crate::Result<$crate::IngestOutcome> {
-                if samples.is_empty() {
+            async fn ingest_with(&self, batch: $crate::SampleBatch) -> $crate::Result<$crate::IngestOutcome> {
+                if batch.samples.is_empty() {
                     return Ok($crate::IngestOutcome::default());
                 }
-                self.ingest_batch(org, host, samples, flags, rules).await
+                self.ingest_batch(batch).await
             }
 
             async fn latest_minutes(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::LatestMinute>> {
@@ -504,7 +494,7 @@ macro_rules! impl_store {
                     let spans = $crate::GpuStore::gpu_identities(self, org)
                         .await?
                         .into_iter()
-                        .map(|g| (g.id, (g.first_seen_ms, g.last_seen_ms)))
+                        .map(|g| (g.id, (g.info.first_seen_ms, g.info.last_seen_ms)))
                         .collect();
                     let period = rc::SplitPeriod { from_ms, end_ms, first_whole_ms, last_whole_ms };
                     rc::overlay_split(&mut split, &open, &spans, period);

@@ -17,7 +17,7 @@ use crate::blocks;
 use crate::columns;
 use crate::credits::MinuteClassifier;
 use crate::ingest_rules::{self, IngestRules, KnownGpu};
-use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, StoreError};
+use crate::{IngestOutcome, OrgId, Result, RetentionPolicy, RetentionReport, SampleBatch, StoreError};
 
 /// Rows a group commit gathers at most before it commits.
 const MAX_GROUP_ROWS: usize = 100_000;
@@ -28,12 +28,7 @@ pub(crate) const SAMPLE_ROWS_PER_STATEMENT: usize = 32_000 / 5;
 const RETENTION_CHUNK: i64 = 20_000;
 
 struct IngestJob {
-    org: OrgId,
-    host: String,
-    samples: Vec<Sample>,
-    rules: Option<IngestRules>,
-    /// Data-quality flags per sample (empty: none).
-    flags: Vec<fleetlens_core::QualityFlags>,
+    batch: SampleBatch,
     reply: oneshot::Sender<Result<IngestOutcome>>,
 }
 
@@ -149,12 +144,12 @@ async fn writer_loop(mut w: Writer, mut rx: mpsc::Receiver<WriteJob>) {
                 continue;
             }
         };
-        let mut rows = first.samples.len();
+        let mut rows = first.batch.samples.len();
         let mut jobs = vec![first];
         while rows < MAX_GROUP_ROWS {
             match rx.try_recv() {
                 Ok(WriteJob::Ingest(job)) => {
-                    rows += job.samples.len();
+                    rows += job.batch.samples.len();
                     jobs.push(job);
                 }
                 // Run after this group commits.
@@ -258,15 +253,16 @@ async fn write_jobs(conn: &mut SqliteConnection, jobs: &[IngestJob]) -> Result<V
     let mut outcomes = Vec::with_capacity(jobs.len());
     let (mut new_keys, mut flagged) = (Vec::new(), Vec::new());
     for job in jobs {
-        if let Some(rules) = &job.rules {
-            check_rules(conn, job.org, &job.host, &job.samples, rules).await?;
+        if let Some(rules) = &job.batch.rules {
+            check_rules(conn, job.batch.org, &job.batch.host, &job.batch.samples, rules).await?;
         }
-        let ids = upsert_gpus(conn, job.org, &job.host, &job.samples).await?;
+        let ids = upsert_gpus(conn, job.batch.org, &job.batch.host, &job.batch.samples).await?;
         // The writer is the only one writing, so "new" can be decided before inserting: probe
         // each GPU's time span once (a cheap index range, usually empty), insert only the rest.
-        let existing = existing_keys(conn, &job.samples, &ids).await?;
-        let mut seen: HashSet<(i64, i64)> = HashSet::with_capacity(job.samples.len());
+        let existing = existing_keys(conn, &job.batch.samples, &ids).await?;
+        let mut seen: HashSet<(i64, i64)> = HashSet::with_capacity(job.batch.samples.len());
         let fresh: Vec<&Sample> = job
+            .batch
             .samples
             .iter()
             .filter(|s| {
@@ -286,7 +282,11 @@ async fn write_jobs(conn: &mut SqliteConnection, jobs: &[IngestJob]) -> Result<V
         // A filled-in sample changes its minute: the minute is written (again) from the rows.
         crate::merge::mark_fills(&fills, &mut new_keys, &mut flagged);
         let merged = fills.len() as u64;
-        outcomes.push(IngestOutcome { inserted, merged, duplicates: job.samples.len() as u64 - inserted - merged });
+        outcomes.push(IngestOutcome {
+            inserted,
+            merged,
+            duplicates: job.batch.samples.len() as u64 - inserted - merged,
+        });
     }
     // The rollups of these samples are written once their minutes close (`rollup_close`).
     close::mark_new(conn, &new_keys, &flagged, crate::rollup_close::wall_clock_ms()).await?;
@@ -333,13 +333,14 @@ fn colliding<'a>(
         return Vec::new();
     }
     let mut seen: HashSet<(i64, i64)> = HashSet::new();
-    job.samples
+    job.batch
+        .samples
         .iter()
         .enumerate()
         .filter_map(|(i, s)| {
             let key = (ids[s.uuid.as_str()], s.ts_ms);
             (existing.contains(&key) && seen.insert(key))
-                .then(|| (key.0, s, job.flags.get(i).copied().unwrap_or_default()))
+                .then(|| (key.0, s, job.batch.flags.get(i).copied().unwrap_or_default()))
         })
         .collect()
 }
@@ -355,13 +356,13 @@ fn collect_new(
     flagged: &mut Vec<(i64, i64, i64)>,
 ) -> u64 {
     let mut inserted = 0;
-    for (i, s) in job.samples.iter().enumerate() {
+    for (i, s) in job.batch.samples.iter().enumerate() {
         let key = (ids[s.uuid.as_str()], s.ts_ms);
         // remove(): a sample repeated inside one batch counts once.
         if inserted_keys.remove(&key) {
             inserted += 1;
             new_keys.push(key);
-            let flags = job.flags.get(i).copied().unwrap_or_default();
+            let flags = job.batch.flags.get(i).copied().unwrap_or_default();
             if !flags.is_empty() {
                 flagged.push((key.0, key.1, flags.bits()));
             }
@@ -513,17 +514,9 @@ mod close {
 
 impl SqliteStore {
     /// [`SampleStore::ingest_with`](crate::SampleStore::ingest_with), for `impl_store!`.
-    async fn ingest_batch(
-        &self,
-        org: OrgId,
-        host: &str,
-        samples: Vec<Sample>,
-        flags: Vec<fleetlens_core::QualityFlags>,
-        rules: Option<IngestRules>,
-    ) -> Result<IngestOutcome> {
+    async fn ingest_batch(&self, batch: SampleBatch) -> Result<IngestOutcome> {
         let (reply, rx) = oneshot::channel();
-        let job = IngestJob { org, host: host.to_string(), samples, rules, flags, reply };
-        self.writer.send(WriteJob::Ingest(job)).await.map_err(|_| StoreError::WriterGone)?;
+        self.writer.send(WriteJob::Ingest(IngestJob { batch, reply })).await.map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 }

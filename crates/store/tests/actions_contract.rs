@@ -4,7 +4,9 @@
 use std::sync::Arc;
 
 use fleetlens_core::jobcard::ReportRouteSpec;
-use fleetlens_core::reclaim::{ReclaimAction, ReclaimLogLine, ReclaimLogStep, ReclaimPolicySpec, ReclaimStatus};
+use fleetlens_core::reclaim::{
+    ReclaimAction, ReclaimCase, ReclaimLogLine, ReclaimLogStep, ReclaimPolicySpec, ReclaimStatus,
+};
 use fleetlens_core::{AgentCommandId, MessageKind, ProcessOwner, ReclaimId, WorkloadState};
 use fleetlens_store::actions::{FinishedRun, JobRunFilter, JobSighting};
 use fleetlens_store::alerts::NewNotification;
@@ -179,18 +181,20 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     let r = ReclaimRecord {
         id: ReclaimId(0),
         org_id: DEFAULT_ORG,
-        policy_id: p.id,
-        gpu_uuid: "GPU-1".into(),
-        host: "node-1".into(),
-        run_key: "pod:ml/nb".into(),
-        pid: 4242,
-        owner: ProcessOwner { user: Some("bob".into()), ..Default::default() },
-        state_since_ms: T0 - 7_200_000,
-        noticed_ms: T0,
-        snoozed_until_ms: None,
-        acted_ms: None,
-        closed_ms: None,
-        status: ReclaimStatus::Noticed,
+        case: ReclaimCase {
+            policy_id: p.id,
+            gpu_uuid: "GPU-1".into(),
+            host: "node-1".into(),
+            run_key: "pod:ml/nb".into(),
+            pid: 4242,
+            owner: ProcessOwner { user: Some("bob".into()), ..Default::default() },
+            state_since_ms: T0 - 7_200_000,
+            noticed_ms: T0,
+            snoozed_until_ms: None,
+            acted_ms: None,
+            closed_ms: None,
+            status: ReclaimStatus::Noticed,
+        },
         updated_ms: T0,
     };
     let notice = NewNotification {
@@ -210,10 +214,10 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     let open = store.open_reclaims().await.unwrap();
     assert_eq!(open.len(), 1);
     let mut acted = open[0].clone();
-    assert_eq!((acted.id, acted.pid, acted.owner.user.as_deref()), (id, 4242, Some("bob")));
-    acted.status = ReclaimStatus::Acted;
-    acted.acted_ms = Some(T0 + 900_000);
-    acted.closed_ms = Some(T0 + 900_000);
+    assert_eq!((acted.id, acted.case.pid, acted.case.owner.user.as_deref()), (id, 4242, Some("bob")));
+    acted.case.status = ReclaimStatus::Acted;
+    acted.case.acted_ms = Some(T0 + 900_000);
+    acted.case.closed_ms = Some(T0 + 900_000);
     let command = AgentCommand {
         id: AgentCommandId(0),
         org_id: DEFAULT_ORG,
@@ -259,11 +263,11 @@ async fn reclaims_log_every_step_and_commands_are_taken_once(backend: Backend) {
     assert!(log.iter().all(|l| (l.org_id, l.reclaim_id) == (DEFAULT_ORG, id)), "{log:?}");
     assert_eq!(log[2].line, entry(ReclaimLogStep::Notice));
     assert_eq!(log[0].line.actor, "agent:node-1");
-    assert_eq!(store.reclaims(DEFAULT_ORG, 10).await.unwrap()[0].status, ReclaimStatus::Acted);
+    assert_eq!(store.reclaims(DEFAULT_ORG, 10).await.unwrap()[0].case.status, ReclaimStatus::Acted);
 
     // Deleting a policy cancels its open reclaims.
     let again = store.start_reclaim(&r, &ReclaimWrite::default(), T0 + 1_000_000).await.unwrap().expect("a new one");
     assert!(store.delete_reclaim_policy(DEFAULT_ORG, p.id).await.unwrap());
-    assert_eq!(store.reclaim(DEFAULT_ORG, again).await.unwrap().unwrap().status, ReclaimStatus::Cancelled);
+    assert_eq!(store.reclaim(DEFAULT_ORG, again).await.unwrap().unwrap().case.status, ReclaimStatus::Cancelled);
     assert!(store.reclaim_policies(DEFAULT_ORG).await.unwrap().is_empty());
 }

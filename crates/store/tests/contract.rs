@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use fleetlens_core::{Credit, GpuId, GpuProcess, QualityFlags, Resolution, RollupAccumulator, Sample, Thresholds};
 use fleetlens_store::{
-    DEFAULT_ORG, IngestRules, NewApiKey, OrgId, RetentionPolicy, Scope, Store, StoreError, hash_api_key,
+    DEFAULT_ORG, IngestRules, NewApiKey, OrgId, RetentionPolicy, SampleBatch, Scope, Store, StoreError, hash_api_key,
 };
 use fleetlens_tests::{Backend, TestDatabase, fixture};
 
@@ -73,8 +73,8 @@ async fn fixture_round_trips_with_absent_values(backend: Backend) {
     let outcome = store.ingest(DEFAULT_ORG, "gpu-node-01", samples.clone()).await.unwrap();
     assert_eq!((outcome.inserted, outcome.duplicates), (84, 0));
     let gpu = store.gpu(DEFAULT_ORG, &samples[0].uuid).await.unwrap().expect("gpu registered");
-    assert_eq!(gpu.host, "gpu-node-01");
-    assert_eq!(gpu.name.as_deref(), Some("NVIDIA H200"));
+    assert_eq!(gpu.info.host, "gpu-node-01");
+    assert_eq!(gpu.info.name.as_deref(), Some("NVIDIA H200"));
     let back = store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 10_000).await.unwrap();
     assert_eq!(back, samples, "every field round-trips, None stays None");
     assert!(back.iter().all(|s| s.fp64_active_pct.is_none()));
@@ -146,8 +146,8 @@ async fn latest_sample_and_identity_follow_event_time(backend: Backend) {
     // A back-filled, older batch from the GPU's previous host.
     store.ingest(DEFAULT_ORG, "old-host", synthetic("GPU-late", 1_000_000, 10, 1000)).await.unwrap();
     let gpu = store.gpu(DEFAULT_ORG, "GPU-late").await.unwrap().unwrap();
-    assert_eq!(gpu.host, "new-host");
-    assert_eq!((gpu.first_seen_ms, gpu.last_seen_ms), (1_000_000, 2_009_000));
+    assert_eq!(gpu.info.host, "new-host");
+    assert_eq!((gpu.info.first_seen_ms, gpu.info.last_seen_ms), (1_000_000, 2_009_000));
     assert_eq!(gpu.latest.as_ref(), Some(&new[9]));
     let list = store.gpus(DEFAULT_ORG).await.unwrap();
     assert_eq!(list.len(), 1);
@@ -454,14 +454,14 @@ async fn whole_days_give_the_sums_of_their_hours(backend: Backend) {
             let mut whole_gpus = 0;
             for (uuid, _, _) in gpus {
                 let g = store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap();
-                let credited_to = (g.last_seen_ms / M + 1) * M;
+                let credited_to = (g.info.last_seen_ms / M + 1) * M;
                 let mut want = Credit::default();
                 let mut n = 0;
                 for h in hours.iter().filter(|h| {
                     h.gpu_id == g.id
                         && h.bucket_ms >= first_whole
                         && h.bucket_ms < last_whole
-                        && h.bucket_ms >= g.first_seen_ms
+                        && h.bucket_ms >= g.info.first_seen_ms
                         && h.bucket_ms + H <= credited_to
                 }) {
                     want.add_scaled(&h.credit, 1.0);
@@ -604,45 +604,95 @@ async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend
     let batch =
         |uuids: &[&str], ts: i64| -> Vec<Sample> { uuids.iter().flat_map(|u| synthetic(u, ts, 5, 1000)).collect() };
     let t = now - 600_000;
-    store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t), Vec::new(), Some(rules)).await.unwrap();
+    store
+        .ingest_with(SampleBatch { rules: Some(rules), ..SampleBatch::new(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t)) })
+        .await
+        .unwrap();
     let count = store.sample_count().await.unwrap();
 
-    let err =
-        store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G3", "G4"], t + 10_000), Vec::new(), Some(rules)).await;
+    let err = store
+        .ingest_with(SampleBatch {
+            rules: Some(rules),
+            ..SampleBatch::new(DEFAULT_ORG, "n1", batch(&["G1", "G3", "G4"], t + 10_000))
+        })
+        .await;
     assert!(matches!(err, Err(StoreError::QuotaExceeded { quota: "GPUs", limit: 3, would_be: 4 })), "{err:?}");
-    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G3"], t), Vec::new(), Some(rules)).await.unwrap();
-    let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G1"], t + 10_000), Vec::new(), Some(rules)).await;
+    store
+        .ingest_with(SampleBatch { rules: Some(rules), ..SampleBatch::new(DEFAULT_ORG, "n2", batch(&["G3"], t)) })
+        .await
+        .unwrap();
+    let err = store
+        .ingest_with(SampleBatch {
+            rules: Some(rules),
+            ..SampleBatch::new(DEFAULT_ORG, "n3", batch(&["G1"], t + 10_000))
+        })
+        .await;
     assert!(matches!(err, Err(StoreError::GpuOnOtherHost { .. })), "a GPU of n1: {err:?}");
     let roomy = IngestRules { max_gpus: 10, ..rules };
-    let err = store.ingest_with(DEFAULT_ORG, "n3", batch(&["G5"], t), Vec::new(), Some(roomy)).await;
+    let err = store
+        .ingest_with(SampleBatch { rules: Some(roomy), ..SampleBatch::new(DEFAULT_ORG, "n3", batch(&["G5"], t)) })
+        .await;
     assert!(matches!(err, Err(StoreError::QuotaExceeded { quota: "hosts", limit: 2, would_be: 3 })), "{err:?}");
     assert_eq!(store.sample_count().await.unwrap(), count + 5, "only the batch of n2 was stored");
     assert_eq!(store.gpus(DEFAULT_ORG).await.unwrap().len(), 3);
     // At the quota, known GPUs keep reporting.
-    store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t + 10_000), Vec::new(), Some(rules)).await.unwrap();
+    store
+        .ingest_with(SampleBatch {
+            rules: Some(rules),
+            ..SampleBatch::new(DEFAULT_ORG, "n1", batch(&["G1", "G2"], t + 10_000))
+        })
+        .await
+        .unwrap();
 
     // Another host, newer samples: refused, the GPU's host unchanged.
-    let err = store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Vec::new(), Some(rules)).await;
+    let err = store
+        .ingest_with(SampleBatch {
+            rules: Some(rules),
+            ..SampleBatch::new(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000))
+        })
+        .await;
     match err {
         Err(StoreError::GpuOnOtherHost { uuid, owner, host }) => {
             assert_eq!((uuid, owner, host), ("G1".into(), "n1".into(), "n2".into()))
         }
         other => panic!("{other:?}"),
     }
-    assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().host, "n1");
+    assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().info.host, "n1");
     // The admin's move.
     assert!(store.move_gpu(DEFAULT_ORG, "G1", "n2").await.unwrap());
     assert!(!store.move_gpu(DEFAULT_ORG, "G-none", "n2").await.unwrap());
     assert!(!store.move_gpu(OrgId(DEFAULT_ORG.get() + 1), "G1", "n1").await.unwrap(), "another organisation's GPU");
-    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000), Vec::new(), Some(rules)).await.unwrap();
-    assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().host, "n2");
-    assert!(store.ingest_with(DEFAULT_ORG, "n1", batch(&["G1"], t + 30_000), Vec::new(), Some(rules)).await.is_err());
+    store
+        .ingest_with(SampleBatch {
+            rules: Some(rules),
+            ..SampleBatch::new(DEFAULT_ORG, "n2", batch(&["G1"], t + 20_000))
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.gpu(DEFAULT_ORG, "G1").await.unwrap().unwrap().info.host, "n2");
+    assert!(
+        store
+            .ingest_with(SampleBatch {
+                rules: Some(rules),
+                ..SampleBatch::new(DEFAULT_ORG, "n1", batch(&["G1"], t + 30_000))
+            })
+            .await
+            .is_err()
+    );
 
     // The silence rule: G2's newest sample is 9 minutes old at `now`.
     let moving = IngestRules { move_after_ms: Some(300_000), ..rules };
-    store.ingest_with(DEFAULT_ORG, "n2", batch(&["G2"], now - 1000), Vec::new(), Some(moving)).await.unwrap();
-    assert_eq!(store.gpu(DEFAULT_ORG, "G2").await.unwrap().unwrap().host, "n2");
-    let err = store.ingest_with(DEFAULT_ORG, "n1", batch(&["G2"], now), Vec::new(), Some(moving)).await;
+    store
+        .ingest_with(SampleBatch {
+            rules: Some(moving),
+            ..SampleBatch::new(DEFAULT_ORG, "n2", batch(&["G2"], now - 1000))
+        })
+        .await
+        .unwrap();
+    assert_eq!(store.gpu(DEFAULT_ORG, "G2").await.unwrap().unwrap().info.host, "n2");
+    let err = store
+        .ingest_with(SampleBatch { rules: Some(moving), ..SampleBatch::new(DEFAULT_ORG, "n1", batch(&["G2"], now)) })
+        .await;
     assert!(matches!(err, Err(StoreError::GpuOnOtherHost { .. })), "G2 is live on n2: {err:?}");
 
     // Without rules (tools, tests), nothing is checked.
@@ -666,7 +716,12 @@ async fn concurrent_batches_never_pass_a_quota_together(backend: Backend) {
         let batch: Vec<Sample> =
             (0..2).flat_map(|g| synthetic(&format!("GPU-q{h}-{g}"), now - 600_000, 20, 1000)).collect();
         tasks.push(tokio::spawn(async move {
-            store.ingest_with(DEFAULT_ORG, &format!("q{h}"), batch, Vec::new(), Some(rules)).await
+            store
+                .ingest_with(SampleBatch {
+                    rules: Some(rules),
+                    ..SampleBatch::new(DEFAULT_ORG, format!("q{h}"), batch)
+                })
+                .await
         }));
     }
     let (mut accepted, mut refused) = (0, 0);
@@ -691,7 +746,9 @@ async fn concurrent_batches_never_pass_a_quota_together(backend: Backend) {
         let store = store.clone();
         let batch = synthetic(&format!("GPU-h{h}"), now - 600_000, 5, 1000);
         tasks.push(tokio::spawn(async move {
-            store.ingest_with(org, &format!("h{h}"), batch, Vec::new(), Some(hosts_rules)).await
+            store
+                .ingest_with(SampleBatch { rules: Some(hosts_rules), ..SampleBatch::new(org, format!("h{h}"), batch) })
+                .await
         }));
     }
     let mut accepted = 0;
@@ -734,7 +791,7 @@ async fn rollups_written_once_equal_the_per_sample_reference(backend: Backend) {
         let store = store.clone();
         async move {
             let (samples, flags): (Vec<Sample>, Vec<QualityFlags>) = batch.into_iter().unzip();
-            store.ingest_with(DEFAULT_ORG, "h", samples, flags, None).await.unwrap();
+            store.ingest_with(SampleBatch { flags, ..SampleBatch::new(DEFAULT_ORG, "h", samples) }).await.unwrap();
         }
     };
     for b in batches {

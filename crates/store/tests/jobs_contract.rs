@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use fleetlens_core::{JobId, Precision};
+use fleetlens_core::{JobId, JobThroughput, Precision};
 use fleetlens_store::{DEFAULT_ORG, JobRecord, Store};
 use fleetlens_tests::{Backend, TestDatabase};
 
@@ -23,12 +23,14 @@ const T0: i64 = 1_790_000_000_000;
 fn job(name: &str, precision: Precision, from_ms: i64) -> JobRecord {
     JobRecord {
         id: JobId::default(),
-        name: name.into(),
-        gpu_uuids: vec!["GPU-a".into(), "GPU-b".into()],
-        from_ms,
-        to_ms: from_ms + 60_000,
-        precision,
-        achieved_flops_per_s: 4.0e14,
+        report: JobThroughput {
+            name: name.into(),
+            gpu_uuids: vec!["GPU-a".into(), "GPU-b".into()],
+            from_ms,
+            to_ms: from_ms + 60_000,
+            precision,
+            achieved_flops_per_s: 4.0e14,
+        },
         created_ms: T0,
     }
 }
@@ -65,8 +67,13 @@ async fn jobs_read_back_with_their_precision_as_stored_text(backend: Backend) {
 
     // The stored text is the name (copied into `name` to read it).
     execute(backend, &db.url, &["UPDATE jobs SET name = precision"]).await;
-    let stored: Vec<(String, Precision)> =
-        store.jobs(DEFAULT_ORG, T0, T0 + 3_600_000).await.unwrap().into_iter().map(|j| (j.name, j.precision)).collect();
+    let stored: Vec<(String, Precision)> = store
+        .jobs(DEFAULT_ORG, T0, T0 + 3_600_000)
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|j| (j.report.name, j.report.precision))
+        .collect();
     assert_eq!(stored, Precision::ALL.map(|p| (p.as_str().to_string(), p)));
 
     // A row as an older release wrote it (the route's lower-cased text) reads back.
@@ -79,7 +86,9 @@ async fn jobs_read_back_with_their_precision_as_stored_text(backend: Backend) {
     execute(backend, &db.url, &["DELETE FROM jobs", &older]).await;
     let read = store.jobs(DEFAULT_ORG, T0, T0 + 60_000).await.unwrap();
     assert_eq!(
-        read.iter().map(|j| (j.name.as_str(), j.gpu_uuids.clone(), j.precision)).collect::<Vec<_>>(),
+        read.iter()
+            .map(|j| (j.report.name.as_str(), j.report.gpu_uuids.clone(), j.report.precision))
+            .collect::<Vec<_>>(),
         [("older", vec!["GPU-a".to_string()], Precision::Fp16)]
     );
 }

@@ -153,7 +153,10 @@ async fn assert_same_store(got: &dyn Store, want: &dyn Store) {
         got.samples(DEFAULT_ORG, g.id, 0, i64::MAX, 100_000).await.unwrap(),
         want.samples(DEFAULT_ORG, w.id, 0, i64::MAX, 100_000).await.unwrap()
     );
-    assert_eq!((g.latest, g.first_seen_ms, g.last_seen_ms), (w.latest, w.first_seen_ms, w.last_seen_ms));
+    assert_eq!(
+        (g.latest, g.info.first_seen_ms, g.info.last_seen_ms),
+        (w.latest, w.info.first_seen_ms, w.info.last_seen_ms)
+    );
     for res in Resolution::ALL {
         let what = format!("{res:?}");
         assert_same_rollups(

@@ -71,13 +71,14 @@ pub fn GpuCard(
     let s = move |f: fn(&Sample) -> Option<f64>| {
         move || gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref()).and_then(f))
     };
-    let name = move || gpu.with(|g| g.as_ref().and_then(|g| g.name.clone()).unwrap_or_else(|| "Unknown GPU".into()));
+    let name =
+        move || gpu.with(|g| g.as_ref().and_then(|g| g.info.name.clone()).unwrap_or_else(|| "Unknown GPU".into()));
     let place = move || {
         gpu.with(|g| {
             g.as_ref()
-                .map(|g| match g.gpu_index {
-                    Some(i) => format!("{} · GPU {i}", g.host),
-                    None => g.host.clone(),
+                .map(|g| match g.info.gpu_index {
+                    Some(i) => format!("{} · GPU {i}", g.info.host),
+                    None => g.info.host.clone(),
                 })
                 .unwrap_or_default()
         })
@@ -96,7 +97,7 @@ pub fn GpuCard(
         gpu.with(|g| {
             let g = g.as_ref()?;
             let used = g.latest.as_ref()?.mem_used_bytes? as f64;
-            let total = g.latest.as_ref().and_then(|s| s.mem_total_bytes).or(g.mem_total_bytes)? as f64;
+            let total = g.latest.as_ref().and_then(|s| s.mem_total_bytes).or(g.info.mem_total_bytes)? as f64;
             (total > 0.0).then(|| used / total * 100.0)
         })
     });
@@ -105,14 +106,14 @@ pub fn GpuCard(
             g.as_ref().and_then(|g| {
                 memory_text(
                     g.latest.as_ref().and_then(|s| s.mem_used_bytes),
-                    g.latest.as_ref().and_then(|s| s.mem_total_bytes).or(g.mem_total_bytes),
+                    g.latest.as_ref().and_then(|s| s.mem_total_bytes).or(g.info.mem_total_bytes),
                 )
             })
         })
     });
     let last_seen = move || {
         ctx.tick.track();
-        gpu.with(|g| g.as_ref().map(|g| format!("last sample {}", format::ago(g.last_seen_ms, now_ms()))))
+        gpu.with(|g| g.as_ref().map(|g| format!("last sample {}", format::ago(g.info.last_seen_ms, now_ms()))))
     };
     let adv_id = format!("adv-{}", uuid.replace(|c: char| !c.is_ascii_alphanumeric(), "-"));
     let href = format!("/gpus/{uuid}");
@@ -215,7 +216,7 @@ fn Advanced(gpu: Latest<GpuSummary>, id: String, prices: Latest<Prices>) -> impl
     };
     let latest = move || gpu.with(|g| g.as_ref().and_then(|g| g.latest.clone()));
     let limit = move || {
-        gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref().and_then(|s| s.power_limit_w).or(g.power_limit_w)))
+        gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref().and_then(|s| s.power_limit_w).or(g.info.power_limit_w)))
     };
     view! {
         <dl class="adv" id=id>
@@ -234,7 +235,7 @@ fn Advanced(gpu: Latest<GpuSummary>, id: String, prices: Latest<Prices>) -> impl
             )}
             {text_row(
                 "Cost per hour",
-                Box::new(move || prices.with(|p| cost_text(gpu.with(|g| g.as_ref().and_then(|g| g.name.clone())).as_deref(), p.as_ref()))),
+                Box::new(move || prices.with(|p| cost_text(gpu.with(|g| g.as_ref().and_then(|g| g.info.name.clone())).as_deref(), p.as_ref()))),
             )}
         </dl>
     }

@@ -98,8 +98,8 @@ async fn load(uuid: String, range: Range, zoom: Option<Zoom>, cache: StoredValue
     let (from, to, anchored) = match zoom {
         Some((from, to)) => (from, to, false),
         None => {
-            let anchored = gpu.last_seen_ms < now - range.ms();
-            let to = if anchored { gpu.last_seen_ms + 1 } else { now + 1 };
+            let anchored = gpu.info.last_seen_ms < now - range.ms();
+            let to = if anchored { gpu.info.last_seen_ms + 1 } else { now + 1 };
             (to - range.ms(), to, anchored)
         }
     };
@@ -188,7 +188,7 @@ pub fn GpuDetailPage() -> impl IntoView {
     let detail = latest_ok(res);
     let has_data = Signal::derive(move || detail.with(Option::is_some));
     Effect::new(move || {
-        let name = detail.with(|d| d.as_ref().and_then(|d| d.gpu.name.clone()));
+        let name = detail.with(|d| d.as_ref().and_then(|d| d.gpu.info.name.clone()));
         super::set_title(&name.unwrap_or_else(|| "GPU".into()));
     });
 
@@ -196,8 +196,8 @@ pub fn GpuDetailPage() -> impl IntoView {
     let window = Memo::new(move |_| {
         detail.with(|d| {
             d.as_ref().map(|d| {
-                let start = d.from.max(d.gpu.first_seen_ms);
-                (d.gpu.uuid.clone(), d.from, d.to, window_s(d.to - start))
+                let start = d.from.max(d.gpu.info.first_seen_ms);
+                (d.gpu.info.uuid.clone(), d.from, d.to, window_s(d.to - start))
             })
         })
     });
@@ -372,9 +372,11 @@ fn DetailBody(
     // The GPU of the last answer, with the state the live stream told since.
     let gpu: Latest<GpuSummary> = Memo::new(move |_| {
         let mut gpu = detail.with(|d| d.as_ref().map(|d| d.gpu.clone()))?;
-        if let Some(p) = live.gpus.with(|g| g.get(&gpu.uuid).cloned()).filter(|p| p.last_seen_ms >= gpu.last_seen_ms) {
+        if let Some(p) =
+            live.gpus.with(|g| g.get(&gpu.info.uuid).cloned()).filter(|p| p.last_seen_ms >= gpu.info.last_seen_ms)
+        {
             gpu.state = Some(p.state);
-            gpu.last_seen_ms = p.last_seen_ms;
+            gpu.info.last_seen_ms = p.last_seen_ms;
         }
         Some(gpu)
     });
@@ -412,12 +414,14 @@ fn DetailBody(
     });
     let power = Signal::derive(move || detail.with(|d| series(d, &[("Power", "power", |s| s.power_w)])));
     let mem_max = Signal::derive(move || {
-        gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref().and_then(|s| s.mem_total_bytes).or(g.mem_total_bytes)))
-            .map(|b| b as f64 / GIB)
-            .unwrap_or(80.0)
+        gpu.with(|g| {
+            g.as_ref().and_then(|g| g.latest.as_ref().and_then(|s| s.mem_total_bytes).or(g.info.mem_total_bytes))
+        })
+        .map(|b| b as f64 / GIB)
+        .unwrap_or(80.0)
     });
     let power_limit = Signal::derive(move || {
-        gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref().and_then(|s| s.power_limit_w).or(g.power_limit_w)))
+        gpu.with(|g| g.as_ref().and_then(|g| g.latest.as_ref().and_then(|s| s.power_limit_w).or(g.info.power_limit_w)))
     });
     let power_max = Signal::derive(move || {
         let peak = power.with(|p| p[0].avg_max().map(|(_, m)| m)).unwrap_or(0.0);
@@ -430,7 +434,7 @@ fn DetailBody(
                     "No sample from this GPU in the {}: showing the {} up to its last sample ({}).",
                     ctx.range.get_untracked().long_label(),
                     ctx.range.get_untracked().label(),
-                    format::date_time(d.gpu.last_seen_ms)
+                    format::date_time(d.gpu.info.last_seen_ms)
                 )
             })
         })
@@ -468,10 +472,10 @@ fn DetailBody(
     view! {
         <div class="page-head detail-head">
             <div>
-                <h1>{g(|g| g.name.clone().unwrap_or_else(|| "Unknown GPU".into()))}</h1>
+                <h1>{g(|g| g.info.name.clone().unwrap_or_else(|| "Unknown GPU".into()))}</h1>
                 <p class="muted">
-                    {g(|g| match g.gpu_index { Some(i) => format!("{} · GPU {i}", g.host), None => g.host.clone() })}
-                    " · " <code class="uuid">{g(|g| g.uuid.clone())}</code>
+                    {g(|g| match g.info.gpu_index { Some(i) => format!("{} · GPU {i}", g.info.host), None => g.info.host.clone() })}
+                    " · " <code class="uuid">{g(|g| g.info.uuid.clone())}</code>
                 </p>
             </div>
             <div class="detail-now">
@@ -663,13 +667,13 @@ fn LatestSample(gpu: Latest<GpuSummary>) -> impl IntoView {
             {row("FP16 pipe", |g| s(g, |s| s.fp16_active_pct))}
             {row("FP32 pipe", |g| s(g, |s| s.fp32_active_pct))}
             {row("FP64 pipe", |g| s(g, |s| s.fp64_active_pct))}
-            {row("Power", |g| power_text(g.latest.as_ref().and_then(|s| s.power_w), g.latest.as_ref().and_then(|s| s.power_limit_w).or(g.power_limit_w)))}
+            {row("Power", |g| power_text(g.latest.as_ref().and_then(|s| s.power_w), g.latest.as_ref().and_then(|s| s.power_limit_w).or(g.info.power_limit_w)))}
             {row("Temperature", |g| format::opt_num(g.latest.as_ref().and_then(|s| s.temp_c), " °C", 0))}
             {row("SM clock", |g| format::opt_num(g.latest.as_ref().and_then(|s| s.sm_clock_mhz), " MHz", 0))}
             {row("Throttle reasons", |g| g.latest.as_ref().and_then(|s| s.throttle_reasons).map(states::throttle_reasons).unwrap_or_else(|| NA.into()))}
             <div class="adv-row">
                 <dt>"Cost per hour"</dt>
-                <dd>{move || prices.with(|p| cost_text(gpu.with(|g| g.as_ref().and_then(|g| g.name.clone())).as_deref(), p.as_ref()))}</dd>
+                <dd>{move || prices.with(|p| cost_text(gpu.with(|g| g.as_ref().and_then(|g| g.info.name.clone())).as_deref(), p.as_ref()))}</dd>
             </div>
         </dl>
     }

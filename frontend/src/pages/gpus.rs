@@ -69,7 +69,7 @@ fn matches_search(g: &GpuSummary, query: &str) -> bool {
     if words.is_empty() {
         return true;
     }
-    let mut hay = format!("{} {} {}", g.uuid, g.host, g.name.as_deref().unwrap_or(""));
+    let mut hay = format!("{} {} {}", g.info.uuid, g.info.host, g.info.name.as_deref().unwrap_or(""));
     for p in g.latest.as_ref().and_then(|s| s.processes.as_deref()).unwrap_or_default() {
         for o in [owners::user(p), owners::pod(p), owners::job(p)].into_iter().flatten() {
             hay.push(' ');
@@ -81,7 +81,7 @@ fn matches_search(g: &GpuSummary, query: &str) -> bool {
 }
 
 fn display_name(g: &GpuSummary) -> String {
-    format!("{} {} {:05}", g.name.as_deref().unwrap_or(""), g.host, g.gpu_index.unwrap_or(0))
+    format!("{} {} {:05}", g.info.name.as_deref().unwrap_or(""), g.info.host, g.info.gpu_index.unwrap_or(0))
 }
 
 /// Ascending with absent values last.
@@ -111,7 +111,7 @@ fn sorted(gpus: Vec<&GpuSummary>, sort: Sort) -> Vec<String> {
         })
         .collect();
     keyed.sort_by(|a, b| cmp_opt(a.0, b.0).then_with(|| a.1.cmp(&b.1)));
-    keyed.into_iter().map(|(_, _, g)| g.uuid.clone()).collect()
+    keyed.into_iter().map(|(_, _, g)| g.info.uuid.clone()).collect()
 }
 
 #[component]
@@ -129,9 +129,9 @@ pub fn GpusPage() -> impl IntoView {
         let mut list = data.with(|d| d.as_ref().map(|l| l.gpus.clone()).unwrap_or_default());
         live.gpus.with(|pushed| {
             for g in &mut list {
-                if let Some(p) = pushed.get(&g.uuid).filter(|p| p.last_seen_ms >= g.last_seen_ms) {
+                if let Some(p) = pushed.get(&g.info.uuid).filter(|p| p.last_seen_ms >= g.info.last_seen_ms) {
                     g.state = Some(p.state);
-                    g.last_seen_ms = p.last_seen_ms;
+                    g.info.last_seen_ms = p.last_seen_ms;
                 }
             }
         });
@@ -139,7 +139,7 @@ pub fn GpusPage() -> impl IntoView {
     });
     // Where each GPU sits in the list: a card finds its GPU without scanning the whole fleet.
     let position = Memo::new(move |_| {
-        gpus.with(|g| g.iter().enumerate().map(|(i, g)| (g.uuid.clone(), i)).collect::<HashMap<String, usize>>())
+        gpus.with(|g| g.iter().enumerate().map(|(i, g)| (g.info.uuid.clone(), i)).collect::<HashMap<String, usize>>())
     });
     let has_data = Signal::derive(move || data.with(Option::is_some));
     let prices = use_prices();
@@ -172,8 +172,8 @@ pub fn GpusPage() -> impl IntoView {
                     "none" => g.state.is_none(),
                     s => g.state.is_some_and(|x| Some(x) == WorkloadState::parse(s)),
                 })
-                .filter(|g| h.is_empty() || g.host == h)
-                .filter(|g| m.is_empty() || g.name.as_deref() == Some(m.as_str()))
+                .filter(|g| h.is_empty() || g.info.host == h)
+                .filter(|g| m.is_empty() || g.info.name.as_deref() == Some(m.as_str()))
                 .filter(|g| matches_search(g, &q))
                 .collect();
             sorted(keep, sort.get())
@@ -197,8 +197,9 @@ pub fn GpusPage() -> impl IntoView {
             });
         }
     });
-    let hosts = Memo::new(move |_| gpus.with(|g| g.iter().map(|g| g.host.clone()).collect::<BTreeSet<_>>()));
-    let models = Memo::new(move |_| gpus.with(|g| g.iter().filter_map(|g| g.name.clone()).collect::<BTreeSet<_>>()));
+    let hosts = Memo::new(move |_| gpus.with(|g| g.iter().map(|g| g.info.host.clone()).collect::<BTreeSet<_>>()));
+    let models =
+        Memo::new(move |_| gpus.with(|g| g.iter().filter_map(|g| g.info.name.clone()).collect::<BTreeSet<_>>()));
     let present_states = Memo::new(move |_| {
         gpus.with(|g| {
             let mut v: Vec<String> = WorkloadState::ALL

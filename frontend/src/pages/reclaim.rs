@@ -354,8 +354,8 @@ fn Reclaims() -> impl IntoView {
             let out = actions::snooze_reclaim(id, SNOOZE_S).await.map(|r| {
                 format!(
                     "Reclaim of {} snoozed until {}.",
-                    r.gpu,
-                    r.snoozed_until_ms.map(format::date_time).unwrap_or_default()
+                    r.case.gpu_uuid,
+                    r.case.snoozed_until_ms.map(format::date_time).unwrap_or_default()
                 )
             });
             show_outcome(error, saved, out);
@@ -384,9 +384,9 @@ fn Reclaims() -> impl IntoView {
 #[component]
 fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<ReclaimId>) -> impl IntoView {
     let id = r.id;
-    let open = r.closed_ms.is_none();
-    let who = r.owner.user.clone().or_else(|| r.owner.job_user.clone()).unwrap_or_else(|| "unknown".into());
-    let status = match (r.status, r.snoozed_until_ms) {
+    let open = r.case.closed_ms.is_none();
+    let who = r.case.owner.user.clone().or_else(|| r.case.owner.job_user.clone()).unwrap_or_else(|| "unknown".into());
+    let status = match (r.case.status, r.case.snoozed_until_ms) {
         (ReclaimStatus::Noticed, Some(t)) if open => format!("noticed · snoozed until {}", format::date_time(t)),
         (s, _) => s.to_string(),
     };
@@ -410,13 +410,13 @@ fn ReclaimItem(r: Reclaim, currency: String, on_snooze: Callback<ReclaimId>) -> 
     view! {
         <article class="reclaim" data-reclaim-id=id.to_string() aria-labelledby=labelled_by>
             <div class="section-head">
-                <h3 id=heading_id>{format!("{} on {} · {}", r.gpu, r.host, who)}</h3>
-                <span class="pill" class:pill-ok=r.status == ReclaimStatus::Cancelled class:pill-muted=r.status != ReclaimStatus::Cancelled data-testid="reclaim-status">{status}</span>
+                <h3 id=heading_id>{format!("{} on {} · {}", r.case.gpu_uuid, r.case.host, who)}</h3>
+                <span class="pill" class:pill-ok=r.case.status == ReclaimStatus::Cancelled class:pill-muted=r.case.status != ReclaimStatus::Cancelled data-testid="reclaim-status">{status}</span>
                 {open.then(|| view! {
-                    <button type="button" class="btn" aria-label=format!("Snooze 1 h: the reclaim of {}", r.gpu) on:click=move |_| on_snooze.run(id)>"Snooze 1 h"</button>
+                    <button type="button" class="btn" aria-label=format!("Snooze 1 h: the reclaim of {}", r.case.gpu_uuid) on:click=move |_| on_snooze.run(id)>"Snooze 1 h"</button>
                 })}
             </div>
-            <p class="muted small">{format!("Run {} · PID {} · in the state since {}", r.run_key, r.pid, format::date_time(r.state_since_ms))}</p>
+            <p class="muted small">{format!("Run {} · PID {} · in the state since {}", r.case.run_key, r.case.pid, format::date_time(r.case.state_since_ms))}</p>
             <DataTable
                 class="reclaim-log"
                 caption={format!("Steps of reclaim {id}")}

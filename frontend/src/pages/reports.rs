@@ -150,12 +150,12 @@ fn Jobs() -> impl IntoView {
                     >
                         {list.into_iter().map(|j| view! {
                             <tr data-job-id=j.id.to_string()>
-                                <th scope="row">{j.name.clone()}</th>
-                                <td class="num" title=j.gpus.join(", ")>{j.gpus.len()}</td>
-                                <td>{j.precision.as_str()}</td>
-                                <td class="num">{flops(j.achieved_flops_per_s)}</td>
+                                <th scope="row">{j.report.name.clone()}</th>
+                                <td class="num" title=j.report.gpu_uuids.join(", ")>{j.report.gpu_uuids.len()}</td>
+                                <td>{j.report.precision.as_str()}</td>
+                                <td class="num">{flops(j.report.achieved_flops_per_s)}</td>
                                 <td class="num mfu" class:na=j.mfu.is_none()>{opt_pct(j.mfu.map(|m| m * 100.0))}</td>
-                                <td>{format!("{} – {}", format::date_time(j.from_ms), format::date_time(j.to_ms))}</td>
+                                <td>{format!("{} – {}", format::date_time(j.report.from_ms), format::date_time(j.report.to_ms))}</td>
                             </tr>
                         }).collect_view()}
                     </DataTable>

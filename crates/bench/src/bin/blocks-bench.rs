@@ -352,10 +352,10 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source)
     let (mut with_latest, mut identity) = (Vec::new(), Vec::new());
     for g in gpus.iter().cycle().take(50) {
         let t = Instant::now();
-        let full = store.gpu(fleetlens_store::DEFAULT_ORG, &g.uuid).await?.expect("stored GPU");
+        let full = store.gpu(fleetlens_store::DEFAULT_ORG, &g.info.uuid).await?.expect("stored GPU");
         with_latest.push(t.elapsed().as_secs_f64() * 1e3);
         let t = Instant::now();
-        let bare = store.gpu_identity(fleetlens_store::DEFAULT_ORG, &g.uuid).await?.expect("stored GPU");
+        let bare = store.gpu_identity(fleetlens_store::DEFAULT_ORG, &g.info.uuid).await?.expect("stored GPU");
         identity.push(t.elapsed().as_secs_f64() * 1e3);
         assert!(full.latest.is_some() && bare.latest.is_none() && full.id == bare.id);
     }
@@ -367,7 +367,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source)
         times.push(t.elapsed().as_secs_f64() * 1e3);
         assert_eq!(got.len(), plan.samples_per_gpu, "read {i}");
         let t = Instant::now();
-        let columns = fleetlens_api::gpus::SampleColumns::new(g.uuid.clone(), 0, 0, false, &got);
+        let columns = fleetlens_api::gpus::SampleColumns::new(g.info.uuid.clone(), 0, 0, false, &got);
         built.push(t.elapsed().as_secs_f64() * 1e3);
         // What the route does for `format=columns`: the block decoded straight into columns.
         let t = Instant::now();
@@ -375,7 +375,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source)
             .sample_table(fleetlens_store::DEFAULT_ORG, g.id, plan.first_ts_ms(), plan.first_ts_ms() + H, 10_000)
             .await?;
         as_table.push(t.elapsed().as_secs_f64() * 1e3);
-        let direct = fleetlens_api::gpus::SampleColumns::from_table(g.uuid.clone(), 0, 0, false, table);
+        let direct = fleetlens_api::gpus::SampleColumns::from_table(g.info.uuid.clone(), 0, 0, false, table);
         assert_eq!(direct.ts_ms, columns.ts_ms, "read {i}");
         assert_eq!(direct.signals, columns.signals, "read {i}");
         let t = Instant::now();
@@ -667,7 +667,7 @@ async fn http_reads_of(
         for (i, g) in gpus.iter().cycle().take(51).enumerate() {
             let t = Instant::now();
             let answer = client
-                .get(format!("{base}/api/v1/gpus/{}/samples", g.uuid))
+                .get(format!("{base}/api/v1/gpus/{}/samples", g.info.uuid))
                 .query(&[
                     ("from", plan.first_ts_ms().to_string()),
                     ("to", (plan.first_ts_ms() + H).to_string()),

@@ -37,7 +37,7 @@ pub async fn scan(state: &AppState) -> ApiResult<usize> {
     let mut ended = 0;
     for (org, runs) in by_org {
         let gpus = store.gpu_identities(org).await?;
-        let last_seen: HashMap<&str, i64> = gpus.iter().map(|g| (g.uuid.as_str(), g.last_seen_ms)).collect();
+        let last_seen: HashMap<&str, i64> = gpus.iter().map(|g| (g.info.uuid.as_str(), g.info.last_seen_ms)).collect();
         for run in runs {
             let (to_ms, reason) = match run.end_requested_ms {
                 // Samples up to the end may still be on their way (the agent's flush, the
@@ -77,7 +77,7 @@ async fn listed_without(
     end_after: i64,
 ) -> ApiResult<bool> {
     let ids: HashMap<GpuId, &str> =
-        gpus.iter().filter(|g| run.gpu_uuids.contains(&g.uuid)).map(|g| (g.id, g.uuid.as_str())).collect();
+        gpus.iter().filter(|g| run.gpu_uuids.contains(&g.info.uuid)).map(|g| (g.id, g.info.uuid.as_str())).collect();
     let run_gpus: Vec<GpuId> = ids.keys().copied().collect();
     let mine = store.process_lists(org, Some(&run_gpus), run.last_ms + 1, run.last_ms + end_after + MINUTE_MS).await?;
     // Samples after the last sighting that still list the run: sightings not written yet
@@ -166,7 +166,7 @@ pub async fn compute_card(
 ) -> ApiResult<JobCard> {
     let from = floor_minute(run.first_ms);
     let end = floor_minute(to_ms) + MINUTE_MS;
-    let mine: Vec<GpuRecord> = gpus.iter().filter(|g| run.gpu_uuids.contains(&g.uuid)).cloned().collect();
+    let mine: Vec<GpuRecord> = gpus.iter().filter(|g| run.gpu_uuids.contains(&g.info.uuid)).cloned().collect();
     // The run's GPUs only: the organisation's minutes over a long job are every GPU's.
     let run_gpus: Vec<GpuId> = mine.iter().map(|g| g.id).collect();
     let minutes = store.credits(org, Some(&run_gpus), Resolution::Minute, from, end).await?;
@@ -221,9 +221,9 @@ pub async fn compute_card(
             }
         }
         inputs.push(CardGpuInput {
-            uuid: g.uuid.clone(),
-            name: g.name.clone(),
-            mem_total_bytes: g.mem_total_bytes,
+            uuid: g.info.uuid.clone(),
+            name: g.info.name.clone(),
+            mem_total_bytes: g.info.mem_total_bytes,
             credit,
             peak_mem_bytes: peak_own.or(peak_device),
             dram_pct_s: dram_s,
@@ -254,11 +254,11 @@ async fn run_mfu(
     let by_uuid = crate::analytics::mfu::gpus_by_uuid(gpus);
     let (mut sum, mut weight) = (0.0, 0.0);
     for j in store.jobs(org, from, end).await? {
-        if !j.gpu_uuids.iter().any(|u| run.gpu_uuids.contains(u)) {
+        if !j.report.gpu_uuids.iter().any(|u| run.gpu_uuids.contains(u)) {
             continue;
         }
-        let overlap = (j.to_ms.min(end) - j.from_ms.max(from)).max(0) as f64;
-        if let Some(m) = crate::analytics::mfu::job_mfu(&j, &by_uuid)
+        let overlap = (j.report.to_ms.min(end) - j.report.from_ms.max(from)).max(0) as f64;
+        if let Some(m) = crate::analytics::mfu::job_mfu(&j.report, &by_uuid)
             && overlap > 0.0
         {
             sum += m * overlap;

@@ -7,8 +7,8 @@ use std::collections::HashMap;
 
 use fleetlens_core::jobcard::{global_run_key, run_key};
 use fleetlens_core::reclaim::{
-    ReclaimAction, ReclaimLogLine, ReclaimLogStep, ReclaimProgress, ReclaimStatus, ReclaimStep, ReclaimTiming,
-    ReclaimView, next_step,
+    ReclaimAction, ReclaimCase, ReclaimLogLine, ReclaimLogStep, ReclaimProgress, ReclaimStatus, ReclaimStep,
+    ReclaimTiming, ReclaimView, next_step,
 };
 use fleetlens_core::{
     AgentCommandId, ChannelKind, GpuProcess, MessageKind, PriceTable, ProcessOwner, ReclaimId, ReclaimPolicyId,
@@ -126,7 +126,7 @@ impl ReclaimEngine {
             self.follow(state, &gpus, &th, lookback.min(86_400_000)).await?;
             for (p, timing) in policies.iter().zip(&timings) {
                 for g in &gpus {
-                    let existing = open.iter().find(|r| r.policy_id == p.id && r.gpu_uuid == g.uuid);
+                    let existing = open.iter().find(|r| r.case.policy_id == p.id && r.case.gpu_uuid == g.info.uuid);
                     sent |= self.decide(state, org, p, timing, g, existing, &prices).await?;
                 }
             }
@@ -151,10 +151,12 @@ impl ReclaimEngine {
         let now = now_ms();
         let followed = self.gpus.get(&g.id);
         let fresh = followed.filter(|f| now - f.last_ts_ms <= FRESH_MS);
-        let tgt = fresh.and_then(|f| target(&g.host, f.processes.as_deref()));
+        let tgt = fresh.and_then(|f| target(&g.info.host, f.processes.as_deref()));
         // The process must still be the one noticed: same PID, same run, same user.
         let same_target = match (existing, &tgt) {
-            (Some(r), Some(t)) => r.pid == t.pid && r.run_key == t.run_key && r.owner.user == t.owner.user,
+            (Some(r), Some(t)) => {
+                r.case.pid == t.pid && r.case.run_key == t.run_key && r.case.owner.user == t.owner.user
+            }
             (None, _) => true,
             (Some(_), None) => false,
         };
@@ -165,11 +167,11 @@ impl ReclaimEngine {
             owned_target: tgt.is_some() && same_target,
         };
         let progress = ReclaimProgress {
-            noticed_ms: existing.map(|r| r.noticed_ms),
-            snoozed_until_ms: existing.and_then(|r| r.snoozed_until_ms),
+            noticed_ms: existing.map(|r| r.case.noticed_ms),
+            snoozed_until_ms: existing.and_then(|r| r.case.snoozed_until_ms),
         };
         let held = fresh.map_or(0, |f| f.last_ts_ms - f.since_ms);
-        let dollars = g.name.as_deref().and_then(|n| prices.price_for(n)).map(|price| price * held as f64 / 3.6e6);
+        let dollars = g.info.name.as_deref().and_then(|n| prices.price_for(n)).map(|price| price * held as f64 / 3.6e6);
         let held_text = format!(
             "{} for {}",
             timing.state,
@@ -180,24 +182,26 @@ impl ReclaimEngine {
             ReclaimStep::Wait => Ok(false),
             ReclaimStep::Notice => {
                 let Some(t) = tgt else { return Ok(false) };
-                if self.acted.contains(&(p.id, g.uuid.clone(), t.pid)) {
+                if self.acted.contains(&(p.id, g.info.uuid.clone(), t.pid)) {
                     return Ok(false);
                 }
                 let record = ReclaimRecord {
                     id: ReclaimId(0),
                     org_id: org,
-                    policy_id: p.id,
-                    gpu_uuid: g.uuid.clone(),
-                    host: g.host.clone(),
-                    run_key: t.run_key.clone(),
-                    pid: t.pid,
-                    owner: t.owner.clone(),
-                    state_since_ms: view.state_since_ms,
-                    noticed_ms: now,
-                    snoozed_until_ms: None,
-                    acted_ms: None,
-                    closed_ms: None,
-                    status: ReclaimStatus::Noticed,
+                    case: ReclaimCase {
+                        policy_id: p.id,
+                        gpu_uuid: g.info.uuid.clone(),
+                        host: g.info.host.clone(),
+                        run_key: t.run_key.clone(),
+                        pid: t.pid,
+                        owner: t.owner.clone(),
+                        state_since_ms: view.state_since_ms,
+                        noticed_ms: now,
+                        snoozed_until_ms: None,
+                        acted_ms: None,
+                        closed_ms: None,
+                        status: ReclaimStatus::Noticed,
+                    },
                     updated_ms: now,
                 };
                 let channel = notice_channel(state, org, p, &t.owner).await?;
@@ -225,21 +229,21 @@ impl ReclaimEngine {
             }
             ReclaimStep::Act => {
                 let Some(r) = existing else { return Ok(false) };
-                self.acted.insert((p.id, r.gpu_uuid.clone(), r.pid));
+                self.acted.insert((p.id, r.case.gpu_uuid.clone(), r.case.pid));
                 let mut done = r.clone();
-                done.status = ReclaimStatus::Acted;
-                done.acted_ms = Some(now);
-                done.closed_ms = Some(now);
+                done.case.status = ReclaimStatus::Acted;
+                done.case.acted_ms = Some(now);
+                done.case.closed_ms = Some(now);
                 let (entry, message, command);
                 if p.policy.action == ReclaimAction::AgentKill {
-                    let user = r.owner.user.clone().unwrap_or_default();
+                    let user = r.case.owner.user.clone().unwrap_or_default();
                     command = Some(AgentCommand {
                         id: AgentCommandId(0),
                         org_id: org,
-                        host: r.host.clone(),
+                        host: r.case.host.clone(),
                         reclaim_id: r.id,
-                        gpu_uuid: r.gpu_uuid.clone(),
-                        pid: r.pid,
+                        gpu_uuid: r.case.gpu_uuid.clone(),
+                        pid: r.case.pid,
                         owner_user: user.clone(),
                         created_ms: now,
                         taken_ms: None,
@@ -251,7 +255,10 @@ impl ReclaimEngine {
                         ReclaimLogStep::KillQueued,
                         "fleetlens",
                         dollars,
-                        format!("{held_text}; SIGTERM to pid {} of {user} on {} queued for its agent", r.pid, r.host),
+                        format!(
+                            "{held_text}; SIGTERM to pid {} of {user} on {} queued for its agent",
+                            r.case.pid, r.case.host
+                        ),
                         now,
                     );
                 } else {
@@ -270,7 +277,7 @@ impl ReclaimEngine {
                         ReclaimLogStep::ActionWebhook,
                         "fleetlens",
                         dollars,
-                        format!("{held_text}; webhook with pid {} ({}) sent", r.pid, r.run_key),
+                        format!("{held_text}; webhook with pid {} ({}) sent", r.case.pid, r.case.run_key),
                         now,
                     );
                 }
@@ -286,8 +293,8 @@ impl ReclaimEngine {
                     Some(_) => "the process on the GPU is not the one noticed".to_string(),
                 };
                 let mut done = r.clone();
-                done.status = ReclaimStatus::Cancelled;
-                done.closed_ms = Some(now);
+                done.case.status = ReclaimStatus::Cancelled;
+                done.case.closed_ms = Some(now);
                 let entry = log(ReclaimLogStep::Cancelled, "fleetlens", dollars, why, now);
                 let w = ReclaimWrite { log: Some(&entry), ..Default::default() };
                 store.update_reclaim(&done, &w, now).await?;
@@ -331,15 +338,15 @@ fn message_payload(
     let base = &state.alerts.ctx().public_url;
     let snooze = format!("{base}/api/v1/reclaims/{RECLAIM_ID_TOKEN}/snooze");
     let money = dollars.map_or_else(|| "an unknown amount".to_string(), |d| format!("${d:.2}"));
-    let who = r.owner.user.clone().unwrap_or_else(|| "unknown".into());
+    let who = r.case.owner.user.clone().unwrap_or_else(|| "unknown".into());
     let text = if what == "notice" {
         format!(
             "Fleetlens: GPU {} on {} held {} by {who} (pid {}, {}) — {money} so far. Policy “{}” will {} in {} s. Snooze: POST {snooze}",
-            r.gpu_uuid,
-            r.host,
+            r.case.gpu_uuid,
+            r.case.host,
             p.policy.state,
-            r.pid,
-            r.run_key,
+            r.case.pid,
+            r.case.run_key,
             p.policy.name,
             if p.policy.action == ReclaimAction::AgentKill { "stop the process (SIGTERM)" } else { "reclaim it" },
             p.policy.grace_s
@@ -347,7 +354,7 @@ fn message_payload(
     } else {
         format!(
             "Fleetlens: policy “{}” reclaims GPU {} on {} from {who} (pid {}, {}); {money} held.",
-            p.policy.name, r.gpu_uuid, r.host, r.pid, r.run_key
+            p.policy.name, r.case.gpu_uuid, r.case.host, r.case.pid, r.case.run_key
         )
     };
     let body = if kind == ChannelKind::Slack {
@@ -357,17 +364,17 @@ fn message_payload(
             "type": format!("fleetlens.reclaim_{what}"),
             "version": 1,
             "policy": {"id": p.id, "name": p.policy.name, "state": p.policy.state, "for_s": p.policy.for_s, "grace_s": p.policy.grace_s, "action": p.policy.action},
-            "gpu": r.gpu_uuid,
-            "host": r.host,
-            "owner": r.owner,
+            "gpu": r.case.gpu_uuid,
+            "host": r.case.host,
+            "owner": r.case.owner,
             "target": {
-                "pid": r.pid,
-                "run_key": r.run_key,
-                "container_id": r.owner.container_id,
-                "pod": r.owner.pod_name.as_ref().map(|n| match &r.owner.namespace { Some(ns) => format!("{ns}/{n}"), None => n.clone() }),
-                "slurm_job": r.owner.job_id,
+                "pid": r.case.pid,
+                "run_key": r.case.run_key,
+                "container_id": r.case.owner.container_id,
+                "pod": r.case.owner.pod_name.as_ref().map(|n| match &r.case.owner.namespace { Some(ns) => format!("{ns}/{n}"), None => n.clone() }),
+                "slurm_job": r.case.owner.job_id,
             },
-            "state_since_ms": r.state_since_ms,
+            "state_since_ms": r.case.state_since_ms,
             "dollars_held": dollars,
             "action_at_ms": action_at_ms,
             "snooze_url": snooze,

@@ -53,7 +53,7 @@ impl Acc {
             *self.seconds.entry(*s).or_default() += secs;
         }
         self.energy_j += l.energy_j;
-        let price = g.name.as_deref().and_then(|n| prices.price_for(n));
+        let price = g.info.name.as_deref().and_then(|n| prices.price_for(n));
         self.prices.push(price);
         match price {
             Some(p) => {
@@ -109,9 +109,9 @@ pub fn billing_rows(
         let g = &gpus[i];
         let key = match group_by {
             GroupBy::Team => team_of(g).unwrap_or_else(|| "unassigned".into()),
-            GroupBy::Host => g.host.clone(),
-            GroupBy::Gpu => g.uuid.clone(),
-            GroupBy::Model => g.name.clone().unwrap_or_else(|| "unknown model".into()),
+            GroupBy::Host => g.info.host.clone(),
+            GroupBy::Gpu => g.info.uuid.clone(),
+            GroupBy::Model => g.info.name.clone().unwrap_or_else(|| "unknown model".into()),
         };
         groups.entry(key).or_default().add(g, &l, prices);
     }

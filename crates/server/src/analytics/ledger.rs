@@ -24,8 +24,9 @@ pub struct GpuLedger {
 /// span it reported, to the end of its newest sample's minute. `None` when it was not yet
 /// registered.
 pub fn paid_span(gpu: &GpuRecord, from_ms: i64, to_ms: i64, now_ms: i64) -> Option<(i64, i64)> {
-    let start = from_ms.max(gpu.first_seen_ms);
-    let reported_to = if gpu.last_live_ms > 0 { now_ms } else { (gpu.last_seen_ms.div_euclid(60_000) + 1) * 60_000 };
+    let start = from_ms.max(gpu.info.first_seen_ms);
+    let reported_to =
+        if gpu.last_live_ms > 0 { now_ms } else { (gpu.info.last_seen_ms.div_euclid(60_000) + 1) * 60_000 };
     let end = to_ms.min(now_ms).min(reported_to);
     (end > start).then_some((start, end))
 }
@@ -46,14 +47,14 @@ pub fn overlap_ms(bucket_ms: i64, len_ms: i64, start_ms: i64, end_ms: i64) -> i6
 /// newest sample's interval is never credited, so a period reaching past them adds offline
 /// time, not state time.
 pub fn credit_share(gpu: &GpuRecord, bucket_ms: i64, len_ms: i64, from_ms: i64, end_ms: i64, sampled_s: f64) -> f64 {
-    let between = overlap_ms(bucket_ms, len_ms, gpu.first_seen_ms, gpu.last_seen_ms + 1);
-    let holds_newest = (bucket_ms..bucket_ms + len_ms).contains(&gpu.last_seen_ms);
+    let between = overlap_ms(bucket_ms, len_ms, gpu.info.first_seen_ms, gpu.info.last_seen_ms + 1);
+    let holds_newest = (bucket_ms..bucket_ms + len_ms).contains(&gpu.info.last_seen_ms);
     let tail_ms = if holds_newest {
-        ((sampled_s * 1000.0).round() as i64 - between).clamp(0, bucket_ms + len_ms - gpu.last_seen_ms - 1)
+        ((sampled_s * 1000.0).round() as i64 - between).clamp(0, bucket_ms + len_ms - gpu.info.last_seen_ms - 1)
     } else {
         0
     };
-    let (credited_from, credited_to) = (gpu.first_seen_ms, gpu.last_seen_ms + 1 + tail_ms);
+    let (credited_from, credited_to) = (gpu.info.first_seen_ms, gpu.info.last_seen_ms + 1 + tail_ms);
     let credited = overlap_ms(bucket_ms, len_ms, credited_from, credited_to);
     if credited == 0 {
         return 0.0;
@@ -112,6 +113,7 @@ pub fn ledger<'a>(paid_s: f64, credits: impl IntoIterator<Item = (&'a Credit, f6
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleetlens_core::GpuInfo;
 
     #[test]
     fn overlap_is_the_shared_time() {
@@ -135,14 +137,7 @@ mod tests {
     fn a_bucket_weighs_the_share_of_the_gpus_sampled_span_in_the_period() {
         let gpu = GpuRecord {
             id: fleetlens_store::GpuId(1),
-            uuid: "GPU-1".into(),
-            host: "h".into(),
-            gpu_index: None,
-            name: None,
-            mem_total_bytes: None,
-            power_limit_w: None,
-            first_seen_ms: 43_641,
-            last_seen_ms: 127_185,
+            info: GpuInfo { uuid: "GPU-1".into(), first_seen_ms: 43_641, last_seen_ms: 127_185, ..GpuInfo::default() },
             last_live_ms: 127_185,
             latest: None,
         };

@@ -117,7 +117,7 @@ impl MinuteClassifier for OrgClassifier {
 /// An organisation's classifier thresholds (defaults unless overridden).
 /// The newest 1-minute rollup of `org`'s GPU (the minute of its newest sample), if stored.
 pub async fn newest_minute(store: &dyn Store, org: OrgId, gpu: &GpuRecord) -> ApiResult<Option<RollupBucket>> {
-    let bucket_ms = Resolution::Minute.bucket_start(gpu.last_seen_ms);
+    let bucket_ms = Resolution::Minute.bucket_start(gpu.info.last_seen_ms);
     Ok(store.rollups(org, gpu.id, Resolution::Minute, bucket_ms, bucket_ms + 1).await?.into_iter().next())
 }
 
@@ -153,9 +153,9 @@ pub async fn prices(store: &dyn Store, org: OrgId) -> ApiResult<PriceTable> {
 pub fn facts(gpu: &GpuRecord) -> GpuFacts {
     GpuFacts {
         gpu_id: gpu.id,
-        last_seen_ms: gpu.last_seen_ms,
-        power_limit_w: gpu.power_limit_w,
-        mem_total_bytes: gpu.mem_total_bytes,
+        last_seen_ms: gpu.info.last_seen_ms,
+        power_limit_w: gpu.info.power_limit_w,
+        mem_total_bytes: gpu.info.mem_total_bytes,
     }
 }
 
@@ -168,7 +168,7 @@ pub fn is_reporting(
     th: &Thresholds,
     delivery_allowance_ms: i64,
 ) -> bool {
-    !timeline::is_silent(gpu.last_seen_ms, timeline::interval_of_bucket(newest), now_ms, th, delivery_allowance_ms)
+    !timeline::is_silent(gpu.info.last_seen_ms, timeline::interval_of_bucket(newest), now_ms, th, delivery_allowance_ms)
 }
 
 /// A GPU's current state from its identity and its newest stored minute (core's
@@ -181,7 +181,7 @@ pub fn current_state(
     delivery_allowance_ms: i64,
 ) -> WorkloadState {
     let minute = newest.map(|m| (m.sample_count, m.first_ts_ms, m.last_ts_ms, m.state.as_deref()));
-    timeline::current_state_stored(gpu.last_seen_ms, minute, now_ms, th, delivery_allowance_ms)
+    timeline::current_state_stored(gpu.info.last_seen_ms, minute, now_ms, th, delivery_allowance_ms)
 }
 
 /// Each GPU's newest stored minute, by GPU id: what [`current_state`] reads for a whole
@@ -212,7 +212,7 @@ impl CurrentStates {
 
     /// `gpu`'s current state ([`current_state`]), with its host's delivery allowance.
     pub fn of(&self, gpu: &GpuRecord, deliveries: &HostDeliveries) -> WorkloadState {
-        let allowance = deliveries.allowance_ms(self.org, &gpu.host);
+        let allowance = deliveries.allowance_ms(self.org, &gpu.info.host);
         current_state(gpu, self.newest.get(&gpu.id), self.now_ms, &self.th, allowance)
     }
 }

@@ -226,20 +226,19 @@ fn retention_text(d: std::time::Duration) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fleetlens_core::ProcessOwner;
+    use fleetlens_core::{GpuInfo, ProcessOwner};
 
     fn gpu(id: i64, name: &str) -> GpuRecord {
         GpuRecord {
             id: GpuId(id),
-            uuid: format!("GPU-{id}"),
-            host: "h".into(),
-            name: Some(name.into()),
-            gpu_index: None,
-            mem_total_bytes: None,
-            power_limit_w: None,
-            first_seen_ms: 0,
+            info: GpuInfo {
+                uuid: format!("GPU-{id}"),
+                host: "h".into(),
+                name: Some(name.into()),
+                last_seen_ms: 10 * 3_600_000,
+                ..GpuInfo::default()
+            },
             last_live_ms: 10 * 3_600_000,
-            last_seen_ms: 10 * 3_600_000,
             latest: None,
         }
     }

@@ -194,7 +194,7 @@ pub fn summarize(input: &SummaryInput<'_>) -> FleetSummary {
         for (state, j) in &l.energy_j_by_state {
             *energy_by_state.entry(state.as_str().to_string()).or_default() += kwh(*j);
         }
-        let name = gpu.name.clone().unwrap_or_else(|| "unknown model".into());
+        let name = gpu.info.name.clone().unwrap_or_else(|| "unknown model".into());
         let price = input.prices.price_for(&name);
         let waste = price.map(|p| l.state_time.wasted_cost(p));
         match &waste {
@@ -220,7 +220,7 @@ pub fn summarize(input: &SummaryInput<'_>) -> FleetSummary {
     let week_waste: Option<f64> = {
         let mut total = None;
         for (i, l) in &week {
-            if let Some(p) = input.gpus[*i].name.as_deref().and_then(|n| input.prices.price_for(n)) {
+            if let Some(p) = input.gpus[*i].info.name.as_deref().and_then(|n| input.prices.price_for(n)) {
                 *total.get_or_insert(0.0) += l.state_time.wasted_cost(p).wasted;
             }
         }
@@ -258,16 +258,16 @@ pub fn summarize(input: &SummaryInput<'_>) -> FleetSummary {
 fn add_jobs(funnel: &mut Funnel, input: &SummaryInput<'_>) {
     let by_uuid = crate::analytics::mfu::gpus_by_uuid(input.gpus);
     for job in input.jobs {
-        let seconds = (job.to_ms.min(input.to_ms) - job.from_ms.max(input.from_ms)) as f64 / 1000.0;
-        if seconds <= 0.0 || job.gpu_uuids.is_empty() {
+        let seconds = (job.report.to_ms.min(input.to_ms) - job.report.from_ms.max(input.from_ms)) as f64 / 1000.0;
+        if seconds <= 0.0 || job.report.gpu_uuids.is_empty() {
             continue;
         }
-        let per_gpu = job.achieved_flops_per_s / job.gpu_uuids.len() as f64;
-        for uuid in &job.gpu_uuids {
+        let per_gpu = job.report.achieved_flops_per_s / job.report.gpu_uuids.len() as f64;
+        for uuid in &job.report.gpu_uuids {
             if let Some(model) =
-                by_uuid.get(uuid.as_str()).and_then(|g| g.name.as_deref()).and_then(GpuModel::from_nvml_name)
+                by_uuid.get(uuid.as_str()).and_then(|g| g.info.name.as_deref()).and_then(GpuModel::from_nvml_name)
             {
-                funnel.add_job_flops(per_gpu, seconds, model, job.precision);
+                funnel.add_job_flops(per_gpu, seconds, model, job.report.precision);
             }
         }
     }
@@ -311,7 +311,7 @@ fn gpu_waste(
         (Some(sm), Some(u)) if u > 0.0 => Some((sm / u * 100.0).min(100.0)),
         _ => None,
     };
-    let right = match (gpu.name.as_deref(), p95(&l.sm_active_by_bucket), peak_mem.get(&gpu.id).copied()) {
+    let right = match (gpu.info.name.as_deref(), p95(&l.sm_active_by_bucket), peak_mem.get(&gpu.id).copied()) {
         (Some(name), Some(p), Some(mem)) => right_size(name, p, mem, prices, th).map(|h| RightSizeAdvice {
             suggested_model: h.suggested.id().to_string(),
             p95_sm_active_pct: h.p95_sm_active_pct,
@@ -321,9 +321,9 @@ fn gpu_waste(
         _ => None,
     };
     GpuWaste {
-        uuid: gpu.uuid.clone(),
-        host: gpu.host.clone(),
-        name: gpu.name.clone(),
+        uuid: gpu.info.uuid.clone(),
+        host: gpu.info.host.clone(),
+        name: gpu.info.name.clone(),
         main_waste_state: main,
         paid_gpu_hours: l.paid_s / 3600.0,
         wasted_cost: waste.map(|w| w.wasted),
@@ -340,7 +340,7 @@ pub fn wasted_costs(gpus: &[GpuRecord], credits: &Credits, prices: &PriceTable) 
     ledgers(gpus, credits)
         .into_iter()
         .filter_map(|(i, l)| {
-            let price = gpus[i].name.as_deref().and_then(|n| prices.price_for(n))?;
+            let price = gpus[i].info.name.as_deref().and_then(|n| prices.price_for(n))?;
             Some((i, l.state_time.wasted_cost(price).wasted))
         })
         .collect()

@@ -120,7 +120,7 @@ pub async fn read(
 ) -> ApiResult<(Picture, Vec<LiveEvent>)> {
     let th = analytics::thresholds(store, org).await?;
     let identities = store.gpu_identities(org).await?;
-    let seen_ms: HashMap<GpuId, i64> = identities.iter().map(|g| (g.id, g.last_seen_ms)).collect();
+    let seen_ms: HashMap<GpuId, i64> = identities.iter().map(|g| (g.id, g.info.last_seen_ms)).collect();
     let started = now_ms();
     let (newest, full_read_ms) = match previous {
         Some(prev) if started - prev.full_read_ms < FULL_READING_EVERY_MS => {
@@ -140,9 +140,9 @@ pub async fn read(
     let gpus: BTreeMap<String, GpuNow> = identities
         .into_iter()
         .map(|g| {
-            let allowance = deliveries.allowance_ms(org, &g.host);
+            let allowance = deliveries.allowance_ms(org, &g.info.host);
             let state = analytics::current_state(&g, newest.get(&g.id), now, &th, allowance);
-            (g.uuid, GpuNow { host: g.host, state, last_seen_ms: g.last_seen_ms })
+            (g.info.uuid, GpuNow { host: g.info.host, state, last_seen_ms: g.info.last_seen_ms })
         })
         .collect();
     let counts = fleet_counts(gpus.values(), open_statuses(&alerts).values());

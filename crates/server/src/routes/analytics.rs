@@ -59,10 +59,13 @@ pub async fn states(
     // delivery cadence), and read as a gap it would end every timeline in a false outage.
     let now = now_ms();
     let newest = analytics::newest_minute(state.store.as_ref(), caller.org, &gpu).await?;
-    let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
-    let known_until =
-        if analytics::is_reporting(&gpu, newest.as_ref(), now, &th, allowance) { gpu.last_seen_ms + 1 } else { now };
-    let from_ms = from_ms.max(gpu.first_seen_ms);
+    let allowance = state.deliveries.allowance_ms(caller.org, &gpu.info.host);
+    let known_until = if analytics::is_reporting(&gpu, newest.as_ref(), now, &th, allowance) {
+        gpu.info.last_seen_ms + 1
+    } else {
+        now
+    };
+    let from_ms = from_ms.max(gpu.info.first_seen_ms);
     let to_ms = to_ms.min(known_until);
     if from_ms >= to_ms {
         return Ok(Json(Vec::new()));
@@ -157,9 +160,9 @@ pub async fn fleet_summary(
     };
     let mut gpus = store.gpu_identities(caller.org).await?;
     gpus.retain(|g| {
-        sq.gpu.as_deref().is_none_or(|u| g.uuid == u)
-            && sq.host.as_deref().is_none_or(|h| g.host == h)
-            && sq.model.as_deref().is_none_or(|m| g.name.as_deref() == Some(m))
+        sq.gpu.as_deref().is_none_or(|u| g.info.uuid == u)
+            && sq.host.as_deref().is_none_or(|h| g.info.host == h)
+            && sq.model.as_deref().is_none_or(|m| g.info.name.as_deref() == Some(m))
     });
     let period = read_credits(store, caller.org, from_ms, to_ms, now, gpus.len()).await?;
     let week_from = now - summary::WEEK_MS;

@@ -51,9 +51,9 @@ pub async fn detail(
         .ok_or_else(|| ApiError::NotFound(format!("no GPU {uuid:?} in this organisation")))?;
     let newest = analytics::newest_minute(store, caller.org, &gpu).await?;
     let now = now_ms();
-    let allowance = state.deliveries.allowance_ms(caller.org, &gpu.host);
+    let allowance = state.deliveries.allowance_ms(caller.org, &gpu.info.host);
     let c = timeline::current_state(&analytics::facts(&gpu), newest.as_ref(), now, &th, allowance);
-    let current = analytics::state_window(newest.as_ref().map_or(gpu.last_seen_ms, |b| b.bucket_ms), now, &c);
+    let current = analytics::state_window(newest.as_ref().map_or(gpu.info.last_seen_ms, |b| b.bucket_ms), now, &c);
     let quality_from = Resolution::Minute.bucket_start(now - DATA_QUALITY_SPAN_MS);
     let minutes = store.rollups(caller.org, gpu.id, Resolution::Minute, quality_from, now + 1).await?;
     let data_quality = data_quality(&minutes);
@@ -85,19 +85,7 @@ fn data_quality(minutes: &[fleetlens_core::RollupBucket]) -> Vec<DataQualityFlag
 
 fn summary(g: GpuRecord, state: WorkloadState) -> GpuSummary {
     let efficiency = g.latest.as_ref().and_then(|s| s.efficiency());
-    GpuSummary {
-        uuid: g.uuid,
-        host: g.host,
-        gpu_index: g.gpu_index,
-        name: g.name,
-        mem_total_bytes: g.mem_total_bytes,
-        power_limit_w: g.power_limit_w,
-        first_seen_ms: g.first_seen_ms,
-        last_seen_ms: g.last_seen_ms,
-        latest: g.latest,
-        efficiency,
-        state: Some(state),
-    }
+    GpuSummary { info: g.info, latest: g.latest, efficiency, state: Some(state) }
 }
 
 /// A half-open time range from the query: defaults to the last hour. Both ends lie within
@@ -170,12 +158,18 @@ pub async fn samples(
         let mut table = state.store.sample_table(caller.org, gpu.id, from_ms, to_ms, limit + 1).await?;
         let truncated = table.len() > limit as usize;
         table.keep(0..limit as usize);
-        return Ok(Json(SamplesAnswer::Columns(SampleColumns::from_table(gpu.uuid, from_ms, to_ms, truncated, table))));
+        return Ok(Json(SamplesAnswer::Columns(SampleColumns::from_table(
+            gpu.info.uuid,
+            from_ms,
+            to_ms,
+            truncated,
+            table,
+        ))));
     }
     let mut samples = state.store.samples(caller.org, gpu.id, from_ms, to_ms, limit + 1).await?;
     let truncated = samples.len() > limit as usize;
     samples.truncate(limit as usize);
-    Ok(Json(SamplesAnswer::Rows(SampleList { uuid: gpu.uuid, from_ms, to_ms, truncated, samples })))
+    Ok(Json(SamplesAnswer::Rows(SampleList { uuid: gpu.info.uuid, from_ms, to_ms, truncated, samples })))
 }
 
 /// At most this many points per series request.
@@ -240,7 +234,7 @@ pub async fn series(
             })
         })
         .collect::<ApiResult<Vec<_>>>()?;
-    Ok(Json(Series { uuid: gpu.uuid, resolution: res, from_ms, to_ms, points }))
+    Ok(Json(Series { uuid: gpu.info.uuid, resolution: res, from_ms, to_ms, points }))
 }
 
 /// `PUT /api/v1/gpus/{uuid}/host` `{"host": "…"}` (admin): move a GPU to another host (it was

@@ -21,7 +21,7 @@ use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use fleetlens_api::{IngestBatch, IngestResponse};
 use fleetlens_core::{GpuEvent, Sample};
-use fleetlens_store::{IngestRules, Scope, StoreError};
+use fleetlens_store::{IngestRules, SampleBatch, Scope, StoreError};
 use serde::Deserialize;
 use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor};
 
@@ -73,7 +73,7 @@ pub async fn store_batch(state: &AppState, caller: &Caller, mut batch: IngestBat
         let sightings = crate::actions::tracker::sightings(host, &batch.samples);
         let outcome = state
             .store
-            .ingest_with(caller.org, host, batch.samples, flags, Some(rules))
+            .ingest_with(SampleBatch { flags, rules: Some(rules), ..SampleBatch::new(caller.org, host, batch.samples) })
             .await
             .map_err(refused)
             .inspect_err(|e| {

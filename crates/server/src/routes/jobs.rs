@@ -7,7 +7,7 @@ use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::StatusCode;
 use fleetlens_api::{Job, JobReport};
-use fleetlens_core::JobId;
+use fleetlens_core::{JobId, JobThroughput};
 use fleetlens_store::{GpuRecord, JobRecord, Scope};
 
 use crate::analytics::mfu::{gpus_by_uuid, job_mfu};
@@ -24,17 +24,8 @@ fn invalid(field: &str, message: impl Into<String>) -> ApiError {
 }
 
 fn view(job: JobRecord, gpus: &HashMap<&str, &GpuRecord>) -> Job {
-    let mfu = job_mfu(&job, gpus);
-    Job {
-        id: job.id,
-        name: job.name,
-        gpus: job.gpu_uuids,
-        from_ms: job.from_ms,
-        to_ms: job.to_ms,
-        precision: job.precision,
-        achieved_flops_per_s: job.achieved_flops_per_s,
-        mfu,
-    }
+    let mfu = job_mfu(&job.report, gpus);
+    Job { id: job.id, report: job.report, mfu }
 }
 
 #[utoipa::path(post, path = "/jobs", tag = "jobs", request_body = JobReport, responses((status = 201, body = Job), crate::openapi::BodyErrors))]
@@ -73,16 +64,15 @@ pub async fn report(
     if let Some(missing) = r.gpus.iter().find(|u| !by_uuid.contains_key(u.as_str())) {
         return Err(invalid("gpus", format!("no GPU {missing:?} in this organisation")));
     }
-    let mut job = JobRecord {
-        id: JobId::default(),
+    let report = JobThroughput {
         name: name.to_string(),
         gpu_uuids: r.gpus,
         from_ms,
         to_ms,
         precision: r.precision,
         achieved_flops_per_s: achieved,
-        created_ms: now_ms(),
     };
+    let mut job = JobRecord { id: JobId::default(), report, created_ms: now_ms() };
     job.id = state.store.insert_job(caller.org, &job).await?;
     Ok((StatusCode::CREATED, Json(view(job, &by_uuid))))
 }

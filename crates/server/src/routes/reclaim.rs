@@ -127,11 +127,11 @@ pub async fn dry_run_policy(
         let rows = state.store.series(caller.org, g.id, Resolution::Minute, from, to).await?;
         let minutes: Vec<(i64, Option<WorkloadState>)> =
             rows.iter().map(|r| (r.bucket_ms, r.state.as_deref().and_then(WorkloadState::parse))).collect();
-        let price = g.name.as_deref().and_then(|n| prices.price_for(n));
+        let price = g.info.name.as_deref().and_then(|n| prices.price_for(n));
         for act in dry_run(&minutes, &timing) {
             items.push(DryRunItem {
-                gpu: g.uuid.clone(),
-                host: g.host.clone(),
+                gpu: g.info.uuid.clone(),
+                host: g.info.host.clone(),
                 freed_cost: price.map(|p| p * act.freed_hours),
                 act,
             });
@@ -167,22 +167,7 @@ async fn reclaim_view(state: &AppState, org: fleetlens_store::OrgId, r: ReclaimR
     let mut log: Vec<ReclaimStepView> =
         state.store.reclaim_log(org, Some(r.id), 1_000).await?.into_iter().map(step_view).collect();
     log.reverse();
-    Ok(Reclaim {
-        id: r.id,
-        policy_id: r.policy_id,
-        gpu: r.gpu_uuid,
-        host: r.host,
-        run_key: r.run_key,
-        pid: r.pid,
-        owner: r.owner,
-        state_since_ms: r.state_since_ms,
-        noticed_ms: r.noticed_ms,
-        snoozed_until_ms: r.snoozed_until_ms,
-        acted_ms: r.acted_ms,
-        closed_ms: r.closed_ms,
-        status: r.status,
-        log,
-    })
+    Ok(Reclaim { id: r.id, case: r.case, log })
 }
 
 #[utoipa::path(get, path = "/reclaims", tag = "reclaim", responses((status = 200, body = Vec<Reclaim>), crate::openapi::AuthErrors))]
@@ -219,12 +204,12 @@ pub async fn snooze(
         return Err(bad("for_s", "seconds, from 60 to 604800"));
     }
     let r = state.store.reclaim(caller.org, id).await?.ok_or_else(|| ApiError::NotFound("no such reclaim".into()))?;
-    if r.closed_ms.is_some() {
-        return Err(ApiError::Conflict(format!("reclaim {id} is {}: nothing to snooze", r.status)));
+    if r.case.closed_ms.is_some() {
+        return Err(ApiError::Conflict(format!("reclaim {id} is {}: nothing to snooze", r.case.status)));
     }
     let now = now_ms();
     let mut next = r.clone();
-    next.snoozed_until_ms = Some(now + s.for_s * 1000);
+    next.case.snoozed_until_ms = Some(now + s.for_s * 1000);
     let entry = ReclaimLogLine {
         step: ReclaimLogStep::Snooze,
         actor: caller.key.name.clone(),

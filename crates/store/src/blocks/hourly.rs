@@ -13,7 +13,9 @@
 //! parent's lock while holding a lock on it, and two batches would deadlock): the sealing job
 //! prepares the next hours, and the store prepares them when it opens.
 
-use sqlx::PgPool;
+use std::time::Duration;
+
+use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 
 use super::SPAN_MS;
 use crate::Result;
@@ -122,27 +124,26 @@ pub(crate) async fn prepare(pool: &PgPool, now_ms: i64) -> Result<u64> {
     Ok(created)
 }
 
-/// Make the connection's `VACUUM` and `ANALYZE` pause as autovacuum's do (its default cost
-/// delay and limit) instead of running at full speed: the hour partitions here and the
-/// maintenance job (`PgStore::maintain`) both vacuum this way.
-pub(crate) async fn throttle_vacuum(conn: &mut sqlx::PgConnection) -> Result<()> {
-    sqlx::query("SET vacuum_cost_delay = '2ms'").execute(&mut *conn).await?;
-    sqlx::query("SET vacuum_cost_limit = 200").execute(&mut *conn).await?;
-    Ok(())
+/// A connection of its own for `VACUUM` and `ANALYZE`, closed by the caller when done:
+///
+/// - they pause as autovacuum's do (its default cost delay and limit) instead of running at full
+///   speed, which read an hour of dead rows fast enough to delay the ingest commits behind its
+///   I/O (the maintenance job's lesson, `PgStore::maintain`);
+/// - without the pool's slow-statement warning: a throttled vacuum taking seconds is expected,
+///   not a symptom (an hour partition's took 11.5 s in a soak, and was its one warning line).
+pub(crate) async fn vacuum_connection(pool: &PgPool) -> Result<PgConnection> {
+    let opts = (*pool.connect_options()).clone().log_slow_statements(log::LevelFilter::Off, Duration::MAX);
+    let mut conn = PgConnection::connect_with(&opts).await?;
+    sqlx::query("SET vacuum_cost_delay = '2ms'").execute(&mut conn).await?;
+    sqlx::query("SET vacuum_cost_limit = 200").execute(&mut conn).await?;
+    Ok(conn)
 }
 
-/// `VACUUM` one partition, throttled as autovacuum is: a manual VACUUM runs at full speed by
-/// default, and reading an hour of dead rows that fast delays the ingest commits behind its I/O
-/// (the maintenance job's lesson, `PgStore::maintain`). Outside a transaction, on a
-/// connection of its own for the settings.
+/// `VACUUM` one partition, outside a transaction, on a [`vacuum_connection`].
 async fn vacuum(pool: &PgPool, name: &str) -> Result<()> {
-    let mut conn = pool.acquire().await?;
-    throttle_vacuum(&mut conn).await?;
-    let vacuumed = sqlx::query(&format!("VACUUM {name}")).execute(&mut *conn).await;
-    // The connection goes back to the pool: its settings go back to the defaults first.
-    sqlx::query("RESET vacuum_cost_delay").execute(&mut *conn).await?;
-    sqlx::query("RESET vacuum_cost_limit").execute(&mut *conn).await?;
-    vacuumed?;
+    let mut conn = vacuum_connection(pool).await?;
+    sqlx::query(&format!("VACUUM {name}")).execute(&mut conn).await?;
+    conn.close().await?;
     Ok(())
 }
 

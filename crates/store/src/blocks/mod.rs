@@ -451,7 +451,7 @@ pub(crate) fn with_identity(mut s: Sample, uuid: &str, gpu_index: Option<u32>, n
 
 /// GPUs of `records` whose newest sample is not an open row (its hour was sealed): their ids.
 pub(crate) fn missing_latest(records: &[crate::GpuRecord]) -> Vec<GpuId> {
-    records.iter().filter(|r| r.latest.is_none() && r.last_seen_ms > 0).map(|r| r.id).collect()
+    records.iter().filter(|r| r.latest.is_none() && r.info.last_seen_ms > 0).map(|r| r.id).collect()
 }
 
 /// Fill the newest sample of `records` from the blocks holding each GPU's `last_seen_ms`
@@ -459,8 +459,8 @@ pub(crate) fn missing_latest(records: &[crate::GpuRecord]) -> Vec<GpuId> {
 pub(crate) fn fill_latest(records: &mut [crate::GpuRecord], blocks: Vec<(GpuId, Vec<u8>)>) -> crate::Result<()> {
     for (gpu_id, payload) in blocks {
         let Some(r) = records.iter_mut().find(|r| r.id == gpu_id && r.latest.is_none()) else { continue };
-        let found = format::decode(&payload)?.into_iter().find(|s| s.ts_ms == r.last_seen_ms);
-        r.latest = found.map(|s| with_identity(s, &r.uuid, r.gpu_index, r.name.as_deref()));
+        let found = format::decode(&payload)?.into_iter().find(|s| s.ts_ms == r.info.last_seen_ms);
+        r.latest = found.map(|s| with_identity(s, &r.info.uuid, r.info.gpu_index, r.info.name.as_deref()));
     }
     Ok(())
 }
