@@ -3,11 +3,11 @@
 
 use std::collections::BTreeMap;
 
+pub use fleetlens_core::rules::OutboxMessage;
 use fleetlens_core::rules::inhibit::InhibitScope;
 use fleetlens_core::rules::{DeliveryAttempt, FieldType, Matchers, RuleSpec, SilenceWindow};
 use fleetlens_core::{
-    AlertId, ChannelId, ChannelKind, DeliveryId, MessageId, MessageKind, OutboxStatus, RuleId, Severity, SilenceId,
-    WorkloadState,
+    AlertId, ChannelId, ChannelKind, DeliveryId, MessageId, OutboxStatus, RuleId, Severity, SilenceId, WorkloadState,
 };
 use serde::{Deserialize, Serialize};
 
@@ -184,24 +184,6 @@ pub struct AlertList {
     pub alerts: Vec<AlertView>,
 }
 
-/// A notification message in the outbox.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
-pub struct OutboxView {
-    pub id: MessageId,
-    pub channel_id: ChannelId,
-    pub kind: MessageKind,
-    pub seq: i64,
-    /// `pending`, `sending`, `delivered` or `failed`.
-    pub status: OutboxStatus,
-    pub attempts: i64,
-    pub next_attempt_ms: i64,
-    pub last_error: Option<String>,
-    pub last_status_code: Option<i64>,
-    pub created_ms: i64,
-    pub delivered_ms: Option<i64>,
-}
-
 /// One delivery attempt of a notification: the line of the delivery log (`DeliveryAttempt`, at
 /// the top level of the JSON) and whether its channel still exists.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -220,7 +202,7 @@ pub struct DeliveryView {
 pub struct AlertDetail {
     #[serde(flatten)]
     pub alert: AlertView,
-    pub messages: Vec<OutboxView>,
+    pub messages: Vec<OutboxMessage>,
     pub deliveries: Vec<DeliveryView>,
 }
 
@@ -399,6 +381,7 @@ pub struct DeliveryQuery {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fleetlens_core::MessageKind;
 
     #[test]
     fn a_rule_error_without_a_position_has_no_position_fields() {

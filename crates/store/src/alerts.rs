@@ -23,7 +23,7 @@ use std::collections::BTreeMap;
 
 use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
-use fleetlens_core::rules::{ChannelKind, DeliveryAttempt, Matchers, MessageKind, OutboxStatus, RuleSpec, Severity};
+use fleetlens_core::rules::{ChannelKind, DeliveryAttempt, Matchers, MessageKind, OutboxMessage, RuleSpec, Severity};
 use fleetlens_core::{
     AlertGroupId, AlertId, ChannelId, DeliveryId, GpuId, MessageId, RuleId, SilenceId, WorkloadState,
 };
@@ -284,28 +284,21 @@ pub struct GpuBrief {
     pub last_live_ms: i64,
 }
 
+/// An outbox message as stored: the message, whose it is and what it carries.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct OutboxRecord {
-    pub id: MessageId,
+    #[sqlx(flatten)]
+    pub message: OutboxMessage,
     pub org_id: OrgId,
     pub alert_id: Option<AlertId>,
-    pub channel_id: ChannelId,
-    pub kind: MessageKind,
-    pub seq: i64,
+    /// The body sent, rendered for the channel's kind.
     pub payload: String,
-    pub status: OutboxStatus,
-    pub attempts: i64,
-    pub next_attempt_ms: i64,
-    pub last_error: Option<String>,
-    pub last_status_code: Option<i64>,
-    pub created_ms: i64,
-    pub delivered_ms: Option<i64>,
 }
 
 /// A message a sender holds the lease of, with where to send it.
 #[derive(Debug, Clone, PartialEq)]
 pub struct ClaimedMessage {
-    pub message: OutboxRecord,
+    pub outbox: OutboxRecord,
     pub channel: ChannelRecord,
     pub lease_until_ms: i64,
 }
@@ -1249,13 +1242,13 @@ macro_rules! impl_alert_store {
                     let Some(head) = sqlx::query(&q(&sql)).bind(channel.id).fetch_optional(&mut *tx).await? else {
                         continue;
                     };
-                    let mut message: $crate::alerts::OutboxRecord = sqlx::FromRow::from_row(&head)?;
+                    let mut outbox: $crate::alerts::OutboxRecord = sqlx::FromRow::from_row(&head)?;
                     let lease_until: Option<i64> = {
                         use sqlx::Row as _;
                         head.try_get("lease_until_ms")?
                     };
-                    let due = match message.status {
-                        OutboxStatus::Pending => message.next_attempt_ms <= now_ms,
+                    let due = match outbox.message.status {
+                        OutboxStatus::Pending => outbox.message.next_attempt_ms <= now_ms,
                         // A sender that died mid-flight: its lease ran out.
                         _ => lease_until.is_none_or(|u| u < now_ms),
                     };
@@ -1269,7 +1262,7 @@ macro_rules! impl_alert_store {
                     ))
                     .bind(owner)
                     .bind(until)
-                    .bind(message.id)
+                    .bind(outbox.message.id)
                     .execute(&mut *tx)
                     .await?;
                     sqlx::query(&q("UPDATE notification_channels SET next_send_ms = ? WHERE id = ?"))
@@ -1277,9 +1270,9 @@ macro_rules! impl_alert_store {
                         .bind(channel.id)
                         .execute(&mut *tx)
                         .await?;
-                    message.status = OutboxStatus::Sending;
-                    message.attempts += 1;
-                    claimed.push($crate::alerts::ClaimedMessage { message, channel, lease_until_ms: until });
+                    outbox.message.status = OutboxStatus::Sending;
+                    outbox.message.attempts += 1;
+                    claimed.push($crate::alerts::ClaimedMessage { outbox, channel, lease_until_ms: until });
                 }
                 tx.commit().await?;
                 Ok(claimed)
@@ -1337,11 +1330,11 @@ macro_rules! impl_alert_store {
                      status_code, error, duration_ms) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 ))
                 .bind(m.org_id)
-                .bind(m.id)
+                .bind(m.message.id)
                 .bind(m.alert_id)
-                .bind(m.channel_id)
-                .bind(m.kind.as_str())
-                .bind(m.attempts)
+                .bind(m.message.channel_id)
+                .bind(m.message.kind.as_str())
+                .bind(m.message.attempts)
                 .bind(now_ms)
                 .bind(outcome.as_str())
                 .bind(r.status_code)
@@ -1354,7 +1347,7 @@ macro_rules! impl_alert_store {
                         "UPDATE notification_channels SET next_send_ms = ? WHERE id = ? AND next_send_ms < ?",
                     ))
                     .bind(until)
-                    .bind(m.channel_id)
+                    .bind(m.message.channel_id)
                     .bind(until)
                     .execute(&mut *tx)
                     .await?;

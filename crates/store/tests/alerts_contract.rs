@@ -182,7 +182,7 @@ async fn channels_and_silences(backend: Backend) {
     let id = store.enqueue_notification(DEFAULT_ORG, None, &note(c.id, MessageKind::Test), 3).await.unwrap().unwrap();
     assert!(store.delete_notification_channel(DEFAULT_ORG, c.id, 4).await.unwrap());
     let m = store.outbox_message(DEFAULT_ORG, id).await.unwrap().unwrap();
-    assert_eq!((m.status.as_str(), m.last_error.as_deref()), ("failed", Some("channel deleted")));
+    assert_eq!((m.message.status.as_str(), m.message.last_error.as_deref()), ("failed", Some("channel deleted")));
     assert!(store.notification_channels(DEFAULT_ORG).await.unwrap().is_empty());
 
     let m = Matchers { host: Some("node-*".into()), severity: Some("critical".into()), ..Default::default() };
@@ -315,9 +315,9 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     }
     let now = 10_000;
     let c = store.claim_notifications("a", now, 30_000, 10).await.unwrap();
-    let got: HashSet<MessageId> = c.iter().map(|m| m.message.id).collect();
+    let got: HashSet<MessageId> = c.iter().map(|m| m.outbox.message.id).collect();
     assert_eq!(got, HashSet::from([ids[0], ids[2]]), "one message per channel, oldest first");
-    assert!(c.iter().all(|m| m.message.attempts == 1 && m.message.status == OutboxStatus::Sending));
+    assert!(c.iter().all(|m| m.outbox.message.attempts == 1 && m.outbox.message.status == OutboxStatus::Sending));
     assert_eq!(c.iter().find(|m| m.channel.id == slow.id).unwrap().channel.url, "http://127.0.0.1:9/hook");
     // Leased and (for the slow channel) rate-limited: nothing more now.
     assert!(store.claim_notifications("b", now, 30_000, 10).await.unwrap().is_empty());
@@ -335,16 +335,16 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     // The failed head waits for its retry and holds back the next message of its channel.
     assert!(store.claim_notifications("b", now + 2_000, 30_000, 10).await.unwrap().is_empty());
     let c = store.claim_notifications("b", now + 5_000, 30_000, 10).await.unwrap();
-    assert_eq!(c.iter().map(|m| (m.message.id, m.message.attempts)).collect::<Vec<_>>(), [(ids[0], 2)]);
+    assert_eq!(c.iter().map(|m| (m.outbox.message.id, m.outbox.message.attempts)).collect::<Vec<_>>(), [(ids[0], 2)]);
     // A sender that dies mid-flight: its lease runs out and another sender takes the message.
     assert!(store.claim_notifications("c", now + 30_000, 30_000, 10).await.unwrap().is_empty());
     let c = store.claim_notifications("c", now + 36_000, 30_000, 10).await.unwrap();
-    assert_eq!(c.iter().map(|m| (m.message.id, m.message.attempts)).collect::<Vec<_>>(), [(ids[0], 3)]);
+    assert_eq!(c.iter().map(|m| (m.outbox.message.id, m.outbox.message.attempts)).collect::<Vec<_>>(), [(ids[0], 3)]);
     assert!(!store.finish_notification(ids[0], "b", &ok(), now + 36_001).await.unwrap(), "b lost its lease");
     assert!(store.finish_notification(ids[0], "c", &ok(), now + 36_001).await.unwrap());
     // A 429 pauses the channel.
     let c = store.claim_notifications("c", now + 37_001, 30_000, 10).await.unwrap();
-    assert_eq!(c.iter().map(|m| m.message.id).collect::<Vec<_>>(), [ids[1]]);
+    assert_eq!(c.iter().map(|m| m.outbox.message.id).collect::<Vec<_>>(), [ids[1]]);
     let limited = DeliveryResult {
         outcome: DeliveryOutcome::Retry { at_ms: now + 40_000 },
         status_code: Some(429),
@@ -355,7 +355,7 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     assert!(store.finish_notification(ids[1], "c", &limited, now + 37_002).await.unwrap());
     assert!(store.claim_notifications("c", now + 50_000, 30_000, 10).await.unwrap().is_empty());
     let c = store.claim_notifications("c", now + 60_000, 30_000, 10).await.unwrap();
-    store.finish_notification(c[0].message.id, "c", &ok(), now + 60_001).await.unwrap();
+    store.finish_notification(c[0].outbox.message.id, "c", &ok(), now + 60_001).await.unwrap();
     assert!(store.claim_notifications("c", now + 100_000, 30_000, 10).await.unwrap().is_empty(), "all delivered");
     assert_eq!(store.outbox_backlog().await.unwrap(), 0);
 
@@ -374,7 +374,10 @@ async fn claims_respect_leases_rate_limits_and_order(backend: Backend) {
     let first = &log.last().unwrap().delivery;
     assert_eq!((first.message_id, first.channel_id), (Some(ids[0]), slow.id));
     let m = store.outbox_message(DEFAULT_ORG, ids[0]).await.unwrap().unwrap();
-    assert_eq!((m.status.as_str(), m.attempts, m.delivered_ms), ("delivered", 3, Some(now + 36_001)));
+    assert_eq!(
+        (m.message.status.as_str(), m.message.attempts, m.message.delivered_ms),
+        ("delivered", 3, Some(now + 36_001))
+    );
 }
 
 async fn concurrent_senders_claim_each_message_once(backend: Backend) {
@@ -403,8 +406,10 @@ async fn concurrent_senders_claim_each_message_once(backend: Backend) {
             for round in 0..400 {
                 let claimed = store.claim_notifications(&owner, 1_000 + round, 600_000, 2).await.unwrap();
                 for m in claimed {
-                    sent.push(m.message.payload.clone());
-                    assert!(store.finish_notification(m.message.id, &owner, &ok(), 1_000 + round).await.unwrap());
+                    sent.push(m.outbox.payload.clone());
+                    assert!(
+                        store.finish_notification(m.outbox.message.id, &owner, &ok(), 1_000 + round).await.unwrap()
+                    );
                 }
                 if store.outbox_backlog().await.unwrap() == 0 {
                     break;
@@ -547,7 +552,7 @@ async fn groups_are_compare_and_set_with_their_messages(backend: Backend) {
     assert_eq!(store.apply_group_changes(&[resolve(0)], 51).await.unwrap(), vec![None], "stale version");
     assert!(store.open_alert_groups().await.unwrap().is_empty(), "closed");
     let kinds: Vec<MessageKind> =
-        store.outbox_for_alert(DEFAULT_ORG, alert_id).await.unwrap().into_iter().map(|m| m.kind).collect();
+        store.outbox_for_alert(DEFAULT_ORG, alert_id).await.unwrap().into_iter().map(|m| m.message.kind).collect();
     assert_eq!(kinds, [MessageKind::Firing, MessageKind::Resolved]);
     // A new group of the same key can open once the old one closed.
     let again = GroupChange {

@@ -3,7 +3,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::kinds::{AttemptOutcome, MessageKind};
+use super::kinds::{AttemptOutcome, MessageKind, OutboxStatus};
 use crate::{AlertId, ChannelId, MessageId};
 
 // One line of the delivery log, defined once: the store reads it as part of the log's row
@@ -28,4 +28,26 @@ pub struct DeliveryAttempt {
     pub status_code: Option<i64>,
     pub error: Option<String>,
     pub duration_ms: Option<i64>,
+}
+
+// A notification message in the outbox, defined once: the store reads it flattened into
+// `OutboxRecord` (with its organisation, alert and payload) and the API sends it as it is. The
+// doc comment below is the OpenAPI schema's description.
+/// A notification message in the outbox: where it goes and how its delivery stands.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+#[cfg_attr(feature = "sqlx", derive(sqlx::FromRow))]
+pub struct OutboxMessage {
+    pub id: MessageId,
+    pub channel_id: ChannelId,
+    pub kind: MessageKind,
+    pub seq: i64,
+    /// `pending`, `sending`, `delivered` or `failed`.
+    pub status: OutboxStatus,
+    pub attempts: i64,
+    pub next_attempt_ms: i64,
+    pub last_error: Option<String>,
+    pub last_status_code: Option<i64>,
+    pub created_ms: i64,
+    pub delivered_ms: Option<i64>,
 }

@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 pub use defaults::{DEFAULT_RULES, DEFAULTS_VERSION, DefaultRule};
-pub use delivery::DeliveryAttempt;
+pub use delivery::{DeliveryAttempt, OutboxMessage};
 pub use expr::{Condition, ParseError, Truth};
 pub use fields::{FIELDS, FieldDef, FieldType, Observation, Value};
 pub use kinds::{AlertStatus, AttemptOutcome, ChannelKind, MessageKind, OutboxStatus, Severity};

@@ -107,23 +107,23 @@ async fn deliver(ctx: &AlertsCtx, m: ClaimedMessage) {
     match result.outcome {
         DeliveryOutcome::Delivered => {
             tracing::debug!(
-                id = m.message.id.get(),
+                id = m.outbox.message.id.get(),
                 channel = m.channel.id.get(),
-                kind = m.message.kind.as_str(),
+                kind = m.outbox.message.kind.as_str(),
                 "notification delivered"
             )
         }
         _ => tracing::warn!(
-            id = m.message.id.get(),
+            id = m.outbox.message.id.get(),
             channel = m.channel.id.get(),
-            attempt = m.message.attempts,
+            attempt = m.outbox.message.attempts,
             error = result.error.as_deref().unwrap_or(""),
             "notification not delivered"
         ),
     }
-    if let Err(e) = ctx.store.finish_notification(m.message.id, &ctx.owner, &result, now).await {
+    if let Err(e) = ctx.store.finish_notification(m.outbox.message.id, &ctx.owner, &result, now).await {
         // The lease runs out and another attempt follows; the receiver may see it twice.
-        tracing::error!(error = %e, id = m.message.id.get(), "outbox: cannot record a delivery");
+        tracing::error!(error = %e, id = m.outbox.message.id.get(), "outbox: cannot record a delivery");
     }
 }
 
@@ -151,9 +151,9 @@ async fn attempt(ctx: &AlertsCtx, m: &ClaimedMessage) -> Attempt {
         .http
         .post(url.clone())
         .header(CONTENT_TYPE, "application/json")
-        .header("X-Fleetlens-Message-Id", m.message.id.to_string())
-        .header("Idempotency-Key", format!("fleetlens-{}-{}", m.message.org_id, m.message.id))
-        .body(m.message.payload.clone())
+        .header("X-Fleetlens-Message-Id", m.outbox.message.id.to_string())
+        .header("Idempotency-Key", format!("fleetlens-{}-{}", m.outbox.org_id, m.outbox.message.id))
+        .body(m.outbox.payload.clone())
         .send()
         .await;
     match sent {
@@ -181,11 +181,13 @@ async fn attempt(ctx: &AlertsCtx, m: &ClaimedMessage) -> Attempt {
 }
 
 fn backoff_at(ctx: &AlertsCtx, m: &ClaimedMessage, now: i64) -> i64 {
-    now + backoff_ms(ctx, m.message.id, m.message.attempts)
+    now + backoff_ms(ctx, m.outbox.message.id, m.outbox.message.attempts)
 }
 
 fn retry_or_give_up(ctx: &AlertsCtx, m: &ClaimedMessage, now: i64, at_ms: i64) -> DeliveryOutcome {
-    if at_ms - m.message.created_ms > ctx.cfg.give_up_ms() || now - m.message.created_ms > ctx.cfg.give_up_ms() {
+    if at_ms - m.outbox.message.created_ms > ctx.cfg.give_up_ms()
+        || now - m.outbox.message.created_ms > ctx.cfg.give_up_ms()
+    {
         DeliveryOutcome::Failed
     } else {
         DeliveryOutcome::Retry { at_ms }

@@ -14,7 +14,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use fleetlens_api::alerts::{
     AlertDetail, AlertList, ChannelBody, ChannelList, ChannelView, CheckBody, ConditionCheck, DeliveryList,
-    DeliveryView, FieldInfo, OutboxView, RuleBody, RuleErrorBody, RuleErrorDetail, RuleFields, RuleList, RuleView,
+    DeliveryView, FieldInfo, OutboxMessage, RuleBody, RuleErrorBody, RuleErrorDetail, RuleFields, RuleList, RuleView,
     SilenceBody, SilenceList, SilenceView, TestResult,
 };
 use fleetlens_core::rules::payload::format_rfc3339_ms;
@@ -24,7 +24,7 @@ use fleetlens_core::{
 };
 use fleetlens_store::alerts::{
     AlertFilter, AlertRuleRecord, AlertStatus, ChannelRecord, DeliveryFilter, DeliveryRecord, NewChannel,
-    NewNotification, NewSilence, OutboxRecord, SilenceRecord,
+    NewNotification, NewSilence, SilenceRecord,
 };
 use fleetlens_store::{OrgId, Scope, Store, StoreError};
 use serde::de::DeserializeOwned;
@@ -442,17 +442,17 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
         let m = state.store.outbox_message(caller.org, message_id).await?.ok_or_else(|| not_found("message"))?;
-        let settled = m.attempts > 0 && m.status != OutboxStatus::Sending;
+        let settled = m.message.attempts > 0 && m.message.status != OutboxStatus::Sending;
         if settled || tokio::time::Instant::now() >= deadline {
-            let delivered = m.status == OutboxStatus::Delivered;
+            let delivered = m.message.status == OutboxStatus::Delivered;
             let status = if delivered { StatusCode::OK } else { StatusCode::ACCEPTED };
             let body = TestResult {
-                message_id: m.id,
+                message_id: m.message.id,
                 delivered,
-                status: m.status,
-                attempts: m.attempts,
-                status_code: m.last_status_code,
-                error: m.last_error,
+                status: m.message.status,
+                attempts: m.message.attempts,
+                status_code: m.message.last_status_code,
+                error: m.message.last_error,
             };
             return Ok((status, Json(body)).into_response());
         }
@@ -510,22 +510,6 @@ async fn channel_ids(state: &AppState, org: OrgId) -> Res<std::collections::Hash
     Ok(state.store.notification_channels(org).await?.into_iter().map(|c| c.id).collect())
 }
 
-fn outbox_view(m: OutboxRecord) -> OutboxView {
-    OutboxView {
-        id: m.id,
-        channel_id: m.channel_id,
-        kind: m.kind,
-        seq: m.seq,
-        status: m.status,
-        attempts: m.attempts,
-        next_attempt_ms: m.next_attempt_ms,
-        last_error: m.last_error,
-        last_status_code: m.last_status_code,
-        created_ms: m.created_ms,
-        delivered_ms: m.delivered_ms,
-    }
-}
-
 /// A delivery attempt; `channels` are the ids of the channels that still exist.
 fn delivery_view(d: DeliveryRecord, channels: &std::collections::HashSet<ChannelId>) -> DeliveryView {
     DeliveryView { id: d.id, channel_deleted: !channels.contains(&d.delivery.channel_id), delivery: d.delivery }
@@ -540,8 +524,8 @@ pub async fn get_alert(
 ) -> Res<Json<AlertDetail>> {
     caller.require(Scope::Read)?;
     let a = state.store.alert(caller.org, id).await?.ok_or_else(|| not_found("alert"))?;
-    let messages: Vec<OutboxView> =
-        state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(outbox_view).collect();
+    let messages: Vec<OutboxMessage> =
+        state.store.outbox_for_alert(caller.org, id).await?.into_iter().map(|m| m.message).collect();
     let filter = DeliveryFilter { alert_id: Some(id), limit: 200, ..Default::default() };
     let channels = channel_ids(&state, caller.org).await?;
     let deliveries: Vec<DeliveryView> =
