@@ -163,9 +163,9 @@ impl GpuRow {
 /// SELECT … FROM gpus g LEFT JOIN samples s (newest sample) for a backend.
 pub(crate) fn gpu_select(processes_expr: &str) -> String {
     format!(
-        "SELECT g.id, g.uuid, g.host, g.gpu_index, g.name, g.mem_total_bytes, g.power_limit_w, g.first_seen_ms, \
-         g.last_seen_ms, g.last_live_ms, s.ts_ms AS latest_ts_ms, {} \
+        "SELECT {}, s.ts_ms AS latest_ts_ms, {} \
          FROM gpus g LEFT JOIN samples s ON s.gpu_id = g.id AND s.ts_ms = g.last_seen_ms",
+        crate::GPU_RECORD_COLUMNS,
         sample_select_list("s", processes_expr)
     )
 }

@@ -597,6 +597,7 @@ fn api_key_from_new(id: fleetlens_core::ApiKeyId, key: &NewApiKey<'_>) -> ApiKey
     }
 }
 
-/// The `gpus` columns of a [`GpuRecord`].
-pub(crate) const GPU_RECORD_COLUMNS: &str =
-    "id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms";
+/// The columns of a [`GpuRecord`], of `gpus g`: the registry reads and the GPU list's join with
+/// the newest sample (`columns::gpu_select`) select the same list.
+pub(crate) const GPU_RECORD_COLUMNS: &str = "g.id, g.uuid, g.host, g.gpu_index, g.name, g.mem_total_bytes, \
+     g.power_limit_w, g.first_seen_ms, g.last_seen_ms, g.last_live_ms";

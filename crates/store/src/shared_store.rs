@@ -317,14 +317,14 @@ macro_rules! impl_store {
 
             async fn gpu_identities(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::GpuRecord>> {
                 let sql = format!(
-                    "SELECT {} FROM gpus WHERE org_id = ? ORDER BY host, gpu_index, uuid",
+                    "SELECT {} FROM gpus g WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid",
                     $crate::GPU_RECORD_COLUMNS
                 );
                 Ok(sqlx::query_as(&q(&sql)).bind(org).fetch_all(&self.pool).await?)
             }
 
             async fn gpu_identity(&self, org: $crate::OrgId, uuid: &str) -> $crate::Result<Option<$crate::GpuRecord>> {
-                let sql = format!("SELECT {} FROM gpus WHERE org_id = ? AND uuid = ?", $crate::GPU_RECORD_COLUMNS);
+                let sql = format!("SELECT {} FROM gpus g WHERE g.org_id = ? AND g.uuid = ?", $crate::GPU_RECORD_COLUMNS);
                 Ok(sqlx::query_as(&q(&sql)).bind(org).bind(uuid).fetch_optional(&self.pool).await?)
             }
 

@@ -441,18 +441,18 @@ pub async fn test_channel(State(state): State<AppState>, caller: Caller, Path(id
     state.alerts.wake_outbox();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {
-        let m = state.store.outbox_message(caller.org, message_id).await?.ok_or_else(|| not_found("message"))?;
-        let settled = m.message.attempts > 0 && m.message.status != OutboxStatus::Sending;
+        let m = state.store.outbox_message(caller.org, message_id).await?.ok_or_else(|| not_found("message"))?.message;
+        let settled = m.attempts > 0 && m.status != OutboxStatus::Sending;
         if settled || tokio::time::Instant::now() >= deadline {
-            let delivered = m.message.status == OutboxStatus::Delivered;
+            let delivered = m.status == OutboxStatus::Delivered;
             let status = if delivered { StatusCode::OK } else { StatusCode::ACCEPTED };
             let body = TestResult {
-                message_id: m.message.id,
+                message_id: m.id,
                 delivered,
-                status: m.message.status,
-                attempts: m.message.attempts,
-                status_code: m.message.last_status_code,
-                error: m.message.last_error,
+                status: m.status,
+                attempts: m.attempts,
+                status_code: m.last_status_code,
+                error: m.last_error,
             };
             return Ok((status, Json(body)).into_response());
         }
