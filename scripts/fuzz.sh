@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fuzz the two parsers that take untrusted text for a bounded time, on the stable toolchain:
-# the ingest decoder (gzip + JSON + batch validation) and the alert-rule condition parser.
+# Fuzz the parsers that take untrusted input for a bounded time, on the stable toolchain: the
+# ingest decoder (gzip + JSON + batch validation; zstd + protobuf + the same) and the alert-rule
+# condition parser.
 # See crates/server/examples/fuzz.rs for the method and the properties checked.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET (default 60)] [SEED]
@@ -19,7 +20,7 @@ cargo build --quiet --profile "$profile" -p fleetlens-server --example fuzz
 dir=$([ "$profile" = dev ] && echo debug || echo "$profile")
 bin="target/$dir/examples/fuzz"
 status=0
-for target in ingest condition; do
+for target in ingest ingest-protobuf condition; do
   "$bin" "$target" "$secs" "$seed" target/fuzz-findings || status=1
 done
 echo "seed=$seed profile=$profile"

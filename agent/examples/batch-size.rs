@@ -1,9 +1,10 @@
-//! How large the ingest batches of a real host are, decoded (JSON) and as sent (gzip): the
+//! How large the ingest batches of a real host are, decoded and as sent, in each
+//! `--wire-format` (protobuf + zstd, JSON + gzip), and what encoding one costs the agent: the
 //! figures behind the server's `--max-decoded-bytes` and `--max-samples-per-batch` defaults
 //! (docs/SECURITY.md, docs/BENCHMARKS.md).
 //!
 //! ```sh
-//! cargo run -p fleetlens-agent --example batch-size
+//! cargo run --release -p fleetlens-agent --example batch-size
 //! ```
 //!
 //! Batches are made the way the agent makes them ([`encode_batch`]), of the simulator's
@@ -12,11 +13,11 @@
 //! 200-character command line each (a crowded host), and of the recorded H200 trace.
 
 use std::collections::BTreeMap;
-use std::io::Read;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use fleetlens_agent::pusher::encode_batch;
 use fleetlens_agent::source::simulate::Simulator;
+use fleetlens_agent::wire::WireFormat;
 use fleetlens_core::{GpuProcess, Sample};
 
 fn simulated(gpus: u32, seconds: i64) -> Vec<Sample> {
@@ -46,16 +47,35 @@ fn crowded(mut samples: Vec<Sample>) -> Vec<Sample> {
 fn report(what: &str, samples: Vec<Sample>) {
     let n = samples.len();
     let labels = BTreeMap::from([("team".to_string(), "ml-platform".to_string())]);
-    let gz = encode_batch("gpu-node-01", &labels, samples, vec![]);
-    let mut json = Vec::new();
-    flate2::read::GzDecoder::new(&gz[..]).read_to_end(&mut json).expect("own gzip");
-    println!(
-        "{what:<44} {n:>5} samples  decoded {:>9} B ({:>5.0} B/sample)  gzip {:>7} B  ratio {:>4.1}x",
-        json.len(),
-        json.len() as f64 / n as f64,
-        gz.len(),
-        json.len() as f64 / gz.len() as f64
-    );
+    for format in WireFormat::ALL {
+        let decoded = format.serialize(&format.batch(fleetlens_api::IngestBatch {
+            host: "gpu-node-01".into(),
+            agent_version: Some(fleetlens_agent::pusher::AGENT_VERSION.into()),
+            labels: labels.clone(),
+            samples: samples.clone(),
+            events: vec![],
+        }));
+        // The agent's whole encoding (conversion, serialisation, compression), best of a few.
+        let runs = (200_000 / n.max(1)).clamp(3, 200);
+        let mut best = Duration::MAX;
+        let mut body = Vec::new();
+        for _ in 0..runs {
+            let copy = samples.clone();
+            let t = Instant::now();
+            body = encode_batch("gpu-node-01", &labels, copy, vec![], format);
+            best = best.min(t.elapsed());
+        }
+        println!(
+            "{what:<44} {:<8} {n:>5} samples  decoded {:>9} B ({:>5.0} B/sample)  sent {:>7} B ({:>5.1} B/sample)  encoded in {:>8.1} µs ({:.2} µs/sample)",
+            format!("{format:?}").to_lowercase(),
+            decoded.len(),
+            decoded.len() as f64 / n as f64,
+            body.len(),
+            body.len() as f64 / n as f64,
+            best.as_secs_f64() * 1e6,
+            best.as_secs_f64() * 1e6 / n as f64,
+        );
+    }
 }
 
 fn main() {

@@ -7,6 +7,7 @@ use std::time::Duration;
 use clap::{Parser, ValueEnum};
 
 use crate::source::SourceSpec;
+use crate::wire::WireFormat;
 
 #[derive(Debug, Clone, Parser)]
 #[command(
@@ -55,6 +56,12 @@ pub struct Cli {
     /// flush interval later. At most one extra request per host per flush interval.
     #[arg(long, env = "FLEETLENS_FLUSH_ON_STATE_CHANGE", default_value_t = true, action = clap::ArgAction::Set)]
     pub flush_on_state_change: bool,
+
+    /// How batches are written and sent: `protobuf` (zstd; a fraction of the server's CPU to
+    /// read) or `json` (gzip; for a server older than the protobuf intake). Batches already
+    /// spooled are sent as they were written.
+    #[arg(long, env = "FLEETLENS_WIRE_FORMAT", value_enum, default_value_t = WireFormat::Protobuf)]
+    pub wire_format: WireFormat,
 
     /// Directory of the on-disk spool of unsent batches.
     #[arg(long, env = "FLEETLENS_SPOOL_DIR", default_value = "./fleetlens-spool")]

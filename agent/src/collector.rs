@@ -10,9 +10,10 @@ use fleetlens_core::{GpuEvent, Sample, Thresholds, WindowAggregate, WorkloadStat
 use tokio::sync::{Notify, mpsc, watch};
 use tokio::time::Instant;
 
-use crate::pusher::{MAX_BATCH_JSON_BYTES, encode_batches};
+use crate::pusher::{MAX_BATCH_DECODED_BYTES, encode_batches};
 use crate::source::{Finisher, GpuSource, HostSamples, SourceError};
 use crate::spool::{SharedSpool, SpoolError};
+use crate::wire::WireFormat;
 
 #[derive(Debug, Clone)]
 pub struct CollectorConfig {
@@ -34,6 +35,8 @@ pub struct CollectorConfig {
     /// and the server's learnt delivery cadence (which allows for the silence between batches
     /// before a GPU counts as offline) stays above half the flush interval.
     pub flush_on_state_change: bool,
+    /// How batches are written to the spool and sent (`--wire-format`).
+    pub wire_format: WireFormat,
 }
 
 /// What a single reading says a GPU is doing, coarsely: the distinctions an open dashboard
@@ -135,8 +138,9 @@ impl Batcher {
             let rest = events.split_off(MAX_EVENTS_PER_BATCH);
             self.pending_events.insert(host.to_string(), rest);
         }
-        for (body, part) in encode_batches(host, &self.labels(host), samples, events, MAX_BATCH_JSON_BYTES) {
-            self.spool.push(body, part).await?;
+        let format = self.cfg.wire_format;
+        for (body, part) in encode_batches(host, &self.labels(host), samples, events, MAX_BATCH_DECODED_BYTES, format) {
+            self.spool.push(body, part, format).await?;
             self.sum.batches += 1;
         }
         self.sum.samples += n as u64;
@@ -375,7 +379,6 @@ async fn wait_for_shutdown(shutdown: &mut watch::Receiver<bool>) {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
 
     use async_trait::async_trait;
     use fleetlens_api::IngestBatch;
@@ -418,10 +421,10 @@ mod tests {
         }
     }
 
+    /// A spooled body, in the default wire format the tests' collectors write.
     fn decode(body: &[u8]) -> IngestBatch {
-        let mut json = String::new();
-        flate2::read::GzDecoder::new(body).read_to_string(&mut json).unwrap();
-        serde_json::from_str(&json).unwrap()
+        let f = WireFormat::default();
+        crate::wire::decode_body(f.content_type(), f.content_encoding(), body).unwrap()
     }
 
     /// A replay's configuration: batches of at most `batch_max` samples, a flush interval
@@ -438,6 +441,7 @@ mod tests {
             once: false,
             labels: BTreeMap::new(),
             flush_on_state_change: false,
+            wire_format: WireFormat::default(),
         }
     }
 

@@ -11,3 +11,4 @@ pub mod pusher;
 pub mod reclaim;
 pub mod source;
 pub mod spool;
+pub mod wire;

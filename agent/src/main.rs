@@ -172,6 +172,7 @@ async fn run(cli: Cli, src: Box<dyn GpuSource>) -> anyhow::Result<ExitCode> {
         once: cli.once,
         labels: cli.labels.iter().cloned().collect::<BTreeMap<_, _>>(),
         flush_on_state_change: cli.flush_on_state_change,
+        wire_format: cli.wire_format,
     };
     let mut collector = tokio::spawn(collector::run(src, spool.clone(), wake.clone(), ccfg, stop_rx));
     let mut push = tokio::spawn({

@@ -7,37 +7,36 @@
 //! jitter, and the batch stays spooled meanwhile.
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
-use flate2::Compression;
-use flate2::write::GzEncoder;
 use fleetlens_api::{ErrorBody, GpuEvent, INGEST_PATH, IngestBatch, IngestResponse, Sample};
 use rand::Rng;
 use reqwest::StatusCode;
 use tokio::sync::{Notify, watch};
 
 use crate::spool::{SharedSpool, SpoolError};
+use crate::wire::{Batch, WireFormat};
 
 pub const AGENT_VERSION: &str = env!("CARGO_PKG_VERSION");
 
-/// Most JSON bytes the agent puts in one request: half the server's default
+/// Most bytes, before compression, the agent puts in one request: half the server's default
 /// `--max-decoded-bytes` (8 MiB), so that a batch of crowded GPUs (many processes with long
 /// command lines) is never refused as too large and lost; larger batches are split.
-pub const MAX_BATCH_JSON_BYTES: usize = 4 * 1024 * 1024;
+pub const MAX_BATCH_DECODED_BYTES: usize = 4 * 1024 * 1024;
 
-/// [`encode_batch`], split into as many request bodies as keep each one's JSON within
-/// `max_json_bytes` (halving the samples until they fit; a single sample is sent as it is).
-/// The events ride with the first body. Returns each body with its sample count.
+/// One host's samples and events as request bodies in `format`, split into as many as keep
+/// each one within `max_decoded_bytes` before compression (halving the samples until they fit;
+/// a single sample is sent as it is). The events ride with the first body. Returns each body
+/// with its sample count.
 pub fn encode_batches(
     host: &str,
     labels: &BTreeMap<String, String>,
     samples: Vec<Sample>,
     events: Vec<GpuEvent>,
-    max_json_bytes: usize,
+    max_decoded_bytes: usize,
+    format: WireFormat,
 ) -> Vec<(Vec<u8>, usize)> {
-    let n = samples.len();
     let batch = IngestBatch {
         host: host.to_string(),
         agent_version: Some(AGENT_VERSION.to_string()),
@@ -45,35 +44,34 @@ pub fn encode_batches(
         samples,
         events,
     };
-    let json = serde_json::to_vec(&batch).expect("IngestBatch serialises");
-    if json.len() <= max_json_bytes || n <= 1 {
-        return vec![(gzip(&json), n)];
-    }
-    drop(json);
-    let IngestBatch { mut samples, events, .. } = batch;
-    let second = samples.split_off(n / 2);
-    let mut out = encode_batches(host, labels, samples, events, max_json_bytes);
-    out.extend(encode_batches(host, labels, second, Vec::new(), max_json_bytes));
+    let mut out = Vec::new();
+    split_encode(format.batch(batch), format, max_decoded_bytes, &mut out);
     out
 }
 
-fn gzip(json: &[u8]) -> Vec<u8> {
-    // Level 1: samples repeat the same keys, so the fastest level already shrinks a batch
-    // several times over; higher levels gain little on such small bodies, at more CPU.
-    let mut gz = GzEncoder::new(Vec::with_capacity(json.len() / 4), Compression::fast());
-    gz.write_all(json).expect("writing to a Vec");
-    gz.finish().expect("writing to a Vec")
+fn split_encode(mut batch: Batch, format: WireFormat, max: usize, out: &mut Vec<(Vec<u8>, usize)>) {
+    let raw = format.serialize(&batch);
+    let n = batch.samples();
+    if raw.len() <= max || n <= 1 {
+        out.push((format.compress(&raw), n));
+        return;
+    }
+    drop(raw);
+    let second = batch.split_off_half();
+    split_encode(batch, format, max, out);
+    split_encode(second, format, max, out);
 }
 
-/// Serialises and gzips one host's samples and events into one ingest request body, however
-/// large ([`encode_batches`] without a limit).
+/// One host's samples and events as one request body in `format`, however large
+/// ([`encode_batches`] without a limit).
 pub fn encode_batch(
     host: &str,
     labels: &BTreeMap<String, String>,
     samples: Vec<Sample>,
     events: Vec<GpuEvent>,
+    format: WireFormat,
 ) -> Vec<u8> {
-    let mut bodies = encode_batches(host, labels, samples, events, usize::MAX);
+    let mut bodies = encode_batches(host, labels, samples, events, usize::MAX, format);
     bodies.swap_remove(0).0
 }
 
@@ -200,13 +198,13 @@ impl Pusher {
         &self.url
     }
 
-    /// One attempt to deliver a gzip'd batch body.
-    pub async fn send(&self, body: Vec<u8>) -> Result<IngestResponse, SendError> {
+    /// One attempt to deliver a batch body written in `format`.
+    pub async fn send(&self, body: Vec<u8>, format: WireFormat) -> Result<IngestResponse, SendError> {
         let mut req = self
             .client
             .post(&self.url)
-            .header(reqwest::header::CONTENT_TYPE, "application/json")
-            .header(reqwest::header::CONTENT_ENCODING, "gzip")
+            .header(reqwest::header::CONTENT_TYPE, format.content_type())
+            .header(reqwest::header::CONTENT_ENCODING, format.content_encoding())
             .body(body);
         if let Some(key) = &self.cfg.api_key {
             req = req.bearer_auth(key);
@@ -265,7 +263,7 @@ impl Pusher {
             // A stop abandons a request in flight: the batch stays spooled, and resending it
             // later is harmless even if the server did commit it.
             let sent = tokio::select! {
-                r = self.send(body) => r,
+                r = self.send(body, entry.format) => r,
                 _ = wait_for_stop(&mut mode) => return Ok(sum),
             };
             match sent {
@@ -331,22 +329,20 @@ async fn wait_for_stop(mode: &mut watch::Receiver<Mode>) {
 
 #[cfg(test)]
 mod tests {
-    use std::io::Read;
-
     use super::*;
 
     #[test]
-    fn encodes_gzip_json() {
+    fn encodes_each_format_as_the_server_reads_it() {
         let s = Sample { ts_ms: 5, uuid: "GPU-1".into(), gpu_util_pct: Some(3.0), ..Default::default() };
         let labels = BTreeMap::from([("team".to_string(), "ml".to_string())]);
-        let body = encode_batch("h", &labels, vec![s.clone()], vec![]);
-        let mut json = String::new();
-        flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut json).unwrap();
-        let batch: IngestBatch = serde_json::from_str(&json).unwrap();
-        assert_eq!(batch.host, "h");
-        assert_eq!(batch.samples, vec![s]);
-        assert_eq!(batch.labels, labels);
-        assert_eq!(batch.agent_version.as_deref(), Some(AGENT_VERSION));
+        for format in WireFormat::ALL {
+            let body = encode_batch("h", &labels, vec![s.clone()], vec![], format);
+            let batch = crate::wire::decode_body(format.content_type(), format.content_encoding(), &body).unwrap();
+            assert_eq!(batch.host, "h");
+            assert_eq!(batch.samples, vec![s.clone()]);
+            assert_eq!(batch.labels, labels);
+            assert_eq!(batch.agent_version.as_deref(), Some(AGENT_VERSION));
+        }
     }
 
     #[test]
@@ -367,24 +363,35 @@ mod tests {
     }
 
     #[test]
-    fn batches_past_the_json_limit_are_split_and_lose_nothing() {
+    fn batches_past_the_limit_are_split_and_lose_nothing() {
         let labels = BTreeMap::new();
-        let samples: Vec<Sample> =
-            (0..100).map(|i| Sample { ts_ms: 1_000 + i, uuid: "GPU-1".into(), ..Default::default() }).collect();
-        let whole = encode_batches("h", &labels, samples.clone(), vec![], usize::MAX);
-        assert_eq!(whole.len(), 1);
-        let limit = 2_000;
-        let parts = encode_batches("h", &labels, samples, vec![], limit);
-        assert!(parts.len() > 1);
-        let mut seen = Vec::new();
-        for (body, n) in &parts {
-            let mut json = Vec::new();
-            flate2::read::GzDecoder::new(&body[..]).read_to_end(&mut json).unwrap();
-            assert!(json.len() <= limit, "{} bytes", json.len());
-            let batch: IngestBatch = serde_json::from_slice(&json).unwrap();
-            assert_eq!(batch.samples.len(), *n);
-            seen.extend(batch.samples.iter().map(|s| s.ts_ms));
+        let samples: Vec<Sample> = (0..100)
+            .map(|i| Sample { ts_ms: 1_000 + i, uuid: "GPU-1".into(), power_w: Some(1.5), ..Default::default() })
+            .collect();
+        let event = GpuEvent {
+            ts_ms: 1_000,
+            uuid: "GPU-1".into(),
+            kind: fleetlens_api::GpuEventKind::GpuLost,
+            xid: None,
+            message: None,
+        };
+        for format in WireFormat::ALL {
+            let whole = encode_batches("h", &labels, samples.clone(), vec![event.clone()], usize::MAX, format);
+            assert_eq!(whole.len(), 1);
+            let limit = 1_000;
+            let parts = encode_batches("h", &labels, samples.clone(), vec![event.clone()], limit, format);
+            assert!(parts.len() > 1, "{format:?}");
+            let (mut seen, mut events) = (Vec::new(), 0);
+            for (body, n) in &parts {
+                let batch = crate::wire::decode_body(format.content_type(), format.content_encoding(), body).unwrap();
+                assert!(format.serialize(&format.batch(batch.clone())).len() <= limit, "{format:?}");
+                assert_eq!(batch.samples.len(), *n);
+                assert_eq!(batch.host, "h");
+                seen.extend(batch.samples.iter().map(|s| s.ts_ms));
+                events += batch.events.len();
+            }
+            assert_eq!(seen, (1_000..1_100).collect::<Vec<_>>(), "{format:?}: every sample once, in order");
+            assert_eq!(events, 1, "{format:?}: the event rides once");
         }
-        assert_eq!(seen, (1_000..1_100).collect::<Vec<_>>(), "every sample once, in order");
     }
 }

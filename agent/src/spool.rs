@@ -1,10 +1,11 @@
 //! On-disk spool of batches waiting for the server.
 //!
 //! Every batch is written here before it is sent and deleted only after the server's 200, so
-//! an outage or a restart loses nothing. One file per batch, holding the exact gzip request
-//! body, named `<seq>-<samples>.json.gz`: `seq` increases monotonically, so the lexical order
-//! of names is the send order (oldest first), and the sample count is known without reading
-//! the file. A file is written under a temporary name, fsync'd, then renamed (and the
+//! an outage or a restart loses nothing. One file per batch, holding the exact request body,
+//! named `<seq>-<samples>.pb.zst` (protobuf, zstd) or `<seq>-<samples>.json.gz` (gzip JSON:
+//! `--wire-format json`, and what older agents left): `seq` increases monotonically, so the
+//! lexical order of names is the send order (oldest first), and the sample count and format
+//! are known without reading the file. A file is written under a temporary name, fsync'd, then renamed (and the
 //! directory fsync'd), so a crash leaves either the whole batch or only a `.tmp` that the
 //! next start removes. Batches the server refuses for good go to `rejected/` with the reason.
 
@@ -14,7 +15,8 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 
-const SUFFIX: &str = ".json.gz";
+use crate::wire::WireFormat;
+
 const TMP_SUFFIX: &str = ".tmp";
 pub const REJECTED_DIR: &str = "rejected";
 
@@ -36,6 +38,8 @@ pub struct Entry {
     pub seq: u64,
     pub samples: usize,
     pub bytes: u64,
+    /// How the body is written, hence how it is sent.
+    pub format: WireFormat,
 }
 
 /// What a push had to drop to stay under the size bound.
@@ -56,13 +60,14 @@ pub struct Spool {
     dropped_samples_total: u64,
 }
 
-fn file_name(seq: u64, samples: usize) -> String {
-    format!("{seq:020}-{samples}{SUFFIX}")
+fn file_name(seq: u64, samples: usize, format: WireFormat) -> String {
+    format!("{seq:020}-{samples}{}", format.spool_suffix())
 }
 
-fn parse_name(name: &str) -> Option<(u64, usize)> {
-    let (seq, samples) = name.strip_suffix(SUFFIX)?.split_once('-')?;
-    Some((seq.parse().ok()?, samples.parse().ok()?))
+fn parse_name(name: &str) -> Option<(u64, usize, WireFormat)> {
+    let (stem, format) = WireFormat::ALL.iter().find_map(|&f| Some((name.strip_suffix(f.spool_suffix())?, f)))?;
+    let (seq, samples) = stem.split_once('-')?;
+    Some((seq.parse().ok()?, samples.parse().ok()?, format))
 }
 
 /// Makes a rename or removal in `dir` durable.
@@ -87,9 +92,9 @@ impl Spool {
                 // spooled, and the collector had not yet let go of it.
                 tracing::warn!(file = %path.display(), "removing a half-written spool file");
                 fs::remove_file(&path).map_err(io_err(&path))?;
-            } else if let Some((seq, samples)) = parse_name(&name) {
+            } else if let Some((seq, samples, format)) = parse_name(&name) {
                 let bytes = item.metadata().map_err(io_err(&path))?.len();
-                entries.insert(seq, Entry { seq, samples, bytes });
+                entries.insert(seq, Entry { seq, samples, bytes, format });
                 total_bytes += bytes;
             } else if name != REJECTED_DIR {
                 tracing::warn!(file = %path.display(), "ignoring a file the spool did not write");
@@ -100,7 +105,7 @@ impl Spool {
         let mut max_seq = entries.keys().next_back().copied().unwrap_or(0);
         for item in fs::read_dir(&rejected).map_err(io_err(&rejected))? {
             let name = item.map_err(io_err(&rejected))?.file_name();
-            if let Some((seq, _)) = parse_name(&name.to_string_lossy()) {
+            if let Some((seq, _, _)) = parse_name(&name.to_string_lossy()) {
                 max_seq = max_seq.max(seq);
             }
         }
@@ -123,7 +128,7 @@ impl Spool {
     }
 
     pub fn path_of(&self, e: &Entry) -> PathBuf {
-        self.dir.join(file_name(e.seq, e.samples))
+        self.dir.join(file_name(e.seq, e.samples, e.format))
     }
 
     pub fn len(&self) -> usize {
@@ -164,7 +169,7 @@ impl Spool {
 
     /// Writes a batch durably. When the spool would exceed its bound, the oldest batches are
     /// dropped first: during a long outage the newest data is the most useful.
-    pub fn push(&mut self, body: &[u8], samples: usize) -> Result<PushOutcome, SpoolError> {
+    pub fn push(&mut self, body: &[u8], samples: usize, format: WireFormat) -> Result<PushOutcome, SpoolError> {
         let need = body.len() as u64;
         let mut out = PushOutcome::default();
         while self.total_bytes + need > self.max_bytes {
@@ -185,7 +190,7 @@ impl Spool {
         }
         let seq = self.next_seq;
         let tmp = self.dir.join(format!(".{seq:020}{TMP_SUFFIX}"));
-        let path = self.dir.join(file_name(seq, samples));
+        let path = self.dir.join(file_name(seq, samples, format));
         let write = || -> io::Result<()> {
             let mut f = File::create(&tmp)?;
             f.write_all(body)?;
@@ -199,7 +204,7 @@ impl Spool {
         fs::rename(&tmp, &path).map_err(io_err(&path))?;
         sync_dir(&self.dir)?;
         self.next_seq += 1;
-        self.entries.insert(seq, Entry { seq, samples, bytes: need });
+        self.entries.insert(seq, Entry { seq, samples, bytes: need, format });
         self.total_bytes += need;
         out.seq = seq;
         Ok(out)
@@ -220,7 +225,7 @@ impl Spool {
             return Ok(None);
         };
         let rejected = self.rejected_dir();
-        let name = file_name(e.seq, e.samples);
+        let name = file_name(e.seq, e.samples, e.format);
         let dest = rejected.join(&name);
         let note = rejected.join(format!("{seq:020}.error.txt"));
         fs::write(&note, format!("{reason}\n")).map_err(io_err(&note))?;
@@ -277,8 +282,8 @@ impl SharedSpool {
         f(&self.0.lock().unwrap_or_else(PoisonError::into_inner))
     }
 
-    pub async fn push(&self, body: Vec<u8>, samples: usize) -> Result<PushOutcome, SpoolError> {
-        self.with(move |s| s.push(&body, samples)).await
+    pub async fn push(&self, body: Vec<u8>, samples: usize, format: WireFormat) -> Result<PushOutcome, SpoolError> {
+        self.with(move |s| s.push(&body, samples, format)).await
     }
 
     /// The oldest batch and its bytes.
@@ -320,7 +325,9 @@ mod tests {
         let mut s = Spool::open(dir.path(), 1 << 20).unwrap();
         assert!(s.is_empty());
         for i in 0..5u8 {
-            s.push(&[i; 10], usize::from(i) + 1).unwrap();
+            // Batches of both formats, as after a switch of --wire-format with batches spooled.
+            let format = WireFormat::ALL[usize::from(i) % 2];
+            s.push(&[i; 10], usize::from(i) + 1, format).unwrap();
         }
         assert_eq!(s.oldest().unwrap().seq, 1);
         s.ack(1).unwrap();
@@ -331,10 +338,12 @@ mod tests {
         assert_eq!(s.entries().iter().map(|e| e.seq).collect::<Vec<_>>(), [2, 3, 4, 5]);
         assert_eq!(s.samples(), 2 + 3 + 4 + 5);
         assert_eq!(s.bytes(), 40);
+        let formats: Vec<WireFormat> = s.entries().iter().map(|e| e.format).collect();
+        assert_eq!(formats, [WireFormat::Json, WireFormat::Protobuf, WireFormat::Json, WireFormat::Protobuf]);
         let e = s.oldest().unwrap();
         assert_eq!(s.read(&e).unwrap(), vec![1u8; 10]);
         // New batches continue the sequence after what was on disk.
-        assert_eq!(s.push(b"x", 1).unwrap().seq, 6);
+        assert_eq!(s.push(b"x", 1, WireFormat::Protobuf).unwrap().seq, 6);
         for seq in 2..=6 {
             assert_eq!(s.oldest().unwrap().seq, seq);
             s.ack(seq).unwrap();
@@ -348,22 +357,22 @@ mod tests {
     fn half_written_files_are_removed_on_open() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Spool::open(dir.path(), 1 << 20).unwrap();
-        s.push(b"whole", 3).unwrap();
+        s.push(b"whole", 3, WireFormat::Protobuf).unwrap();
         drop(s);
         // What a crash between create and rename leaves behind.
         fs::write(dir.path().join(format!(".{:020}{TMP_SUFFIX}", 2)), b"hal").unwrap();
         let s = Spool::open(dir.path(), 1 << 20).unwrap();
         assert_eq!(s.len(), 1);
         assert_eq!(s.read(&s.oldest().unwrap()).unwrap(), b"whole");
-        assert_eq!(names(dir.path()), [format!("{:020}-3{SUFFIX}", 1), REJECTED_DIR.to_string()]);
+        assert_eq!(names(dir.path()), [format!("{:020}-3.pb.zst", 1), REJECTED_DIR.to_string()]);
     }
 
     #[test]
     fn rejected_batches_are_kept_with_the_reason() {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Spool::open(dir.path(), 1 << 20).unwrap();
-        s.push(b"good", 1).unwrap();
-        s.push(b"bad", 2).unwrap();
+        s.push(b"good", 1, WireFormat::Protobuf).unwrap();
+        s.push(b"bad", 2, WireFormat::Protobuf).unwrap();
         let dest = s.reject(2, "422 invalid_sample: samples[0].uuid missing").unwrap().unwrap();
         assert_eq!(fs::read(&dest).unwrap(), b"bad");
         let note = fs::read_to_string(s.rejected_dir().join(format!("{:020}.error.txt", 2))).unwrap();
@@ -375,7 +384,7 @@ mod tests {
         // A reopened (now empty) spool never reuses the rejected batch's number.
         let mut s = Spool::open(dir.path(), 1 << 20).unwrap();
         assert!(s.is_empty());
-        assert_eq!(s.push(b"next", 1).unwrap().seq, 3);
+        assert_eq!(s.push(b"next", 1, WireFormat::Protobuf).unwrap().seq, 3);
     }
 
     #[test]
@@ -383,9 +392,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = Spool::open(dir.path(), 100).unwrap();
         for _ in 0..4 {
-            assert_eq!(s.push(&[0; 25], 10).unwrap().dropped_batches, 0);
+            assert_eq!(s.push(&[0; 25], 10, WireFormat::Protobuf).unwrap().dropped_batches, 0);
         }
-        let out = s.push(&[1; 30], 7).unwrap();
+        let out = s.push(&[1; 30], 7, WireFormat::Protobuf).unwrap();
         assert_eq!((out.dropped_batches, out.dropped_samples), (2, 20));
         assert_eq!(s.entries().iter().map(|e| e.seq).collect::<Vec<_>>(), [3, 4, 5]);
         assert_eq!(s.bytes(), 80);
@@ -402,8 +411,8 @@ mod tests {
     async fn shared_spool_round_trip() {
         let dir = tempfile::tempdir().unwrap();
         let s = SharedSpool::new(Spool::open(dir.path(), 1 << 20).unwrap());
-        s.push(b"a".to_vec(), 1).await.unwrap();
-        s.push(b"b".to_vec(), 1).await.unwrap();
+        s.push(b"a".to_vec(), 1, WireFormat::Protobuf).await.unwrap();
+        s.push(b"b".to_vec(), 1, WireFormat::Protobuf).await.unwrap();
         let (e, body) = s.oldest().await.unwrap().unwrap();
         assert_eq!((e.seq, body.as_slice()), (1, &b"a"[..]));
         s.ack(1).await.unwrap();

@@ -81,14 +81,16 @@ async fn simulate_once_sends_one_interval() {
 
 #[tokio::test]
 async fn stopped_agent_keeps_its_spool_for_the_next_start() {
-    // The server is down for the first run; SIGTERM stops the agent with data spooled.
+    // The server is down for the first run; SIGTERM stops the agent with data spooled. That run
+    // writes gzip JSON (as an agent before the protobuf intake did), the next one protobuf.
     let down = common::start(ServerState::new([StatusCode::SERVICE_UNAVAILABLE; 10_000])).await;
     let spool = tempfile::tempdir().unwrap();
     let dir = spool.path().to_str().unwrap();
     let src = format!("replay:{}", fixture().display());
     // Batches by size and interval only: the test counts them.
     let extra = ["--batch-max", "30", "--retry-max-delay", "50ms", "--flush-on-state-change", "false"];
-    let mut child = agent(once(&down.url, &src, dir, &extra)).spawn().unwrap();
+    let first: Vec<&str> = extra.iter().copied().chain(["--wire-format", "json"]).collect();
+    let mut child = agent(once(&down.url, &src, dir, &first)).spawn().unwrap();
     common::wait_until("the agent retried", || down.state.requests() >= 3).await;
     let pid = child.id().unwrap().to_string();
     assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
@@ -98,15 +100,19 @@ async fn stopped_agent_keeps_its_spool_for_the_next_start() {
         .unwrap()
         .filter(|e| e.as_ref().unwrap().file_name().to_string_lossy().ends_with(".json.gz"));
     assert_eq!(spooled.count(), 3);
+    assert!(down.state.formats.lock().unwrap().iter().all(|f| f == "application/json gzip"));
 
-    // Next start, server up: the spooled batches go first, then the replay's own (the same
-    // samples again, which the server deduplicates).
+    // Next start, server up, default format: the spooled batches go first, as they were
+    // written, then the replay's own (the same samples again, which the server deduplicates).
     let server = common::start(ServerState::new([])).await;
     let o = output(agent(once(&server.url, &src, dir, &extra))).await;
     assert!(o.status.success(), "{}", stderr(&o));
     assert!(stderr(&o).contains("left by an earlier run"));
     assert_eq!(server.state.stored_count(), 84);
     assert_eq!(server.state.duplicates.load(std::sync::atomic::Ordering::SeqCst), 84);
+    let formats = server.state.formats.lock().unwrap().clone();
+    assert_eq!(formats[..3], ["application/json gzip"; 3]);
+    assert!(formats.len() > 3 && formats[3..].iter().all(|f| f == "application/x-protobuf zstd"), "{formats:?}");
 }
 
 #[tokio::test]

@@ -14,6 +14,7 @@ use fleetlens_agent::pusher::{Backoff, Mode, PushSummary, Pusher, PusherConfig};
 use fleetlens_agent::source::SourceOptions;
 use fleetlens_agent::source::replay::{ReplaySource, read_trace};
 use fleetlens_agent::spool::{SharedSpool, Spool};
+use fleetlens_agent::wire::WireFormat;
 use tokio::sync::{Notify, watch};
 
 const FAST: Backoff = Backoff { initial: Duration::from_millis(5), max: Duration::from_millis(40), factor: 2.0 };
@@ -41,6 +42,7 @@ async fn spool_fixture(dir: &Path, batch_max: usize) -> SharedSpool {
         once: true,
         labels: BTreeMap::new(),
         flush_on_state_change: false,
+        wire_format: WireFormat::default(),
     };
     let (_tx, rx) = watch::channel(false);
     collector::run(src, spool.clone(), Arc::new(Notify::new()), cfg, rx).await.unwrap();
@@ -170,7 +172,7 @@ async fn rejected_batch_is_kept_aside_and_the_rest_arrives() {
     let mut names: Vec<String> =
         std::fs::read_dir(&rejected).unwrap().map(|e| e.unwrap().file_name().into_string().unwrap()).collect();
     names.sort();
-    assert_eq!(names, ["00000000000000000003-10.json.gz", "00000000000000000003.error.txt"]);
+    assert_eq!(names, ["00000000000000000003-10.pb.zst", "00000000000000000003.error.txt"]);
     let why = std::fs::read_to_string(rejected.join(&names[1])).unwrap();
     assert!(why.contains("422") && why.contains("invalid_sample"), "{why}");
     assert!(spool.peek(|s| s.is_empty()));
@@ -230,6 +232,7 @@ async fn follows_the_collector_live() {
         once: false,
         labels: BTreeMap::from([("team".into(), "ml".into())]),
         flush_on_state_change: false,
+        wire_format: WireFormat::default(),
     };
     let (_stop_tx, stop_rx) = watch::channel(false);
     let collected = collector::run(src, spool.clone(), wake, cfg, stop_rx).await.unwrap();

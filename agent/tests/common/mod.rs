@@ -1,11 +1,11 @@
 //! A small real ingest server for the agent's tests: axum on 127.0.0.1:0, speaking the
-//! `/api/v1/ingest` contract (bearer key, gzip JSON body, idempotent per uuid and ts_ms),
+//! `/api/v1/ingest` contract (bearer key, zstd protobuf or gzip JSON body, idempotent per uuid
+//! and ts_ms),
 //! with a script of failures to answer first.
 
 #![allow(dead_code)]
 
 use std::collections::{HashSet, VecDeque};
-use std::io::Read;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -36,6 +36,8 @@ pub struct ServerState {
     pub accepted: Mutex<Vec<IngestBatch>>,
     pub stored: Mutex<HashSet<(String, i64)>>,
     pub duplicates: AtomicUsize,
+    /// `content-type content-encoding` of every request, in arrival order.
+    pub formats: Mutex<Vec<String>>,
 }
 
 impl ServerState {
@@ -47,6 +49,7 @@ impl ServerState {
             accepted: Mutex::new(Vec::new()),
             stored: Mutex::new(HashSet::new()),
             duplicates: AtomicUsize::new(0),
+            formats: Mutex::new(Vec::new()),
         }
     }
 
@@ -84,17 +87,12 @@ async fn ingest(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: By
     if header("authorization") != format!("Bearer {API_KEY}") {
         return error(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong API key");
     }
-    if header("content-encoding") != "gzip" || header("content-type") != "application/json" {
-        return error(StatusCode::BAD_REQUEST, "bad_encoding", "expected gzip JSON");
-    }
-    let mut json = String::new();
-    if flate2::read::GzDecoder::new(&body[..]).read_to_string(&mut json).is_err() {
-        return error(StatusCode::BAD_REQUEST, "bad_gzip", "body is not gzip");
-    }
-    let batch: IngestBatch = match serde_json::from_str(&json) {
-        Ok(b) => b,
-        Err(e) => return error(StatusCode::UNPROCESSABLE_ENTITY, "bad_json", &e.to_string()),
-    };
+    st.formats.lock().unwrap().push(format!("{} {}", header("content-type"), header("content-encoding")));
+    let batch: IngestBatch =
+        match fleetlens_agent::wire::decode_body(&header("content-type"), &header("content-encoding"), &body) {
+            Ok(b) => b,
+            Err(e) => return error(StatusCode::BAD_REQUEST, "bad_body", &e),
+        };
     let scripted = st.script.lock().unwrap().pop_front();
     if let Some(status) = scripted {
         return error(status, "scripted", "scripted failure");

@@ -1,5 +1,7 @@
 //! Wire types of `/api/v1`. Field names follow `docs/METRICS.md`; absent values are `null`.
 
+#[cfg(feature = "ingest-protobuf")]
+pub mod ingest_protobuf;
 #[cfg(feature = "remote-write")]
 pub mod remote_write;
 

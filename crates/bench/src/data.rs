@@ -10,7 +10,7 @@ use std::io::Write;
 use anyhow::Result;
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use fleetlens_api::IngestBatch;
+use fleetlens_api::{IngestBatch, ingest_protobuf};
 use fleetlens_core::{GpuProcess, Sample};
 
 /// GPUs per host, as on an HGX node.
@@ -274,8 +274,8 @@ pub fn batch_samples(plan: &Plan, spec: &BatchSpec) -> Vec<Sample> {
 /// A request body ready to send: gzip-compressed, with its size before compression.
 #[derive(Debug, Clone)]
 pub struct Body {
-    pub gzip: Vec<u8>,
-    pub json_len: usize,
+    pub wire: Vec<u8>,
+    pub decoded_len: usize,
     /// GPU-samples carried.
     pub samples: usize,
     /// Numeric datapoints carried (VictoriaMetrics: values; Fleetlens: samples).
@@ -289,8 +289,9 @@ pub fn gzip(data: &[u8]) -> Result<Vec<u8>> {
     Ok(gz.finish()?)
 }
 
-/// Fleetlens ingest bodies: one `IngestBatch` per request.
-pub fn fleetlens_bodies(plan: &Plan) -> Result<Vec<Body>> {
+/// Fleetlens ingest bodies: one `IngestBatch` per request, as the agent sends it: protobuf with
+/// zstd (its default), or gzip JSON (`json`).
+pub fn fleetlens_bodies(plan: &Plan, json: bool) -> Result<Vec<Body>> {
     plan.batches()
         .iter()
         .map(|spec| {
@@ -301,9 +302,14 @@ pub fn fleetlens_bodies(plan: &Plan) -> Result<Vec<Body>> {
                 samples: batch_samples(plan, spec),
                 events: vec![],
             };
-            let json = serde_json::to_vec(&batch)?;
             let n = batch.samples.len();
-            Ok(Body { gzip: gzip(&json)?, json_len: json.len(), samples: n, datapoints: n })
+            if json {
+                let json = serde_json::to_vec(&batch)?;
+                return Ok(Body { wire: gzip(&json)?, decoded_len: json.len(), samples: n, datapoints: n });
+            }
+            // As the agent's `--wire-format protobuf`: zstd at its default level.
+            let proto = prost::Message::encode_to_vec(&ingest_protobuf::IngestBatch::from(batch));
+            Ok(Body { wire: zstd::bulk::compress(&proto, 3)?, decoded_len: proto.len(), samples: n, datapoints: n })
         })
         .collect()
 }
@@ -367,7 +373,7 @@ pub fn vm_bodies(plan: &Plan) -> Result<Vec<Body>> {
                 }
             }
             let samples = spec.gpus.len() * spec.ts.len();
-            Ok(Body { gzip: gzip(&text)?, json_len: text.len(), samples, datapoints })
+            Ok(Body { wire: gzip(&text)?, decoded_len: text.len(), samples, datapoints })
         })
         .collect()
 }
@@ -402,7 +408,7 @@ const DCGM_FIELDS: [DcgmField; 20] = [
 /// Prometheus remote-write bodies of the same requests: one snappy-compressed `WriteRequest`
 /// per request, a series per GPU and dcgm-exporter field with dcgm-exporter's labels (as a
 /// Prometheus scraping dcgm-exporter sends them, `instance` and `job` included), a point per
-/// timestamp. `gzip` holds the snappy body, `json_len` the protobuf bytes before it.
+/// timestamp. `gzip` holds the snappy body, `decoded_len` the protobuf bytes before it.
 pub fn remote_write_bodies(plan: &Plan) -> Result<Vec<Body>> {
     use fleetlens_api::remote_write::{TimeSeries, WriteRequest};
     use prost::Message;
@@ -434,7 +440,7 @@ pub fn remote_write_bodies(plan: &Plan) -> Result<Vec<Body>> {
             let proto = WriteRequest { timeseries }.encode_to_vec();
             let n = spec.gpus.len() * spec.ts.len();
             let body = snap::raw::Encoder::new().compress_vec(&proto)?;
-            Ok(Body { gzip: body, json_len: proto.len(), samples: n, datapoints: n * DCGM_FIELDS.len() })
+            Ok(Body { wire: body, decoded_len: proto.len(), samples: n, datapoints: n * DCGM_FIELDS.len() })
         })
         .collect()
 }

@@ -24,8 +24,10 @@ pub enum Db {
 /// How the samples reach the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intake {
-    /// `POST /api/v1/ingest`: the agent's gzip JSON batches.
+    /// `POST /api/v1/ingest`: the agent's zstd protobuf batches (its default).
     Ingest,
+    /// `POST /api/v1/ingest`: gzip JSON batches (the agent's `--wire-format json`).
+    IngestJson,
     /// `POST /api/v1/write`: Prometheus remote write of dcgm-exporter series (snappy protobuf).
     RemoteWrite,
 }
@@ -35,6 +37,8 @@ impl Db {
         match (intake, self) {
             (Intake::Ingest, Db::Sqlite) => "fleetlens-sqlite",
             (Intake::Ingest, Db::Postgres) => "fleetlens-postgres",
+            (Intake::IngestJson, Db::Sqlite) => "fleetlens-sqlite-json",
+            (Intake::IngestJson, Db::Postgres) => "fleetlens-postgres-json",
             (Intake::RemoteWrite, Db::Sqlite) => "fleetlens-remote-write-sqlite",
             (Intake::RemoteWrite, Db::Postgres) => "fleetlens-remote-write-postgres",
         }
@@ -126,9 +130,16 @@ async fn run_on(db: Db, intake: Intake, bench_db: &BenchDb, settings: &Settings,
     wait_http_ok(&client, &mut server, &format!("{base}/readyz"), Duration::from_secs(30)).await?;
     eprintln!("[{}] server pid {} at {base}, database {}", label, server.pid(), bench_db.url);
 
-    let requests: Vec<Request> = bodies.iter().map(|b| Request { body: b.gzip.clone(), samples: b.samples }).collect();
+    let requests: Vec<Request> = bodies.iter().map(|b| Request { body: b.wire.clone(), samples: b.samples }).collect();
     let target = match intake {
         Intake::Ingest => Target {
+            url: format!("{base}{INGEST_PATH}"),
+            bearer: Some(&token),
+            content_type: "application/x-protobuf",
+            content_encoding: "zstd",
+            success: StatusCode::OK,
+        },
+        Intake::IngestJson => Target {
             url: format!("{base}{INGEST_PATH}"),
             bearer: Some(&token),
             content_type: "application/json",

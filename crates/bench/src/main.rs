@@ -25,8 +25,14 @@ use crate::send::{Sent, percentile_ms};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 enum BackendArg {
+    /// The agent's zstd protobuf batches into SQLite.
     Sqlite,
+    /// The same into PostgreSQL.
     Postgres,
+    /// Gzip JSON batches (the agent's `--wire-format json`) into SQLite.
+    SqliteJson,
+    /// The same into PostgreSQL.
+    PostgresJson,
     /// `POST /api/v1/write` (Prometheus remote write of dcgm-exporter series) on SQLite.
     RemoteWriteSqlite,
     /// The same on PostgreSQL.
@@ -130,7 +136,7 @@ pub struct Measured {
     /// not counted).
     pub wire_bytes_per_sample: f64,
     /// Uncompressed body bytes per GPU-sample (JSON; remote write: protobuf).
-    pub json_bytes_per_sample: f64,
+    pub decoded_bytes_per_sample: f64,
     pub verified_gpu_samples: u64,
     pub verify_method: String,
     pub load_before: String,
@@ -140,8 +146,8 @@ impl Measured {
     pub fn new(raw: Raw, bodies: &[Body], sent: &Sent) -> Measured {
         let gpu_samples: u64 = bodies.iter().map(|b| b.samples as u64).sum();
         let datapoints: u64 = bodies.iter().map(|b| b.datapoints as u64).sum();
-        let wire: u64 = bodies.iter().map(|b| b.gzip.len() as u64).sum();
-        let json: u64 = bodies.iter().map(|b| b.json_len as u64).sum();
+        let wire: u64 = bodies.iter().map(|b| b.wire.len() as u64).sum();
+        let decoded: u64 = bodies.iter().map(|b| b.decoded_len as u64).sum();
         let wall = raw.wall.as_secs_f64().max(1e-9);
         let per = |x: u64| x as f64 / gpu_samples.max(1) as f64;
         Measured {
@@ -165,7 +171,7 @@ impl Measured {
             latency_p99_ms: percentile_ms(&sent.latencies, 99.0),
             latency_max_ms: percentile_ms(&sent.latencies, 100.0),
             wire_bytes_per_sample: per(wire),
-            json_bytes_per_sample: per(json),
+            decoded_bytes_per_sample: per(decoded),
             verified_gpu_samples: raw.verified,
             verify_method: raw.verify_method,
             load_before: raw.load_before,
@@ -234,6 +240,8 @@ async fn real_main() -> Result<bool> {
         BackendArg::All => vec![
             BackendArg::Sqlite,
             BackendArg::Postgres,
+            BackendArg::SqliteJson,
+            BackendArg::PostgresJson,
             BackendArg::RemoteWriteSqlite,
             BackendArg::RemoteWritePostgres,
             BackendArg::VictoriaMetrics,
@@ -288,8 +296,16 @@ async fn real_main() -> Result<bool> {
 
     let t = Instant::now();
     let runs = |b: &[BackendArg]| backends.iter().any(|x| b.contains(x));
-    let fl_bodies =
-        if runs(&[BackendArg::Sqlite, BackendArg::Postgres]) { data::fleetlens_bodies(&plan)? } else { Vec::new() };
+    let fl_bodies = if runs(&[BackendArg::Sqlite, BackendArg::Postgres]) {
+        data::fleetlens_bodies(&plan, false)?
+    } else {
+        Vec::new()
+    };
+    let json_bodies = if runs(&[BackendArg::SqliteJson, BackendArg::PostgresJson]) {
+        data::fleetlens_bodies(&plan, true)?
+    } else {
+        Vec::new()
+    };
     let rw_bodies = if runs(&[BackendArg::RemoteWriteSqlite, BackendArg::RemoteWritePostgres]) {
         data::remote_write_bodies(&plan)?
     } else {
@@ -304,6 +320,8 @@ async fn real_main() -> Result<bool> {
         let outcome = match b {
             BackendArg::Sqlite => fleetlens::run(Db::Sqlite, Intake::Ingest, &settings, &fl_bodies).await,
             BackendArg::Postgres => fleetlens::run(Db::Postgres, Intake::Ingest, &settings, &fl_bodies).await,
+            BackendArg::SqliteJson => fleetlens::run(Db::Sqlite, Intake::IngestJson, &settings, &json_bodies).await,
+            BackendArg::PostgresJson => fleetlens::run(Db::Postgres, Intake::IngestJson, &settings, &json_bodies).await,
             BackendArg::RemoteWriteSqlite => {
                 fleetlens::run(Db::Sqlite, Intake::RemoteWrite, &settings, &rw_bodies).await
             }
@@ -316,6 +334,8 @@ async fn real_main() -> Result<bool> {
         let label = match b {
             BackendArg::Sqlite => Db::Sqlite.label(Intake::Ingest),
             BackendArg::Postgres => Db::Postgres.label(Intake::Ingest),
+            BackendArg::SqliteJson => Db::Sqlite.label(Intake::IngestJson),
+            BackendArg::PostgresJson => Db::Postgres.label(Intake::IngestJson),
             BackendArg::RemoteWriteSqlite => Db::Sqlite.label(Intake::RemoteWrite),
             BackendArg::RemoteWritePostgres => Db::Postgres.label(Intake::RemoteWrite),
             _ => vm::LABEL,
@@ -389,7 +409,7 @@ fn markdown(r: &Report) -> String {
     );
     let _ = writeln!(
         s,
-        "| backend | GPU-samples/s | datapoints/s | wall s | p50 ms | p99 ms | server CPU s | server CPU % of 1 core | DB CPU s | CPU µs/sample | peak RSS MiB | wire B/sample | JSON B/sample | machine busy % | load before | verified |"
+        "| backend | GPU-samples/s | datapoints/s | wall s | p50 ms | p99 ms | server CPU s | server CPU % of 1 core | DB CPU s | CPU µs/sample | peak RSS MiB | wire B/sample | decoded B/sample | machine busy % | load before | verified |"
     );
     let _ = writeln!(s, "|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|--:|");
     for m in &r.results {
@@ -408,7 +428,7 @@ fn markdown(r: &Report) -> String {
             m.cpu_us_per_sample,
             m.peak_rss_mib,
             m.wire_bytes_per_sample,
-            m.json_bytes_per_sample,
+            m.decoded_bytes_per_sample,
             m.machine_busy_pct,
             m.load_before,
             m.verified_gpu_samples

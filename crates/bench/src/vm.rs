@@ -43,7 +43,7 @@ pub async fn run(settings: &Settings, plan: &Plan, bodies: &[Body]) -> Result<Me
     wait_http_ok(&client, &mut vm, &format!("{base}/health"), Duration::from_secs(60)).await?;
     eprintln!("[{LABEL}] pid {} at {base}, data in {}", vm.pid(), dir.path().display());
 
-    let requests: Vec<Request> = bodies.iter().map(|b| Request { body: b.gzip.clone(), samples: b.samples }).collect();
+    let requests: Vec<Request> = bodies.iter().map(|b| Request { body: b.wire.clone(), samples: b.samples }).collect();
     let target = Target {
         url: format!("{base}/api/v1/import"),
         bearer: None,

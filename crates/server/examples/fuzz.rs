@@ -1,6 +1,7 @@
-//! Stable-toolchain fuzzing of the two parsers that take untrusted text (issue 8), run by
+//! Stable-toolchain fuzzing of the parsers that take untrusted input (issue 8), run by
 //! `scripts/fuzz.sh`: the ingest decoder (`routes::ingest::decode` + `check`: gzip, JSON, the
-//! whole-batch validation) and the alert-rule condition parser (`rules::Condition::parse`).
+//! whole-batch validation), the same for protobuf bodies (zstd, the limit scan, prost, the
+//! conversion) and the alert-rule condition parser (`rules::Condition::parse`).
 //!
 //! cargo-fuzz/libFuzzer needs nightly-only compiler flags (sanitizer coverage), so this is a
 //! self-contained mutation fuzzer instead: seeds → random byte and token mutations, splices,
@@ -10,14 +11,15 @@
 //! a broken property, saved under the findings directory.
 //!
 //! Properties checked on every input:
-//! - ingest: never panics; a rejection is a 4xx (never 5xx); an accepted batch re-encodes to
-//!   JSON that decodes and validates again with the same samples.
+//! - ingest, ingest-protobuf: never panics; a rejection is a 4xx (never 5xx); an accepted batch
+//!   re-encodes (to JSON, to protobuf) into a body that decodes and validates again with the
+//!   same samples.
 //! - condition: never panics; an error points inside the text (column ≤ length + 1); a parsed
 //!   condition evaluates without panicking on a full sample, an empty one and an offline GPU;
 //!   parsing is deterministic.
 //!
 //! `cargo run --release -p fleetlens-server --example fuzz -- TARGET SECONDS [SEED] [FINDINGS_DIR]`
-//! with TARGET `ingest` or `condition`. Prints one summary line: `target=… execs=… …`.
+//! with TARGET `ingest`, `ingest-protobuf` or `condition`. Prints one summary line: `target=… execs=… …`.
 
 use std::collections::HashSet;
 use std::io::Write;
@@ -29,6 +31,7 @@ use std::time::{Duration, Instant};
 use axum::http::HeaderMap;
 use axum::http::header::{CONTENT_ENCODING, CONTENT_TYPE};
 use axum::response::IntoResponse;
+use fleetlens_api::ingest_protobuf as pb;
 use fleetlens_core::rules::{Condition, DEFAULT_RULES};
 use fleetlens_server::ingest_check::check;
 use fleetlens_server::routes::ingest::{DecodeLimits, decode};
@@ -314,6 +317,49 @@ fn shape(msg: &str) -> String {
     out
 }
 
+/// Bytes that protobuf keys of the batch are made of (field 1-5 of `IngestBatch` and of
+/// `Sample`, varint, 64-bit and length-delimited), zeros and a long varint's continuation.
+const PROTOBUF_TOKENS: &[&str] =
+    &["\u{0}", "\u{1}", "\u{7f}", "\n", "\u{12}", "\u{1a}", "\"", "*", "\u{8}", "\u{10}", ")", "1", "9", "\u{2}"];
+
+fn zstd(bytes: &[u8]) -> Vec<u8> {
+    zstd::bulk::compress(bytes, 1).expect("zstd")
+}
+
+/// Protobuf `body`, optionally zstd: never a panic or a 5xx; what is accepted re-encodes into a
+/// body accepted again with the same samples.
+fn ingest_protobuf_one(input: &[u8], compressed: bool) -> Result<Class, String> {
+    let mut headers = HeaderMap::new();
+    headers.insert(CONTENT_TYPE, "application/x-protobuf".parse().unwrap());
+    if compressed {
+        headers.insert(CONTENT_ENCODING, "zstd".parse().unwrap());
+    }
+    let limits = DecodeLimits { max_decoded_bytes: 8 << 20, max_samples: 10_000 };
+    match decode(&headers, input, limits).and_then(|b| check(&b).map(|()| b)) {
+        Err(e) => {
+            let msg = e.to_string();
+            let status = e.into_response().status();
+            if !status.is_client_error() {
+                return Err(format!("rejection with status {status}: {msg}"));
+            }
+            Ok(format!("err {status} {}", shape(&msg)))
+        }
+        Ok(batch) => {
+            let again = prost::Message::encode_to_vec(&pb::IngestBatch::from(batch.clone()));
+            let mut plain = HeaderMap::new();
+            plain.insert(CONTENT_TYPE, "application/x-protobuf".parse().unwrap());
+            let unlimited = DecodeLimits { max_decoded_bytes: usize::MAX, max_samples: usize::MAX };
+            let back = decode(&plain, &again, unlimited)
+                .and_then(|b| check(&b).map(|()| b))
+                .map_err(|e| format!("accepted batch, re-encoded, is rejected: {e}"))?;
+            if back != batch {
+                return Err("accepted batch changes when re-encoded".into());
+            }
+            Ok(format!("ok samples={} events={}", batch.samples.len().min(3), batch.events.len().min(3)))
+        }
+    }
+}
+
 fn ingest_one(input: &[u8], gz: bool) -> Result<Class, String> {
     let mut headers = HeaderMap::new();
     headers.insert(CONTENT_TYPE, "application/json".parse().unwrap());
@@ -371,9 +417,10 @@ fn main() {
     let args: Vec<String> = std::env::args().collect();
     let target: &'static str = match args.get(1).map(String::as_str) {
         Some("ingest") => "ingest",
+        Some("ingest-protobuf") => "ingest-protobuf",
         Some("condition") => "condition",
         _ => {
-            eprintln!("usage: fuzz ingest|condition SECONDS [SEED] [FINDINGS_DIR]");
+            eprintln!("usage: fuzz ingest|ingest-protobuf|condition SECONDS [SEED] [FINDINGS_DIR]");
             std::process::exit(2);
         }
     };
@@ -390,7 +437,7 @@ fn main() {
     }
 
     let seeds: Vec<Vec<u8>> = match target {
-        "ingest" => {
+        "ingest" | "ingest-protobuf" => {
             let fixture = include_str!("../../../tests/fixtures/nvml-h200-phases.jsonl");
             let lines: Vec<&str> = fixture.lines().take(6).collect();
             let now = 1_700_000_000_000i64;
@@ -411,6 +458,18 @@ fn main() {
             s
         }
     };
+    // The protobuf target starts from the same batches, as the agent encodes them.
+    let seeds: Vec<Vec<u8>> = if target == "ingest-protobuf" {
+        seeds
+            .iter()
+            .map(|json| {
+                let batch: fleetlens_api::IngestBatch = serde_json::from_slice(json).expect("a seed batch");
+                prost::Message::encode_to_vec(&pb::IngestBatch::from(batch))
+            })
+            .collect()
+    } else {
+        seeds
+    };
     let mut f = Fuzzer {
         rng: Rng(seed | 1),
         corpus: seeds.clone(),
@@ -425,6 +484,7 @@ fn main() {
     for s in &seeds {
         let class = match target {
             "ingest" => guarded(&last_panic, || ingest_one(s, false)).and_then(|r| r),
+            "ingest-protobuf" => guarded(&last_panic, || ingest_protobuf_one(s, false)).and_then(|r| r),
             _ => guarded(&last_panic, || condition_one(s)).and_then(|r| r),
         };
         f.record(s, class);
@@ -452,6 +512,14 @@ fn main() {
                         }
                     };
                     let class = guarded(&last_panic, || ingest_one(&body, gz)).and_then(|r| r);
+                    f.record(&body, class);
+                    continue;
+                }
+                "ingest-protobuf" => {
+                    let input = f.mutate(PROTOBUF_TOKENS);
+                    let compressed = f.rng.chance(20);
+                    let body = if compressed { zstd(&input) } else { input };
+                    let class = guarded(&last_panic, || ingest_protobuf_one(&body, compressed)).and_then(|r| r);
                     f.record(&body, class);
                     continue;
                 }

@@ -3,6 +3,8 @@
 //! A batch is accepted whole or rejected whole.
 
 use fleetlens_api::IngestBatch;
+use std::fmt;
+
 use fleetlens_core::{validate_event, validate_sample};
 
 use crate::error::{ApiError, ApiResult};
@@ -12,6 +14,40 @@ use crate::time::now_ms;
 pub const MAX_LABELS: usize = 64;
 /// Events per batch, at most (a driver storm is sampled, not stored whole).
 pub const MAX_EVENTS: usize = 1_000;
+
+/// Most processes, over all samples, in one batch (docs/SECURITY.md): a crowded 8-GPU host
+/// (8 processes per GPU) fills a 5,000-sample batch with 40,000. Each takes ~330 bytes once
+/// decoded, so a batch's processes take at most ~16 MB.
+pub const MAX_PROCESSES_PER_BATCH: usize = 50_000;
+
+/// Most pod allocations, over all samples, in one batch: as many as processes (a time-sliced
+/// 8-GPU host gives each GPU out several times). One takes ~220 bytes once decoded, from as
+/// little as 3 bytes of JSON or 2 of protobuf, so the count, not the bytes, bounds the memory.
+pub const MAX_ALLOCATIONS_PER_BATCH: usize = 50_000;
+
+/// A count limit the decoder hit (the error that serde carries out is only text).
+#[derive(Debug, Clone, Copy)]
+pub struct LimitHit {
+    pub what: &'static str,
+    pub limit: usize,
+    /// The server flag that sets it, as ` (--flag)`, or "".
+    pub flag: &'static str,
+}
+
+impl From<LimitHit> for ApiError {
+    fn from(l: LimitHit) -> Self {
+        ApiError::BatchTooLarge(format!(
+            "more than {} {} in one batch{}: send smaller batches (nothing was stored)",
+            l.limit, l.what, l.flag
+        ))
+    }
+}
+
+impl fmt::Display for LimitHit {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        write!(f, "more than {} {} in one batch", self.limit, self.what)
+    }
+}
 
 /// Validate every sample (first error wins; it names the sample index and field).
 pub fn check(batch: &IngestBatch) -> ApiResult<()> {

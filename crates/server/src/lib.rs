@@ -12,6 +12,7 @@ pub mod egress;
 pub mod error;
 pub mod ingest_check;
 pub mod ingest_gate;
+pub mod ingest_protobuf;
 pub mod jobs;
 pub mod live;
 pub mod metrics;

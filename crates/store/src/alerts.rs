@@ -25,7 +25,7 @@ use async_trait::async_trait;
 pub use fleetlens_core::rules::AlertStatus;
 use fleetlens_core::rules::{ChannelKind, DeliveryAttempt, Matchers, MessageKind, OutboxMessage, RuleSpec, Severity};
 use fleetlens_core::{
-    AlertGroupId, AlertId, ChannelId, DeliveryId, GpuId, MessageId, RuleId, SilenceId, WorkloadState,
+    AlertGroupId, AlertId, ChannelId, DeliveryId, GpuId, GpuInfo, MessageId, RuleId, SilenceId, WorkloadState,
 };
 use serde_json::Value as Json;
 
@@ -270,16 +270,13 @@ pub struct GroupChange {
     pub mark_notified: Vec<AlertId>,
 }
 
-/// A GPU as the engine needs it.
+/// A GPU as the engine needs it: what the registry knows of it, with its ids and liveness.
 #[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GpuBrief {
     pub id: GpuId,
     pub org_id: OrgId,
-    pub uuid: String,
-    pub host: String,
-    pub name: Option<String>,
-    pub gpu_index: Option<i64>,
-    pub last_seen_ms: i64,
+    #[sqlx(flatten)]
+    pub info: GpuInfo,
     /// See [`crate::GpuRecord::last_live_ms`]: 0 for a GPU that only ever sent back-fill.
     pub last_live_ms: i64,
 }
@@ -960,7 +957,7 @@ macro_rules! impl_alert_store {
 
             async fn alert_gpus(&self) -> $crate::Result<Vec<$crate::alerts::GpuBrief>> {
                 Ok(sqlx::query_as(
-                    "SELECT id, org_id, uuid, host, name, gpu_index, last_seen_ms, last_live_ms FROM gpus ORDER BY id",
+                    &format!("SELECT g.org_id, {} FROM gpus g ORDER BY g.id", $crate::GPU_RECORD_COLUMNS),
                 )
                 .fetch_all(self.pool())
                 .await?)

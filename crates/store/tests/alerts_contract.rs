@@ -457,7 +457,10 @@ async fn cursors_leases_and_host_labels(backend: Backend) {
     assert_eq!(store.host_labels().await.unwrap(), [(DEFAULT_ORG, "node-1".to_string(), labels)]);
     let g = gpu(&store, "GPU-z").await;
     let gpus = store.alert_gpus().await.unwrap();
-    assert_eq!((gpus.len(), gpus[0].id, gpus[0].host.as_str(), gpus[0].last_seen_ms), (1, g, "node-1", 1_000));
+    assert_eq!(
+        (gpus.len(), gpus[0].id, gpus[0].info.host.as_str(), gpus[0].info.last_seen_ms),
+        (1, g, "node-1", 1_000)
+    );
 }
 
 /// Deleting the newest rule, channel or team must not hand its id to the next one: alerts,

@@ -191,7 +191,7 @@ pub(super) struct CycleData {
 
 impl CycleData {
     fn team(&self, g: &GpuBrief) -> Option<&str> {
-        self.teams.get(&(g.org_id, g.host.clone())).map(String::as_str)
+        self.teams.get(&(g.org_id, g.info.host.clone())).map(String::as_str)
     }
 
     /// The channels a rule notifies: its own, or the organisation's default channels.
@@ -324,7 +324,7 @@ impl Engine {
         let data = self.read_cycle_data(ctx, &orgs, now).await?;
         let mut report = Report::default();
         // Back-filled GPUs are judged on their own last lookback (below): their events too.
-        let oldest_data = gpus.iter().map(|g| g.last_seen_ms.min(now)).min().unwrap_or(now);
+        let oldest_data = gpus.iter().map(|g| g.info.last_seen_ms.min(now)).min().unwrap_or(now);
         self.read_events(store, &gpus, oldest_data - ms(ctx.cfg.alert_lookback)).await?;
 
         // 1. New samples, per GPU, on event time: every GPU with news in one read.
@@ -336,9 +336,9 @@ impl Engine {
                 // days ago) alerts like live data did.
                 let from = match self.cursors.get(&g.id) {
                     Some(c) => c.last_ts_ms + 1,
-                    None => g.last_seen_ms.min(now) - ms(ctx.cfg.alert_lookback),
+                    None => g.info.last_seen_ms.min(now) - ms(ctx.cfg.alert_lookback),
                 };
-                (g.last_seen_ms >= from).then_some((g.id, from))
+                (g.info.last_seen_ms >= from).then_some((g.id, from))
             })
             .collect();
         let feed = if positions.is_empty() { Vec::new() } else { store.samples_since(&positions, BATCH).await? };
@@ -356,6 +356,10 @@ impl Engine {
             let mut changes = Changes::default();
             for s in &samples {
                 self.on_sample(g, s, &th, rules, &data, now, &mut changes);
+            }
+            // The no-data rules judge the newest sample: kept as it is, not a copy of each.
+            if let Some(newest) = samples.into_iter().next_back() {
+                self.last_sample.insert(g.id, newest);
             }
             if changes.is_empty() {
                 self.dirty_cursors.insert(g.id);
@@ -477,7 +481,8 @@ impl Engine {
     /// An event older than what was already evaluated on its GPU (late, or seen before a
     /// restart) is not counted again.
     async fn read_events(&mut self, store: &dyn Store, gpus: &[GpuBrief], oldest_ms: i64) -> Result<(), StoreError> {
-        let ids: HashMap<(OrgId, &str), GpuId> = gpus.iter().map(|g| ((g.org_id, g.uuid.as_str()), g.id)).collect();
+        let ids: HashMap<(OrgId, &str), GpuId> =
+            gpus.iter().map(|g| ((g.org_id, g.info.uuid.as_str()), g.id)).collect();
         loop {
             let events = store.gpu_events_after(self.last_event_id, EVENTS_PER_READ).await?;
             let Some(last) = events.last() else { return Ok(()) };
@@ -542,13 +547,12 @@ impl Engine {
             cursor.last_ts_ms = s.ts_ms;
         }
         let duration = (s.ts_ms - cursor.state_since_ms).max(0) as f64 / 1000.0;
-        let mut obs = Observation::of_sample(s, state, duration, &g.host, data.team(g));
+        let mut obs = Observation::of_sample(s, state, duration, &g.info.host, data.team(g));
         obs.xid_errors = Some(self.take_xids(g.id, s.ts_ms));
         for rule in rules.iter().filter(|r| !r.no_data) {
             let matched = rule.cond.matches(&obs);
             self.apply(rule, g, &obs, matched, s.ts_ms, now, data, changes);
         }
-        self.last_sample.insert(g.id, s.clone());
     }
 
     /// Wall-clock evaluation of the no-data rules on one GPU.
@@ -570,7 +574,7 @@ impl Engine {
         // One offline rule with the dashboards (core::timeline): an unknown interval (0)
         // counts as the default.
         let limit = offline_limit_ms(interval, th) + allowance;
-        let silent = now - g.last_seen_ms;
+        let silent = now - g.info.last_seen_ms;
         if silent > ms(ctx.cfg.alert_offline_horizon) {
             return; // retired: leave its alerts as they are
         }
@@ -580,17 +584,17 @@ impl Engine {
             return;
         }
         let team = data.team(g);
-        if is_silent(g.last_seen_ms, interval, now, th, allowance) {
-            let since = g.last_seen_ms + limit;
+        if is_silent(g.info.last_seen_ms, interval, now, th, allowance) {
+            let since = g.info.last_seen_ms + limit;
             let obs = Observation {
                 ts_ms: now,
                 sample: None,
                 state: WorkloadState::Offline,
                 duration_in_state_s: (now - since).max(0) as f64 / 1000.0,
-                host: &g.host,
-                gpu_uuid: &g.uuid,
-                gpu_name: g.name.as_deref(),
-                gpu_index: g.gpu_index.and_then(|i| u32::try_from(i).ok()),
+                host: &g.info.host,
+                gpu_uuid: &g.info.uuid,
+                gpu_name: g.info.name.as_deref(),
+                gpu_index: g.info.gpu_index,
                 team,
                 xid_errors: None,
             };
@@ -609,7 +613,8 @@ impl Engine {
             let cursor = self.cursors.get(&g.id);
             let state = cursor.map_or(WorkloadState::Active, |c| c.state);
             let since = cursor.map_or(s.ts_ms, |c| c.state_since_ms);
-            let mut obs = Observation::of_sample(&s, state, (s.ts_ms - since).max(0) as f64 / 1000.0, &g.host, team);
+            let mut obs =
+                Observation::of_sample(&s, state, (s.ts_ms - since).max(0) as f64 / 1000.0, &g.info.host, team);
             obs.ts_ms = now;
             for rule in rules.iter().filter(|r| r.no_data) {
                 let matched = rule.cond.matches(&obs);
@@ -846,7 +851,7 @@ impl Engine {
     }
 
     fn new_alert(&self, rule: &Rule, g: &GpuBrief, obs: &Observation<'_>, t: i64, data: &CycleData) -> AlertRecord {
-        let subject = AlertSubject { host: &g.host, gpu_uuid: &g.uuid, team: data.team(g) };
+        let subject = AlertSubject { host: &g.info.host, gpu_uuid: &g.info.uuid, team: data.team(g) };
         let mut labels = alert_labels(rule.rec.id, &rule.rec.rule, subject);
         // Who the GPU's processes belong to, when the agent could tell (the rule's own labels
         // win): Alertmanager can route on them, silences and Slack show them.
@@ -862,8 +867,8 @@ impl Engine {
             values: matched_values(rule.cond.fields(), obs),
             state: Some(obs.state),
             advice,
-            gpu_name: g.name.clone(),
-            gpu_index: g.gpu_index.and_then(|i| u32::try_from(i).ok()),
+            gpu_name: g.info.name.clone(),
+            gpu_index: g.info.gpu_index,
             team: data.team(g).map(str::to_string),
             notified_channels: vec![],
             repeat_interval_s: rule.rec.rule.repeat_interval_s,
@@ -874,8 +879,8 @@ impl Engine {
             org_id: g.org_id,
             rule_id: rule.rec.id,
             gpu_id: g.id,
-            gpu_uuid: g.uuid.clone(),
-            host: g.host.clone(),
+            gpu_uuid: g.info.uuid.clone(),
+            host: g.info.host.clone(),
             status: AlertStatus::Pending,
             active_since_ms: t,
             fired_at_ms: None,

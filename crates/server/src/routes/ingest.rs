@@ -27,12 +27,19 @@ use serde::de::{self, DeserializeSeed, IgnoredAny, MapAccess, SeqAccess, Visitor
 
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult};
-use crate::ingest_check::{MAX_EVENTS, MAX_LABELS, check};
+use crate::ingest_check::{
+    LimitHit, MAX_ALLOCATIONS_PER_BATCH, MAX_EVENTS, MAX_LABELS, MAX_PROCESSES_PER_BATCH, check,
+};
 pub use crate::ingest_gate::DecodeLimits;
 use crate::state::AppState;
 use crate::time::now_ms;
 
-#[utoipa::path(post, path = "/ingest", tag = "ingest", request_body(content = IngestBatch, description = "JSON, optionally `Content-Encoding: gzip`"), responses((status = 200, body = IngestResponse, description = "Every sample is durably committed"), crate::openapi::IngestErrors))]
+/// The protobuf request body: `fleetlens.ingest.v1.IngestBatch` (crates/api/proto).
+#[derive(utoipa::ToSchema)]
+#[schema(value_type = String, format = Binary)]
+pub struct ProtobufIngestBatch(#[allow(dead_code)] Vec<u8>);
+
+#[utoipa::path(post, path = "/ingest", tag = "ingest", request_body(content((IngestBatch = "application/json"), (ProtobufIngestBatch = "application/x-protobuf")), description = "JSON, or protobuf `fleetlens.ingest.v1.IngestBatch` (the same fields; the agent's default); either optionally `Content-Encoding: zstd` or `gzip`"), responses((status = 200, body = IngestResponse, description = "Every sample is durably committed"), crate::openapi::IngestErrors))]
 pub async fn ingest(
     State(state): State<AppState>,
     caller: Caller,
@@ -132,34 +139,63 @@ fn refused(e: StoreError) -> ApiError {
     }
 }
 
-/// Most processes, over all samples, in one batch (docs/SECURITY.md): a crowded 8-GPU host
-/// (8 processes per GPU) fills a 5,000-sample batch with 40,000. Each takes ~330 bytes once
-/// decoded, so a batch's processes take at most ~16 MB.
-pub const MAX_PROCESSES_PER_BATCH: usize = 50_000;
+/// What the body is, from its `Content-Type` (none: JSON, as before there was a choice).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BodyFormat {
+    Json,
+    /// `fleetlens.ingest.v1.IngestBatch` ([`crate::ingest_protobuf`]).
+    Protobuf,
+}
 
-/// Decode the body to a batch; JSON errors name the path of the offending value.
-pub fn decode(headers: &HeaderMap, body: &[u8], limits: DecodeLimits) -> ApiResult<IngestBatch> {
-    if let Some(ct) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok())
-        && !ct.starts_with("application/json")
-    {
-        return Err(ApiError::UnsupportedMedia(format!("content-type {ct:?}: send application/json")));
+impl BodyFormat {
+    fn of(headers: &HeaderMap) -> ApiResult<Self> {
+        let Some(ct) = headers.get(CONTENT_TYPE).and_then(|v| v.to_str().ok()) else {
+            return Ok(Self::Json);
+        };
+        let essence = ct.split(';').next().unwrap_or("").trim().to_ascii_lowercase();
+        match essence.as_str() {
+            "application/json" => Ok(Self::Json),
+            "application/x-protobuf" | "application/protobuf" => Ok(Self::Protobuf),
+            _ => Err(ApiError::UnsupportedMedia(format!(
+                "content-type {ct:?}: send application/json or application/x-protobuf"
+            ))),
+        }
     }
+}
+
+/// Decode the body to a batch: JSON (errors name the path of the offending value) or protobuf,
+/// either of them plain, gzip or zstd.
+pub fn decode(headers: &HeaderMap, body: &[u8], limits: DecodeLimits) -> ApiResult<IngestBatch> {
+    let format = BodyFormat::of(headers)?;
     let encoding = headers.get(CONTENT_ENCODING).and_then(|v| v.to_str().ok()).unwrap_or("identity");
     let max = limits.max_decoded_bytes;
     let decoded;
-    let json: &[u8] = match encoding.trim().to_ascii_lowercase().as_str() {
+    let bytes: &[u8] = match encoding.trim().to_ascii_lowercase().as_str() {
         "identity" | "" if body.len() > max => return Err(too_large_decoded(max)),
         "identity" | "" => body,
         "gzip" | "x-gzip" => {
-            decoded = gunzip(body, max)?;
+            decoded = inflate(flate2::read::GzDecoder::new(body), body.len(), max, "gzip")?;
+            &decoded
+        }
+        "zstd" => {
+            let decoder = zstd::stream::read::Decoder::new(body)
+                .map_err(|e| ApiError::BadRequest(format!("invalid zstd body: {e}")))?;
+            decoded = inflate(decoder, body.len(), max, "zstd")?;
             &decoded
         }
         other => {
-            return Err(ApiError::UnsupportedMedia(format!("content-encoding {other:?}: send gzip or identity")));
+            return Err(ApiError::UnsupportedMedia(format!("content-encoding {other:?}: send zstd, gzip or identity")));
         }
     };
+    match format {
+        BodyFormat::Json => decode_json(bytes, limits),
+        BodyFormat::Protobuf => crate::ingest_protobuf::decode(bytes, limits),
+    }
+}
+
+fn decode_json(json: &[u8], limits: DecodeLimits) -> ApiResult<IngestBatch> {
     let over = Cell::new(None);
-    let seed = BatchSeed { limits, over: &over, processes: Cell::new(0) };
+    let seed = BatchSeed { limits, over: &over, processes: Cell::new(0), allocations: Cell::new(0) };
     // Fast path: plain serde, on text checked for UTF-8 once as a whole (`from_slice` checks
     // every string and key on its own: ~8 % of the server's ingest CPU). Only a body that fails
     // is parsed again with path tracking, so the error can name the offending field and sample.
@@ -172,7 +208,7 @@ pub fn decode(headers: &HeaderMap, body: &[u8], limits: DecodeLimits) -> ApiResu
             return Err(limit.into());
         }
     }
-    let seed = BatchSeed { limits, over: &over, processes: Cell::new(0) };
+    let seed = BatchSeed { limits, over: &over, processes: Cell::new(0), allocations: Cell::new(0) };
     let de = &mut serde_json::Deserializer::from_slice(json);
     let mut track = serde_path_to_error::Track::new();
     let result = seed.deserialize(serde_path_to_error::Deserializer::new(&mut *de, &mut track));
@@ -191,17 +227,16 @@ fn too_large_decoded(max: usize) -> ApiError {
     ))
 }
 
-/// Decompress, reading the gzip stream in chunks and stopping at the first byte past the
-/// ceiling, so a small "zip bomb" costs at most `max` bytes of memory (the buffer never grows
-/// past it: `read_to_end` would double it to twice the limit to find the one byte too many)
-/// and the time to inflate them.
-fn gunzip(body: &[u8], max: usize) -> ApiResult<Vec<u8>> {
+/// Decompress, reading the stream in chunks and stopping at the first byte past the ceiling,
+/// so a small "zip bomb" costs at most `max` bytes of memory (the buffer never grows past it:
+/// `read_to_end` would double it to twice the limit to find the one byte too many) and the
+/// time to inflate them.
+fn inflate(mut decoder: impl Read, sent: usize, max: usize, what: &str) -> ApiResult<Vec<u8>> {
     // Agents' batches inflate ~7-16× (docs/SECURITY.md): room for that up front.
-    let mut out = Vec::with_capacity(body.len().saturating_mul(12).min(max));
-    let mut decoder = flate2::read::GzDecoder::new(body);
+    let mut out = Vec::with_capacity(sent.saturating_mul(12).min(max));
     let mut chunk = vec![0u8; 64 * 1024];
     loop {
-        let n = decoder.read(&mut chunk).map_err(|e| ApiError::BadRequest(format!("invalid gzip body: {e}")))?;
+        let n = decoder.read(&mut chunk).map_err(|e| ApiError::BadRequest(format!("invalid {what} body: {e}")))?;
         if n == 0 {
             return Ok(out);
         }
@@ -216,29 +251,6 @@ fn gunzip(body: &[u8], max: usize) -> ApiResult<Vec<u8>> {
     }
 }
 
-/// A count limit the decoder hit (the error that serde carries out is only text).
-#[derive(Debug, Clone, Copy)]
-struct LimitHit {
-    what: &'static str,
-    limit: usize,
-    flag: &'static str,
-}
-
-impl From<LimitHit> for ApiError {
-    fn from(l: LimitHit) -> Self {
-        ApiError::BatchTooLarge(format!(
-            "more than {} {} in one batch{}: send smaller batches (nothing was stored)",
-            l.limit, l.what, l.flag
-        ))
-    }
-}
-
-impl fmt::Display for LimitHit {
-    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(f, "more than {} {} in one batch", self.limit, self.what)
-    }
-}
-
 /// Decodes an [`IngestBatch`] like its derived `Deserialize`, stopping at the first element
 /// past a count limit (which it records in `over`).
 struct BatchSeed<'a> {
@@ -246,6 +258,8 @@ struct BatchSeed<'a> {
     over: &'a Cell<Option<LimitHit>>,
     /// Processes of the samples decoded so far.
     processes: Cell<usize>,
+    /// Pod allocations of the samples decoded so far.
+    allocations: Cell<usize>,
 }
 
 impl BatchSeed<'_> {
@@ -314,7 +328,8 @@ impl<'de> Visitor<'de> for BatchSeed<'_> {
     }
 }
 
-/// `samples`: at most `max_samples`, and at most [`MAX_PROCESSES_PER_BATCH`] processes in all.
+/// `samples`: at most `max_samples`, and at most [`MAX_PROCESSES_PER_BATCH`] processes and
+/// [`MAX_ALLOCATIONS_PER_BATCH`] pod allocations in all.
 struct SamplesSeed<'s, 'a>(&'s BatchSeed<'a>);
 
 impl<'de> DeserializeSeed<'de> for SamplesSeed<'_, '_> {
@@ -344,6 +359,15 @@ impl<'de> Visitor<'de> for SamplesSeed<'_, '_> {
                 return Err(self.0.hit(LimitHit { what: "processes", limit: MAX_PROCESSES_PER_BATCH, flag: "" }));
             }
             self.0.processes.set(processes);
+            let allocations = self.0.allocations.get() + sample.allocations.len();
+            if allocations > MAX_ALLOCATIONS_PER_BATCH {
+                return Err(self.0.hit(LimitHit {
+                    what: "pod allocations",
+                    limit: MAX_ALLOCATIONS_PER_BATCH,
+                    flag: "",
+                }));
+            }
+            self.0.allocations.set(allocations);
             out.push(sample);
         }
         Ok(out)

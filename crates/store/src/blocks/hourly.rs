@@ -139,11 +139,15 @@ pub(crate) async fn vacuum_connection(pool: &PgPool) -> Result<PgConnection> {
     Ok(conn)
 }
 
-/// `VACUUM` one partition, outside a transaction, on a [`vacuum_connection`].
-async fn vacuum(pool: &PgPool, name: &str) -> Result<()> {
-    let mut conn = vacuum_connection(pool).await?;
-    sqlx::query(&format!("VACUUM {name}")).execute(&mut conn).await?;
-    conn.close().await?;
+/// `VACUUM` one partition, outside a transaction, on the pass's [`vacuum_connection`], opened
+/// by the first partition that needs it: a pass with nothing to vacuum opens none, one that
+/// vacuums several (or the same kept-back partition again) opens one.
+async fn vacuum(pool: &PgPool, conn: &mut Option<PgConnection>, name: &str) -> Result<()> {
+    let conn = match conn {
+        Some(c) => c,
+        None => conn.insert(vacuum_connection(pool).await?),
+    };
+    sqlx::query(&format!("VACUUM {name}")).execute(conn).await?;
     Ok(())
 }
 
@@ -159,12 +163,13 @@ async fn vacuum(pool: &PgPool, name: &str) -> Result<()> {
 /// pages: they are marked all-visible.)
 pub(crate) async fn drop_emptied(pool: &PgPool, horizon: i64) -> Result<u64> {
     let mut dropped = 0;
+    let mut vacuum_conn = None;
     for table in OPEN_TABLES {
         for (name, hour) in partitions(pool, table).await? {
             if (hour + 1) * SPAN_MS > horizon {
                 break;
             }
-            vacuum(pool, &name).await?;
+            vacuum(pool, &mut vacuum_conn, &name).await?;
             let bytes: i64 =
                 sqlx::query_scalar("SELECT pg_relation_size($1::regclass)").bind(&name).fetch_one(pool).await?;
             if bytes > DROP_MAX_BYTES {
@@ -190,6 +195,9 @@ pub(crate) async fn drop_emptied(pool: &PgPool, horizon: i64) -> Result<u64> {
             tx.commit().await?;
             dropped += 1;
         }
+    }
+    if let Some(conn) = vacuum_conn {
+        conn.close().await?;
     }
     Ok(dropped)
 }
