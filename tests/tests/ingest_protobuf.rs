@@ -79,6 +79,9 @@ async fn a_protobuf_batch_stores_what_its_json_stores(backend: Backend) {
     assert_eq!(table_counts(&proto_db.url).await.samples, 84);
 }
 
+/// (what, body, content-encoding, status, field named)
+type Case<'a> = (&'a str, Vec<u8>, Option<&'a str>, u16, Option<&'a str>);
+
 async fn bad_protobuf_bodies_get_clear_errors_and_store_nothing(backend: Backend) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &["--max-samples-per-batch", "50"]);
@@ -100,8 +103,7 @@ async fn bad_protobuf_bodies_get_clear_errors_and_store_nothing(backend: Backend
     let many: Vec<Sample> = serde_json::from_value(json!(lines[..51])).unwrap();
     // 64 MiB of zeros in ~2 KB of zstd: past `--max-decoded-bytes` once inflated.
     let bomb = zstd(&vec![0u8; 64 << 20]);
-    // (what, body, content-encoding, status, field named)
-    let cases: Vec<(&str, Vec<u8>, Option<&str>, u16, Option<&str>)> = vec![
+    let cases: Vec<Case> = vec![
         ("not protobuf", b"\xff\xff\xff\xff".to_vec(), None, 400, None),
         ("truncated", with(&|_| {})[..40].to_vec(), None, 400, None),
         ("percentage over 100", with(&|b| b.samples[10].gpu_util_pct = Some(100.5)), None, 422, Some("gpu_util_pct")),

@@ -112,6 +112,7 @@ grep -E "GPM|gpm" "$out/agent.log" | tail -20
 if [ "${COST:-1}" = 1 ]; then
   # Each utilization mode alone (off = the instantaneous reading, as before the interval mean),
   # next to a small GPU process, alternated twice.
+  export FLEETLENS_WIRE_FORMAT=json  # receiver.py, the stand-in server, reads gzip JSON
   python3 "$D/receiver.py" 18491 "$tmp/batches.jsonl" & recv=$!
   python3 "$D/holder.py" & holder=$!
   sleep 6

@@ -7,6 +7,7 @@
 set -u
 agent_bin=$1 out=$2; D=$(dirname "$0")
 chmod +x "$agent_bin"
+export FLEETLENS_WIRE_FORMAT=json  # receiver.py, the stand-in server, reads gzip JSON
 python3 "$D/receiver.py" 18491 /tmp/b.jsonl & r=$!
 RUST_LOG=info "$agent_bin" --server http://127.0.0.1:18491 --api-key x --spool-dir /tmp/sp 2>"$out/agent.log" & a=$!
 python3 "$D/gpm_probe.py" "$out/probe.jsonl" 70 & p=$!

@@ -8,6 +8,7 @@ OUT=$2
 D=agent/tests/device
 chmod 755 "$BIN"
 cp "$BIN" /tmp/fleetlens-agent && chmod 755 /tmp/fleetlens-agent
+export FLEETLENS_WIRE_FORMAT=json  # receiver.py, the stand-in server, reads gzip JSON
 python3 $D/receiver.py 18081 /tmp/nonroot-batches.jsonl & RECV=$!
 python3 $D/holder.py & H=$!
 sleep 6

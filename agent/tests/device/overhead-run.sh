@@ -22,6 +22,7 @@ D=agent/tests/device
 LOGS=$(mktemp -d)
 chmod +x "$BIN"
 { date -u; nproc; nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv; "$BIN" --version; } > "$OUT/info.txt" 2>&1
+export FLEETLENS_WIRE_FORMAT=json  # receiver.py, the stand-in server, reads gzip JSON
 python3 $D/receiver.py 18081 "$LOGS/batches.jsonl" & RECV=$!
 python3 $D/holder.py & H=$!
 sleep 8

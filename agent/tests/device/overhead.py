@@ -87,8 +87,8 @@ def smaps_summary(pid):
 
 
 def spooled(d):
-    """Batches and samples left in a spool directory (`<seq>-<samples>.json.gz`)."""
-    files = [f for f in os.listdir(d) if f.endswith(".json.gz")] if os.path.isdir(d) else []
+    """Batches and samples left in a spool directory (`<seq>-<samples>.pb.zst` or `.json.gz`)."""
+    files = [f for f in os.listdir(d) if f.endswith((".pb.zst", ".json.gz"))] if os.path.isdir(d) else []
     return {"batches": len(files), "samples": sum(int(f.split("-")[1].split(".")[0]) for f in files)}
 
 

@@ -21,6 +21,7 @@ chmod +x "$BIN"
   ldd "$BIN"
 } > "$OUT/info.txt" 2>&1
 
+export FLEETLENS_WIRE_FORMAT=json  # receiver.py, the stand-in server, reads gzip JSON
 python3 $D/receiver.py 18080 "$OUT/batches.jsonl" & RECV=$!
 python3 $D/receiver.py 18081 /tmp/other-batches.jsonl & RECV2=$!
 sleep 1
