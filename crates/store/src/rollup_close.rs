@@ -76,6 +76,30 @@ pub(crate) fn only_gpus(column: &str, gpus: Option<&[fleetlens_core::GpuId]>) ->
     gpus.map_or(String::new(), |ids| format!(" AND {column} IN ({})", placeholders(ids.len())))
 }
 
+/// Binding the values of [`only_gpus`]'s placeholders: the ids of `gpus` in order (none for
+/// `None`), after the statement's other parameters.
+pub(crate) trait BindGpus: Sized {
+    fn bind_gpus(self, gpus: Option<&[fleetlens_core::GpuId]>) -> Self;
+}
+
+impl<'q, DB: sqlx::Database> BindGpus for sqlx::query::Query<'q, DB, DB::Arguments<'q>>
+where
+    fleetlens_core::GpuId: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    fn bind_gpus(self, gpus: Option<&[fleetlens_core::GpuId]>) -> Self {
+        gpus.unwrap_or_default().iter().fold(self, |q, id| q.bind(*id))
+    }
+}
+
+impl<'q, DB: sqlx::Database, O> BindGpus for sqlx::query::QueryAs<'q, DB, O, DB::Arguments<'q>>
+where
+    fleetlens_core::GpuId: sqlx::Encode<'q, DB> + sqlx::Type<DB>,
+{
+    fn bind_gpus(self, gpus: Option<&[fleetlens_core::GpuId]>) -> Self {
+        gpus.unwrap_or_default().iter().fold(self, |q, id| q.bind(*id))
+    }
+}
+
 /// The stored newest minutes of an organisation's GPUs, as [`crate::LatestMinute`] rows: all of
 /// them (`gpus: None`), or those of `g.id IN (…)` (`Some(n)`). `?` placeholders: the
 /// organisation, then the `n` GPU ids.

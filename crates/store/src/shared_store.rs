@@ -18,7 +18,7 @@ macro_rules! impl_store {
     mod shared {
         use super::*;
         use $crate::dialect::$dialect::{CLOSE_LOCK, PROCESSES_TEXT, begin, q};
-        use $crate::rollup_close::{self as rc, PendingScope, minute_range};
+        use $crate::rollup_close::{self as rc, BindGpus as _, PendingScope, minute_range};
 
         /// The stored rows alone, which the `Store` reads complete with the open minutes.
         impl $store {
@@ -142,12 +142,10 @@ macro_rules! impl_store {
                     span = $crate::BLOCK_SPAN_MS
                 );
                 let sql = q(&sql);
-                let mut query = sqlx::query_as::<_, (fleetlens_core::GpuId, i64, Vec<u8>)>(&sql)
+                let query = sqlx::query_as::<_, (fleetlens_core::GpuId, i64, Vec<u8>)>(&sql)
                     .bind(org)
-                    .bind($crate::blocks::span_start(rc::wall_clock_ms()));
-                for id in gpu_ids.unwrap_or_default() {
-                    query = query.bind(*id);
-                }
+                    .bind($crate::blocks::span_start(rc::wall_clock_ms()))
+                    .bind_gpus(gpu_ids);
                 let have: std::collections::HashSet<fleetlens_core::GpuId> = latest.iter().map(|m| m.gpu_id).collect();
                 let mut added = false;
                 for (gpu_id, last_seen_ms, payload) in query.fetch_all(&self.pool).await? {
@@ -232,10 +230,7 @@ macro_rules! impl_store {
                     $crate::rollup_table(res)
                 );
                 let sql = q(&sql);
-                let mut query = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms);
-                for id in gpus.unwrap_or_default() {
-                    query = query.bind(*id);
-                }
+                let query = sqlx::query(&sql).bind(org).bind(from_ms).bind(to_ms).bind_gpus(gpus);
                 let rows = query.fetch_all(&self.pool).await?;
                 let rows = rows.iter().map($crate::columns::bucket_credit_from_row).collect::<Result<Vec<_>, _>>()?;
                 if res != $crate::Resolution::Minute {
@@ -584,13 +579,11 @@ macro_rules! impl_store {
                     rc::only_gpus("s.gpu_id", gpus)
                 );
                 let sql = q(&sql);
-                let mut query = sqlx::query_as::<_, (fleetlens_core::GpuId, i64, Option<String>, Option<String>, i64)>(&sql)
+                let query = sqlx::query_as::<_, (fleetlens_core::GpuId, i64, Option<String>, Option<String>, i64)>(&sql)
                     .bind(org)
                     .bind(from_ms)
-                    .bind(to_ms);
-                for id in gpus.unwrap_or_default() {
-                    query = query.bind(*id);
-                }
+                    .bind(to_ms)
+                    .bind_gpus(gpus);
                 let rows = query.fetch_all(&self.pool).await?;
                 let sealed = $crate::blocks::$dialect::org_samples(&self.pool, org, gpus, from_ms, to_ms).await?;
                 let rows = $crate::blocks::add_sealed_process_groups(rows, sealed);

@@ -6,6 +6,7 @@ use sqlx::{SqliteConnection, SqlitePool};
 use super::{SPAN_MS, format, minutes};
 use crate::Result;
 use crate::dialect::sqlite::q;
+use crate::rollup_close::BindGpus as _;
 
 /// Each GPU's oldest open sample, where it is before the horizon: one index probe per GPU (a
 /// scan of the open rows for old ones would read every row each pass).
@@ -66,10 +67,7 @@ pub(crate) async fn org_samples(
          WHERE g.org_id = ? AND b.start_ms < ? AND b.end_ms > ?{} ORDER BY b.gpu_id, b.start_ms",
         crate::rollup_close::only_gpus("b.gpu_id", gpus)
     );
-    let mut query = sqlx::query_as::<_, (GpuId, Vec<u8>)>(&sql).bind(org).bind(to_ms).bind(from_ms);
-    for id in gpus.unwrap_or_default() {
-        query = query.bind(*id);
-    }
+    let query = sqlx::query_as::<_, (GpuId, Vec<u8>)>(&sql).bind(org).bind(to_ms).bind(from_ms).bind_gpus(gpus);
     super::decode_per_gpu(query.fetch_all(pool).await?, from_ms, to_ms)
 }
 
