@@ -131,28 +131,17 @@ async fn run_on(db: Db, intake: Intake, bench_db: &BenchDb, settings: &Settings,
     eprintln!("[{}] server pid {} at {base}, database {}", label, server.pid(), bench_db.url);
 
     let requests: Vec<Request> = bodies.iter().map(|b| Request { body: b.wire.clone(), samples: b.samples }).collect();
-    let target = match intake {
-        Intake::Ingest => Target {
-            url: format!("{base}{INGEST_PATH}"),
-            bearer: Some(&token),
-            content_type: "application/x-protobuf",
-            content_encoding: "zstd",
-            success: StatusCode::OK,
-        },
-        Intake::IngestJson => Target {
-            url: format!("{base}{INGEST_PATH}"),
-            bearer: Some(&token),
-            content_type: "application/json",
-            content_encoding: "gzip",
-            success: StatusCode::OK,
-        },
-        Intake::RemoteWrite => Target {
-            url: format!("{base}/api/v1/write"),
-            bearer: Some(&token),
-            content_type: "application/x-protobuf",
-            content_encoding: "snappy",
-            success: StatusCode::OK,
-        },
+    let (path, content_type, content_encoding) = match intake {
+        Intake::Ingest => (INGEST_PATH, "application/x-protobuf", "zstd"),
+        Intake::IngestJson => (INGEST_PATH, "application/json", "gzip"),
+        Intake::RemoteWrite => ("/api/v1/write", "application/x-protobuf", "snappy"),
+    };
+    let target = Target {
+        url: format!("{base}{path}"),
+        bearer: Some(&token),
+        content_type,
+        content_encoding,
+        success: StatusCode::OK,
     };
 
     let load = procstat::load_average();
