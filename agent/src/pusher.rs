@@ -118,6 +118,10 @@ pub enum SendError {
     /// The key is missing, wrong or lacks the `ingest` scope; retrying after it is fixed works.
     #[error("server refused the API key ({status}): {message}")]
     Auth { status: StatusCode, message: String },
+    /// 415: the server does not read this body's format (a protobuf batch sent to a server
+    /// older than the protobuf intake).
+    #[error("server does not accept the batch's format ({status}): {message}")]
+    UnsupportedFormat { status: StatusCode, message: String },
     /// Worth retrying: network, timeout, 5xx, 429, or an unexpected status.
     #[error("{0}")]
     Transient(String),
@@ -157,6 +161,9 @@ pub struct Pusher {
     client: reqwest::Client,
     url: String,
     cfg: PusherConfig,
+    /// The server answered a protobuf batch with 415 (a server older than the protobuf
+    /// intake): protobuf batches are sent as gzip JSON from then on.
+    json_only: std::sync::atomic::AtomicBool,
 }
 
 /// reqwest's message names only the top of the failure ("error sending request"); the
@@ -191,7 +198,7 @@ impl Pusher {
             .user_agent(concat!("fleetlens-agent/", env!("CARGO_PKG_VERSION")))
             .build()?;
         let url = format!("{}{INGEST_PATH}", cfg.server.trim_end_matches('/'));
-        Ok(Self { client, url, cfg })
+        Ok(Self { client, url, cfg, json_only: std::sync::atomic::AtomicBool::new(false) })
     }
 
     pub fn url(&self) -> &str {
@@ -226,8 +233,40 @@ impl Pusher {
                 SendError::Rejected { status, message }
             }
             StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN => SendError::Auth { status, message },
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => SendError::UnsupportedFormat { status, message },
             _ => SendError::Transient(format!("{status}: {message}")),
         })
+    }
+
+    /// One attempt to deliver a spooled batch. A protobuf batch that the server refuses with 415
+    /// (or any once one was) goes as gzip JSON instead, split if its JSON passes
+    /// [`MAX_BATCH_DECODED_BYTES`]: an agent upgraded before its server keeps delivering. The
+    /// answer then counts every part.
+    async fn send_spooled(&self, body: Vec<u8>, format: WireFormat) -> Result<IngestResponse, SendError> {
+        use std::sync::atomic::Ordering;
+        if format == WireFormat::Json || !self.json_only.load(Ordering::Relaxed) {
+            match self.send(body.clone(), format).await {
+                Err(SendError::UnsupportedFormat { status, message }) if format == WireFormat::Protobuf => {
+                    tracing::warn!(%status, %message, "the server does not read protobuf batches (older than the \
+                        protobuf intake): sending gzip JSON instead; upgrade it, or set --wire-format json");
+                    self.json_only.store(true, Ordering::Relaxed);
+                }
+                other => return other,
+            }
+        }
+        let batch = crate::wire::decode_body(format.content_type(), format.content_encoding(), &body).map_err(|e| {
+            SendError::Rejected { status: StatusCode::BAD_REQUEST, message: format!("spooled batch: {e}") }
+        })?;
+        let mut total = IngestResponse { received: 0, inserted: 0, merged: 0, duplicates: 0 };
+        let IngestBatch { host, labels, samples, events, .. } = batch;
+        for (part, _) in encode_batches(&host, &labels, samples, events, MAX_BATCH_DECODED_BYTES, WireFormat::Json) {
+            let r = self.send(part, WireFormat::Json).await?;
+            total.received += r.received;
+            total.inserted += r.inserted;
+            total.merged += r.merged;
+            total.duplicates += r.duplicates;
+        }
+        Ok(total)
     }
 
     /// Sends spooled batches until `mode` says to stop. `wake` is notified when the collector
@@ -263,7 +302,7 @@ impl Pusher {
             // A stop abandons a request in flight: the batch stays spooled, and resending it
             // later is harmless even if the server did commit it.
             let sent = tokio::select! {
-                r = self.send(body, entry.format) => r,
+                r = self.send_spooled(body, entry.format) => r,
                 _ = wait_for_stop(&mut mode) => return Ok(sum),
             };
             match sent {

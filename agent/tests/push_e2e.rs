@@ -94,6 +94,27 @@ async fn retries_503_then_delivers_everything_once_in_order() {
     assert!(spool.peek(|s| s.is_empty()));
 }
 
+/// An agent upgraded before its server: the server answers its protobuf batches with 415, and
+/// the pusher sends them (and every later one) as gzip JSON instead; nothing is lost or dropped.
+#[tokio::test]
+async fn a_server_without_the_protobuf_intake_gets_json() {
+    let mut state = ServerState::new([]);
+    state.json_only = true;
+    let server = common::start(state).await;
+    let dir = tempfile::tempdir().unwrap();
+    let spool = spool_fixture(dir.path(), 10).await;
+    assert!(spool.peek(|s| s.entries().iter().all(|e| e.format == WireFormat::Protobuf)));
+
+    let sum = drain(&pusher(&server.url, Some(API_KEY)), &spool).await;
+    assert_eq!((sum.batches_sent, sum.samples_sent, sum.batches_rejected), (9, 84, 0));
+    assert_all_arrived_in_order(&server);
+    let formats = server.state.formats.lock().unwrap().clone();
+    assert_eq!(formats.len(), 10, "one protobuf attempt, then nine JSON batches: {formats:?}");
+    assert_eq!(formats[0], "application/x-protobuf zstd");
+    assert!(formats[1..].iter().all(|f| f == "application/json gzip"), "{formats:?}");
+    assert!(spool.peek(|s| s.is_empty()));
+}
+
 #[tokio::test]
 async fn outage_then_restart_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();

@@ -38,6 +38,8 @@ pub struct ServerState {
     pub duplicates: AtomicUsize,
     /// `content-type content-encoding` of every request, in arrival order.
     pub formats: Mutex<Vec<String>>,
+    /// Answer protobuf bodies with 415, as a server older than the protobuf intake does.
+    pub json_only: bool,
 }
 
 impl ServerState {
@@ -50,6 +52,7 @@ impl ServerState {
             stored: Mutex::new(HashSet::new()),
             duplicates: AtomicUsize::new(0),
             formats: Mutex::new(Vec::new()),
+            json_only: false,
         }
     }
 
@@ -88,6 +91,9 @@ async fn ingest(State(st): State<Arc<ServerState>>, headers: HeaderMap, body: By
         return error(StatusCode::UNAUTHORIZED, "unauthorized", "missing or wrong API key");
     }
     st.formats.lock().unwrap().push(format!("{} {}", header("content-type"), header("content-encoding")));
+    if st.json_only && header("content-type") != "application/json" {
+        return error(StatusCode::UNSUPPORTED_MEDIA_TYPE, "unsupported_media_type", "send application/json");
+    }
     let batch: IngestBatch =
         match fleetlens_agent::wire::decode_body(&header("content-type"), &header("content-encoding"), &body) {
             Ok(b) => b,
