@@ -1,14 +1,16 @@
-//! `POST /api/v1/ingest`: authenticate, decode (gzip or plain JSON), validate the whole batch,
-//! then store it. A batch is accepted whole or rejected whole: nothing is written before every
-//! sample has passed validation.
+//! `POST /api/v1/ingest`: authenticate, decode (JSON or protobuf, plain, gzip or zstd),
+//! validate the whole batch, then store it. A batch is accepted whole or rejected whole:
+//! nothing is written before every sample has passed validation.
 //!
 //! What one request may cost is bounded before validation (docs/SECURITY.md, "Ingest limits and
 //! tenant quotas"): at most `--max-concurrent-ingest-per-key` requests of one API key at a time
-//! (429), at most `--max-decoded-bytes` of JSON (the gzip stream is read through a limit, 413),
-//! and while the JSON is parsed at most `--max-samples-per-batch` samples, [`MAX_PROCESSES_PER_BATCH`]
-//! processes, [`MAX_EVENTS`] events and [`MAX_LABELS`] labels (`crate::ingest_check`) (413): a hostile body cannot
-//! make the server allocate more than a small multiple of the decoded limit. Decoding and
-//! validation run on the blocking pool, off the async workers that serve every other request.
+//! (429), at most `--max-decoded-bytes` once decompressed (the stream is read through a limit,
+//! 413), and at most `--max-samples-per-batch` samples, [`MAX_PROCESSES_PER_BATCH`] processes,
+//! [`MAX_ALLOCATIONS_PER_BATCH`] pod allocations, [`MAX_EVENTS`] events and [`MAX_LABELS`]
+//! labels (`crate::ingest_check`) (413), counted while the JSON is parsed or, for protobuf,
+//! before it is decoded ([`crate::ingest_protobuf`]): a hostile body cannot make the server
+//! allocate more than a small multiple of the decoded limit. Decoding and validation run on the
+//! blocking pool, off the async workers that serve every other request.
 
 use std::cell::Cell;
 use std::fmt;
@@ -223,7 +225,7 @@ fn decode_json(json: &[u8], limits: DecodeLimits) -> ApiResult<IngestBatch> {
 
 fn too_large_decoded(max: usize) -> ApiError {
     ApiError::BatchTooLarge(format!(
-        "the request body is larger than {max} bytes of JSON once decoded (--max-decoded-bytes): send smaller batches"
+        "the request body is larger than {max} bytes once decompressed (--max-decoded-bytes): send smaller batches"
     ))
 }
 
