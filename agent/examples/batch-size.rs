@@ -48,13 +48,15 @@ fn report(what: &str, samples: Vec<Sample>) {
     let n = samples.len();
     let labels = BTreeMap::from([("team".to_string(), "ml-platform".to_string())]);
     for format in WireFormat::ALL {
-        let decoded = format.serialize(&format.batch(fleetlens_api::IngestBatch {
-            host: "gpu-node-01".into(),
-            agent_version: Some(fleetlens_agent::pusher::AGENT_VERSION.into()),
-            labels: labels.clone(),
-            samples: samples.clone(),
-            events: vec![],
-        }));
+        let decoded = format
+            .batch(fleetlens_api::IngestBatch {
+                host: "gpu-node-01".into(),
+                agent_version: Some(fleetlens_agent::pusher::AGENT_VERSION.into()),
+                labels: labels.clone(),
+                samples: samples.clone(),
+                events: vec![],
+            })
+            .serialize();
         // The agent's whole encoding (conversion, serialisation, compression), best of a few.
         let runs = (200_000 / n.max(1)).clamp(3, 200);
         let mut best = Duration::MAX;

@@ -44,9 +44,9 @@ pub struct Cli {
     /// sealed earlier when it reaches `--batch-max` samples, and on shutdown (SIGTERM, Ctrl-C)
     /// what is pending is spooled and sent after the next start. Each flush costs about 0.75 ms
     /// of CPU (serialisation, compression, spool write with fsync, HTTP request, spool delete):
-    /// the default groups 5 readings of the 1-s default; `1s` sends every reading as it comes (measured on
-    /// an H100: 2.2 → 2.8 ms of CPU per poll). At or below `--interval`, every reading is
-    /// sent at once. Replay ignores it (about one request per second of paced trace).
+    /// the default groups 5 readings of the 1-s default; `1s` sends every reading as it comes
+    /// (measured on an H100: 2.2 → 2.8 ms of CPU per poll). At or below `--interval`, every
+    /// reading is sent at once. Replay ignores it (about one request per second of paced trace).
     #[arg(long, env = "FLEETLENS_FLUSH_INTERVAL", default_value = "5s", value_parser = parse_positive_duration)]
     pub flush_interval: Duration,
 

@@ -379,7 +379,6 @@ async fn wait_for_shutdown(shutdown: &mut watch::Receiver<bool>) {
 
 #[cfg(test)]
 mod tests {
-
     use async_trait::async_trait;
     use fleetlens_api::IngestBatch;
 

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fleetlens_api::{ErrorBody, GpuEvent, INGEST_PATH, IngestBatch, IngestResponse, Sample};
+use prost::bytes::Bytes;
 use rand::Rng;
 use reqwest::StatusCode;
 use tokio::sync::{Notify, watch};
@@ -45,21 +46,21 @@ pub fn encode_batches(
         events,
     };
     let mut out = Vec::new();
-    split_encode(format.batch(batch), format, max_decoded_bytes, &mut out);
+    split_encode(format.batch(batch), max_decoded_bytes, &mut out);
     out
 }
 
-fn split_encode(mut batch: Batch, format: WireFormat, max: usize, out: &mut Vec<(Vec<u8>, usize)>) {
-    let raw = format.serialize(&batch);
+fn split_encode(mut batch: Batch, max: usize, out: &mut Vec<(Vec<u8>, usize)>) {
+    let raw = batch.serialize();
     let n = batch.samples();
     if raw.len() <= max || n <= 1 {
-        out.push((format.compress(&raw), n));
+        out.push((batch.format().compress(&raw), n));
         return;
     }
     drop(raw);
     let second = batch.split_off_half();
-    split_encode(batch, format, max, out);
-    split_encode(second, format, max, out);
+    split_encode(batch, max, out);
+    split_encode(second, max, out);
 }
 
 /// One host's samples and events as one request body in `format`, however large
@@ -206,13 +207,13 @@ impl Pusher {
     }
 
     /// One attempt to deliver a batch body written in `format`.
-    pub async fn send(&self, body: Vec<u8>, format: WireFormat) -> Result<IngestResponse, SendError> {
+    pub async fn send(&self, body: impl Into<Bytes>, format: WireFormat) -> Result<IngestResponse, SendError> {
         let mut req = self
             .client
             .post(&self.url)
             .header(reqwest::header::CONTENT_TYPE, format.content_type())
             .header(reqwest::header::CONTENT_ENCODING, format.content_encoding())
-            .body(body);
+            .body(body.into());
         if let Some(key) = &self.cfg.api_key {
             req = req.bearer_auth(key);
         }
@@ -244,9 +245,14 @@ impl Pusher {
     /// answer then counts every part.
     async fn send_spooled(&self, body: Vec<u8>, format: WireFormat) -> Result<IngestResponse, SendError> {
         use std::sync::atomic::Ordering;
-        if format == WireFormat::Json || !self.json_only.load(Ordering::Relaxed) {
+        if format == WireFormat::Json {
+            return self.send(body, format).await;
+        }
+        // Shared, not copied: kept for the JSON fallback.
+        let body = Bytes::from(body);
+        if !self.json_only.load(Ordering::Relaxed) {
             match self.send(body.clone(), format).await {
-                Err(SendError::UnsupportedFormat { status, message }) if format == WireFormat::Protobuf => {
+                Err(SendError::UnsupportedFormat { status, message }) => {
                     tracing::warn!(%status, %message, "the server does not read protobuf batches (older than the \
                         protobuf intake): sending gzip JSON instead; upgrade it, or set --wire-format json");
                     self.json_only.store(true, Ordering::Relaxed);
@@ -423,7 +429,7 @@ mod tests {
             let (mut seen, mut events) = (Vec::new(), 0);
             for (body, n) in &parts {
                 let batch = crate::wire::decode_body(format.content_type(), format.content_encoding(), body).unwrap();
-                assert!(format.serialize(&format.batch(batch.clone())).len() <= limit, "{format:?}");
+                assert!(format.batch(batch.clone()).serialize().len() <= limit, "{format:?}");
                 assert_eq!(batch.samples.len(), *n);
                 assert_eq!(batch.host, "h");
                 seen.extend(batch.samples.iter().map(|s| s.ts_ms));

@@ -45,14 +45,6 @@ impl WireFormat {
         }
     }
 
-    /// The batch as the server reads it, before compression: what `--max-decoded-bytes` bounds.
-    pub fn serialize(self, batch: &Batch) -> Vec<u8> {
-        match batch {
-            Batch::Json(b) => serde_json::to_vec(b).expect("IngestBatch serialises"),
-            Batch::Protobuf(b) => b.encode_to_vec(),
-        }
-    }
-
     pub fn compress(self, raw: &[u8]) -> Vec<u8> {
         match self {
             // zstd's default level: a few tens of µs for a 5-second batch of 8 GPUs.
@@ -84,6 +76,22 @@ pub enum Batch {
 }
 
 impl Batch {
+    /// The format the batch is held in.
+    pub fn format(&self) -> WireFormat {
+        match self {
+            Batch::Json(_) => WireFormat::Json,
+            Batch::Protobuf(_) => WireFormat::Protobuf,
+        }
+    }
+
+    /// The batch as the server reads it, before compression: what `--max-decoded-bytes` bounds.
+    pub fn serialize(&self) -> Vec<u8> {
+        match self {
+            Batch::Json(b) => serde_json::to_vec(b).expect("IngestBatch serialises"),
+            Batch::Protobuf(b) => b.encode_to_vec(),
+        }
+    }
+
     pub fn samples(&self) -> usize {
         match self {
             Batch::Json(b) => b.samples.len(),
@@ -120,7 +128,9 @@ impl Batch {
 }
 
 /// Read a request body as the server does: `content_type` and `content_encoding` as sent.
-/// For the tests' stand-in server and the examples; errors are one line of text.
+/// The pusher reads a spooled protobuf batch back with it to send it as JSON (a server older
+/// than the protobuf intake); the tests' stand-in server reads requests with it. Errors are one
+/// line of text.
 pub fn decode_body(content_type: &str, content_encoding: &str, body: &[u8]) -> Result<IngestBatch, String> {
     let raw = match content_encoding {
         "gzip" => {

@@ -2,9 +2,9 @@
 //! remote-write receiver): host, labels, events and every sample, before anything is stored.
 //! A batch is accepted whole or rejected whole.
 
-use fleetlens_api::IngestBatch;
 use std::fmt;
 
+use fleetlens_api::IngestBatch;
 use fleetlens_core::{validate_event, validate_sample};
 
 use crate::error::{ApiError, ApiResult};
