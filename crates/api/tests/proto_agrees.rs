@@ -123,6 +123,24 @@ fn the_structs_encode_every_field_of_the_proto_and_nothing_else() {
     assert!(missing.is_empty(), "declared in the .proto but never encoded from a full batch: {missing:?}");
 }
 
+/// The field numbers the server's limit scan reads before decoding (`ingest_protobuf::fields`)
+/// are those of the `.proto`.
+#[test]
+fn the_scanned_field_numbers_are_the_protos() {
+    use pb::fields;
+    let all = descriptors();
+    let number = |message: &str, field: &str| {
+        let m = &all[&format!(".{PACKAGE}.{message}")];
+        m.field.iter().find(|f| f.name() == field).unwrap_or_else(|| panic!("{message}.{field}")).number() as u32
+    };
+    assert_eq!(fields::BATCH_LABELS, number("IngestBatch", "labels"));
+    assert_eq!(fields::BATCH_SAMPLES, number("IngestBatch", "samples"));
+    assert_eq!(fields::BATCH_EVENTS, number("IngestBatch", "events"));
+    assert_eq!(fields::SAMPLE_PROCESSES, number("Sample", "processes"));
+    assert_eq!(fields::SAMPLE_ALLOCATIONS, number("Sample", "allocations"));
+    assert_eq!(fields::PROCESS_LIST_ITEMS, number("ProcessList", "items"));
+}
+
 #[test]
 fn a_batch_comes_back_equal_through_protobuf() {
     let batch = full_batch();
