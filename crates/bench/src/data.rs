@@ -408,7 +408,7 @@ const DCGM_FIELDS: [DcgmField; 20] = [
 /// Prometheus remote-write bodies of the same requests: one snappy-compressed `WriteRequest`
 /// per request, a series per GPU and dcgm-exporter field with dcgm-exporter's labels (as a
 /// Prometheus scraping dcgm-exporter sends them, `instance` and `job` included), a point per
-/// timestamp. `gzip` holds the snappy body, `decoded_len` the protobuf bytes before it.
+/// timestamp. `wire` holds the snappy body, `decoded_len` the protobuf bytes before it.
 pub fn remote_write_bodies(plan: &Plan) -> Result<Vec<Body>> {
     use fleetlens_api::remote_write::{TimeSeries, WriteRequest};
     use prost::Message;
