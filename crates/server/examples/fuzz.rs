@@ -318,7 +318,8 @@ fn shape(msg: &str) -> String {
 }
 
 /// Bytes that protobuf keys of the batch are made of (field 1-5 of `IngestBatch` and of
-/// `Sample`, varint, 64-bit and length-delimited), zeros and a long varint's continuation.
+/// `Sample`, varint, 64-bit and length-delimited) and small varints. Tokens are text, so bytes
+/// of 0x80 and above (varint continuations) come from the byte mutations instead.
 const PROTOBUF_TOKENS: &[&str] =
     &["\u{0}", "\u{1}", "\u{7f}", "\n", "\u{12}", "\u{1a}", "\"", "*", "\u{8}", "\u{10}", ")", "1", "9", "\u{2}"];
 
