@@ -10,7 +10,8 @@ use std::io::Write;
 use anyhow::Result;
 use flate2::Compression;
 use flate2::write::GzEncoder;
-use fleetlens_api::{IngestBatch, ingest_protobuf};
+use fleetlens_agent::wire::WireFormat;
+use fleetlens_api::IngestBatch;
 use fleetlens_core::{GpuProcess, Sample};
 
 /// GPUs per host, as on an HGX node.
@@ -271,7 +272,7 @@ pub fn batch_samples(plan: &Plan, spec: &BatchSpec) -> Vec<Sample> {
     out
 }
 
-/// A request body ready to send: gzip-compressed, with its size before compression.
+/// A request body ready to send: compressed, with its size before compression.
 #[derive(Debug, Clone)]
 pub struct Body {
     pub wire: Vec<u8>,
@@ -282,16 +283,18 @@ pub struct Body {
     pub datapoints: usize,
 }
 
+/// Gzip at its default level, for VictoriaMetrics' import bodies (the agent's bodies are
+/// compressed by the agent's own code: [`fleetlens_bodies`]).
 pub fn gzip(data: &[u8]) -> Result<Vec<u8>> {
-    // Same level as fleetlens-agent (Compression::default()).
     let mut gz = GzEncoder::new(Vec::with_capacity(data.len() / 6), Compression::default());
     gz.write_all(data)?;
     Ok(gz.finish()?)
 }
 
-/// Fleetlens ingest bodies: one `IngestBatch` per request, as the agent sends it: protobuf with
-/// zstd (its default), or gzip JSON (`json`).
-pub fn fleetlens_bodies(plan: &Plan, json: bool) -> Result<Vec<Body>> {
+/// Fleetlens ingest bodies: one `IngestBatch` per request, encoded and compressed by the
+/// agent's own code (`fleetlens_agent::wire`), so each body is what an agent with
+/// `--wire-format <format>` sends.
+pub fn fleetlens_bodies(plan: &Plan, format: WireFormat) -> Vec<Body> {
     plan.batches()
         .iter()
         .map(|spec| {
@@ -303,13 +306,8 @@ pub fn fleetlens_bodies(plan: &Plan, json: bool) -> Result<Vec<Body>> {
                 events: vec![],
             };
             let n = batch.samples.len();
-            if json {
-                let json = serde_json::to_vec(&batch)?;
-                return Ok(Body { wire: gzip(&json)?, decoded_len: json.len(), samples: n, datapoints: n });
-            }
-            // As the agent's `--wire-format protobuf`: zstd at its default level.
-            let proto = prost::Message::encode_to_vec(&ingest_protobuf::IngestBatch::from(batch));
-            Ok(Body { wire: zstd::bulk::compress(&proto, 3)?, decoded_len: proto.len(), samples: n, datapoints: n })
+            let raw = format.batch(batch).serialize();
+            Body { wire: format.compress(&raw), decoded_len: raw.len(), samples: n, datapoints: n }
         })
         .collect()
 }

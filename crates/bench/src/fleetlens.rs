@@ -5,6 +5,7 @@ use std::process::{Command, Stdio};
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
+use fleetlens_agent::wire::WireFormat;
 use fleetlens_api::{INGEST_PATH, IngestResponse};
 use reqwest::StatusCode;
 use sqlx::Connection;
@@ -132,8 +133,8 @@ async fn run_on(db: Db, intake: Intake, bench_db: &BenchDb, settings: &Settings,
 
     let requests: Vec<Request> = bodies.iter().map(|b| Request { body: b.wire.clone(), samples: b.samples }).collect();
     let (path, content_type, content_encoding) = match intake {
-        Intake::Ingest => (INGEST_PATH, "application/x-protobuf", "zstd"),
-        Intake::IngestJson => (INGEST_PATH, "application/json", "gzip"),
+        Intake::Ingest => (INGEST_PATH, WireFormat::Protobuf.content_type(), WireFormat::Protobuf.content_encoding()),
+        Intake::IngestJson => (INGEST_PATH, WireFormat::Json.content_type(), WireFormat::Json.content_encoding()),
         Intake::RemoteWrite => ("/api/v1/write", "application/x-protobuf", "snappy"),
     };
     let target = Target {

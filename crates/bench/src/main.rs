@@ -16,6 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, Result, bail};
 use clap::{Parser, ValueEnum};
+use fleetlens_agent::wire::WireFormat;
 use fleetlens_bench::child;
 use serde::Serialize;
 
@@ -297,12 +298,12 @@ async fn real_main() -> Result<bool> {
     let t = Instant::now();
     let runs = |b: &[BackendArg]| backends.iter().any(|x| b.contains(x));
     let fl_bodies = if runs(&[BackendArg::Sqlite, BackendArg::Postgres]) {
-        data::fleetlens_bodies(&plan, false)?
+        data::fleetlens_bodies(&plan, WireFormat::Protobuf)
     } else {
         Vec::new()
     };
     let json_bodies = if runs(&[BackendArg::SqliteJson, BackendArg::PostgresJson]) {
-        data::fleetlens_bodies(&plan, true)?
+        data::fleetlens_bodies(&plan, WireFormat::Json)
     } else {
         Vec::new()
     };
