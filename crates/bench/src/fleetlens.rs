@@ -25,10 +25,8 @@ pub enum Db {
 /// How the samples reach the server.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Intake {
-    /// `POST /api/v1/ingest`: the agent's zstd protobuf batches (its default).
-    Ingest,
-    /// `POST /api/v1/ingest`: gzip JSON batches (the agent's `--wire-format json`).
-    IngestJson,
+    /// `POST /api/v1/ingest`, bodies as an agent with this `--wire-format` sends them.
+    Agent(WireFormat),
     /// `POST /api/v1/write`: Prometheus remote write of dcgm-exporter series (snappy protobuf).
     RemoteWrite,
 }
@@ -36,10 +34,10 @@ pub enum Intake {
 impl Db {
     pub fn label(self, intake: Intake) -> &'static str {
         match (intake, self) {
-            (Intake::Ingest, Db::Sqlite) => "fleetlens-sqlite",
-            (Intake::Ingest, Db::Postgres) => "fleetlens-postgres",
-            (Intake::IngestJson, Db::Sqlite) => "fleetlens-sqlite-json",
-            (Intake::IngestJson, Db::Postgres) => "fleetlens-postgres-json",
+            (Intake::Agent(WireFormat::Protobuf), Db::Sqlite) => "fleetlens-sqlite",
+            (Intake::Agent(WireFormat::Protobuf), Db::Postgres) => "fleetlens-postgres",
+            (Intake::Agent(WireFormat::Json), Db::Sqlite) => "fleetlens-sqlite-json",
+            (Intake::Agent(WireFormat::Json), Db::Postgres) => "fleetlens-postgres-json",
             (Intake::RemoteWrite, Db::Sqlite) => "fleetlens-remote-write-sqlite",
             (Intake::RemoteWrite, Db::Postgres) => "fleetlens-remote-write-postgres",
         }
@@ -133,8 +131,7 @@ async fn run_on(db: Db, intake: Intake, bench_db: &BenchDb, settings: &Settings,
 
     let requests: Vec<Request> = bodies.iter().map(|b| Request { body: b.wire.clone(), samples: b.samples }).collect();
     let (path, content_type, content_encoding) = match intake {
-        Intake::Ingest => (INGEST_PATH, WireFormat::Protobuf.content_type(), WireFormat::Protobuf.content_encoding()),
-        Intake::IngestJson => (INGEST_PATH, WireFormat::Json.content_type(), WireFormat::Json.content_encoding()),
+        Intake::Agent(format) => (INGEST_PATH, format.content_type(), format.content_encoding()),
         Intake::RemoteWrite => ("/api/v1/write", "application/x-protobuf", "snappy"),
     };
     let target = Target {

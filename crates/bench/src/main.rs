@@ -42,6 +42,21 @@ enum BackendArg {
     All,
 }
 
+impl BackendArg {
+    /// The database and intake of a Fleetlens backend (none for VictoriaMetrics).
+    fn fleetlens(self) -> Option<(Db, Intake)> {
+        match self {
+            BackendArg::Sqlite => Some((Db::Sqlite, Intake::Agent(WireFormat::Protobuf))),
+            BackendArg::Postgres => Some((Db::Postgres, Intake::Agent(WireFormat::Protobuf))),
+            BackendArg::SqliteJson => Some((Db::Sqlite, Intake::Agent(WireFormat::Json))),
+            BackendArg::PostgresJson => Some((Db::Postgres, Intake::Agent(WireFormat::Json))),
+            BackendArg::RemoteWriteSqlite => Some((Db::Sqlite, Intake::RemoteWrite)),
+            BackendArg::RemoteWritePostgres => Some((Db::Postgres, Intake::RemoteWrite)),
+            BackendArg::VictoriaMetrics | BackendArg::All => None,
+        }
+    }
+}
+
 #[derive(Debug, Parser)]
 #[command(
     name = "ingest-bench",
@@ -296,50 +311,28 @@ async fn real_main() -> Result<bool> {
     );
 
     let t = Instant::now();
-    let runs = |b: &[BackendArg]| backends.iter().any(|x| b.contains(x));
-    let fl_bodies = if runs(&[BackendArg::Sqlite, BackendArg::Postgres]) {
-        data::fleetlens_bodies(&plan, WireFormat::Protobuf)
-    } else {
-        Vec::new()
+    let runs = |intake: Intake| backends.iter().any(|b| b.fleetlens().is_some_and(|(_, i)| i == intake));
+    let agent_bodies = |format: WireFormat| {
+        if runs(Intake::Agent(format)) { data::fleetlens_bodies(&plan, format) } else { Vec::new() }
     };
-    let json_bodies = if runs(&[BackendArg::SqliteJson, BackendArg::PostgresJson]) {
-        data::fleetlens_bodies(&plan, WireFormat::Json)
-    } else {
-        Vec::new()
-    };
-    let rw_bodies = if runs(&[BackendArg::RemoteWriteSqlite, BackendArg::RemoteWritePostgres]) {
-        data::remote_write_bodies(&plan)?
-    } else {
-        Vec::new()
-    };
+    let (fl_bodies, json_bodies) = (agent_bodies(WireFormat::Protobuf), agent_bodies(WireFormat::Json));
+    let rw_bodies = if runs(Intake::RemoteWrite) { data::remote_write_bodies(&plan)? } else { Vec::new() };
     let vm_bodies = if backends.contains(&BackendArg::VictoriaMetrics) { data::vm_bodies(&plan)? } else { Vec::new() };
     eprintln!("request bodies built and gzipped in {:.1} s (not timed)", t.elapsed().as_secs_f64());
 
     let mut results = Vec::new();
     let mut failures = Vec::new();
     for b in &backends {
-        let outcome = match b {
-            BackendArg::Sqlite => fleetlens::run(Db::Sqlite, Intake::Ingest, &settings, &fl_bodies).await,
-            BackendArg::Postgres => fleetlens::run(Db::Postgres, Intake::Ingest, &settings, &fl_bodies).await,
-            BackendArg::SqliteJson => fleetlens::run(Db::Sqlite, Intake::IngestJson, &settings, &json_bodies).await,
-            BackendArg::PostgresJson => fleetlens::run(Db::Postgres, Intake::IngestJson, &settings, &json_bodies).await,
-            BackendArg::RemoteWriteSqlite => {
-                fleetlens::run(Db::Sqlite, Intake::RemoteWrite, &settings, &rw_bodies).await
+        let (outcome, label) = match b.fleetlens() {
+            Some((db, intake)) => {
+                let bodies = match intake {
+                    Intake::Agent(WireFormat::Protobuf) => &fl_bodies,
+                    Intake::Agent(WireFormat::Json) => &json_bodies,
+                    Intake::RemoteWrite => &rw_bodies,
+                };
+                (fleetlens::run(db, intake, &settings, bodies).await, db.label(intake))
             }
-            BackendArg::RemoteWritePostgres => {
-                fleetlens::run(Db::Postgres, Intake::RemoteWrite, &settings, &rw_bodies).await
-            }
-            BackendArg::VictoriaMetrics => vm::run(&settings, &plan, &vm_bodies).await,
-            BackendArg::All => unreachable!(),
-        };
-        let label = match b {
-            BackendArg::Sqlite => Db::Sqlite.label(Intake::Ingest),
-            BackendArg::Postgres => Db::Postgres.label(Intake::Ingest),
-            BackendArg::SqliteJson => Db::Sqlite.label(Intake::IngestJson),
-            BackendArg::PostgresJson => Db::Postgres.label(Intake::IngestJson),
-            BackendArg::RemoteWriteSqlite => Db::Sqlite.label(Intake::RemoteWrite),
-            BackendArg::RemoteWritePostgres => Db::Postgres.label(Intake::RemoteWrite),
-            _ => vm::LABEL,
+            None => (vm::run(&settings, &plan, &vm_bodies).await, vm::LABEL),
         };
         match outcome {
             Ok(m) => {
