@@ -422,8 +422,7 @@ mod tests {
 
     /// A spooled body, in the default wire format the tests' collectors write.
     fn decode(body: &[u8]) -> IngestBatch {
-        let f = WireFormat::default();
-        crate::wire::decode_body(f.content_type(), f.content_encoding(), body).unwrap()
+        WireFormat::default().decode(body).unwrap()
     }
 
     /// A replay's configuration: batches of at most `batch_max` samples, a flush interval

@@ -260,8 +260,9 @@ impl Pusher {
                 other => return other,
             }
         }
-        let batch = crate::wire::decode_body(format.content_type(), format.content_encoding(), &body).map_err(|e| {
-            SendError::Rejected { status: StatusCode::BAD_REQUEST, message: format!("spooled batch: {e}") }
+        let batch = format.decode(&body).map_err(|e| SendError::Rejected {
+            status: StatusCode::BAD_REQUEST,
+            message: format!("spooled batch: {e}"),
         })?;
         let mut total = IngestResponse { received: 0, inserted: 0, merged: 0, duplicates: 0 };
         let IngestBatch { host, labels, samples, events, .. } = batch;
@@ -382,7 +383,7 @@ mod tests {
         let labels = BTreeMap::from([("team".to_string(), "ml".to_string())]);
         for format in WireFormat::ALL {
             let body = encode_batch("h", &labels, vec![s.clone()], vec![], format);
-            let batch = crate::wire::decode_body(format.content_type(), format.content_encoding(), &body).unwrap();
+            let batch = format.decode(&body).unwrap();
             assert_eq!(batch.host, "h");
             assert_eq!(batch.samples, vec![s.clone()]);
             assert_eq!(batch.labels, labels);
@@ -428,7 +429,7 @@ mod tests {
             assert!(parts.len() > 1, "{format:?}");
             let (mut seen, mut events) = (Vec::new(), 0);
             for (body, n) in &parts {
-                let batch = crate::wire::decode_body(format.content_type(), format.content_encoding(), body).unwrap();
+                let batch = format.decode(body).unwrap();
                 assert!(format.batch(batch.clone()).serialize().len() <= limit, "{format:?}");
                 assert_eq!(batch.samples.len(), *n);
                 assert_eq!(batch.host, "h");

@@ -59,6 +59,11 @@ impl WireFormat {
         }
     }
 
+    /// A body written in this format read back ([`decode_body`] with this format's headers).
+    pub fn decode(self, body: &[u8]) -> Result<IngestBatch, String> {
+        decode_body(self.content_type(), self.content_encoding(), body)
+    }
+
     /// `batch` in this format's own message type.
     pub fn batch(self, batch: IngestBatch) -> Batch {
         match self {
