@@ -24,6 +24,7 @@ fleetlens_tests::for_each_backend!(
     silences_hold_back_notifications_but_alerts_are_recorded,
     an_eight_gpu_hang_sends_one_grouped_message_per_channel,
     a_digest_channel_gets_one_digest_at_its_time_and_nothing_between,
+    the_engine_judges_its_own_batches_from_memory_and_each_sample_once,
 );
 
 /// Fast retries so the tests do not wait for the production backoff.
@@ -404,6 +405,87 @@ async fn a_failing_receiver_gets_one_message_per_transition(backend: Backend) {
         .to_vec();
     assert_eq!(outcomes, expected);
     assert_eq!(log["deliveries"][4]["status_code"], 500);
+}
+
+/// The engine's samples by source, from this replica's `/metrics`: (database, memory).
+async fn engine_feed(server: &TestServer) -> (u64, u64) {
+    let text = reqwest::Client::new()
+        .get(server.url("/metrics"))
+        .bearer_auth(fleetlens_tests::ADMIN_TOKEN)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let count = |source: &str| {
+        let series = format!("fleetlens_alert_engine_samples_total{{source=\"{source}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(series.as_str())).map_or(0, |v| v.trim().parse().unwrap())
+    };
+    (count("database"), count("memory"))
+}
+
+/// The batches a replica stored are judged from memory, from a new GPU's first; a resend and a
+/// late sample are judged as the database read would (not at all), a batch that fills in a
+/// stored sample sends the engine to the database, nothing is judged twice, and the alert is the
+/// one the database read gives.
+async fn the_engine_judges_its_own_batches_from_memory_and_each_sample_once(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let server = TestServer::spawn(&db.url, FAST);
+    let api = Api::new(&server);
+    let rule = api
+        .rule(json!({"name": "hollow 3s", "condition": "gpu_util_pct >= 80 && sm_active_pct < 30", "for_s": 3, "keep_firing_for_s": 0}))
+        .await;
+    // Batches are handed to the engine once it runs (here: after its first cycle).
+    wait_for("the alert engine to run", Duration::from_secs(30), || async {
+        let health = api.get("/healthz").await;
+        (health["jobs"]["alert_engine"]["runs"].as_u64() >= Some(1)).then_some(())
+    })
+    .await;
+    let samples = hollow_then_healthy("GPU-mem", 60, 30);
+    let judged = |n: u64| {
+        let server = &server;
+        async move {
+            wait_for("the engine to judge the batch", Duration::from_secs(30), || async move {
+                let (db, mem) = engine_feed(server).await;
+                (db + mem >= n).then_some((db, mem))
+            })
+            .await
+        }
+    };
+    for (i, chunk) in samples.chunks(10).enumerate() {
+        api.ingest("node-1", chunk.to_vec()).await;
+        let n = 10 + 10 * i as u64;
+        assert_eq!(judged(n).await, (0, n), "batch {} from memory", i + 1);
+    }
+    // A resend, and a sample older than the newest judged (stored, never judged: as the
+    // database read from the cursor skips it).
+    api.ingest("node-1", samples[50..].to_vec()).await;
+    let late = sample("GPU-mem", samples[0]["ts_ms"].as_i64().unwrap() - 500, 100.0, 2.0);
+    api.ingest("node-1", vec![late]).await;
+    // A new sample after them is judged from memory: nothing before it was judged twice. It
+    // lacks DRAM activity, which the next batch fills in.
+    let last_ts = samples[59]["ts_ms"].as_i64().unwrap();
+    let whole = sample("GPU-mem", last_ts + 1000, 100.0, 95.0);
+    let mut partial = whole.clone();
+    partial.as_object_mut().unwrap().remove("dram_active_pct");
+    api.ingest("node-1", vec![partial]).await;
+    assert_eq!(judged(61).await, (0, 61));
+    // A batch that fills in a stored sample: what is stored is not what it holds, so the
+    // engine reads the GPU from the database (its new sample only: the filled one is judged).
+    api.ingest("node-1", vec![whole, sample("GPU-mem", last_ts + 2000, 100.0, 95.0)]).await;
+    assert_eq!(judged(62).await, (1, 61));
+
+    // Hollow for samples 0-29: one alert, active from the first sample, resolved at the 31st.
+    let alerts = wait_for("the hollow alert to resolve", Duration::from_secs(30), || async {
+        let list = api.alerts(&format!("rule_id={rule}")).await;
+        (list.len() == 1 && list[0]["status"] == "resolved").then_some(list)
+    })
+    .await;
+    assert_eq!(alerts[0]["active_since_ms"], samples[0]["ts_ms"]);
+    assert_eq!(alerts[0]["resolved_at_ms"], samples[30]["ts_ms"]);
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    assert_eq!(engine_feed(&server).await, (1, 61), "no sample judged twice");
 }
 
 async fn a_restart_before_delivery_delivers_exactly_once(backend: Backend) {

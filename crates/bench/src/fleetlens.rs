@@ -98,6 +98,24 @@ impl BenchDb {
     }
 }
 
+/// Where the alert engine found the samples it judged so far (`/metrics`), printed: from
+/// memory (batches this server stored) or read back from the database.
+async fn engine_feed(client: &reqwest::Client, base: &str, token: &str, label: &str) {
+    let text = match client.get(format!("{base}/metrics")).bearer_auth(token).send().await {
+        Ok(r) => r.text().await.unwrap_or_default(),
+        Err(e) => return eprintln!("[{label}] /metrics: {e}"),
+    };
+    let count = |source: &str| {
+        let series = format!("fleetlens_alert_engine_samples_total{{source=\"{source}\"}} ");
+        text.lines().find_map(|l| l.strip_prefix(series.as_str())).unwrap_or("?").trim().to_string()
+    };
+    eprintln!(
+        "[{label}] alert engine so far: {} samples judged from memory, {} read back from the database",
+        count("memory"),
+        count("database")
+    );
+}
+
 pub async fn run(db: Db, intake: Intake, settings: &Settings, bodies: &[Body]) -> Result<Measured> {
     let bench_db = BenchDb::create(db, &settings.pg_admin_url).await?;
     let result = run_on(db, intake, &bench_db, settings, bodies).await;
@@ -175,6 +193,7 @@ async fn run_on(db: Db, intake: Intake, bench_db: &BenchDb, settings: &Settings,
         );
     }
 
+    engine_feed(&client, &base, &token, label).await;
     // kill -9 before counting: what the 200s promised must survive a crash.
     server.kill();
     let stored = bench_db.count_samples().await.context("count samples")?;

@@ -52,6 +52,17 @@ pub fn record_rejected() {
     INGEST.requests_rejected.fetch_add(1, Ordering::Relaxed);
 }
 
+/// Samples the alert engine judged, by where it found them: read back from the database, or
+/// held from this replica's own ingest (`alerts::recent`).
+static ALERT_FEED: [AtomicU64; 2] = [AtomicU64::new(0), AtomicU64::new(0)];
+const ALERT_FEED_SOURCES: [&str; 2] = ["database", "memory"];
+
+pub fn record_alert_feed(from_database: usize, from_memory: usize) {
+    for (counter, n) in ALERT_FEED.iter().zip([from_database, from_memory]) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+}
+
 /// Remote-write series that gave no sample, by reason (process-wide).
 static REMOTE_WRITE_IGNORED: [AtomicU64; 3] = [AtomicU64::new(0), AtomicU64::new(0), AtomicU64::new(0)];
 const IGNORED_REASONS: [&str; 3] = ["unknown", "no_uuid", "stale"];
@@ -129,6 +140,11 @@ struct FlagLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct ReasonLabels {
     reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct SourceLabels {
+    source: String,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -279,6 +295,15 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     );
     for (reason, n) in IGNORED_REASONS.iter().zip(&REMOTE_WRITE_IGNORED) {
         ignored.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(n.load(Ordering::Relaxed));
+    }
+    let feed = Family::<SourceLabels, prometheus_client::metrics::counter::Counter>::default();
+    registry.register(
+        "alert_engine_samples",
+        "Samples the alert engine on this replica read: back from the database, or from memory (batches this replica stored)",
+        feed.clone(),
+    );
+    for (source, n) in ALERT_FEED_SOURCES.iter().zip(&ALERT_FEED) {
+        feed.get_or_create(&SourceLabels { source: source.to_string() }).inc_by(n.load(Ordering::Relaxed));
     }
     let streams = Gauge::<i64>::default();
     registry.register("live_streams", "Live streams (GET /api/v1/stream) open on this replica", streams.clone());

@@ -279,6 +279,8 @@ pub struct GpuBrief {
     pub info: GpuInfo,
     /// See [`crate::GpuRecord::last_live_ms`]: 0 for a GPU that only ever sent back-fill.
     pub last_live_ms: i64,
+    /// See [`crate::GpuWritten::ingest_seq`].
+    pub ingest_seq: i64,
 }
 
 /// An outbox message as stored: the message, whose it is and what it carries.
@@ -957,7 +959,7 @@ macro_rules! impl_alert_store {
 
             async fn alert_gpus(&self) -> $crate::Result<Vec<$crate::alerts::GpuBrief>> {
                 Ok(sqlx::query_as(
-                    &format!("SELECT g.org_id, {} FROM gpus g ORDER BY g.id", $crate::GPU_RECORD_COLUMNS),
+                    &format!("SELECT g.org_id, g.ingest_seq, {} FROM gpus g ORDER BY g.id", $crate::GPU_RECORD_COLUMNS),
                 )
                 .fetch_all(self.pool())
                 .await?)

@@ -363,11 +363,26 @@ pub(crate) struct GpuUpsert<'a> {
     pub live_ms: i64,
 }
 
+/// How an upsert of a batch's GPU rows counts in `gpus.ingest_seq` (`crate::GpuWritten`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum SeqStep {
+    /// The batch's own transaction: one more (a new row starts at 0, the column's default).
+    Batch,
+    /// PostgreSQL's registration ahead of the batch (the quota check): no batch is written by
+    /// it, so it leaves the number as it is and a new row starts at -1, for the batch's own
+    /// upsert to make 0.
+    Registration,
+}
+
 /// The end of the `INSERT INTO gpus` of a batch's GPUs (after the values), returning
-/// `id, uuid, power_limit_w, mem_total_bytes`. A back-filled (older) batch must not overwrite
-/// the newer identity of a GPU. `least` / `greatest`: the database's two-argument minimum and
-/// maximum (`min` / `max` on SQLite, `LEAST` / `GREATEST` on PostgreSQL).
-pub(crate) fn gpu_upsert_tail(least: &str, greatest: &str) -> String {
+/// `id, uuid, ingest_seq`. A back-filled (older) batch must not overwrite the newer identity of
+/// a GPU. `least` / `greatest`: the database's two-argument minimum and maximum (`min` / `max`
+/// on SQLite, `LEAST` / `GREATEST` on PostgreSQL).
+pub(crate) fn gpu_upsert_tail(least: &str, greatest: &str, step: SeqStep) -> String {
+    let seq = match step {
+        SeqStep::Batch => "gpus.ingest_seq + 1",
+        SeqStep::Registration => "gpus.ingest_seq",
+    };
     format!(
         " ON CONFLICT (org_id, uuid) DO UPDATE SET \
          host = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN excluded.host ELSE gpus.host END, \
@@ -377,8 +392,9 @@ pub(crate) fn gpu_upsert_tail(least: &str, greatest: &str) -> String {
          power_limit_w = CASE WHEN excluded.last_seen_ms >= gpus.last_seen_ms THEN coalesce(excluded.power_limit_w, gpus.power_limit_w) ELSE gpus.power_limit_w END, \
          first_seen_ms = {least}(gpus.first_seen_ms, excluded.first_seen_ms), \
          last_seen_ms = {greatest}(gpus.last_seen_ms, excluded.last_seen_ms), \
-         last_live_ms = {greatest}(gpus.last_live_ms, excluded.last_live_ms) \
-         RETURNING id, uuid, power_limit_w, mem_total_bytes"
+         last_live_ms = {greatest}(gpus.last_live_ms, excluded.last_live_ms), \
+         ingest_seq = {seq} \
+         RETURNING id, uuid, ingest_seq"
     )
 }
 

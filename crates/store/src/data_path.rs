@@ -33,7 +33,9 @@ pub struct SampleBatch {
     pub org: OrgId,
     /// The host the batch came from (its agent's `host`).
     pub host: String,
-    pub samples: Vec<Sample>,
+    /// Shared, so the caller keeps the batch it handed over without a copy (the samples the
+    /// store inserted are named by index in [`IngestOutcome::written`](crate::IngestOutcome)).
+    pub samples: std::sync::Arc<[Sample]>,
     /// `flags[i]`: the data-quality flags of `samples[i]`, whose flagged fields the server
     /// dropped; counted per flag in the rollups (`RollupBucket::quality`). Empty: none.
     pub flags: Vec<QualityFlags>,
@@ -43,9 +45,35 @@ pub struct SampleBatch {
 
 impl SampleBatch {
     /// A batch without flags or rules.
-    pub fn new(org: OrgId, host: impl Into<String>, samples: Vec<Sample>) -> Self {
-        Self { org, host: host.into(), samples, flags: Vec::new(), rules: None }
+    pub fn new(org: OrgId, host: impl Into<String>, samples: impl Into<std::sync::Arc<[Sample]>>) -> Self {
+        Self { org, host: host.into(), samples: samples.into(), flags: Vec::new(), rules: None }
     }
+}
+
+/// What a committed batch wrote, GPU by GPU ([`IngestOutcome::written`](crate::IngestOutcome)):
+/// `seqs` are the `(gpu_id, ingest_seq)` its registry upsert returned, `inserted` the
+/// `(gpu_id, index in the batch)` of the samples inserted, `filled` the GPUs of samples it
+/// filled in. Both databases build it alike.
+pub(crate) fn written_by_gpu(
+    seqs: &[(i64, i64)],
+    inserted: impl IntoIterator<Item = (i64, u32)>,
+    filled: impl IntoIterator<Item = i64>,
+) -> Vec<crate::GpuWritten> {
+    let mut by_gpu: std::collections::HashMap<i64, crate::GpuWritten> = seqs
+        .iter()
+        .map(|&(gpu_id, ingest_seq)| {
+            (gpu_id, crate::GpuWritten { gpu_id: GpuId(gpu_id), ingest_seq, inserted: Vec::new(), filled: false })
+        })
+        .collect();
+    for (gpu_id, index) in inserted {
+        by_gpu.entry(gpu_id).and_modify(|w| w.inserted.push(index));
+    }
+    for gpu_id in filled {
+        by_gpu.entry(gpu_id).and_modify(|w| w.filled = true);
+    }
+    let mut written: Vec<_> = by_gpu.into_values().collect();
+    written.sort_by_key(|w| w.gpu_id);
+    written
 }
 
 /// Raw samples: a host's batches in, one GPU's samples and every GPU's newest minute out.

@@ -146,7 +146,7 @@ pub struct NewApiKey<'a> {
 }
 
 /// Outcome of storing a batch: everything in it is committed when this is returned.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct IngestOutcome {
     pub inserted: u64,
     /// Samples of a (GPU, timestamp) stored before that filled fields the stored one lacked
@@ -155,6 +155,24 @@ pub struct IngestOutcome {
     pub merged: u64,
     /// Samples of a (GPU, timestamp) stored before that added nothing (an exact resend).
     pub duplicates: u64,
+    /// What the batch wrote, GPU by GPU.
+    pub written: Vec<GpuWritten>,
+}
+
+/// One GPU's part of a committed batch, for a reader that follows ingest in memory instead of
+/// reading every sample back (the alert engine on the replica that stored the batch).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct GpuWritten {
+    pub gpu_id: fleetlens_core::GpuId,
+    /// `gpus.ingest_seq` as this batch left it: one more for each committed batch that wrote
+    /// the GPU, so a reader holding the batches numbered k+1..=n holds everything written since
+    /// it read the GPU at k, and one missing a number reads the database instead.
+    pub ingest_seq: i64,
+    /// Indices in the batch's `samples` of those inserted as they were sent.
+    pub inserted: Vec<u32>,
+    /// The batch filled in samples stored before (`merged`): what is stored is not what the
+    /// batch holds, so the reader goes to the database for this GPU.
+    pub filled: bool,
 }
 
 /// A registered GPU and its newest stored sample. Reads as a `gpus` row

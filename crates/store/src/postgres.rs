@@ -56,10 +56,12 @@ impl PgStore {
             register_gpus(&self.pool, org, host, samples, rules).await?;
         }
         let mut tx = self.pool.begin().await?;
-        let ids = upsert_gpus(&mut tx, org, host, samples).await?;
+        let (ids, seqs) = upsert_gpus(&mut tx, org, host, samples, columns::SeqStep::Batch).await?;
         // Flags by sample (its address is its identity here: `order` holds references).
         let flag_of: HashMap<usize, fleetlens_core::QualityFlags> =
             samples.iter().zip(flags).map(|(s, f)| (s as *const Sample as usize, *f)).collect();
+        let base = samples.as_ptr() as usize;
+        let index_of = |s: &Sample| ((s as *const Sample as usize - base) / std::mem::size_of::<Sample>()) as u32;
         // Each sample's GPU id looked up once (not once per comparison of the sort, and again
         // for the COPY and the rollups: that hashing was ~10 % of the server's ingest CPU).
         let mut order: Vec<(i64, &Sample)> = samples.iter().map(|s| (ids[s.uuid.as_str()], s)).collect();
@@ -89,7 +91,12 @@ impl PgStore {
         // The rollups of these samples are written once their minutes close (`rollup_close`).
         close::mark_new(&mut tx, &new_keys, &flagged, crate::rollup_close::wall_clock_ms()).await?;
         tx.commit().await?;
-        Ok(IngestOutcome { inserted, merged: filled, duplicates: samples.len() as u64 - inserted - filled })
+        let written = crate::data_path::written_by_gpu(
+            &seqs,
+            fresh.iter().map(|&(gpu_id, s)| (gpu_id, index_of(s))),
+            fills.iter().map(|f| f.gpu_id),
+        );
+        Ok(IngestOutcome { inserted, merged: filled, duplicates: samples.len() as u64 - inserted - filled, written })
     }
 }
 
@@ -148,7 +155,7 @@ async fn register_gpus(pool: &PgPool, org: OrgId, host: &str, samples: &[Sample]
     // Most batches add nothing: their check is two reads, with no transaction to open.
     if let Some(growth) = check_hosts(pool, org, host, samples, rules).await? {
         let mut tx = pool.begin().await?;
-        upsert_gpus(&mut tx, org, host, samples).await?;
+        upsert_gpus(&mut tx, org, host, samples, columns::SeqStep::Registration).await?;
         enforce_quotas(&mut tx, org, rules, growth).await?;
         tx.commit().await?;
     }
@@ -192,7 +199,8 @@ async fn upsert_gpus(
     org: OrgId,
     host: &str,
     samples: &[Sample],
-) -> Result<HashMap<String, i64>> {
+    step: columns::SeqStep,
+) -> Result<(HashMap<String, i64>, Vec<(i64, i64)>)> {
     let gpus = columns::gpu_upserts(samples);
     let uuids: Vec<&str> = gpus.iter().map(|g| g.uuid).collect();
     let idx: Vec<Option<i64>> = gpus.iter().map(|g| g.gpu_index).collect();
@@ -203,10 +211,11 @@ async fn upsert_gpus(
     let last: Vec<i64> = gpus.iter().map(|g| g.last_ms).collect();
     let live: Vec<i64> = gpus.iter().map(|g| g.live_ms).collect();
     let sql = format!(
-        "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms) \
-         SELECT $1, u, $2, i, n, m, p, f, l, v FROM UNNEST($3::text[], $4::int8[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::int8[], $10::int8[]) \
+        "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms, ingest_seq) \
+         SELECT $1, u, $2, i, n, m, p, f, l, v, {} FROM UNNEST($3::text[], $4::int8[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::int8[], $10::int8[]) \
          AS t(u, i, n, m, p, f, l, v){}",
-        columns::gpu_upsert_tail("LEAST", "GREATEST")
+        if step == columns::SeqStep::Batch { 0 } else { -1 },
+        columns::gpu_upsert_tail("LEAST", "GREATEST", step)
     );
     let rows = sqlx::query(&sql)
         .bind(org)
@@ -222,10 +231,13 @@ async fn upsert_gpus(
         .fetch_all(&mut **tx)
         .await?;
     let mut ids = HashMap::with_capacity(rows.len());
+    let mut seqs = Vec::with_capacity(rows.len());
     for row in rows {
-        ids.insert(row.try_get::<String, _>(1)?, row.try_get::<i64, _>(0)?);
+        let id: i64 = row.try_get(0)?;
+        ids.insert(row.try_get::<String, _>(1)?, id);
+        seqs.push((id, row.try_get(2)?));
     }
-    Ok(ids)
+    Ok((ids, seqs))
 }
 
 /// Deadlocks (40P01) and serialization failures (40001) are retryable by definition.

@@ -256,7 +256,7 @@ async fn write_jobs(conn: &mut SqliteConnection, jobs: &[IngestJob]) -> Result<V
         if let Some(rules) = &job.batch.rules {
             check_rules(conn, job.batch.org, &job.batch.host, &job.batch.samples, rules).await?;
         }
-        let ids = upsert_gpus(conn, job.batch.org, &job.batch.host, &job.batch.samples).await?;
+        let (ids, seqs) = upsert_gpus(conn, job.batch.org, &job.batch.host, &job.batch.samples).await?;
         // The writer is the only one writing, so "new" can be decided before inserting: probe
         // each GPU's time span once (a cheap index range, usually empty), insert only the rest.
         let existing = existing_keys(conn, &job.batch.samples, &ids).await?;
@@ -277,15 +277,16 @@ async fn write_jobs(conn: &mut SqliteConnection, jobs: &[IngestJob]) -> Result<V
                 return Err(StoreError::Invalid(format!("inserted {done} of {} new samples", chunk.len())));
             }
         }
-        let inserted = collect_new(job, &ids, seen, &mut new_keys, &mut flagged);
+        let new = collect_new(job, &ids, seen, &mut new_keys, &mut flagged);
         let fills = crate::merge::sqlite::fill_stored(conn, &colliding(job, &ids, &existing)).await?;
         // A filled-in sample changes its minute: the minute is written (again) from the rows.
         crate::merge::mark_fills(&fills, &mut new_keys, &mut flagged);
-        let merged = fills.len() as u64;
+        let (inserted, merged) = (new.len() as u64, fills.len() as u64);
         outcomes.push(IngestOutcome {
             inserted,
             merged,
             duplicates: job.batch.samples.len() as u64 - inserted - merged,
+            written: crate::data_path::written_by_gpu(&seqs, new, fills.iter().map(|f| f.gpu_id)),
         });
     }
     // The rollups of these samples are written once their minutes close (`rollup_close`).
@@ -346,21 +347,21 @@ fn colliding<'a>(
 }
 
 /// The keys of the samples that this transaction newly stored (into `new_keys`) and the flags
-/// of those that had any (into `flagged`); returns how many there were. Only new samples count,
-/// so a resent batch marks no minute.
+/// of those that had any (into `flagged`); returns them as `(gpu_id, index in the batch)`.
+/// Only new samples count, so a resent batch marks no minute.
 fn collect_new(
     job: &IngestJob,
     ids: &HashMap<String, i64>,
     mut inserted_keys: HashSet<(i64, i64)>,
     new_keys: &mut Vec<(i64, i64)>,
     flagged: &mut Vec<(i64, i64, i64)>,
-) -> u64 {
-    let mut inserted = 0;
+) -> Vec<(i64, u32)> {
+    let mut inserted = Vec::with_capacity(inserted_keys.len());
     for (i, s) in job.batch.samples.iter().enumerate() {
         let key = (ids[s.uuid.as_str()], s.ts_ms);
         // remove(): a sample repeated inside one batch counts once.
         if inserted_keys.remove(&key) {
-            inserted += 1;
+            inserted.push((key.0, i as u32));
             new_keys.push(key);
             let flags = job.batch.flags.get(i).copied().unwrap_or_default();
             if !flags.is_empty() {
@@ -422,9 +423,10 @@ async fn upsert_gpus(
     org: OrgId,
     host: &str,
     samples: &[Sample],
-) -> Result<HashMap<String, i64>> {
+) -> Result<(HashMap<String, i64>, Vec<(i64, i64)>)> {
     let gpus = columns::gpu_upserts(samples);
     let mut ids = HashMap::with_capacity(gpus.len());
+    let mut seqs = Vec::with_capacity(gpus.len());
     for chunk in bounded_chunks(&gpus, 1000) {
         let mut qb: QueryBuilder<Sqlite> = QueryBuilder::new(
             "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms) ",
@@ -441,12 +443,14 @@ async fn upsert_gpus(
                 .push_bind(g.last_ms)
                 .push_bind(g.live_ms);
         });
-        qb.push(columns::gpu_upsert_tail("min", "max"));
+        qb.push(columns::gpu_upsert_tail("min", "max", columns::SeqStep::Batch));
         for row in qb.build().fetch_all(&mut *conn).await? {
-            ids.insert(row.try_get::<String, _>(1)?, row.try_get(0)?);
+            let id: i64 = row.try_get(0)?;
+            ids.insert(row.try_get::<String, _>(1)?, id);
+            seqs.push((id, row.try_get(2)?));
         }
     }
-    Ok(ids)
+    Ok((ids, seqs))
 }
 
 /// Most rows in one multi-row statement (see [`bounded_chunks`]).

@@ -26,6 +26,7 @@ fleetlens_tests::for_each_backend!(
     ingest_rules_refuse_whole_batches_and_admins_move_gpus,
     concurrent_batches_never_pass_a_quota_together,
     rollups_written_once_equal_the_per_sample_reference,
+    each_committed_batch_numbers_its_gpus_once,
 );
 
 /// A time after every test's samples: the rollup job then writes every marked minute.
@@ -597,6 +598,65 @@ async fn maintenance_clears_the_garbage_of_in_place_updates(backend: Backend) {
 /// Quotas and the GPU-host rule of `ingest_with`: a refused batch stores nothing (not even the
 /// samples of GPUs that fit); GPUs of an organisation over its quota keep reporting; a GPU moves
 /// only by `move_gpu` or, with `move_after_ms`, once its old host has been silent that long.
+/// `gpus.ingest_seq` (what the alert engine judges from memory by): a GPU's first batch is
+/// number 0, with or without the registration ahead of it (quotas); each committed batch that
+/// writes the GPU adds one, a resend too (it says which of its samples it inserted: none); a
+/// refused batch adds nothing; the outcome names the samples inserted by their index.
+async fn each_committed_batch_numbers_its_gpus_once(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let now = 1_800_000_000_000;
+    let rules = IngestRules { max_gpus: 3, max_hosts: 5, move_after_ms: None, now_ms: now };
+    let t = now - 600_000;
+    let seq_of = |uuid: &'static str| {
+        let store = store.clone();
+        async move {
+            let gpus = store.alert_gpus().await.unwrap();
+            gpus.iter().find(|g| g.info.uuid == uuid).map(|g| (g.id, g.ingest_seq)).unwrap()
+        }
+    };
+    let mut both = synthetic("S1", t, 3, 1000);
+    both.extend(synthetic("S2", t, 2, 1000));
+    let first = store
+        .ingest_with(SampleBatch { rules: Some(rules), ..SampleBatch::new(DEFAULT_ORG, "n1", both.clone()) })
+        .await
+        .unwrap();
+    let (s1, s2) = (seq_of("S1").await, seq_of("S2").await);
+    assert_eq!((s1.1, s2.1), (0, 0), "a new GPU's first batch is number 0, registration or not");
+    let written: Vec<(GpuId, i64, Vec<u32>, bool)> =
+        first.written.iter().map(|w| (w.gpu_id, w.ingest_seq, w.inserted.clone(), w.filled)).collect();
+    assert_eq!(written, vec![(s1.0, 0, vec![0, 1, 2], false), (s2.0, 0, vec![3, 4], false)]);
+
+    // A resend is a committed batch that inserted nothing.
+    let again = store.ingest(DEFAULT_ORG, "n1", both.clone()).await.unwrap();
+    assert_eq!(again.duplicates, 5);
+    assert!(again.written.iter().all(|w| w.ingest_seq == 1 && w.inserted.is_empty()), "{:?}", again.written);
+    // One new sample of S1 beside an old one: S1 only.
+    let mixed = vec![both[0].clone(), synthetic("S1", t + 3000, 1, 1000).remove(0)];
+    let out = store.ingest(DEFAULT_ORG, "n1", mixed).await.unwrap();
+    assert_eq!(
+        out.written.iter().map(|w| (w.gpu_id, w.ingest_seq, w.inserted.clone())).collect::<Vec<_>>(),
+        vec![(s1.0, 2, vec![1])]
+    );
+    assert_eq!(seq_of("S2").await.1, 1);
+    // A refused batch (a GPU over the quota) numbers nothing.
+    let mut over = synthetic("S1", t + 4000, 1, 1000);
+    over.extend(synthetic("S3", t, 1, 1000));
+    over.extend(synthetic("S4", t, 1, 1000));
+    let err = store.ingest_with(SampleBatch { rules: Some(rules), ..SampleBatch::new(DEFAULT_ORG, "n1", over) }).await;
+    assert!(matches!(err, Err(StoreError::QuotaExceeded { .. })), "{err:?}");
+    assert_eq!(seq_of("S1").await.1, 2);
+    // A sample that fills in a stored one (a field it lacked) is reported as such.
+    let mut partial = synthetic("S5", t, 1, 1000);
+    partial[0].tensor_active_pct = None;
+    store.ingest(DEFAULT_ORG, "n1", partial.clone()).await.unwrap();
+    let fill = store.ingest(DEFAULT_ORG, "n1", synthetic("S5", t, 1, 1000)).await.unwrap();
+    assert_eq!(fill.merged, 1);
+    assert_eq!(
+        fill.written.iter().map(|w| (w.ingest_seq, w.inserted.len(), w.filled)).collect::<Vec<_>>(),
+        vec![(1, 0, true)]
+    );
+}
+
 async fn ingest_rules_refuse_whole_batches_and_admins_move_gpus(backend: Backend) {
     let (_db, store) = open(backend).await;
     let now = 1_800_000_000_000;

@@ -45,6 +45,7 @@ use fleetlens_store::alerts::{
 };
 use fleetlens_store::{DEFAULT_ORG, OrgId, Store, StoreError};
 
+use super::recent::{HeldBatch, News};
 use super::render::{self, AlertDetails};
 use super::{AlertsCtx, ms};
 use crate::time::now_ms;
@@ -76,6 +77,8 @@ pub async fn run(ctx: Arc<AlertsCtx>) {
     let mut lock = ctx.store.job_lock(crate::jobs::ALERT_ENGINE);
     crate::jobs::set_leader(crate::jobs::ALERT_ENGINE, false);
     loop {
+        // Ingest hands this replica's batches over only while it runs the engine.
+        ctx.recent.enable(engine.is_some());
         tokio::select! {
             _ = ctx.engine_wake.notified() => {}
             _ = tokio::time::sleep(interval) => {}
@@ -105,7 +108,10 @@ pub async fn run(ctx: Arc<AlertsCtx>) {
         }
         if engine.is_none() {
             match Engine::load(ctx.store.as_ref()).await {
-                Ok(e) => engine = Some(e),
+                Ok(e) => {
+                    engine = Some(e);
+                    ctx.recent.enable(true);
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "alert engine: cannot load its state");
                     continue;
@@ -260,6 +266,11 @@ pub(super) struct Engine {
     /// Each GPU's newest evaluated sample (for no-data rules while it reports).
     last_sample: HashMap<GpuId, Sample>,
     dirty_cursors: HashSet<GpuId>,
+    /// Each GPU's ingest sequence number up to which its samples are judged (unknown until the
+    /// engine first reads the GPU from the database): see `super::recent`.
+    judged: HashMap<GpuId, i64>,
+    /// GPUs whose newest batch was committed but not yet handed over last cycle.
+    waiting: HashSet<GpuId>,
     /// How each GPU's samples arrive (in memory only: after a restart the default applies).
     deliveries: HashMap<GpuId, Delivery>,
     /// The newest GPU event read, and the times of XID errors per GPU not yet matched to a
@@ -290,6 +301,8 @@ impl Engine {
             open,
             last_sample: HashMap::new(),
             dirty_cursors: HashSet::new(),
+            judged: HashMap::new(),
+            waiting: HashSet::new(),
             deliveries: HashMap::new(),
             last_event_id: GpuEventId(0),
             xids: HashMap::new(),
@@ -327,39 +340,91 @@ impl Engine {
         let oldest_data = gpus.iter().map(|g| g.info.last_seen_ms.min(now)).min().unwrap_or(now);
         self.read_events(store, &gpus, oldest_data - ms(ctx.cfg.alert_lookback)).await?;
 
-        // 1. New samples, per GPU, on event time: every GPU with news in one read.
-        let positions: Vec<(GpuId, i64)> = gpus
+        // 1. New samples, per GPU, on event time: the batches this replica stored from memory
+        // when it holds all of them (`super::recent`), every other GPU with news in one read.
+        let mut held: HashMap<GpuId, Vec<HeldBatch>> = HashMap::new();
+        // The number each GPU is judged up to once its news below is.
+        let mut judged_to: HashMap<GpuId, i64> = HashMap::new();
+        // Where each GPU's news starts. A GPU seen for the first time is judged on the last
+        // `--alert-lookback` of its own data, not of the wall clock: back-filled data (a
+        // replayed trace recorded days ago) alerts like live data did.
+        let from: HashMap<GpuId, i64> = gpus
             .iter()
-            .filter_map(|g| {
-                // A GPU seen for the first time is judged on the last `--alert-lookback` of its
-                // own data, not of the wall clock: back-filled data (a replayed trace recorded
-                // days ago) alerts like live data did.
+            .map(|g| {
                 let from = match self.cursors.get(&g.id) {
                     Some(c) => c.last_ts_ms + 1,
                     None => g.info.last_seen_ms.min(now) - ms(ctx.cfg.alert_lookback),
                 };
-                (g.info.last_seen_ms >= from).then_some((g.id, from))
+                (g.id, from)
+            })
+            .collect();
+        let positions: Vec<(GpuId, i64)> = gpus
+            .iter()
+            .filter_map(|g| {
+                // A GPU never judged (no cursor) whose every batch this replica stored, from
+                // its first (number 0), is judged from memory too.
+                let judged = self.judged.get(&g.id).copied().or((!self.cursors.contains_key(&g.id)).then_some(-1));
+                // A batch committed but not handed over yet is waited for one cycle, not more.
+                let may_wait = !self.waiting.contains(&g.id);
+                match ctx.recent.take(g.id, judged, g.ingest_seq, may_wait) {
+                    News::None => {
+                        judged_to.insert(g.id, g.ingest_seq);
+                        return None;
+                    }
+                    News::Held { batches, through } => {
+                        held.insert(g.id, batches);
+                        judged_to.insert(g.id, through);
+                        return None;
+                    }
+                    News::Database => judged_to.insert(g.id, g.ingest_seq),
+                };
+                (g.info.last_seen_ms >= from[&g.id]).then_some((g.id, from[&g.id]))
             })
             .collect();
         let feed = if positions.is_empty() { Vec::new() } else { store.samples_since(&positions, BATCH).await? };
-        report.more |= feed.len() == BATCH as usize;
-        let mut news: HashMap<GpuId, Vec<Sample>> = HashMap::new();
-        for (gpu, s) in feed {
-            news.entry(gpu).or_default().push(s);
+        let cut_short = feed.len() == BATCH as usize;
+        report.more |= cut_short;
+        let mut news: HashMap<GpuId, Vec<&Sample>> = HashMap::new();
+        for (gpu, s) in &feed {
+            news.entry(*gpu).or_default().push(s);
         }
+        let mut from_memory = 0;
+        for (gpu, batches) in &held {
+            // As the database read does: the samples from the GPU's position, in time order.
+            let from = from[gpu];
+            let mut samples: Vec<&Sample> =
+                batches.iter().flat_map(HeldBatch::samples).filter(|s| s.ts_ms >= from).collect();
+            samples.sort_by_key(|s| s.ts_ms);
+            from_memory += samples.len();
+            news.insert(*gpu, samples);
+        }
+        crate::metrics::record_alert_feed(feed.len(), from_memory);
+        let read_from_db: HashSet<GpuId> = positions.iter().map(|&(gpu, _)| gpu).collect();
         for g in &gpus {
+            // Judged up to the number taken, unless the database read stopped before the GPU's
+            // last sample (it is read again from its cursor).
+            if let Some(&to) = judged_to.get(&g.id)
+                && !(cut_short && read_from_db.contains(&g.id))
+            {
+                self.judged.insert(g.id, to);
+                if to < g.ingest_seq {
+                    self.waiting.insert(g.id);
+                } else {
+                    self.waiting.remove(&g.id);
+                }
+            }
             // Cursors move on even without rules, so a new rule judges new data only.
             let rules = data.rules.get(&g.org_id).map(Vec::as_slice).unwrap_or_default();
-            let Some(samples) = news.remove(&g.id) else { continue };
+            let Some(samples) = news.remove(&g.id).filter(|s| !s.is_empty()) else { continue };
             self.deliveries.entry(g.id).or_default().arrived(now);
             let th = self.thresholds(store, g.org_id, now).await;
             let mut changes = Changes::default();
             for s in &samples {
                 self.on_sample(g, s, &th, rules, &data, now, &mut changes);
             }
-            // The no-data rules judge the newest sample: kept as it is, not a copy of each.
-            if let Some(newest) = samples.into_iter().next_back() {
-                self.last_sample.insert(g.id, newest);
+            // The no-data rules judge the newest sample.
+            if let Some(newest) = samples.last() {
+                self.last_sample.insert(g.id, (*newest).clone());
             }
             if changes.is_empty() {
                 self.dirty_cursors.insert(g.id);
@@ -547,7 +612,7 @@ impl Engine {
             cursor.last_ts_ms = s.ts_ms;
         }
         let duration = (s.ts_ms - cursor.state_since_ms).max(0) as f64 / 1000.0;
-        let mut obs = Observation::of_sample(s, state, duration, &g.info.host, data.team(g));
+        let mut obs = observation(g, s, state, duration, data.team(g));
         obs.xid_errors = Some(self.take_xids(g.id, s.ts_ms));
         for rule in rules.iter().filter(|r| !r.no_data) {
             let matched = rule.cond.matches(&obs);
@@ -613,8 +678,7 @@ impl Engine {
             let cursor = self.cursors.get(&g.id);
             let state = cursor.map_or(WorkloadState::Active, |c| c.state);
             let since = cursor.map_or(s.ts_ms, |c| c.state_since_ms);
-            let mut obs =
-                Observation::of_sample(&s, state, (s.ts_ms - since).max(0) as f64 / 1000.0, &g.info.host, team);
+            let mut obs = observation(g, &s, state, (s.ts_ms - since).max(0) as f64 / 1000.0, team);
             obs.ts_ms = now;
             for rule in rules.iter().filter(|r| r.no_data) {
                 let matched = rule.cond.matches(&obs);
@@ -1053,6 +1117,23 @@ impl Engine {
             }
         }
         out
+    }
+}
+
+/// A sample's observation, the GPU named by its registry row whether the sample was read back
+/// from the database (which names it so) or judged from memory as its agent sent it.
+fn observation<'a>(
+    g: &'a GpuBrief,
+    s: &'a Sample,
+    state: WorkloadState,
+    duration_in_state_s: f64,
+    team: Option<&'a str>,
+) -> Observation<'a> {
+    Observation {
+        gpu_uuid: &g.info.uuid,
+        gpu_name: g.info.name.as_deref(),
+        gpu_index: g.info.gpu_index,
+        ..Observation::of_sample(s, state, duration_in_state_s, &g.info.host, team)
     }
 }
 

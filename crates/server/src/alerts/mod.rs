@@ -11,6 +11,7 @@ pub mod digest;
 pub mod engine;
 pub mod groups;
 pub mod outbox;
+pub mod recent;
 pub mod render;
 pub mod views;
 
@@ -98,6 +99,8 @@ pub struct AlertsCtx {
     pub public_url: String,
     pub engine_wake: Notify,
     pub outbox_wake: Notify,
+    /// The batches this replica stored, for the engine (`recent`).
+    pub recent: recent::RecentBatches,
     /// This process, as lease owner.
     pub owner: String,
     /// The notification client: no redirects, every address checked at connect time.
@@ -128,6 +131,7 @@ impl Alerts {
             public_url,
             engine_wake: Notify::new(),
             outbox_wake: Notify::new(),
+            recent: recent::RecentBatches::default(),
             owner,
             http,
             egress,
@@ -143,6 +147,12 @@ impl Alerts {
 
     pub fn ctx(&self) -> &Arc<AlertsCtx> {
         &self.ctx
+    }
+
+    /// Called by ingest after a batch is committed, with what it wrote: the engine judges it
+    /// from memory when it can (`recent`).
+    pub fn stored(&self, samples: &Arc<[fleetlens_core::Sample]>, written: &[fleetlens_store::GpuWritten]) {
+        self.ctx.recent.add(samples, written);
     }
 
     /// Called by ingest after a batch is committed: wakes the engine (cheap; no IO here) and

@@ -80,9 +80,14 @@ pub async fn store_batch(state: &AppState, caller: &Caller, mut batch: IngestBat
         let flags = state.quality.check_batch(caller.org, &mut batch.samples);
         let rules = ingest_rules(&state.config);
         let sightings = crate::actions::tracker::sightings(host, &batch.samples);
+        let samples: std::sync::Arc<[Sample]> = std::mem::take(&mut batch.samples).into();
         let outcome = state
             .store
-            .ingest_with(SampleBatch { flags, rules: Some(rules), ..SampleBatch::new(caller.org, host, batch.samples) })
+            .ingest_with(SampleBatch {
+                flags,
+                rules: Some(rules),
+                ..SampleBatch::new(caller.org, host, samples.clone())
+            })
             .await
             .map_err(refused)
             .inspect_err(|e| {
@@ -90,6 +95,7 @@ pub async fn store_batch(state: &AppState, caller: &Caller, mut batch: IngestBat
                     crate::metrics::record_rejected();
                 }
             })?;
+        state.alerts.stored(&samples, &outcome.written);
         state.deliveries.arrived(caller.org, host, now_ms());
         state.job_tracker.add(caller.org, sightings);
         outcome
