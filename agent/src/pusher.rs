@@ -264,14 +264,10 @@ impl Pusher {
             status: StatusCode::BAD_REQUEST,
             message: format!("spooled batch: {e}"),
         })?;
-        let mut total = IngestResponse { received: 0, inserted: 0, merged: 0, duplicates: 0 };
+        let mut total = IngestResponse::default();
         let IngestBatch { host, labels, samples, events, .. } = batch;
         for (part, _) in encode_batches(&host, &labels, samples, events, MAX_BATCH_DECODED_BYTES, WireFormat::Json) {
-            let r = self.send(part, WireFormat::Json).await?;
-            total.received += r.received;
-            total.inserted += r.inserted;
-            total.merged += r.merged;
-            total.duplicates += r.duplicates;
+            total += self.send(part, WireFormat::Json).await?;
         }
         Ok(total)
     }

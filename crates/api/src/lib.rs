@@ -53,8 +53,9 @@ pub struct IngestBatch {
     pub events: Vec<GpuEvent>,
 }
 
-/// Answer to an accepted ingest batch: everything in it is durably committed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+/// Answer to an accepted ingest batch: everything in it is durably committed. Answers add up
+/// (`+=`) to the answer of the batches' union, as a client that split one batch sums them.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct IngestResponse {
     /// Samples in the batch.
@@ -68,6 +69,15 @@ pub struct IngestResponse {
     /// Samples already stored before (same GPU and ts_ms) that added nothing: ignored, the
     /// batch is idempotent.
     pub duplicates: u64,
+}
+
+impl std::ops::AddAssign for IngestResponse {
+    fn add_assign(&mut self, other: IngestResponse) {
+        self.received += other.received;
+        self.inserted += other.inserted;
+        self.merged += other.merged;
+        self.duplicates += other.duplicates;
+    }
 }
 
 /// Answer to an accepted remote-write request (`POST /api/v1/write`).

@@ -91,36 +91,34 @@ fn check_sample(sample: &[u8], c: &mut Counts) -> ApiResult<()> {
 
 /// Call `f` with each field's number and, for a length-delimited field, its bytes.
 fn each_field(mut buf: &[u8], mut f: impl FnMut(u32, Option<&[u8]>) -> ApiResult<()>) -> ApiResult<()> {
+    // The next `n` bytes of the message, and the message past them.
+    fn split(buf: &[u8], n: usize) -> ApiResult<(&[u8], &[u8])> {
+        buf.split_at_checked(n).ok_or_else(|| invalid("a field runs past the end of its message"))
+    }
     while buf.has_remaining() {
         let (number, wire) = decode_key(&mut buf).map_err(invalid)?;
-        let take = |buf: &mut &[u8], n: usize| {
-            if buf.remaining() < n {
-                return Err(invalid("a field runs past the end of its message"));
-            }
-            buf.advance(n);
-            Ok(())
-        };
-        match wire {
+        let value = match wire {
             WireType::Varint => {
                 decode_varint(&mut buf).map_err(invalid)?;
-                f(number, None)?;
+                None
             }
             WireType::SixtyFourBit => {
-                take(&mut buf, 8)?;
-                f(number, None)?;
+                buf = split(buf, 8)?.1;
+                None
             }
             WireType::ThirtyTwoBit => {
-                take(&mut buf, 4)?;
-                f(number, None)?;
+                buf = split(buf, 4)?.1;
+                None
             }
             WireType::LengthDelimited => {
                 let len = usize::try_from(decode_varint(&mut buf).map_err(invalid)?).unwrap_or(usize::MAX);
-                let value = buf.get(..len).ok_or_else(|| invalid("a field runs past the end of its message"))?;
-                f(number, Some(value))?;
-                buf.advance(len);
+                let (value, rest) = split(buf, len)?;
+                buf = rest;
+                Some(value)
             }
             WireType::StartGroup | WireType::EndGroup => return Err(invalid("groups are not part of this message")),
-        }
+        };
+        f(number, value)?;
     }
     Ok(())
 }
