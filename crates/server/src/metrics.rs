@@ -132,19 +132,19 @@ struct JobLabels {
     job: String,
 }
 
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct FlagLabels {
-    flag: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct ReasonLabels {
-    reason: String,
-}
-
-#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-struct SourceLabels {
-    source: String,
+/// A process-wide counter split by one label: a series `label="value"` per `(value, count)`.
+fn register_counts<'a>(
+    registry: &mut Registry,
+    name: &str,
+    help: &str,
+    label: &str,
+    counts: impl IntoIterator<Item = (&'a str, u64)>,
+) {
+    let family = Family::<Vec<(String, String)>, prometheus_client::metrics::counter::Counter>::default();
+    registry.register(name, help, family.clone());
+    for (value, n) in counts {
+        family.get_or_create(&vec![(label.to_string(), value.to_string())]).inc_by(n);
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -278,33 +278,27 @@ pub async fn metrics(State(state): State<AppState>, caller: Caller, headers: Hea
     ] {
         registry.register(name, help, ConstCounter::new(v.load(Ordering::Relaxed)));
     }
-    let flagged = Family::<FlagLabels, prometheus_client::metrics::counter::Counter>::default();
-    registry.register(
+    register_counts(
+        &mut registry,
         "data_quality_flagged_samples",
         "Samples with readings that cannot be true, by data-quality flag (docs/METRICS.md); the flagged fields were dropped",
-        flagged.clone(),
+        "flag",
+        crate::quality::flagged_counts().map(|(flag, n)| (flag.as_str(), n)),
     );
-    for (flag, n) in crate::quality::flagged_counts() {
-        flagged.get_or_create(&FlagLabels { flag: flag.as_str().to_string() }).inc_by(n);
-    }
-    let ignored = Family::<ReasonLabels, prometheus_client::metrics::counter::Counter>::default();
-    registry.register(
+    register_counts(
+        &mut registry,
         "remote_write_series_ignored",
         "Remote-write series that gave no sample: not a dcgm-exporter field Fleetlens reads (unknown), no UUID label (no_uuid), staleness markers (stale)",
-        ignored.clone(),
+        "reason",
+        IGNORED_REASONS.iter().zip(&REMOTE_WRITE_IGNORED).map(|(r, n)| (*r, n.load(Ordering::Relaxed))),
     );
-    for (reason, n) in IGNORED_REASONS.iter().zip(&REMOTE_WRITE_IGNORED) {
-        ignored.get_or_create(&ReasonLabels { reason: reason.to_string() }).inc_by(n.load(Ordering::Relaxed));
-    }
-    let feed = Family::<SourceLabels, prometheus_client::metrics::counter::Counter>::default();
-    registry.register(
+    register_counts(
+        &mut registry,
         "alert_engine_samples",
         "Samples the alert engine on this replica read: back from the database, or from memory (batches this replica stored)",
-        feed.clone(),
+        "source",
+        ALERT_FEED_SOURCES.iter().zip(&ALERT_FEED).map(|(s, n)| (*s, n.load(Ordering::Relaxed))),
     );
-    for (source, n) in ALERT_FEED_SOURCES.iter().zip(&ALERT_FEED) {
-        feed.get_or_create(&SourceLabels { source: source.to_string() }).inc_by(n.load(Ordering::Relaxed));
-    }
     let streams = Gauge::<i64>::default();
     registry.register("live_streams", "Live streams (GET /api/v1/stream) open on this replica", streams.clone());
     streams.set(LIVE_STREAMS.load(Ordering::Relaxed));
