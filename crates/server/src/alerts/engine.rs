@@ -399,12 +399,18 @@ impl Engine {
             news.insert(*gpu, samples);
         }
         crate::metrics::record_alert_feed(feed.len(), from_memory);
-        let read_from_db: HashSet<GpuId> = positions.iter().map(|&(gpu, _)| gpu).collect();
+        // A read cut short (GPU by GPU, in id order) ends in its last GPU's samples: that GPU
+        // and those after it are read again from their cursors; those before it were read
+        // whole, and go back to memory from here (after a backlog, a few GPUs a cycle).
+        let read_again: HashSet<GpuId> = match feed.last() {
+            Some(&(last, _)) if cut_short => positions.iter().map(|&(gpu, _)| gpu).filter(|&gpu| gpu >= last).collect(),
+            _ => HashSet::new(),
+        };
         for g in &gpus {
             // Judged up to the number taken, unless the database read stopped before the GPU's
-            // last sample (it is read again from its cursor).
+            // last sample.
             if let Some(&to) = judged_to.get(&g.id)
-                && !(cut_short && read_from_db.contains(&g.id))
+                && !read_again.contains(&g.id)
             {
                 self.judged.insert(g.id, to);
                 if to < g.ingest_seq {
