@@ -66,6 +66,16 @@ pub async fn get_text(server: &TestServer, path: &str) -> (u16, String) {
     (resp.status().as_u16(), resp.text().await.expect("a body"))
 }
 
+/// The value of one series of `GET /metrics` (`name` with its labels, as exposed); panics when
+/// the series is missing.
+pub async fn metric(server: &TestServer, name: &str) -> f64 {
+    let (_, text) = get_text(server, "/metrics").await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} in /metrics"))
+}
+
 /// Set the price per GPU-hour of one GPU model (USD), as billing tests do first.
 pub async fn set_price(server: &TestServer, gpu_name: &str, per_gpu_hour: f64) {
     let body = serde_json::json!({"currency": "USD", "source": "test", "per_gpu_hour": {gpu_name: per_gpu_hour}});

@@ -10,7 +10,7 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
-use fleetlens_tests::http::{call_at, now_ms, serve_on, wait_for};
+use fleetlens_tests::http::{call_at, metric, now_ms, serve_on, wait_for};
 use fleetlens_tests::{
     Backend, TestDatabase, TestServer, agent_command, fixture_lines, h100_sample, replay_fixture_once,
     validate_slack_messages,
@@ -409,20 +409,10 @@ async fn a_failing_receiver_gets_one_message_per_transition(backend: Backend) {
 
 /// The engine's samples by source, from this replica's `/metrics`: (database, memory).
 async fn engine_feed(server: &TestServer) -> (u64, u64) {
-    let text = reqwest::Client::new()
-        .get(server.url("/metrics"))
-        .bearer_auth(fleetlens_tests::ADMIN_TOKEN)
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let count = |source: &str| {
-        let series = format!("fleetlens_alert_engine_samples_total{{source=\"{source}\"}} ");
-        text.lines().find_map(|l| l.strip_prefix(series.as_str())).map_or(0, |v| v.trim().parse().unwrap())
+    let count = |source: &'static str| async move {
+        metric(server, &format!("fleetlens_alert_engine_samples_total{{source=\"{source}\"}}")).await as u64
     };
-    (count("database"), count("memory"))
+    (count("database").await, count("memory").await)
 }
 
 /// The batches a replica stored are judged from memory, from a new GPU's first; a resend and a

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use fleetlens_api::remote_write::{TimeSeries, WriteRequest};
-use fleetlens_tests::http::{get_json, get_text, post_json};
+use fleetlens_tests::http::{get_json, metric, post_json};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture};
 use prost::Message;
 use serde_json::{Value, json};
@@ -187,14 +187,6 @@ async fn a_real_prometheus_remote_writes_dcgm_exporter_series() {
     // Series that are not fields Fleetlens reads are counted.
     let unknown = metric(&server, "fleetlens_remote_write_series_ignored_total{reason=\"unknown\"}").await;
     assert!(unknown > 0.0, "DCGM_FI_DEV_ENC_UTIL & co. are not read: {unknown}");
-}
-
-async fn metric(server: &TestServer, name: &str) -> f64 {
-    let (_, text) = get_text(server, "/metrics").await;
-    text.lines()
-        .find_map(|l| l.strip_prefix(name).and_then(|rest| rest.strip_prefix(' ')))
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| panic!("{name} in /metrics"))
 }
 
 /// The fields each H100 sample of the recorded expositions has, once all of its scrape's

@@ -374,6 +374,16 @@ pub(crate) enum SeqStep {
     Registration,
 }
 
+impl SeqStep {
+    /// The number a row this upsert inserts starts at.
+    pub(crate) fn new_row(self) -> i64 {
+        match self {
+            SeqStep::Batch => 0,
+            SeqStep::Registration => -1,
+        }
+    }
+}
+
 /// The end of the `INSERT INTO gpus` of a batch's GPUs (after the values), returning
 /// `id, uuid, ingest_seq`. A back-filled (older) batch must not overwrite the newer identity of
 /// a GPU. `least` / `greatest`: the database's two-argument minimum and maximum (`min` / `max`

@@ -63,12 +63,12 @@ pub(crate) async fn insert<'a>(
 }
 
 /// The samples of `order` (sorted by GPU and time) that [`insert`] did not store, each key once
-/// (the first of the batch), with their flags (by address, as `flag_of` keys them): stored
-/// before, they may fill in the stored rows ([`crate::merge`]).
+/// (the first of the batch), with their flags (`flag_of`): stored before, they may fill in the
+/// stored rows ([`crate::merge`]).
 pub(crate) fn not_inserted<'a>(
     order: &[(i64, &'a Sample)],
     fresh: &[(i64, &'a Sample)],
-    flag_of: &std::collections::HashMap<usize, fleetlens_core::QualityFlags>,
+    flag_of: impl Fn(&Sample) -> fleetlens_core::QualityFlags,
 ) -> Vec<(i64, &'a Sample, fleetlens_core::QualityFlags)> {
     let stored: HashSet<(i64, i64)> = fresh.iter().map(|&(gpu_id, s)| (gpu_id, s.ts_ms)).collect();
     let mut last = None;
@@ -78,7 +78,7 @@ pub(crate) fn not_inserted<'a>(
             let key = Some((gpu_id, s.ts_ms));
             std::mem::replace(&mut last, key) != key && !stored.contains(&(gpu_id, s.ts_ms))
         })
-        .map(|&(gpu_id, s)| (gpu_id, s, flag_of.get(&(s as *const Sample as usize)).copied().unwrap_or_default()))
+        .map(|&(gpu_id, s)| (gpu_id, s, flag_of(s)))
         .collect()
 }
 

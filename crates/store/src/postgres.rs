@@ -57,11 +57,11 @@ impl PgStore {
         }
         let mut tx = self.pool.begin().await?;
         let (ids, seqs) = upsert_gpus(&mut tx, org, host, samples, columns::SeqStep::Batch).await?;
-        // Flags by sample (its address is its identity here: `order` holds references).
-        let flag_of: HashMap<usize, fleetlens_core::QualityFlags> =
-            samples.iter().zip(flags).map(|(s, f)| (s as *const Sample as usize, *f)).collect();
+        // A sample's place in the batch, and so its flags (its address is its identity here:
+        // `order` holds references into `samples`).
         let base = samples.as_ptr() as usize;
-        let index_of = |s: &Sample| ((s as *const Sample as usize - base) / std::mem::size_of::<Sample>()) as u32;
+        let index_of = |s: &Sample| (s as *const Sample as usize - base) / std::mem::size_of::<Sample>();
+        let flag_of = |s: &Sample| flags.get(index_of(s)).copied().unwrap_or_default();
         // Each sample's GPU id looked up once (not once per comparison of the sort, and again
         // for the COPY and the rollups: that hashing was ~10 % of the server's ingest CPU).
         let mut order: Vec<(i64, &Sample)> = samples.iter().map(|s| (ids[s.uuid.as_str()], s)).collect();
@@ -72,7 +72,7 @@ impl PgStore {
         let fresh = pg_samples::insert(&mut tx, &order, mode).await?;
         let inserted = fresh.len() as u64;
         let fills = if mode == InsertMode::SkipStored {
-            let colliding = pg_samples::not_inserted(&order, &fresh, &flag_of);
+            let colliding = pg_samples::not_inserted(&order, &fresh, flag_of);
             crate::merge::pg::fill_stored(&mut tx, &colliding).await?
         } else {
             Vec::new()
@@ -82,7 +82,7 @@ impl PgStore {
         let mut flagged: Vec<(i64, i64, i64)> = fresh
             .iter()
             .filter_map(|&(gpu_id, s)| {
-                let f = flag_of.get(&(s as *const Sample as usize)).copied().unwrap_or_default();
+                let f = flag_of(s);
                 (!f.is_empty()).then(|| (gpu_id, s.ts_ms, f.bits()))
             })
             .collect();
@@ -93,7 +93,7 @@ impl PgStore {
         tx.commit().await?;
         let written = crate::data_path::written_by_gpu(
             &seqs,
-            fresh.iter().map(|&(gpu_id, s)| (gpu_id, index_of(s))),
+            fresh.iter().map(|&(gpu_id, s)| (gpu_id, index_of(s) as u32)),
             fills.iter().map(|f| f.gpu_id),
         );
         Ok(IngestOutcome { inserted, merged: filled, duplicates: samples.len() as u64 - inserted - filled, written })
@@ -214,7 +214,7 @@ async fn upsert_gpus(
         "INSERT INTO gpus (org_id, uuid, host, gpu_index, name, mem_total_bytes, power_limit_w, first_seen_ms, last_seen_ms, last_live_ms, ingest_seq) \
          SELECT $1, u, $2, i, n, m, p, f, l, v, {} FROM UNNEST($3::text[], $4::int8[], $5::text[], $6::int8[], $7::float8[], $8::int8[], $9::int8[], $10::int8[]) \
          AS t(u, i, n, m, p, f, l, v){}",
-        if step == columns::SeqStep::Batch { 0 } else { -1 },
+        step.new_row(),
         columns::gpu_upsert_tail("LEAST", "GREATEST", step)
     );
     let rows = sqlx::query(&sql)
