@@ -43,9 +43,38 @@ pub const MIN_LATENESS_MS: i64 = 60_000;
 const CLOSE_MARGIN_MS: i64 = 30_000;
 
 const MINUTE_MS: i64 = 60_000;
-/// GPUs per transaction of the job: each holds SQLite's write lock (ingest waits) for the reads
-/// and writes of this many GPUs' closed minutes.
+/// GPUs per transaction of the job: each holds SQLite's write lock (ingest waits), and on
+/// PostgreSQL the row locks of its marks (a batch marking one of those minutes again waits),
+/// for the reads and writes of this many GPUs' closed minutes.
 pub(crate) const GPUS_PER_CLOSE: usize = 200;
+/// GPU-minutes per transaction of the job, at most (unless one GPU alone has more): in steady
+/// state a GPU has one or two closed minutes per run and [`GPUS_PER_CLOSE`] bounds the
+/// transaction, but after a backlog (an outage, a back-fill: every minute of it closed at once)
+/// 200 GPUs can hold hundreds of thousands of samples, and ingest waited seconds on one
+/// transaction (PostgreSQL p99 4 s, SQLite 6.8 s in the ingest benchmark, whose samples are an
+/// hour old).
+pub(crate) const MINUTES_PER_CLOSE: i64 = 1_000;
+
+/// The job's transactions over `marked` (GPU id, its closed marked minutes; sorted by id): runs
+/// of consecutive GPUs as (first id, last id), each of at most [`GPUS_PER_CLOSE`] GPUs and
+/// [`MINUTES_PER_CLOSE`] minutes, or one GPU when that GPU alone has more.
+pub(crate) fn close_chunks_of(marked: &[(i64, i64)]) -> Vec<(i64, i64)> {
+    let mut chunks = Vec::new();
+    let mut current: Option<(i64, i64, usize, i64)> = None; // first, last, GPUs, minutes
+    for &(gpu_id, minutes) in marked {
+        current = match current {
+            Some((first, _, gpus, total)) if gpus < GPUS_PER_CLOSE && total + minutes <= MINUTES_PER_CLOSE => {
+                Some((first, gpu_id, gpus + 1, total + minutes))
+            }
+            done => {
+                chunks.extend(done.map(|(first, last, _, _)| (first, last)));
+                Some((gpu_id, gpu_id, 1, minutes))
+            }
+        };
+    }
+    chunks.extend(current.map(|(first, last, _, _)| (first, last)));
+    chunks
+}
 const HOUR_MS: i64 = 3_600_000;
 
 /// Which marked minutes to load.
@@ -869,16 +898,16 @@ macro_rules! impl_rollup_close {
             Ok(unpacked)
         }
 
-        /// The GPUs with minutes marked before `cutoff_ms`, in chunks of
-        /// [`rc::GPUS_PER_CLOSE`] (first id, last id): one job transaction each.
+        /// The GPUs with minutes marked before `cutoff_ms`, in chunks
+        /// ([`rc::close_chunks_of`]: first id, last id): one job transaction each.
         pub(crate) async fn close_chunks(pool: &sqlx::Pool<$db>, cutoff_ms: i64) -> $crate::Result<Vec<(i64, i64)>> {
-            let ids: Vec<i64> = sqlx::query_scalar(&q(
-                "SELECT DISTINCT gpu_id FROM rollup_pending WHERE minute_ms < ? ORDER BY gpu_id",
+            let marked: Vec<(i64, i64)> = sqlx::query_as(&q(
+                "SELECT gpu_id, count(*) FROM rollup_pending WHERE minute_ms < ? GROUP BY gpu_id ORDER BY gpu_id",
             ))
             .bind(cutoff_ms)
             .fetch_all(pool)
             .await?;
-            Ok(ids.chunks(rc::GPUS_PER_CLOSE).map(|c| (c[0], c[c.len() - 1])).collect())
+            Ok(rc::close_chunks_of(&marked))
         }
 
         /// The job's work inside one transaction: write the minutes of `scope` (a
@@ -949,6 +978,35 @@ pub(crate) use impl_rollup_close;
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn job_transactions_are_bounded_by_gpus_and_by_minutes() {
+        use super::{GPUS_PER_CLOSE, MINUTES_PER_CLOSE, close_chunks_of};
+        assert!(close_chunks_of(&[]).is_empty());
+        // Steady state: one or two minutes a GPU, the GPU bound cuts.
+        let steady: Vec<(i64, i64)> = (1..=450).map(|id| (id, 1 + id % 2)).collect();
+        assert_eq!(close_chunks_of(&steady), [(1, 200), (201, 400), (401, 450)]);
+        // A backlog: 25 minutes a GPU, the minute bound cuts (40 GPUs of 25 = 1,000).
+        let backlog: Vec<(i64, i64)> = (1..=100).map(|id| (id * 3, 25)).collect();
+        assert_eq!(close_chunks_of(&backlog), [(3, 120), (123, 240), (243, 300)]);
+        // One GPU over the bound stands alone, and its neighbours go on either side of it.
+        let big = [(1, 10), (2, MINUTES_PER_CLOSE + 5), (3, 10), (4, MINUTES_PER_CLOSE - 10)];
+        assert_eq!(close_chunks_of(&big), [(1, 1), (2, 2), (3, 4)]);
+        // Every GPU is in exactly one chunk, in order, and no chunk breaks a bound it could keep.
+        let mixed: Vec<(i64, i64)> = (1..=1000).map(|id| (id, (id * 37) % 90)).collect();
+        let chunks = close_chunks_of(&mixed);
+        assert_eq!(chunks.first().unwrap().0, 1);
+        assert_eq!(chunks.last().unwrap().1, 1000);
+        for pair in chunks.windows(2) {
+            assert_eq!(pair[0].1 + 1, pair[1].0);
+        }
+        for &(lo, hi) in &chunks {
+            let inside: Vec<_> = mixed.iter().filter(|(id, _)| (lo..=hi).contains(id)).collect();
+            assert!(inside.len() <= GPUS_PER_CLOSE);
+            let minutes: i64 = inside.iter().map(|(_, m)| m).sum();
+            assert!(inside.len() == 1 || minutes <= MINUTES_PER_CLOSE, "{lo}..{hi}: {minutes}");
+        }
+    }
+
     use super::*;
 
     #[test]
