@@ -55,6 +55,8 @@ pub(crate) const GPUS_PER_CLOSE: usize = 200;
 /// hour old).
 pub(crate) const MINUTES_PER_CLOSE: i64 = 1_000;
 
+const HOUR_MS: i64 = 3_600_000;
+
 /// The job's transactions over `marked` (GPU id, its closed marked minutes; sorted by id): runs
 /// of consecutive GPUs as (first id, last id), each of at most [`GPUS_PER_CLOSE`] GPUs and
 /// [`MINUTES_PER_CLOSE`] minutes, or one GPU when that GPU alone has more.
@@ -75,7 +77,6 @@ pub(crate) fn close_chunks_of(marked: &[(i64, i64)]) -> Vec<(i64, i64)> {
     chunks.extend(current.map(|(first, last, _, _)| (first, last)));
     chunks
 }
-const HOUR_MS: i64 = 3_600_000;
 
 /// Which marked minutes to load.
 #[derive(Debug, Clone, Copy)]
@@ -978,9 +979,10 @@ pub(crate) use impl_rollup_close;
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
     fn job_transactions_are_bounded_by_gpus_and_by_minutes() {
-        use super::{GPUS_PER_CLOSE, MINUTES_PER_CLOSE, close_chunks_of};
         assert!(close_chunks_of(&[]).is_empty());
         // Steady state: one or two minutes a GPU, the GPU bound cuts.
         let steady: Vec<(i64, i64)> = (1..=450).map(|id| (id, 1 + id % 2)).collect();
@@ -1006,8 +1008,6 @@ mod tests {
             assert!(inside.len() == 1 || minutes <= MINUTES_PER_CLOSE, "{lo}..{hi}: {minutes}");
         }
     }
-
-    use super::*;
 
     #[test]
     fn marks_cover_each_minute_and_the_next() {
