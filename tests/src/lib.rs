@@ -315,10 +315,10 @@ pub struct TableCounts {
 }
 
 pub async fn table_counts(db_url: &str) -> TableCounts {
-    const OPEN: &str = "SELECT p.gpu_id, p.minute_ms FROM rollup_pending p WHERE EXISTS (SELECT 1 FROM samples s \
+    const OPEN: &str = "SELECT p.gpu_id, p.minute_ms FROM rollup_pending p WHERE EXISTS (SELECT 1 FROM open_sample_rows s \
                         WHERE s.gpu_id = p.gpu_id AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000)";
     let sql = format!(
-        "SELECT (SELECT count(*) FROM samples), (SELECT count(*) FROM gpus), \
+        "SELECT (SELECT count(*) FROM open_sample_rows), (SELECT count(*) FROM gpus), \
          (SELECT count(*) FROM (SELECT gpu_id, bucket_ms FROM rollups_1m UNION {OPEN}) m), \
          (SELECT count(*) FROM (SELECT gpu_id, bucket_ms FROM rollups_1h UNION \
             SELECT o.gpu_id, o.minute_ms - o.minute_ms % 3600000 FROM ({OPEN}) o) h)"
@@ -352,9 +352,9 @@ pub async fn rollup_accounting(db_url: &str) -> RollupAccounting {
         "EXISTS (SELECT 1 FROM rollup_pending p WHERE p.gpu_id = r.gpu_id AND p.minute_ms = r.bucket_ms)";
     let sql = format!(
         "SELECT CAST((SELECT coalesce(sum(r.sample_count), 0) FROM rollups_1m r WHERE NOT {OPEN}) AS BIGINT) \
-         + (SELECT count(*) FROM samples s WHERE EXISTS (SELECT 1 FROM rollup_pending p \
+         + (SELECT count(*) FROM open_sample_rows s WHERE EXISTS (SELECT 1 FROM rollup_pending p \
             WHERE p.gpu_id = s.gpu_id AND p.minute_ms = s.ts_ms - s.ts_ms % 60000)), \
-         (SELECT count(*) FROM rollups_1m r JOIN (SELECT gpu_id, ts_ms - ts_ms % 60000 AS b, count(*) AS c FROM samples \
+         (SELECT count(*) FROM rollups_1m r JOIN (SELECT gpu_id, ts_ms - ts_ms % 60000 AS b, count(*) AS c FROM open_sample_rows \
             GROUP BY gpu_id, ts_ms - ts_ms % 60000) x ON x.gpu_id = r.gpu_id AND x.b = r.bucket_ms \
             WHERE r.sample_count <> x.c AND NOT {OPEN}), \
          (SELECT count(*) FROM rollups_1h h WHERE h.sample_count <> (SELECT sum(r.sample_count) FROM rollups_1m r \

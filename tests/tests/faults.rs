@@ -130,7 +130,7 @@ impl Load {
 
 /// Every stored (uuid, ts).
 async fn stored(db_url: &str) -> HashSet<(String, i64)> {
-    const KEYS: &str = "SELECT g.uuid, s.ts_ms FROM samples s JOIN gpus g ON g.id = s.gpu_id";
+    const KEYS: &str = "SELECT g.uuid, s.ts_ms FROM open_sample_rows s JOIN gpus g ON g.id = s.gpu_id";
     let keys: Vec<(String, i64)> = if db_url.starts_with("sqlite:") {
         let mut c = sqlx::SqliteConnection::connect(db_url).await.unwrap();
         sqlx::query_as(KEYS).fetch_all(&mut c).await.unwrap()

@@ -214,7 +214,7 @@ async fn both_replicas_ingesting_one_gpu_count_each_sample_once() {
     fleetlens_tests::wait_rollups_written(&db.url, i64::MAX, Duration::from_secs(30)).await;
     let mut conn = sqlx::PgConnection::connect(&db.url).await.unwrap();
     let count = |sql: &'static str| sqlx::query_scalar::<_, i64>(sql);
-    let samples = count("SELECT count(*) FROM samples").fetch_one(&mut conn).await.unwrap();
+    let samples = count("SELECT count(*) FROM open_sample_rows").fetch_one(&mut conn).await.unwrap();
     assert_eq!(samples, 2 * n, "each (gpu, ts) stored once");
     let m: i64 = count("SELECT sum(sample_count)::int8 FROM rollups_1m").fetch_one(&mut conn).await.unwrap();
     let h: i64 = count("SELECT sum(sample_count)::int8 FROM rollups_1h").fetch_one(&mut conn).await.unwrap();

@@ -39,7 +39,7 @@ fn samples(g: i64, start: i64) -> Vec<Value> {
 
 /// Samples in the database: open rows plus those sealed in blocks.
 async fn stored(db_url: &str) -> (i64, i64) {
-    const SQL: &str = "SELECT (SELECT count(*) FROM samples), (SELECT coalesce(sum(n), 0) FROM sample_blocks)";
+    const SQL: &str = "SELECT (SELECT count(*) FROM open_sample_rows), (SELECT coalesce(sum(n), 0) FROM sample_blocks)";
     if db_url.starts_with("sqlite:") {
         let mut c = sqlx::SqliteConnection::connect(db_url).await.unwrap();
         sqlx::query_as(SQL).fetch_one(&mut c).await.unwrap()

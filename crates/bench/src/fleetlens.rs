@@ -73,7 +73,7 @@ impl BenchDb {
     }
 
     async fn count_samples(&self) -> Result<i64> {
-        let sql = "SELECT count(*) FROM samples";
+        let sql = "SELECT count(*) FROM open_sample_rows";
         Ok(if self.pg.is_some() {
             let mut c = sqlx::PgConnection::connect(&self.url).await?;
             sqlx::query_scalar(sql).fetch_one(&mut c).await?
@@ -215,7 +215,7 @@ async fn run_on(db: Db, intake: Intake, bench_db: &BenchDb, settings: &Settings,
             peak_rss_bytes: peak_rss,
             load_before: load,
             verified: stored as u64,
-            verify_method: "SELECT count(*) FROM samples (sqlx, after kill -9 of the server)".into(),
+            verify_method: "SELECT count(*) FROM open_sample_rows (sqlx, after kill -9 of the server)".into(),
         },
         bodies,
         &sent,

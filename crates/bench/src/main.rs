@@ -462,7 +462,7 @@ fn markdown(r: &Report) -> String {
             .iter()
             .find(|m| m.backend != vm::LABEL)
             .map(|m| m.verify_method.as_str())
-            .unwrap_or("SELECT count(*) FROM samples")
+            .unwrap_or("SELECT count(*) FROM open_sample_rows")
     );
     if let Some(vm) = r.results.iter().find(|m| m.backend == vm::LABEL) {
         let _ = writeln!(

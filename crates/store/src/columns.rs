@@ -160,11 +160,11 @@ impl GpuRow {
     }
 }
 
-/// SELECT … FROM gpus g LEFT JOIN samples s (newest sample) for a backend.
-pub(crate) fn gpu_select(processes_expr: &str) -> String {
+/// SELECT … FROM gpus g joined to its newest open sample `s` (`newest_join`, the dialect's
+/// `NEWEST_SAMPLE_JOIN`) for a backend.
+pub(crate) fn gpu_select(processes_expr: &str, newest_join: &str) -> String {
     format!(
-        "SELECT {}, s.ts_ms AS latest_ts_ms, {} \
-         FROM gpus g LEFT JOIN samples s ON s.gpu_id = g.id AND s.ts_ms = g.last_seen_ms",
+        "SELECT {}, s.ts_ms AS latest_ts_ms, {} FROM gpus g {newest_join}",
         crate::GPU_RECORD_COLUMNS,
         sample_select_list("s", processes_expr)
     )

@@ -56,6 +56,32 @@ pub(crate) mod sqlite {
         "JOIN samples s ON s.gpu_id = p.gpu_id AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000";
     /// `samples.processes` (alias `s`) as text: stored as text.
     pub(crate) const PROCESSES_TEXT: &str = "s.processes";
+    /// A mark `p` joined to the GPU's last `credits::PREVIOUS_TIMESTAMPS` timestamps `t.ts_ms` before its
+    /// minute: one range along the primary key from the oldest of them (or from the start when
+    /// there are fewer).
+    pub(crate) fn previous_of_mark() -> String {
+        format!(
+            "JOIN samples t ON t.gpu_id = p.gpu_id AND t.ts_ms < p.minute_ms AND t.ts_ms >= COALESCE((SELECT u.ts_ms \
+             FROM samples u WHERE u.gpu_id = p.gpu_id AND u.ts_ms < p.minute_ms ORDER BY u.ts_ms DESC LIMIT 1 OFFSET {}), \
+             -9223372036854775807)",
+            crate::credits::PREVIOUS_TIMESTAMPS - 1
+        )
+    }
+    /// `gpus g` joined to its newest open sample `s` (absent: NULLs).
+    pub(crate) const NEWEST_SAMPLE_JOIN: &str = "LEFT JOIN samples s ON s.gpu_id = g.id AND s.ts_ms = g.last_seen_ms";
+    /// Open samples in all.
+    pub(crate) const OPEN_COUNT_SQL: &str = "SELECT count(*) FROM samples";
+
+    /// One GPU's open samples with `from <= ts_ms < to` as a table (SQL expressions, bound in
+    /// this order): the rows.
+    pub(crate) fn open_samples(gpu: &str, from: &str, to: &str) -> String {
+        format!("(SELECT * FROM samples WHERE gpu_id = {gpu} AND ts_ms >= {from} AND ts_ms < {to})")
+    }
+
+    /// Every GPU's open samples with `from <= ts_ms < to` as a table.
+    pub(crate) fn open_samples_between(from: &str, to: &str) -> String {
+        format!("(SELECT * FROM samples WHERE ts_ms >= {from} AND ts_ms < {to})")
+    }
 
     crate::queries::impl_queries!(Sqlite);
 }
@@ -90,10 +116,40 @@ pub(crate) mod pg {
     /// (the time range as a join filter): 24 h of 20 GPUs took over 8 minutes to roll up.
     /// `OFFSET 0` keeps the planner from flattening the subquery back into that join (the
     /// same statement: 41 s before, 0.15 s after).
-    pub(crate) const SAMPLES_OF_MARK: &str = "CROSS JOIN LATERAL (SELECT * FROM samples s WHERE s.gpu_id = p.gpu_id \
-         AND s.ts_ms >= p.minute_ms AND s.ts_ms < p.minute_ms + 60000 OFFSET 0) s";
+    pub(crate) const SAMPLES_OF_MARK: &str = "CROSS JOIN LATERAL (SELECT * FROM \
+         open_samples(p.gpu_id, p.minute_ms, p.minute_ms + 60000) OFFSET 0) s";
     /// `samples.processes` (alias `s`, TEXT) as text.
     pub(crate) const PROCESSES_TEXT: &str = "s.processes::text";
+    /// A mark `p` joined to the GPU's last `credits::PREVIOUS_TIMESTAMPS` timestamps `t.ts_ms` before its
+    /// minute: as many of the newest rows, and of the newest blocks (blocks are disjoint in
+    /// time, so as many blocks hold them), the newest of both.
+    pub(crate) fn previous_of_mark() -> String {
+        let n = crate::credits::PREVIOUS_TIMESTAMPS;
+        format!(
+            "CROSS JOIN LATERAL (SELECT x.ts_ms FROM ((SELECT u.ts_ms FROM samples u WHERE u.gpu_id = p.gpu_id \
+             AND u.ts_ms < p.minute_ms ORDER BY u.ts_ms DESC LIMIT {n}) UNION ALL (SELECT v.ts_ms FROM \
+             (SELECT b.ts FROM sample_batches b WHERE b.gpu_id = p.gpu_id AND b.first_ts < p.minute_ms \
+             ORDER BY b.first_ts DESC LIMIT {n}) n, unnest(n.ts) AS v(ts_ms) WHERE v.ts_ms < p.minute_ms)) x \
+             ORDER BY x.ts_ms DESC LIMIT {n}) t"
+        )
+    }
+    /// `gpus g` joined to its newest open sample `s` (absent: NULLs).
+    pub(crate) const NEWEST_SAMPLE_JOIN: &str =
+        "LEFT JOIN LATERAL open_samples(g.id, g.last_seen_ms, g.last_seen_ms + 1) s ON true";
+    /// Open samples in all: rows, and the samples of the per-batch blocks.
+    pub(crate) const OPEN_COUNT_SQL: &str =
+        "SELECT (SELECT count(*) FROM samples) + (SELECT coalesce(sum(cardinality(ts)), 0) FROM sample_batches)";
+
+    /// One GPU's open samples with `from <= ts_ms < to` as a table (SQL expressions, bound in
+    /// this order): rows and per-batch blocks (migration 0031's `open_samples`).
+    pub(crate) fn open_samples(gpu: &str, from: &str, to: &str) -> String {
+        format!("open_samples({gpu}, {from}, {to})")
+    }
+
+    /// Every GPU's open samples with `from <= ts_ms < to` as a table.
+    pub(crate) fn open_samples_between(from: &str, to: &str) -> String {
+        format!("open_samples_between({from}, {to})")
+    }
 
     crate::queries::impl_queries!(Postgres);
 }

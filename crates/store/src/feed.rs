@@ -85,7 +85,7 @@ impl SampleFeed for crate::postgres::PgStore {
             let sql = format!(
                 "{} FROM UNNEST($1::bigint[], $2::bigint[]) AS c(gpu_id, from_ms) \
                  JOIN gpus g ON g.id = c.gpu_id \
-                 CROSS JOIN LATERAL (SELECT * FROM samples WHERE gpu_id = c.gpu_id AND ts_ms >= c.from_ms \
+                 CROSS JOIN LATERAL (SELECT * FROM open_samples(c.gpu_id, c.from_ms, 9223372036854775807) \
                  ORDER BY ts_ms LIMIT $3) s \
                  ORDER BY c.gpu_id, s.ts_ms LIMIT $3",
                 select("s.processes::text")

@@ -20,6 +20,7 @@ mod ingest_rules;
 mod json_text;
 pub mod leader;
 mod merge;
+mod pg_batches;
 mod pg_samples;
 mod postgres;
 mod queries;

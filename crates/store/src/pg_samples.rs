@@ -1,4 +1,5 @@
-//! Sample rows into PostgreSQL, two ways.
+//! Sample rows into PostgreSQL, two ways. (A batch that meets nothing stored is written as
+//! per-batch blocks instead: `crate::pg_batches`.)
 //!
 //! [`InsertMode::Copy`]: binary `COPY … FROM STDIN`, the cheapest way into a table: no SQL to plan
 //! per batch, no array parameters to unpack with `UNNEST`, no speculative insertion for
@@ -36,15 +37,7 @@ pub(crate) async fn insert<'a>(
     order: &[(i64, &'a Sample)],
     mode: InsertMode,
 ) -> Result<Vec<(i64, &'a Sample)>> {
-    let mut last = None;
-    let unique: Vec<(i64, &Sample)> = order
-        .iter()
-        .copied()
-        .filter(|&(gpu_id, s)| {
-            let key = Some((gpu_id, s.ts_ms));
-            std::mem::replace(&mut last, key) != key
-        })
-        .collect();
+    let unique = unique(order);
     if unique.is_empty() {
         return Ok(unique);
     }
@@ -60,6 +53,19 @@ pub(crate) async fn insert<'a>(
             Ok(unique.into_iter().filter(|&(gpu_id, s)| stored.contains(&(gpu_id, s.ts_ms))).collect())
         }
     }
+}
+
+/// The samples of `order` (sorted by GPU and time), each key once: the first of the batch.
+pub(crate) fn unique<'a>(order: &[(i64, &'a Sample)]) -> Vec<(i64, &'a Sample)> {
+    let mut last = None;
+    order
+        .iter()
+        .copied()
+        .filter(|&(gpu_id, s)| {
+            let key = Some((gpu_id, s.ts_ms));
+            std::mem::replace(&mut last, key) != key
+        })
+        .collect()
 }
 
 /// The samples of `order` (sorted by GPU and time) that [`insert`] did not store, each key once
@@ -103,7 +109,7 @@ async fn insert_skipping_stored(
     rows.iter().map(|row| Ok((row.try_get(0)?, row.try_get(1)?))).collect()
 }
 
-const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
+pub(crate) const SIGNATURE: &[u8; 11] = b"PGCOPY\n\xff\r\n\0";
 
 /// Sample rows as one array per column, for `UNNEST` parameters ([`SampleArrays::UNNEST`]).
 pub(crate) struct SampleArrays {

@@ -69,7 +69,7 @@ impl PgStore {
 
         // Late samples for sealed hours: those hours go back to open rows first.
         blocks::pg::unseal_for_batch(&mut tx, &order).await?;
-        let fresh = pg_samples::insert(&mut tx, &order, mode).await?;
+        let fresh = crate::pg_batches::insert(&mut tx, &order, mode).await?;
         let inserted = fresh.len() as u64;
         let fills = if mode == InsertMode::SkipStored {
             let colliding = pg_samples::not_inserted(&order, &fresh, flag_of);
@@ -358,6 +358,10 @@ crate::shared_store::impl_store!(PgStore, pg, {
         let mut report = RetentionReport::default();
         report.samples += blocks::pg::drop_before(&self.pool, now_ms - policy.raw_ms).await?;
         report.rollups_1m += blocks::pg::drop_minutes_before(&self.pool, now_ms - policy.rollup_1m_ms).await?;
+        // Open blocks first: one that straddles the cutoff becomes rows, which the loop trims.
+        for &gpu_id in &gpu_ids {
+            report.samples += crate::pg_batches::expire(&self.pool, gpu_id, now_ms - policy.raw_ms).await?;
+        }
         let mut flags_deleted = 0;
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),

@@ -562,8 +562,14 @@ pub(crate) fn packed_of_marks_sql(condition: &str) -> String {
 }
 
 /// `samples_of_mark`: how the dialect joins a mark `p` to its minute's samples `s`
-/// (`dialect::*::SAMPLES_OF_MARK`).
-pub(crate) fn load_sql(condition: &str, processes_expr: &str, samples_of_mark: &str) -> LoadSql {
+/// (`dialect::*::SAMPLES_OF_MARK`); `previous_of_mark`: to the timestamps `t` before it
+/// (`dialect::*::previous_of_mark`).
+pub(crate) fn load_sql(
+    condition: &str,
+    processes_expr: &str,
+    samples_of_mark: &str,
+    previous_of_mark: &str,
+) -> LoadSql {
     let from = "FROM rollup_pending p JOIN gpus g ON g.id = p.gpu_id";
     LoadSql {
         keys: format!(
@@ -575,15 +581,8 @@ pub(crate) fn load_sql(condition: &str, processes_expr: &str, samples_of_mark: &
              {samples_of_mark} LEFT JOIN sample_flags f ON f.gpu_id = s.gpu_id AND f.ts_ms = s.ts_ms WHERE {condition}",
             crate::columns::sample_select_list("s", processes_expr)
         ),
-        // The GPU's last `PREVIOUS_TIMESTAMPS` timestamps before the minute: one range along the
-        // primary key from the oldest of them (or from the start when there are fewer).
-        before: format!(
-            "SELECT p.gpu_id, p.minute_ms, t.ts_ms {from} JOIN samples t ON t.gpu_id = p.gpu_id \
-             AND t.ts_ms < p.minute_ms AND t.ts_ms >= COALESCE((SELECT u.ts_ms FROM samples u \
-             WHERE u.gpu_id = p.gpu_id AND u.ts_ms < p.minute_ms ORDER BY u.ts_ms DESC LIMIT 1 OFFSET {}), -9223372036854775807) \
-             WHERE {condition}",
-            crate::credits::PREVIOUS_TIMESTAMPS - 1
-        ),
+        // The GPU's last `PREVIOUS_TIMESTAMPS` timestamps before the minute.
+        before: format!("SELECT p.gpu_id, p.minute_ms, t.ts_ms {from} {previous_of_mark} WHERE {condition}"),
         stored: format!(
             "SELECT {} {from} JOIN rollups_1m r ON r.gpu_id = p.gpu_id AND r.bucket_ms = p.minute_ms WHERE {condition}",
             crate::columns::merged_returning().split(", ").map(|c| format!("r.{c}")).collect::<Vec<_>>().join(", ")
@@ -641,7 +640,7 @@ macro_rules! impl_rollup_close {
     ($db:ty, $dialect:ident) => {
         use sqlx::Row as _;
 
-        use $crate::dialect::$dialect::{PACK_LOCK, PROCESSES_TEXT, SAMPLES_OF_MARK, q};
+        use $crate::dialect::$dialect::{PACK_LOCK, PROCESSES_TEXT, SAMPLES_OF_MARK, previous_of_mark, q};
 
         use $crate::rollup_close::{self as rc, OpenMinute, PendingScope};
 
@@ -680,7 +679,7 @@ macro_rules! impl_rollup_close {
             classifier: &dyn $crate::credits::MinuteClassifier,
         ) -> $crate::Result<Vec<OpenMinute>> {
             let (cond, binds) = scope.condition();
-            let sql = rc::load_sql(&cond, PROCESSES_TEXT, SAMPLES_OF_MARK);
+            let sql = rc::load_sql(&cond, PROCESSES_TEXT, SAMPLES_OF_MARK, &previous_of_mark());
             let keys_sql = format!("{}{}", sql.keys, lock.unwrap_or(""));
             let keys: Vec<rc::PendingKey> = bind_all(sqlx::query(&q(&keys_sql)), &binds)
                 .fetch_all(&mut *conn)

@@ -17,7 +17,9 @@ macro_rules! impl_store {
     ($store:ident, $dialect:ident, { $($own:tt)* }) => {
     mod shared {
         use super::*;
-        use $crate::dialect::$dialect::{CLOSE_LOCK, PROCESSES_TEXT, begin, q};
+        use $crate::dialect::$dialect::{
+            CLOSE_LOCK, NEWEST_SAMPLE_JOIN, OPEN_COUNT_SQL, PROCESSES_TEXT, begin, open_samples, open_samples_between, q,
+        };
         use $crate::rollup_close::{self as rc, BindGpus as _, PendingScope, minute_range};
 
         /// The stored rows alone, which the `Store` reads complete with the open minutes.
@@ -77,9 +79,9 @@ macro_rules! impl_store {
                         .await?;
                 let Some((uuid, index, name)) = ident else { return Ok(None) };
                 let sql = format!(
-                    "SELECT s.ts_ms, {} FROM samples s WHERE s.gpu_id = ? AND s.ts_ms >= ? AND s.ts_ms < ? \
-                     ORDER BY s.ts_ms LIMIT ?",
-                    $crate::columns::sample_select_list("s", PROCESSES_TEXT)
+                    "SELECT s.ts_ms, {} FROM {} s ORDER BY s.ts_ms LIMIT ?",
+                    $crate::columns::sample_select_list("s", PROCESSES_TEXT),
+                    open_samples("?", "?", "?")
                 );
                 let rows: Vec<$crate::columns::SampleRow> = sqlx::query_as(&q(&sql))
                     .bind(gpu_id)
@@ -326,7 +328,7 @@ macro_rules! impl_store {
             async fn gpus(&self, org: $crate::OrgId) -> $crate::Result<Vec<$crate::GpuRecord>> {
                 let sql = format!(
                     "{} WHERE g.org_id = ? ORDER BY g.host, g.gpu_index, g.uuid",
-                    $crate::columns::gpu_select(PROCESSES_TEXT)
+                    $crate::columns::gpu_select(PROCESSES_TEXT, NEWEST_SAMPLE_JOIN)
                 );
                 let rows: Vec<$crate::columns::GpuRow> = sqlx::query_as(&q(&sql)).bind(org).fetch_all(&self.pool).await?;
                 let mut records: Vec<$crate::GpuRecord> = rows.into_iter().map($crate::columns::GpuRow::into_record).collect();
@@ -335,7 +337,7 @@ macro_rules! impl_store {
             }
 
             async fn gpu(&self, org: $crate::OrgId, uuid: &str) -> $crate::Result<Option<$crate::GpuRecord>> {
-                let sql = format!("{} WHERE g.org_id = ? AND g.uuid = ?", $crate::columns::gpu_select(PROCESSES_TEXT));
+                let sql = format!("{} WHERE g.org_id = ? AND g.uuid = ?", $crate::columns::gpu_select(PROCESSES_TEXT, NEWEST_SAMPLE_JOIN));
                 let row: Option<$crate::columns::GpuRow> =
                     sqlx::query_as(&q(&sql)).bind(org).bind(uuid).fetch_optional(&self.pool).await?;
                 let mut records: Vec<$crate::GpuRecord> = row.into_iter().map($crate::columns::GpuRow::into_record).collect();
@@ -424,7 +426,7 @@ macro_rules! impl_store {
             }
 
             async fn sample_count(&self) -> $crate::Result<u64> {
-                let n: i64 = sqlx::query_scalar("SELECT count(*) FROM samples").fetch_one(&self.pool).await?;
+                let n: i64 = sqlx::query_scalar(OPEN_COUNT_SQL).fetch_one(&self.pool).await?;
                 Ok(n as u64 + $crate::blocks::$dialect::count(&self.pool).await?)
             }
         }
@@ -572,17 +574,18 @@ macro_rules! impl_store {
                 let sql = format!(
                     "SELECT s.gpu_id, (s.ts_ms / 60000) * 60000 AS minute_ms, {} AS procs, \
                      s.allocations AS allocs, count(*) AS n \
-                     FROM samples s JOIN gpus g ON g.id = s.gpu_id \
-                     WHERE g.org_id = ? AND s.ts_ms >= ? AND s.ts_ms < ?{} \
+                     FROM {} s JOIN gpus g ON g.id = s.gpu_id \
+                     WHERE g.org_id = ?{} \
                      GROUP BY s.gpu_id, minute_ms, procs, allocs ORDER BY s.gpu_id, minute_ms",
                     PROCESSES_TEXT,
+                    open_samples_between("?", "?"),
                     rc::only_gpus("s.gpu_id", gpus)
                 );
                 let sql = q(&sql);
                 let query = sqlx::query_as::<_, (fleetlens_core::GpuId, i64, Option<String>, Option<String>, i64)>(&sql)
-                    .bind(org)
                     .bind(from_ms)
                     .bind(to_ms)
+                    .bind(org)
                     .bind_gpus(gpus);
                 let rows = query.fetch_all(&self.pool).await?;
                 let sealed = $crate::blocks::$dialect::org_samples(&self.pool, org, gpus, from_ms, to_ms).await?;

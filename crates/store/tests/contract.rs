@@ -27,6 +27,7 @@ fleetlens_tests::for_each_backend!(
     concurrent_batches_never_pass_a_quota_together,
     rollups_written_once_equal_the_per_sample_reference,
     each_committed_batch_numbers_its_gpus_once,
+    open_samples_are_blocks_until_a_batch_meets_them,
 );
 
 /// A time after every test's samples: the rollup job then writes every marked minute.
@@ -910,6 +911,68 @@ async fn rollups_written_once_equal_the_per_sample_reference(backend: Backend) {
     send(vec![(synthetic("GPU-w1", newest + 2000, 1, 2000).remove(0), QualityFlags::NONE)]).await;
     assert_eq!(store.close_minutes(newest + 2000 + 60_000, 120_000).await.unwrap(), 0, "within the lateness bound");
     assert!(store.close_minutes(newest + 2000 + 200_000, 120_000).await.unwrap() > 0);
+}
+
+/// PostgreSQL keeps a batch that meets nothing stored as per-batch blocks (one row of
+/// `sample_batches` per GPU and hour) and turns the blocks a later batch meets back into rows;
+/// SQLite keeps rows. Either way every read answers the same, and each key is stored once.
+async fn open_samples_are_blocks_until_a_batch_meets_them(backend: Backend) {
+    let (db, store) = open(backend).await;
+    let hour = 3_600_000i64;
+    let start = 1_700_000_000_000i64 / hour * hour + hour - 120_000;
+    // GPU a: 240 s across an hour boundary (two blocks); GPU b: 60 s.
+    let a = synthetic("GPU-blk-a", start, 240, 1000);
+    let b = synthetic("GPU-blk-b", start, 60, 1000);
+    let first = store.ingest(DEFAULT_ORG, "h", [a[..200].to_vec(), b.clone()].concat()).await.unwrap();
+    assert_eq!((first.inserted, first.duplicates), (260, 0));
+    // The rest of a, after it: meets nothing, so blocks too.
+    store.ingest(DEFAULT_ORG, "h", a[200..].to_vec()).await.unwrap();
+    let shape = |sql: &'static str| {
+        let url = db.url.clone();
+        async move {
+            match backend {
+                Backend::Sqlite => {
+                    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+                    sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap()
+                }
+                Backend::Postgres => {
+                    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+                    sqlx::query_scalar::<_, i64>(sql).fetch_one(&pool).await.unwrap()
+                }
+            }
+        }
+    };
+    let rows = "SELECT count(*) FROM samples";
+    let blocks = "SELECT count(*) FROM sample_batches";
+    match backend {
+        Backend::Postgres => {
+            assert_eq!((shape(rows).await, shape(blocks).await), (0, 4), "a: 2 hours + 1, b: 1");
+        }
+        Backend::Sqlite => assert_eq!(shape(rows).await, 300),
+    }
+    assert_eq!(shape("SELECT count(*) FROM open_sample_rows").await, 300);
+    // Half of a resent, inside its first block: that block becomes rows, the resend duplicates.
+    let again = store.ingest(DEFAULT_ORG, "h", a[10..70].to_vec()).await.unwrap();
+    assert_eq!((again.inserted, again.merged, again.duplicates), (0, 0, 60));
+    if backend == Backend::Postgres {
+        assert_eq!((shape(rows).await, shape(blocks).await), (120, 3), "the met block, and only it, as rows");
+    }
+    assert_eq!(store.sample_count().await.unwrap(), 300);
+    let gpu_a = store.gpu(DEFAULT_ORG, "GPU-blk-a").await.unwrap().unwrap();
+    assert_eq!(gpu_a.latest.as_ref().map(|s| s.ts_ms), Some(a[239].ts_ms), "newest sample from a block");
+    assert_eq!(store.samples(DEFAULT_ORG, gpu_a.id, 0, i64::MAX, 10_000).await.unwrap(), a);
+    assert_eq!(store.samples(DEFAULT_ORG, gpu_a.id, a[100].ts_ms, a[150].ts_ms, 10).await.unwrap(), a[100..110]);
+    // Every minute rolled up from rows and blocks alike.
+    store.close_minutes(LATER, 0).await.unwrap();
+    let minutes = store.rollups(DEFAULT_ORG, gpu_a.id, Resolution::Minute, 0, i64::MAX).await.unwrap();
+    assert_eq!(minutes.iter().map(|m| m.sample_count).collect::<Vec<_>>(), vec![60; 4]);
+    // Sealing takes rows and blocks of the closed hour together.
+    store.seal_closed_hours(LATER, 1000).await.unwrap();
+    if backend == Backend::Postgres {
+        assert_eq!((shape(rows).await, shape(blocks).await), (0, 0));
+    }
+    assert_eq!(store.sample_count().await.unwrap(), 300);
+    assert_eq!(store.samples(DEFAULT_ORG, gpu_a.id, 0, i64::MAX, 10_000).await.unwrap(), a);
 }
 
 /// Marks left in `rollup_pending`.

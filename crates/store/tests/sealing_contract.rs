@@ -476,10 +476,11 @@ async fn rows_in(pg: &sqlx::PgPool, table: &str) -> Option<i64> {
     Some(sqlx::query_scalar(&format!("SELECT count(*) FROM {table}")).fetch_one(pg).await.unwrap())
 }
 
-/// PostgreSQL keeps the open tables (`samples`, `rollups_1m`, `rollup_pending`) in hour
-/// partitions: a pass prepares the next hours, and drops an hour's partitions once the rollup
-/// job, sealing and packing emptied them; a late sample for a dropped hour lands in the default partition and is sealed from
-/// there. Every answer stays the same. SQLite has nothing to drop.
+/// PostgreSQL keeps the open tables (`samples`, `sample_batches`, `rollups_1m`,
+/// `rollup_pending`) in hour partitions: a pass prepares the next hours, and drops an hour's
+/// partitions once the rollup job, sealing and packing emptied them; a late sample for a dropped
+/// hour lands in the default partition and is sealed from there. Every answer stays the same.
+/// SQLite has nothing to drop.
 async fn emptied_hour_partitions_are_dropped(backend: Backend) {
     let (db, store) = open(backend).await;
     let pg = match backend {
@@ -489,6 +490,7 @@ async fn emptied_hour_partitions_are_dropped(backend: Backend) {
     let hour = T0 / H;
     let (samples_hour, minutes_hour) = (format!("samples_hour_{hour}"), format!("rollups_1m_hour_{hour}"));
     let marks_hour = format!("rollup_pending_hour_{hour}");
+    let blocks_hour = format!("sample_batches_hour_{hour}");
     // A pass at T0 prepares the partitions of T0's hour and the next two.
     assert_eq!(seal(&store, T0, 100).await, Default::default());
     let batch = samples("GPU-p", T0, 3600, 1000);
@@ -500,7 +502,8 @@ async fn emptied_hour_partitions_are_dropped(backend: Backend) {
     store.close_minutes(LATER, 120_000).await.unwrap();
     if let Some(pg) = &pg {
         assert_eq!(rows_in(pg, &marks_hour).await, Some(0), "the job closed the hour's minutes");
-        assert_eq!(rows_in(pg, &samples_hour).await, Some(3600), "the hour's rows in its partition");
+        assert_eq!(rows_in(pg, &blocks_hour).await, Some(1), "the batch as one block in the hour's partition");
+        assert_eq!(rows_in(pg, &samples_hour).await, Some(0));
         assert_eq!(rows_in(pg, &minutes_hour).await, Some(60), "the hour's minutes in its partition");
         assert_eq!(rows_in(pg, "samples_default").await, Some(0));
         for later in [hour + 1, hour + 2] {
@@ -513,9 +516,10 @@ async fn emptied_hour_partitions_are_dropped(backend: Backend) {
     let now = T0 + H + SEAL_LATENESS_MS;
     let report = seal(&store, now, 100).await;
     assert_eq!((report.blocks, report.samples, report.minute_blocks), (1, 3600, 1));
-    assert_eq!(report.partitions_dropped, if pg.is_some() { 3 } else { 0 });
+    assert_eq!(report.partitions_dropped, if pg.is_some() { 4 } else { 0 });
     if let Some(pg) = &pg {
         assert_eq!(rows_in(pg, &samples_hour).await, None, "emptied and dropped");
+        assert_eq!(rows_in(pg, &blocks_hour).await, None, "emptied and dropped");
         assert_eq!(rows_in(pg, &minutes_hour).await, None, "emptied and dropped");
         assert_eq!(rows_in(pg, &marks_hour).await, None, "emptied and dropped");
         assert_eq!(rows_in(pg, &format!("samples_hour_{}", hour + 3)).await, Some(0), "prepared ahead of `now`");
@@ -525,17 +529,20 @@ async fn emptied_hour_partitions_are_dropped(backend: Backend) {
     assert_eq!(seal(&store, now, 100).await, Default::default(), "nothing else to drop");
 
     // A late sample for the dropped hour: the hour's rows come back (into the default
-    // partition on PostgreSQL), and the next pass seals them again.
+    // partition on PostgreSQL; the late sample, which meets no stored key, as a block of its
+    // own there), and the next pass seals them again.
     let mut late = batch[10].clone();
     late.ts_ms += 300;
     assert_eq!(store.ingest(DEFAULT_ORG, "h", vec![late.clone()]).await.unwrap().inserted, 1);
     if let Some(pg) = &pg {
-        assert_eq!(rows_in(pg, "samples_default").await, Some(3601));
+        assert_eq!(rows_in(pg, "samples_default").await, Some(3600));
+        assert_eq!(rows_in(pg, "sample_batches_default").await, Some(1));
     }
     let report = seal(&store, now, 100).await;
     assert_eq!((report.blocks, report.samples, report.partitions_dropped), (1, 3601, 0));
     if let Some(pg) = &pg {
         assert_eq!(rows_in(pg, "samples_default").await, Some(0), "sealed from the default partition");
+        assert_eq!(rows_in(pg, "sample_batches_default").await, Some(0));
     }
     let mut expected = batch;
     expected.insert(11, late);

@@ -443,7 +443,8 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source)
         let partitioned = |table: &str| {
             format!("SELECT coalesce(sum(pg_total_relation_size(relid)), 0)::int8 FROM pg_partition_tree('{table}')")
         };
-        let samples_open: i64 = sqlx::query_scalar(&partitioned("samples")).fetch_one(&mut c).await?;
+        let samples_open: i64 = sqlx::query_scalar::<_, i64>(&partitioned("samples")).fetch_one(&mut c).await?
+            + sqlx::query_scalar::<_, i64>(&partitioned("sample_batches")).fetch_one(&mut c).await?;
         let minutes_open: i64 = sqlx::query_scalar(&partitioned("rollups_1m")).fetch_one(&mut c).await?;
         let open = samples_open + minutes_open;
         let marks: i64 = sqlx::query_scalar(&partitioned("rollup_pending")).fetch_one(&mut c).await?;
@@ -463,7 +464,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source)
         let empty: i64 = sqlx::query_scalar("SELECT pg_database_size('template1')").fetch_one(&mut c).await?;
         c.close().await?;
         println!(
-            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open tables (samples, rollups_1m: every partition) {:.2} B/sample; rollup marks (rollup_pending: every partition) {:.2} B/sample; EVERYTHING COUNTED (database minus an empty one) {:.2} B/sample",
+            "postgres: block payloads {:.2} B/sample; sample_blocks with TOAST and index {:.2} B/sample; open tables (samples, sample_batches, rollups_1m: every partition) {:.2} B/sample; rollup marks (rollup_pending: every partition) {:.2} B/sample; EVERYTHING COUNTED (database minus an empty one) {:.2} B/sample",
             per(payload),
             per(blocks),
             per(open),
@@ -477,7 +478,7 @@ async fn at_rest(args: &Args, backend: &str, plan: &data::Plan, source: &Source)
         // blocks: free pages that the next hour's rows reuse (VACUUM does not return them to
         // the file system). Rebuilt, they hold what is live.
         let mut c = sqlx::PgConnection::connect(&url).await?;
-        for table in ["samples", "rollups_1m", "rollup_pending", "sample_flags"] {
+        for table in ["samples", "sample_batches", "rollups_1m", "rollup_pending", "sample_flags"] {
             sqlx::query(&format!("REINDEX TABLE {table}")).execute(&mut c).await?;
         }
         sqlx::query("VACUUM").execute(&mut c).await?;

@@ -1,9 +1,10 @@
-//! PostgreSQL's open tables in hourly partitions (migrations 0026 and 0027).
+//! PostgreSQL's open tables in hourly partitions (migrations 0026, 0027 and 0031).
 //!
-//! `samples` (raw rows not sealed yet), `rollups_1m` (minute rows not packed yet) and
-//! `rollup_pending` (marks of minutes the rollup job has not closed yet) hold only the last
-//! hour or two, but a plain table keeps its high-water mark: sealing (or the rollup job)
-//! deletes an hour's rows and the index pages stay allocated. Range-partitioned by hour, each hour gets a
+//! `samples` and `sample_batches` (raw samples not sealed yet, as rows and per-batch blocks),
+//! `rollups_1m` (minute rows not packed yet) and `rollup_pending` (marks of minutes the rollup
+//! job has not closed yet) hold only the last hour or two, but a plain table keeps its
+//! high-water mark: sealing (or the rollup job) deletes an hour's rows and the index pages stay
+//! allocated. Range-partitioned by hour, each hour gets a
 //! partition `<table>_hour_<hours since 1970-01-01>` ahead of time ([`prepare`]); once sealing
 //! and packing have emptied an hour that has closed, [`drop_emptied`] drops its partition and
 //! the pages go back to the file system. Rows of an hour without a partition land in the
@@ -20,8 +21,8 @@ use sqlx::{ConnectOptions, Connection, PgConnection, PgPool};
 use super::SPAN_MS;
 use crate::Result;
 
-/// The partitioned open tables (by `ts_ms`, `bucket_ms` and `minute_ms`).
-const OPEN_TABLES: [&str; 3] = ["samples", "rollups_1m", "rollup_pending"];
+/// The partitioned open tables (by `ts_ms`, `first_ts`, `bucket_ms` and `minute_ms`).
+const OPEN_TABLES: [&str; 4] = ["samples", "sample_batches", "rollups_1m", "rollup_pending"];
 
 /// Partitions are prepared for the current hour and this many after it: ingest accepts samples
 /// up to 5 minutes ahead, and the sealing job runs every minute, so two hours leave it room

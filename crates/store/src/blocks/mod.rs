@@ -1,7 +1,8 @@
 //! Raw samples at rest in sealed column blocks (issue 21).
 //!
-//! New samples land as rows of `samples` (the *open* data: append-only, one row per GPU and
-//! timestamp, what ingest has always written). Once an hour of a GPU has closed and no sample
+//! New samples land as *open* data: rows of `samples` (one per GPU and timestamp; on
+//! PostgreSQL a batch that meets nothing stored is one row of `sample_batches` per GPU and hour
+//! instead, `crate::pg_batches`). Once an hour of a GPU has closed and no sample
 //! for it is expected any more (its end is [`SEAL_LATENESS_MS`] in the past), the sealing job
 //! ([`crate::Store::seal_closed_hours`], run by the leader of the `sealing` job) moves its rows
 //! into one row of `sample_blocks`: the samples of that GPU-hour encoded column by column
@@ -28,6 +29,9 @@ pub(crate) mod sqlite;
 /// `seal_one`, and `pack` / `pack_one` (the same for the hours' minute rollups), for one
 /// database (see [`crate::dialect`]). The invoking module provides `q`,
 /// `OLDEST_OPEN_SQL` (each GPU's oldest open sample before the bound horizon: `(gpu_id, ts)`),
+/// `NEXT_OPEN_SQL` (binds: a GPU, a time; the GPU's oldest open sample from that time on),
+/// `TAKE_OPEN_SQL` (binds: a GPU, an hour's start and end; deletes the GPU's open samples of
+/// the hour and returns them as `SampleRow`s),
 /// `OLDEST_MINUTE_SQL` (the same for the rows of `rollups_1m`),
 /// `BLOCK_LOCK` (the row lock of the block read back) and `async fn before_day(&Pool, day)`
 /// (called before the first block of each day of a pass).
@@ -65,7 +69,7 @@ macro_rules! impl_seal {
                     }
                     report.samples += seal_one(pool, gpu_id, start).await?;
                     report.blocks += 1;
-                    next = sqlx::query_scalar(&q("SELECT min(ts_ms) FROM samples WHERE gpu_id = ? AND ts_ms >= ?"))
+                    next = sqlx::query_scalar(&q(NEXT_OPEN_SQL))
                         .bind(gpu_id)
                         .bind(start + SPAN_MS)
                         .fetch_one(pool)
@@ -81,12 +85,12 @@ macro_rules! impl_seal {
         /// Returns the rows moved.
         async fn seal_one(pool: &$pool, gpu_id: fleetlens_core::GpuId, start: i64) -> Result<u64> {
             let mut tx = pool.begin().await?;
-            let sql = format!(
-                "DELETE FROM samples WHERE gpu_id = ? AND ts_ms >= ? AND ts_ms < ? RETURNING ts_ms, {}",
-                super::PLAIN_SELECT_LIST
-            );
-            let rows: Vec<crate::columns::SampleRow> =
-                sqlx::query_as(&q(&sql)).bind(gpu_id).bind(start).bind(start + SPAN_MS).fetch_all(&mut *tx).await?;
+            let rows: Vec<crate::columns::SampleRow> = sqlx::query_as(&q(TAKE_OPEN_SQL))
+                .bind(gpu_id)
+                .bind(start)
+                .bind(start + SPAN_MS)
+                .fetch_all(&mut *tx)
+                .await?;
             let moved = rows.len() as u64;
             let mut open: Vec<Sample> =
                 rows.into_iter().map(|r| r.values.into_sample(r.ts_ms, "", None, None)).collect();
@@ -464,10 +468,6 @@ pub(crate) fn fill_latest(records: &mut [crate::GpuRecord], blocks: Vec<(GpuId, 
     }
     Ok(())
 }
-
-/// A sample row's stored values as a `RETURNING`/`SELECT` list without a table alias (read by
-/// [`crate::columns::SampleValues`]).
-pub(crate) const PLAIN_SELECT_LIST: &str = "vals, processes, allocations";
 
 #[cfg(test)]
 mod tests {

@@ -14,9 +14,25 @@ use crate::{DAY_MS, Result};
 
 const PARTITION_PREFIX: &str = "sample_blocks_day_";
 
-/// Each GPU's oldest open sample, where it is before the horizon: one index probe per GPU.
+/// Each GPU's oldest open sample, where it is before the horizon: one index probe per GPU in
+/// each of the open tables (rows and per-batch blocks, `crate::pg_batches`).
 const OLDEST_OPEN_SQL: &str = "SELECT g.id, o.ts FROM gpus g CROSS JOIN LATERAL \
-     (SELECT min(ts_ms) AS ts FROM samples WHERE gpu_id = g.id) o WHERE o.ts < ? ORDER BY g.id";
+     (SELECT least((SELECT min(ts_ms) FROM samples WHERE gpu_id = g.id), \
+     (SELECT min(first_ts) FROM sample_batches WHERE gpu_id = g.id)) AS ts) o WHERE o.ts < ? ORDER BY g.id";
+
+/// A GPU's oldest open sample from a time on (a block never crosses an hour, so its first
+/// sample is in the hour it is sealed with).
+const NEXT_OPEN_SQL: &str = "SELECT least((SELECT min(ts_ms) FROM samples WHERE gpu_id = $1 AND ts_ms >= $2), \
+     (SELECT min(first_ts) FROM sample_batches WHERE gpu_id = $1 AND first_ts >= $2))";
+
+/// A GPU-hour's open samples, rows and blocks, deleted and returned as rows.
+const TAKE_OPEN_SQL: &str = "WITH r AS (DELETE FROM samples WHERE gpu_id = $1 AND ts_ms >= $2 AND ts_ms < $3 \
+     RETURNING ts_ms, vals, processes, allocations), \
+     b AS (DELETE FROM sample_batches WHERE gpu_id = $1 AND first_ts >= $2 AND first_ts < $3 \
+     RETURNING ts, vals, processes, allocations) \
+     SELECT ts_ms, vals, processes, allocations FROM r UNION ALL \
+     SELECT u.ts_ms, u.vals, u.processes, u.allocations FROM b, \
+     unnest(b.ts, b.vals, b.processes, b.allocations) AS u(ts_ms, vals, processes, allocations)";
 
 /// Each GPU's oldest row of `rollups_1m`, where it is before the horizon.
 const OLDEST_MINUTE_SQL: &str = "SELECT g.id, o.m FROM gpus g CROSS JOIN LATERAL \

@@ -13,6 +13,13 @@ use crate::rollup_close::BindGpus as _;
 const OLDEST_OPEN_SQL: &str = "SELECT id, oldest FROM (SELECT g.id, (SELECT min(s.ts_ms) FROM samples s \
      WHERE s.gpu_id = g.id) AS oldest FROM gpus g) WHERE oldest < ? ORDER BY id";
 
+/// A GPU's oldest open sample from a time on.
+const NEXT_OPEN_SQL: &str = "SELECT min(ts_ms) FROM samples WHERE gpu_id = ? AND ts_ms >= ?";
+
+/// A GPU-hour's open rows, deleted and returned.
+const TAKE_OPEN_SQL: &str =
+    "DELETE FROM samples WHERE gpu_id = ? AND ts_ms >= ? AND ts_ms < ? RETURNING ts_ms, vals, processes, allocations";
+
 /// Each GPU's oldest row of `rollups_1m`, where it is before the horizon.
 const OLDEST_MINUTE_SQL: &str = "SELECT id, oldest FROM (SELECT g.id, (SELECT min(r.bucket_ms) FROM rollups_1m r \
      WHERE r.gpu_id = g.id) AS oldest FROM gpus g) WHERE oldest < ? ORDER BY id";
