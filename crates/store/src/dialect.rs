@@ -121,16 +121,18 @@ pub(crate) mod pg {
     /// `samples.processes` (alias `s`, TEXT) as text.
     pub(crate) const PROCESSES_TEXT: &str = "s.processes::text";
     /// A mark `p` joined to the GPU's last `credits::PREVIOUS_TIMESTAMPS` timestamps `t.ts_ms` before its
-    /// minute: as many of the newest rows, and of the newest blocks (blocks are disjoint in
-    /// time, so as many blocks hold them), the newest of both.
+    /// minute: as many of the newest rows, and the last as many of each of as many newest blocks
+    /// (blocks are disjoint in time and never cross a minute, so a block starting before the
+    /// minute lies wholly before it), the newest of both.
     pub(crate) fn previous_of_mark() -> String {
         let n = crate::credits::PREVIOUS_TIMESTAMPS;
         format!(
             "CROSS JOIN LATERAL (SELECT x.ts_ms FROM ((SELECT u.ts_ms FROM samples u WHERE u.gpu_id = p.gpu_id \
-             AND u.ts_ms < p.minute_ms ORDER BY u.ts_ms DESC LIMIT {n}) UNION ALL (SELECT v.ts_ms FROM \
-             (SELECT b.ts FROM sample_batches b WHERE b.gpu_id = p.gpu_id AND b.first_ts < p.minute_ms \
-             ORDER BY b.first_ts DESC LIMIT {n}) n, unnest(n.ts) AS v(ts_ms) WHERE v.ts_ms < p.minute_ms)) x \
-             ORDER BY x.ts_ms DESC LIMIT {n}) t"
+             AND u.ts_ms < p.minute_ms ORDER BY u.ts_ms DESC LIMIT {n}) UNION ALL \
+             (SELECT unnest(n.ts[greatest(1, cardinality(n.ts) - {}):]) FROM (SELECT b.ts FROM sample_batches b \
+             WHERE b.gpu_id = p.gpu_id AND b.first_ts < p.minute_ms ORDER BY b.first_ts DESC LIMIT {n}) n)) \
+             x(ts_ms) ORDER BY x.ts_ms DESC LIMIT {n}) t",
+            n - 1
         )
     }
     /// `gpus g` joined to its newest open sample `s` (absent: NULLs).

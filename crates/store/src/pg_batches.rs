@@ -1,7 +1,9 @@
 //! Open samples on PostgreSQL as per-batch blocks (migration 0031): a batch's samples of one GPU
-//! and one hour are one row of `sample_batches`, each column an array in time order, written by
-//! binary `COPY`. A row per sample cost PostgreSQL a heap tuple, a primary-key entry and their
-//! WAL each; a block of a 250-sample batch costs about as much as one of those rows.
+//! and one minute are one row of `sample_batches`, each column an array in time order, written
+//! by binary `COPY`. A block never crosses a minute, so the rollup job reads a minute's samples
+//! from that minute's blocks alone, and an hour's blocks are sealed together. A row per sample
+//! cost PostgreSQL a heap tuple, a primary-key entry and their WAL each; a block carries up to a
+//! minute of samples for little more than one of those rows and its TOAST chunks.
 //!
 //! **Invariant:** a GPU's blocks are disjoint in time from each other (so their order by
 //! `first_ts` is their samples' order), and no key is both in a block and in a `samples` row
@@ -22,8 +24,9 @@ use crate::Result;
 use crate::columns;
 use crate::pg_samples::{self, InsertMode};
 
-/// A block never crosses an hour (so it belongs to one hourly partition and one sealed block).
-const HOUR_MS: i64 = 3_600_000;
+/// A block never crosses a minute (so it belongs to one minute rollup, one hourly partition and
+/// one sealed block).
+const MINUTE_MS: i64 = 60_000;
 
 /// Each GPU's span in `rows` (sorted by GPU and time): `(gpu_id, first ts, last ts)`.
 fn spans(rows: &[(i64, &Sample)]) -> Vec<(i64, i64, i64)> {
@@ -69,7 +72,7 @@ async fn make_room(tx: &mut Transaction<'_, Postgres>, spans: &[(i64, i64, i64)]
     let met: i64 = sqlx::query_scalar(
         "WITH t AS (SELECT * FROM UNNEST($1::int8[], $2::int8[], $3::int8[]) AS t(g, lo, hi)), \
          moved AS (DELETE FROM sample_batches b USING t WHERE b.gpu_id = t.g AND b.first_ts <= t.hi \
-           AND b.first_ts > greatest(t.lo, -9223372036000000000) - 3600000 AND b.last_ts >= t.lo \
+           AND b.first_ts > greatest(t.lo, -9223372036000000000) - 60000 AND b.last_ts >= t.lo \
            RETURNING b.gpu_id, b.ts, b.vals, b.processes, b.allocations), \
          written AS (INSERT INTO samples (gpu_id, ts_ms, vals, processes, allocations) \
            SELECT m.gpu_id, u.ts_ms, u.vals, u.processes, u.allocations FROM moved m, \
@@ -113,7 +116,7 @@ const BYTEA_OID: u32 = 17;
 const TEXT_OID: u32 = 25;
 
 /// `unique` (distinct keys, sorted by GPU and time) as one binary `COPY` stream of blocks: one
-/// tuple per GPU and hour. Format as in `pg_samples`; an array field is PostgreSQL's binary
+/// tuple per GPU and minute. Format as in `pg_samples`; an array field is PostgreSQL's binary
 /// array (`array_send`): dimensions (1), a has-NULL flag, the element type, the length and lower
 /// bound (1), then each element as a field (length, or -1 for NULL, and bytes).
 fn encode_blocks(unique: &[(i64, &Sample)]) -> Vec<u8> {
@@ -122,7 +125,9 @@ fn encode_blocks(unique: &[(i64, &Sample)]) -> Vec<u8> {
     out.extend_from_slice(&0i32.to_be_bytes());
     out.extend_from_slice(&0i32.to_be_bytes());
     let mut last_list = None;
-    for block in unique.chunk_by(|a, b| a.0 == b.0 && a.1.ts_ms.div_euclid(HOUR_MS) == b.1.ts_ms.div_euclid(HOUR_MS)) {
+    for block in
+        unique.chunk_by(|a, b| a.0 == b.0 && a.1.ts_ms.div_euclid(MINUTE_MS) == b.1.ts_ms.div_euclid(MINUTE_MS))
+    {
         let samples: Vec<&Sample> = block.iter().map(|&(_, s)| s).collect();
         out.extend_from_slice(&7i16.to_be_bytes());
         for v in [block[0].0, samples[0].ts_ms, samples[samples.len() - 1].ts_ms] {
@@ -218,10 +223,10 @@ mod tests {
     }
 
     #[test]
-    fn a_batch_splits_into_one_block_per_gpu_and_hour_with_aligned_arrays() {
+    fn a_batch_splits_into_one_block_per_gpu_and_minute_with_aligned_arrays() {
         let at = |ts_ms: i64, processes: Option<Vec<GpuProcess>>| Sample { ts_ms, processes, ..Sample::default() };
         let list = vec![GpuProcess { pid: 7, command: Some("train.py".into()), ..GpuProcess::default() }];
-        let a = [at(HOUR_MS - 1000, Some(list.clone())), at(HOUR_MS, None), at(HOUR_MS + 1000, Some(list))];
+        let a = [at(MINUTE_MS - 1000, Some(list.clone())), at(MINUTE_MS, None), at(MINUTE_MS + 1000, Some(list))];
         let b = [at(5, None)];
         let rows: Vec<(i64, &Sample)> = a.iter().map(|s| (1, s)).chain(b.iter().map(|s| (2, s))).collect();
         let bytes = encode_blocks(&rows);
@@ -262,7 +267,11 @@ mod tests {
         assert_eq!(i16::from_be_bytes([bytes[i], bytes[i + 1]]), -1);
         assert_eq!(
             blocks,
-            vec![([1, HOUR_MS - 1000, HOUR_MS - 1000], 1, 0), ([1, HOUR_MS, HOUR_MS + 1000], 2, 1), ([2, 5, 5], 1, 1),]
+            vec![
+                ([1, MINUTE_MS - 1000, MINUTE_MS - 1000], 1, 0),
+                ([1, MINUTE_MS, MINUTE_MS + 1000], 2, 1),
+                ([2, 5, 5], 1, 1),
+            ]
         );
     }
 

@@ -914,18 +914,18 @@ async fn rollups_written_once_equal_the_per_sample_reference(backend: Backend) {
 }
 
 /// PostgreSQL keeps a batch that meets nothing stored as per-batch blocks (one row of
-/// `sample_batches` per GPU and hour) and turns the blocks a later batch meets back into rows;
+/// `sample_batches` per GPU and minute) and turns the blocks a later batch meets back into rows;
 /// SQLite keeps rows. Either way every read answers the same, and each key is stored once.
 async fn open_samples_are_blocks_until_a_batch_meets_them(backend: Backend) {
     let (db, store) = open(backend).await;
     let hour = 3_600_000i64;
     let start = 1_700_000_000_000i64 / hour * hour + hour - 120_000;
-    // GPU a: 240 s across an hour boundary (two blocks); GPU b: 60 s.
+    // GPU a: 240 s (4 minutes) across an hour boundary; GPU b: 60 s.
     let a = synthetic("GPU-blk-a", start, 240, 1000);
     let b = synthetic("GPU-blk-b", start, 60, 1000);
     let first = store.ingest(DEFAULT_ORG, "h", [a[..200].to_vec(), b.clone()].concat()).await.unwrap();
     assert_eq!((first.inserted, first.duplicates), (260, 0));
-    // The rest of a, after it: meets nothing, so blocks too.
+    // The rest of a, after it (40 s of its 4th minute): meets nothing, so a block too.
     store.ingest(DEFAULT_ORG, "h", a[200..].to_vec()).await.unwrap();
     let shape = |sql: &'static str| {
         let url = db.url.clone();
@@ -946,16 +946,16 @@ async fn open_samples_are_blocks_until_a_batch_meets_them(backend: Backend) {
     let blocks = "SELECT count(*) FROM sample_batches";
     match backend {
         Backend::Postgres => {
-            assert_eq!((shape(rows).await, shape(blocks).await), (0, 4), "a: 2 hours + 1, b: 1");
+            assert_eq!((shape(rows).await, shape(blocks).await), (0, 6), "a: 4 minutes + 1, b: 1");
         }
         Backend::Sqlite => assert_eq!(shape(rows).await, 300),
     }
     assert_eq!(shape("SELECT count(*) FROM open_sample_rows").await, 300);
-    // Half of a resent, inside its first block: that block becomes rows, the resend duplicates.
+    // A minute of a resent, over its first two blocks: those become rows, the resend duplicates.
     let again = store.ingest(DEFAULT_ORG, "h", a[10..70].to_vec()).await.unwrap();
     assert_eq!((again.inserted, again.merged, again.duplicates), (0, 0, 60));
     if backend == Backend::Postgres {
-        assert_eq!((shape(rows).await, shape(blocks).await), (120, 3), "the met block, and only it, as rows");
+        assert_eq!((shape(rows).await, shape(blocks).await), (120, 4), "the blocks met, and only they, as rows");
     }
     assert_eq!(store.sample_count().await.unwrap(), 300);
     let gpu_a = store.gpu(DEFAULT_ORG, "GPU-blk-a").await.unwrap().unwrap();

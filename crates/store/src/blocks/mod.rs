@@ -1,7 +1,7 @@
 //! Raw samples at rest in sealed column blocks (issue 21).
 //!
 //! New samples land as *open* data: rows of `samples` (one per GPU and timestamp; on
-//! PostgreSQL a batch that meets nothing stored is one row of `sample_batches` per GPU and hour
+//! PostgreSQL a batch that meets nothing stored is one row of `sample_batches` per GPU and minute
 //! instead, `crate::pg_batches`). Once an hour of a GPU has closed and no sample
 //! for it is expected any more (its end is [`SEAL_LATENESS_MS`] in the past), the sealing job
 //! ([`crate::Store::seal_closed_hours`], run by the leader of the `sealing` job) moves its rows
