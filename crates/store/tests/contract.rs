@@ -28,6 +28,7 @@ fleetlens_tests::for_each_backend!(
     rollups_written_once_equal_the_per_sample_reference,
     each_committed_batch_numbers_its_gpus_once,
     open_samples_are_blocks_until_a_batch_meets_them,
+    retention_cuts_through_an_open_block,
 );
 
 /// A time after every test's samples: the rollup job then writes every marked minute.
@@ -973,6 +974,22 @@ async fn open_samples_are_blocks_until_a_batch_meets_them(backend: Backend) {
     }
     assert_eq!(store.sample_count().await.unwrap(), 300);
     assert_eq!(store.samples(DEFAULT_ORG, gpu_a.id, 0, i64::MAX, 10_000).await.unwrap(), a);
+}
+
+/// A raw-retention cutoff in the middle of a batch (on PostgreSQL, inside a block): exactly the
+/// samples before it go.
+async fn retention_cuts_through_an_open_block(backend: Backend) {
+    let (_db, store) = open(backend).await;
+    let day = 86_400_000i64;
+    let start = 1_700_000_040_000i64;
+    let batch = synthetic("GPU-cut", start, 120, 1000);
+    store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    let policy = RetentionPolicy { raw_ms: 7 * day, ..RetentionPolicy::default() };
+    let report = store.apply_retention(policy, start + 30_000 + 7 * day).await.unwrap();
+    assert_eq!(report.samples, 30);
+    let gpu = store.gpu(DEFAULT_ORG, "GPU-cut").await.unwrap().unwrap();
+    assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap(), batch[30..]);
+    assert_eq!(store.sample_count().await.unwrap(), 90);
 }
 
 /// Marks left in `rollup_pending`.
