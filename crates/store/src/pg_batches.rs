@@ -17,19 +17,19 @@
 //! Readers see rows and blocks as one table through the SQL functions `open_samples` and
 //! `open_samples_between`; sealing and retention take both (`blocks::pg`, `PgStore`).
 
-use fleetlens_core::{GpuProcess, Sample};
+use fleetlens_core::Sample;
 use sqlx::{Postgres, Transaction};
 
 use crate::Result;
 use crate::columns;
-use crate::pg_samples::{self, InsertMode};
+use crate::pg_samples::{self, InsertMode, field, put_i64};
 
 /// A block never crosses a minute (so it belongs to one minute rollup, one hourly partition and
 /// one sealed block).
 const MINUTE_MS: i64 = 60_000;
 
 /// Each GPU's span in `rows` (sorted by GPU and time): `(gpu_id, first ts, last ts)`.
-fn spans(rows: &[(i64, &Sample)]) -> Vec<(i64, i64, i64)> {
+pub(crate) fn spans(rows: &[(i64, &Sample)]) -> Vec<(i64, i64, i64)> {
     let mut spans: Vec<(i64, i64, i64)> = Vec::new();
     for &(gpu_id, s) in rows {
         match spans.last_mut() {
@@ -120,10 +120,7 @@ const TEXT_OID: u32 = 25;
 /// array (`array_send`): dimensions (1), a has-NULL flag, the element type, the length and lower
 /// bound (1), then each element as a field (length, or -1 for NULL, and bytes).
 fn encode_blocks(unique: &[(i64, &Sample)]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(19 + unique.len() * 120 + 2);
-    out.extend_from_slice(pg_samples::SIGNATURE);
-    out.extend_from_slice(&0i32.to_be_bytes());
-    out.extend_from_slice(&0i32.to_be_bytes());
+    let mut out = pg_samples::copy_header(unique.len() * 120);
     let mut last_list = None;
     for block in
         unique.chunk_by(|a, b| a.0 == b.0 && a.1.ts_ms.div_euclid(MINUTE_MS) == b.1.ts_ms.div_euclid(MINUTE_MS))
@@ -131,14 +128,12 @@ fn encode_blocks(unique: &[(i64, &Sample)]) -> Vec<u8> {
         let samples: Vec<&Sample> = block.iter().map(|&(_, s)| s).collect();
         out.extend_from_slice(&7i16.to_be_bytes());
         for v in [block[0].0, samples[0].ts_ms, samples[samples.len() - 1].ts_ms] {
-            out.extend_from_slice(&8i32.to_be_bytes());
-            out.extend_from_slice(&v.to_be_bytes());
+            put_i64(&mut out, Some(v));
         }
         let n = samples.len();
         array(&mut out, INT8_OID, n, false, |out| {
             for s in &samples {
-                out.extend_from_slice(&8i32.to_be_bytes());
-                out.extend_from_slice(&s.ts_ms.to_be_bytes());
+                put_i64(out, Some(s.ts_ms));
             }
         });
         array(&mut out, BYTEA_OID, n, false, |out| {
@@ -146,36 +141,20 @@ fn encode_blocks(unique: &[(i64, &Sample)]) -> Vec<u8> {
                 field(out, |out| crate::row_values::encode_into(out, s));
             }
         });
-        let some_without_list = samples.iter().any(|s| s.processes.is_none());
-        array(&mut out, TEXT_OID, n, some_without_list, |out| {
+        array(&mut out, TEXT_OID, n, samples.iter().any(|s| s.processes.is_none()), |out| {
             for s in &samples {
-                match &s.processes {
-                    Some(list) => put_list(out, list, &mut last_list),
-                    None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-                }
+                pg_samples::put_processes(out, s, &mut last_list);
             }
         });
         let allocations: Vec<Option<String>> = samples.iter().map(|s| columns::allocations_json(s)).collect();
         array(&mut out, TEXT_OID, n, allocations.iter().any(Option::is_none), |out| {
             for a in &allocations {
-                match a {
-                    Some(json) => field(out, |out| out.extend_from_slice(json.as_bytes())),
-                    None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-                }
+                pg_samples::put_text(out, a.as_deref());
             }
         });
     }
-    out.extend_from_slice(&(-1i16).to_be_bytes());
+    pg_samples::copy_trailer(&mut out);
     out
-}
-
-/// One field: its 32-bit length, then what `write` appends.
-fn field(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
-    let len_at = out.len();
-    out.extend_from_slice(&0i32.to_be_bytes());
-    write(out);
-    let len = (out.len() - len_at - 4) as i32;
-    out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
 }
 
 /// One array field of `n` elements of type `oid` that `elements` appends.
@@ -190,30 +169,10 @@ fn array(out: &mut Vec<u8>, oid: u32, n: usize, has_null: bool, elements: impl F
     });
 }
 
-/// A process list's JSON as a field. A GPU's list rarely changes from one second to the next:
-/// the last list written and where its JSON lies in `out`, so an equal list is copied, not
-/// serialised again.
-fn put_list<'a>(
-    out: &mut Vec<u8>,
-    list: &'a [GpuProcess],
-    last: &mut Option<(&'a [GpuProcess], std::ops::Range<usize>)>,
-) {
-    match last {
-        Some((prev, json)) if *prev == list => {
-            let json = json.clone();
-            out.extend_from_slice(&(json.len() as i32).to_be_bytes());
-            out.extend_from_within(json);
-        }
-        _ => {
-            let start = out.len() + 4;
-            field(out, |out| serde_json::to_writer(out, list).expect("a process list serializes"));
-            *last = Some((list, start..out.len()));
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
+    use fleetlens_core::GpuProcess;
+
     use super::*;
 
     fn read_i32(b: &[u8], at: &mut usize) -> i32 {

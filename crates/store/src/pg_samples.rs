@@ -160,62 +160,86 @@ const SAMPLES_COPY_SQL: &str = "COPY samples (gpu_id, ts_ms, vals, processes, al
 /// Encode `(gpu_id, sample)` rows as one binary `COPY` stream.
 fn encode_samples<'a>(rows: impl ExactSizeIterator<Item = (i64, &'a Sample)>) -> Vec<u8> {
     // The key, the values' payload (tens of bytes), the process list and allocations.
-    let mut out = Vec::with_capacity(19 + rows.len() * 160 + 2);
-    out.extend_from_slice(SIGNATURE);
-    out.extend_from_slice(&0i32.to_be_bytes());
-    out.extend_from_slice(&0i32.to_be_bytes());
-    let fields = 5i16;
-    // A GPU's process list rarely changes from one second to the next: the last list written
-    // and where its JSON lies in `out`, so that an equal list is copied, not serialised again.
-    let mut last_list: Option<(&[GpuProcess], std::ops::Range<usize>)> = None;
+    let mut out = copy_header(rows.len() * 160);
+    let mut last_list = None;
     for (gpu_id, s) in rows {
-        out.extend_from_slice(&fields.to_be_bytes());
+        out.extend_from_slice(&5i16.to_be_bytes());
         put_i64(&mut out, Some(gpu_id));
         put_i64(&mut out, Some(s.ts_ms));
         // bytea in binary COPY: the bytes.
-        let len_at = out.len();
-        out.extend_from_slice(&0i32.to_be_bytes());
-        crate::row_values::encode_into(&mut out, s);
-        let len = (out.len() - len_at - 4) as i32;
-        out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
-        match &s.processes {
-            Some(list) => match &last_list {
-                Some((prev, json)) if *prev == list.as_slice() => {
-                    let json = json.clone();
-                    out.extend_from_slice(&(json.len() as i32).to_be_bytes());
-                    out.extend_from_within(json);
-                }
-                _ => {
-                    let len_at = out.len();
-                    out.extend_from_slice(&0i32.to_be_bytes());
-                    serde_json::to_writer(&mut out, list).expect("a process list serializes");
-                    let len = (out.len() - len_at - 4) as i32;
-                    out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
-                    last_list = Some((list.as_slice(), len_at + 4..out.len()));
-                }
-            },
-            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-        }
-        // text in binary COPY: the UTF-8 bytes.
-        match columns::allocations_json(s) {
-            Some(json) => {
-                out.extend_from_slice(&(json.len() as i32).to_be_bytes());
-                out.extend_from_slice(json.as_bytes());
-            }
-            None => out.extend_from_slice(&(-1i32).to_be_bytes()),
-        }
+        field(&mut out, |out| crate::row_values::encode_into(out, s));
+        put_processes(&mut out, s, &mut last_list);
+        put_text(&mut out, columns::allocations_json(s).as_deref());
     }
-    out.extend_from_slice(&(-1i16).to_be_bytes());
+    copy_trailer(&mut out);
     out
 }
 
-fn put_i64(out: &mut Vec<u8>, v: Option<i64>) {
+/// A binary `COPY` stream's header (signature, flags, extension length), with room for `body`
+/// bytes of tuples and the trailer.
+pub(crate) fn copy_header(body: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(19 + body + 2);
+    out.extend_from_slice(SIGNATURE);
+    out.extend_from_slice(&0i32.to_be_bytes());
+    out.extend_from_slice(&0i32.to_be_bytes());
+    out
+}
+
+/// The field count -1 that ends a binary `COPY` stream.
+pub(crate) fn copy_trailer(out: &mut Vec<u8>) {
+    out.extend_from_slice(&(-1i16).to_be_bytes());
+}
+
+/// One field: its 32-bit length, then what `write` appends.
+pub(crate) fn field(out: &mut Vec<u8>, write: impl FnOnce(&mut Vec<u8>)) {
+    let len_at = out.len();
+    out.extend_from_slice(&0i32.to_be_bytes());
+    write(out);
+    let len = (out.len() - len_at - 4) as i32;
+    out[len_at..len_at + 4].copy_from_slice(&len.to_be_bytes());
+}
+
+/// A NULL field.
+pub(crate) fn put_null(out: &mut Vec<u8>) {
+    out.extend_from_slice(&(-1i32).to_be_bytes());
+}
+
+pub(crate) fn put_i64(out: &mut Vec<u8>, v: Option<i64>) {
     match v {
         Some(v) => {
             out.extend_from_slice(&8i32.to_be_bytes());
             out.extend_from_slice(&v.to_be_bytes());
         }
-        None => out.extend_from_slice(&(-1i32).to_be_bytes()),
+        None => put_null(out),
+    }
+}
+
+/// A text field (in binary `COPY`, the UTF-8 bytes), or NULL.
+pub(crate) fn put_text(out: &mut Vec<u8>, text: Option<&str>) {
+    match text {
+        Some(text) => field(out, |out| out.extend_from_slice(text.as_bytes())),
+        None => put_null(out),
+    }
+}
+
+/// The last process list written to a stream, and where its JSON lies in it.
+pub(crate) type LastList<'a> = Option<(&'a [GpuProcess], std::ops::Range<usize>)>;
+
+/// A sample's process list as a JSON text field, or NULL. A GPU's list rarely changes from one
+/// second to the next: an equal list to the last one written is copied, not serialised again.
+pub(crate) fn put_processes<'a>(out: &mut Vec<u8>, s: &'a Sample, last: &mut LastList<'a>) {
+    let Some(list) = s.processes.as_deref() else { return put_null(out) };
+    match last {
+        Some((prev, json)) if *prev == list => {
+            let json = json.clone();
+            out.extend_from_slice(&(json.len() as i32).to_be_bytes());
+            out.extend_from_within(json);
+        }
+        _ => {
+            let start = out.len() + 4;
+            field(out, |out| serde_json::to_writer(out, list).expect("a process list serializes"));
+            *last = Some((list, start..out.len()));
+        }
     }
 }
 

@@ -20,7 +20,7 @@ const OLDEST_OPEN_SQL: &str = "SELECT g.id, o.ts FROM gpus g CROSS JOIN LATERAL 
      (SELECT least((SELECT min(ts_ms) FROM samples WHERE gpu_id = g.id), \
      (SELECT min(first_ts) FROM sample_batches WHERE gpu_id = g.id)) AS ts) o WHERE o.ts < ? ORDER BY g.id";
 
-/// A GPU's oldest open sample from a time on (a block never crosses an hour, so its first
+/// A GPU's oldest open sample from a time on (a block never crosses a minute, so its first
 /// sample is in the hour it is sealed with).
 const NEXT_OPEN_SQL: &str = "SELECT least((SELECT min(ts_ms) FROM samples WHERE gpu_id = $1 AND ts_ms >= $2), \
      (SELECT min(first_ts) FROM sample_batches WHERE gpu_id = $1 AND first_ts >= $2))";
@@ -115,13 +115,7 @@ pub(crate) async fn org_samples(
 /// so a sealer rewriting one waits. One statement finds them; it finds nothing, cheaply, for
 /// live data. Returns the samples unsealed.
 pub(crate) async fn unseal_for_batch(tx: &mut Transaction<'_, Postgres>, order: &[(i64, &Sample)]) -> Result<u64> {
-    let mut spans: Vec<(i64, i64, i64)> = Vec::new();
-    for &(gpu_id, s) in order {
-        match spans.last_mut() {
-            Some((g, _, hi)) if *g == gpu_id => *hi = s.ts_ms,
-            _ => spans.push((gpu_id, s.ts_ms, s.ts_ms)),
-        }
-    }
+    let mut spans = crate::pg_batches::spans(order);
     // Only spans reaching back before the current hour can meet a block (live batches: none).
     spans.retain(|s| super::may_be_sealed(s.1));
     if spans.is_empty() {
