@@ -11,7 +11,7 @@ use std::sync::Arc;
 use fleetlens_core::Sample;
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 use sqlx::{Connection, QueryBuilder, Row, Sqlite, SqliteConnection, SqlitePool};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::blocks;
 use crate::columns;
@@ -29,6 +29,8 @@ const RETENTION_CHUNK: i64 = 20_000;
 
 struct IngestJob {
     batch: SampleBatch,
+    /// The batch's samples as stored, in the batch's order ([`encode_rows`]).
+    encoded: Vec<EncodedRow>,
     reply: oneshot::Sender<Result<IngestOutcome>>,
 }
 
@@ -62,6 +64,33 @@ pub struct SqliteStore {
 /// What the writer task owns.
 struct Writer {
     conn: SqliteConnection,
+    /// Told of each commit (a counter), for [`checkpoint_loop`]; dropped with the writer, which
+    /// ends that loop.
+    committed: watch::Sender<u64>,
+}
+
+impl Writer {
+    fn committed(&self) {
+        self.committed.send_modify(|n| *n += 1);
+    }
+}
+
+/// How long the checkpointer gathers commits before it copies them: a page written by several
+/// commits of that while is copied into the database file once.
+const CHECKPOINT_GATHER: Duration = Duration::from_millis(250);
+
+/// Copies the WAL into the database file on a connection of its own, after commits. With
+/// SQLite's automatic checkpoint, the commit that crossed 1,000 WAL pages copied them itself,
+/// inside the one writer that every batch waits for. A PASSIVE checkpoint takes no write lock:
+/// it copies while the writer appends, and the writer starts the WAL over once it is copied.
+async fn checkpoint_loop(mut conn: SqliteConnection, mut committed: watch::Receiver<u64>) {
+    while committed.changed().await.is_ok() {
+        tokio::time::sleep(CHECKPOINT_GATHER).await;
+        committed.mark_unchanged();
+        if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
+            tracing::warn!(error = %e, "WAL checkpoint failed; the next commit tries again");
+        }
+    }
 }
 
 fn options(url: &str) -> Result<SqliteConnectOptions> {
@@ -90,12 +119,13 @@ const READER_CACHE_KIB: &str = "-8192";
 impl SqliteStore {
     pub async fn open(url: &str, classifier: Arc<dyn MinuteClassifier>) -> Result<Self> {
         let opts = options(url)?;
-        // Only the writer checkpoints the WAL. A pooled connection's small write (the alert
-        // engine's lease renewal, say) would otherwise run the automatic checkpoint
-        // whenever its commit crosses the 1,000-page mark, copying megabytes into the database
-        // file inside that statement: the 2,000-GPU soak logged such lease upserts at 1.1-2.3 s.
+        // Only the checkpointer ([`checkpoint_loop`]) checkpoints the WAL. A pooled connection's
+        // small write (the alert engine's lease renewal, say) would otherwise run the automatic
+        // checkpoint whenever its commit crosses the 1,000-page mark, copying megabytes into the
+        // database file inside that statement: the 2,000-GPU soak logged such lease upserts at
+        // 1.1-2.3 s.
         let readers = opts.clone().pragma("cache_size", READER_CACHE_KIB).pragma("wal_autocheckpoint", "0");
-        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(readers).await?;
+        let pool = SqlitePoolOptions::new().max_connections(8).connect_with(readers.clone()).await?;
         // Migrations run on their own connection with foreign keys off, as SQLite's procedure
         // for rebuilding a table asks (migration 0009): sqlx runs each migration in a
         // transaction, where the pragma cannot be changed, and with the keys on, dropping the
@@ -114,9 +144,20 @@ impl SqliteStore {
             return Err(StoreError::Invalid(format!("rows of {broken:?} point at rows that do not exist")));
         }
         migrating.close().await?;
-        let conn = SqliteConnection::connect_with(&opts).await?;
+        let conn = SqliteConnection::connect_with(&opts.clone().pragma("wal_autocheckpoint", "0")).await?;
+        let (committed, commits) = watch::channel(0);
+        tokio::spawn(checkpoint_loop(SqliteConnection::connect_with(&readers).await?, commits));
         let (tx, rx) = mpsc::channel(1024);
-        tokio::spawn(writer_loop(Writer { conn }, rx));
+        // Its own thread: every batch waits for the writer in turn, and each of its statements is
+        // a round trip to the connection's thread, after which the writer must run again at
+        // once, not wait for a runtime worker that is decoding a batch or judging alerts.
+        let writer = Writer { conn, committed };
+        let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build();
+        let runtime = runtime.map_err(|e| StoreError::Invalid(format!("the SQLite writer's runtime: {e}")))?;
+        std::thread::Builder::new()
+            .name("sqlite-writer".into())
+            .spawn(move || runtime.block_on(writer_loop(writer, rx)))
+            .map_err(|e| StoreError::Invalid(format!("the SQLite writer's thread: {e}")))?;
         Ok(Self { pool, classifier, writer: tx, changes: Default::default() })
     }
 
@@ -140,6 +181,7 @@ async fn writer_loop(mut w: Writer, mut rx: mpsc::Receiver<WriteJob>) {
             WriteJob::Ingest(job) => job,
             WriteJob::Retention(job) => {
                 let result = retention_step(&mut w.conn, &job).await;
+                w.committed();
                 let _ = job.reply.send(result);
                 continue;
             }
@@ -240,6 +282,7 @@ async fn write_group(w: &mut Writer, jobs: &[IngestJob]) -> Result<Vec<IngestOut
     match write_jobs(&mut w.conn, jobs).await {
         Ok(outcomes) => {
             sqlx::query("COMMIT").execute(&mut w.conn).await?;
+            w.committed();
             Ok(outcomes)
         }
         Err(e) => {
@@ -261,18 +304,20 @@ async fn write_jobs(conn: &mut SqliteConnection, jobs: &[IngestJob]) -> Result<V
         // each GPU's time span once (a cheap index range, usually empty), insert only the rest.
         let existing = existing_keys(conn, &job.batch.samples, &ids).await?;
         let mut seen: HashSet<(i64, i64)> = HashSet::with_capacity(job.batch.samples.len());
-        let fresh: Vec<&Sample> = job
+        let fresh: Vec<(usize, &Sample)> = job
             .batch
             .samples
             .iter()
-            .filter(|s| {
+            .enumerate()
+            .filter(|(_, s)| {
                 let key = (ids[s.uuid.as_str()], s.ts_ms);
                 !existing.contains(&key) && seen.insert(key)
             })
             .collect();
-        let rows: Vec<(i64, &Sample)> = fresh.iter().map(|s| (ids[s.uuid.as_str()], *s)).collect();
+        let rows: Vec<(i64, i64, &EncodedRow)> =
+            fresh.iter().map(|&(i, s)| (ids[s.uuid.as_str()], s.ts_ms, &job.encoded[i])).collect();
         for chunk in bounded_chunks(&rows, SAMPLE_ROWS_PER_STATEMENT) {
-            let done = insert_sample_rows(conn, chunk, "").await?;
+            let done = insert_encoded_rows(conn, chunk, "").await?;
             if done != chunk.len() as u64 {
                 return Err(StoreError::Invalid(format!("inserted {done} of {} new samples", chunk.len())));
             }
@@ -294,7 +339,7 @@ async fn write_jobs(conn: &mut SqliteConnection, jobs: &[IngestJob]) -> Result<V
     Ok(outcomes)
 }
 
-/// Keys of `samples` already stored: one index range probe per GPU of the batch.
+/// Keys of `samples` already stored: one statement for the batch, an index range per GPU.
 async fn existing_keys(
     conn: &mut SqliteConnection,
     samples: &[Sample],
@@ -306,21 +351,18 @@ async fn existing_keys(
         let span = spans.entry(id).or_insert((s.ts_ms, s.ts_ms));
         *span = (span.0.min(s.ts_ms), span.1.max(s.ts_ms));
     }
-    let mut existing = HashSet::new();
-    for (id, (lo, hi)) in spans {
-        // A late sample for a sealed hour: the hour goes back to open rows first (see
-        // `blocks::sqlite::unseal_within`), so the probe below sees its samples.
-        blocks::sqlite::unseal_within(conn, id, lo, hi).await?;
-        let found: Vec<i64> =
-            sqlx::query_scalar("SELECT ts_ms FROM samples WHERE gpu_id = ? AND ts_ms BETWEEN ? AND ?")
-                .bind(id)
-                .bind(lo)
-                .bind(hi)
-                .fetch_all(&mut *conn)
-                .await?;
-        existing.extend(found.into_iter().map(|ts| (id, ts)));
-    }
-    Ok(existing)
+    let spans: Vec<(i64, i64, i64)> = spans.into_iter().map(|(id, (lo, hi))| (id, lo, hi)).collect();
+    // A late sample for a sealed hour: the hour goes back to open rows first (see
+    // `blocks::sqlite::unseal_within`), so the probe below sees its samples.
+    blocks::sqlite::unseal_within(conn, &spans).await?;
+    let found: Vec<(i64, i64)> = sqlx::query_as(
+        "SELECT s.gpu_id, s.ts_ms FROM json_each(?) j CROSS JOIN samples s \
+         ON s.gpu_id = j.value ->> 0 AND s.ts_ms BETWEEN j.value ->> 1 AND j.value ->> 2",
+    )
+    .bind(serde_json::to_string(&spans).expect("numbers serialize"))
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(found.into_iter().collect())
 }
 
 /// The samples of `job` whose key was stored before it (each key once, the first of the
@@ -464,15 +506,53 @@ pub(crate) async fn insert_sample_rows(
     rows: &[(i64, &Sample)],
     tail: &str,
 ) -> Result<u64> {
+    let encoded = encode_rows(rows.iter().map(|&(_, s)| s));
+    let rows: Vec<(i64, i64, &EncodedRow)> =
+        rows.iter().zip(&encoded).map(|(&(gpu_id, s), e)| (gpu_id, s.ts_ms, e)).collect();
+    insert_encoded_rows(conn, &rows, tail).await
+}
+
+/// [`insert_sample_rows`] of rows already encoded: `(gpu_id, ts_ms, row)`.
+async fn insert_encoded_rows(conn: &mut SqliteConnection, rows: &[(i64, i64, &EncodedRow)], tail: &str) -> Result<u64> {
     let mut qb: QueryBuilder<Sqlite> =
         QueryBuilder::new("INSERT INTO samples (gpu_id, ts_ms, vals, processes, allocations) ");
-    qb.push_values(rows, |mut b, &(gpu_id, s)| {
-        b.push_bind(gpu_id).push_bind(s.ts_ms).push_bind(crate::row_values::encode(s));
-        b.push_bind(columns::processes_json(s));
-        b.push_bind(columns::allocations_json(s));
+    qb.push_values(rows, |mut b, &(gpu_id, ts_ms, row)| {
+        b.push_bind(gpu_id).push_bind(ts_ms).push_bind(row.vals.as_slice());
+        b.push_bind(row.processes.as_deref());
+        b.push_bind(row.allocations.as_deref());
     });
     qb.push(tail);
     Ok(qb.build().execute(&mut *conn).await?.rows_affected())
+}
+
+/// A sample as `samples` stores it: the values' payload ([`crate::row_values`]), the process
+/// list and the allocations as JSON text.
+pub(crate) struct EncodedRow {
+    vals: Vec<u8>,
+    processes: Option<Arc<str>>,
+    allocations: Option<String>,
+}
+
+/// `samples` as stored, in their order. Ingest encodes on the request's task before the batch
+/// queues for the one writer, so that concurrent requests encode in parallel and the writer,
+/// which every batch passes in turn, only binds (it was a quarter of the writer's time).
+pub(crate) fn encode_rows<'a>(samples: impl IntoIterator<Item = &'a Sample>) -> Vec<EncodedRow> {
+    // A GPU's process list seldom changes from one sample to the next: serialised once per change.
+    let mut last: HashMap<&str, (&Vec<fleetlens_core::GpuProcess>, Arc<str>)> = HashMap::new();
+    samples
+        .into_iter()
+        .map(|s| {
+            let processes = s.processes.as_ref().map(|list| match last.get(s.uuid.as_str()) {
+                Some((prev, text)) if *prev == list => text.clone(),
+                _ => {
+                    let text: Arc<str> = columns::processes_json(s).expect("a list").into();
+                    last.insert(s.uuid.as_str(), (list, text.clone()));
+                    text
+                }
+            });
+            EncodedRow { vals: crate::row_values::encode(s), processes, allocations: columns::allocations_json(s) }
+        })
+        .collect()
 }
 
 /// `items` in chunks of at most `max` whose lengths come from a fixed set: full chunks of
@@ -520,7 +600,11 @@ impl SqliteStore {
     /// [`SampleStore::ingest_with`](crate::SampleStore::ingest_with), for `impl_store!`.
     async fn ingest_batch(&self, batch: SampleBatch) -> Result<IngestOutcome> {
         let (reply, rx) = oneshot::channel();
-        self.writer.send(WriteJob::Ingest(IngestJob { batch, reply })).await.map_err(|_| StoreError::WriterGone)?;
+        let encoded = encode_rows(batch.samples.iter());
+        self.writer
+            .send(WriteJob::Ingest(IngestJob { batch, encoded, reply }))
+            .await
+            .map_err(|_| StoreError::WriterGone)?;
         rx.await.map_err(|_| StoreError::WriterGone)?
     }
 }

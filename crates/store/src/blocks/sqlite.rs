@@ -78,24 +78,26 @@ pub(crate) async fn org_samples(
     super::decode_per_gpu(query.fetch_all(pool).await?, from_ms, to_ms)
 }
 
-/// Ingest of samples of `gpu_id` in `[lo, hi]`, some of which may fall in sealed hours (a
-/// spool drained late): those hours' blocks go back to open rows in the ingest transaction.
-/// The rows then hold the whole hour again, so the rollup job (which writes a minute from its
-/// raw rows), the duplicate probe and merge-on-insert all see every sample of it; the next
-/// sealing pass seals the hour again. Returns the samples unsealed. Live batches (the current
-/// hour) skip the lookup.
-pub(crate) async fn unseal_within(conn: &mut SqliteConnection, gpu_id: i64, lo: i64, hi: i64) -> Result<u64> {
-    if !super::may_be_sealed(lo) {
+/// Ingest of samples of GPUs in spans `(gpu_id, lo, hi)` (at most one per GPU), some of which may
+/// fall in sealed hours (a spool drained late): those hours' blocks go back to open rows in the
+/// ingest transaction. The rows then hold the whole hour again, so the rollup job (which writes a
+/// minute from its raw rows), the duplicate probe and merge-on-insert all see every sample of it;
+/// the next sealing pass seals the hour again. Returns the samples unsealed. Live batches (the
+/// current hour) skip the lookup; the others look up all their GPUs' blocks in one statement
+/// (the spans as one JSON text, so one prepared statement serves any number of GPUs).
+pub(crate) async fn unseal_within(conn: &mut SqliteConnection, spans: &[(i64, i64, i64)]) -> Result<u64> {
+    let spans: Vec<[i64; 3]> =
+        spans.iter().filter(|&&(_, lo, _)| super::may_be_sealed(lo)).map(|&(g, lo, hi)| [g, lo, hi]).collect();
+    if spans.is_empty() {
         return Ok(0);
     }
-    let blocks: Vec<(i64, Vec<u8>)> =
-        sqlx::query_as("SELECT start_ms, payload FROM sample_blocks WHERE gpu_id = ? AND start_ms <= ? AND end_ms > ?")
-            .bind(gpu_id)
-            .bind(hi)
-            .bind(lo)
-            .fetch_all(&mut *conn)
-            .await?;
-    let blocks = blocks.into_iter().map(|(start, payload)| (gpu_id, start, payload));
+    let blocks: Vec<(i64, i64, Vec<u8>)> = sqlx::query_as(
+        "SELECT b.gpu_id, b.start_ms, b.payload FROM json_each(?) j CROSS JOIN sample_blocks b \
+         ON b.gpu_id = j.value ->> 0 AND b.start_ms <= j.value ->> 2 AND b.end_ms > j.value ->> 1",
+    )
+    .bind(serde_json::to_string(&spans).expect("numbers serialize"))
+    .fetch_all(&mut *conn)
+    .await?;
     Ok(super::unseal_blocks!(&mut *conn, blocks, |rows| {
         for chunk in crate::sqlite::bounded_chunks(&rows, crate::sqlite::SAMPLE_ROWS_PER_STATEMENT) {
             // A key in both (cannot happen on the one writer, but a row is never overwritten).
