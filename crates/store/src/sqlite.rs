@@ -670,8 +670,63 @@ crate::shared_store::impl_store!(SqliteStore, sqlite, {
 #[cfg(test)]
 mod tests {
     use std::collections::BTreeSet;
+    use std::sync::Arc;
 
-    use super::bounded_chunks;
+    use fleetlens_core::{GpuProcess, Sample};
+
+    use super::{bounded_chunks, columns, encode_rows};
+    use crate::{DEFAULT_ORG, SampleBatch, SampleStore};
+
+    #[test]
+    fn each_row_stores_its_own_process_list_when_lists_are_reused() {
+        let list = |pid| Some(vec![GpuProcess { pid, command: Some(format!("p{pid}")), ..GpuProcess::default() }]);
+        let at = |uuid: &str, ts_ms, processes| Sample { uuid: uuid.into(), ts_ms, processes, ..Sample::default() };
+        // Two GPUs interleaved; a list that changes and changes back; an absent list.
+        let samples = [
+            at("A", 1, list(1)),
+            at("B", 1, list(2)),
+            at("A", 2, list(1)),
+            at("B", 2, list(1)),
+            at("A", 3, list(3)),
+            at("A", 4, None),
+            at("A", 5, list(1)),
+        ];
+        let rows = encode_rows(samples.iter());
+        assert_eq!(rows.len(), samples.len());
+        for (row, s) in rows.iter().zip(&samples) {
+            assert_eq!(row.processes.as_deref(), columns::processes_json(s).as_deref(), "{s:?}");
+            assert_eq!(row.vals, crate::row_values::encode(s));
+        }
+    }
+
+    /// The writer's connection never checkpoints: the checkpointer copies committed pages into
+    /// the database file while the store stays open (with neither, the file would not grow
+    /// until the last connection closed).
+    #[tokio::test]
+    async fn the_checkpointer_copies_commits_into_the_database_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.db");
+        let store = super::SqliteStore::open(
+            &format!("sqlite://{}", path.display()),
+            Arc::new(crate::credits::DefaultClassifier),
+        )
+        .await
+        .unwrap();
+        let before = std::fs::metadata(&path).unwrap().len();
+        let now = crate::rollup_close::wall_clock_ms();
+        let samples: Vec<Sample> = (0..4_000)
+            .map(|i| Sample { uuid: format!("G{}", i % 8), ts_ms: now - 60_000 + i / 8, ..Sample::default() })
+            .collect();
+        let outcome = store.ingest_with(SampleBatch::new(DEFAULT_ORG, "n1", Arc::from(samples))).await.unwrap();
+        assert_eq!(outcome.inserted, 4_000);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut after = before;
+        while after < before + 100_000 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+            after = std::fs::metadata(&path).unwrap().len();
+        }
+        assert!(after >= before + 100_000, "database file {before} -> {after} bytes while the store is open");
+    }
 
     #[test]
     fn chunks_cover_the_items_in_order_with_few_lengths() {
