@@ -1,5 +1,6 @@
-//! SQLite backend: WAL, `synchronous=NORMAL`, and one writer task that groups the batches of
-//! many concurrent requests into one transaction (group commit). Reads use a pool.
+//! SQLite backend: WAL, `synchronous=NORMAL`, and one writer (a task on a thread of its own)
+//! that groups the batches of many concurrent requests into one transaction (group commit).
+//! Reads use a pool; a checkpointer copies the WAL into the database file.
 
 // foldhash, not SipHash, for the maps the writer consults once or more per sample.
 use foldhash::{HashMap, HashMapExt, HashSet, HashSetExt};
@@ -61,7 +62,7 @@ pub struct SqliteStore {
     changes: crate::changes::LocalChanges,
 }
 
-/// What the writer task owns.
+/// What the writer owns.
 struct Writer {
     conn: SqliteConnection,
     /// Told of each commit (a counter), for [`checkpoint_loop`]; dropped with the writer, which
@@ -78,14 +79,22 @@ impl Writer {
 /// How long the checkpointer gathers commits before it copies them: a page written by several
 /// commits of that while is copied into the database file once.
 const CHECKPOINT_GATHER: Duration = Duration::from_millis(250);
+/// How long the checkpointer waits for a commit of the writer before it checkpoints anyway.
+const CHECKPOINT_IDLE: Duration = Duration::from_secs(5);
 
 /// Copies the WAL into the database file on a connection of its own, after commits. With
 /// SQLite's automatic checkpoint, the commit that crossed 1,000 WAL pages copied them itself,
 /// inside the one writer that every batch waits for. A PASSIVE checkpoint takes no write lock:
 /// it copies while the writer appends, and the writer starts the WAL over once it is copied.
 async fn checkpoint_loop(mut conn: SqliteConnection, mut committed: watch::Receiver<u64>) {
-    while committed.changed().await.is_ok() {
-        tokio::time::sleep(CHECKPOINT_GATHER).await;
+    loop {
+        match tokio::time::timeout(CHECKPOINT_IDLE, committed.changed()).await {
+            // The writer is gone with its store.
+            Ok(Err(_)) => return,
+            Ok(Ok(())) => tokio::time::sleep(CHECKPOINT_GATHER).await,
+            // No ingest: what the pooled connections wrote (sealing, the rollup job) is copied too.
+            Err(_) => {}
+        }
         committed.mark_unchanged();
         if let Err(e) = sqlx::query("PRAGMA wal_checkpoint(PASSIVE)").execute(&mut conn).await {
             tracing::warn!(error = %e, "WAL checkpoint failed; the next commit tries again");
@@ -726,6 +735,16 @@ mod tests {
             after = std::fs::metadata(&path).unwrap().len();
         }
         assert!(after >= before + 100_000, "database file {before} -> {after} bytes while the store is open");
+        // Without ingest, the pooled connections' writes (sealing, rollups) are copied too.
+        let before = after;
+        sqlx::query("CREATE TABLE filler (b BLOB)").execute(store.pool()).await.unwrap();
+        sqlx::query("INSERT INTO filler VALUES (zeroblob(400000))").execute(store.pool()).await.unwrap();
+        let deadline = std::time::Instant::now() + super::CHECKPOINT_IDLE * 3;
+        while after < before + 400_000 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            after = std::fs::metadata(&path).unwrap().len();
+        }
+        assert!(after >= before + 400_000, "database file {before} -> {after} bytes after a pooled write");
     }
 
     #[test]
