@@ -544,7 +544,7 @@ pub(crate) struct EncodedRow {
 
 /// `samples` as stored, in their order. Ingest encodes on the request's task before the batch
 /// queues for the one writer, so that concurrent requests encode in parallel and the writer,
-/// which every batch passes in turn, only binds (it was a quarter of the writer's time).
+/// which every batch passes in turn, only binds.
 pub(crate) fn encode_rows<'a>(samples: impl IntoIterator<Item = &'a Sample>) -> Vec<EncodedRow> {
     // A GPU's process list seldom changes from one sample to the next: serialised once per change.
     let mut last: HashMap<&str, (&Vec<fleetlens_core::GpuProcess>, Arc<str>)> = HashMap::new();
