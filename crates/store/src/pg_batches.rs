@@ -88,20 +88,22 @@ async fn make_room(tx: &mut Transaction<'_, Postgres>, spans: &[(i64, i64, i64)]
     Ok(met > 0)
 }
 
-/// Retention of one GPU's blocks before `cutoff_ms`: those wholly older are deleted, one that
-/// straddles it becomes rows (which the caller's row delete then trims). Returns the samples
-/// deleted.
-pub(crate) async fn expire(pool: &sqlx::PgPool, gpu_id: i64, cutoff_ms: i64) -> Result<u64> {
+/// Retention of the blocks of `gpu_ids` before `cutoff_ms`, in one transaction: those wholly
+/// older are deleted, one that straddles it becomes rows (which the caller's row delete then
+/// trims). Returns the samples deleted. Open blocks are minutes old unless ingest stopped, so the
+/// deletes find little: one statement each, not a transaction per GPU.
+pub(crate) async fn expire(pool: &sqlx::PgPool, gpu_ids: &[i64], cutoff_ms: i64) -> Result<u64> {
     let mut tx = pool.begin().await?;
     let deleted: i64 = sqlx::query_scalar(
-        "WITH d AS (DELETE FROM sample_batches WHERE gpu_id = $1 AND last_ts < $2 RETURNING cardinality(ts) AS n) \
+        "WITH d AS (DELETE FROM sample_batches WHERE gpu_id = ANY($1) AND last_ts < $2 RETURNING cardinality(ts) AS n) \
          SELECT coalesce(sum(n), 0)::int8 FROM d",
     )
-    .bind(gpu_id)
+    .bind(gpu_ids)
     .bind(cutoff_ms)
     .fetch_one(&mut *tx)
     .await?;
-    make_room(&mut tx, &[(gpu_id, cutoff_ms - 1, cutoff_ms - 1)]).await?;
+    let at_cutoff: Vec<(i64, i64, i64)> = gpu_ids.iter().map(|&g| (g, cutoff_ms - 1, cutoff_ms - 1)).collect();
+    make_room(&mut tx, &at_cutoff).await?;
     tx.commit().await?;
     Ok(deleted as u64)
 }

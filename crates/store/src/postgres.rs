@@ -359,9 +359,7 @@ crate::shared_store::impl_store!(PgStore, pg, {
         report.samples += blocks::pg::drop_before(&self.pool, now_ms - policy.raw_ms).await?;
         report.rollups_1m += blocks::pg::drop_minutes_before(&self.pool, now_ms - policy.rollup_1m_ms).await?;
         // Open blocks first: one that straddles the cutoff becomes rows, which the loop trims.
-        for &gpu_id in &gpu_ids {
-            report.samples += crate::pg_batches::expire(&self.pool, gpu_id, now_ms - policy.raw_ms).await?;
-        }
+        report.samples += crate::pg_batches::expire(&self.pool, &gpu_ids, now_ms - policy.raw_ms).await?;
         let mut flags_deleted = 0;
         for (table, keep_ms, key, counter) in [
             ("samples", policy.raw_ms, "ts_ms", &mut report.samples),

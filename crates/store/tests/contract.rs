@@ -977,19 +977,26 @@ async fn open_samples_are_blocks_until_a_batch_meets_them(backend: Backend) {
 }
 
 /// A raw-retention cutoff in the middle of a batch (on PostgreSQL, inside a block): exactly the
-/// samples before it go.
+/// samples before it go, of every GPU (another GPU's batch lies wholly before it, a third's
+/// wholly after).
 async fn retention_cuts_through_an_open_block(backend: Backend) {
     let (_db, store) = open(backend).await;
     let day = 86_400_000i64;
     let start = 1_700_000_040_000i64;
     let batch = synthetic("GPU-cut", start, 120, 1000);
-    store.ingest(DEFAULT_ORG, "h", batch.clone()).await.unwrap();
+    let older = synthetic("GPU-old", start - 600_000, 60, 1000);
+    let newer = synthetic("GPU-new", start + 60_000, 40, 1000);
+    for b in [&batch, &older, &newer] {
+        store.ingest(DEFAULT_ORG, "h", b.clone()).await.unwrap();
+    }
     let policy = RetentionPolicy { raw_ms: 7 * day, ..RetentionPolicy::default() };
     let report = store.apply_retention(policy, start + 30_000 + 7 * day).await.unwrap();
-    assert_eq!(report.samples, 30);
-    let gpu = store.gpu(DEFAULT_ORG, "GPU-cut").await.unwrap().unwrap();
-    assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap(), batch[30..]);
-    assert_eq!(store.sample_count().await.unwrap(), 90);
+    assert_eq!(report.samples, 30 + 60);
+    for (uuid, left) in [("GPU-cut", &batch[30..]), ("GPU-old", &older[..0]), ("GPU-new", &newer[..])] {
+        let gpu = store.gpu(DEFAULT_ORG, uuid).await.unwrap().unwrap();
+        assert_eq!(store.samples(DEFAULT_ORG, gpu.id, 0, i64::MAX, 1000).await.unwrap(), left, "{uuid}");
+    }
+    assert_eq!(store.sample_count().await.unwrap(), 90 + 40);
 }
 
 /// Marks left in `rollup_pending`.
