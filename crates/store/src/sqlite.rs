@@ -65,14 +65,14 @@ pub struct SqliteStore {
 /// What the writer owns.
 struct Writer {
     conn: SqliteConnection,
-    /// Told of each commit (a counter), for [`checkpoint_loop`]; dropped with the writer, which
-    /// ends that loop.
-    committed: watch::Sender<u64>,
+    /// Told of each commit, for [`checkpoint_loop`]; dropped with the writer, which ends that
+    /// loop.
+    committed: watch::Sender<()>,
 }
 
 impl Writer {
     fn committed(&self) {
-        self.committed.send_modify(|n| *n += 1);
+        self.committed.send_replace(());
     }
 }
 
@@ -86,7 +86,7 @@ const CHECKPOINT_IDLE: Duration = Duration::from_secs(5);
 /// SQLite's automatic checkpoint, the commit that crossed 1,000 WAL pages copied them itself,
 /// inside the one writer that every batch waits for. A PASSIVE checkpoint takes no write lock:
 /// it copies while the writer appends, and the writer starts the WAL over once it is copied.
-async fn checkpoint_loop(mut conn: SqliteConnection, mut committed: watch::Receiver<u64>) {
+async fn checkpoint_loop(mut conn: SqliteConnection, mut committed: watch::Receiver<()>) {
     loop {
         match tokio::time::timeout(CHECKPOINT_IDLE, committed.changed()).await {
             // The writer is gone with its store.
@@ -154,7 +154,7 @@ impl SqliteStore {
         }
         migrating.close().await?;
         let conn = SqliteConnection::connect_with(&opts.clone().pragma("wal_autocheckpoint", "0")).await?;
-        let (committed, commits) = watch::channel(0);
+        let (committed, commits) = watch::channel(());
         tokio::spawn(checkpoint_loop(SqliteConnection::connect_with(&readers).await?, commits));
         let (tx, rx) = mpsc::channel(1024);
         // Its own thread: every batch waits for the writer in turn, and each of its statements is
