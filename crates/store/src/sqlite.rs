@@ -728,7 +728,8 @@ mod tests {
             .collect();
         let outcome = store.ingest_with(SampleBatch::new(DEFAULT_ORG, "n1", Arc::from(samples))).await.unwrap();
         assert_eq!(outcome.inserted, 4_000);
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        // Sooner than the idle checkpoint: the writer's commit itself sets the checkpointer off.
+        let deadline = std::time::Instant::now() + super::CHECKPOINT_IDLE / 2;
         let mut after = before;
         while after < before + 100_000 && std::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(50)).await;
