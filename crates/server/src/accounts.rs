@@ -573,7 +573,7 @@ pub async fn bootstrap(store: &dyn Store, config: &AccountsConfig) -> Result<(),
             if update != UserUpdate::default() {
                 store.update_user(DEFAULT_ORG, user.id, &update, now).await?;
                 if update.password_hash.is_some() {
-                    store.delete_sessions_of(user.id, None).await?;
+                    store.delete_sessions_of(user.org_id, user.id, None).await?;
                 }
                 tracing::warn!(%email, "admin user reset to FLEETLENS_ADMIN_PASSWORD (--reset-admin-password)");
             }

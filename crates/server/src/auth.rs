@@ -264,11 +264,11 @@ async fn key_caller(state: &AppState, token: &str) -> Result<Caller, ApiError> {
     let Some(auth) = auth.filter(|a| a.info.key.revoked_ms.is_none() && !a.owner_disabled) else {
         return Err(ApiError::BadKey);
     };
-    let id = auth.info.key.id;
+    let (org, id) = (auth.info.key.org_id, auth.info.key.id);
     if state.accounts.touch_due(id) {
         let store = state.store.clone();
         tokio::spawn(async move {
-            if let Err(e) = store.touch_api_key(id, now_ms()).await {
+            if let Err(e) = store.touch_api_key(org, id, now_ms()).await {
                 tracing::warn!(error = %e, key = id.get(), "could not record the key's last use");
             }
         });

@@ -177,6 +177,16 @@ pub fn parse_json<T: serde::de::DeserializeOwned>(body: &[u8]) -> ApiResult<T> {
     Ok(value)
 }
 
+/// A JSON body must say so (`Content-Type: application/json`): a cross-site form cannot send
+/// that type without a CORS preflight, which this server never grants.
+pub fn require_json(headers: &axum::http::HeaderMap) -> ApiResult<()> {
+    let is_json = headers
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("application/json"));
+    if is_json { Ok(()) } else { Err(ApiError::UnsupportedMedia("send Content-Type: application/json".into())) }
+}
+
 /// A JSON request body (`Content-Type: application/json`), parsed with the same errors as
 /// every other body of the API (axum's own `Json` answers a wrong type with a 422 and serde's
 /// text, without the field).
@@ -186,14 +196,7 @@ impl<T: serde::de::DeserializeOwned, S: Send + Sync> axum::extract::FromRequest<
     type Rejection = ApiError;
 
     async fn from_request(req: axum::extract::Request, state: &S) -> Result<Self, Self::Rejection> {
-        let is_json = req
-            .headers()
-            .get(axum::http::header::CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok())
-            .is_some_and(|ct| ct.trim_start().to_ascii_lowercase().starts_with("application/json"));
-        if !is_json {
-            return Err(ApiError::UnsupportedMedia("send Content-Type: application/json".into()));
-        }
+        require_json(req.headers())?;
         let bytes = axum::body::Bytes::from_request(req, state)
             .await
             .map_err(|e| ApiError::BadRequest(format!("cannot read the body: {e}")))?;

@@ -228,8 +228,8 @@ pub trait AccountStore: Send + Sync {
     /// The session if it exists, has not expired and its user is enabled.
     async fn session(&self, token_hash: &str, now_ms: i64) -> Result<Option<SessionRecord>>;
     async fn delete_session(&self, token_hash: &str) -> Result<()>;
-    /// Ends every session of the user but `keep` (a token hash).
-    async fn delete_sessions_of(&self, user: UserId, keep: Option<&str>) -> Result<u64>;
+    /// Ends every session of the user of `org` but `keep` (a token hash).
+    async fn delete_sessions_of(&self, org: OrgId, user: UserId, keep: Option<&str>) -> Result<u64>;
     /// Record that the session was used at `now_ms`.
     async fn touch_session(&self, token_hash: &str, now_ms: i64) -> Result<()>;
 
@@ -247,8 +247,8 @@ pub trait AccountStore: Send + Sync {
     async fn revoke_api_key(&self, org: OrgId, id: ApiKeyId, now_ms: i64) -> Result<Option<ApiKeyInfo>>;
     /// The key with this hash, revoked or not, with its owner's role.
     async fn api_key_auth(&self, key_hash: &str) -> Result<Option<KeyAuth>>;
-    /// Record a use at `now_ms` unless a later use is recorded.
-    async fn touch_api_key(&self, id: ApiKeyId, now_ms: i64) -> Result<()>;
+    /// Record a use of the key of `org` at `now_ms` unless a later use is recorded.
+    async fn touch_api_key(&self, org: OrgId, id: ApiKeyId, now_ms: i64) -> Result<()>;
     /// Revokes every key the user made; returns how many were live.
     async fn revoke_api_keys_of(&self, org: OrgId, user: UserId, now_ms: i64) -> Result<u64>;
     /// The bootstrap key (`FLEETLENS_ADMIN_TOKEN`) at start: `key` (if set) is stored, marked
@@ -613,8 +613,9 @@ macro_rules! impl_account_store {
                 Ok(())
             }
 
-            async fn delete_sessions_of(&self, user: UserId, keep: Option<&str>) -> $crate::Result<u64> {
-                Ok(sqlx::query(&q("DELETE FROM sessions WHERE user_id = ? AND token_hash <> ?"))
+            async fn delete_sessions_of(&self, org: OrgId, user: UserId, keep: Option<&str>) -> $crate::Result<u64> {
+                Ok(sqlx::query(&q("DELETE FROM sessions WHERE org_id = ? AND user_id = ? AND token_hash <> ?"))
+                    .bind(org)
                     .bind(user)
                     .bind(keep.unwrap_or(""))
                     .execute(self.pool())
@@ -676,11 +677,13 @@ macro_rules! impl_account_store {
                 Ok(sqlx::query_as(&q(&sql)).bind(key_hash).fetch_optional(self.pool()).await?)
             }
 
-            async fn touch_api_key(&self, id: ApiKeyId, now_ms: i64) -> $crate::Result<()> {
+            async fn touch_api_key(&self, org: OrgId, id: ApiKeyId, now_ms: i64) -> $crate::Result<()> {
                 sqlx::query(&q(
-                    "UPDATE api_keys SET last_used_ms = ? WHERE id = ? AND (last_used_ms IS NULL OR last_used_ms < ?)",
+                    "UPDATE api_keys SET last_used_ms = ? \
+                     WHERE org_id = ? AND id = ? AND (last_used_ms IS NULL OR last_used_ms < ?)",
                 ))
                 .bind(now_ms)
+                .bind(org)
                 .bind(id)
                 .bind(now_ms)
                 .execute(self.pool())

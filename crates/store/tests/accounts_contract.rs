@@ -1,13 +1,14 @@
 //! The account store contract: every test runs against SQLite and against PostgreSQL.
 
-use std::sync::Arc;
-
 use fleetlens_core::Sample;
 use fleetlens_store::accounts::{
     ApiKeyId, Assigned, GpuTeam, NewSession, NewUser, Role, TeamSource, UserUpdate, expand_scopes,
 };
-use fleetlens_store::{DEFAULT_ORG, NewApiKey, OrgId, Scope, Store, hash_api_key};
-use fleetlens_tests::{Backend, TestDatabase};
+use fleetlens_store::{DEFAULT_ORG, NewApiKey, OrgId, Scope, hash_api_key};
+use fleetlens_tests::Backend;
+
+mod common;
+use common::open;
 
 fleetlens_tests::for_each_backend!(
     teams_are_unique_per_organisation_and_scoped,
@@ -20,12 +21,6 @@ fleetlens_tests::for_each_backend!(
     the_bootstrap_key_follows_the_variable,
     session_use_and_key_revocation_by_user,
 );
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let db = TestDatabase::new(backend).await;
-    let store = fleetlens_store::connect(&db.url).await.expect("connect");
-    (db, store)
-}
 
 const T0: i64 = 1_790_000_000_000;
 
@@ -152,7 +147,9 @@ async fn sessions_expire_and_follow_their_user(backend: Backend) {
     let enable = UserUpdate { disabled: Some(false), ..Default::default() };
     store.update_user(DEFAULT_ORG, u.id, &enable, T0).await.unwrap();
 
-    assert_eq!(store.delete_sessions_of(u.id, Some("h2")).await.unwrap(), 1);
+    let other = store.create_org("other", T0).await.unwrap();
+    assert_eq!(store.delete_sessions_of(other, u.id, None).await.unwrap(), 0, "not another organisation's user");
+    assert_eq!(store.delete_sessions_of(DEFAULT_ORG, u.id, Some("h2")).await.unwrap(), 1);
     assert!(store.session("h1", T0).await.unwrap().is_none());
     assert!(store.session("h2", T0).await.unwrap().is_some());
     store.delete_session("h2").await.unwrap();
@@ -191,9 +188,14 @@ async fn api_keys_keep_owner_team_and_last_use(backend: Backend) {
     assert_eq!((auth.owner_role, auth.owner_disabled), (Some(Role::Member), false));
     assert!(store.api_key_auth(&hash_api_key("flk_unknown")).await.unwrap().is_none());
 
-    store.touch_api_key(mine.key.id, T0 + 100).await.unwrap();
-    store.touch_api_key(mine.key.id, T0 + 50).await.unwrap();
-    assert_eq!(store.api_key(DEFAULT_ORG, mine.key.id).await.unwrap().unwrap().last_used_ms, Some(T0 + 100));
+    store.touch_api_key(DEFAULT_ORG, mine.key.id, T0 + 100).await.unwrap();
+    store.touch_api_key(DEFAULT_ORG, mine.key.id, T0 + 50).await.unwrap();
+    store.touch_api_key(b, mine.key.id, T0 + 150).await.unwrap();
+    assert_eq!(
+        store.api_key(DEFAULT_ORG, mine.key.id).await.unwrap().unwrap().last_used_ms,
+        Some(T0 + 100),
+        "only a later use of the key's own organisation counts"
+    );
 
     let revoked = store.revoke_api_key(DEFAULT_ORG, mine.key.id, T0 + 200).await.unwrap().unwrap();
     assert_eq!(revoked.key.revoked_ms, Some(T0 + 200));

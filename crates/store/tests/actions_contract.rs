@@ -1,8 +1,6 @@
 //! The contract of job runs, report routes, reclaims and agent commands (issue 24): every test
 //! runs against SQLite and against PostgreSQL.
 
-use std::sync::Arc;
-
 use fleetlens_core::jobcard::ReportRouteSpec;
 use fleetlens_core::reclaim::{
     ReclaimAction, ReclaimCase, ReclaimLogLine, ReclaimLogStep, ReclaimPolicySpec, ReclaimStatus,
@@ -12,18 +10,15 @@ use fleetlens_store::actions::{FinishedRun, JobRunFilter, JobSighting};
 use fleetlens_store::alerts::NewNotification;
 use fleetlens_store::reclaim::{AgentCommand, ReclaimRecord, ReclaimWrite};
 use fleetlens_store::{DEFAULT_ORG, Store};
-use fleetlens_tests::{Backend, TestDatabase};
+use fleetlens_tests::Backend;
+
+mod common;
+use common::open;
 
 fleetlens_tests::for_each_backend!(
     job_runs_merge_sightings_and_end_once,
     reclaims_log_every_step_and_commands_are_taken_once,
 );
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let db = TestDatabase::new(backend).await;
-    let store = fleetlens_store::connect(&db.url).await.expect("connect");
-    (db, store)
-}
 
 const T0: i64 = 1_790_000_000_000;
 

@@ -15,7 +15,10 @@ use fleetlens_store::alerts::{
     EvalWrite, GpuCursor, NewChannel, NewNotification, NewSilence, NewSuppressed,
 };
 use fleetlens_store::{DEFAULT_ORG, Store};
-use fleetlens_tests::{Backend, TestDatabase};
+use fleetlens_tests::Backend;
+
+mod common;
+use common::open;
 
 fleetlens_tests::for_each_backend!(
     rules_round_trip_and_names_are_unique,
@@ -30,12 +33,6 @@ fleetlens_tests::for_each_backend!(
     digests_advance_once_per_period,
     a_stored_name_that_is_no_name_reads_as_an_error,
 );
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let db = TestDatabase::new(backend).await;
-    let store = fleetlens_store::connect(&db.url).await.expect("connect");
-    (db, store)
-}
 
 fn rule(name: &str) -> RuleSpec {
     RuleSpec {

@@ -1,12 +1,13 @@
 //! The store contract: every test here runs against SQLite and against PostgreSQL.
 
-use std::sync::Arc;
-
 use fleetlens_core::{Credit, GpuId, GpuProcess, QualityFlags, Resolution, RollupAccumulator, Sample, Thresholds};
 use fleetlens_store::{
-    DEFAULT_ORG, IngestRules, NewApiKey, OrgId, RetentionPolicy, SampleBatch, Scope, Store, StoreError, hash_api_key,
+    DEFAULT_ORG, IngestRules, NewApiKey, OrgId, RetentionPolicy, SampleBatch, Scope, StoreError, hash_api_key,
 };
 use fleetlens_tests::{Backend, TestDatabase, fixture};
+
+mod common;
+use common::open;
 
 fleetlens_tests::for_each_backend!(
     fixture_round_trips_with_absent_values,
@@ -33,12 +34,6 @@ fleetlens_tests::for_each_backend!(
 
 /// A time after every test's samples: the rollup job then writes every marked minute.
 const LATER: i64 = 4_000_000_000_000;
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let db = TestDatabase::new(backend).await;
-    let store = fleetlens_store::connect(&db.url).await.expect("connect");
-    (db, store)
-}
 
 fn trace() -> Vec<Sample> {
     std::fs::read_to_string(fixture("nvml-h200-phases.jsonl"))

@@ -1,22 +1,17 @@
 //! The contract of reported jobs (throughput, for MFU): every test runs against SQLite and
 //! against PostgreSQL.
 
-use std::sync::Arc;
-
 use fleetlens_core::{JobId, JobThroughput, Precision};
-use fleetlens_store::{DEFAULT_ORG, JobRecord, Store};
-use fleetlens_tests::{Backend, TestDatabase};
+use fleetlens_store::{DEFAULT_ORG, JobRecord};
+use fleetlens_tests::Backend;
+
+mod common;
+use common::open;
 
 fleetlens_tests::for_each_backend!(
     jobs_read_back_with_their_precision_as_stored_text,
     an_unreadable_stored_job_reads_as_an_error,
 );
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let db = TestDatabase::new(backend).await;
-    let store = fleetlens_store::connect(&db.url).await.expect("connect");
-    (db, store)
-}
 
 const T0: i64 = 1_790_000_000_000;
 

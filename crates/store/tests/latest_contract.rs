@@ -2,11 +2,12 @@
 //! that moved), on SQLite and on PostgreSQL: the same rows as `latest_minutes` for those GPUs,
 //! whether the minutes are still open or written by the rollup job.
 
-use std::sync::Arc;
-
 use fleetlens_core::{GpuId, Sample};
 use fleetlens_store::{DEFAULT_ORG, LatestMinute, Store};
-use fleetlens_tests::{Backend, TestDatabase};
+use fleetlens_tests::Backend;
+
+mod common;
+use common::open;
 
 fleetlens_tests::for_each_backend!(
     latest_minutes_of_answers_as_latest_minutes_for_the_gpus_named,
@@ -17,12 +18,6 @@ fleetlens_tests::for_each_backend!(
 const T0: i64 = 1_700_002_800_000;
 /// A time after every test's samples: the rollup job then writes every marked minute.
 const LATER: i64 = 4_000_000_000_000;
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let db = TestDatabase::new(backend).await;
-    let store = fleetlens_store::connect(&db.url).await.expect("connect");
-    (db, store)
-}
 
 /// `n` samples of one GPU every second from `start_ms`, busy or idle.
 fn samples(uuid: &str, start_ms: i64, n: i64, util: f64) -> Vec<Sample> {

@@ -3,22 +3,17 @@
 //! the raw rows, minute and hour rollups and credits end exactly as in a store that got every
 //! sample whole; a sample with nothing to add stays a duplicate.
 
-use std::sync::Arc;
-
 use fleetlens_core::{GpuProcess, Resolution, RollupBucket, Sample};
 use fleetlens_store::{BucketCredit, DEFAULT_ORG, IngestOutcome, Store};
-use fleetlens_tests::{Backend, TestDatabase};
+use fleetlens_tests::Backend;
+
+mod common;
+use common::open;
 
 fleetlens_tests::for_each_backend!(
     partial_samples_end_as_if_they_had_arrived_whole,
     concurrent_fill_ins_of_one_row_each_count_once,
 );
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let db = TestDatabase::new(backend).await;
-    let store = fleetlens_store::connect(&db.url).await.expect("connect");
-    (db, store)
-}
 
 const H: i64 = 3_600_000;
 const UUID: &str = "GPU-merge";

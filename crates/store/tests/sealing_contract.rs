@@ -8,6 +8,9 @@ use fleetlens_core::{GpuId, GpuProcess, PodAllocation, Resolution, Sample};
 use fleetlens_store::{BLOCK_SPAN_MS, DEFAULT_ORG, RetentionPolicy, SEAL_LATENESS_MS, Store};
 use fleetlens_tests::{Backend, TestDatabase, fixture};
 
+mod common;
+use common::open;
+
 fleetlens_tests::for_each_backend!(
     sealing_moves_rows_into_blocks_and_reads_answer_the_same,
     sealed_keys_stay_duplicates_and_late_samples_merge,
@@ -34,12 +37,6 @@ const LATER: i64 = 4_000_000_000_000;
 async fn seal(store: &Arc<dyn Store>, now: i64, max_blocks: u64) -> fleetlens_store::SealReport {
     store.close_minutes(LATER, 120_000).await.unwrap();
     store.seal_closed_hours(now, max_blocks).await.unwrap()
-}
-
-async fn open(backend: Backend) -> (TestDatabase, Arc<dyn Store>) {
-    let db = TestDatabase::new(backend).await;
-    let store = fleetlens_store::connect(&db.url).await.expect("connect");
-    (db, store)
 }
 
 /// `n` samples of one GPU every `step_ms` from `start_ms`, with jitter, processes and pod
