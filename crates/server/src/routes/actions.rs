@@ -105,12 +105,17 @@ pub async fn end(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<String>,
+    headers: axum::http::HeaderMap,
     body: axum::body::Bytes,
 ) -> ApiResult<(StatusCode, Json<JobRun>)> {
     caller.require(Scope::Ingest)?;
-    // The body is optional: none (or `{}`) ends the run now.
-    let request: EndRequest =
-        if body.iter().all(u8::is_ascii_whitespace) { EndRequest::default() } else { crate::error::parse_json(&body)? };
+    // The body is optional: none (or `{}`) ends the run now; one that is there is JSON and says so.
+    let request: EndRequest = if body.iter().all(u8::is_ascii_whitespace) {
+        EndRequest::default()
+    } else {
+        crate::error::require_json(&headers)?;
+        crate::error::parse_json(&body)?
+    };
     let run = find(&state, &caller, &id).await?;
     let at = match &request.at {
         None => now_ms(),

@@ -8,7 +8,6 @@
 use std::time::Duration;
 
 use axum::Json;
-use axum::body::Bytes;
 use axum::extract::{Path, Query, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
@@ -27,13 +26,12 @@ use fleetlens_store::alerts::{
     NewNotification, NewSilence, SilenceRecord,
 };
 use fleetlens_store::{OrgId, Scope, Store, StoreError};
-use serde::de::DeserializeOwned;
 use serde_json::Value;
 
 use crate::alerts::render::{self, SLACK_MIN_INTERVAL_MS};
 pub use crate::alerts::views::{alert_view, marking_deleted};
 use crate::auth::Caller;
-use crate::error::ApiError;
+use crate::error::{ApiError, JsonBody, json_error};
 use crate::state::AppState;
 use crate::time::{body_time, now_ms};
 
@@ -87,11 +85,6 @@ fn name_taken<'a>(what: &'static str, name: &'a str) -> impl FnOnce(StoreError) 
 
 fn not_found(what: &str) -> AlertsError {
     AlertsError::Api(ApiError::NotFound(format!("no such {what} in this organisation")))
-}
-
-/// A JSON body, with the path of a bad value in the error.
-fn parse_body<T: DeserializeOwned>(body: &[u8]) -> Res<T> {
-    crate::error::parse_json(body).map_err(AlertsError::Api)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -157,10 +150,9 @@ pub async fn list_rules(State(state): State<AppState>, caller: Caller) -> Res<Js
 pub async fn create_rule(
     State(state): State<AppState>,
     caller: Caller,
-    body: Bytes,
+    JsonBody(b): JsonBody<RuleBody>,
 ) -> Res<(StatusCode, Json<RuleView>)> {
     caller.require(Scope::Admin)?;
-    let b: RuleBody = parse_body(&body)?;
     if b.name.is_none() {
         return Err(invalid("name", "required"));
     }
@@ -190,10 +182,9 @@ pub async fn put_rule(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<RuleId>,
-    body: Bytes,
+    JsonBody(b): JsonBody<RuleBody>,
 ) -> Res<Json<RuleView>> {
     caller.require(Scope::Admin)?;
-    let b: RuleBody = parse_body(&body)?;
     let current = state.store.alert_rule(caller.org, id).await?.ok_or_else(|| not_found("alert rule"))?;
     let rule = merge(current.rule, b);
     check_inhibits(state.store.as_ref(), caller.org, &rule.inhibits).await?;
@@ -238,9 +229,8 @@ pub async fn rule_fields(caller: Caller) -> Res<Json<RuleFields>> {
 /// `POST /api/v1/alert-rules/check`: parse a condition without storing anything.
 /// A condition that parses, and the fields it reads.
 #[utoipa::path(post, path = "/alert-rules/check", tag = "alerts", request_body = CheckBody, responses((status = 200, body = ConditionCheck), crate::openapi::BodyErrors))]
-pub async fn check_condition(caller: Caller, body: Bytes) -> Res<Json<ConditionCheck>> {
+pub async fn check_condition(caller: Caller, JsonBody(b): JsonBody<CheckBody>) -> Res<Json<ConditionCheck>> {
     caller.require(Scope::Read)?;
-    let b: CheckBody = parse_body(&body)?;
     let c = Condition::parse(&b.condition).map_err(|e| {
         AlertsError::Rule(RuleError {
             field: "condition",
@@ -361,10 +351,10 @@ pub async fn list_channels(State(state): State<AppState>, caller: Caller) -> Res
 pub async fn create_channel(
     State(state): State<AppState>,
     caller: Caller,
-    body: Bytes,
+    JsonBody(b): JsonBody<ChannelBody>,
 ) -> Res<(StatusCode, Json<ChannelView>)> {
     caller.require(Scope::Admin)?;
-    let spec = channel_spec(parse_body(&body)?, None)?;
+    let spec = channel_spec(b, None)?;
     let c = state
         .store
         .insert_notification_channel(caller.org, &spec, now_ms())
@@ -389,12 +379,12 @@ pub async fn put_channel(
     State(state): State<AppState>,
     caller: Caller,
     Path(id): Path<ChannelId>,
-    body: Bytes,
+    JsonBody(b): JsonBody<ChannelBody>,
 ) -> Res<Json<ChannelView>> {
     caller.require(Scope::Admin)?;
     let current =
         state.store.notification_channel(caller.org, id).await?.ok_or_else(|| not_found("notification channel"))?;
-    let spec = channel_spec(parse_body(&body)?, Some(&current))?;
+    let spec = channel_spec(b, Some(&current))?;
     let c = state
         .store
         .update_notification_channel(caller.org, id, &spec, now_ms())
@@ -600,18 +590,18 @@ fn silence_view(s: SilenceRecord, now: i64) -> SilenceView {
 pub async fn create_silence(
     State(state): State<AppState>,
     caller: Caller,
-    body: Bytes,
+    JsonBody(body): JsonBody<Value>,
 ) -> Res<(StatusCode, Json<SilenceView>)> {
     caller.require(Scope::Admin)?;
     // Who made a silence is who called, never what the body claims: a `created_by` in the body
     // is refused rather than ignored, so a client that sets it learns that it does not count.
-    if serde_json::from_slice::<Value>(&body).is_ok_and(|v| v.get("created_by").is_some()) {
+    if body.get("created_by").is_some() {
         return Err(invalid(
             "created_by",
             "set by the server from the caller (the user's email, or `key:` and the API key's name); leave it out",
         ));
     }
-    let b: SilenceBody = parse_body(&body)?;
+    let b: SilenceBody = serde_path_to_error::deserialize(body).map_err(json_error)?;
     if b.matchers.is_empty() {
         return Err(invalid(
             "matchers",
