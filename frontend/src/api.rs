@@ -236,10 +236,8 @@ fn to_body<T: Serialize>(value: &T) -> String {
     serde_json::to_string(value).unwrap_or_default()
 }
 
-/// Encodes one path segment (GPU and MIG UUIDs are safe today; this keeps them so).
-fn seg(s: &str) -> String {
-    String::from(js_sys::encode_uri_component(s))
-}
+// One path segment, encoded (GPU and MIG UUIDs are safe today; this keeps them so).
+use crate::url_state::encode as seg;
 
 /// `POST /api/v1/auth/login`: starts a session (the cookie) and keeps its CSRF token.
 pub async fn login(email: &str, password: &str) -> ApiResult<MeView> {

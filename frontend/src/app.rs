@@ -63,7 +63,7 @@ fn Shell() -> impl IntoView {
     Effect::new(move || {
         if ctx.checked.get() && !logged_in() {
             let here = format!("{}{}", location.pathname.get_untracked(), location.search.get_untracked());
-            let next = String::from(js_sys::encode_uri_component(&here));
+            let next = crate::url_state::encode(&here);
             // In place of this address: Back must not return to the address that redirected.
             navigate(&format!("/login?next={next}"), NavigateOptions { replace: true, ..Default::default() });
         }

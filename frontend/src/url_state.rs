@@ -43,18 +43,22 @@ pub fn with_query(path: &str, params: &[(String, String)]) -> String {
     out
 }
 
-/// `encodeURIComponent`, written out so that it runs in native unit tests too.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'!' | b'~' | b'*' | b'\'' | b'(' | b')' => {
-                out.push(char::from(b))
-            }
-            _ => out.push_str(&format!("%{b:02X}")),
-        }
-    }
-    out
+/// What `encodeURIComponent` keeps as it is: letters, digits and `-_.!~*'()`.
+const COMPONENT: &percent_encoding::AsciiSet = &percent_encoding::NON_ALPHANUMERIC
+    .remove(b'-')
+    .remove(b'_')
+    .remove(b'.')
+    .remove(b'!')
+    .remove(b'~')
+    .remove(b'*')
+    .remove(b'\'')
+    .remove(b'(')
+    .remove(b')');
+
+/// `encodeURIComponent` (the browser's rule), in Rust so that it runs in native unit tests too:
+/// a query value, a path segment, a `next` address.
+pub fn encode(s: &str) -> String {
+    percent_encoding::utf8_percent_encode(s, COMPONENT).to_string()
 }
 
 #[cfg(test)]

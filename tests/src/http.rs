@@ -18,6 +18,13 @@ pub fn now_ms() -> i64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_millis() as i64
 }
 
+/// Percent-encode a path segment: every byte outside RFC 3986's unreserved set.
+pub fn segment(s: &str) -> String {
+    const UNRESERVED: &percent_encoding::AsciiSet =
+        &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+    percent_encoding::utf8_percent_encode(s, UNRESERVED).to_string()
+}
+
 /// `method path` with the admin key and an optional JSON body: the status and the body as JSON
 /// (`Null` where the body is not JSON).
 pub async fn call(server: &TestServer, method: reqwest::Method, path: &str, body: Option<Value>) -> (u16, Value) {

@@ -9,7 +9,7 @@
 
 use std::time::Duration;
 
-use fleetlens_tests::http::{get_json, ingest_ok, now_ms};
+use fleetlens_tests::http::{get_json, ingest_ok, now_ms, segment};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, gzip, table_counts};
 use serde_json::{Value, json};
 
@@ -223,22 +223,10 @@ async fn malformed_corpus_is_rejected_and_nothing_stored(backend: Backend) {
     want.sort();
     assert_eq!(got, want, "names read back verbatim");
     for n in names {
-        let url = format!("{}/api/v1/gpus/{}/samples?from=0", server.base_url, urlencode(n));
+        let url = format!("{}/api/v1/gpus/{}/samples?from=0", server.base_url, segment(n));
         let v: Value = client.get(url).bearer_auth(ADMIN_TOKEN).send().await.unwrap().json().await.unwrap();
         assert_eq!(v["samples"].as_array().map(Vec::len), Some(1), "{n}: {v}");
     }
     let after = table_counts(&db.url).await;
     assert_eq!((after.samples, after.gpus), (names.len() as i64, names.len() as i64), "every table intact");
-}
-
-fn urlencode(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-_.~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
-        })
-        .collect()
 }

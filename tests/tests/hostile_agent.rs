@@ -13,7 +13,7 @@
 //! The dashboard's side (hostile names shown as text, no script runs) is
 //! tests/browser/hostile-names.test.mjs.
 
-use fleetlens_tests::http::{get_ok, get_text, now_ms};
+use fleetlens_tests::http::{get_ok, get_text, now_ms, segment};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, promtool_check, table_counts};
 use serde_json::{Value, json};
 
@@ -73,19 +73,6 @@ fn samples_of(gpu: &HostileGpu, end: i64) -> Vec<Value> {
                                "user": gpu.owner_user,
                                "owner": {"user": gpu.owner_user, "labels": {"EXPERIMENT": gpu.owner_user}}}],
             })
-        })
-        .collect()
-}
-
-/// Percent-encode a path segment (every byte outside RFC 3986's unreserved set).
-fn segment(s: &str) -> String {
-    s.bytes()
-        .map(|b| {
-            if b.is_ascii_alphanumeric() || b"-._~".contains(&b) {
-                (b as char).to_string()
-            } else {
-                format!("%{b:02X}")
-            }
         })
         .collect()
 }

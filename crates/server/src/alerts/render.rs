@@ -51,19 +51,13 @@ impl AlertDetails {
     }
 }
 
-/// The dashboard page of a GPU.
+/// What a path segment keeps as it is: RFC 3986's unreserved characters.
+const SEGMENT: &percent_encoding::AsciiSet =
+    &percent_encoding::NON_ALPHANUMERIC.remove(b'-').remove(b'_').remove(b'.').remove(b'~');
+
+/// The dashboard page of a GPU (its UUID is what an agent reported: any text, encoded as UTF-8).
 pub fn gpu_url(public_url: &str, uuid: &str) -> String {
-    let safe: String = uuid
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() || "-_.".contains(c) {
-                c.to_string()
-            } else {
-                format!("%{:02X}", c as u32 & 0xff)
-            }
-        })
-        .collect();
-    format!("{public_url}/gpus/{safe}")
+    format!("{public_url}/gpus/{}", percent_encoding::utf8_percent_encode(uuid, SEGMENT))
 }
 
 /// The notification about `alert` (firing, a reminder, or resolved).
@@ -162,5 +156,19 @@ pub fn test_notification(channel: &ChannelRecord, public_url: &str, now_ms: i64)
         gpu_url: None,
         external_url: public_url.to_string(),
         fingerprint,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gpu_url;
+
+    #[test]
+    fn a_gpu_link_encodes_its_uuid_as_utf8() {
+        let base = "https://fl.example";
+        assert_eq!(gpu_url(base, "GPU-1a2b-3c4d.5_6~"), "https://fl.example/gpus/GPU-1a2b-3c4d.5_6~");
+        assert_eq!(gpu_url(base, "MIG-a/b c"), "https://fl.example/gpus/MIG-a%2Fb%20c");
+        // Each byte of a character beyond ASCII, not its code point cut to one byte (é was %E9).
+        assert_eq!(gpu_url(base, "gpu-é漢"), "https://fl.example/gpus/gpu-%C3%A9%E6%BC%A2");
     }
 }
