@@ -39,18 +39,10 @@ fn settled(trace: &[(String, Sample)]) -> BTreeMap<String, Vec<Sample>> {
 
 /// `2026/11/22 03:31:11.210` (UTC) → Unix ms.
 fn smi_time_ms(t: &str) -> i64 {
-    let (date, time) = t.trim().split_once(' ').unwrap();
-    let d: Vec<i64> = date.split('/').map(|x| x.parse().unwrap()).collect();
-    let (hms, ms) = time.split_once('.').unwrap();
-    let h: Vec<i64> = hms.split(':').map(|x| x.parse().unwrap()).collect();
-    // Days from 1970-01-01 to the civil date (Howard Hinnant's algorithm).
-    let (y, m, day) = (if d[1] <= 2 { d[0] - 1 } else { d[0] }, d[1], d[2]);
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let doy = (153 * (if m > 2 { m - 3 } else { m + 9 }) + 2) / 5 + day - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    let days = era * 146_097 + doe - 719_468;
-    ((days * 24 + h[0]) * 60 + h[1]) * 60_000 + h[2] * 1000 + ms.parse::<i64>().unwrap()
+    chrono::NaiveDateTime::parse_from_str(t.trim(), "%Y/%m/%d %H:%M:%S%.3f")
+        .unwrap_or_else(|e| panic!("{t:?}: {e}"))
+        .and_utc()
+        .timestamp_millis()
 }
 
 /// nvidia-smi --query-gpu=timestamp,utilization.gpu,memory.used --format=csv -lms 1000

@@ -96,21 +96,15 @@ fn followed_by_unit(rest: &str, unit: &str) -> bool {
     rest.strip_prefix(unit).is_some_and(|after| !after.starts_with(|c: char| c.is_alphanumeric()))
 }
 
-/// A number of seconds as people read a duration: "0.68 s", "42 s", "12 min 5 s", "5 h 3 min",
-/// "3 d 22 h" (the two largest units, whole); anything else as `display` shows it.
+/// A number of seconds as people read a duration: "0.68 s" and "42 s" under a minute, else
+/// [`whole_seconds_text`] ("12 min 5 s", "5 h 3 min", "3 d 22 h"); anything else as `display`
+/// shows it.
 fn duration_text(value: &crate::rules::fields::Value<'_>) -> String {
     let crate::rules::fields::Value::Num(secs) = value else { return value.display() };
     if !secs.is_finite() || *secs < 60.0 {
         return format!("{} s", value.display());
     }
-    let whole = secs.floor() as u64;
-    let (d, h, m, s) = (whole / 86_400, whole % 86_400 / 3_600, whole % 3_600 / 60, whole % 60);
-    let (big, small) = match (d, h, m) {
-        (0, 0, _) => ((m, "min"), (s, "s")),
-        (0, _, _) => ((h, "h"), (m, "min")),
-        _ => ((d, "d"), (h, "h")),
-    };
-    if small.0 == 0 { format!("{} {}", big.0, big.1) } else { format!("{} {} {} {}", big.0, big.1, small.0, small.1) }
+    whole_seconds_text(secs.floor() as u64)
 }
 
 /// Everything a message about one alert transition says.
@@ -444,36 +438,45 @@ pub fn valid_label_name(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
-/// `3 s`, `5 min`, `1 h 5 min`, `2 d 3 h`.
+/// `3 s`, `5 min`, `1 h 5 min`, `2 d 3 h`: see [`whole_seconds_text`].
 pub fn format_duration_ms(ms: i64) -> String {
-    let s = ms.max(0) / 1000;
-    match s {
-        0..60 => format!("{s} s"),
-        60..3600 if s % 60 == 0 => format!("{} min", s / 60),
-        60..3600 => format!("{} min {} s", s / 60, s % 60),
-        3600..86_400 if s % 3600 / 60 == 0 => format!("{} h", s / 3600),
-        3600..86_400 => format!("{} h {} min", s / 3600, s % 3600 / 60),
-        _ => format!("{} d {} h", s / 86_400, s % 86_400 / 3600),
-    }
+    whole_seconds_text(u64::try_from(ms.max(0) / 1000).unwrap_or(0))
 }
 
-/// Unix milliseconds as RFC 3339 in UTC with milliseconds: `2026-11-22T01:02:03.641Z`.
+/// A whole number of seconds as people read a duration: `42 s`, `12 min 5 s`, `5 h 3 min`,
+/// `3 d 22 h` (the two largest units; the second left out when it is 0: `5 min`, `2 d`).
+fn whole_seconds_text(whole: u64) -> String {
+    if whole < 60 {
+        return format!("{whole} s");
+    }
+    let (d, h, m, s) = (whole / 86_400, whole % 86_400 / 3_600, whole % 3_600 / 60, whole % 60);
+    let (big, small) = match (d, h) {
+        (0, 0) => ((m, "min"), (s, "s")),
+        (0, _) => ((h, "h"), (m, "min")),
+        _ => ((d, "d"), (h, "h")),
+    };
+    if small.0 == 0 { format!("{} {}", big.0, big.1) } else { format!("{} {} {} {}", big.0, big.1, small.0, small.1) }
+}
+
+/// Unix milliseconds as RFC 3339 in UTC with milliseconds: `2026-11-22T01:02:03.641Z` (a time
+/// beyond chrono's range, ±262,000 years, shows as its end).
 pub fn format_rfc3339_ms(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let milli = ms.rem_euclid(1000);
-    let days = secs.div_euclid(86_400);
-    let sod = secs.rem_euclid(86_400);
-    // Howard Hinnant's civil_from_days.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{milli:03}Z", sod / 3600, sod % 3600 / 60, sod % 60)
+    format_rfc3339(ms, chrono::SecondsFormat::Millis)
+}
+
+/// [`format_rfc3339_ms`] to the second, for people: `2026-11-22T01:02:03Z`.
+pub fn format_rfc3339_s(ms: i64) -> String {
+    format_rfc3339(ms, chrono::SecondsFormat::Secs)
+}
+
+fn format_rfc3339(ms: i64, precision: chrono::SecondsFormat) -> String {
+    use chrono::{DateTime, Utc};
+    let at = DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or(if ms < 0 {
+        DateTime::<Utc>::MIN_UTC
+    } else {
+        DateTime::<Utc>::MAX_UTC
+    });
+    at.to_rfc3339_opts(precision, true)
 }
 
 #[cfg(test)]
@@ -519,10 +522,15 @@ pub(crate) mod tests {
         assert_eq!(format_rfc3339_ms(1_795_311_343_641), "2026-11-22T01:35:43.641Z");
         assert_eq!(format_rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
         assert_eq!(format_rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
+        assert_eq!(format_rfc3339_s(1_795_311_343_641), "2026-11-22T01:35:43Z");
+        assert_eq!(format_rfc3339_ms(253_402_300_799_999), "9999-12-31T23:59:59.999Z", "the API's last time");
+        assert!(format_rfc3339_ms(i64::MAX).starts_with("+262"), "beyond chrono's range: its end, no panic");
         assert_eq!(format_duration_ms(3016), "3 s");
         assert_eq!(format_duration_ms(300_000), "5 min");
         assert_eq!(format_duration_ms(3_900_000), "1 h 5 min");
         assert_eq!(format_duration_ms(90_000_000), "1 d 1 h");
+        assert_eq!(format_duration_ms(172_800_000), "2 d", "no `0 h`");
+        assert_eq!(format_duration_ms(-5), "0 s");
     }
 
     #[test]

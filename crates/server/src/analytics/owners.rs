@@ -190,9 +190,7 @@ pub async fn report(
                      for older periods",
                     key.as_string(),
                     retention_text(retention),
-                    chrono::DateTime::<chrono::Utc>::from_timestamp_millis(oldest)
-                        .map(|t| t.to_rfc3339_opts(chrono::SecondsFormat::Secs, true))
-                        .unwrap_or_else(|| oldest.to_string()),
+                    fleetlens_core::rules::payload::format_rfc3339_s(oldest),
                 ),
             });
         }

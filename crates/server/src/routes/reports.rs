@@ -4,10 +4,10 @@ use axum::Json;
 use axum::extract::{Query, State};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::{IntoResponse, Response};
-use chrono::{DateTime, SecondsFormat, Utc};
 use fleetlens_api::BillingReport;
 use fleetlens_api::reports::BillingQuery;
 use fleetlens_core::OwnerKey;
+use fleetlens_core::rules::payload::format_rfc3339_s;
 use fleetlens_store::Scope;
 
 use crate::analytics::billing::{GroupBy, billing_rows, to_csv};
@@ -19,12 +19,6 @@ use crate::state::AppState;
 use crate::time::now_ms;
 
 const DAY_MS: i64 = 86_400_000;
-
-fn rfc3339(ms: i64) -> String {
-    DateTime::<Utc>::from_timestamp_millis(ms)
-        .map(|t| t.to_rfc3339_opts(SecondsFormat::Secs, true))
-        .unwrap_or_else(|| ms.to_string())
-}
 
 #[utoipa::path(get, path = "/reports/billing", tag = "reports", params(BillingQuery), responses((status = 200, description = "The report: JSON, or CSV with a header row for `format=csv`", content((BillingReport = "application/json"), (String = "text/csv"))), crate::openapi::QueryErrors))]
 pub async fn billing(
@@ -57,7 +51,7 @@ pub async fn billing(
     let store = state.store.as_ref();
     if let Some(key) = owner_key {
         let report = owners::report(&state, caller.org, &key, q.from.is_some().then_some(from_ms), to_ms, now).await?;
-        let (from, to) = (rfc3339(report.from_ms), rfc3339(to_ms));
+        let (from, to) = (format_rfc3339_s(report.from_ms), format_rfc3339_s(to_ms));
         if format == "csv" {
             let csv = to_csv(&from, &to, group_name, &report.currency, &report.rows);
             let file = group_name.replace(|c: char| !c.is_ascii_alphanumeric() && c != '_' && c != '-', "-");
@@ -94,7 +88,7 @@ pub async fn billing(
         Default::default()
     };
     let rows = billing_rows(&gpus, &credits, &prices, group_by, &|g| teams.get(&g.id).cloned());
-    let (from, to) = (rfc3339(from_ms), rfc3339(to_ms));
+    let (from, to) = (format_rfc3339_s(from_ms), format_rfc3339_s(to_ms));
     if format == "csv" {
         let csv = to_csv(&from, &to, group_name, &prices.currency, &rows);
         let disposition = format!("attachment; filename=\"fleetlens-billing-{group_name}.csv\"");
