@@ -1,6 +1,8 @@
-//! PostgreSQL backend: each batch is one transaction with UNNEST array inserts (one round trip
-//! per table, whatever the batch size). Rows are written in a fixed key order so concurrent
-//! transactions cannot deadlock on each other's index entries.
+//! PostgreSQL backend: each batch is one transaction of a few round trips whatever its size:
+//! the GPU registry as one `UNNEST` upsert, the samples as per-batch blocks by binary `COPY`
+//! (`pg_batches`; rows, `pg_samples`, where the batch meets what is stored), the minutes to roll
+//! up as multi-row inserts. Everything is written in a fixed key order so concurrent transactions
+//! cannot deadlock on each other's index entries.
 
 use std::collections::HashMap;
 use std::sync::Arc;
