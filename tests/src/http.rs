@@ -42,6 +42,22 @@ pub async fn call_at(base_url: &str, method: reqwest::Method, path: &str, body: 
     (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
 }
 
+/// `POST path` with the admin key, the body as it is and these headers (`content-type`,
+/// `content-encoding`): what [`call`] cannot send (another type, an encoding, bytes that are not
+/// JSON).
+pub async fn post_bytes(
+    server: &TestServer,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: impl Into<reqwest::Body>,
+) -> reqwest::Response {
+    let mut req = reqwest::Client::new().post(server.url(path)).bearer_auth(ADMIN_TOKEN).body(body);
+    for (name, value) in headers {
+        req = req.header(*name, *value);
+    }
+    req.send().await.expect("request")
+}
+
 pub async fn get(server: &TestServer, path: &str) -> (u16, Value) {
     call(server, reqwest::Method::GET, path, None).await
 }

@@ -6,10 +6,8 @@
 
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::http::{Recorder, get, now_ms, post, set_price};
-use fleetlens_tests::{
-    ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, minutes_of, validate_slack_messages,
-};
+use fleetlens_tests::http::{Recorder, get, now_ms, post, post_bytes, set_price};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, agent_command, minutes_of, validate_slack_messages};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(report_cards_from_a_replayed_trace);
@@ -173,14 +171,9 @@ async fn report_cards_from_a_replayed_trace(backend: Backend) {
     assert_eq!(status, 404, "{e}");
     let (status, accepted) = post(&server, "/api/v1/jobs/pod:ml%2Fnb-bob/end", json!({"at": "garbage"})).await;
     assert_eq!((status, accepted["error"]["field"].as_str()), (422, Some("at")), "{accepted}");
-    let plain = reqwest::Client::new()
-        .post(server.url("/api/v1/jobs/pod:ml%2Fnb-bob/end"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("content-type", "text/plain")
-        .body(r#"{"at": 0}"#)
-        .send()
-        .await
-        .unwrap();
+    let plain =
+        post_bytes(&server, "/api/v1/jobs/pod:ml%2Fnb-bob/end", &[("content-type", "text/plain")], r#"{"at": 0}"#)
+            .await;
     assert_eq!(plain.status().as_u16(), 415, "a body that is there says it is JSON");
     let (status, accepted) = post(&server, "/api/v1/jobs/pod:ml%2Fnb-bob/end", json!({})).await;
     assert_eq!(status, 202, "{accepted}");

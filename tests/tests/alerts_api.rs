@@ -10,9 +10,9 @@ use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode, Uri};
-use fleetlens_tests::http::{call_at, metric, now_ms, serve_on, wait_for};
+use fleetlens_tests::http::{call_at, metric, now_ms, post_bytes, serve_on, wait_for};
 use fleetlens_tests::{
-    ADMIN_TOKEN, Backend, TestDatabase, TestServer, agent_command, fixture_lines, h100_sample, replay_fixture_once,
+    Backend, TestDatabase, TestServer, agent_command, fixture_lines, h100_sample, replay_fixture_once,
     validate_slack_messages,
 };
 use serde_json::{Value, json};
@@ -683,14 +683,8 @@ async fn rule_validation_errors_point_at_the_condition() {
     let (status, e) = api.post("/api/v1/alert-rules", json!({"name": "x", "condition": "true", "bogus": 1})).await;
     assert_eq!(status, 400, "{e}");
     // A body that does not say it is JSON is refused like every other JSON body of the API.
-    let plain = reqwest::Client::new()
-        .post(format!("{}/api/v1/alert-rules", server.base_url))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("content-type", "text/plain")
-        .body(json!({"name": "plain", "condition": "true"}).to_string())
-        .send()
-        .await
-        .unwrap();
+    let body = json!({"name": "plain", "condition": "true"}).to_string();
+    let plain = post_bytes(&server, "/api/v1/alert-rules", &[("content-type", "text/plain")], body).await;
     assert_eq!(plain.status().as_u16(), 415);
     let e: Value = plain.json().await.unwrap();
     assert_eq!(e["error"]["code"], "unsupported_media_type", "{e}");

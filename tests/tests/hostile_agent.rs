@@ -13,8 +13,8 @@
 //! The dashboard's side (hostile names shown as text, no script runs) is
 //! tests/browser/hostile-names.test.mjs.
 
-use fleetlens_tests::http::{get_ok, get_text, now_ms, segment};
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, promtool_check, table_counts};
+use fleetlens_tests::http::{get_ok, get_text, now_ms, post_bytes, segment};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, promtool_check, table_counts};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(hostile_names_and_values_reach_every_output_safely);
@@ -88,14 +88,7 @@ fn label_escaped(text: &str) -> String {
 }
 
 async fn post_raw(server: &TestServer, body: Vec<u8>) -> (u16, String, String) {
-    let resp = reqwest::Client::new()
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("content-type", "application/json")
-        .body(body)
-        .send()
-        .await
-        .unwrap();
+    let resp = post_bytes(server, "/api/v1/ingest", &[("content-type", "application/json")], body).await;
     let status = resp.status().as_u16();
     let content_type = resp.headers().get("content-type").map(|v| v.to_str().unwrap().to_string()).unwrap_or_default();
     (status, content_type, resp.text().await.unwrap())

@@ -1,7 +1,7 @@
 //! Black box: the real server on 127.0.0.1:0, on SQLite and PostgreSQL, through HTTP.
 //! Every invalid ingest request gets a clear 4xx and leaves the database unchanged.
 
-use fleetlens_tests::http::{get, get_json, now_ms};
+use fleetlens_tests::http::{get, get_json, now_ms, post_bytes};
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture_lines, gzip, table_counts};
 use serde_json::{Value, json};
 
@@ -164,38 +164,16 @@ async fn invalid_batches_are_rejected_whole_and_store_nothing(backend: Backend) 
     }
 
     // Transport-level rejections.
-    let corrupt_gzip = reqwest::Client::new()
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("content-type", "application/json")
-        .header("content-encoding", "gzip")
-        .body(b"\x1f\x8b\x08\x00garbage".to_vec())
-        .send()
-        .await
-        .unwrap();
+    let gzipped_json = [("content-type", "application/json"), ("content-encoding", "gzip")];
+    let corrupt_gzip = post_bytes(&server, "/api/v1/ingest", &gzipped_json, b"\x1f\x8b\x08\x00garbage".to_vec()).await;
     assert_eq!(corrupt_gzip.status().as_u16(), 400);
     let huge = vec![b' '; 1_500_000];
     let (status, err) = post_ingest(&server, huge, false, Some(ADMIN_TOKEN)).await;
     assert_eq!(status, 413, "{err}");
     // A gzip bomb: small on the wire, over the decoded limit once inflated.
-    let bomb = reqwest::Client::new()
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("content-type", "application/json")
-        .header("content-encoding", "gzip")
-        .body(gzip(&vec![b' '; 200 * 1024 * 1024]))
-        .send()
-        .await
-        .unwrap();
+    let bomb = post_bytes(&server, "/api/v1/ingest", &gzipped_json, gzip(&vec![b' '; 200 * 1024 * 1024])).await;
     assert_eq!(bomb.status().as_u16(), 413);
-    let wrong_type = reqwest::Client::new()
-        .post(server.url("/api/v1/ingest"))
-        .bearer_auth(ADMIN_TOKEN)
-        .header("content-type", "text/plain")
-        .body("hello")
-        .send()
-        .await
-        .unwrap();
+    let wrong_type = post_bytes(&server, "/api/v1/ingest", &[("content-type", "text/plain")], "hello").await;
     assert_eq!(wrong_type.status().as_u16(), 415);
     assert_eq!(table_counts(&db.url).await, before, "nothing stored");
     let health = reqwest::get(server.url("/readyz")).await.unwrap();
