@@ -56,9 +56,10 @@ pub fn frac(v: f64) -> String {
     pct(v * 100.0)
 }
 
+/// `0.5 GiB`, `15 GiB` (one decimal below 10, none for 0: an axis reads `0 GiB … 80 GiB`).
 pub fn gib(bytes: i64) -> String {
     let g = bytes as f64 / GIB;
-    if g < 10.0 { format!("{} GiB", fx(g, 1)) } else { format!("{} GiB", fx(g, 0)) }
+    if g != 0.0 && g.abs() < 10.0 { format!("{} GiB", fx(g, 1)) } else { format!("{} GiB", fx(g, 0)) }
 }
 
 pub fn opt_num(v: Option<f64>, unit: &str, decimals: u32) -> String {
@@ -187,6 +188,7 @@ mod tests {
         assert_eq!(pct(0.8), "0.8%");
         assert_eq!(pct(62.4), "62%");
         assert_eq!(pct(0.0), "0%");
+        assert_eq!((gib(0), gib(1 << 29), gib(15 << 30)), ("0 GiB".into(), "0.5 GiB".into(), "15 GiB".into()));
         assert_eq!(opt_pct(None), NA);
         assert_eq!(group(1234567), "1,234,567");
         assert_eq!(fx(0.84, 1).to_string(), "0.8");
