@@ -27,6 +27,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
+// A path segment, encoded (GPU and MIG UUIDs are safe today; this keeps them so).
+use crate::url_state::encode as seg;
+
 pub mod actions;
 
 const KEY_STORAGE: &str = "fleetlens.api_key";
@@ -235,9 +238,6 @@ fn to_body<T: Serialize>(value: &T) -> String {
     // Structs of strings, numbers and options always serialise.
     serde_json::to_string(value).unwrap_or_default()
 }
-
-// One path segment, encoded (GPU and MIG UUIDs are safe today; this keeps them so).
-use crate::url_state::encode as seg;
 
 /// `POST /api/v1/auth/login`: starts a session (the cookie) and keeps its CSRF token.
 pub async fn login(email: &str, password: &str) -> ApiResult<MeView> {

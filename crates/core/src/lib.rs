@@ -33,6 +33,7 @@ pub mod sample_table;
 pub mod signal;
 pub mod state;
 pub mod thresholds;
+pub mod time_text;
 pub mod timeline;
 pub mod validate;
 pub mod window;

@@ -9,9 +9,10 @@ use serde_json::{Value as Json, json};
 use super::MessageKind;
 use super::payload::{
     Notification, NotifyStatus, SLACK_MAX_BLOCKS, SLACK_MAX_HEADER_CHARS, SLACK_MAX_SECTION_CHARS,
-    SLACK_MAX_TEXT_CHARS, ZERO_TIME, am_alert, format_duration_ms, format_rfc3339_ms, mrkdwn, slack_escape,
-    slack_message, truncate_chars, webhook_v4,
+    SLACK_MAX_TEXT_CHARS, ZERO_TIME, am_alert, format_duration_ms, mrkdwn, slack_escape, slack_message, truncate_chars,
+    webhook_v4,
 };
+use crate::time_text::format_rfc3339_ms;
 
 /// Which message of a group.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

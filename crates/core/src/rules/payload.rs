@@ -10,6 +10,7 @@ use serde_json::{Value as Json, json};
 use crate::rules::Severity;
 use crate::rules::fields::Observation;
 use crate::state::WorkloadState;
+use crate::time_text::format_rfc3339_ms;
 
 /// Slack's limits (Block Kit reference): blocks per message, characters per section text,
 /// per field, fields per section, header text, button text, URL.
@@ -451,27 +452,6 @@ fn whole_seconds_text(whole: u64) -> String {
     if small.0 == 0 { format!("{} {}", big.0, big.1) } else { format!("{} {} {} {}", big.0, big.1, small.0, small.1) }
 }
 
-/// Unix milliseconds as RFC 3339 in UTC with milliseconds: `2026-11-22T01:02:03.641Z` (a time
-/// beyond chrono's range, ±262,000 years, shows as its end).
-pub fn format_rfc3339_ms(ms: i64) -> String {
-    format_rfc3339(ms, chrono::SecondsFormat::Millis)
-}
-
-/// [`format_rfc3339_ms`] to the second, for people: `2026-11-22T01:02:03Z`.
-pub fn format_rfc3339_s(ms: i64) -> String {
-    format_rfc3339(ms, chrono::SecondsFormat::Secs)
-}
-
-fn format_rfc3339(ms: i64, precision: chrono::SecondsFormat) -> String {
-    use chrono::{DateTime, Utc};
-    let at = DateTime::<Utc>::from_timestamp_millis(ms).unwrap_or(if ms < 0 {
-        DateTime::<Utc>::MIN_UTC
-    } else {
-        DateTime::<Utc>::MAX_UTC
-    });
-    at.to_rfc3339_opts(precision, true)
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
@@ -510,14 +490,7 @@ pub(crate) mod tests {
     }
 
     #[test]
-    fn times_and_durations() {
-        assert_eq!(format_rfc3339_ms(0), "1970-01-01T00:00:00.000Z");
-        assert_eq!(format_rfc3339_ms(1_795_311_343_641), "2026-11-22T01:35:43.641Z");
-        assert_eq!(format_rfc3339_ms(951_782_400_000), "2000-02-29T00:00:00.000Z");
-        assert_eq!(format_rfc3339_ms(-1), "1969-12-31T23:59:59.999Z");
-        assert_eq!(format_rfc3339_s(1_795_311_343_641), "2026-11-22T01:35:43Z");
-        assert_eq!(format_rfc3339_ms(253_402_300_799_999), "9999-12-31T23:59:59.999Z", "the API's last time");
-        assert!(format_rfc3339_ms(i64::MAX).starts_with("+262"), "beyond chrono's range: its end, no panic");
+    fn durations() {
         assert_eq!(format_duration_ms(3016), "3 s");
         assert_eq!(format_duration_ms(300_000), "5 min");
         assert_eq!(format_duration_ms(3_900_000), "1 h 5 min");

@@ -10,7 +10,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use fleetlens_api::OwnerWaste;
 use fleetlens_core::rules::group::{DigestEvery, digest_period};
-use fleetlens_core::rules::payload::{SLACK_MAX_SECTION_CHARS, format_rfc3339_ms, slack_escape, truncate_chars};
+use fleetlens_core::rules::payload::{SLACK_MAX_SECTION_CHARS, slack_escape, truncate_chars};
+use fleetlens_core::time_text::format_rfc3339_ms;
 use fleetlens_core::{ChannelKind, MessageKind, OwnerKey, RuleId};
 use fleetlens_store::alerts::{AlertFilter, AlertRecord, ChannelRecord, NewNotification};
 use fleetlens_store::{OrgId, StoreError};

@@ -2,7 +2,7 @@
 //! so both build them here rather than one reaching into the other's route module.
 
 use fleetlens_api::AlertView;
-use fleetlens_core::rules::payload::format_rfc3339_ms;
+use fleetlens_core::time_text::format_rfc3339_ms;
 use fleetlens_store::alerts::AlertRecord;
 
 use crate::alerts::render::AlertDetails;

@@ -190,7 +190,7 @@ pub async fn report(
                      for older periods",
                     key.as_string(),
                     retention_text(retention),
-                    fleetlens_core::rules::payload::format_rfc3339_s(oldest),
+                    fleetlens_core::time_text::format_rfc3339_s(oldest),
                 ),
             });
         }

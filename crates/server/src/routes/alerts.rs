@@ -16,8 +16,8 @@ use fleetlens_api::alerts::{
     DeliveryView, FieldInfo, OutboxMessage, RuleBody, RuleErrorBody, RuleErrorDetail, RuleFields, RuleList, RuleView,
     SilenceBody, SilenceList, SilenceView, TestResult,
 };
-use fleetlens_core::rules::payload::format_rfc3339_ms;
 use fleetlens_core::rules::{Condition, FIELDS, RuleError, RuleSpec};
+use fleetlens_core::time_text::format_rfc3339_ms;
 use fleetlens_core::{
     AlertId, ChannelId, ChannelKind, MessageKind, OutboxStatus, RuleId, Severity, SilenceId, WorkloadState,
 };

@@ -5,7 +5,7 @@ use axum::Json;
 use axum::extract::{Query, State};
 use fleetlens_api::events::{EventList, EventView};
 use fleetlens_core::GpuEventKind;
-use fleetlens_core::rules::payload::format_rfc3339_ms;
+use fleetlens_core::time_text::format_rfc3339_ms;
 use fleetlens_store::{EventFilter, GpuEventRecord, Scope};
 
 pub use fleetlens_api::events::EventQuery;

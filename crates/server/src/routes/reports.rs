@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use fleetlens_api::BillingReport;
 use fleetlens_api::reports::BillingQuery;
 use fleetlens_core::OwnerKey;
-use fleetlens_core::rules::payload::format_rfc3339_s;
+use fleetlens_core::time_text::format_rfc3339_s;
 use fleetlens_store::Scope;
 
 use crate::analytics::billing::{GroupBy, billing_rows, to_csv};
