@@ -16,18 +16,10 @@
 set -u
 server_bin=$1 agent_bin=$2 out=$3
 D=$(dirname "$0")
-export TZ=UTC PYTHONUNBUFFERED=1
-mkdir -p "$out"
-tmp=$(mktemp -d)
-port=18490
-token="fl_counters_$(date +%s)_0123456789abcdef0123"
-chmod +x "$server_bin" "$agent_bin"
-trap 'kill ${server:-} ${agent:-} ${probe:-} ${loop:-} 2>/dev/null || true' EXIT
-source "$D/server.sh"
-start_server "$server_bin" $port "$token" "$tmp/server.log"
-RUST_LOG=info "$agent_bin" --server http://127.0.0.1:$port --api-key "$token" --spool-dir "$tmp/spool" \
-  2>"$out/agent.log" &
-agent=$!
+source "$D/stack.sh"
+stack_setup counters 18490
+start_server "$tmp/server.log"
+start_agent
 cat >"$tmp/loop.py" <<'PY'
 import sys, time, torch
 x = torch.randn(2048, 2048, device="cuda")
@@ -42,17 +34,15 @@ torch.cuda.synchronize()
 print("kernels", n)
 PY
 python3 "$D/gpm_probe.py" "$out/probe.jsonl" 200 & probe=$!
-marks="$out/marks.txt"
-stamp() { echo "$(date +%s%3N) $1" >>"$marks"; }
 sleep 2
 stamp alone
 python3 "$tmp/loop.py" 10
 stamp ncu_full
 timeout 60 ncu --set full python3 "$tmp/loop.py" 40 >"$out/ncu-full.out" 2>&1
-echo "ncu --set full rc=$?" >>"$marks"
+echo "ncu --set full rc=$?" >>"$out/marks.txt"
 stamp ncu_sm_cycles
 timeout 60 ncu --metrics sm__cycles_active.avg python3 "$tmp/loop.py" 40 >"$out/ncu-metric.out" 2>&1
-echo "ncu --metrics rc=$?" >>"$marks"
+echo "ncu --metrics rc=$?" >>"$out/marks.txt"
 # Nsight Systems' GPU metrics sampling reads the same performance monitors system-wide, all
 # the time (not kernel by kernel as ncu does); where nsys is installed, it gets its own segment.
 # Its output goes after ncu's in ncu-full.out (the run tool brings back at most 8 files).
@@ -61,7 +51,7 @@ if command -v nsys >/dev/null 2>&1; then
   { echo "=== nsys profile --gpu-metrics-devices=0"; nsys --version; } >>"$tmp/nsys.out" 2>&1
   timeout 50 nsys profile --gpu-metrics-devices=0 --gpu-metrics-frequency=10000 -o "$tmp/nsys-report" \
     python3 "$tmp/loop.py" 20 >>"$tmp/nsys.out" 2>&1
-  echo "nsys rc=$?" >>"$marks"
+  echo "nsys rc=$?" >>"$out/marks.txt"
   cat "$tmp/nsys.out" >>"$out/ncu-full.out"
 fi
 stamp alone_again
@@ -70,25 +60,17 @@ stamp end
 sleep 7
 kill $probe 2>/dev/null
 python3 - "$out" "http://127.0.0.1:$port" "$token" <<'PY'
-import json, sys, urllib.request
+import json, sys
+from functools import partial
+from readback import api, first_gpu, marks as read_marks, phase_at, samples as read_samples
 out, url, token = sys.argv[1:]
-def api(p):
-    r = urllib.request.Request(url + p, headers={"Authorization": f"Bearer {token}"})
-    return json.load(urllib.request.urlopen(r))
-marks = [l.split(None, 1) for l in open(f"{out}/marks.txt") if l[0].isdigit()]
-marks = [(int(t), n.strip()) for t, n in marks]
-gpus = api("/api/v1/gpus"); gpus = gpus["gpus"] if isinstance(gpus, dict) else gpus
-uuid = gpus[0]["uuid"]
+api = partial(api, url, token)
+marks = read_marks(out)
+uuid = first_gpu(url, token)["uuid"]
 t0, t1 = marks[0][0] - 3000, marks[-1][0] + 3000
-samples = api(f"/api/v1/gpus/{uuid}/samples?from={t0}&to={t1}&limit=10000")
-samples = samples["samples"] if isinstance(samples, dict) else samples
+samples = read_samples(url, token, uuid, t0, t1)
 events = api(f"/api/v1/events?from={t0}&to={t1 + 60000}")["events"]
-def seg(ts):
-    name = "before"
-    for t, n in marks:
-        if ts >= t: name = n
-    return name
-rows = [{"ts_ms": s["ts_ms"], "seg": seg(s["ts_ms"]), "util": s.get("gpu_util_pct"), "smact": s.get("sm_active_pct"),
+rows = [{"ts_ms": s["ts_ms"], "seg": phase_at(marks, s["ts_ms"]), "util": s.get("gpu_util_pct"), "smact": s.get("sm_active_pct"),
          "gract": s.get("gr_engine_active_pct"), "dram": s.get("dram_active_pct")} for s in samples]
 states = {}
 for (a, n), (b, _) in zip(marks, marks[1:]):

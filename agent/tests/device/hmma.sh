@@ -13,22 +13,12 @@
 set -u
 agent_bin=$1 server_bin=$2 out=$3 matmul_s=${4:-20}
 D=$(dirname "$0")
-export TZ=UTC PYTHONUNBUFFERED=1
-mkdir -p "$out"
-tmp=$(mktemp -d)
-port=18495
-token="fl_hmma_$(date +%s)_0123456789abcdef0123"
-chmod +x "$server_bin" "$agent_bin"
-trap 'kill ${server:-} ${agent:-} ${dmon:-} 2>/dev/null || true' EXIT
-source "$D/server.sh"
-start_server "$server_bin" $port "$token" "$out/server.log"
+source "$D/stack.sh"
+stack_setup hmma 18495
+start_server "$out/server.log"
 nvidia-smi dmon --gpm-metrics 5,7 -d 1 -o DT >"$out/dmon.txt" 2>&1 &
 dmon=$!
-RUST_LOG=info "$agent_bin" --server http://127.0.0.1:$port --api-key "$token" \
-  --spool-dir "$tmp/spool" 2>"$out/agent.log" &
-agent=$!
-marks="$out/marks.txt"
-stamp() { echo "$(date +%s%3N) $1" >>"$marks"; }
+start_agent
 sleep 3
 stamp idle
 sleep 6
@@ -54,52 +44,20 @@ stamp end
 sleep 7
 kill -TERM $dmon 2>/dev/null
 python3 - "$out" "http://127.0.0.1:$port" "$token" <<'PY' | tee "$out/hmma.txt"
-import json, statistics, sys, urllib.request
+import statistics, sys
 from datetime import datetime, timezone
+from readback import first_gpu, marks as read_marks, parse_dmon, phase_at, samples as read_samples
 out, url, token = sys.argv[1:]
-def api(p):
-    r = urllib.request.Request(url + p, headers={"Authorization": f"Bearer {token}"})
-    return json.load(urllib.request.urlopen(r))
-marks = [l.split(None, 1) for l in open(f"{out}/marks.txt") if l[0].isdigit()]
-marks = [(int(t), n.strip()) for t, n in marks]
-def phase(ts_ms):
-    name = "before"
-    for t, n in marks:
-        if ts_ms >= t:
-            name = n
-    return name
-# dmon -o DT: "#Date Time gpu <metric columns>", values per line; "-" where not available.
-dmon, names = {}, None
-for line in open(f"{out}/dmon.txt"):
-    if line.startswith("#"):
-        toks = line[1:].split()
-        if toks and toks[0] == "Date":
-            names = toks
-            print("dmon header:", line.rstrip())
-            print("dmon columns compared: metric 5 =", names[-2], "metric 7 =", names[-1])
-        continue
-    toks = line.split()
-    if not names or len(toks) != len(names):
-        continue
-    rec = dict(zip(names, toks))
-    if rec.get("gpu") != "0":
-        continue
-    ts = datetime.strptime(rec["Date"] + " " + rec["Time"], "%Y%m%d %H:%M:%S").replace(tzinfo=timezone.utc)
-    # dmon prints its default columns (pwr, gtemp, sm, …) first, then the GPM metrics in the
-    # order asked: the last two columns (named mmaact and hmmat by driver 580).
-    vals = []
-    for k in names[-2:]:
-        try:
-            vals.append(float(rec[k]))
-        except ValueError:
-            vals.append(None)
-    dmon[int(ts.timestamp())] = vals  # [metric 5 (any tensor), metric 7 (HMMA)]
-gpus = api("/api/v1/gpus")
-gpus = gpus["gpus"] if isinstance(gpus, dict) else gpus
-uuid = sorted(gpus, key=lambda g: g.get("gpu_index") or 0)[0]["uuid"]
+marks = read_marks(out)
+# dmon prints its default columns (pwr, gtemp, sm, …) first, then the GPM metrics in the order
+# asked: the last two columns (named mmaact and hmmat by driver 580) are metrics 5 (any tensor
+# pipe) and 7 (HMMA).
+dmon = {sec: list(row.values())[-2:] for sec, row in parse_dmon(f"{out}/dmon.txt").items()}
+header = next((l.rstrip() for l in open(f"{out}/dmon.txt") if l.startswith("#Date")), None)
+print("dmon header:", header)
+uuid = first_gpu(url, token)["uuid"]
 t0, t1 = marks[0][0] - 3000, marks[-1][0] + 1000
-samples = api(f"/api/v1/gpus/{uuid}/samples?from={t0}&to={t1}&limit=10000")
-samples = samples["samples"] if isinstance(samples, dict) else samples
+samples = read_samples(url, token, uuid, t0, t1)
 def fmt(v):
     return "   -  " if v is None else f"{v:6.2f}"
 print(f"GPU {uuid}; agent = what the server stored (tensor_active_pct, tensor_hmma_active_pct); "
@@ -110,7 +68,7 @@ for s in samples:
     sec = s["ts_ms"] // 1000
     d = dmon.get(sec, [None, None]) + [None, None]
     any_t, hmma = s.get("tensor_active_pct"), s.get("tensor_hmma_active_pct")
-    ph = phase(s["ts_ms"])
+    ph = phase_at(marks, s["ts_ms"])
     by.setdefault(ph, []).append((any_t, hmma, d[1]))
     t = datetime.fromtimestamp(s["ts_ms"] / 1000, timezone.utc).strftime("%H:%M:%S.%f")[:-3]
     print(f"{t:>12} {ph:>12} | {fmt(any_t):>9} {fmt(hmma):>10} | {fmt(d[0])} {fmt(d[1])}")

@@ -11,23 +11,13 @@
 set -u
 server_bin=$1 agent_bin=$2 out=$3 phase_s=${4:-40}
 D=$(dirname "$0")
-export TZ=UTC PYTHONUNBUFFERED=1
-mkdir -p "$out"
-tmp=$(mktemp -d)
-port=18480
-token="fl_truth_$(date +%s)_0123456789abcdef0123"
-chmod +x "$server_bin" "$agent_bin"
-trap 'kill ${server:-} ${agent:-} ${dmon:-} 2>/dev/null || true' EXIT
-source "$D/server.sh"
-start_server "$server_bin" $port "$token" "$out/server.log"
+source "$D/stack.sh"
+stack_setup truth 18480
+start_server "$out/server.log"
 python3 "$D/truth_check.py" setup "http://127.0.0.1:$port" "$token" || exit 1
 nvidia-smi dmon --gpm-metrics 1,2,3,5,10 -s u -d 1 -o DT >"$out/dmon.txt" 2>&1 &
 dmon=$!
-# The agent at its defaults (NVML, 1 s polls, a batch every 5 s); info level plus its per-minute
-# cost summary (debug of the NVML source only is what prints the per-poll timing: not wanted).
-RUST_LOG=info "$agent_bin" --server http://127.0.0.1:$port --api-key "$token" \
-  --spool-dir "$tmp/spool" 2>"$out/agent.log" &
-agent=$!
+start_agent
 sleep 3
 python3 "$D/truth_workload.py" "$out/phases.json" "$phase_s" >"$out/workload.log" 2>&1
 echo "workload exit $?" >>"$out/workload.log"

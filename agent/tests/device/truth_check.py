@@ -10,8 +10,8 @@ sawtooth the agent's mean utilization against the busy fraction the workload mea
 """
 import json
 import sys
-import urllib.request
-from datetime import datetime, timezone
+
+from readback import api, first_gpu, parse_dmon, samples as read_samples
 
 SETTLE_S = 6
 SMACT_TOLERANCE = 2.0
@@ -58,15 +58,6 @@ ALERTS = {
 SHORT_FOR_S = {"busy_but_hollow": 10, "inefficient": 10, "stalled": 10, "idle_held": 10}
 
 
-def api(url, token, path, body=None, method=None):
-    req = urllib.request.Request(url + path, headers={"Authorization": f"Bearer {token}"}, method=method)
-    if body is not None:
-        req.data = json.dumps(body).encode()
-        req.add_header("Content-Type", "application/json")
-    with urllib.request.urlopen(req, timeout=30) as r:
-        return json.load(r)
-
-
 def setup(url, token):
     rules = api(url, token, "/api/v1/alert-rules")["rules"]
     for r in rules:
@@ -74,32 +65,6 @@ def setup(url, token):
             api(url, token, f"/api/v1/alert-rules/{r['id']}", {"for_s": SHORT_FOR_S[r["builtin"]]}, "PUT")
     api(url, token, "/api/v1/alert-rules", USER_RULE, "POST")
     print(f"alert rules: {len(rules)} shipped ({', '.join(sorted(SHORT_FOR_S))} with for_s 10 s), one user rule")
-
-
-def parse_dmon(path):
-    """nvidia-smi dmon -o DT with GPM metrics: {unix s: {column: value}} for GPU 0."""
-    rows, names = {}, None
-    for line in open(path):
-        if line.startswith("#"):
-            toks = line[1:].split()
-            if toks and toks[0] == "Date":
-                names = toks
-            continue
-        toks = line.split()
-        if not names or len(toks) != len(names):
-            continue
-        rec = dict(zip(names, toks))
-        if rec.get("gpu") != "0":
-            continue
-        ts = datetime.strptime(rec["Date"] + " " + rec["Time"], "%Y%m%d %H:%M:%S").replace(tzinfo=timezone.utc)
-        vals = {}
-        for k, v in rec.items():
-            try:
-                vals[k] = float(v)
-            except ValueError:
-                pass
-        rows[int(ts.timestamp())] = vals
-    return rows
 
 
 def mean(xs):
@@ -113,15 +78,12 @@ def fmt(v, nd=1):
 
 def check(url, token, out):
     phases = json.load(open(f"{out}/phases.json"))
-    gpus = api(url, token, "/api/v1/gpus")
-    gpus = gpus["gpus"] if isinstance(gpus, dict) else gpus
-    gpu = sorted(gpus, key=lambda g: g.get("gpu_index") or 0)[0]
+    gpu = first_gpu(url, token)
     uuid = gpu["uuid"]
     t_from, t_to = phases[0]["start_ms"] - 5000, phases[-1]["end_ms"] + 8000
-    samples = api(url, token, f"/api/v1/gpus/{uuid}/samples?from={t_from}&to={t_to}&limit=10000")
-    samples = samples["samples"] if isinstance(samples, dict) else samples
+    samples = read_samples(url, token, uuid, t_from, t_to)
     dmon = parse_dmon(f"{out}/dmon.txt")
-    smact_col = next((c for c in ("smutil", "smact") if any(c in r for r in dmon.values())), None)
+    smact_col = next((c for c in ("smutil", "smact") if any(r.get(c) is not None for r in dmon.values())), None)
     alerts = api(url, token, "/api/v1/alerts?status=all&limit=1000")["alerts"]
     rules = {r["id"]: r for r in api(url, token, "/api/v1/alert-rules")["rules"]}
     events = api(url, token, f"/api/v1/events?from={t_from}&to={t_to + 60000}")["events"]
