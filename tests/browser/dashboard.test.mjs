@@ -485,6 +485,7 @@ test('fleet page: funnel with dollars lost, cost, wasted cost, states, top waste
   const levels = await page.locator('.funnel-row .funnel-name').allTextContents();
   assert.deepEqual(levels.slice(0, 5), ['Paid for', 'Allocation utilization', 'Kernel utilization', 'SM utilization', 'Tensor utilization']);
   assert.match(await page.locator('[data-testid="projected-monthly-waste"]').textContent(), /^\$[\d,.]+\/month$|^no price set$/);
+  assert.match(await page.locator('[data-testid="projected-from"]').textContent(), /^projected from the wasted cost of the last 7 days: [\d,.]+ (h|min|s) of GPU time$/);
   assert.match(await page.locator('.kpi.waste').textContent(), /\$|no price set/);
   assert.ok((await page.locator('.funnel-cost').allTextContents()).some((t) => /lost|no price set/.test(t)));
   assert.ok(await page.locator('table.data tbody tr').count() >= 1, 'hours by state');

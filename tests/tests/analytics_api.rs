@@ -151,6 +151,10 @@ async fn fleet_summary_on_a_known_scenario(backend: Backend) {
     let wasted_h = (10.0 * 60_000.0 + (now - to) as f64) / 3_600_000.0;
     let projected = s["projected_monthly_waste"].as_f64().unwrap();
     assert!((projected - 3.0 * wasted_h * 30.0 / 7.0).abs() < 0.05, "{projected}");
+    // ... computed from A's priced time in those 7 days: its 20 min and the offline time since.
+    let basis_h = (20.0 * 60_000.0 + (now - to) as f64) / 3_600_000.0;
+    let from_h = s["projected_from_gpu_hours"].as_f64().unwrap();
+    assert!((from_h - basis_h).abs() < 0.01, "{from_h} GPU-hours, want {basis_h}");
 }
 
 /// One hour at 10-s intervals of one behaviour on one H100.

@@ -245,6 +245,11 @@ pub struct FleetSummary {
     pub wasted_cost_by_state: BTreeMap<String, f64>,
     /// Wasted cost of the last 7 days × 30/7: "you could save $X/month".
     pub projected_monthly_waste: Option<f64>,
+    /// The priced GPU-hours paid for in the last 7 days that the projection is computed from:
+    /// on a fleet watched for less than a week it covers less than 7 days per GPU, and the
+    /// projection is lower than the waste will be.
+    #[serde(default)]
+    pub projected_from_gpu_hours: f64,
     /// GPU-hours of models with no price set (not counted in cost).
     pub unpriced_gpu_hours: f64,
     /// GPU models without a price ("no price set").

@@ -79,7 +79,9 @@ fn FleetBody(data: Latest<FleetSummary>) -> impl IntoView {
                         None => "no price set".into(),
                     })}
                 </span>
-                <span class="kpi-sub">"projected from the wasted cost of the last 7 days"</span>
+                <span class="kpi-sub" data-testid="projected-from">
+                    {d(|d| format!("projected from the wasted cost of the last 7 days: {} of GPU time", format::hours(d.projected_from_gpu_hours)))}
+                </span>
             </div>
             <div class="kpi">
                 <span class="kpi-label">"Cost"</span>

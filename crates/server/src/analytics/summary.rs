@@ -217,15 +217,13 @@ pub fn summarize(input: &SummaryInput<'_>) -> FleetSummary {
     });
     wasters.truncate(TOP_WASTERS);
 
-    let week_waste: Option<f64> = {
-        let mut total = None;
-        for (i, l) in &week {
-            if let Some(p) = input.gpus[*i].info.name.as_deref().and_then(|n| input.prices.price_for(n)) {
-                *total.get_or_insert(0.0) += l.state_time.wasted_cost(p).wasted;
-            }
+    let (mut week_waste, mut week_priced_s) = (None, 0.0);
+    for (i, l) in &week {
+        if let Some(p) = input.gpus[*i].info.name.as_deref().and_then(|n| input.prices.price_for(n)) {
+            *week_waste.get_or_insert(0.0) += l.state_time.wasted_cost(p).wasted;
+            week_priced_s += l.paid_s;
         }
-        total
-    };
+    }
     let cost = any_priced.then_some(money.cost);
     FleetSummary {
         from_ms: input.from_ms,
@@ -241,6 +239,7 @@ pub fn summarize(input: &SummaryInput<'_>) -> FleetSummary {
         wasted_cost: any_priced.then_some(money.wasted),
         wasted_cost_by_state: money.by_state.iter().map(|(s, c)| (s.as_str().to_string(), *c)).collect(),
         projected_monthly_waste: week_waste.map(projected_monthly_waste),
+        projected_from_gpu_hours: week_priced_s / 3600.0,
         unpriced_gpu_hours: unpriced_hours,
         unpriced_models: unpriced_models.into_iter().collect(),
         energy_kwh: kwh(energy_j),
