@@ -58,7 +58,11 @@ pub fn frac(v: f64) -> String {
 
 /// `0.5 GiB`, `15 GiB` (one decimal below 10, none for 0: an axis reads `0 GiB … 80 GiB`).
 pub fn gib(bytes: i64) -> String {
-    let g = bytes as f64 / GIB;
+    gibs(bytes as f64 / GIB)
+}
+
+/// A quantity already in GiB (a chart's axis), written as [`gib`] writes bytes.
+pub fn gibs(g: f64) -> String {
     if g != 0.0 && g.abs() < 10.0 { format!("{} GiB", fx(g, 1)) } else { format!("{} GiB", fx(g, 0)) }
 }
 
@@ -189,6 +193,7 @@ mod tests {
         assert_eq!(pct(62.4), "62%");
         assert_eq!(pct(0.0), "0%");
         assert_eq!((gib(0), gib(1 << 29), gib(15 << 30)), ("0 GiB".into(), "0.5 GiB".into(), "15 GiB".into()));
+        assert_eq!((gibs(0.0), gibs(2.5), gibs(140.0)), ("0 GiB".into(), "2.5 GiB".into(), "140 GiB".into()));
         assert_eq!(opt_pct(None), NA);
         assert_eq!(group(1234567), "1,234,567");
         assert_eq!(fx(0.84, 1).to_string(), "0.8");

@@ -340,9 +340,6 @@ fn series(d: &Option<Detail>, parts: &[Part]) -> Vec<Series> {
 fn fmt_pct(v: f64) -> String {
     format::pct(v)
 }
-fn fmt_gib(v: f64) -> String {
-    if v < 10.0 { format!("{} GiB", format::fx(v, 1)) } else { format!("{} GiB", format::fx(v, 0)) }
-}
 fn fmt_w(v: f64) -> String {
     format!("{} W", format::fx(v, 0))
 }
@@ -525,7 +522,7 @@ fn DetailBody(
         <div class="chart-grid">
             <section class="card"><LineChart title="Tensor activity and SM occupancy" series=tensor x_range y_max=100.0 fmt=fmt_pct on_brush=set_zoom/></section>
             <section class="card"><LineChart title="DRAM activity" series=dram x_range y_max=100.0 fmt=fmt_pct on_brush=set_zoom/></section>
-            <section class="card"><LineChart title="Memory used" series=mem x_range y_max=mem_max fmt=fmt_gib on_brush=set_zoom/></section>
+            <section class="card"><LineChart title="Memory used" series=mem x_range y_max=mem_max fmt=format::gibs on_brush=set_zoom/></section>
             <section class="card"><LineChart title="Power" series=power x_range y_max=power_max fmt=fmt_w limit=power_limit on_brush=set_zoom/></section>
         </div>
 
