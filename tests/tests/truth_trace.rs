@@ -1,18 +1,25 @@
-//! Black box: the H100 truth run (agent/tests/device/truth.sh, docs/AGENT.md "The truth suite"),
-//! replayed by the real agent into the real server on SQLite and PostgreSQL. Every labelled
-//! phase must get the state a truthful monitor gives it; the sawtooth phases — where NVML's
-//! instantaneous utilization aliased to "busy" and made the GPU look hollow — must read
-//! `starved`, and the shipped "Busy but hollow" rule must fire on the spinning kernel and never
-//! on the sawtooth.
+//! Black box: the truth runs on an H100 and an H200 (agent/tests/device/truth.sh, docs/AGENT.md
+//! "The truth suite"), each replayed by the real agent into the real server on SQLite and
+//! PostgreSQL. Every labelled phase must get the state a truthful monitor gives it; the sawtooth
+//! phases — where NVML's instantaneous utilization aliased to "busy" and made the GPU look hollow
+//! — must read `starved`, and the shipped "Busy but hollow" rule must fire on the spinning kernel
+//! and never on the sawtooth.
 
 use std::time::{Duration, Instant};
 
 use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture, replay_fixture_once};
 use serde_json::{Value, json};
 
-fleetlens_tests::for_each_backend!(h100_truth_run_phases_and_alerts);
+fleetlens_tests::for_each_backend!(h100_truth_run_phases_and_alerts, h200_truth_run_phases_and_alerts);
 
-const TRACE: &str = "nvml-h100-truth.jsonl";
+async fn h100_truth_run_phases_and_alerts(backend: Backend) {
+    truth_run_phases_and_alerts(backend, "nvml-h100-truth.jsonl").await
+}
+
+async fn h200_truth_run_phases_and_alerts(backend: Backend) {
+    truth_run_phases_and_alerts(backend, "nvml-h200-truth.jsonl").await
+}
+
 /// The first samples of a phase straddle the change (the truth suite skips the same 6 s).
 const SETTLE_MS: i64 = 6_000;
 const SAWTOOTH: [&str; 3] = ["saw_0.5s", "saw_1s", "saw_2s"];
@@ -32,8 +39,8 @@ fn expected(phase: &str) -> &'static [&'static str] {
     }
 }
 
-fn trace_lines() -> Vec<Value> {
-    std::fs::read_to_string(fixture(TRACE))
+fn trace_lines(trace: &str) -> Vec<Value> {
+    std::fs::read_to_string(fixture(trace))
         .unwrap()
         .lines()
         .filter(|l| !l.trim().is_empty())
@@ -66,7 +73,7 @@ async fn call(method: reqwest::Method, server: &TestServer, path: &str, body: Op
     (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
 }
 
-async fn h100_truth_run_phases_and_alerts(backend: Backend) {
+async fn truth_run_phases_and_alerts(backend: Backend, trace: &str) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &[]);
     // The shipped rules wait minutes (`for`); the phases last 40 s: as in the truth suite, the
@@ -85,9 +92,9 @@ async fn h100_truth_run_phases_and_alerts(backend: Backend) {
     .await;
     assert_eq!(status, 200, "{r}");
 
-    replay_fixture_once(&server, TRACE);
+    replay_fixture_once(&server, trace);
 
-    let lines = trace_lines();
+    let lines = trace_lines(trace);
     let uuid = lines[0]["uuid"].as_str().unwrap();
     let phases = phases(&lines);
     let names: Vec<&str> = phases.iter().map(|(p, _, _)| p.as_str()).collect();
