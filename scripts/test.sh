@@ -12,6 +12,14 @@ apt_install() {
     || { apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends "$@"; }
 }
 
+# A cold run (the debug build of every crate and test, the WASM dashboard, Chromium) fills about
+# 20 GiB: say so up front, not as "No space left on device" from a compiler half an hour in.
+free_gib=$(df -P -BG . | awk 'NR == 2 { sub("G", "", $4); print $4 }')
+log "disk: ${free_gib} GiB free here"
+if [ ! -d target/debug ] && [ "${free_gib:-0}" -lt 20 ]; then
+  echo "warning: a cold run needs about 20 GiB of disk and ${free_gib} GiB is free; the build may fail for want of space" >&2
+fi
+
 log "PostgreSQL on 127.0.0.1:5432"
 if ! pg_isready -h 127.0.0.1 -p 5432 -q 2>/dev/null; then
   pg_ctlcluster --skip-systemctl-redirect "$(ls /etc/postgresql | sort -V | tail -n1)" main start
