@@ -773,7 +773,7 @@ function sampleSummary() {
     currency: 'USD', price_source: 'Defaults: approximate public on-demand list prices (sample).',
     cost: 36.5, wasted_cost: 17.9,
     wasted_cost_by_state: { idle: 5.7, idle_held: 4.9, hollow: 5.1, starved: 1.4, offline: 0.8 },
-    projected_monthly_waste: 12890, unpriced_gpu_hours: 1, unpriced_models: ['Tesla T4'],
+    projected_monthly_waste: 12890, projected_from_gpu_hours: 1344, unpriced_gpu_hours: 1, unpriced_models: ['Tesla T4'],
     energy_kwh: 3.4, energy_kwh_by_state: {},
     top_wasters: [{
       uuid: FIXTURE_UUID, host: 'gpu-node-01', name: 'NVIDIA H200', main_waste_state: 'idle_held',
