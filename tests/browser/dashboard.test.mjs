@@ -596,6 +596,11 @@ test('alerts, reports and settings pages render', async () => {
     await page.waitForFunction(() => !document.querySelector('.status'), null, { timeout: T });
     if (href === '/reports' && !expectedFailures.has('/api/v1/reports/billing')) {
       await waitForText(page.locator('table.data tbody'), /sim-node-00/);
+      // By host the GPUs add up (each is on one host), and so does the energy.
+      const cells = await page.locator('table.data tbody tr').evaluateAll((rows) => rows.map((r) => [...r.querySelectorAll('td')].map((c) => c.textContent.trim())));
+      const foot = await page.locator('table.data tfoot td').allTextContents();
+      assert.equal(Number(foot[0]), cells.reduce((n, r) => n + Number(r[0]), 0), `GPUs total: ${foot}`);
+      assert.ok(Math.abs(Number(foot[5]) - cells.reduce((n, r) => n + Number(r[5]), 0)) < 0.011 * cells.length, `kWh total: ${foot}`);
       assert.match(await page.locator('table.data tfoot').textContent(), /Total/);
     }
     if (href === '/alerts' && !expectedFailures.has('/api/v1/alert-rules')) {

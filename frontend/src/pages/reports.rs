@@ -177,6 +177,11 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
         let total_cost: Option<f64> = rep.rows.iter().filter_map(|r| r.cost).reduce(|a, b| a + b);
         let total_waste: Option<f64> = rep.rows.iter().filter_map(|r| r.wasted_cost).reduce(|a, b| a + b);
         let total_hours: f64 = rep.rows.iter().map(|r| r.gpu_hours).sum();
+        let total_kwh: f64 = rep.rows.iter().map(|r| r.energy_kwh).sum();
+        // Teams, hosts, GPUs and models each hold a GPU once; owners (users, pods, …) share GPUs,
+        // so their GPU counts do not add up.
+        let total_gpus = matches!(rep.group_by.as_str(), "team" | "host" | "gpu" | "model")
+            .then(|| rep.rows.iter().map(|r| r.gpus).sum::<u32>());
         let by_gpu = rep.group_by == "gpu";
         let rows = rep
             .rows
@@ -241,12 +246,12 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
                 <TableFoot slot>
                     <tr>
                         <th scope="row">"Total"</th>
-                        <td></td>
+                        <td class="num">{total_gpus}</td>
                         <td class="num">{format::hours(total_hours)}</td>
                         <td></td>
                         <td></td>
                         <td></td>
-                        <td></td>
+                        <td class="num">{format::fx(total_kwh, 2).to_string()}</td>
                         <td class="num">{money(total_cost)}</td>
                         <td class="num waste">{money(total_waste)}</td>
                         <td></td>
