@@ -7,7 +7,8 @@
 
 use std::time::{Duration, Instant};
 
-use fleetlens_tests::{ADMIN_TOKEN, Backend, TestDatabase, TestServer, fixture, replay_fixture_once};
+use fleetlens_tests::http::{get, put};
+use fleetlens_tests::{Backend, TestDatabase, TestServer, fixture, replay_fixture_once};
 use serde_json::{Value, json};
 
 fleetlens_tests::for_each_backend!(h100_truth_run_phases_and_alerts, h200_truth_run_phases_and_alerts);
@@ -64,32 +65,18 @@ fn phases(lines: &[Value]) -> Vec<(String, i64, i64)> {
     out
 }
 
-async fn call(method: reqwest::Method, server: &TestServer, path: &str, body: Option<Value>) -> (u16, Value) {
-    let mut req = reqwest::Client::new().request(method, server.url(path)).bearer_auth(ADMIN_TOKEN);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    (resp.status().as_u16(), resp.json().await.unwrap_or(Value::Null))
-}
-
 async fn truth_run_phases_and_alerts(backend: Backend, trace: &str) {
     let db = TestDatabase::new(backend).await;
     let server = TestServer::spawn(&db.url, &[]);
     // The shipped rules wait minutes (`for`); the phases last 40 s: as in the truth suite, the
     // hollow rule fires after 10 s of its condition.
-    let (status, rules) = call(reqwest::Method::GET, &server, "/api/v1/alert-rules", None).await;
+    let (status, rules) = get(&server, "/api/v1/alert-rules").await;
     assert_eq!(status, 200, "{rules}");
     let hollow = rules["rules"].as_array().unwrap().iter().find(|r| r["builtin"] == "busy_but_hollow").unwrap()["id"]
         .as_i64()
         .unwrap();
-    let (status, r) = call(
-        reqwest::Method::PUT,
-        &server,
-        &format!("/api/v1/alert-rules/{hollow}"),
-        Some(json!({"for_s": 10, "keep_firing_for_s": 0})),
-    )
-    .await;
+    let (status, r) =
+        put(&server, &format!("/api/v1/alert-rules/{hollow}"), json!({"for_s": 10, "keep_firing_for_s": 0})).await;
     assert_eq!(status, 200, "{r}");
 
     replay_fixture_once(&server, trace);
@@ -119,13 +106,8 @@ async fn truth_run_phases_and_alerts(backend: Backend, trace: &str) {
         let window_s = (last + 1 - from) / 1000;
         assert!(window_s >= 20, "{phase}: {window_s} s of settled samples");
         let to = from + window_s * 1000;
-        let (status, windows) = call(
-            reqwest::Method::GET,
-            &server,
-            &format!("/api/v1/gpus/{uuid}/states?from={from}&to={to}&window_s={window_s}"),
-            None,
-        )
-        .await;
+        let (status, windows) =
+            get(&server, &format!("/api/v1/gpus/{uuid}/states?from={from}&to={to}&window_s={window_s}")).await;
         assert_eq!(status, 200, "{windows}");
         let w = &windows.as_array().unwrap()[0];
         let state = w["state"].as_str().unwrap();
@@ -146,18 +128,16 @@ async fn truth_run_phases_and_alerts(backend: Backend, trace: &str) {
     let last_phase_end = phases.last().unwrap().2;
     let deadline = Instant::now() + Duration::from_secs(60);
     let alerts = loop {
-        let (status, list) =
-            call(reqwest::Method::GET, &server, &format!("/api/v1/alerts?status=all&rule_id={hollow}"), None).await;
+        let (status, list) = get(&server, &format!("/api/v1/alerts?status=all&rule_id={hollow}")).await;
         assert_eq!(status, 200, "{list}");
-        let (_, gpu) = call(reqwest::Method::GET, &server, &format!("/api/v1/gpus/{uuid}"), None).await;
+        let (_, gpu) = get(&server, &format!("/api/v1/gpus/{uuid}")).await;
         let done = gpu["last_seen_ms"].as_i64().is_some_and(|t| t >= last_phase_end);
         let alerts = list["alerts"].as_array().unwrap().clone();
         if done && alerts.iter().any(|a| a["status"] == "resolved") {
             // The engine steps through a GPU's samples in time order after each ingest; give
             // it a moment past the newest, then read the final list.
             tokio::time::sleep(Duration::from_secs(2)).await;
-            let (_, list) =
-                call(reqwest::Method::GET, &server, &format!("/api/v1/alerts?status=all&rule_id={hollow}"), None).await;
+            let (_, list) = get(&server, &format!("/api/v1/alerts?status=all&rule_id={hollow}")).await;
             break list["alerts"].as_array().unwrap().clone();
         }
         assert!(Instant::now() < deadline, "the hollow alert did not fire and resolve: {alerts:?}");

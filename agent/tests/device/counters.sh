@@ -61,21 +61,19 @@ sleep 7
 kill $probe 2>/dev/null
 python3 - "$out" "http://127.0.0.1:$port" "$token" <<'PY'
 import json, sys
-from functools import partial
 from readback import api, first_gpu, marks as read_marks, phase_at, samples as read_samples
 out, url, token = sys.argv[1:]
-api = partial(api, url, token)
 marks = read_marks(out)
 uuid = first_gpu(url, token)["uuid"]
 t0, t1 = marks[0][0] - 3000, marks[-1][0] + 3000
 samples = read_samples(url, token, uuid, t0, t1)
-events = api(f"/api/v1/events?from={t0}&to={t1 + 60000}")["events"]
+events = api(url, token, f"/api/v1/events?from={t0}&to={t1 + 60000}")["events"]
 rows = [{"ts_ms": s["ts_ms"], "seg": phase_at(marks, s["ts_ms"]), "util": s.get("gpu_util_pct"), "smact": s.get("sm_active_pct"),
          "gract": s.get("gr_engine_active_pct"), "dram": s.get("dram_active_pct")} for s in samples]
 states = {}
 for (a, n), (b, _) in zip(marks, marks[1:]):
     w = max(1, (b - a - 4000) // 1000)
-    st = api(f"/api/v1/gpus/{uuid}/states?from={a + 4000}&to={a + 4000 + w * 1000}&window_s={w}")
+    st = api(url, token, f"/api/v1/gpus/{uuid}/states?from={a + 4000}&to={a + 4000 + w * 1000}&window_s={w}")
     states[n] = [(x["state"], x.get("note"), x.get("reason")) for x in st]
 json.dump({"marks": marks, "samples": rows, "events": events, "states": states}, open(f"{out}/counters.json", "w"), indent=1)
 print("events:", [(e["kind"], e["time"], e.get("message")) for e in events])
