@@ -25,6 +25,7 @@ fleetlens_tests::for_each_backend!(
     an_eight_gpu_hang_sends_one_grouped_message_per_channel,
     a_digest_channel_gets_one_digest_at_its_time_and_nothing_between,
     the_engine_judges_its_own_batches_from_memory_and_each_sample_once,
+    a_pending_alert_text_follows_the_gpu_once_a_minute,
 );
 
 /// Fast retries so the tests do not wait for the production backoff.
@@ -823,6 +824,44 @@ async fn test_message_and_latency_from_for_duration_to_receiver() {
     assert!(latencies.iter().all(|l| *l <= 2000), "goal ≤ 2 s: {latencies:?}");
     assert!(api.alerts(&format!("rule_id={rule}")).await.len() >= 3);
     assert!(now_ms() - first < 60_000);
+}
+
+/// A pending alert's summary and values are those of the GPU while it waits out `for`, not
+/// of its first sample (a pending "Offline for 0.3 s" after minutes offline): refreshed once
+/// a minute of samples at most, and stored.
+async fn a_pending_alert_text_follows_the_gpu_once_a_minute(backend: Backend) {
+    let db = TestDatabase::new(backend).await;
+    let server = TestServer::spawn(&db.url, FAST);
+    let api = Api::new(&server);
+    let rule = api
+        .rule(json!({"name": "hollow 1h", "condition": "gpu_util_pct >= 80 && sm_active_pct < 30", "for_s": 3600,
+                     "description": "SM activity {sm_active_pct} %"}))
+        .await;
+    let t0 = now_ms() - 120_000;
+    let smact = |i: i64| if i < 30 { 2.0 } else { 7.0 };
+    let batch =
+        |range: std::ops::Range<i64>| range.map(|i| sample("GPU-text", t0 + i * 1000, 100.0, smact(i))).collect();
+    let judged = |n: u64| {
+        let (server, api) = (&server, &api);
+        async move {
+            let (database, memory) = engine_feed(server).await;
+            if database + memory < n {
+                return None;
+            }
+            api.alerts(&format!("rule_id={rule}&status=pending")).await.into_iter().next()
+        }
+    };
+    api.ingest("node-t", batch(0..45)).await;
+    let pending = wait_for("45 samples judged", Duration::from_secs(20), || judged(45)).await;
+    assert_eq!(pending["summary"], "SM activity 2 %", "45 s in: still the first minute's text");
+
+    api.ingest("node-t", batch(45..70)).await;
+    let refreshed = wait_for("70 samples judged", Duration::from_secs(20), || judged(70)).await;
+    assert_eq!(refreshed["id"], pending["id"]);
+    assert_eq!(refreshed["active_since_ms"].as_i64(), Some(t0));
+    assert_eq!(refreshed["summary"], "SM activity 7 %", "a minute in, the GPU as it is");
+    let smact_value = refreshed["values"].as_array().unwrap().iter().find(|v| v["field"] == "sm_active_pct").cloned();
+    assert_eq!(smact_value.map(|v| v["value"].clone()), Some(json!("7")), "{refreshed}");
 }
 
 /// The engine's state is in the database: a pending alert keeps its start across a crash.

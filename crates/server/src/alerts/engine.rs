@@ -832,8 +832,23 @@ impl Engine {
         let (next, st) = step(phase, rule.timing, t, matched);
         match st {
             Step::Unchanged => {
-                if let Some(a) = self.open.get_mut(&key) {
-                    a.last_eval_ms = t;
+                let Some(a) = self.open.get_mut(&key) else { return };
+                a.last_eval_ms = t;
+                // A pending alert shows the GPU as it is while it waits out `for`: its text
+                // ("Offline for {duration_in_state_s} s") would otherwise read as when it began.
+                // Once a minute at most, so a long `for` on many GPUs costs few writes.
+                if matched && a.status == AlertStatus::Pending && t - a.updated_ms >= PENDING_TEXT_REFRESH_MS {
+                    let text = summary(rule, obs);
+                    if text != a.summary {
+                        changes.origin.entry(key).or_insert(a.status);
+                        a.summary = text;
+                        let mut d = AlertDetails::of(a);
+                        d.values = matched_values(rule.cond.fields(), obs);
+                        d.state = Some(obs.state);
+                        a.details = d.to_json();
+                        a.updated_ms = t;
+                        changes.touch(key);
+                    }
                 }
             }
             Step::StillFiring => {
@@ -1178,6 +1193,9 @@ fn phase_of(a: &AlertRecord) -> Phase {
         AlertStatus::Resolved => Phase::Inactive,
     }
 }
+
+/// How often a pending alert's summary and values follow the GPU, at most.
+const PENDING_TEXT_REFRESH_MS: i64 = 60_000;
 
 /// GPU events read from the store at a time.
 const EVENTS_PER_READ: i64 = 10_000;
