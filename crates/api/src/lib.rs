@@ -397,7 +397,9 @@ pub struct BillingReport {
     /// write it (for people and spreadsheets).
     pub from: String,
     pub to: String,
-    pub group_by: String,
+    /// The query's `group_by` (default `gpu`), as its text.
+    #[cfg_attr(feature = "openapi", schema(value_type = String, example = "host"))]
+    pub group_by: reports::ReportGrouping,
     pub currency: String,
     pub rows: Vec<BillingRow>,
     /// For owner groupings (`user`, `namespace`, `pod`, `job`, `label:<name>`): how the rows were

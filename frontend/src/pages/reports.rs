@@ -3,6 +3,7 @@
 //! samples, docs/OWNERS.md), with a CSV download of the same report.
 
 use fleetlens_api::BillingReport;
+use fleetlens_api::reports::{GpuGrouping, ReportGrouping};
 use leptos::prelude::*;
 use leptos::task::spawn_local;
 
@@ -178,11 +179,9 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
         let total_waste: Option<f64> = rep.rows.iter().filter_map(|r| r.wasted_cost).reduce(|a, b| a + b);
         let total_hours: f64 = rep.rows.iter().map(|r| r.gpu_hours).sum();
         let total_kwh: f64 = rep.rows.iter().map(|r| r.energy_kwh).sum();
-        // Teams, hosts, GPUs and models each hold a GPU once; owners (users, pods, …) share GPUs,
-        // so their GPU counts do not add up.
-        let total_gpus = matches!(rep.group_by.as_str(), "team" | "host" | "gpu" | "model")
-            .then(|| rep.rows.iter().map(|r| r.gpus).sum::<u32>());
-        let by_gpu = rep.group_by == "gpu";
+        // Owners (users, pods, …) share GPUs, so their GPU counts do not add up.
+        let total_gpus = rep.group_by.counts_each_gpu_once().then(|| rep.rows.iter().map(|r| r.gpus).sum::<u32>());
+        let by_gpu = rep.group_by == ReportGrouping::Gpu(GpuGrouping::Gpu);
         let rows = rep
             .rows
             .iter()
@@ -212,19 +211,7 @@ fn BillingTable(report: Latest<BillingReport>) -> impl IntoView {
                 }
             })
             .collect_view();
-        let group = match rep.group_by.as_str() {
-            "team" => "Team",
-            "gpu" => "GPU",
-            "model" => "Model",
-            "user" => "User",
-            "holder" => "Holder",
-            "namespace" => "Namespace",
-            "namespace_team" => "Namespace team",
-            "pod" => "Pod",
-            "job" => "Job",
-            g if g.starts_with("label:") => "Label",
-            _ => "Host",
-        };
+        let group = rep.group_by.label();
         view! {
             <DataTable
                 class=""

@@ -5,32 +5,12 @@
 use std::collections::BTreeMap;
 
 use fleetlens_api::BillingRow;
+use fleetlens_api::reports::GpuGrouping;
 use fleetlens_core::{Funnel, PriceTable, WorkloadState};
 use fleetlens_store::GpuRecord;
 
 use super::ledger::GpuLedger;
 use super::summary::{Credits, ledgers};
-
-/// What rows are grouped by.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum GroupBy {
-    Team,
-    Host,
-    Gpu,
-    Model,
-}
-
-impl GroupBy {
-    pub fn parse(s: &str) -> Option<GroupBy> {
-        match s {
-            "team" => Some(GroupBy::Team),
-            "host" => Some(GroupBy::Host),
-            "gpu" => Some(GroupBy::Gpu),
-            "model" => Some(GroupBy::Model),
-            _ => None,
-        }
-    }
-}
 
 #[derive(Default)]
 pub(crate) struct Acc {
@@ -101,17 +81,17 @@ pub fn billing_rows(
     gpus: &[GpuRecord],
     credits: &Credits,
     prices: &PriceTable,
-    group_by: GroupBy,
+    group_by: GpuGrouping,
     team_of: &dyn Fn(&GpuRecord) -> Option<String>,
 ) -> Vec<BillingRow> {
     let mut groups: BTreeMap<String, Acc> = BTreeMap::new();
     for (i, l) in ledgers(gpus, credits) {
         let g = &gpus[i];
         let key = match group_by {
-            GroupBy::Team => team_of(g).unwrap_or_else(|| "unassigned".into()),
-            GroupBy::Host => g.info.host.clone(),
-            GroupBy::Gpu => g.info.uuid.clone(),
-            GroupBy::Model => g.info.name.clone().unwrap_or_else(|| "unknown model".into()),
+            GpuGrouping::Team => team_of(g).unwrap_or_else(|| "unassigned".into()),
+            GpuGrouping::Host => g.info.host.clone(),
+            GpuGrouping::Gpu => g.info.uuid.clone(),
+            GpuGrouping::Model => g.info.name.clone().unwrap_or_else(|| "unknown model".into()),
         };
         groups.entry(key).or_default().add(g, &l, prices);
     }
