@@ -20,6 +20,7 @@ use fleetlens_api::alerts::{
 };
 use fleetlens_api::analytics::Prices;
 use fleetlens_api::gpus::GpuDetail;
+use fleetlens_api::reports::ReportGrouping;
 use fleetlens_api::{BillingReport, ErrorBody, FleetSummary, GpuList, Job, SampleList, Series, StateWindow};
 use fleetlens_core::{ApiKeyId, ChannelId, PriceTable, RuleId, SilenceId, TeamId, UserId};
 use gloo_net::http::{Request, RequestBuilder};
@@ -514,16 +515,16 @@ pub async fn put_prices(table: &PriceTable) -> ApiResult<Prices> {
 }
 
 /// `GET /api/v1/reports/billing?from=&to=&group_by=&format=json`
-pub async fn billing(from_ms: i64, to_ms: i64, group_by: &str) -> ApiResult<BillingReport> {
+pub async fn billing(from_ms: i64, to_ms: i64, group_by: &ReportGrouping) -> ApiResult<BillingReport> {
     get("/reports/billing", &billing_query(from_ms, to_ms, group_by, "json")).await
 }
 
 /// The same report as CSV text.
-pub async fn billing_csv(from_ms: i64, to_ms: i64, group_by: &str) -> ApiResult<String> {
+pub async fn billing_csv(from_ms: i64, to_ms: i64, group_by: &ReportGrouping) -> ApiResult<String> {
     get_text("/reports/billing", &billing_query(from_ms, to_ms, group_by, "csv")).await
 }
 
-fn billing_query(from_ms: i64, to_ms: i64, group_by: &str, format: &str) -> [(&'static str, String); 4] {
+fn billing_query(from_ms: i64, to_ms: i64, group_by: &ReportGrouping, format: &str) -> [(&'static str, String); 4] {
     [
         ("from", from_ms.to_string()),
         ("to", to_ms.to_string()),

@@ -39,7 +39,7 @@ const OWNER_GROUPS: Choices = &[
 pub fn ReportsPage() -> impl IntoView {
     super::set_title("Reports");
     let ctx = use_app();
-    let group_by = RwSignal::new("host".to_string());
+    let group_by = RwSignal::new(ReportGrouping::Gpu(GpuGrouping::Host));
     let report = polled(move || {
         let (from, to) = ctx.range.get().window();
         let g = group_by.get();
@@ -77,6 +77,8 @@ pub fn ReportsPage() -> impl IntoView {
                     groups=&[("Process owner (raw samples)", OWNER_GROUPS)]
                     selected="host"
                     on_change=Callback::new(move |g: String| {
+                        // The options are groupings' texts: one that does not parse is not offered.
+                        let Ok(g) = ReportGrouping::parse(&g) else { return };
                         group_by.set(g);
                         csv_url.set(None);
                     })
