@@ -281,13 +281,26 @@ async fn four_gpus_for_one_hour_with_mfu_and_energy(backend: Backend) {
     let put = reqwest::Client::new()
         .put(server.url("/api/v1/prices"))
         .bearer_auth(ADMIN_TOKEN)
-        .json(&json!({"currency": "USD", "source": "contract", "per_gpu_hour": {"NVIDIA H100 80GB HBM3": 6.0}}))
+        .json(&json!({"currency": "USD", "source": "contract",
+                      "per_gpu_hour": {"NVIDIA H100 80GB HBM3": 6.0, "l4": 0.5}}))
         .send()
         .await
         .unwrap();
     assert_eq!(put.status().as_u16(), 200);
     let (_, day) = get(&server, "/api/v1/fleet/summary?range=24h").await;
     assert!(close(&day["wasted_cost_by_state"]["hollow"], 4.8), "{}", day["wasted_cost_by_state"]);
+
+    // Right-size: the hollow GPU's work (SM activity 20 %, 20 GiB) fits an L4 (24 GB less 10 %),
+    // now the cheapest model that does; the idle and the held GPU did no work to size (their
+    // advice is to release them), whatever their SM activity of 0 would fit.
+    let right_size = |uuid: &str| {
+        let w = day["top_wasters"].as_array().unwrap().iter().find(|w| w["uuid"] == uuid).cloned();
+        w.unwrap_or_else(|| panic!("{uuid} wastes: {}", day["top_wasters"]))["right_size"].clone()
+    };
+    let hollow = right_size("GPU-hollow");
+    assert_eq!(hollow["suggested_model"], "l4", "{hollow}");
+    assert!(close(&hollow["p95_sm_active_pct"], 20.0) && close(&hollow["saving_per_month"], 5.5 * 720.0), "{hollow}");
+    assert_eq!((right_size("GPU-idle"), right_size("GPU-held")), (Value::Null, Value::Null));
 
     // Billing: per model, per host, as CSV, and pro-rated at a partial hour.
     let (status, bill) = get(&server, &format!("/api/v1/reports/billing?from={start}&to={end}&group_by=model")).await;

@@ -182,6 +182,16 @@ impl Credit {
         self.state_s.iter().sum()
     }
 
+    /// Mean SM activity over the time a workload ran ([`WorkloadState::is_working`]), as the
+    /// right-size hint reads a GPU. The other states' SM activity (none, or a hung kernel's few
+    /// SMs) stays in the sum, which can only raise the mean: never a hint that the work itself
+    /// does not support. `None` without working time or without SM activity.
+    pub fn working_sm_active_pct(&self) -> Option<f64> {
+        let working_s: f64 = WorkloadState::ALL.iter().filter(|s| s.is_working()).map(|s| self.seconds(*s)).sum();
+        let covered_s = working_s.min(self.sm_covered_s);
+        (covered_s > 0.0).then(|| (self.sm_pct_s / covered_s).min(100.0))
+    }
+
     /// The funnel input of a GPU paid for `paid_s` seconds with this credit.
     pub fn usage(&self, paid_s: f64) -> GpuUsage {
         let measured = |sum: f64, covered: f64| (covered > 0.0).then_some(sum);
@@ -236,6 +246,22 @@ mod tests {
         assert!((c.energy(WorkloadState::Hollow) - 12_000.0).abs() < 1e-9);
         assert_eq!((c.allocated_s, c.util_pct_s, c.sm_pct_s), (60.0, 6000.0, 1200.0));
         assert_eq!(c.covered_s(), 60.0);
+    }
+
+    #[test]
+    fn right_size_reads_the_sm_activity_of_working_time_only() {
+        let th = Thresholds::default();
+        let (hollow, _) = Credit::of_minute(&minute(100.0, 20.0), Some(700.0), None, &th);
+        let (idle, class) = Credit::of_minute(&minute(0.0, 0.0), Some(700.0), None, &th);
+        assert_eq!(class.state, WorkloadState::IdleHeld);
+        assert_eq!(idle.working_sm_active_pct(), None, "a held GPU says nothing of the GPU work needs");
+        assert_eq!(hollow.working_sm_active_pct(), Some(20.0));
+        // An hour of 30 hollow minutes and 30 held ones: the hollow minutes' 20 %, not 10 %.
+        let mut hour = Credit::default();
+        hour.add_scaled(&hollow, 30.0);
+        hour.add_scaled(&idle, 30.0);
+        assert!((hour.working_sm_active_pct().unwrap() - 20.0).abs() < 1e-9);
+        assert_eq!(Credit::default().working_sm_active_pct(), None);
     }
 
     #[test]

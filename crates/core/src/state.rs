@@ -55,6 +55,14 @@ impl WorkloadState {
         }
     }
 
+    /// Whether a workload ran: its SM activity then says how much GPU the work needs. Not so
+    /// when nobody used the GPU (`idle`), a process held it without running anything
+    /// (`idle_held`), a kernel hung (`stalled`) or nothing was heard (`offline`): there the
+    /// advice is to release the GPU or fix the job, not a smaller model.
+    pub fn is_working(self) -> bool {
+        !matches!(self, WorkloadState::Offline | WorkloadState::Idle | WorkloadState::IdleHeld | WorkloadState::Stalled)
+    }
+
     /// Share of a window's GPU time that counts as wasted money (METRICS.md "Wasted cost"):
     /// all of it for idle / idle_held / offline / stalled, the unused SM share (1 − SMACT/100)
     /// for hollow / starved / low_occupancy, none otherwise. Without SMACT the partial states

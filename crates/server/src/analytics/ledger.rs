@@ -1,6 +1,6 @@
 //! One GPU's accounts over a period, added up from stored credits (see
 //! `fleetlens_core::Credit`): time per workload state, the funnel sums, energy, and what the
-//! advice needs (SMACT per bucket, from the bucket's credit).
+//! advice needs (SMACT of each bucket's working time, from the bucket's credit).
 
 use std::collections::BTreeMap;
 
@@ -14,8 +14,9 @@ pub struct GpuLedger {
     pub usage: GpuUsage,
     pub energy_j: f64,
     pub energy_j_by_state: BTreeMap<WorkloadState, f64>,
-    /// Mean SMACT of each bucket with data (for p95-based advice).
-    pub sm_active_by_bucket: Vec<f64>,
+    /// Mean SMACT of the working time of each bucket that has some (for the p95 of the
+    /// right-size hint: idle, held, hung and offline time say nothing of the GPU work needs).
+    pub working_sm_active_by_bucket: Vec<f64>,
 }
 
 /// The GPU's paid span inside `[from_ms, to_ms)`: from its first sample (registration) until
@@ -78,8 +79,8 @@ pub fn ledger<'a>(paid_s: f64, credits: impl IntoIterator<Item = (&'a Credit, f6
             continue;
         }
         total.add_scaled(c, weight);
-        if c.sm_covered_s > 0.0 {
-            l.sm_active_by_bucket.push(c.sm_pct_s / c.sm_covered_s);
+        if let Some(sm) = c.working_sm_active_pct() {
+            l.working_sm_active_by_bucket.push(sm);
         }
     }
     let covered = total.covered_s();

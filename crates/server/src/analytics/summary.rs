@@ -310,7 +310,7 @@ fn gpu_waste(
         (Some(sm), Some(u)) if u > 0.0 => Some((sm / u * 100.0).min(100.0)),
         _ => None,
     };
-    let right = match (gpu.info.name.as_deref(), p95(&l.sm_active_by_bucket), peak_mem.get(&gpu.id).copied()) {
+    let right = match (gpu.info.name.as_deref(), p95(&l.working_sm_active_by_bucket), peak_mem.get(&gpu.id).copied()) {
         (Some(name), Some(p), Some(mem)) => right_size(name, p, mem, prices, th).map(|h| RightSizeAdvice {
             suggested_model: h.suggested.id().to_string(),
             p95_sm_active_pct: h.p95_sm_active_pct,
