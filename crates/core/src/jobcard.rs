@@ -398,8 +398,9 @@ fn advice(
             None,
         );
     }
-    // Right-size: every GPU's peak fits a cheaper model, with SMACT below the right-size bar.
-    if let Some(sm) = card.sm_active_pct
+    // Right-size: the GPU's peak fits a cheaper model, with the SM activity of its working time
+    // (not the held or hung hours, METRICS.md) below the right-size bar.
+    if let Some(sm) = total.working_sm_active_pct()
         && input.gpus.len() == 1
         && let Some(g) = input.gpus.first()
         && let (Some(name), Some(peak)) = (g.name.as_deref(), g.peak_mem_bytes)
@@ -604,6 +605,8 @@ mod tests {
         let codes: Vec<&str> = card.advice.iter().map(|a| a.code.as_str()).collect();
         // The hollow hours cost most; a cheaper GPU for 60 % of 3 h; the idle-held hour.
         assert_eq!(codes, ["hollow", "right_size", "idle_held"], "{:?}", card.advice);
+        // Sized by the hollow hours' SM activity (9 %), not the 6 % the held hour dilutes it to.
+        assert!(card.advice[1].text.starts_with("Peak memory 70.0 GiB and SM activity 9 %"), "{}", card.advice[1].text);
         assert!(card.advice[0].text.starts_with("SM activity 6 % with util 41 %"), "{}", card.advice[0].text);
         assert!((card.advice[0].amount.unwrap() - 2.0 * 0.91 * 3.0).abs() < 1e-9);
         assert!(card.advice[2].text.contains("1.0 of 3.0 GPU-hours (33 %)"), "{}", card.advice[2].text);
@@ -628,6 +631,20 @@ mod tests {
         assert!(!worth_sending(&card, 0.1, 10.0));
         assert!(worth_sending(&card, 0.1, 0.0));
         assert!(!worth_sending(&card, 0.2, 0.0));
+    }
+
+    #[test]
+    fn a_hung_job_is_told_to_look_at_the_job_not_to_take_a_smaller_gpu() {
+        let (prices, th) = (PriceTable::default(), Thresholds::default());
+        // An hour of one kernel spinning on 2 of 132 SMs, 12 GiB: that fits a T4, but it is a bug.
+        let c = credit(WorkloadState::Stalled, 3600.0, 100.0, 1.5, 0.0);
+        let card = job_card(
+            &CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![gpu(c, 12)], mfu: None, p95_sm_active_pct: None },
+            &prices,
+            &th,
+        );
+        let codes: Vec<&str> = card.advice.iter().map(|a| a.code.as_str()).collect();
+        assert_eq!(codes, ["stalled"], "{:?}", card.advice);
     }
 
     #[test]
