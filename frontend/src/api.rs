@@ -29,6 +29,7 @@ use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
 // A path segment, encoded (GPU and MIG UUIDs are safe today; this keeps them so).
+use crate::ctx::Range;
 use crate::url_state::encode as seg;
 
 pub mod actions;
@@ -305,9 +306,11 @@ pub async fn states(uuid: &str, from_ms: i64, to_ms: i64, window_s: u32) -> ApiR
     get(&format!("/gpus/{}/states", seg(uuid)), &q).await
 }
 
-/// `GET /api/v1/fleet/summary?from=&to=`
-pub async fn fleet_summary(from_ms: i64, to_ms: i64) -> ApiResult<FleetSummary> {
-    get("/fleet/summary", &[("from", from_ms.to_string()), ("to", to_ms.to_string())]).await
+/// `GET /api/v1/fleet/summary?range=1h|24h|7d|30d`: the relative period, which the server
+/// computes at most every 10 s for every dashboard at once (a `from`/`to` summary is computed
+/// on each request: seconds for a fleet of thousands of GPUs).
+pub async fn fleet_summary(range: Range) -> ApiResult<FleetSummary> {
+    get("/fleet/summary", &[("range", range.label().to_string())]).await
 }
 
 /// `GET /api/v1/gpus/{uuid}/series?from=&to=&resolution=1m|1h` (rollups, for long ranges)

@@ -460,3 +460,36 @@ async fn live_gpus_are_never_credited_beyond_their_paid_time(backend: Backend) {
     let util = rows[0]["mean_gpu_util_pct"].as_f64().unwrap();
     assert!(util > 45.0, "busy GPU at 100 %, held GPU at 0 %: {util}");
 }
+
+/// Every dashboard polls `range=` summaries, computed at most every 10 s: once one has expired,
+/// the next poll gets it at once, as it was, while one task computes the new one (at 10,000
+/// GPUs that takes seconds: docs/BENCHMARKS.md), which the polls after it get.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_range_summary_is_served_while_it_is_computed_again() {
+    let db = TestDatabase::new(Backend::Sqlite).await;
+    let server = TestServer::spawn(&db.url, &[]);
+    let start = now_ms() - 5 * 60_000;
+    let gpu = |uuid: &str| minutes_of(uuid, "NVIDIA H100 80GB HBM3", start, 2, 0.0, 0.0, 0.0, &json!([]));
+    ingest_ok(&server, json!({"host": "node-a", "samples": gpu("GPU-first")})).await;
+    let summary = || async {
+        let (status, s) = get(&server, "/api/v1/fleet/summary?range=1h").await;
+        assert_eq!(status, 200, "{s}");
+        s
+    };
+    let first = summary().await;
+    assert_eq!(first["gpu_count"], 1);
+    ingest_ok(&server, json!({"host": "node-b", "samples": gpu("GPU-second")})).await;
+    assert_eq!(summary().await, first, "fresh for 10 s");
+    tokio::time::sleep(std::time::Duration::from_millis(10_500)).await;
+    assert_eq!(summary().await, first, "expired: served as it was while it is computed again");
+    let mut next = first.clone();
+    for _ in 0..100 {
+        next = summary().await;
+        if next["gpu_count"] == 2 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(next["gpu_count"], 2, "the next polls get the new summary: {next}");
+    assert!(next["to_ms"].as_i64() > first["to_ms"].as_i64());
+}

@@ -224,7 +224,7 @@ pub struct GpuWaste {
 }
 
 /// `GET /api/v1/fleet/summary`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct FleetSummary {
     pub from_ms: i64,

@@ -28,7 +28,7 @@ use std::time::Duration;
 
 use fleetlens_store::Store;
 
-use crate::analytics::summary::SummaryCache;
+use crate::analytics::summary_cache::SummaryCache;
 use crate::analytics::{OrgClassifier, THRESHOLDS_REFRESH};
 use crate::config::Config;
 use crate::time::now_ms;

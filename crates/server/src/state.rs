@@ -17,7 +17,7 @@ pub struct AppState {
     pub config: Arc<Config>,
     /// Classifies minutes as they are stored, with each organisation's thresholds.
     pub classifier: Arc<OrgClassifier>,
-    pub summary_cache: Arc<crate::analytics::summary::SummaryCache>,
+    pub summary_cache: Arc<crate::analytics::summary_cache::SummaryCache>,
     /// Alerting: ingest wakes the engine through it.
     pub alerts: crate::alerts::Alerts,
     /// Each host's delivery cadence, learnt at ingest: the silence a GPU's current state allows

@@ -23,8 +23,7 @@ pub fn FleetPage() -> impl IntoView {
     let res = polled(move || {
         // The live stream's fleet counts changed (at most every 10 s): the figures too.
         ctx.stream.summary_changed.track();
-        let (from, to) = ctx.range.get().window();
-        api::fleet_summary(from, to)
+        api::fleet_summary(ctx.range.get())
     });
     let data = latest_ok(res);
     let has_data = Signal::derive(move || data.with(Option::is_some));

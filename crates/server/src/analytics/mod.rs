@@ -7,6 +7,7 @@ pub mod ledger;
 pub mod mfu;
 pub mod owners;
 pub mod summary;
+pub mod summary_cache;
 
 use fleetlens_api::StateWindow;
 use fleetlens_core::timeline::{self, GpuFacts, StateSpan};

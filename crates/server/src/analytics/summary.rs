@@ -2,8 +2,6 @@
 //! energy, and the GPUs wasting the most with their advice.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 
 use fleetlens_core::Credit;
 
@@ -11,7 +9,7 @@ use fleetlens_api::{FleetSummary, FunnelLevel, GpuWaste, RightSizeAdvice};
 use fleetlens_core::{
     Funnel, GpuModel, PriceTable, Thresholds, WasteBreakdown, WorkloadState, p95, projected_monthly_waste, right_size,
 };
-use fleetlens_store::{BucketCredit, GpuId, GpuRecord, JobRecord, OrgId};
+use fleetlens_store::{BucketCredit, GpuId, GpuRecord, JobRecord};
 
 use super::ledger::{GpuLedger, credit_share, ledger, paid_span};
 
@@ -349,32 +347,4 @@ pub fn wasted_costs(gpus: &[GpuRecord], credits: &Credits, prices: &PriceTable) 
 pub fn funnel_only(gpus: &[GpuRecord], credits: &Credits) -> Vec<FunnelLevel> {
     let funnel = ledgers(gpus, credits).iter().map(|(_, l)| Funnel::gpu(&l.usage)).sum::<Funnel>();
     funnel_levels(&funnel, None)
-}
-
-/// Summaries of relative periods (`range=`), kept for [`SUMMARY_TTL`].
-#[derive(Default)]
-pub struct SummaryCache {
-    entries: Mutex<HashMap<String, (Instant, FleetSummary)>>,
-}
-
-/// How stale a cached summary may be: well under a dashboard's polling interval × 2.
-pub const SUMMARY_TTL: Duration = Duration::from_secs(10);
-
-impl SummaryCache {
-    pub fn get(&self, key: &str) -> Option<FleetSummary> {
-        let entries = self.entries.lock().expect("summary cache lock");
-        entries.get(key).filter(|(at, _)| at.elapsed() < SUMMARY_TTL).map(|(_, s)| s.clone())
-    }
-
-    pub fn put(&self, key: String, summary: FleetSummary) {
-        let mut entries = self.entries.lock().expect("summary cache lock");
-        entries.retain(|_, (at, _)| at.elapsed() < SUMMARY_TTL);
-        entries.insert(key, (Instant::now(), summary));
-    }
-
-    /// Forget an organisation's summaries (its prices or thresholds changed).
-    pub fn invalidate(&self, org: OrgId) {
-        let prefix = format!("{org}|");
-        self.entries.lock().expect("summary cache lock").retain(|k, _| !k.starts_with(&prefix));
-    }
 }

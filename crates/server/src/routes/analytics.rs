@@ -11,6 +11,7 @@ use std::collections::HashMap;
 
 use fleetlens_store::{GpuId, OrgId, Scope, Store};
 
+use crate::analytics::summary_cache::Cached;
 use crate::analytics::{self, MINUTE_MS, summary};
 use crate::auth::Caller;
 use crate::error::{ApiError, ApiResult, JsonBody};
@@ -134,22 +135,51 @@ pub async fn fleet_summary(
                 });
             }
             let key = format!("{}|{r}|{:?}|{:?}|{:?}", caller.org, sq.gpu, sq.host, sq.model);
-            if let Some(hit) = state.summary_cache.get(&key) {
-                return Ok(Json(hit));
+            let relative = move |mut sq: SummaryQuery, now: i64| {
+                sq.from = Some((now - span_ms).to_string());
+                sq.to = Some(now.to_string());
+                sq
+            };
+            match state.summary_cache.lookup(&key) {
+                Cached::Fresh(hit) => return Ok(Json(hit)),
+                Cached::Stale(old) => {
+                    // Served as it is; one task computes the next for every dashboard.
+                    if let Some(generation) = state.summary_cache.begin_refresh(&key) {
+                        let (state, org, sq) = (state.clone(), caller.org, sq.clone());
+                        tokio::spawn(async move {
+                            let now = now_ms();
+                            let fresh = compute_summary(&state, org, relative(sq, now), now).await;
+                            if let Err(e) = &fresh {
+                                tracing::warn!(error = %e, "fleet summary refresh failed");
+                            }
+                            state.summary_cache.finish_refresh(&key, generation, fresh.ok());
+                        });
+                    }
+                    return Ok(Json(old));
+                }
+                Cached::Missing => {}
             }
-            sq.from = Some((now - span_ms).to_string());
-            sq.to = Some(now.to_string());
+            sq = relative(sq, now);
             Some(key)
         }
         None => None,
     };
+    let result = compute_summary(&state, caller.org, sq, now).await?;
+    if let Some(key) = cache_key {
+        state.summary_cache.put(key, result.clone());
+    }
+    Ok(Json(result))
+}
+
+/// The summary of `sq`'s period (`from`/`to`; default: the week before `now`).
+async fn compute_summary(state: &AppState, org: OrgId, sq: SummaryQuery, now: i64) -> ApiResult<FleetSummary> {
     let q = RangeQuery { from: sq.from.clone(), to: sq.to.clone(), limit: None };
     let q = RangeQuery { to: q.to.clone().or_else(|| Some(now.to_string())), ..q };
     let (from_ms, to_ms) =
         range(&RangeQuery { from: q.from.clone().or_else(|| Some((now - summary::WEEK_MS).to_string())), ..q })?;
     let store = state.store.as_ref();
-    let th = analytics::thresholds(store, caller.org).await?;
-    let overrides = analytics::price_overrides(store, caller.org).await?;
+    let th = analytics::thresholds(store, org).await?;
+    let overrides = analytics::price_overrides(store, org).await?;
     let prices = overrides.as_ref().map_or_else(PriceTable::default, |o| PriceTable::default().with_overrides(o));
     let price_source = match &overrides {
         Some(o) if o.currency != PriceTable::default().currency => {
@@ -158,21 +188,21 @@ pub async fn fleet_summary(
         Some(_) => format!("organisation prices over defaults ({})", PriceTable::default().source),
         None => PriceTable::default().source,
     };
-    let mut gpus = store.gpu_identities(caller.org).await?;
+    let mut gpus = store.gpu_identities(org).await?;
     gpus.retain(|g| {
         sq.gpu.as_deref().is_none_or(|u| g.info.uuid == u)
             && sq.host.as_deref().is_none_or(|h| g.info.host == h)
             && sq.model.as_deref().is_none_or(|m| g.info.name.as_deref() == Some(m))
     });
-    let period = read_credits(store, caller.org, from_ms, to_ms, now, gpus.len()).await?;
+    let period = read_credits(store, org, from_ms, to_ms, now, gpus.len()).await?;
     let week_from = now - summary::WEEK_MS;
     let last_week = if (from_ms, to_ms.min(now)) == (week_from, now) {
         period.clone()
     } else {
-        read_credits(store, caller.org, week_from, now, now, gpus.len()).await?
+        read_credits(store, org, week_from, now, now, gpus.len()).await?
     };
-    let peak_mem: HashMap<GpuId, i64> = store.org_peak_mem(caller.org, from_ms, to_ms).await?.into_iter().collect();
-    let jobs = store.jobs(caller.org, from_ms, to_ms).await?;
+    let peak_mem: HashMap<GpuId, i64> = store.org_peak_mem(org, from_ms, to_ms).await?.into_iter().collect();
+    let jobs = store.jobs(org, from_ms, to_ms).await?;
     let result = summary::summarize(&summary::SummaryInput {
         gpus: &gpus,
         period: &period,
@@ -197,7 +227,7 @@ pub async fn fleet_summary(
     if owners_from < end {
         let credits = crate::analytics::owners::read_owner_credits(
             store,
-            caller.org,
+            org,
             &gpus,
             &fleetlens_core::OwnerKey::Holder,
             owners_from,
@@ -208,13 +238,10 @@ pub async fn fleet_summary(
         result.top_owners_from_ms = Some(owners_from);
     }
     if from_ms < end {
-        let plans = crate::actions::plans::compute(store, caller.org, from_ms, end).await?;
+        let plans = crate::actions::plans::compute(store, org, from_ms, end).await?;
         result.plan_saving_per_month = Some(plans.saving_per_month);
     }
-    if let Some(key) = cache_key {
-        state.summary_cache.put(key, result.clone());
-    }
-    Ok(Json(result))
+    Ok(result)
 }
 
 const TOP_OWNERS: usize = 10;
