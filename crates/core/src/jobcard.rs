@@ -633,41 +633,36 @@ mod tests {
         assert!(!worth_sending(&card, 0.2, 0.0));
     }
 
+    /// The card of an hour-long job on one GPU of `peak_gib` peak, at list prices.
+    fn hour_on_one_gpu(c: Credit, peak_gib: i64) -> JobCard {
+        let input = CardInput {
+            from_ms: 0,
+            to_ms: 3_600_000,
+            gpus: vec![gpu(c, peak_gib)],
+            mfu: None,
+            p95_sm_active_pct: None,
+        };
+        job_card(&input, &PriceTable::default(), &Thresholds::default())
+    }
+
     #[test]
     fn a_hung_job_is_told_to_look_at_the_job_not_to_take_a_smaller_gpu() {
-        let (prices, th) = (PriceTable::default(), Thresholds::default());
         // An hour of one kernel spinning on 2 of 132 SMs, 12 GiB: that fits a T4, but it is a bug.
-        let c = credit(WorkloadState::Stalled, 3600.0, 100.0, 1.5, 0.0);
-        let card = job_card(
-            &CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![gpu(c, 12)], mfu: None, p95_sm_active_pct: None },
-            &prices,
-            &th,
-        );
+        let card = hour_on_one_gpu(credit(WorkloadState::Stalled, 3600.0, 100.0, 1.5, 0.0), 12);
         let codes: Vec<&str> = card.advice.iter().map(|a| a.code.as_str()).collect();
         assert_eq!(codes, ["stalled"], "{:?}", card.advice);
     }
 
     #[test]
     fn small_low_activity_jobs_are_told_to_right_size_and_busy_fp32_jobs_to_use_tensor_cores() {
-        let (prices, th) = (PriceTable::default(), Thresholds::default());
         // Starved at SMACT 10 % with 12 GiB peak: a T4 would carry it.
-        let c = credit(WorkloadState::Starved, 3600.0, 20.0, 10.0, 0.0);
-        let card = job_card(
-            &CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![gpu(c, 12)], mfu: None, p95_sm_active_pct: None },
-            &prices,
-            &th,
-        );
+        let card = hour_on_one_gpu(credit(WorkloadState::Starved, 3600.0, 20.0, 10.0, 0.0), 12);
         let codes: Vec<&str> = card.advice.iter().map(|a| a.code.as_str()).collect();
         assert_eq!(codes, ["starved", "right_size"], "{:?}", card.advice);
         assert!(card.advice[1].text.contains("12.0 GiB"), "{}", card.advice[1].text);
         assert!(card.advice[1].text.contains("T4"), "{}", card.advice[1].text);
         // Active at SMACT 70 % with tensor 0 %: mixed precision.
-        let c = credit(WorkloadState::Active, 3600.0, 95.0, 70.0, 0.0);
-        let card = job_card(
-            &CardInput { from_ms: 0, to_ms: 3_600_000, gpus: vec![gpu(c, 70)], mfu: None, p95_sm_active_pct: None },
-            &prices,
-            &th,
-        );
+        let card = hour_on_one_gpu(credit(WorkloadState::Active, 3600.0, 95.0, 70.0, 0.0), 70);
         assert_eq!(card.advice.len(), 1);
         assert_eq!(card.advice[0].code, "no_tensor");
         assert!(card.advice[0].text.starts_with("Tensor activity 0 % with SM activity 70 %"));
