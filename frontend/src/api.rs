@@ -28,8 +28,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 
-// A path segment, encoded (GPU and MIG UUIDs are safe today; this keeps them so).
 use crate::ctx::Range;
+// A path segment, encoded (GPU and MIG UUIDs are safe today; this keeps them so).
 use crate::url_state::encode as seg;
 
 pub mod actions;

@@ -836,16 +836,13 @@ impl Engine {
                 a.last_eval_ms = t;
                 // A pending alert shows the GPU as it is while it waits out `for`: its text
                 // ("Offline for {duration_in_state_s} s") would otherwise read as when it began.
-                // Once a minute at most, so a long `for` on many GPUs costs few writes.
-                if matched && a.status == AlertStatus::Pending && t - a.updated_ms >= PENDING_TEXT_REFRESH_MS {
+                // Once a minute at most, so a long `for` on many GPUs costs few writes. (A pending
+                // alert is unchanged only while its condition holds: `obs` matched.)
+                if a.status == AlertStatus::Pending && t - a.updated_ms >= PENDING_TEXT_REFRESH_MS {
                     let text = summary(rule, obs);
                     if text != a.summary {
                         changes.origin.entry(key).or_insert(a.status);
-                        a.summary = text;
-                        let mut d = AlertDetails::of(a);
-                        d.values = matched_values(rule.cond.fields(), obs);
-                        d.state = Some(obs.state);
-                        a.details = d.to_json();
+                        show_observation(a, rule, obs, text);
                         a.updated_ms = t;
                         changes.touch(key);
                     }
@@ -878,11 +875,7 @@ impl Engine {
                 a.fired_at_ms = Some(t);
                 a.last_match_ms = t;
                 a.last_eval_ms = t;
-                let mut d = AlertDetails::of(&a);
-                d.values = matched_values(rule.cond.fields(), obs);
-                d.state = Some(obs.state);
-                a.details = d.to_json();
-                a.summary = summary(rule, obs);
+                show_observation(&mut a, rule, obs, summary(rule, obs));
                 let notes = self.firing_notes(rule, &mut a, data, now);
                 push_notes(changes, key, notes);
                 self.open.insert(key, a);
@@ -1199,6 +1192,16 @@ const PENDING_TEXT_REFRESH_MS: i64 = 60_000;
 
 /// GPU events read from the store at a time.
 const EVENTS_PER_READ: i64 = 10_000;
+
+/// The alert shows the GPU as `obs` saw it: its `summary` (already rendered from `obs`) and
+/// the condition's values and the state in its details.
+fn show_observation(a: &mut AlertRecord, rule: &Rule, obs: &Observation<'_>, summary: String) {
+    let mut d = AlertDetails::of(a);
+    d.values = matched_values(rule.cond.fields(), obs);
+    d.state = Some(obs.state);
+    a.details = d.to_json();
+    a.summary = summary;
+}
 
 /// The rule's description with the observation's values, or the condition and the values.
 fn summary(rule: &Rule, obs: &Observation<'_>) -> String {
